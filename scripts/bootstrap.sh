@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Install what dlaunch needs on a fresh Debian machine, idempotently.
+#   bootstrap.sh run   the trainer and the launcher (torch, torchvision, typer, rich, ...)
+#   bootstrap.sh full  plus Slurm, munge, Open MPI, Horovod (cached wheel), DeepSpeed, DALI, test tools
+# The virtual environment is $DLAUNCH_VENV (default: .venv in the repository).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${DLAUNCH_VENV:-$ROOT/.venv}
+MODE=${1:-run}
+WHEELS=${DLAUNCH_WHEEL_CACHE:-$HOME/.cache/dlaunch/wheels}
+HOROVOD_VERSION=0.28.1
+
+case "$MODE" in run|full) ;; *) echo "bootstrap.sh: unknown mode '$MODE' (run|full)" >&2; exit 2 ;; esac
+
+apt_packages=()
+if [ "$MODE" = full ]; then
+  apt_packages=(slurmctld slurmd slurm-client munge libpmix-dev openmpi-bin libopenmpi-dev iproute2 util-linux procps psmisc)
+fi
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then echo "bootstrap.sh: need root to apt-get install ${missing[*]}" >&2; exit 1; fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian starts the daemons on install; tests run their own throw-away cluster.
+  for s in slurmctld slurmd munge; do systemctl stop "$s" 2>/dev/null || service "$s" stop 2>/dev/null || true; done
+fi
+
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+if [ "$MODE" = run ]; then
+  "${PIP[@]}" -e "$ROOT[train]"
+  exit 0
+fi
+"${PIP[@]}" -e "$ROOT[train,deepspeed,dali,test]"
+
+# Horovod: built once from its sdist against the installed torch, then reused from the wheel cache.
+if ! "$VENV/bin/python" -c "import horovod.torch" 2>/dev/null; then
+  wheel=$(ls "$WHEELS"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n1 || true)
+  if [ -z "$wheel" ]; then
+    tmp=$(mktemp -d)
+    # Horovod's CMake asks for C++14; torch 2.14 needs C++20 (CXXFLAGS' -std= is stripped by its CMake).
+    echo 'set(CMAKE_CXX14_STANDARD_COMPILE_OPTION "-std=c++20")
+set(CMAKE_CXX14_EXTENSION_COMPILE_OPTION "-std=gnu++20")' > "$tmp/cxx20.cmake"
+    echo "set(CMAKE_USER_MAKE_RULES_OVERRIDE_CXX \"$tmp/cxx20.cmake\")" > "$tmp/toolchain.cmake"
+    echo "bootstrap.sh: building Horovod $HOROVOD_VERSION (about 6 minutes, once)" >&2
+    CMAKE_TOOLCHAIN_FILE="$tmp/toolchain.cmake" CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} \
+      HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
+      HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 HOROVOD_GPU_OPERATIONS= MAKEFLAGS=-j"$(nproc)" \
+      "$VENV/bin/python" -m pip wheel --quiet --no-build-isolation --no-deps \
+      -w "$tmp/dist" "horovod==$HOROVOD_VERSION"
+    mkdir -p "$tmp/unpacked" "$WHEELS"
+    built=$(ls "$tmp"/dist/horovod-*.whl)
+    "$VENV/bin/python" -m wheel unpack -d "$tmp/unpacked" "$built"
+    find "$tmp/unpacked" -name '*.so' -exec strip --strip-debug {} +
+    "$VENV/bin/python" -m wheel pack -d "$WHEELS" "$tmp"/unpacked/horovod-*
+    rm -rf "$tmp"
+    wheel=$(ls "$WHEELS"/horovod-"$HOROVOD_VERSION"-*.whl | head -n1)
+  fi
+  "${PIP[@]}" --no-deps "$wheel"
+  "${PIP[@]}" cloudpickle psutil pyyaml packaging
+fi

@@ -1,0 +1,87 @@
+"""The framework seam: everything that differs between DDP, Horovod and DeepSpeed.
+
+The training loop (`train/loop.py`) calls only these methods, so a framework is added by writing
+one subclass and registering it in `train/frameworks/__init__.py`.
+"""
+from dataclasses import dataclass
+from typing import Any, Dict, Tuple
+
+import torch
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits in the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+class Framework:
+    """Base class; subclasses implement the methods that raise NotImplementedError."""
+
+    name = "base"
+
+    def init(self, cfg: Any) -> DistInfo:
+        """Start the process group (or equivalent) and return this process's place in it."""
+        raise NotImplementedError
+
+    def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
+        """Make model and optimizer distributed; parameters are equal on all ranks afterwards."""
+        raise NotImplementedError
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Back-propagate `loss` (gradients averaged across ranks by the time `step` returns)."""
+        loss.backward()
+
+    def step(self) -> None:
+        """Apply one optimizer step with the averaged gradients."""
+        raise NotImplementedError
+
+    def zero_grad(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def param_groups(self):
+        """The optimizer parameter groups whose `lr` the schedule sets each iteration."""
+        raise NotImplementedError
+
+    def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Mean of `tensor` over all ranks (returned, input untouched)."""
+        raise NotImplementedError
+
+    def all_gather_object(self, obj: Any) -> list:
+        """`obj` of every rank, index = rank (small picklable objects: host names)."""
+        raise NotImplementedError
+
+    def barrier(self) -> None:
+        raise NotImplementedError
+
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every rank."""
+        raise NotImplementedError
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Model and optimizer state for a checkpoint (model keys without wrapper prefixes)."""
+        raise NotImplementedError
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def versions(self) -> Dict[str, str]:
+        """Versions of the framework's own packages, for the metrics header."""
+        return {}
+
+    def settings(self) -> Dict[str, Any]:
+        """Framework settings in effect, for the metrics header."""
+        return {}
+
+    def shutdown(self) -> None:
+        """Tear down the process group; safe to call after a failure."""

@@ -1,0 +1,168 @@
+"""The metrics file schema (`dlaunch.metrics`, versioned), shared by the trainer and the launcher.
+
+Plain Python 3.9, no third-party imports: the launcher reads metrics files on login nodes without
+torch, and the trainer writes them inside images that carry nothing but the trainer.
+
+A metrics file is JSON lines. Every record has `schema`, `version`, `type` and `time` (Unix
+seconds). Types and their fields are in `RECORD_FIELDS`; `validate_record` checks one record,
+`read_metrics` reads and checks a whole file.
+"""
+import json
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+SCHEMA = "dlaunch.metrics"
+VERSION = 1
+
+# Closing statuses: `interrupted` is a run stopped by a signal after checkpointing (resumable).
+END_STATUSES = ("ok", "failed", "cancelled", "interrupted")
+
+_NUM = (int, float)
+_OPT_NUM = (int, float, type(None))
+_OPT_STR = (str, type(None))
+
+# type -> {field: (accepted python types, required)}
+RECORD_FIELDS: Dict[str, Dict[str, Tuple[tuple, bool]]] = {
+    "header": {
+        "run_id": ((str,), True),
+        "argv": ((list,), True),
+        "config": ((dict,), True),
+        "framework": ((str,), True),
+        "loader": ((str,), True),
+        "model": ((str,), True),
+        "device": ((str,), True),
+        "world_size": ((int,), True),
+        "nodes": ((int,), True),
+        "hosts": ((list,), True),  # host name of every rank, index = rank
+        "batch_per_worker": ((int,), True),
+        "global_batch": ((int,), True),
+        "lr_scaled": (_NUM, True),
+        "versions": ((dict,), True),  # python, torch, torchvision, cuda, nccl, cudnn, + frameworks
+        "framework_settings": ((dict,), False),
+        "loader_settings": ((dict,), False),
+        "slurm_job_id": (_OPT_STR, True),
+        "site": (_OPT_STR, True),
+        "experiment": (_OPT_STR, True),
+        "image": (_OPT_STR, True),
+        "git_revision": (_OPT_STR, True),
+    },
+    "epoch": {
+        "epoch": ((int,), True),  # 0-based
+        "steps": ((int,), True),  # optimizer steps in this epoch (this rank)
+        "images": ((int,), True),  # images of the whole job counted for throughput
+        "images_per_s": (_NUM, True),  # whole job, measured on rank 0 after a barrier
+        "epoch_time_s": (_NUM, True),
+        "data_wait_s": (_NUM, True),
+        "loss": (_NUM, True),
+        "lr": (_NUM, True),
+        "top1": (_OPT_NUM, False),
+        "top5": (_OPT_NUM, False),
+        "val_loss": (_OPT_NUM, False),
+    },
+    "profile": {
+        "steps": ((int,), True),
+        "step_s": (_NUM, True),  # mean wall time per profiled step
+        "compute_s": (_NUM, True),  # mean forward+backward time not overlapped with communication
+        "comm_s": (_NUM, True),  # mean time in gradient all-reduce
+        "data_s": (_NUM, True),  # mean time waiting for the next batch
+        "method": ((str,), True),
+    },
+    "resume": {
+        "epoch": ((int,), True),  # first epoch run after resuming
+        "step": ((int,), True),  # global step restored from the checkpoint
+        "checkpoint": ((str,), True),
+    },
+    "end": {
+        "status": ((str,), True),
+        "total_time_s": (_NUM, True),
+        "epochs_completed": ((int,), True),
+        "best_top1": (_OPT_NUM, False),
+        "target_accuracy": (_OPT_NUM, False),
+        "time_to_accuracy_s": (_OPT_NUM, False),
+        "reason": (_OPT_STR, False),
+    },
+}
+
+
+class MetricsError(ValueError):
+    """A metrics record or file that does not follow the schema."""
+
+
+def make_record(record_type: str, time: float, **fields: Any) -> Dict[str, Any]:
+    """Build one record of `record_type`, validated."""
+    record = {"schema": SCHEMA, "version": VERSION, "type": record_type, "time": time}
+    record.update(fields)
+    validate_record(record)
+    return record
+
+
+def validate_record(record: Any) -> None:
+    """Raise MetricsError naming the first field that breaks the schema."""
+    if not isinstance(record, dict):
+        raise MetricsError("record is not a JSON object")
+    if record.get("schema") != SCHEMA:
+        raise MetricsError("not a %s record (schema=%r)" % (SCHEMA, record.get("schema")))
+    if record.get("version") != VERSION:
+        raise MetricsError("unsupported schema version %r (expected %d)" % (record.get("version"), VERSION))
+    rtype = record.get("type")
+    if rtype not in RECORD_FIELDS:
+        raise MetricsError("unknown record type %r" % (rtype,))
+    if not isinstance(record.get("time"), _NUM) or isinstance(record.get("time"), bool):
+        raise MetricsError("%s record: field 'time' missing or not a number" % rtype)
+    for name, (types, required) in RECORD_FIELDS[rtype].items():
+        if name not in record:
+            if required:
+                raise MetricsError("%s record: missing field %r" % (rtype, name))
+            continue
+        value = record[name]
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise MetricsError("%s record: field %r has type %s" % (rtype, name, type(value).__name__))
+    if rtype == "end" and record["status"] not in END_STATUSES:
+        raise MetricsError("end record: status %r not in %s" % (record["status"], END_STATUSES))
+
+
+def iter_records(path: str) -> Iterator[Dict[str, Any]]:
+    """Yield validated records; raise MetricsError naming the file and line of the first bad one."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                validate_record(record)
+            except (ValueError, MetricsError) as e:
+                raise MetricsError("%s:%d: %s" % (path, lineno, e)) from None
+            yield record
+
+
+class Metrics:
+    """A parsed metrics file: the header, epochs (last record per epoch wins), profiles, the end."""
+
+    def __init__(self, path: str, records: List[Dict[str, Any]]):
+        self.path = path
+        self.records = records
+        headers = [r for r in records if r["type"] == "header"]
+        if not headers:
+            raise MetricsError("%s: no header record" % path)
+        self.header: Dict[str, Any] = headers[0]
+        by_epoch: Dict[int, Dict[str, Any]] = {}
+        for r in records:
+            if r["type"] == "epoch":
+                by_epoch[r["epoch"]] = r
+        self.epochs: List[Dict[str, Any]] = [by_epoch[k] for k in sorted(by_epoch)]
+        self.profiles = [r for r in records if r["type"] == "profile"]
+        ends = [r for r in records if r["type"] == "end"]
+        self.end: Optional[Dict[str, Any]] = ends[-1] if ends else None
+
+    @property
+    def status(self) -> str:
+        """`running` while no end record exists, else the last end record's status."""
+        return self.end["status"] if self.end else "running"
+
+
+def read_metrics(path: str) -> Metrics:
+    """Read and validate a whole metrics file (MetricsError names the file on any problem)."""
+    try:
+        records = list(iter_records(path))
+    except OSError as e:
+        raise MetricsError("%s: %s" % (path, e.strerror or e)) from None
+    return Metrics(path, records)
