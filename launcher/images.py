@@ -1,0 +1,431 @@
+"""Container images: the version lock, the definition files rendered from it, and `dlaunch images`.
+
+`containers/versions.toml` holds every pinned version of every stack (one source of truth);
+`containers/<stack>/<framework>.def` are generated from it (`dlaunch images --render`) and built by
+`make image-<framework> STACK=<stack>` into `images/<stack>-<framework>.sif`.
+"""
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Annotated, Dict, List, Literal, Optional, Tuple
+
+import typer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parent.parent
+CONTAINERS = REPO / "containers"
+LOCK_PATH = CONTAINERS / "versions.toml"
+SITES_DIR = REPO / "sites"
+FRAMEWORKS = ("ddp", "horovod", "deepspeed")
+PIP_GROUPS = ("common",) + FRAMEWORKS
+LABEL_PREFIX = "org.dlaunch."
+PIN_LABEL_PREFIX = LABEL_PREFIX + "pin."
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_VERSION = re.compile(r"^[0-9][A-Za-z0-9.+!_-]*$")
+_IMAGE = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?/[a-z0-9._/-]+:[A-Za-z0-9._-]+$")
+_DIGEST = re.compile(r"^(sha256:[0-9a-f]{64})?$")
+
+# How a %test reads a base-provided version: (import, expression). A pin and the reading agree when
+# one is a prefix of the other ending at a component boundary (NGC adds local suffixes to torch;
+# torch reports CUDA as major.minor).
+_PROVIDED_CHECKS = {
+    "python": ("import platform", "platform.python_version()"),
+    "torch": ("import torch", "torch.__version__"),
+    "torchvision": ("import torchvision", "torchvision.__version__"),
+    "dali": ("import nvidia.dali", "nvidia.dali.__version__"),
+    "cuda": ("import torch", "torch.version.cuda"),
+}
+# What each image imports in its %test, beyond torch, torchvision and DALI.
+_FRAMEWORK_IMPORTS = {"ddp": "torch.distributed", "horovod": "horovod.torch", "deepspeed": "deepspeed"}
+_HOROVOD_BUILD_ENV = (
+    "HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 "
+    "HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1"
+)
+
+
+class LockError(ValueError):
+    """The lock file is missing or invalid (message: one line naming the file and field)."""
+
+
+def _check_versions(table: Dict[str, str]) -> Dict[str, str]:
+    for name, version in table.items():
+        if not _NAME.match(name):
+            raise ValueError(f"bad package name {name!r}")
+        if not _VERSION.match(version) or version.lower() == "latest":
+            raise ValueError(f"{name}: {version!r} is not an exact version")
+    return table
+
+
+class Stack(BaseModel):
+    """One stack's pins (see the comment at the top of containers/versions.toml)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    description: str
+    base: str
+    base_digest: str = ""
+    python: str = Field(pattern=r"^3\.[0-9]+$")
+    python_source: Literal["apt", "base"]
+    horovod_cxx_std: Literal["", "c++17", "c++20"]
+    pip_index: List[str] = []
+    provided: Dict[str, str] = {}
+    build: Dict[Literal["common", "ddp", "horovod", "deepspeed"], Dict[Literal["openmpi"], str]] = {}
+    pip: Dict[Literal["common", "ddp", "horovod", "deepspeed"], Dict[str, str]]
+
+    @field_validator("base")
+    @classmethod
+    def _pinned_base(cls, base: str) -> str:
+        if not _IMAGE.match(base) or base.endswith(":latest"):
+            raise ValueError(f"{base!r} is not a registry/repository:tag reference with a fixed tag")
+        return base
+
+    @field_validator("base_digest")
+    @classmethod
+    def _digest(cls, digest: str) -> str:
+        if not _DIGEST.match(digest):
+            raise ValueError(f"{digest!r} is not sha256:<64 hex digits> or empty")
+        return digest
+
+    @field_validator("pip_index")
+    @classmethod
+    def _https(cls, urls: List[str]) -> List[str]:
+        for url in urls:
+            if not re.match(r"^https://[A-Za-z0-9./_-]+$", url):
+                raise ValueError(f"{url!r} is not an https URL")
+        return urls
+
+    @field_validator("provided")
+    @classmethod
+    def _exact_provided(cls, table: Dict[str, str]) -> Dict[str, str]:
+        return _check_versions(table)
+
+    @field_validator("build", "pip")
+    @classmethod
+    def _exact_groups(cls, groups: Dict[str, Dict[str, str]]) -> Dict[str, Dict[str, str]]:
+        for table in groups.values():
+            _check_versions(table)
+        return groups
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Stack":
+        missing = [group for group in PIP_GROUPS if group not in self.pip]
+        if missing:
+            raise ValueError(f"pip: missing group(s) {', '.join(missing)}")
+        seen: Dict[str, str] = {}
+        for group in PIP_GROUPS:
+            for name, version in self.pip[group].items():
+                if seen.setdefault(name, version) != version:
+                    raise ValueError(f"pip.{group}.{name}: {version} differs from {seen[name]} in another group")
+        return self
+
+    @property
+    def base_reference(self) -> str:
+        return f"{self.base}@{self.base_digest}" if self.base_digest else self.base
+
+    def pip_pins(self, framework: str) -> Dict[str, str]:
+        return {**self.pip["common"], **self.pip[framework]}
+
+    def build_pins(self, framework: str) -> Dict[str, str]:
+        return {**self.build.get("common", {}), **self.build.get(framework, {})}
+
+    def pins(self, framework: str) -> Dict[str, str]:
+        """Every pinned version in `framework`'s image (the image's `org.dlaunch.pin.*` labels)."""
+        return {"python": self.python, **self.provided, **self.build_pins(framework), **self.pip_pins(framework)}
+
+
+class Lock(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stacks: Dict[str, Stack]
+
+    @field_validator("stacks")
+    @classmethod
+    def _names(cls, stacks: Dict[str, Stack]) -> Dict[str, Stack]:
+        for name in stacks:
+            if not re.match(r"^[a-z][a-z0-9_-]*$", name):
+                raise ValueError(f"stack name {name!r} must be lower-case letters, digits, - or _")
+        return stacks
+
+
+def load_lock(path: Optional[Path] = None) -> Lock:
+    """Read and validate the lock file; LockError (one line) when it is missing or invalid."""
+    path = path or LOCK_PATH
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise LockError(f"{path}: {exc}") from None
+    try:
+        return Lock.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(part) for part in err["loc"])
+        raise LockError(f"{path}: {where}: {err['msg']}") from None
+
+
+def default_image(framework: str, stack: str = "current") -> Path:
+    """The image the launcher uses for `framework` by default: `<images dir>/<stack>-<framework>.sif`."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {framework!r} (one of {', '.join(FRAMEWORKS)})")
+    if not re.match(r"^[a-z][a-z0-9_-]*$", stack):
+        raise ValueError(f"bad image stack name {stack!r}")
+    images_dir = Path(os.environ.get("DLAUNCH_IMAGES_DIR") or REPO / "images")
+    return images_dir / f"{stack}-{framework}.sif"
+
+
+def definition_path(stack: str, framework: str) -> Path:
+    return CONTAINERS / stack / f"{framework}.def"
+
+
+# ----------------------------------------------------------------------------------------------
+# Rendering the definition files
+
+
+def _section(name: str, lines: List[str]) -> List[str]:
+    return [f"%{name}"] + [f"    {line}" if line else "" for line in lines] + [""]
+
+
+def _pip_install(stack: Stack, pins: Dict[str, str], *flags: str) -> str:
+    index = [f"--extra-index-url {shlex.quote(url)}" for url in stack.pip_index]
+    specs = [shlex.quote(f"{name}=={version}") for name, version in pins.items()]
+    return " ".join(["python -m pip install --no-cache-dir", *flags, *index, *specs])
+
+
+def _openmpi_lines(version: str) -> List[str]:
+    series = ".".join(version.split(".")[:2])
+    url = f"https://download.open-mpi.org/release/open-mpi/v{series}/openmpi-{version}.tar.bz2"
+    return [
+        f"# Open MPI {version} with CUDA and Slurm support; a site may bind its own MPI over it.",
+        f"curl -fsSL -o /tmp/openmpi.tar.bz2 {shlex.quote(url)}",
+        "tar -xjf /tmp/openmpi.tar.bz2 -C /tmp",
+        f"cd /tmp/openmpi-{version}",
+        "./configure --prefix=/opt/openmpi --with-cuda=/usr/local/cuda --with-slurm --enable-orterun-prefix-by-default",
+        'make -j"$(nproc)" install',
+        "cd /",
+        f"rm -rf /tmp/openmpi-{version} /tmp/openmpi.tar.bz2",
+        "# Found through ld.so.cache, so a site's LD_LIBRARY_PATH still takes precedence.",
+        "echo /opt/openmpi/lib > /etc/ld.so.conf.d/openmpi.conf",
+        "ldconfig",
+        'export PATH="$PATH:/opt/openmpi/bin"',
+    ]
+
+
+def _cxx_standard_lines(std: str) -> List[str]:
+    flag = std.replace("c++", "")
+    return [
+        f"# Horovod's CMake asks for C++14; this torch needs {std} (a -std= in CXXFLAGS is dropped).",
+        "mkdir -p /opt/dlaunch/cmake",
+        f"echo 'set(CMAKE_CXX14_STANDARD_COMPILE_OPTION \"-std=c++{flag}\")' > /opt/dlaunch/cmake/cxx-standard.cmake",
+        f"echo 'set(CMAKE_CXX14_EXTENSION_COMPILE_OPTION \"-std=gnu++{flag}\")' >> /opt/dlaunch/cmake/cxx-standard.cmake",
+        "echo 'set(CMAKE_USER_MAKE_RULES_OVERRIDE_CXX \"/opt/dlaunch/cmake/cxx-standard.cmake\")' > /opt/dlaunch/cmake/toolchain.cmake",
+    ]
+
+
+def _post(stack: Stack, framework: str) -> List[str]:
+    lines = ["set -eu"]
+    if stack.python_source == "apt":
+        py = f"python{stack.python}"
+        lines += [
+            "export DEBIAN_FRONTEND=noninteractive",
+            "apt-get update",
+            f"apt-get install -y --no-install-recommends {py} {py}-dev {py}-venv ca-certificates curl bzip2 build-essential",
+            "rm -rf /var/lib/apt/lists/*",
+            f"{py} -m venv /opt/venv",
+            'export PATH="/opt/venv/bin:$PATH"',
+        ]
+    openmpi = stack.build_pins(framework).get("openmpi")
+    if openmpi:
+        lines += _openmpi_lines(openmpi)
+    pip = dict(stack.pip_pins(framework))
+    horovod = pip.pop("horovod", None)
+    if pip:
+        lines.append(_pip_install(stack, pip))
+    if horovod:
+        env = _HOROVOD_BUILD_ENV
+        if stack.horovod_cxx_std:
+            lines += _cxx_standard_lines(stack.horovod_cxx_std)
+            env = f"CMAKE_TOOLCHAIN_FILE=/opt/dlaunch/cmake/toolchain.cmake {env}"
+        lines.append(f"{env} {_pip_install(stack, {'horovod': horovod}, '--no-build-isolation')}")
+    lines += [
+        "# The trainer from this commit (train/ is Python 3.9 compatible; the launcher is not installed).",
+        "echo /opt/dlaunch > \"$(python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/dlaunch.pth\"",
+        "python -m pip freeze > /opt/dlaunch/pip-freeze.txt",
+    ]
+    return lines
+
+
+def _python_check(code: str) -> str:
+    return f"python -c {shlex.quote(code)}"
+
+
+def _test(stack: Stack, framework: str) -> List[str]:
+    lines = ["set -eu"]
+    provided = {"python": stack.python, **stack.provided}
+    for name, version in provided.items():
+        if name in _PROVIDED_CHECKS:
+            imp, expr = _PROVIDED_CHECKS[name]
+            lines.append(_python_check(
+                f"{imp}; v = str({expr}); pin = {json.dumps(version)}; a, b = sorted([v, pin], key=len); "
+                f"assert b.startswith(a) and not b[len(a):len(a) + 1].isdigit(), ({json.dumps(name)}, v, pin)"
+            ))
+    pip = stack.pip_pins(framework)
+    if pip:
+        lines.append(_python_check(
+            f"from importlib.metadata import version; pins = {json.dumps(pip)}; "
+            "bad = {n: version(n) for n in pins if version(n) != pins[n]}; assert not bad, bad"
+        ))
+    lines.append(_python_check(f"import torch, torchvision, nvidia.dali, {_FRAMEWORK_IMPORTS[framework]}"))
+    if framework == "horovod":
+        lines.append(_python_check(
+            "import horovod.torch as hvd; "
+            "assert hvd.nccl_built() and hvd.mpi_built() and hvd.gloo_built(), \"Horovod lacks NCCL, MPI or Gloo\""
+        ))
+        lines.append("horovodrun --check-build")
+    lines.append("python -m train --help > /dev/null")
+    return lines
+
+
+def render_definition(stack_name: str, stack: Stack, framework: str) -> str:
+    """The Apptainer definition file of `framework`'s image in `stack` (exact text, committed)."""
+    environment = [f"export DLAUNCH_STACK={stack_name}"]
+    if stack.python_source == "apt":
+        environment.append('export PATH="/opt/venv/bin:$PATH"')
+    if stack.build_pins(framework).get("openmpi"):
+        environment.append('export PATH="$PATH:/opt/openmpi/bin"')
+    labels = [
+        f"{LABEL_PREFIX}stack {stack_name}",
+        f"{LABEL_PREFIX}framework {framework}",
+        f"{LABEL_PREFIX}git-revision {{{{ GIT_REVISION }}}}",
+        f"{LABEL_PREFIX}base {stack.base_reference}",
+    ] + [f"{PIN_LABEL_PREFIX}{name} {version}" for name, version in stack.pins(framework).items()]
+    text = [
+        "# Generated by `dlaunch images --render` from containers/versions.toml: edit that, not this.",
+        f"# Stack {stack_name}: {stack.description}.",
+        f"# Build from the repository root: make image-{framework} STACK={stack_name}",
+        "Bootstrap: docker",
+        f"From: {stack.base_reference}",
+        "",
+    ]
+    text += _section("arguments", ["GIT_REVISION=unknown"])
+    text += _section("files", ["pyproject.toml /opt/dlaunch/pyproject.toml", "train /opt/dlaunch/train"])
+    text += _section("labels", labels)
+    text += _section("environment", environment)
+    text += _section("post", _post(stack, framework))
+    text += _section("runscript", ['exec python -m train "$@"'])
+    text += _section("test", _test(stack, framework))
+    return "\n".join(text).rstrip("\n") + "\n"
+
+
+def render_all(lock: Lock) -> Dict[Path, str]:
+    """Every definition file's path and text."""
+    return {
+        definition_path(name, fw): render_definition(name, stack, fw)
+        for name, stack in lock.stacks.items()
+        for fw in FRAMEWORKS
+    }
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+# ----------------------------------------------------------------------------------------------
+# What each site uses
+
+
+def site_stacks() -> Dict[str, str]:
+    """Site name -> image stack (`[container] stack`, default `current`), from sites/*.toml."""
+    stacks = {}
+    for path in sorted(SITES_DIR.glob("*.toml")):
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise LockError(f"{path}: {exc}") from None
+        stacks[path.stem] = str(data.get("container", {}).get("stack", "current"))
+    return stacks
+
+
+def container_binary() -> Optional[str]:
+    """`apptainer`, else `singularity`, from PATH (None when neither is there)."""
+    return shutil.which("apptainer") or shutil.which("singularity")
+
+
+def image_labels(image: Path, binary: str) -> Dict[str, str]:
+    """The labels of a built image (`<binary> inspect --labels --json`)."""
+    out = subprocess.run(
+        [binary, "inspect", "--labels", "--json", str(image)], check=True, capture_output=True, text=True
+    ).stdout
+    return json.loads(out)["data"]["attributes"]["labels"]
+
+
+def _pins_of(image: Path, stack: Optional[Stack], framework: str, binary: Optional[str]) -> Tuple[Dict[str, str], str]:
+    """An image's pins and where they were read: the image's labels, else the lock."""
+    if image.is_file() and binary:
+        try:
+            labels = image_labels(image, binary)
+        except (subprocess.CalledProcessError, ValueError, KeyError) as exc:
+            return {}, f"unreadable labels ({exc.__class__.__name__})"
+        pins = {k[len(PIN_LABEL_PREFIX):]: v for k, v in labels.items() if k.startswith(PIN_LABEL_PREFIX)}
+        return pins, f"image (rev {labels.get(LABEL_PREFIX + 'git-revision', '?')})"
+    if stack is None:
+        return {}, "stack not in lock"
+    why = "lock" if not image.is_file() else "lock (no apptainer to inspect)"
+    return stack.pins(framework), why
+
+
+def images_command(
+    site: Annotated[Optional[str], typer.Option("--site", help="Only the images of this site.")] = None,
+    render: Annotated[
+        bool, typer.Option("--render", help="Regenerate containers/<stack>/<framework>.def from containers/versions.toml.")
+    ] = False,
+) -> None:
+    """List the container images each site uses, whether they are built, and their pinned versions."""
+    console = Console()
+    try:
+        lock = load_lock()
+        sites = site_stacks()
+    except LockError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    if render:
+        for path, text in render_all(lock).items():
+            _write_atomic(path, text)
+            console.print(f"wrote {path}")
+        return
+    if site is not None:
+        if site not in sites:
+            known = ", ".join(sites) or "none"
+            typer.echo(f"error: --site: unknown site {site!r} (known: {known})", err=True)
+            raise typer.Exit(2)
+        sites = {site: sites[site]}
+    rows = sites.items() if sites else [("-", name) for name in lock.stacks]
+    binary = container_binary()
+    table = Table(title="dlaunch images" + ("" if binary else " (no apptainer/singularity on PATH)"))
+    for column in ("site", "framework", "stack", "image", "built", "pins from", "pins"):
+        table.add_column(column, overflow="fold")
+    for site_name, stack_name in rows:
+        for framework in FRAMEWORKS:
+            image = default_image(framework, stack_name)
+            pins, source = _pins_of(image, lock.stacks.get(stack_name), framework, binary)
+            table.add_row(
+                site_name, framework, stack_name, str(image), "yes" if image.is_file() else "missing",
+                source, " ".join(f"{name}={version}" for name, version in pins.items()),
+            )
+    console.print(table)
