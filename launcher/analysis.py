@@ -1,0 +1,244 @@
+"""Metrics files -> runs -> scaling groups: throughput, speed-up S_G, parallel efficiency E_G.
+
+Definitions (also printed in the report):
+
+- Throughput X of a run: the mean of its epochs' `images_per_s` (whole job, rank 0), leaving out
+  the first epoch when the run has two or more (it carries warm-up: cuDNN autotuning, loader
+  start-up, allocator growth). With repeated runs at the same GPU count, X is their mean.
+- Runs are grouped by experiment, site, model, framework, loader and batch per GPU: runs with
+  different batch sizes per GPU do different work per step, so each batch size is its own curve.
+- Within a group the reference is the smallest GPU count G_ref (the paper's one node, 4 GPUs):
+  speed-up S_G = X_G / X_ref and E_G = S_G / (G / G_ref). For a fixed amount of work
+  T = work / X, so E_G = (T_ref / T_G) / (G / G_ref), the textbook definition.
+- Time shares (from `profile` records, un-overlapped timers): comm_s, compute_s and data_s
+  each divided by their sum.
+
+Metrics files are read only through `train.metrics_schema` (torch-free).
+"""
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+from launcher.errors import DlaunchError
+from launcher.sites import Reference
+from train.metrics_schema import Metrics, MetricsError, read_metrics
+
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Fractions of comm + compute + data time per step (they sum to 1)."""
+
+    comm: float
+    compute: float
+    data: float
+
+    @classmethod
+    def from_profile(cls, comm_s: float, compute_s: float, data_s: float) -> Optional["Shares"]:
+        total = comm_s + compute_s + data_s
+        if total <= 0:
+            return None
+        return cls(comm_s / total, compute_s / total, data_s / total)
+
+
+@dataclass(frozen=True)
+class EpochPoint:
+    epoch: int
+    images_per_s: float
+    top1: Optional[float]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Mean seconds per step from a run's last `profile` record."""
+
+    step_s: float
+    compute_s: float
+    comm_s: float
+    data_s: float
+
+
+class GroupKey(NamedTuple):
+    experiment: str
+    site: str
+    model: str
+    framework: str
+    loader: str
+    batch_per_worker: int
+
+    @property
+    def label(self) -> str:
+        return "%s/%s/%s/%s/%s b%d" % self
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run directory's metrics, reduced to what the analysis needs."""
+
+    path: str
+    key: GroupKey
+    world_size: int
+    nodes: int
+    global_batch: int
+    schedule: str
+    status: str
+    epochs: Tuple[EpochPoint, ...]
+    profile: Optional[Profile]
+    end_best_top1: Optional[float]
+
+    @property
+    def throughput(self) -> Optional[float]:
+        """Mean images/s over the measured epochs (the first left out when there are >= 2)."""
+        measured = self.epochs[1:] if len(self.epochs) >= 2 else self.epochs
+        return mean(e.images_per_s for e in measured) if measured else None
+
+    @property
+    def best_top1(self) -> Optional[float]:
+        accuracies = [e.top1 for e in self.epochs if e.top1 is not None]
+        return max(accuracies) if accuracies else self.end_best_top1
+
+    @property
+    def shares(self) -> Optional[Shares]:
+        p = self.profile
+        return Shares.from_profile(p.comm_s, p.compute_s, p.data_s) if p else None
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """One GPU count of a group (repeats averaged)."""
+
+    gpus: int
+    nodes: int
+    runs: int
+    images_per_s: float
+    speedup: float
+    efficiency: float
+    shares: Optional[Shares]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    runs: List[Run]
+    rejected: List[str]  # one message per rejected file, naming it
+
+
+def find_metrics_files(paths: Iterable[str]) -> List[str]:
+    """Metrics files named by `paths`: files as given, directories searched recursively (sorted)."""
+    found = []
+    for path in paths:
+        p = Path(path)
+        if p.is_file():
+            found.append(str(p))
+        elif p.is_dir():
+            found.extend(sorted(str(f) for f in p.rglob(METRICS_FILE) if f.is_file()))
+        else:
+            raise DlaunchError("%s: no such file or directory" % path)
+    return sorted(set(found))
+
+
+def _text(value: Optional[str]) -> str:
+    return value if value else "-"
+
+
+def run_from_metrics(metrics: Metrics) -> Run:
+    """Reduce a parsed metrics file to a Run."""
+    h = metrics.header
+    key = GroupKey(_text(h["experiment"]), _text(h["site"]), h["model"], h["framework"], h["loader"], h["batch_per_worker"])
+    epochs = tuple(EpochPoint(e["epoch"], float(e["images_per_s"]), e.get("top1")) for e in metrics.epochs)
+    profile = None
+    if metrics.profiles:
+        last = metrics.profiles[-1]
+        profile = Profile(last["step_s"], last["compute_s"], last["comm_s"], last["data_s"])
+    return Run(
+        path=metrics.path,
+        key=key,
+        world_size=h["world_size"],
+        nodes=h["nodes"],
+        global_batch=h["global_batch"],
+        schedule=str(h["config"].get("schedule") or "-"),
+        status=metrics.status,
+        epochs=epochs,
+        profile=profile,
+        end_best_top1=metrics.end.get("best_top1") if metrics.end else None,
+    )
+
+
+def load_runs(paths: Iterable[str]) -> Loaded:
+    """Read every metrics file under `paths`; broken or foreign files are rejected, not skipped silently."""
+    runs, rejected = [], []
+    for path in find_metrics_files(paths):
+        try:
+            runs.append(run_from_metrics(read_metrics(path)))
+        except MetricsError as e:
+            rejected.append(str(e))
+    runs.sort(key=lambda r: (r.key, r.world_size, r.path))
+    return Loaded(runs, rejected)
+
+
+def group_runs(runs: Iterable[Run]) -> Dict[GroupKey, List[Run]]:
+    """Runs by group key, groups and runs in sorted order."""
+    groups: Dict[GroupKey, List[Run]] = {}
+    for run in sorted(runs, key=lambda r: (r.key, r.world_size, r.path)):
+        groups.setdefault(run.key, []).append(run)
+    return groups
+
+
+def _mean_shares(shares: Sequence[Shares]) -> Optional[Shares]:
+    if not shares:
+        return None
+    return Shares(mean(s.comm for s in shares), mean(s.compute for s in shares), mean(s.data for s in shares))
+
+
+def scaling(runs: Sequence[Run]) -> List[ScalingPoint]:
+    """Throughput, S_G and E_G per GPU count of one group; runs without epochs are left out."""
+    by_gpus: Dict[int, List[Run]] = {}
+    for run in runs:
+        if run.throughput is not None:
+            by_gpus.setdefault(run.world_size, []).append(run)
+    if not by_gpus:
+        return []
+    g_ref = min(by_gpus)
+    x_ref = mean(r.throughput for r in by_gpus[g_ref])
+    points = []
+    for gpus in sorted(by_gpus):
+        group = by_gpus[gpus]
+        x = mean(r.throughput for r in group)
+        speedup = x / x_ref
+        points.append(ScalingPoint(
+            gpus=gpus,
+            nodes=max(r.nodes for r in group),
+            runs=len(group),
+            images_per_s=x,
+            speedup=speedup,
+            efficiency=speedup / (gpus / g_ref),
+            shares=_mean_shares([r.shares for r in group if r.shares is not None]),
+        ))
+    return points
+
+
+@dataclass(frozen=True)
+class Verdict:
+    reference: Reference
+    measured: float
+
+    @property
+    def passed(self) -> bool:
+        """Pass when no slower than the reference by more than its tolerance (faster always passes)."""
+        return self.measured >= self.reference.images_per_s * (1.0 - self.reference.tolerance)
+
+    @property
+    def deviation(self) -> float:
+        return self.measured / self.reference.images_per_s - 1.0
+
+
+def verdict(run: Run, references: Sequence[Reference]) -> Optional[Verdict]:
+    """The run's verdict against the reference for its model and GPU count, if there is one."""
+    if run.throughput is None:
+        return None
+    for ref in references:
+        if ref.model == run.key.model and ref.gpus == run.world_size:
+            return Verdict(ref, run.throughput)
+    return None
+

@@ -1,0 +1,132 @@
+"""launcher/analysis.py on hand-made metrics files: throughput, S_G, E_G, grouping, rejects, verdicts."""
+import json
+from pathlib import Path
+from typing import Optional, Sequence
+
+import pytest
+
+from launcher.analysis import find_metrics_files, group_runs, load_runs, scaling, verdict
+from launcher.errors import DlaunchError
+from launcher.sites import Reference
+from train.metrics_schema import make_record
+
+
+def write_run(root: Path, name: str, world_size: int, throughputs: Sequence[float], batch: int = 8,
+              model: str = "resnet50", loader: str = "native", site: Optional[str] = "testsite",
+              experiment: str = "scaling", top1: Optional[Sequence[float]] = None, schedule: str = "step",
+              profile: Optional[dict] = None, gpus_per_node: int = 4) -> Path:
+    """A run directory `<root>/<experiment>/<name>/metrics.jsonl` built with make_record."""
+    nodes = -(-world_size // gpus_per_node)
+    records = [make_record(
+        "header", 1000.0, run_id=name, argv=["python", "-m", "train"], config={"schedule": schedule},
+        framework="ddp", loader=loader, model=model, device="cuda", world_size=world_size, nodes=nodes,
+        hosts=["node%d" % (r // gpus_per_node) for r in range(world_size)], batch_per_worker=batch,
+        global_batch=batch * world_size, lr_scaled=0.1, versions={"torch": "2.14.1"}, slurm_job_id=None,
+        site=site, experiment=experiment, image=None, git_revision=None)]
+    for epoch, x in enumerate(throughputs):
+        fields = dict(epoch=epoch, steps=10, images=10 * batch * world_size, images_per_s=x,
+                      epoch_time_s=10 * batch * world_size / x, data_wait_s=0.1, loss=1.0, lr=0.1)
+        if top1 is not None:
+            fields["top1"] = top1[epoch]
+        records.append(make_record("epoch", 1001.0 + epoch, **fields))
+    if profile is not None:
+        records.append(make_record("profile", 1100.0, steps=5, method="timers", **profile))
+    records.append(make_record("end", 1200.0, status="ok", total_time_s=200.0, epochs_completed=len(throughputs)))
+    path = root / experiment / name / "metrics.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_throughput_leaves_out_the_first_of_several_epochs(tmp_path):
+    write_run(tmp_path, "three", 1, [50.0, 200.0, 300.0])
+    write_run(tmp_path, "one", 2, [120.0])
+    runs = {r.world_size: r for r in load_runs([tmp_path]).runs}
+    assert runs[1].throughput == pytest.approx(250.0)
+    assert runs[2].throughput == pytest.approx(120.0)
+
+
+def test_speedup_and_efficiency_against_the_smallest_gpu_count(tmp_path):
+    # names sort the biggest run first: the reference must still be G = 2
+    write_run(tmp_path, "a-g8", 8, [1.0, 640.0])
+    write_run(tmp_path, "b-g4", 4, [1.0, 360.0])
+    write_run(tmp_path, "c-g2", 2, [1.0, 200.0])
+    write_run(tmp_path, "d-g2-repeat", 2, [1.0, 220.0])
+    (runs,) = group_runs(load_runs([tmp_path]).runs).values()
+    points = scaling(runs)
+    assert [p.gpus for p in points] == [2, 4, 8]
+    assert [p.runs for p in points] == [2, 1, 1]
+    assert [p.images_per_s for p in points] == pytest.approx([210.0, 360.0, 640.0])
+    assert [p.speedup for p in points] == pytest.approx([1.0, 360 / 210, 640 / 210])
+    assert [p.efficiency for p in points] == pytest.approx([1.0, (360 / 210) / 2, (640 / 210) / 4])
+    assert [p.nodes for p in points] == [1, 1, 2]
+
+
+def test_batch_sizes_per_gpu_are_separate_groups_with_their_own_reference(tmp_path):
+    write_run(tmp_path, "b8-g1", 1, [100.0], batch=8)
+    write_run(tmp_path, "b8-g4", 4, [300.0], batch=8)
+    write_run(tmp_path, "b32-g2", 2, [500.0], batch=32)
+    write_run(tmp_path, "b32-g4", 4, [900.0], batch=32)
+    groups = group_runs(load_runs([tmp_path]).runs)
+    assert [k.batch_per_worker for k in groups] == [8, 32]
+    by_batch = {k.batch_per_worker: scaling(v) for k, v in groups.items()}
+    assert [(p.gpus, p.efficiency) for p in by_batch[8]] == [(1, 1.0), (4, pytest.approx(0.75))]
+    assert [(p.gpus, p.efficiency) for p in by_batch[32]] == [(2, 1.0), (4, pytest.approx(0.9))]
+
+
+def test_time_shares_from_profile_records(tmp_path):
+    write_run(tmp_path, "g4", 4, [100.0], profile=dict(step_s=0.5, compute_s=0.3, comm_s=0.1, data_s=0.1))
+    (point,) = scaling(load_runs([tmp_path]).runs)
+    assert (point.shares.comm, point.shares.compute, point.shares.data) == pytest.approx((0.2, 0.6, 0.2))
+
+
+def test_accuracy_is_the_best_epoch_top1(tmp_path):
+    write_run(tmp_path, "acc", 1, [10.0, 10.0, 10.0], top1=[0.2, 0.5, 0.4], schedule="cosine")
+    (run,) = load_runs([tmp_path]).runs
+    assert run.best_top1 == 0.5
+    assert run.schedule == "cosine"
+    assert run.global_batch == 8
+
+
+@pytest.mark.parametrize("content, expected", [
+    ('{"schema": "dlaunch.metrics", "version": 1, "type": "header", "ti', "line 1"),  # truncated
+    ('{"name": "somebody else\'s file"}\n', "not a dlaunch.metrics record"),  # foreign
+    ("", "no header record"),  # empty
+    ("not json at all\n", "line 1"),  # broken
+])
+def test_broken_foreign_or_truncated_files_are_rejected_by_name(tmp_path, content, expected):
+    good = write_run(tmp_path, "good", 1, [100.0])
+    bad = tmp_path / "scaling" / "bad" / "metrics.jsonl"
+    bad.parent.mkdir()
+    bad.write_text(content)
+    loaded = load_runs([tmp_path])
+    assert [r.path for r in loaded.runs] == [str(good)]
+    (message,) = loaded.rejected
+    assert str(bad) in message and expected in message
+
+
+def test_a_bad_record_after_a_good_header_rejects_the_file(tmp_path):
+    path = write_run(tmp_path, "cut", 1, [100.0, 100.0])
+    path.write_text(path.read_text()[:-30])  # the end record cut mid-line
+    loaded = load_runs([path])
+    assert loaded.runs == [] and str(path) in loaded.rejected[0]
+
+
+def test_paths_may_be_files_or_directories_and_missing_ones_are_named(tmp_path):
+    a = write_run(tmp_path, "a", 1, [1.0])
+    b = write_run(tmp_path / "deeper" / "still", "b", 2, [1.0])
+    assert find_metrics_files([tmp_path, a]) == sorted([str(a), str(b)])
+    with pytest.raises(DlaunchError, match="nowhere: no such file"):
+        find_metrics_files([tmp_path / "nowhere"])
+
+
+def test_reference_verdicts_use_the_tolerance_below_the_reference(tmp_path):
+    write_run(tmp_path, "slow", 4, [1.0, 850.0])
+    write_run(tmp_path, "ok", 4, [1.0, 950.0], loader="dali")
+    write_run(tmp_path, "other-count", 8, [1.0, 10.0])
+    refs = [Reference(model="resnet50", gpus=4, images_per_s=1000.0, tolerance=0.1)]
+    runs = {r.key.loader + str(r.world_size): r for r in load_runs([tmp_path]).runs}
+    assert not verdict(runs["native4"], refs).passed
+    assert verdict(runs["native4"], refs).deviation == pytest.approx(-0.15)
+    assert verdict(runs["dali4"], refs).passed
+    assert verdict(runs["native8"], refs) is None
