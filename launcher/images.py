@@ -20,11 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rich.console import Console
 from rich.table import Table
 
+from launcher.errors import DlaunchError
+from launcher.sites import Site, available_sites, load_site, resolve_site
+
 REPO = Path(__file__).resolve().parent.parent
 CONTAINERS = REPO / "containers"
 LOCK_PATH = CONTAINERS / "versions.toml"
-SITES_DIR = REPO / "sites"
 FRAMEWORKS = ("ddp", "horovod", "deepspeed")
+DEFAULT_STACK = "current"
 PIP_GROUPS = ("common",) + FRAMEWORKS
 LABEL_PREFIX = "org.dlaunch."
 PIN_LABEL_PREFIX = LABEL_PREFIX + "pin."
@@ -52,16 +55,17 @@ _HOROVOD_BUILD_ENV = (
 )
 
 
-class LockError(ValueError):
+class LockError(DlaunchError):
     """The lock file is missing or invalid (message: one line naming the file and field)."""
 
 
-def _check_versions(table: Dict[str, str]) -> Dict[str, str]:
+def _check_versions(table: Dict[str, str], group: str = "") -> Dict[str, str]:
+    where = f"{group}." if group else ""
     for name, version in table.items():
         if not _NAME.match(name):
-            raise ValueError(f"bad package name {name!r}")
+            raise ValueError(f"{where}{name}: bad package name")
         if not _VERSION.match(version) or version.lower() == "latest":
-            raise ValueError(f"{name}: {version!r} is not an exact version")
+            raise ValueError(f"{where}{name} = {version!r} is not an exact version")
     return table
 
 
@@ -111,8 +115,8 @@ class Stack(BaseModel):
     @field_validator("build", "pip")
     @classmethod
     def _exact_groups(cls, groups: Dict[str, Dict[str, str]]) -> Dict[str, Dict[str, str]]:
-        for table in groups.values():
-            _check_versions(table)
+        for group, table in groups.items():
+            _check_versions(table, group)
         return groups
 
     @model_validator(mode="after")
@@ -168,10 +172,11 @@ def load_lock(path: Optional[Path] = None) -> Lock:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(part) for part in err["loc"])
-        raise LockError(f"{path}: {where}: {err['msg']}") from None
+        message = err["msg"].removeprefix("Value error, ")
+        raise LockError(f"{path}: {where}: {message}") from None
 
 
-def default_image(framework: str, stack: str = "current") -> Path:
+def default_image(framework: str, stack: str = DEFAULT_STACK) -> Path:
     """The image the launcher uses for `framework` by default: `<images dir>/<stack>-<framework>.sif`."""
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r} (one of {', '.join(FRAMEWORKS)})")
@@ -350,15 +355,22 @@ def _write_atomic(path: Path, text: str) -> None:
 # What each site uses
 
 
+def _stack_of(site: Site) -> Optional[str]:
+    """The image stack a site runs (None: it runs without a container)."""
+    if site.container.runtime == "none":
+        return None
+    # Until site profiles name a stack (`[container] stack`), every containerized site runs `current`.
+    return getattr(site.container, "stack", DEFAULT_STACK)
+
+
 def site_stacks() -> Dict[str, str]:
-    """Site name -> image stack (`[container] stack`, default `current`), from sites/*.toml."""
+    """Site name -> image stack, for every known site profile that runs in a container."""
     stacks = {}
-    for path in sorted(SITES_DIR.glob("*.toml")):
-        try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise LockError(f"{path}: {exc}") from None
-        stacks[path.stem] = str(data.get("container", {}).get("stack", "current"))
+    for path in available_sites().values():
+        site = load_site(path)
+        stack = _stack_of(site)
+        if stack is not None:
+            stacks[site.name] = stack
     return stacks
 
 
@@ -391,41 +403,44 @@ def _pins_of(image: Path, stack: Optional[Stack], framework: str, binary: Option
 
 
 def images_command(
-    site: Annotated[Optional[str], typer.Option("--site", help="Only the images of this site.")] = None,
+    site: Annotated[Optional[str], typer.Option("--site", help="Only the images this site uses (name, alias or file).")] = None,
     render: Annotated[
         bool, typer.Option("--render", help="Regenerate containers/<stack>/<framework>.def from containers/versions.toml.")
     ] = False,
 ) -> None:
-    """List the container images each site uses, whether they are built, and their pinned versions."""
+    """List the container images (per stack and framework), the sites using them, whether they are built and their pins."""
     console = Console()
     try:
         lock = load_lock()
-        sites = site_stacks()
-    except LockError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        if render:
+            for path, text in render_all(lock).items():
+                _write_atomic(path, text)
+                console.print(f"wrote {path}")
+            return
+        if site is None:
+            users = site_stacks()
+            shown = list(lock.stacks)
+        else:
+            chosen = resolve_site(site)
+            stack = _stack_of(chosen)
+            if stack is None:
+                raise DlaunchError(f"--site: site {chosen.name} runs without a container (container.runtime = none)")
+            users = {chosen.name: stack}
+            shown = [stack]
+    except DlaunchError as exc:
+        typer.echo(f"dlaunch: error: {exc}", err=True)
         raise typer.Exit(2)
-    if render:
-        for path, text in render_all(lock).items():
-            _write_atomic(path, text)
-            console.print(f"wrote {path}")
-        return
-    if site is not None:
-        if site not in sites:
-            known = ", ".join(sites) or "none"
-            typer.echo(f"error: --site: unknown site {site!r} (known: {known})", err=True)
-            raise typer.Exit(2)
-        sites = {site: sites[site]}
-    rows = sites.items() if sites else [("-", name) for name in lock.stacks]
     binary = container_binary()
     table = Table(title="dlaunch images" + ("" if binary else " (no apptainer/singularity on PATH)"))
-    for column in ("site", "framework", "stack", "image", "built", "pins from", "pins"):
+    for column in ("stack", "framework", "sites", "image", "built", "pins from", "pins"):
         table.add_column(column, overflow="fold")
-    for site_name, stack_name in rows:
+    for stack_name in shown:
+        sites_text = ", ".join(name for name, used in users.items() if used == stack_name) or "-"
         for framework in FRAMEWORKS:
             image = default_image(framework, stack_name)
             pins, source = _pins_of(image, lock.stacks.get(stack_name), framework, binary)
             table.add_row(
-                site_name, framework, stack_name, str(image), "yes" if image.is_file() else "missing",
+                stack_name, framework, sites_text, str(image), "yes" if image.is_file() else "missing",
                 source, " ".join(f"{name}={version}" for name, version in pins.items()),
             )
     console.print(table)
