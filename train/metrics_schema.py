@@ -79,6 +79,7 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[tuple, bool]]] = {
         "target_accuracy": (_OPT_NUM, False),
         "time_to_accuracy_s": (_OPT_NUM, False),
         "reason": (_OPT_STR, False),
+        "param_digests": ((list,), False),  # sha256 of every rank's parameters, index = rank
     },
 }
 

@@ -3,8 +3,9 @@
 The training loop (`train/loop.py`) calls only these methods, so a framework is added by writing
 one subclass and registering it in `train/frameworks/__init__.py`.
 """
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Dict, Tuple
+from typing import Any, ContextManager, Dict, Tuple
 
 import torch
 
@@ -40,6 +41,12 @@ class Framework:
     def backward(self, loss: torch.Tensor) -> None:
         """Back-propagate `loss` (gradients averaged across ranks by the time `step` returns)."""
         loss.backward()
+
+    def no_sync(self) -> ContextManager[Any]:
+        """A context in which `backward` leaves gradients local (not averaged); used by profiling,
+        which then averages them explicitly with `all_reduce_mean`. Default: no such mode (gradients
+        are averaged anyway; averaging them again leaves them unchanged)."""
+        return contextlib.nullcontext()
 
     def step(self) -> None:
         """Apply one optimizer step with the averaged gradients."""

@@ -1,0 +1,26 @@
+"""`python -m train`: parse and validate the command line, run the trainer, exit with its code.
+
+Exit codes: 0 ok, 2 bad input (one line `train: error: ...` on stderr, nothing written), 75
+interrupted by SIGUSR1 (resumable), 143 cancelled by SIGTERM, other non-zero: failed.
+"""
+import sys
+from typing import List, Optional
+
+from train.config import EXIT_BAD_INPUT, ConfigError, parse_config
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        cfg = parse_config(argv)
+        from train.frameworks import get_framework
+        framework = get_framework(cfg.framework)
+    except ConfigError as e:
+        print("train: error: %s" % e, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from train.loop import run
+    return run(cfg, argv, framework)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""PyTorch DistributedDataParallel: NCCL on CUDA, gloo on CPU.
+
+Rank and world size come from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE); without it the process is a job of one (a process group over an in-memory store,
+so the same DDP code path runs on a laptop).
+"""
+import os
+from typing import Any, ContextManager, Dict, Tuple
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from train.config import ConfigError
+from train.frameworks.base import DistInfo, Framework
+
+
+def resolve_device(cfg: Any, local_rank: int) -> torch.device:
+    """`--device auto|cpu|cuda` -> this rank's device (ConfigError when CUDA is asked for but absent)."""
+    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda: no CUDA device is available")
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def _cuda_grad_scaler() -> Any:
+    amp = getattr(torch, "amp", None)
+    if hasattr(amp, "GradScaler"):  # torch >= 2.3
+        return amp.GradScaler("cuda")
+    return torch.cuda.amp.GradScaler()
+
+
+class DDP(Framework):
+    name = "ddp"
+
+    def __init__(self) -> None:
+        self.model: Any = None
+        self.optimizer: Any = None
+        self.scaler: Any = None
+        self.backend = ""
+        self.world_size = 1
+        self.sync_bn = False
+
+    def init(self, cfg: Any) -> DistInfo:
+        env = os.environ
+        rank = int(env.get("RANK", "0"))
+        world_size = int(env.get("WORLD_SIZE", "1"))
+        local_rank = int(env.get("LOCAL_RANK", "0"))
+        local_world_size = int(env.get("LOCAL_WORLD_SIZE", "1"))
+        device = resolve_device(cfg, local_rank)
+        if cfg.sync_bn and device.type != "cuda":
+            raise ConfigError("--sync-bn needs a CUDA device (torch's SyncBatchNorm is GPU-only)")
+        if cfg.amp == "fp16" and device.type != "cuda":
+            raise ConfigError("--amp fp16 needs a CUDA device (use --amp bf16 on CPU)")
+        self.backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        if "WORLD_SIZE" in env:
+            dist.init_process_group(self.backend)
+        else:
+            dist.init_process_group(self.backend, store=dist.HashStore(), rank=0, world_size=1)
+        self.world_size = world_size
+        return DistInfo(rank, world_size, local_rank, local_world_size, device)
+
+    def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
+        self.sync_bn = cfg.sync_bn
+        if cfg.sync_bn:
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)  # reuses the Parameter objects
+        device = next(model.parameters()).device
+        self.model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        self.optimizer = optimizer
+        if cfg.amp == "fp16":
+            self.scaler = _cuda_grad_scaler()
+        return self.model, optimizer
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+
+    def no_sync(self) -> ContextManager[Any]:
+        return self.model.no_sync()
+
+    def step(self) -> None:
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
+        result = tensor.clone()
+        dist.all_reduce(result)
+        return result.div_(self.world_size)
+
+    def all_gather_object(self, obj: Any) -> list:
+        gathered = [None] * self.world_size
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def broadcast_object(self, obj: Any) -> Any:
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def state_dict(self) -> Dict[str, Any]:
+        state = {"model": self.model.module.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.scaler:
+            state["scaler"] = self.scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.model.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+
+    def versions(self) -> Dict[str, str]:
+        return {"ddp": torch.__version__}
+
+    def settings(self) -> Dict[str, Any]:
+        return {"backend": self.backend, "sync_bn": self.sync_bn, "grad_scaler": self.scaler is not None}
+
+    def shutdown(self) -> None:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,342 @@
+"""The training loop: framework- and loader-agnostic (it only calls `Framework` and the loader interface).
+
+Per step: set the LR of `global_step` (train/schedule.py), forward (autocast per `--amp`), backward,
+optimizer step, then all ranks agree whether a stop signal arrived. Per epoch: throughput of the
+whole job over the non-warm-up, non-profiled steps (rank 0, after a device sync and a barrier at both
+ends of the measured window), rank-mean loss and data wait, validation (counts summed over ranks),
+an `epoch` record, a checkpoint.
+
+Warm-up and profiled steps (`--warmup-steps`, `--profile-steps`) are counted from the start of this
+process, so a resumed run warms up again before it measures.
+"""
+import contextlib
+import hashlib
+import math
+import os
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.nn as nn
+
+from train.checkpoint import StopSignals, checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from train.config import EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_INTERRUPTED, EXIT_OK, ConfigError, TrainConfig
+from train.data import build_loaders
+from train.frameworks.base import DistInfo, Framework
+from train.metrics import MetricsWriter, git_revision, library_versions, print_summary, run_id
+from train.models import build_model
+from train.profiling import StepProfiler
+from train.schedule import LRSchedule
+
+EXIT_CODES = {"ok": EXIT_OK, "interrupted": EXIT_INTERRUPTED, "cancelled": EXIT_CANCELLED}
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """SGD with momentum; weight decay on conv/linear weights only (not on BatchNorm weights or biases)."""
+    decay = [p for p in model.parameters() if p.ndim > 1]
+    no_decay = [p for p in model.parameters() if p.ndim <= 1]
+    return torch.optim.SGD([{"params": decay, "weight_decay": cfg.weight_decay},
+                            {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, momentum=cfg.momentum)
+
+
+def autocast(cfg: TrainConfig, device: torch.device) -> Any:
+    if cfg.amp == "none":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16 if cfg.amp == "bf16" else torch.float16)
+
+
+def parameter_digest(model: nn.Module) -> str:
+    """sha256 of all parameters' bytes, in registration order."""
+    digest = hashlib.sha256()
+    for p in model.parameters():
+        digest.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def cpu_count() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@dataclass
+class EpochProgress:
+    """Accumulators of one epoch (kept in a mid-epoch checkpoint). Loss and data wait are rank means."""
+
+    steps: int = 0
+    loss_sum: float = 0.0
+    measured_steps: int = 0
+    measured_time: float = 0.0
+    data_wait: float = 0.0
+    time: float = 0.0
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, argv: List[str], framework: Framework, dist: DistInfo,
+                 signals: StopSignals):
+        self.cfg, self.argv, self.fw, self.dist, self.signals = cfg, argv, framework, dist, signals
+        self.device = dist.device
+        self.writer: Optional[MetricsWriter] = None
+        self.started = time.perf_counter()
+        self.elapsed_before = 0.0  # run time before the checkpoint this process resumed from
+        self.best_top1: Optional[float] = None
+        self.time_to_accuracy: Optional[float] = None
+        self.epoch_records: List[Dict[str, Any]] = []
+        self.session_steps = 0
+        self.epochs_completed = 0
+
+        torch.set_num_threads(cfg.threads or max(1, cpu_count() // dist.local_world_size))
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True
+        torch.manual_seed(cfg.seed)
+        self.loaders = build_loaders(cfg, dist)
+        batches = len(self.loaders.train)
+        self.steps_per_epoch = min(cfg.steps, batches) if cfg.steps else batches
+        self.total_steps = cfg.steps if cfg.steps else cfg.epochs * self.steps_per_epoch
+        self.epochs = math.ceil(self.total_steps / self.steps_per_epoch)
+        if cfg.warmup_steps + cfg.profile_steps >= self.total_steps:
+            raise ConfigError("--warmup-steps %d + --profile-steps %d leave none of the %d steps to measure"
+                              % (cfg.warmup_steps, cfg.profile_steps, self.total_steps))
+        self.global_batch = cfg.batch_size * dist.world_size
+        self.schedule = LRSchedule(cfg.lr, cfg.reference_batch, self.global_batch, self.steps_per_epoch,
+                                   self.total_steps, cfg.schedule, cfg.warmup_epochs, cfg.lr_min, cfg.gamma)
+
+        memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+        self.model = build_model(cfg.model, cfg.num_classes).to(self.device, memory_format=memory_format)
+        self.wrapped, _ = framework.wrap(self.model, build_optimizer(self.model, cfg), cfg)
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+        self.profiler = StepProfiler(framework, list(self.model.parameters()), self.synchronize)
+
+    # -- collectives and clocks ------------------------------------------------------------------
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def synced_time(self) -> float:
+        """perf_counter once the device and all ranks are done with everything before."""
+        self.synchronize()
+        self.fw.barrier()
+        return time.perf_counter()
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.started
+
+    def rank_means(self, values: List[float]) -> List[float]:
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        return self.fw.all_reduce_mean(tensor).tolist()
+
+    def agreed_stop(self) -> Optional[str]:
+        """`cancelled` / `interrupted` when any rank got SIGTERM / SIGUSR1, on every rank alike."""
+        usr1, term = self.rank_means(self.signals.flags())
+        if term > 0:
+            return "cancelled"
+        return "interrupted" if usr1 > 0 else None
+
+    # -- run ---------------------------------------------------------------------------------------
+    def run(self) -> str:
+        """Train to the end or to a stop signal; return the end status."""
+        cfg = self.cfg
+        start_epoch, skip, progress = 0, 0, EpochProgress()
+        self.global_step = 0
+        state = load_checkpoint(checkpoint_path(cfg.checkpoint_dir)) if cfg.resume else None
+        if state is not None:
+            start_epoch, skip, progress = self.restore(state)
+        hosts = self.fw.all_gather_object(socket.gethostname())
+        if self.dist.is_main:
+            self.writer = MetricsWriter(cfg.metrics_path)
+            if state is not None:
+                self.writer.write("resume", epoch=start_epoch, step=self.global_step,
+                                  checkpoint=checkpoint_path(cfg.checkpoint_dir))
+            else:
+                self.writer.write("header", **self.header_fields(hosts))
+        for epoch in range(start_epoch, self.epochs):
+            status = self.train_epoch(epoch, skip, progress)
+            if status is not None:
+                return status
+            skip, progress = 0, EpochProgress()
+        return "ok"
+
+    def train_epoch(self, epoch: int, skip: int, progress: EpochProgress) -> Optional[str]:
+        cfg, fw = self.cfg, self.fw
+        loader = self.loaders.train
+        loader.set_epoch(epoch, skip)
+        self.model.train()
+        batches = iter(loader)
+        epoch_start = time.perf_counter()
+        window_start: Optional[float] = None
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        data_wait = 0.0
+        measured_steps = 0
+        warmup_and_profile = cfg.warmup_steps + cfg.profile_steps
+        status = None
+        while progress.steps < self.steps_per_epoch and self.global_step < self.total_steps:
+            measured = self.session_steps >= warmup_and_profile
+            profiled = cfg.warmup_steps <= self.session_steps < warmup_and_profile
+            if measured and window_start is None:
+                window_start = self.synced_time()
+            requested = time.perf_counter()
+            images, labels = next(batches)
+            if profiled:
+                self.synchronize()
+            waited = time.perf_counter() - requested
+            lr = self.schedule(self.global_step)
+            for group in fw.param_groups:
+                group["lr"] = lr
+
+            def forward_backward() -> torch.Tensor:
+                with autocast(cfg, self.device):
+                    loss = self.criterion(self.wrapped(images), labels)
+                fw.backward(loss)
+                return loss
+
+            if profiled:
+                loss = self.profiler.step(forward_backward, requested, waited)
+            else:
+                fw.zero_grad()
+                loss = forward_backward()
+                fw.step()
+            loss_sum += loss.detach()
+            data_wait += waited
+            progress.steps += 1
+            measured_steps += int(measured)
+            self.global_step += 1
+            self.session_steps += 1
+            if profiled and self.session_steps == warmup_and_profile and self.writer:
+                self.writer.write("profile", **self.profiler.summary())
+            status = self.agreed_stop()
+            if status:
+                break
+        now = self.synced_time()
+        if window_start is not None:
+            progress.measured_time += now - window_start
+        progress.time += now - epoch_start
+        progress.measured_steps += measured_steps
+        rank_loss_sum, rank_data_wait = self.rank_means([loss_sum.item(), data_wait])
+        progress.loss_sum += rank_loss_sum
+        progress.data_wait += rank_data_wait
+        if status:
+            self.save(epoch, progress)
+            return status
+        self.finish_epoch(epoch, progress)
+        self.save(epoch + 1, EpochProgress())
+        return None
+
+    def finish_epoch(self, epoch: int, progress: EpochProgress) -> None:
+        fields: Dict[str, Any] = {}
+        last = epoch == self.epochs - 1
+        if self.loaders.val is not None and ((epoch + 1) % self.cfg.val_every == 0 or last):
+            fields = self.validate()
+            if self.best_top1 is None or fields["top1"] > self.best_top1:
+                self.best_top1 = fields["top1"]
+            target = self.cfg.target_accuracy
+            if target is not None and self.time_to_accuracy is None and fields["top1"] >= target:
+                self.time_to_accuracy = self.elapsed()
+        images = progress.measured_steps * self.global_batch
+        record = dict(epoch=epoch, steps=progress.steps, images=images,
+                      images_per_s=images / progress.measured_time if progress.measured_time > 0 else 0.0,
+                      epoch_time_s=progress.time, data_wait_s=progress.data_wait,
+                      loss=progress.loss_sum / max(progress.steps, 1), lr=self.schedule(self.global_step - 1),
+                      **fields)
+        self.epochs_completed = epoch + 1
+        if self.writer:
+            self.epoch_records.append(self.writer.write("epoch", **record))
+
+    def validate(self) -> Dict[str, float]:
+        """top-1/top-5 fractions and mean cross-entropy (without label smoothing) over the whole val set."""
+        self.model.eval()
+        counts = torch.zeros(4, dtype=torch.float64, device=self.device)  # top1, top5, loss sum, images
+        with torch.no_grad():
+            for images, labels in self.loaders.val:
+                with autocast(self.cfg, self.device):
+                    logits = self.model(images)
+                top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+                hits = top == labels[:, None]
+                counts += torch.stack([hits[:, 0].sum(), hits.any(dim=1).sum(),
+                                       nn.functional.cross_entropy(logits.float(), labels, reduction="sum"),
+                                       torch.tensor(labels.numel(), device=self.device)]).double()
+        self.model.train()
+        top1, top5, loss, total = (self.fw.all_reduce_mean(counts) * self.dist.world_size).tolist()
+        return {"top1": top1 / total, "top5": top5 / total, "val_loss": loss / total}
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+    def save(self, epoch: int, progress: EpochProgress) -> None:
+        """Checkpoint the position `epoch` + `progress.steps` (all ranks call; rank 0 writes)."""
+        if not self.cfg.checkpoint_dir:
+            return
+        state = {"epoch": epoch, "step_in_epoch": progress.steps, "global_step": self.global_step,
+                 "framework": self.fw.state_dict(), "rng": rng_state(), "progress": asdict(progress),
+                 "world_size": self.dist.world_size, "global_batch": self.global_batch,
+                 "elapsed_s": self.elapsed(), "best_top1": self.best_top1,
+                 "time_to_accuracy_s": self.time_to_accuracy}
+        if self.dist.is_main:
+            save_checkpoint(checkpoint_path(self.cfg.checkpoint_dir), state)
+        self.fw.barrier()
+
+    def restore(self, state: Dict[str, Any]) -> tuple:
+        path = checkpoint_path(self.cfg.checkpoint_dir)
+        if (state["world_size"], state["global_batch"]) != (self.dist.world_size, self.global_batch):
+            raise ConfigError("--resume: %s was written by %d ranks x batch %d; this run has %d x %d"
+                              % (path, state["world_size"], state["global_batch"] // state["world_size"],
+                                 self.dist.world_size, self.cfg.batch_size))
+        self.fw.load_state_dict(state["framework"])
+        set_rng_state(state["rng"])
+        self.global_step = state["global_step"]
+        self.elapsed_before = state["elapsed_s"]
+        self.best_top1 = state["best_top1"]
+        self.time_to_accuracy = state["time_to_accuracy_s"]
+        self.epochs_completed = state["epoch"]
+        return state["epoch"], state["step_in_epoch"], EpochProgress(**state["progress"])
+
+    # -- records -------------------------------------------------------------------------------------
+    def header_fields(self, hosts: List[str]) -> Dict[str, Any]:
+        cfg = self.cfg
+        versions = library_versions()
+        versions.update(self.fw.versions())
+        return dict(
+            run_id=run_id(), argv=[sys.executable, "-m", "train"] + self.argv, config=cfg.to_dict(),
+            framework=cfg.framework, loader=cfg.loader, model=cfg.model, device=self.device.type,
+            world_size=self.dist.world_size, nodes=len(set(hosts)), hosts=hosts,
+            batch_per_worker=cfg.batch_size, global_batch=self.global_batch, lr_scaled=self.schedule.lr_max,
+            versions=versions, framework_settings=self.fw.settings(),
+            loader_settings={"data": cfg.data, "workers": cfg.workers, "batches_per_epoch": len(self.loaders.train),
+                             "steps_per_epoch": self.steps_per_epoch, "total_steps": self.total_steps},
+            slurm_job_id=os.environ.get("SLURM_JOB_ID") or None, site=cfg.site, experiment=cfg.experiment,
+            image=cfg.image, git_revision=git_revision())
+
+    def finish(self, status: str) -> None:
+        """Write the `end` record with every rank's parameter digest, and print the summary."""
+        digests = self.fw.all_gather_object(parameter_digest(self.model))
+        if self.writer:
+            end = self.writer.write("end", status=status, total_time_s=self.elapsed(),
+                                    epochs_completed=self.epochs_completed,
+                                    best_top1=self.best_top1, target_accuracy=self.cfg.target_accuracy,
+                                    time_to_accuracy_s=self.time_to_accuracy, param_digests=digests)
+            print_summary(self.epoch_records, end)
+
+
+def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
+    """Run the trainer in this process; return the exit code (see train/config.py)."""
+    signals = StopSignals().install()
+    trainer: Optional[Trainer] = None
+    try:
+        dist = framework.init(cfg)
+        trainer = Trainer(cfg, argv, framework, dist, signals)
+        status = trainer.run()
+        trainer.finish(status)
+        return EXIT_CODES[status]
+    except ConfigError as e:
+        print("train: error: %s" % e, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BaseException as e:
+        if trainer is not None and trainer.writer:
+            status = "cancelled" if isinstance(e, KeyboardInterrupt) else "failed"
+            trainer.writer.write("end", status=status, total_time_s=trainer.elapsed(),
+                                 epochs_completed=trainer.epochs_completed, best_top1=trainer.best_top1,
+                                 target_accuracy=cfg.target_accuracy, time_to_accuracy_s=trainer.time_to_accuracy,
+                                 reason=("%s: %s" % (type(e).__name__, e))[:2000])
+        raise
+    finally:
+        if trainer is not None and trainer.writer:
+            trainer.writer.close()
+        framework.shutdown()
