@@ -1,0 +1,336 @@
+"""The `dlaunch` command line. `dlaunch <run options>` without a sub-command is `dlaunch run`."""
+import dataclasses
+import functools
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Callable, List, Literal, Optional, Tuple
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from launcher.errors import DlaunchError, SchedulerError
+from launcher.plan import LaunchPlan, build_plan
+from launcher.render import render_script
+from launcher.request import FRAMEWORKS, TRAINER_FLAGS, LaunchRequest
+from launcher.rundir import RunDir, find_runs
+from launcher.schedulers import LocalScheduler, SlurmScheduler, scheduler_for
+from launcher.sites import Site, available_sites, load_site, resolve_site
+from train.metrics_schema import MetricsError, read_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+app = typer.Typer(help="Launch distributed training benchmarks on Slurm sites or this machine.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+sites_app = typer.Typer(help="Site profiles: list (no sub-command), show, check.", invoke_without_command=True)
+app.add_typer(sites_app, name="sites")
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+
+def git_revision() -> Optional[str]:
+    """The launcher's own commit, for the trainer's provenance."""
+    try:
+        result = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def _trainer_parameters() -> List[inspect.Parameter]:
+    params = []
+    for flag in TRAINER_FLAGS:
+        if flag.kind is bool:
+            annotation: Any = Annotated[bool, typer.Option("--" + flag.name, help=flag.help, rich_help_panel="Trainer")]
+            default: Any = False
+        else:
+            kind = Literal[flag.choices] if flag.choices else flag.kind
+            option = typer.Option("--" + flag.name, help=flag.help, rich_help_panel="Trainer")
+            annotation, default = Annotated[Optional[kind], option], None
+        params.append(inspect.Parameter(flag.attr, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+    return params
+
+
+def with_trainer_options(command: Callable) -> Callable:
+    """Give `command` one option per trainer flag; it receives the ones set as `trainer` (name, value) pairs."""
+    own = [p for name, p in inspect.signature(command).parameters.items() if name != "trainer"]
+    extra = _trainer_parameters()
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> Any:
+        values = [(flag.name, kwargs.pop(flag.attr)) for flag in TRAINER_FLAGS]
+        return command(trainer=tuple((k, v) for k, v in values if v not in (None, False)), **kwargs)
+
+    wrapper.__signature__ = inspect.Signature(own + extra)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
+    return wrapper
+
+
+Site_ = Annotated[Optional[str], typer.Option("--site", help="profile name, alias or path to a .toml")]
+Framework = Annotated[Literal[FRAMEWORKS], typer.Option(help="training framework")]
+Partition = Annotated[Optional[str], typer.Option(help="partition (or QOS); default: the site's default")]
+TimeLimit = Annotated[str, typer.Option("--time", help="time limit (HH:MM:SS or D-HH:MM:SS)")]
+Account = Annotated[Optional[str], typer.Option(help="account/budget; default: the site's account variable")]
+Image = Annotated[Optional[str], typer.Option(help="container image (.sif); default: images/current-<framework>.sif")]
+Output = Annotated[str, typer.Option(help="runs go to OUTPUT/EXPERIMENT/RUN_NAME")]
+Experiment = Annotated[Optional[str], typer.Option(help="experiment name (groups runs)")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="print the script; write and submit nothing")]
+
+
+def _default_image(framework: str) -> str:
+    try:
+        images = importlib.import_module("launcher.images")
+    except ImportError:
+        raise DlaunchError("--image: no default image available (launcher.images missing); give --image PATH") from None
+    return str(images.default_image(framework))
+
+
+def prepare(request: LaunchRequest, run_dir: Optional[Path] = None) -> Tuple[Site, LaunchPlan, str]:
+    """Resolve the site, check the request and render the script (nothing is written)."""
+    if not request.site:
+        raise DlaunchError("--site: required (see `dlaunch sites`)")
+    site = resolve_site(request.site)
+    experiment = request.experiment or "%s-%s-%s" % (site.name, request.framework, request.option("model", "resnet50"))
+    if run_dir is None:
+        name = request.run_name or time.strftime("%Y%m%d-%H%M%S")
+        run_dir = Path(request.output) / experiment / name
+    image = None
+    if site.container.runtime != "none":
+        image = os.path.abspath(request.image) if request.image else _default_image(request.framework)
+    plan = build_plan(site, dataclasses.replace(request, experiment=experiment), run_dir=os.path.abspath(run_dir),
+                      git_revision=git_revision(), image=image, environ=os.environ)
+    header = "dlaunch %s: site %s, %s, %d node(s) x %d processes" % (
+        (git_revision() or "unknown")[:12], site.name, plan.framework, plan.nodes, plan.nproc_per_node)
+    return site, plan, render_script(plan, header)
+
+
+def submit(request: LaunchRequest, plan: LaunchPlan, script: str, run: RunDir) -> int:
+    """Write the run directory, hand the script to the scheduler, record the outcome."""
+    run.write("job.sh", script, mode=0o755)
+    run.write_plan(plan.to_dict(), request.to_dict())
+    scheduler = scheduler_for(plan.scheduler)
+    try:
+        submission = scheduler.submit(run.path / "job.sh", run.path)
+    except SchedulerError as e:
+        run.set_state("submission failed: %s" % e)
+        raise
+    run.write("job_id", submission.job_id + "\n")
+    if submission.exit_code is None:
+        run.set_state("submitted")
+        err.print("submitted job %s; run directory %s" % (submission.job_id, run.path), highlight=False)
+        return 0
+    run.set_state("finished (exit %d)" % submission.exit_code)
+    show_status([run])
+    return submission.exit_code
+
+
+def _check_image(plan: LaunchPlan, dry_run: bool) -> None:
+    if plan.image and not os.path.isfile(plan.image):
+        message = "--image: %s does not exist (build it with `dlaunch images`)" % plan.image
+        if not dry_run:
+            raise DlaunchError(message)
+        err.print("dlaunch: warning: " + message, highlight=False)
+
+
+@app.command()
+@with_trainer_options
+def run(site: Site_ = None, framework: Framework = "ddp",
+        nodes: Annotated[Optional[int], typer.Option(help="nodes (default 1)")] = None,
+        gpus: Annotated[Optional[int], typer.Option(help="GPUs in all (local site: worker processes)")] = None,
+        partition: Partition = None, time_limit: TimeLimit = "01:00:00", account: Account = None,
+        image: Image = None, output: Output = "runs", experiment: Experiment = None,
+        run_name: Annotated[Optional[str], typer.Option(help="run directory name (default: a time stamp)")] = None,
+        resume: Annotated[Optional[Path], typer.Option(help="resubmit this run directory from its checkpoint")] = None,
+        dry_run: DryRun = False, trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
+    """Render a job for a site and submit it (or run it here with --site local)."""
+    if resume is not None:
+        existing = RunDir.open(resume)
+        request = dataclasses.replace(LaunchRequest.from_dict(existing.plan()["request"]), resume=True)
+        _, plan, script = prepare(request, run_dir=existing.path)
+    else:
+        request = LaunchRequest(site=site, framework=framework, nodes=nodes, gpus=gpus, partition=partition,
+                           time=time_limit, account=account, image=image, output=output, experiment=experiment,
+                           run_name=run_name, trainer=trainer)
+        _, plan, script = prepare(request)
+    _check_image(plan, dry_run)
+    if dry_run:
+        out.out(script, end="", highlight=False)
+        return 0
+    run_dir = RunDir.open(Path(plan.run_dir)) if resume is not None else RunDir.create(Path(plan.run_dir))
+    return submit(request, plan, script, run_dir)
+
+
+def _counts(flag: str, text: str) -> List[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise DlaunchError("%s: %r is not a comma-separated list of numbers" % (flag, text)) from None
+    if not counts or min(counts) < 1:
+        raise DlaunchError("%s: give positive counts, e.g. 1,2,4" % flag)
+    return counts
+
+
+@app.command()
+@with_trainer_options
+def sweep(site: Site_ = None, framework: Framework = "ddp",
+          nodes: Annotated[Optional[str], typer.Option(help="node counts, e.g. 1,2,4,8")] = None,
+          gpus: Annotated[Optional[str], typer.Option(help="GPU counts instead of node counts")] = None,
+          partition: Partition = None, time_limit: TimeLimit = "01:00:00", account: Account = None,
+          image: Image = None, output: Output = "runs", experiment: Experiment = None,
+          dry_run: DryRun = False, trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
+    """One job per node (or GPU) count, grouped as one experiment."""
+    if (nodes is None) == (gpus is None):
+        raise DlaunchError("--nodes/--gpus: give exactly one list of counts")
+    key, flag, text = ("nodes", "--nodes", nodes) if nodes is not None else ("gpus", "--gpus", gpus)
+    experiment = experiment or "sweep-%s-%s" % (framework, time.strftime("%Y%m%d-%H%M%S"))
+    jobs = []
+    for count in _counts(flag, text or ""):
+        request = LaunchRequest(site=site, framework=framework, partition=partition, time=time_limit, account=account,
+                           image=image, output=output, experiment=experiment,
+                           run_name="%s%04d" % (key[0], count), trainer=trainer, **{key: count})
+        _, plan, script = prepare(request)
+        _check_image(plan, dry_run)
+        jobs.append((request, plan, script))
+    if dry_run:
+        for _, _, script in jobs:
+            out.out(script, highlight=False)
+        return 0
+    runs = [RunDir.create(Path(plan.run_dir)) for _, plan, _ in jobs]
+    codes = [submit(request, plan, script, run) for (request, plan, script), run in zip(jobs, runs)]
+    return max(codes)
+
+
+def _metrics_summary(run: RunDir) -> Tuple[str, str, str]:
+    """(status, epochs done, last images/s) from the metrics file."""
+    if not run.metrics_path.is_file():
+        return "no metrics yet", "-", "-"
+    try:
+        metrics = read_metrics(str(run.metrics_path))
+    except MetricsError as e:
+        return "unreadable: %s" % e, "-", "-"
+    speed = "%.1f" % metrics.epochs[-1]["images_per_s"] if metrics.epochs else "-"
+    return metrics.status, str(len(metrics.epochs)), speed
+
+
+def show_status(runs: List[RunDir]) -> None:
+    table = Table(title="dlaunch runs")
+    for column in ("run", "site", "job", "scheduler", "metrics", "epochs", "images/s", "results"):
+        table.add_column(column)
+    slurm = SlurmScheduler()
+    for run in runs:
+        plan = run.plan()["plan"]
+        job = run.job_id or "-"
+        if plan["scheduler"] == "slurm" and run.job_id:
+            state = slurm.state(run.job_id)
+        else:
+            state = run.state or "not submitted"
+        status, epochs, speed = _metrics_summary(run)
+        table.add_row(str(run.path), plan["site"], job, state, status, epochs, speed, str(run.metrics_path))
+    out.print(table)
+
+
+@app.command()
+def status(run_dirs: Annotated[Optional[List[Path]], typer.Argument(help="run directories (default: ./runs)")] = None) -> int:
+    """Scheduler state and metrics status of runs."""
+    runs = find_runs(run_dirs or [Path("runs")])
+    if not runs:
+        raise DlaunchError("no run directories under %s" % ", ".join(str(p) for p in run_dirs or ["runs"]))
+    show_status(runs)
+    return 0
+
+
+@app.command()
+def logs(run_dir: Annotated[Path, typer.Argument(help="run directory")]) -> int:
+    """Print a run's logs."""
+    run = RunDir.open(run_dir)
+    files = run.log_files()
+    if not files:
+        err.print("no log in %s yet (state: %s)" % (run.path, run.state), highlight=False)
+    for path in files:
+        err.rule(str(path))
+        out.out(path.read_text(encoding="utf-8", errors="replace"), end="", highlight=False)
+    return 0
+
+
+@app.command()
+def cancel(run_dir: Annotated[Path, typer.Argument(help="run directory")]) -> int:
+    """Cancel a run's Slurm job."""
+    run = RunDir.open(run_dir)
+    if not run.job_id:
+        raise DlaunchError("%s: no job id (state: %s)" % (run.path, run.state))
+    scheduler_for(run.plan()["plan"]["scheduler"]).cancel(run.job_id)
+    run.set_state("cancel requested")
+    err.print("cancelled job %s" % run.job_id, highlight=False)
+    return 0
+
+
+@sites_app.callback()
+def sites(ctx: typer.Context) -> None:
+    """List the profiles."""
+    if ctx.invoked_subcommand is not None:
+        return
+    table = Table(title="sites")
+    for column in ("name", "aliases", "scheduler", "GPUs/node", "container", "file"):
+        table.add_column(column)
+    for name, path in available_sites().items():
+        site = load_site(path)
+        table.add_row(site.name, ", ".join(site.aliases), site.scheduler, str(site.gpus_per_node),
+                      site.container.runtime, str(path))
+    out.print(table)
+
+
+@sites_app.command("show")
+def sites_show(name: Annotated[str, typer.Argument(help="profile name, alias or path")]) -> int:
+    """Print one profile, resolved and with defaults filled in."""
+    out.print_json(resolve_site(name).model_dump_json())
+    return 0
+
+
+@sites_app.command("check")
+def sites_check(path: Annotated[Path, typer.Argument(help="profile file")]) -> int:
+    """Validate one profile file."""
+    site = load_site(path)
+    out.print("%s: ok (site %s)" % (path, site.name), highlight=False)
+    return 0
+
+
+def _register_optional_commands() -> None:
+    """`images`, `report`, `predict` live in their own modules."""
+    for name, module, function in (("images", "launcher.images", "images_command"),
+                                   ("report", "launcher.report", "report_command"),
+                                   ("predict", "launcher.perfmodel", "predict_command")):
+        try:
+            command = getattr(importlib.import_module(module), function)
+        except (ImportError, AttributeError):
+            continue
+        app.command(name)(command)
+
+
+_register_optional_commands()
+_TOP_LEVEL = {"--help", "-h"}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point; returns the exit code (2: bad input, 1: the scheduler refused)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0].startswith("-") and args[0] not in _TOP_LEVEL:
+        args.insert(0, "run")
+    try:
+        result = app(args=args, prog_name="dlaunch", standalone_mode=False)
+    except DlaunchError as e:
+        err.print("dlaunch: error: %s" % e, highlight=False, markup=False)
+        return e.exit_code
+    except typer.Abort:
+        return 130
+    except typer.TyperException as e:
+        err.print("dlaunch: error: %s" % e.format_message(), highlight=False, markup=False)
+        return e.exit_code
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

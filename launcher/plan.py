@@ -1,0 +1,156 @@
+"""Profile + request -> `LaunchPlan`: every decision about a job, before any text is rendered."""
+import dataclasses
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from launcher.errors import DlaunchError
+from launcher.launchers import launch_mode
+from launcher.request import SAFE_NAME, LaunchRequest, trainer_arguments
+from launcher.runtimes import runtime_for
+from launcher.sites import BIND_PATH, Site, format_time, parse_time
+
+SIGNAL_LEAD_S = 120  # seconds before the time limit at which the job is told to checkpoint
+BINDABLE = re.compile(BIND_PATH)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    site: str
+    scheduler: str
+    framework: str
+    nodes: int
+    nproc_per_node: int
+    run_dir: str
+    image: Optional[str]
+    sbatch: Tuple[str, ...]  # directives, without `#SBATCH `
+    modules: Tuple[str, ...]
+    env: Tuple[Tuple[str, str], ...]
+    prelude: Tuple[str, ...]
+    srun_args: Tuple[str, ...]
+    container_prefix: Tuple[str, ...]
+    launch_prefix: Tuple[str, ...]
+    trainer_argv: Tuple[str, ...]
+
+    @property
+    def metrics_path(self) -> str:
+        return os.path.join(self.run_dir, "metrics.jsonl")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def resolve_account(site: Site, account: Optional[str], environ: Mapping[str, str]) -> Optional[str]:
+    """`--account`, else the site's account variable (e.g. $BUDGET); never hard-coded."""
+    if account is None and site.account_env:
+        account = environ.get(site.account_env) or None
+    if site.scheduler != "slurm":
+        return None
+    if account is None and site.account_required:
+        hint = " or set $%s" % site.account_env if site.account_env else ""
+        raise DlaunchError("--account: site %s needs an account: pass --account%s" % (site.name, hint))
+    if account is not None and not SAFE_NAME.match(account):
+        raise DlaunchError("--account: %r may only contain letters, digits and _.+-" % account)
+    return account
+
+
+def _bindable(flag: str, path: str) -> str:
+    if not BINDABLE.match(path):
+        raise DlaunchError("%s: %r has characters a Slurm/container path cannot carry (use letters, digits, _./+@=-)" % (flag, path))
+    return path
+
+
+def _shape(site: Site, request: LaunchRequest) -> Tuple[int, int]:
+    """(nodes, processes per node) from --nodes or --gpus."""
+    if site.scheduler == "local":
+        if request.nodes not in (None, 1):
+            raise DlaunchError("--nodes: site %s runs on this machine only (1 node), got %d" % (site.name, request.nodes))
+        return 1, request.gpus or site.gpus_per_node
+    if request.nodes is not None and request.gpus is not None:
+        if request.gpus != request.nodes * site.gpus_per_node:
+            raise DlaunchError("--gpus: %d does not match --nodes %d x %d GPUs per node" % (request.gpus, request.nodes, site.gpus_per_node))
+    if request.gpus is not None and request.nodes is None:
+        if request.gpus < site.gpus_per_node:
+            return 1, request.gpus
+        if request.gpus % site.gpus_per_node:
+            raise DlaunchError("--gpus: %d is not a multiple of the %d GPUs per node of site %s" % (request.gpus, site.gpus_per_node, site.name))
+        return request.gpus // site.gpus_per_node, site.gpus_per_node
+    return request.nodes or 1, site.gpus_per_node
+
+
+def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision: Optional[str],
+               image: Optional[str], environ: Mapping[str, str]) -> LaunchPlan:
+    """Validate the request against the site and decide everything the script will contain."""
+    nodes, nproc = _shape(site, request)
+    spec = launch_mode(site.scheduler, request.framework).spec(site, nproc)
+    runtime = runtime_for(site.container)
+    experiment = request.experiment or "default"
+    data = request.option("data")
+    if data not in (None, "synthetic"):
+        data = os.path.abspath(data)
+        request = dataclasses.replace(request, trainer=tuple((k, data if k == "data" else v) for k, v in request.trainer))
+    sbatch: Tuple[str, ...] = ()
+    binds: Tuple[str, ...] = ()
+    if site.scheduler == "slurm":
+        _bindable("--output", run_dir)
+        partition = site.partition(request.partition)
+        if nodes > partition.max_nodes:
+            raise DlaunchError("--nodes: %d exceeds the %d nodes of partition %s (site %s)" % (nodes, partition.max_nodes, partition.name, site.name))
+        try:
+            seconds = parse_time(request.time)
+        except ValueError as e:
+            raise DlaunchError("--time: %s" % e) from None
+        if seconds > partition.max_seconds:
+            raise DlaunchError("--time: %s exceeds the limit %s of partition %s (site %s)" % (format_time(seconds), partition.max_time, partition.name, site.name))
+        account = resolve_account(site, request.account, environ)
+        sbatch = (
+            "--job-name=%s" % experiment,
+            "--nodes=%d" % nodes,
+            "--ntasks-per-node=%d" % spec.tasks_per_node,
+            "--cpus-per-task=%d" % spec.cpus_per_task,
+            "--%s=%s" % (site.partition_directive, partition.name),
+            "--time=%s" % format_time(seconds),
+            *(("--account=%s" % account,) if account else ()),
+            *(("--gres=%s" % site.gres,) if site.gres else ()),
+            "--output=%s/slurm-%%j.out" % run_dir,
+            # To the batch shell only: it turns the warning into SIGTERM for the steps (see render.py).
+            "--signal=B:USR1@%d" % SIGNAL_LEAD_S,
+            *site.sbatch_directives,
+        )
+        binds = (run_dir,) + ((_bindable("--data", data),) if data not in (None, "synthetic") else ())
+    container_prefix = ()
+    if site.container.runtime != "none":
+        if not image:
+            raise DlaunchError("--image: site %s runs in a container; give --image PATH" % site.name)
+        container_prefix = runtime.prefix(_bindable("--image", image), binds)
+    provenance = (
+        ("DLAUNCH_SITE", site.name),
+        ("DLAUNCH_IMAGE", image or ""),
+        ("DLAUNCH_GIT_REVISION", git_revision or ""),
+        ("DLAUNCH_EXPERIMENT", experiment),
+        ("DLAUNCH_RUN_DIR", run_dir),
+    )
+    # Slurm >= 22.05 no longer hands sbatch's --cpus-per-task to srun; this variable does.
+    cpus_line = ('export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"',) if site.scheduler == "slurm" else ()
+    trainer_argv = ("--framework", request.framework) + trainer_arguments(request) + (
+        "--metrics", os.path.join(run_dir, "metrics.jsonl"),
+        "--checkpoint-dir", os.path.join(run_dir, "checkpoints"),
+    ) + (("--resume",) if request.resume else ())
+    return LaunchPlan(
+        site=site.name,
+        scheduler=site.scheduler,
+        framework=request.framework,
+        nodes=nodes,
+        nproc_per_node=nproc,
+        run_dir=run_dir,
+        image=image if site.container.runtime != "none" else None,
+        sbatch=sbatch,
+        modules=tuple(site.modules),
+        env=tuple(site.env.items()) + provenance,
+        prelude=cpus_line + spec.prelude,
+        srun_args=spec.srun_args + tuple(site.srun_args),
+        container_prefix=container_prefix,
+        launch_prefix=spec.launch_prefix,
+        trainer_argv=trainer_argv,
+    )

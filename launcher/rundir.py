@@ -1,0 +1,92 @@
+"""A run directory: `job.sh`, `plan.json`, `job_id`, `state`, logs, `metrics.jsonl`, `checkpoints/`."""
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional
+
+from launcher.errors import DlaunchError
+
+LOCAL_LOG = "local.log"
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write `text` to `path` through a temporary file and a rename (readers never see half a file)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+class RunDir:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    @classmethod
+    def create(cls, path: Path) -> "RunDir":
+        """A new, empty run directory (refuses to reuse one: use --resume for that)."""
+        try:
+            path.mkdir(parents=True)
+        except FileExistsError:
+            raise DlaunchError("run directory %s exists (choose --run-name, or --resume it)" % path) from None
+        (path / "checkpoints").mkdir()
+        return cls(path)
+
+    @classmethod
+    def open(cls, path: Path) -> "RunDir":
+        """An existing run directory (one with plan.json)."""
+        run = cls(path)
+        if not (run.path / "plan.json").is_file():
+            raise DlaunchError("%s: not a dlaunch run directory (no plan.json)" % path)
+        return run
+
+    def write(self, name: str, text: str, mode: int = 0o644) -> None:
+        write_atomic(self.path / name, text, mode)
+
+    def read(self, name: str) -> Optional[str]:
+        try:
+            return (self.path / name).read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return None
+
+    def write_plan(self, plan: Dict[str, Any], request: Dict[str, Any]) -> None:
+        self.write("plan.json", json.dumps({"plan": plan, "request": request}, indent=2, sort_keys=True) + "\n")
+
+    def plan(self) -> Dict[str, Any]:
+        try:
+            return json.loads(self.read("plan.json") or "")
+        except ValueError as e:
+            raise DlaunchError("%s: unreadable plan.json: %s" % (self.path, e)) from None
+
+    @property
+    def job_id(self) -> Optional[str]:
+        return self.read("job_id")
+
+    @property
+    def state(self) -> Optional[str]:
+        return self.read("state")
+
+    def set_state(self, state: str) -> None:
+        self.write("state", state.replace("\n", " ") + "\n")
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    def log_files(self) -> List[Path]:
+        return sorted(self.path.glob("slurm-*.out")) + [p for p in [self.path / LOCAL_LOG] if p.is_file()]
+
+
+def find_runs(paths: Iterable[Path]) -> List[RunDir]:
+    """Run directories at or up to two levels below each path (output/experiment/run)."""
+    runs = []
+    for path in paths:
+        for plan in [path / "plan.json"] + sorted(path.glob("*/plan.json")) + sorted(path.glob("*/*/plan.json")):
+            if plan.is_file():
+                runs.append(RunDir(plan.parent))
+    return runs
