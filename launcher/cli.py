@@ -28,8 +28,8 @@ app = typer.Typer(help="Launch distributed training benchmarks on Slurm sites or
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 sites_app = typer.Typer(help="Site profiles: list (no sub-command), show, check.", invoke_without_command=True)
 app.add_typer(sites_app, name="sites")
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True, markup=False)
+err = Console(stderr=True, soft_wrap=True, markup=False)
 
 
 def git_revision() -> Optional[str]:
@@ -121,7 +121,7 @@ def submit(request: LaunchRequest, plan: LaunchPlan, script: str, run: RunDir) -
     run.write("job_id", submission.job_id + "\n")
     if submission.exit_code is None:
         run.set_state("submitted")
-        err.print("submitted job %s; run directory %s" % (submission.job_id, run.path), highlight=False)
+        err.print("submitted job %s; run directory %s" % (submission.job_id, run.path))
         return 0
     run.set_state("finished (exit %d)" % submission.exit_code)
     show_status([run])
@@ -133,7 +133,7 @@ def _check_image(plan: LaunchPlan, dry_run: bool) -> None:
         message = "--image: %s does not exist (build it with `dlaunch images`)" % plan.image
         if not dry_run:
             raise DlaunchError(message)
-        err.print("dlaunch: warning: " + message, highlight=False)
+        err.print("dlaunch: warning: " + message)
 
 
 @app.command()
@@ -158,7 +158,7 @@ def run(site: Site_ = None, framework: Framework = "ddp",
         _, plan, script = prepare(request)
     _check_image(plan, dry_run)
     if dry_run:
-        out.out(script, end="", highlight=False)
+        out.out(script, end="")
         return 0
     run_dir = RunDir.open(Path(plan.run_dir)) if resume is not None else RunDir.create(Path(plan.run_dir))
     return submit(request, plan, script, run_dir)
@@ -197,7 +197,7 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
         jobs.append((request, plan, script))
     if dry_run:
         for _, _, script in jobs:
-            out.out(script, highlight=False)
+            out.out(script)
         return 0
     runs = [RunDir.create(Path(plan.run_dir)) for _, plan, _ in jobs]
     codes = [submit(request, plan, script, run) for (request, plan, script), run in zip(jobs, runs)]
@@ -249,10 +249,10 @@ def logs(run_dir: Annotated[Path, typer.Argument(help="run directory")]) -> int:
     run = RunDir.open(run_dir)
     files = run.log_files()
     if not files:
-        err.print("no log in %s yet (state: %s)" % (run.path, run.state), highlight=False)
+        err.print("no log in %s yet (state: %s)" % (run.path, run.state))
     for path in files:
         err.rule(str(path))
-        out.out(path.read_text(encoding="utf-8", errors="replace"), end="", highlight=False)
+        out.out(path.read_text(encoding="utf-8", errors="replace"), end="")
     return 0
 
 
@@ -264,7 +264,7 @@ def cancel(run_dir: Annotated[Path, typer.Argument(help="run directory")]) -> in
         raise DlaunchError("%s: no job id (state: %s)" % (run.path, run.state))
     scheduler_for(run.plan()["plan"]["scheduler"]).cancel(run.job_id)
     run.set_state("cancel requested")
-    err.print("cancelled job %s" % run.job_id, highlight=False)
+    err.print("cancelled job %s" % run.job_id)
     return 0
 
 
@@ -294,7 +294,7 @@ def sites_show(name: Annotated[str, typer.Argument(help="profile name, alias or 
 def sites_check(path: Annotated[Path, typer.Argument(help="profile file")]) -> int:
     """Validate one profile file."""
     site = load_site(path)
-    out.print("%s: ok (site %s)" % (path, site.name), highlight=False)
+    out.print("%s: ok (site %s)" % (path, site.name))
     return 0
 
 
@@ -322,12 +322,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         result = app(args=args, prog_name="dlaunch", standalone_mode=False)
     except DlaunchError as e:
-        err.print("dlaunch: error: %s" % e, highlight=False, markup=False)
+        err.print("dlaunch: error: %s" % e)
         return e.exit_code
     except typer.Abort:
         return 130
     except typer.TyperException as e:
-        err.print("dlaunch: error: %s" % e.format_message(), highlight=False, markup=False)
+        err.print("dlaunch: error: %s" % e.format_message())
         return e.exit_code
     return result if isinstance(result, int) else 0
 

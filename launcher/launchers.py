@@ -6,6 +6,13 @@ one task per GPU through srun's MPI plugin, which is how MPI wires its ranks.
 The rendezvous address is computed by the batch script on the host (`scontrol` is usually missing
 inside images). torchrun flags use the underscore spelling that torch 1.11 (the paper's image) and
 current torch both accept.
+
+Stop signals: Slurm sends SIGUSR1 to every process of the job step 120 s before the time limit
+(`--signal=USR1@120`); the trainer checkpoints on it (status `interrupted`, resumable), and on SIGTERM
+(`scancel`: status `cancelled`). torchrun forwards SIGTERM to its workers but does not handle SIGUSR1
+(torch < 2.9 has no TORCHELASTIC_SIGNALS_TO_HANDLE), so SIGUSR1 would kill it and, with it, the step.
+torchrun therefore starts with SIGUSR1 ignored (`IGNORE_USR1`, inherited through exec); the workers
+install their own handler and receive the signal from Slurm directly.
 """
 from dataclasses import dataclass
 from typing import Tuple
@@ -36,6 +43,10 @@ def rendezvous_prelude(site: Site) -> Tuple[str, ...]:
     )
 
 
+# `bash -c 'trap "" USR1; exec "$@"' ignore-usr1 PROGRAM ARGS...`: PROGRAM runs with SIGUSR1 ignored.
+IGNORE_USR1 = ("bash", "-c", 'trap "" USR1; exec "$@"', "ignore-usr1")
+
+
 class TorchrunPerNode:
     def spec(self, site: Site, nproc_per_node: int) -> LaunchSpec:
         return LaunchSpec(
@@ -43,7 +54,7 @@ class TorchrunPerNode:
             cpus_per_task=site.cores_per_node,
             prelude=rendezvous_prelude(site),
             srun_args=("--ntasks-per-node=1",),
-            launch_prefix=(
+            launch_prefix=IGNORE_USR1 + (
                 "torchrun",
                 ShellWord("--nnodes=$SLURM_JOB_NUM_NODES"),
                 "--nproc_per_node=%d" % nproc_per_node,

@@ -114,8 +114,8 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
             *(("--account=%s" % account,) if account else ()),
             *(("--gres=%s" % site.gres,) if site.gres else ()),
             "--output=%s/slurm-%%j.out" % run_dir,
-            # To the batch shell only: it turns the warning into SIGTERM for the steps (see render.py).
-            "--signal=B:USR1@%d" % SIGNAL_LEAD_S,
+            # To every process of the steps (no `B:`); see launchers.py for torchrun.
+            "--signal=USR1@%d" % SIGNAL_LEAD_S,
             *site.sbatch_directives,
         )
         binds = (run_dir,) + ((_bindable("--data", data),) if data not in (None, "synthetic") else ())
@@ -124,13 +124,13 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         if not image:
             raise DlaunchError("--image: site %s runs in a container; give --image PATH" % site.name)
         container_prefix = runtime.prefix(_bindable("--image", image), binds)
-    provenance = (
+    provenance = tuple((name, value) for name, value in (
         ("DLAUNCH_SITE", site.name),
-        ("DLAUNCH_IMAGE", image or ""),
-        ("DLAUNCH_GIT_REVISION", git_revision or ""),
+        ("DLAUNCH_IMAGE", image if site.container.runtime != "none" else None),
+        ("DLAUNCH_GIT_REVISION", git_revision),
         ("DLAUNCH_EXPERIMENT", experiment),
         ("DLAUNCH_RUN_DIR", run_dir),
-    )
+    ) if value)
     # Slurm >= 22.05 no longer hands sbatch's --cpus-per-task to srun; this variable does.
     cpus_line = ('export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"',) if site.scheduler == "slurm" else ()
     trainer_argv = ("--framework", request.framework) + trainer_arguments(request) + (

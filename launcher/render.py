@@ -4,25 +4,9 @@ import shlex
 from typing import List, Sequence
 
 from launcher.launchers import ShellWord
-from launcher.plan import SIGNAL_LEAD_S, LaunchPlan
+from launcher.plan import LaunchPlan
 
 _SHELL_WORD = re.compile(r"^[A-Za-z0-9_=:.,/@+$-]*$")
-
-# The time-limit warning (sbatch --signal=B:USR1) reaches this shell only. torchrun forwards SIGTERM to
-# its workers but dies on SIGUSR1 (torch < 2.9 does not handle it), so the shell turns the warning into
-# SIGTERM for every step; the trainer checkpoints on SIGTERM and ends with status `interrupted`.
-# srun runs in the background because bash runs traps only between foreground commands.
-_SLURM_TRAP = """\
-trap 'echo "dlaunch: time limit in {lead} s: SIGTERM to the job steps" >&2; scancel --signal=TERM "$SLURM_JOB_ID"' USR1
-"""
-_SLURM_WAIT = """\
-srun_pid=$!
-while :; do
-  wait "$srun_pid" && status=0 || status=$?
-  [ "$status" -gt 128 ] && kill -0 "$srun_pid" 2>/dev/null || break
-done
-exit "$status"
-"""
 
 
 def quote(arg: str) -> str:
@@ -34,9 +18,9 @@ def quote(arg: str) -> str:
     return shlex.quote(arg)
 
 
-def _command(segments: Sequence[Sequence[str]], background: bool) -> str:
+def _command(segments: Sequence[Sequence[str]]) -> str:
     lines = [" ".join(quote(a) for a in seg) for seg in segments if seg]
-    return " \\\n  ".join(lines) + (" &" if background else "") + "\n"
+    return " \\\n  ".join(lines) + "\n"
 
 
 def _flag_groups(argv: Sequence[str]) -> List[List[str]]:
@@ -63,10 +47,8 @@ def render_script(plan: LaunchPlan, header: str) -> str:
     trainer = _flag_groups(plan.trainer_argv)
     if plan.scheduler == "slurm":
         segments = [("srun",) + plan.srun_args, plan.container_prefix, plan.launch_prefix] + trainer
-        out.append(_SLURM_TRAP.format(lead=SIGNAL_LEAD_S))
-        out.append(_command(segments, background=True))
-        out.append(_SLURM_WAIT)
+        out.append(_command(segments))
     else:
         segments = [("exec",) + plan.container_prefix + plan.launch_prefix] + trainer
-        out.append(_command(segments, background=False))
+        out.append(_command(segments))
     return "".join(out)

@@ -1,0 +1,40 @@
+#!/bin/bash
+#SBATCH --job-name=exp
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=128
+#SBATCH --partition=dc-gpu
+#SBATCH --time=01:00:00
+#SBATCH --account=proj42
+#SBATCH --gres=gpu:4
+#SBATCH --output=/scratch/runs/exp/run/slurm-%j.out
+#SBATCH --signal=USR1@120
+# rendered by the tests
+set -eo pipefail
+
+export NCCL_SOCKET_IFNAME=ib0
+export GLOO_SOCKET_IFNAME=ib0
+export NCCL_IB_TIMEOUT=50
+export UCX_RC_TIMEOUT=4s
+export NCCL_IB_RETRY_CNT=10
+export DLAUNCH_SITE=jureca-dc
+export DLAUNCH_IMAGE=/images/current-deepspeed.sif
+export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
+export DLAUNCH_EXPERIMENT=exp
+export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)i"
+export MASTER_ADDR
+export MASTER_PORT=29500
+
+srun --ntasks-per-node=1 \
+  apptainer exec --nv --bind /scratch/runs/exp/run /images/current-deepspeed.sif \
+  bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=4 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m train \
+  --framework deepspeed \
+  --model resnet50 \
+  --batch-size 64 \
+  --steps 200 \
+  --warmup-steps 20 \
+  --channels-last \
+  --metrics /scratch/runs/exp/run/metrics.jsonl \
+  --checkpoint-dir /scratch/runs/exp/run/checkpoints

@@ -1,0 +1,37 @@
+#!/bin/bash
+#SBATCH --job-name=exp
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=32
+#SBATCH --partition=dc-gpu
+#SBATCH --time=01:00:00
+#SBATCH --account=proj42
+#SBATCH --gres=gpu:4
+#SBATCH --output=/scratch/runs/exp/run/slurm-%j.out
+#SBATCH --signal=USR1@120
+# rendered by the tests
+set -eo pipefail
+
+export NCCL_SOCKET_IFNAME=ib0
+export GLOO_SOCKET_IFNAME=ib0
+export NCCL_IB_TIMEOUT=50
+export UCX_RC_TIMEOUT=4s
+export NCCL_IB_RETRY_CNT=10
+export DLAUNCH_SITE=jureca-dc
+export DLAUNCH_IMAGE=/images/current-horovod.sif
+export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
+export DLAUNCH_EXPERIMENT=exp
+export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+
+srun --ntasks-per-node=4 --mpi=pspmix \
+  apptainer exec --nv --bind /scratch/runs/exp/run /images/current-horovod.sif \
+  python -m train \
+  --framework horovod \
+  --model resnet50 \
+  --batch-size 64 \
+  --steps 200 \
+  --warmup-steps 20 \
+  --channels-last \
+  --metrics /scratch/runs/exp/run/metrics.jsonl \
+  --checkpoint-dir /scratch/runs/exp/run/checkpoints

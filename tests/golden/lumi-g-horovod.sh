@@ -1,0 +1,39 @@
+#!/bin/bash
+#SBATCH --job-name=exp
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=8
+#SBATCH --cpus-per-task=7
+#SBATCH --partition=standard-g
+#SBATCH --time=01:00:00
+#SBATCH --account=proj42
+#SBATCH --output=/scratch/runs/exp/run/slurm-%j.out
+#SBATCH --signal=USR1@120
+#SBATCH --gpus-per-node=8
+# rendered by the tests
+set -eo pipefail
+
+export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3
+export GLOO_SOCKET_IFNAME=hsn0
+export NCCL_NET_GDR_LEVEL=3
+export FI_PROVIDER=cxi
+export CXI_FORK_SAFE=1
+export CXI_FORK_SAFE_HP=1
+export FI_CXI_DISABLE_CQ_HUGETLB=1
+export DLAUNCH_SITE=lumi-g
+export DLAUNCH_IMAGE=/images/current-horovod.sif
+export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
+export DLAUNCH_EXPERIMENT=exp
+export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+
+srun --ntasks-per-node=8 --mpi=pmix \
+  singularity exec --rocm --bind /var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run /images/current-horovod.sif \
+  python -m train \
+  --framework horovod \
+  --model resnet50 \
+  --batch-size 64 \
+  --steps 200 \
+  --warmup-steps 20 \
+  --channels-last \
+  --metrics /scratch/runs/exp/run/metrics.jsonl \
+  --checkpoint-dir /scratch/runs/exp/run/checkpoints

@@ -1,0 +1,42 @@
+#!/bin/bash
+#SBATCH --job-name=exp
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=64
+#SBATCH --qos=regular
+#SBATCH --time=01:00:00
+#SBATCH --account=proj42
+#SBATCH --output=/scratch/runs/exp/run/slurm-%j.out
+#SBATCH --signal=USR1@120
+#SBATCH --constraint=gpu
+#SBATCH --gpus-per-node=4
+# rendered by the tests
+set -eo pipefail
+
+export NCCL_SOCKET_IFNAME=hsn
+export GLOO_SOCKET_IFNAME=hsn0
+export NCCL_NET_GDR_LEVEL=PHB
+export NCCL_CROSS_NIC=1
+export FI_CXI_DISABLE_HOST_REGISTER=1
+export FI_MR_CACHE_MONITOR=userfaultfd
+export DLAUNCH_SITE=perlmutter
+export DLAUNCH_IMAGE=/images/current-deepspeed.sif
+export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
+export DLAUNCH_EXPERIMENT=exp
+export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"
+export MASTER_ADDR
+export MASTER_PORT=29500
+
+srun --ntasks-per-node=1 \
+  apptainer exec --nv --bind /scratch/runs/exp/run /images/current-deepspeed.sif \
+  bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=4 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m train \
+  --framework deepspeed \
+  --model resnet50 \
+  --batch-size 64 \
+  --steps 200 \
+  --warmup-steps 20 \
+  --channels-last \
+  --metrics /scratch/runs/exp/run/metrics.jsonl \
+  --checkpoint-dir /scratch/runs/exp/run/checkpoints

@@ -1,0 +1,184 @@
+"""Rendering: golden scripts per site and framework, `bash -n`, validation, hostile values stay inert."""
+import os
+import re
+import string
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from launcher.errors import DlaunchError
+from launcher.request import FRAMEWORKS, LaunchRequest
+from launcher.sites import SHIPPED_SITES_DIR, Site, load_site
+from test_launcher_fakes import fake_env, install_fakes, read_args, script_for
+
+GOLDEN = Path(__file__).parent / "golden"
+SITES = sorted(p.stem for p in SHIPPED_SITES_DIR.glob("*.toml"))
+TRAINER = (("model", "resnet50"), ("batch-size", 64), ("steps", 200), ("warmup-steps", 20), ("channels-last", True))
+
+
+def site(name: str) -> Site:
+    return load_site(SHIPPED_SITES_DIR / ("%s.toml" % name))
+
+
+def golden_request(site_name: str, framework: str) -> LaunchRequest:
+    local = site_name == "local"
+    return LaunchRequest(site=site_name, framework=framework, nodes=None if local else 2, gpus=2 if local else None,
+                         account=None if local else "proj42", experiment="exp", trainer=TRAINER)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("site_name", SITES)
+def test_golden_script(site_name, framework):
+    """The script for each shipped site and framework is exactly the reviewed one (DLAUNCH_UPDATE_GOLDEN=1 rewrites)."""
+    script = script_for(site(site_name), golden_request(site_name, framework))
+    golden = GOLDEN / ("%s-%s.sh" % (site_name, framework))
+    if os.environ.get("DLAUNCH_UPDATE_GOLDEN") == "1":
+        golden.write_text(script)
+    assert script == golden.read_text()
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_shipped_sites_cover_the_issue():
+    names = {site(n).name for n in SITES}
+    assert {"juwels-booster", "jureca-dc", "perlmutter", "lumi-g", "generic-slurm", "local"} <= names
+    juwels = site("juwels-booster")
+    assert "juwels" in juwels.aliases and juwels.rendezvous_host_suffix == "i" and juwels.mpi_plugin == "pspmix"
+
+
+def test_juwels_script_has_the_known_good_settings():
+    script = script_for(site("juwels-booster"), golden_request("juwels-booster", "ddp"))
+    for line in ("#SBATCH --gres=gpu:4", "#SBATCH --partition=booster", "#SBATCH --signal=USR1@120",
+                 "export NCCL_SOCKET_IFNAME=ib0", "export GLOO_SOCKET_IFNAME=ib0", "export NCCL_IB_TIMEOUT=50",
+                 "export UCX_RC_TIMEOUT=4s", "export NCCL_IB_RETRY_CNT=10",
+                 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"', "#SBATCH --cpus-per-task=48"):
+        assert line in script.splitlines()
+    assert 'sed -n 1p)i"' in script
+
+
+def test_horovod_uses_one_task_per_gpu_through_the_mpi_plugin(tmp_path):
+    script = script_for(site("juwels-booster"), golden_request("juwels-booster", "horovod"))
+    (tmp_path / "job.sh").write_text(script)
+    fakes = install_fakes(tmp_path / "bin")
+    subprocess.run(["bash", str(tmp_path / "job.sh")], env=fake_env(fakes, tmp_path), check=True)
+    args = read_args(tmp_path / "srun.args")
+    assert args[:2] == ["--ntasks-per-node=4", "--mpi=pspmix"]
+    assert args[args.index("python"):][:4] == ["python", "-m", "train", "--framework"]
+
+
+def test_torchrun_gets_rendezvous_from_the_host(tmp_path):
+    """MASTER_ADDR is computed on the batch host (first host + `i`) and expanded before srun."""
+    script = script_for(site("juwels-booster"), golden_request("juwels-booster", "ddp"))
+    (tmp_path / "job.sh").write_text(script)
+    fakes = install_fakes(tmp_path / "bin")
+    subprocess.run(["bash", str(tmp_path / "job.sh")], env=fake_env(fakes, tmp_path), check=True)
+    args = read_args(tmp_path / "srun.args")
+    assert "--rdzv_endpoint=node1i:29500" in args and "--nnodes=2" in args and "--rdzv_id=42" in args
+    assert args[args.index("exec") + 1:][:4] == ["--nv", "--bind", "/scratch/runs/exp/run", "/images/current-ddp.sif"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(nodes=385), "--nodes: 385 exceeds the 384 nodes of partition booster"),
+    (dict(time="24:00:01"), "--time: 1-00:00:01 exceeds the limit 1-00:00:00 of partition booster"),
+    (dict(partition="develbooster", nodes=5), "--nodes: 5 exceeds the 4 nodes of partition develbooster"),
+    (dict(partition="gpus"), "--partition: 'gpus' is not a partition of site juwels-booster"),
+    (dict(time="soon"), "--time: 'soon' is not a Slurm time"),
+    (dict(account=None), "--account: site juwels-booster needs an account"),
+    (dict(account="a b"), "--account: 'a b' may only contain"),
+    (dict(nodes=None, gpus=6), "--gpus: 6 is not a multiple of the 4 GPUs per node"),
+    (dict(gpus=6), "--gpus: 6 does not match --nodes 2 x 4 GPUs per node"),
+])
+def test_bad_requests_are_refused(change, message):
+    fields = dict(site="juwels", nodes=2, account="proj42", experiment="exp")
+    fields.update(change)
+    with pytest.raises(DlaunchError, match="^" + re.escape(message)):
+        script_for(site("juwels-booster"), LaunchRequest(**fields))
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(framework="mxnet"), "--framework: 'mxnet' is not one of ddp, horovod, deepspeed"),
+    (dict(trainer=(("model", "vgg16"),)), "--model: 'vgg16' is not one of"),
+    (dict(trainer=(("batch-size", "8"),)), "--batch-size: expected int"),
+    (dict(trainer=(("no-such-flag", 1),)), "--no-such-flag: not a trainer option"),
+    (dict(experiment="a/b"), "--experiment: 'a/b' may only contain"),
+])
+def test_bad_request_fields_are_refused(fields, message):
+    with pytest.raises(DlaunchError, match="^" + message):
+        LaunchRequest(site="local", **fields)
+
+
+# Hostile values: every user-settable string either is refused or reaches the programs verbatim.
+MARK = "/tmp/dlaunch-hostile-marker"
+PAYLOADS = ["$(touch %s)" % MARK, "`touch %s`" % MARK, "'; touch %s; '" % MARK, '"; touch %s; "' % MARK,
+            "\ntouch %s\n" % MARK, "x;touch %s" % MARK, "$(touch${IFS}%s)" % MARK, "a'b\"c\\$d"]
+hostile = st.builds(lambda a, p, b: a + p + b, st.text(string.printable, max_size=6), st.sampled_from(PAYLOADS),
+                    st.text(string.printable, max_size=6))
+FIELDS = ["account", "partition", "time", "experiment", "run_name", "output", "image", "data", "env", "bind",
+          "module", "srun_arg", "schedule", "model"]
+
+
+def _hostile_case(field: str, value: str, site_name: str):
+    """(site, request, run_dir) with `value` in `field`."""
+    profile = load_site(SHIPPED_SITES_DIR / ("%s.toml" % site_name)).model_dump()
+    request = dict(site=site_name, framework="ddp", account="proj42", experiment="exp", run_name="run",
+                   trainer=(("data", "/data/imagenet"),))
+    run_dir = "/scratch/runs/exp/run"
+    if field in ("account", "partition", "time", "experiment", "run_name"):
+        request[field] = value
+    elif field == "output":
+        run_dir = "/scratch/" + value + "/exp/run"
+    elif field in ("data", "schedule", "model"):
+        request["trainer"] = ((field, value),)
+    elif field == "env":
+        profile["env"] = {"HOSTILE": value}
+    elif field == "bind":
+        profile["container"]["binds"] = [value]
+    elif field == "module":
+        profile["modules"] = [value]
+    elif field == "srun_arg":
+        profile["srun_args"] = [value]
+    image = "/images/" + value + ".sif" if field == "image" else None
+    return Site.model_validate(profile), LaunchRequest(**request), run_dir, image
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hostile")
+    return root, install_fakes(root / "bin")
+
+
+@pytest.mark.parametrize("site_name", ["juwels-booster", "local"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=st.sampled_from(FIELDS), value=hostile)
+def test_hostile_values_fake_cluster_refused_or_inert(sandbox, site_name, field, value):
+    """Run the rendered script with fake srun/scontrol/apptainer/module/torchrun: the marker never appears."""
+    root, fakes = sandbox
+    try:
+        site_obj, request, run_dir, image = _hostile_case(field, value, site_name)
+        from launcher.plan import build_plan
+        from launcher.render import render_script
+        if image is None and site_obj.container.runtime != "none":
+            image = "/images/current-ddp.sif"
+        plan = build_plan(site_obj, request, run_dir=run_dir, git_revision="0" * 40, image=image, environ={})
+        script = render_script(plan, "hostile test")
+    except (DlaunchError, ValidationError):
+        return  # refused with an error naming the field
+    job = root / "job.sh"
+    job.write_text(script)
+    assert subprocess.run(["bash", "-n", str(job)]).returncode == 0
+    for stale in root.glob("*.args"):
+        stale.unlink()
+    env = fake_env(fakes, root)
+    result = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True)
+    assert not os.path.exists(MARK), (field, value, script)
+    assert result.returncode == 0, result.stderr
+    launcher = "srun" if site_obj.scheduler == "slurm" else "torchrun"
+    argv = read_args(root / ("%s.args" % launcher))
+    if field in ("data", "schedule", "model"):
+        expected = os.path.abspath(value) if field == "data" else value
+        assert argv[argv.index("--" + field) + 1] == expected
+    if field == "output":
+        assert argv[argv.index("--metrics") + 1] == os.path.join(run_dir, "metrics.jsonl")
