@@ -1,0 +1,145 @@
+"""`dlaunch report`: tables, report.md, plots, determinism, rejects, reference verdicts, real runs."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from launcher.cli import app, main
+from launcher.report import PLOTS
+from test_analysis import write_run
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNNER = CliRunner(env={"COLUMNS": "250"})  # wide enough for rich to print whole cells
+PROFILE = dict(step_s=0.3, compute_s=0.2, comm_s=0.05, data_s=0.05)
+SITE = (
+    'name = "testsite"\ndescription = "test"\nbased_on = ["nothing"]\nscheduler = "local"\n'
+    'gpus_per_node = 4\ncores_per_node = 8\ngpu_vendor = "nvidia"\n'
+    "[network]\nlatency_us = 5.0\nbandwidth_gbps_per_node = 800.0\n"
+    '[[reference]]\nmodel = "resnet50"\ngpus = 4\nimages_per_s = 1000.0\ntolerance = 0.1\n'
+    '[[reference]]\nmodel = "resnet50"\ngpus = 8\nimages_per_s = 2000.0\ntolerance = 0.1\n'
+)
+
+
+def table_rows(markdown: str, heading: str):
+    """Cells of the Markdown table under `heading` (header row left out)."""
+    lines = markdown.split(heading + "\n\n", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
+
+
+def _report(*args: object):
+    return RUNNER.invoke(app, ["report", *(str(a) for a in args)])
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """A small DDP scaling sweep with profiles and accuracies, plus a site profile with references."""
+    runs = tmp_path / "runs"
+    for gpus, x, top1 in ((4, 950.0, 0.70), (8, 1700.0, 0.68), (16, 3000.0, 0.65)):
+        write_run(runs, "g%d" % gpus, gpus, [100.0, x], top1=[0.3, top1], profile=PROFILE)
+    write_run(runs, "cosine-g4", 4, [100.0, 960.0], batch=16, top1=[0.4, 0.72], schedule="cosine")
+    site = tmp_path / "testsite.toml"
+    site.write_text(SITE)
+    return runs, site
+
+
+def test_report_writes_tables_markdown_and_every_plot(tmp_path, sweep):
+    runs, site = sweep
+    out = tmp_path / "report"
+    result = _report(runs, "--output", out, "--site", site)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == sorted(["report.md", *PLOTS])
+    for name in PLOTS:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = (out / "report.md").read_text()
+    scaling = {(row[0], row[1]): row for row in table_rows(text, "## Scaling")}
+    b8 = "scaling/testsite/resnet50/ddp/native b8"
+    # X = 950, 1700, 3000 on 4, 8, 16 GPUs -> S_G = X / 950, E_G = S_G / (G / 4)
+    assert [scaling[b8, g][4:7] for g in ("4", "8", "16")] == [
+        ["950.0", "1.00", "1.000"], ["1700.0", "1.79", "%.3f" % (1700 / 950 / 2)], ["3000.0", "3.16", "%.3f" % (3000 / 950 / 4)]]
+    assert scaling[b8, "16"][8:] == ["16.7", "66.7", "16.7"]  # comm/compute/data shares of PROFILE
+    assert scaling["scaling/testsite/resnet50/ddp/native b16", "4"][6] == "1.000"  # its own reference
+    verdicts = {row[1]: row[-2] for row in table_rows(text, "## Runs")}
+    assert verdicts == {"g4": "PASS -5.0%", "g8": "FAIL -15.0%", "g16": "-", "cosine-g4": "PASS -4.0%"}
+    assert str(runs / "scaling" / "g8" / "metrics.jsonl") in text
+    assert "E_G = S_G / (G / G_ref)" in text
+    assert "scaling/testsite/resnet50/ddp/native b8: runs" in result.output and "FAIL -15.0%" in result.output
+
+
+def test_report_overlays_the_model_when_the_site_has_a_network(tmp_path, sweep):
+    runs, site = sweep
+    out = tmp_path / "report"
+    _report(runs, "--output", out, "--site", site)
+    predicted = [row[7] for row in table_rows((out / "report.md").read_text(), "## Scaling") if row[0].endswith("b8")]
+    assert predicted[0] == "1.000" and "-" not in predicted  # the b8 group has profiles: pred. E_G filled
+    site.write_text(SITE.replace("[network]\nlatency_us = 5.0\nbandwidth_gbps_per_node = 800.0\n", ""))
+    _report(runs, "--output", out, "--site", site)
+    assert {row[7] for row in table_rows((out / "report.md").read_text(), "## Scaling")} == {"-"}
+
+
+def test_two_reports_of_the_same_runs_are_byte_identical(tmp_path, sweep):
+    runs, site = sweep
+    first, second = tmp_path / "one", tmp_path / "two"
+    assert _report(runs, "-o", first, "--site", site).exit_code == 0
+    assert _report(runs, "-o", second, "--site", site).exit_code == 0
+    for name in ["report.md", *PLOTS]:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def test_rejected_files_are_named_and_the_rest_reported(tmp_path, sweep):
+    runs, site = sweep
+    broken = runs / "scaling" / "broken" / "metrics.jsonl"
+    broken.parent.mkdir()
+    broken.write_text('{"schema": "dlaunch.metrics", "vers')
+    out = tmp_path / "report"
+    result = _report(runs, "-o", out, "--site", site)
+    assert result.exit_code == 1
+    assert "rejected: %s:1:" % broken in result.stderr
+    assert main(["report", str(runs), "-o", str(out), "--site", str(site)]) == 1
+    text = (out / "report.md").read_text()
+    assert "## Rejected files" in text and str(broken) in text and "1700.0" in text
+
+
+def test_no_valid_file_is_bad_input_and_writes_nothing(tmp_path, capsys):
+    foreign = tmp_path / "metrics.jsonl"
+    foreign.write_text('{"hello": 1}\n')
+    out = tmp_path / "report"
+    assert main(["report", str(foreign), "-o", str(out)]) == 2
+    stderr = capsys.readouterr().err
+    assert "rejected: %s:1: not a dlaunch.metrics record" % foreign in stderr
+    assert "dlaunch: error: no valid metrics files in %s" % foreign in stderr
+    assert main(["report", str(tmp_path / "missing"), "-o", str(out)]) == 2
+    assert "missing: no such file or directory" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_unknown_sites_of_runs_are_noted_not_fatal(tmp_path):
+    write_run(tmp_path / "runs", "g1", 1, [10.0], site="nosuchsite")
+    out = tmp_path / "report"
+    result = _report(tmp_path / "runs", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "nosuchsite" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_report_on_real_one_and_two_process_runs(tmp_path):
+    if not (ROOT / "train" / "__main__.py").exists():
+        pytest.skip("the trainer (train/__main__.py) is not there yet")
+    runs = tmp_path / "runs" / "real"
+    for nproc in (1, 2):
+        metrics = runs / ("np%d" % nproc) / "metrics.jsonl"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+               "-m", "train", "--model", "resnet18", "--image-size", "32", "--batch-size", "4", "--steps", "4",
+               "--data", "synthetic", "--device", "cpu", "--threads", "1", "--profile-steps", "2",
+               "--metrics", str(metrics)]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        subprocess.run(cmd, cwd=ROOT, env=env, check=True, timeout=300, capture_output=True)
+    out = tmp_path / "report"
+    result = _report(tmp_path / "runs", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == sorted(["report.md", *PLOTS])
+    rows = table_rows((out / "report.md").read_text(), "## Scaling")
+    assert [(row[1], row[6]) for row in rows][0] == ("1", "1.000") and [row[1] for row in rows] == ["1", "2"]
+    assert "resnet18" in result.output
