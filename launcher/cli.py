@@ -20,7 +20,7 @@ from launcher.render import render_script
 from launcher.request import FRAMEWORKS, TRAINER_FLAGS, LaunchRequest
 from launcher.rundir import RunDir, find_runs
 from launcher.schedulers import LocalScheduler, SlurmScheduler, scheduler_for
-from launcher.sites import Site, available_sites, load_site, resolve_site
+from launcher.sites import Site, available_sites, display_path, load_site, resolve_site
 from train.metrics_schema import MetricsError, read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -229,7 +229,7 @@ def show_status(runs: List[RunDir]) -> None:
         else:
             state = run.state or "not submitted"
         status, epochs, speed = _metrics_summary(run)
-        table.add_row(str(run.path), plan["site"], job, state, status, epochs, speed, str(run.metrics_path))
+        table.add_row(display_path(run.path), plan["site"], job, state, status, epochs, speed, display_path(run.metrics_path))
     out.print(table)
 
 
@@ -279,7 +279,7 @@ def sites(ctx: typer.Context) -> None:
     for name, path in available_sites().items():
         site = load_site(path)
         table.add_row(site.name, ", ".join(site.aliases), site.scheduler, str(site.gpus_per_node),
-                      site.container.runtime, str(path))
+                      site.container.runtime, display_path(path))
     out.print(table)
 
 
@@ -316,8 +316,8 @@ _TOP_LEVEL = {"--help", "-h"}
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the exit code (2: bad input, 1: the scheduler refused)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0].startswith("-") and args[0] not in _TOP_LEVEL:
+    args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
+    if args[0].startswith("-") and args[0] not in _TOP_LEVEL:
         args.insert(0, "run")
     try:
         result = app(args=args, prog_name="dlaunch", standalone_mode=False)

@@ -145,14 +145,15 @@ class Site(_Model):
         raise DlaunchError("--partition: %r is not a partition of site %s (known: %s)" % (name, self.name, known))
 
 
-def _display(path: Path) -> str:
+def display_path(path: Path) -> str:
+    """`path` relative to the working directory when it lies below it."""
     rel = os.path.relpath(path)
     return path.as_posix() if rel.startswith("..") else rel
 
 
 def load_site(path: Path) -> Site:
     """Read and validate one profile; errors name the file and the field."""
-    shown = _display(path)
+    shown = display_path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:

@@ -172,7 +172,7 @@ def test_hostile_values_fake_cluster_refused_or_inert(sandbox, site_name, field,
     for stale in root.glob("*.args"):
         stale.unlink()
     env = fake_env(fakes, root)
-    result = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True)
+    result = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True, cwd=root)
     assert not os.path.exists(MARK), (field, value, script)
     assert result.returncode == 0, result.stderr
     launcher = "srun" if site_obj.scheduler == "slurm" else "torchrun"

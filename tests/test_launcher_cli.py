@@ -1,0 +1,159 @@
+"""The `dlaunch` command line against fake Slurm commands on PATH (no cluster here)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.cli import main
+from launcher.errors import SchedulerError
+from launcher.schedulers import SlurmScheduler
+from test_launcher_fakes import install_fakes, read_args
+from train.metrics_schema import make_record
+
+JUWELS = ["--site", "juwels", "--nodes", "2", "--account", "proj42", "--experiment", "exp"]
+FAKE_SLURM = {
+    "sbatch": 'printf "%s\\0" "$@" > "$FAKE_LOG/sbatch.args"; echo "${SLURM_CONF:-none}" > "$FAKE_LOG/slurm_conf"; echo "4711;cluster"\n',
+    "squeue": 'echo RUNNING\n',
+    "scancel": 'printf "%s\\0" "$@" > "$FAKE_LOG/scancel.args"\n',
+}
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """A working directory with fake sbatch/squeue/scancel first on PATH and an existing image."""
+    fakes = install_fakes(tmp_path / "bin", FAKE_SLURM)
+    monkeypatch.setenv("PATH", "%s:%s" % (fakes, __import__("os").environ["PATH"]))
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path))
+    monkeypatch.setenv("SLURM_CONF", "/tmp/throwaway/slurm.conf")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "img.sif").write_text("")
+    return tmp_path
+
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+def test_issue_command_dry_run_prints_script_and_writes_nothing(tmp_path):
+    """`dlaunch --site juwels --nodes 256 --framework ddp` (no sub-command = run), as a real process."""
+    result = subprocess.run([sys.executable, "-m", "launcher.cli", "--site", "juwels", "--nodes", "256",
+                             "--framework", "ddp", "--account", "proj42", "--dry-run"],
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("#!/bin/bash\n#SBATCH --job-name=juwels-booster-ddp-resnet50\n#SBATCH --nodes=256\n")
+    assert "does not exist" in result.stderr  # the default image is only warned about in a dry run
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_input_exits_2_with_one_line_as_a_process(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--site", "juwels", "--nodes", "999",
+                             "--account", "p", "--dry-run"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr == "dlaunch: error: --nodes: 999 exceeds the 384 nodes of partition booster (site juwels-booster)\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--site", "nowhere"], "dlaunch: error: --site: unknown site 'nowhere'"),
+    (["--site", "local", "--framework", "mxnet"], "dlaunch: error: "),
+    (["--site", "juwels", "--nodes", "2", "--account", "p", "--time", "25:00:00"], "dlaunch: error: --time: 1-01:00:00 exceeds"),
+    (["--site", "juwels", "--nodes", "2", "--account", "p", "--image", "missing.sif"], "dlaunch: error: --image: "),
+    (["--site", "juwels", "--nodes", "2"], "dlaunch: error: --account: site juwels-booster needs an account"),
+])
+def test_bad_input_is_one_line_exit_2_nothing_written_or_submitted(fake_slurm, capsys, argv, message):
+    assert main(argv) == 2
+    assert error_line(capsys).startswith(message)
+    assert not (fake_slurm / "runs").exists() and not (fake_slurm / "sbatch.args").exists()
+
+
+def test_bad_profile_names_file_and_field(fake_slurm, capsys):
+    text = (Path(__file__).parents[1] / "sites" / "generic-slurm.toml").read_text()
+    Path("bad.toml").write_text(text.replace("max_nodes = 64", 'max_nodes = "many"'))
+    assert main(["sites", "check", "bad.toml"]) == 2
+    assert error_line(capsys) == "dlaunch: error: bad.toml: partitions.0.max_nodes: Input should be a valid integer, unable to parse string as an integer"
+    Path("bad.toml").write_text(text.replace('gpu_vendor = "nvidia"\n', ""))
+    assert main(["run", "--site", "bad.toml", "--dry-run"]) == 2
+    assert error_line(capsys) == "dlaunch: error: bad.toml: gpu_vendor: Field required"
+
+
+def test_run_submits_and_records_the_job(fake_slurm, capsys):
+    assert main(["run"] + JUWELS + ["--image", "img.sif", "--run-name", "r1", "--model", "resnet18"]) == 0
+    run = fake_slurm / "runs" / "exp" / "r1"
+    assert (run / "job_id").read_text() == "4711\n"
+    assert (run / "state").read_text() == "submitted\n"
+    assert (run / "checkpoints").is_dir()
+    assert read_args(fake_slurm / "sbatch.args") == ["--parsable", str(run / "job.sh")]
+    assert (fake_slurm / "slurm_conf").read_text() == "/tmp/throwaway/slurm.conf\n"
+    plan = json.loads((run / "plan.json").read_text())
+    assert plan["plan"]["trainer_argv"][-4:] == ["--metrics", str(run / "metrics.jsonl"), "--checkpoint-dir", str(run / "checkpoints")]
+    assert plan["request"]["trainer"] == {"model": "resnet18"}
+    assert subprocess.run(["bash", "-n", str(run / "job.sh")]).returncode == 0
+
+
+def test_refused_submission_shows_reason_and_is_recorded(fake_slurm, capsys):
+    install_fakes(fake_slurm / "bin", {"sbatch": 'echo "sbatch: error: Batch job submission failed: Invalid account" >&2; exit 1\n'})
+    assert main(["run"] + JUWELS + ["--image", "img.sif", "--run-name", "r1"]) == 1
+    assert error_line(capsys) == "dlaunch: error: sbatch refused the job: sbatch: error: Batch job submission failed: Invalid account"
+    assert (fake_slurm / "runs/exp/r1/state").read_text().startswith("submission failed: sbatch refused the job")
+
+
+def test_slurm_commands_time_out(fake_slurm):
+    install_fakes(fake_slurm / "bin", {"sbatch": "sleep 5\n"})
+    with pytest.raises(SchedulerError, match="sbatch did not answer within 0.2 s .*/tmp/throwaway/slurm.conf"):
+        SlurmScheduler(timeout_s=0.2).submit(fake_slurm / "job.sh", fake_slurm)
+
+
+def test_status_logs_cancel_and_resume(fake_slurm, capsys):
+    assert main(["run"] + JUWELS + ["--image", "img.sif", "--run-name", "r1"]) == 0
+    run = fake_slurm / "runs" / "exp" / "r1"
+    header = make_record("header", 1.0, run_id="x", argv=[], config={}, framework="ddp", loader="native",
+                         model="resnet50", device="cuda", world_size=8, nodes=2, hosts=[], batch_per_worker=64,
+                         global_batch=512, lr_scaled=0.8, versions={}, slurm_job_id="4711", site="juwels-booster",
+                         experiment="exp", image=None, git_revision=None)
+    epoch = make_record("epoch", 2.0, epoch=0, steps=10, images=5120, images_per_s=2560.0, epoch_time_s=2.0,
+                        data_wait_s=0.1, loss=6.9, lr=0.8)
+    (run / "metrics.jsonl").write_text(json.dumps(header) + "\n" + json.dumps(epoch) + "\n")
+    (run / "slurm-4711.out").write_text("epoch 0 done\n")
+    capsys.readouterr()
+    assert main(["status", str(fake_slurm / "runs")]) == 0
+    table = capsys.readouterr().out
+    assert "RUNNING" in table and "running" in table and "2560.0" in table
+    assert main(["logs", str(run)]) == 0
+    assert "epoch 0 done" in capsys.readouterr().out
+    assert main(["cancel", str(run)]) == 0
+    assert read_args(fake_slurm / "scancel.args") == ["4711"]
+    assert (run / "state").read_text() == "cancel requested\n"
+    assert main(["run", "--resume", str(run)]) == 0
+    assert "  --resume\n" in (run / "job.sh").read_text() or " --resume" in (run / "job.sh").read_text()
+    assert (run / "state").read_text() == "submitted\n"
+
+
+def test_sweep_is_one_experiment_with_one_job_per_node_count(fake_slurm, capsys):
+    assert main(["sweep", "--site", "juwels", "--nodes", "1,2,4", "--account", "p", "--image", "img.sif",
+                 "--experiment", "scaling"]) == 0
+    runs = sorted(p.name for p in (fake_slurm / "runs" / "scaling").iterdir())
+    assert runs == ["n0001", "n0002", "n0004"]
+    assert "#SBATCH --nodes=4\n" in (fake_slurm / "runs/scaling/n0004/job.sh").read_text()
+
+
+def test_sweep_refuses_all_before_writing_any(fake_slurm, capsys):
+    assert main(["sweep", "--site", "juwels", "--nodes", "1,512", "--account", "p", "--image", "img.sif"]) == 2
+    assert not (fake_slurm / "runs").exists()
+
+
+def test_user_sites_dir_and_sites_commands(fake_slurm, monkeypatch, capsys):
+    text = (Path(__file__).parents[1] / "sites" / "generic-slurm.toml").read_text()
+    (fake_slurm / "mysites").mkdir()
+    (fake_slurm / "mysites" / "mycluster.toml").write_text(text.replace('name = "generic-slurm"', 'name = "mycluster"')
+                                                           .replace('aliases = ["slurm"]', 'aliases = ["mine"]'))
+    monkeypatch.setenv("DLAUNCH_SITES_DIR", str(fake_slurm / "mysites"))
+    assert main(["sites"]) == 0
+    assert "mycluster" in capsys.readouterr().out
+    assert main(["sites", "show", "mine"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "mycluster"
+    assert main(["--site", "mine", "--dry-run", "--image", "img.sif"]) == 0
+    assert "#SBATCH --partition=gpu" in capsys.readouterr().out
