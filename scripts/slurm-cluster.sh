@@ -1,0 +1,267 @@
+#!/usr/bin/env bash
+# A throw-away Slurm cluster on this machine (root; Debian's slurmctld, slurmd, slurm-client, munge).
+#   slurm-cluster.sh start [--nodes N] [--cpus C] [--dir DIR]   start (a no-op when already running); prints slurm.conf
+#   slurm-cluster.sh stop [--dir DIR]                            cancel jobs, stop daemons, remove namespaces and bridge
+#   slurm-cluster.sh status [--dir DIR]                          exit 0 when running, 3 when stopped
+# --nodes 1 runs one slurmd on the host (node = this host's name, loopback). --nodes N>1 gives every node its own
+# network namespace dl-node<i> (address 10.77.0.<10+i>, host name dl-node<i>, interface dl0) on the bridge
+# dlaunch-br0 (10.77.0.1, where slurmctld listens). All state, spool, logs and the munge socket live under DIR
+# (default $DLAUNCH_SLURM_DIR or /tmp/dlaunch-slurm); `SLURM_CONF=DIR/etc/slurm.conf` is all a client needs.
+# DIR/cluster.env describes the running cluster (NODES, NODE_NAMES, CPUS_PER_NODE, IFNAME, ...).
+set -euo pipefail
+
+readonly BRIDGE=dlaunch-br0 SUBNET_PREFIX=10.77.0 BRIDGE_ADDR=10.77.0.1 NODE_IFNAME=dl0 NS_PREFIX=dl-node
+readonly MAX_NODES=50 START_TIMEOUT_S=30 CLIENT_TIMEOUT_S=10
+
+die() { echo "slurm-cluster.sh: $*" >&2; exit 2; }
+log() { echo "slurm-cluster.sh: $*" >&2; }
+usage() { sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+parse_args() {
+  NODES=1 CPUS=2 DIR=${DLAUNCH_SLURM_DIR:-/tmp/dlaunch-slurm}
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --nodes) [ $# -ge 2 ] || die "--nodes needs a value"; NODES=$2; shift 2 ;;
+      --cpus) [ $# -ge 2 ] || die "--cpus needs a value"; CPUS=$2; shift 2 ;;
+      --dir) [ $# -ge 2 ] || die "--dir needs a value"; DIR=$2; shift 2 ;;
+      *) die "unknown argument '$1' (see --help)" ;;
+    esac
+  done
+  [[ "$NODES" =~ ^[1-9][0-9]*$ ]] && [ "$NODES" -le $MAX_NODES ] || die "--nodes must be 1..$MAX_NODES, got '$NODES'"
+  [[ "$CPUS" =~ ^[1-9][0-9]*$ ]] && [ "$CPUS" -le 1024 ] || die "--cpus must be 1..1024, got '$CPUS'"
+  # The path ends up in slurm.conf, which has no quoting: keep it to plain characters.
+  [[ "$DIR" =~ ^/[A-Za-z0-9._/-]+$ ]] || die "--dir must be an absolute path of [A-Za-z0-9._/-], got '$DIR'"
+  DIR=${DIR%/}
+  CONF=$DIR/etc/slurm.conf
+}
+
+require_tools() {
+  [ "$(id -u)" -eq 0 ] || die "must run as root"
+  local t
+  for t in slurmctld slurmd munged scontrol sinfo squeue scancel ip nsenter unshare timeout flock; do
+    command -v "$t" >/dev/null || die "'$t' not found (scripts/bootstrap.sh full installs it)"
+  done
+}
+
+slurm() { SLURM_CONF=$CONF timeout "$CLIENT_TIMEOUT_S" "$@"; }
+alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+node_names() { if [ "$NODES" -eq 1 ]; then hostname -s; else for i in $(seq 1 "$NODES"); do echo "$NS_PREFIX$i"; done; fi; }
+node_addr() { if [ "$NODES" -eq 1 ]; then echo 127.0.0.1; else echo "$SUBNET_PREFIX.$((10 + $1))"; fi; }
+
+# Every daemon of the cluster described by DIR/cluster.env is alive.
+running() {
+  [ -f "$DIR/cluster.env" ] || return 1
+  local nodes; nodes=$(sed -n 's/^NODES=//p' "$DIR/cluster.env")
+  alive "$DIR/run/munged.pid" && alive "$DIR/run/slurmctld.pid" || return 1
+  local n
+  for n in $(sed -n 's/^NODE_NAMES=//p' "$DIR/cluster.env" | tr ',' ' '); do alive "$DIR/run/slurmd-$n.pid" || return 1; done
+  RUNNING_NODES=$nodes
+}
+
+write_config() {
+  local names addr_list first i
+  names=$(node_names | paste -sd, -)
+  mkdir -p "$DIR"/{etc,log,run,spool/ctld,munge,munge-run}
+  chmod 0700 "$DIR/munge"; chmod 0755 "$DIR/munge-run"
+  for i in $(seq 1 "$NODES"); do mkdir -p "$DIR/spool/$(node_names | sed -n "${i}p")" "$DIR/tmp/$(node_names | sed -n "${i}p")"; done
+  if [ "$NODES" -eq 1 ]; then ctld="localhost"; else ctld="localhost($BRIDGE_ADDR)"; fi
+  cat > "$CONF.tmp" <<EOF
+# Written by scripts/slurm-cluster.sh: a throw-away cluster; everything lives under $DIR.
+ClusterName=dlaunch
+SlurmctldHost=$ctld
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$DIR/munge-run/munge.socket.2
+StateSaveLocation=$DIR/spool/ctld
+SlurmdSpoolDir=$DIR/spool/%n
+TmpFS=$DIR/tmp/%n
+SlurmctldPidFile=$DIR/run/slurmctld.pid
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
+JobCompType=jobcomp/filetxt
+JobCompLoc=$DIR/log/jobcomp.log
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+ReturnToService=2
+MinJobAge=600
+KillWait=5
+MessageTimeout=10
+SlurmdTimeout=30
+InactiveLimit=0
+EOF
+  for i in $(seq 1 "$NODES"); do
+    echo "NodeName=$(node_names | sed -n "${i}p") NodeAddr=$(node_addr "$i") CPUs=$CPUS State=UNKNOWN" >> "$CONF.tmp"
+  done
+  echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >> "$CONF.tmp"
+  mv "$CONF.tmp" "$CONF"
+
+  # Name resolution inside the namespaces: every node and the controller.
+  { echo "127.0.0.1 localhost"
+    [ "$NODES" -eq 1 ] || echo "$BRIDGE_ADDR dlaunch-ctl"
+    for i in $(seq 1 "$NODES"); do echo "$(node_addr "$i") $(node_names | sed -n "${i}p")"; done
+  } > "$DIR/etc/hosts"
+
+  first=$(node_names | head -n1)
+  if [ "$NODES" -eq 1 ]; then addr_list=127.0.0.1 ifname=lo
+  else addr_list=$(for i in $(seq 1 "$NODES"); do node_addr "$i"; done | paste -sd, -) ifname=$NODE_IFNAME; fi
+  cat > "$DIR/cluster.env.tmp" <<EOF
+SLURM_CONF=$CONF
+NODES=$NODES
+NODE_NAMES=$names
+NODE_ADDRS=$addr_list
+FIRST_NODE=$first
+CPUS_PER_NODE=$CPUS
+IFNAME=$ifname
+PARTITION=debug
+EOF
+  mv "$DIR/cluster.env.tmp" "$DIR/cluster.env"
+}
+
+start_munge() {
+  [ -s "$DIR/munge/munge.key" ] || dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
+  chmod 0400 "$DIR/munge/munge.key"
+  munged --force --socket="$DIR/munge-run/munge.socket.2" --key-file="$DIR/munge/munge.key" \
+    --pid-file="$DIR/run/munged.pid" --log-file="$DIR/log/munged.log" --seed-file="$DIR/munge/munge.seed" 9>&-
+}
+
+create_network() {
+  local i name
+  ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
+  ip addr show dev "$BRIDGE" | grep -q "inet $BRIDGE_ADDR/" || ip addr add "$BRIDGE_ADDR/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  for i in $(seq 1 "$NODES"); do
+    name=$NS_PREFIX$i
+    [ -e "/run/netns/$name" ] && ip netns del "$name"
+    ip netns add "$name"
+    ip link add "dlveth$i" type veth peer name "$NODE_IFNAME" netns "$name"
+    ip link set "dlveth$i" master "$BRIDGE" up
+    nsenter --net="/run/netns/$name" sh -ec "ip link set lo up; ip addr add $(node_addr "$i")/24 dev $NODE_IFNAME; ip link set $NODE_IFNAME up"
+  done
+}
+
+start_slurmds() {
+  local i name
+  if [ "$NODES" -eq 1 ]; then slurmd -f "$CONF" -N "$(node_names)" 9>&-; return; fi
+  for i in $(seq 1 "$NODES"); do
+    name=$NS_PREFIX$i
+    # Not `ip netns exec`: it remounts /sys and hides /sys/fs/cgroup, which slurmd needs to see.
+    nsenter --net="/run/netns/$name" unshare --mount --uts \
+      sh -ec 'mount --bind "$1" /etc/hosts; hostname "$2"; exec slurmd -f "$3" -N "$2"' sh "$DIR/etc/hosts" "$name" "$CONF" 9>&-
+  done
+}
+
+wait_idle() {
+  local deadline=$((SECONDS + START_TIMEOUT_S)) idle
+  while [ $SECONDS -lt $deadline ]; do
+    idle=$(slurm sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l || true)
+    [ "$idle" -eq "$NODES" ] && return 0
+    sleep 0.3
+  done
+  die "nodes not idle after ${START_TIMEOUT_S}s; see $DIR/log/ ($(slurm sinfo -h -N -o '%N %T %E' 2>&1 | paste -sd';' -))"
+}
+
+cmd_start() {
+  if running; then
+    [ "$RUNNING_NODES" -eq "$NODES" ] || die "already running with $RUNNING_NODES nodes under $DIR; stop it first"
+    echo "$CONF"; return 0
+  fi
+  [ ! -f "$DIR/cluster.env" ] || stop_cluster   # half-running leftovers of an earlier start
+  if [ "$NODES" -gt 1 ] && ip link show "$BRIDGE" >/dev/null 2>&1; then
+    die "bridge $BRIDGE exists: another cluster is running (stop it with its --dir)"
+  fi
+  rm -rf "$DIR/spool" "$DIR/tmp" "$DIR/run"   # a fresh cluster: no jobs from an earlier one
+  write_config
+  start_munge
+  [ "$NODES" -eq 1 ] || create_network
+  slurmctld -f "$CONF" 9>&-
+  start_slurmds
+  wait_idle
+  log "running: $NODES node(s) $(sed -n 's/^NODE_NAMES=//p' "$DIR/cluster.env"); export SLURM_CONF=$CONF"
+  echo "$CONF"
+}
+
+# TERM the daemons named by pid files, KILL what is left after 10 s.
+stop_daemons() {
+  local pids=() pf pid i any_alive
+  for pf in "$@"; do [ -s "$pf" ] && pids+=("$(cat "$pf")"); done
+  if [ ${#pids[@]} -gt 0 ]; then
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    for i in $(seq 1 100); do
+      any_alive=false
+      for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && any_alive=true; done
+      $any_alive || break
+      sleep 0.1
+    done
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+  fi
+  rm -f "$@"
+}
+
+stop_cluster() {
+  local names jobs ns pids i
+  names=$(sed -n 's/^NODE_NAMES=//p' "$DIR/cluster.env" 2>/dev/null | tr ',' ' ')
+  if alive "$DIR/run/slurmctld.pid"; then
+    jobs=$(slurm squeue -h -o %A 2>/dev/null || true)
+    if [ -n "$jobs" ]; then
+      slurm scancel $jobs 2>/dev/null || true
+      for i in $(seq 1 50); do   # KillWait=5: steps end within a few seconds
+        [ -z "$(slurm squeue -h -t running,completing,configuring,pending -o %A 2>/dev/null)" ] && break
+        sleep 0.2
+      done
+    fi
+  fi
+  stop_daemons "$DIR"/run/slurm*.pid
+  for ns in $names; do
+    [ -e "/run/netns/$ns" ] || continue
+    pids=$(ip netns pids "$ns" 2>/dev/null || true)   # job steps that outlived their slurmd
+    if [ -n "$pids" ]; then
+      kill -KILL $pids 2>/dev/null || true
+    fi
+    ip netns del "$ns"
+  done
+  ! ip link show "$BRIDGE" >/dev/null 2>&1 || ip link del "$BRIDGE"
+  stop_daemons "$DIR/run/munged.pid"
+  rm -f "$DIR/cluster.env" "$DIR/munge-run/munge.socket.2"*
+}
+
+cmd_stop() {
+  if [ ! -f "$DIR/cluster.env" ] && [ ! -d "$DIR/run" ]; then log "nothing running under $DIR"; return 0; fi
+  stop_cluster
+  log "stopped (logs kept in $DIR/log)"
+}
+
+cmd_status() {
+  local pf
+  if ! running; then echo "stopped ($DIR)"; return 3; fi
+  echo "running: $RUNNING_NODES node(s); SLURM_CONF=$CONF"
+  for pf in "$DIR"/run/*.pid; do echo "  $(basename "$pf" .pid) pid $(cat "$pf")"; done
+  slurm sinfo -N -o '%N %T %c %P' || echo "  sinfo did not answer within ${CLIENT_TIMEOUT_S}s"
+}
+
+main() {
+  [ $# -ge 1 ] || usage
+  local cmd=$1; shift
+  case "$cmd" in
+    -h|--help|help) usage ;;
+    start|stop|status) parse_args "$@" ;;
+    *) die "unknown command '$cmd' (start|stop|status)" ;;
+  esac
+  require_tools
+  mkdir -p "$DIR"
+  exec 9>"$DIR/.lock"
+  flock -w 60 9 || die "another slurm-cluster.sh holds $DIR/.lock"
+  "cmd_$cmd"
+}
+
+main "$@"
