@@ -101,10 +101,11 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None) -> Tuple[Sit
     image = None
     if site.container.runtime != "none":
         image = os.path.abspath(request.image) if request.image else _default_image(request.framework)
+    revision = git_revision()
     plan = build_plan(site, dataclasses.replace(request, experiment=experiment), run_dir=os.path.abspath(run_dir),
-                      git_revision=git_revision(), image=image, environ=os.environ)
+                      git_revision=revision, image=image, environ=os.environ)
     header = "dlaunch %s: site %s, %s, %d node(s) x %d processes" % (
-        (git_revision() or "unknown")[:12], site.name, plan.framework, plan.nodes, plan.nproc_per_node)
+        (revision or "unknown")[:12], site.name, plan.framework, plan.nodes, plan.nproc_per_node)
     return site, plan, render_script(plan, header)
 
 
@@ -144,7 +145,7 @@ def run(site: Site_ = None, framework: Framework = "ddp",
         partition: Partition = None, time_limit: TimeLimit = "01:00:00", account: Account = None,
         image: Image = None, output: Output = "runs", experiment: Experiment = None,
         run_name: Annotated[Optional[str], typer.Option(help="run directory name (default: a time stamp)")] = None,
-        resume: Annotated[Optional[Path], typer.Option(help="resubmit this run directory from its checkpoint")] = None,
+        resume: Annotated[Optional[Path], typer.Option(help="resubmit this run directory from its checkpoint (all other options come from its plan.json)")] = None,
         dry_run: DryRun = False, trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
     """Render a job for a site and submit it (or run it here with --site local)."""
     if resume is not None:

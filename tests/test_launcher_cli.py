@@ -157,3 +157,17 @@ def test_user_sites_dir_and_sites_commands(fake_slurm, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["name"] == "mycluster"
     assert main(["--site", "mine", "--dry-run", "--image", "img.sif"]) == 0
     assert "#SBATCH --partition=gpu" in capsys.readouterr().out
+
+
+def test_launcher_never_imports_torch():
+    code = "import sys, launcher.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_make_demo_command_renders_a_two_worker_torchrun(fake_slurm, capsys):
+    """The README/Makefile demo: `dlaunch run --site local --gpus 2 ...` (here as a dry run)."""
+    assert main(["run", "--site", "local", "--gpus", "2", "--model", "resnet50", "--data", "synthetic",
+                 "--batch-size", "16", "--steps", "30", "--warmup-steps", "5", "--dry-run"]) == 0
+    script = capsys.readouterr().out
+    assert "exec torchrun --standalone --nnodes=1 --nproc_per_node=2 -m train \\\n  --framework ddp \\\n  --model resnet50" in script
+    assert not (fake_slurm / "runs").exists()
