@@ -19,7 +19,7 @@ from launcher.plan import LaunchPlan, build_plan
 from launcher.render import render_script
 from launcher.request import FRAMEWORKS, TRAINER_FLAGS, LaunchRequest
 from launcher.rundir import RunDir, find_runs
-from launcher.schedulers import LocalScheduler, SlurmScheduler, scheduler_for
+from launcher.schedulers import SlurmScheduler, scheduler_for
 from launcher.sites import Site, available_sites, display_path, load_site, resolve_site
 from train.metrics_schema import MetricsError, read_metrics
 

@@ -1,5 +1,6 @@
 """The `dlaunch` command line against fake Slurm commands on PATH (no cluster here)."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ FAKE_SLURM = {
 def fake_slurm(tmp_path, monkeypatch):
     """A working directory with fake sbatch/squeue/scancel first on PATH and an existing image."""
     fakes = install_fakes(tmp_path / "bin", FAKE_SLURM)
-    monkeypatch.setenv("PATH", "%s:%s" % (fakes, __import__("os").environ["PATH"]))
+    monkeypatch.setenv("PATH", "%s:%s" % (fakes, os.environ["PATH"]))
     monkeypatch.setenv("FAKE_LOG", str(tmp_path))
     monkeypatch.setenv("SLURM_CONF", "/tmp/throwaway/slurm.conf")
     monkeypatch.chdir(tmp_path)
@@ -128,7 +129,7 @@ def test_status_logs_cancel_and_resume(fake_slurm, capsys):
     assert read_args(fake_slurm / "scancel.args") == ["4711"]
     assert (run / "state").read_text() == "cancel requested\n"
     assert main(["run", "--resume", str(run)]) == 0
-    assert "  --resume\n" in (run / "job.sh").read_text() or " --resume" in (run / "job.sh").read_text()
+    assert (run / "job.sh").read_text().endswith(" \\\n  --resume\n")
     assert (run / "state").read_text() == "submitted\n"
 
 

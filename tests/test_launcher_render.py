@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from launcher.errors import DlaunchError
+from launcher.plan import build_plan
+from launcher.render import render_script
 from launcher.request import FRAMEWORKS, LaunchRequest
 from launcher.sites import SHIPPED_SITES_DIR, Site, load_site
 from test_launcher_fakes import fake_env, install_fakes, read_args, script_for
@@ -158,8 +160,6 @@ def test_hostile_values_fake_cluster_refused_or_inert(sandbox, site_name, field,
     root, fakes = sandbox
     try:
         site_obj, request, run_dir, image = _hostile_case(field, value, site_name)
-        from launcher.plan import build_plan
-        from launcher.render import render_script
         if image is None and site_obj.container.runtime != "none":
             image = "/images/current-ddp.sif"
         plan = build_plan(site_obj, request, run_dir=run_dir, git_revision="0" * 40, image=image, environ={})
@@ -198,7 +198,6 @@ def test_trainer_flags_are_the_trainers():
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_rendered_trainer_argv_is_accepted_by_the_trainer(framework):
-    from launcher.plan import build_plan
     from train.config import parse_config
 
     request = LaunchRequest(site="local", framework=framework, trainer=TRAINER + (("zero-stage", "2"), ("amp", "bf16")))
