@@ -20,7 +20,7 @@ from launcher.render import render_script
 from launcher.request import FRAMEWORKS, TRAINER_FLAGS, LaunchRequest
 from launcher.rundir import RunDir, find_runs
 from launcher.schedulers import SlurmScheduler, scheduler_for
-from launcher.sites import Site, available_sites, display_path, load_site, resolve_site
+from launcher.sites import available_sites, display_path, load_site, resolve_site
 from train.metrics_schema import MetricsError, read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,24 +89,23 @@ def _default_image(framework: str) -> str:
     return str(images.default_image(framework))
 
 
-def prepare(request: LaunchRequest, run_dir: Optional[Path] = None) -> Tuple[Site, LaunchPlan, str]:
-    """Resolve the site, check the request and render the script (nothing is written)."""
+def prepare(request: LaunchRequest, run_dir: Optional[Path] = None) -> Tuple[LaunchRequest, LaunchPlan, str]:
+    """Resolve the site, complete and check the request, render the script (nothing is written)."""
     if not request.site:
         raise DlaunchError("--site: required (see `dlaunch sites`)")
     site = resolve_site(request.site)
     experiment = request.experiment or "%s-%s-%s" % (site.name, request.framework, request.option("model", "resnet50"))
+    image = request.image
+    if site.container.runtime != "none" and not image:
+        image = _default_image(request.framework)
+    request = dataclasses.replace(request, experiment=experiment, image=image).normalized()
     if run_dir is None:
-        name = request.run_name or time.strftime("%Y%m%d-%H%M%S")
-        run_dir = Path(request.output) / experiment / name
-    image = None
-    if site.container.runtime != "none":
-        image = os.path.abspath(request.image) if request.image else _default_image(request.framework)
+        run_dir = Path(request.output) / experiment / (request.run_name or time.strftime("%Y%m%d-%H%M%S"))
     revision = git_revision()
-    plan = build_plan(site, dataclasses.replace(request, experiment=experiment), run_dir=os.path.abspath(run_dir),
-                      git_revision=revision, image=image, environ=os.environ)
+    plan = build_plan(site, request, run_dir=str(run_dir), git_revision=revision, image=request.image, environ=os.environ)
     header = "dlaunch %s: site %s, %s, %d node(s) x %d processes" % (
         (revision or "unknown")[:12], site.name, plan.framework, plan.nodes, plan.nproc_per_node)
-    return site, plan, render_script(plan, header)
+    return request, plan, render_script(plan, header)
 
 
 def submit(request: LaunchRequest, plan: LaunchPlan, script: str, run: RunDir) -> int:
@@ -151,12 +150,12 @@ def run(site: Site_ = None, framework: Framework = "ddp",
     if resume is not None:
         existing = RunDir.open(resume)
         request = dataclasses.replace(LaunchRequest.from_dict(existing.plan()["request"]), resume=True)
-        _, plan, script = prepare(request, run_dir=existing.path)
+        request, plan, script = prepare(request, run_dir=existing.path.resolve())
     else:
         request = LaunchRequest(site=site, framework=framework, nodes=nodes, gpus=gpus, partition=partition,
-                           time=time_limit, account=account, image=image, output=output, experiment=experiment,
-                           run_name=run_name, trainer=trainer)
-        _, plan, script = prepare(request)
+                               time=time_limit, account=account, image=image, output=output, experiment=experiment,
+                               run_name=run_name, trainer=trainer)
+        request, plan, script = prepare(request)
     _check_image(plan, dry_run)
     if dry_run:
         out.out(script, end="")
@@ -191,9 +190,9 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
     jobs = []
     for count in _counts(flag, text or ""):
         request = LaunchRequest(site=site, framework=framework, partition=partition, time=time_limit, account=account,
-                           image=image, output=output, experiment=experiment,
-                           run_name="%s%04d" % (key[0], count), trainer=trainer, **{key: count})
-        _, plan, script = prepare(request)
+                                image=image, output=output, experiment=experiment,
+                                run_name="%s%04d" % (key[0], count), trainer=trainer, **{key: count})
+        request, plan, script = prepare(request)
         _check_image(plan, dry_run)
         jobs.append((request, plan, script))
     if dry_run:

@@ -87,9 +87,6 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     runtime = runtime_for(site.container)
     experiment = request.experiment or "default"
     data = request.option("data")
-    if data not in (None, "synthetic"):
-        data = os.path.abspath(data)
-        request = dataclasses.replace(request, trainer=tuple((k, data if k == "data" else v) for k, v in request.trainer))
     sbatch: Tuple[str, ...] = ()
     binds: Tuple[str, ...] = ()
     if site.scheduler == "slurm":

@@ -1,5 +1,6 @@
 """What the user asks for: a `LaunchRequest`, and the trainer flags it passes through."""
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
@@ -100,6 +101,16 @@ class LaunchRequest:
     def option(self, name: str, default: Any = None) -> Any:
         """The value of trainer flag `name` if the user set it."""
         return dict(self.trainer).get(name, default)
+
+    def normalized(self) -> "LaunchRequest":
+        """Paths made absolute (site file, image, output, data), so the run can be resumed from anywhere."""
+        def absolute(path: Optional[str]) -> Optional[str]:
+            return os.path.abspath(path) if path else path
+        site = absolute(self.site) if self.site.endswith(".toml") or os.sep in self.site else self.site
+        data = self.option("data")
+        trainer = tuple((k, absolute(v) if k == "data" and v != "synthetic" else v) for k, v in self.trainer)
+        return dataclasses.replace(self, site=site, image=absolute(self.image), output=absolute(self.output),
+                                   trainer=trainer if data else self.trainer)
 
     def to_dict(self) -> Dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -92,6 +92,8 @@ def test_run_submits_and_records_the_job(fake_slurm, capsys):
     plan = json.loads((run / "plan.json").read_text())
     assert plan["plan"]["trainer_argv"][-4:] == ["--metrics", str(run / "metrics.jsonl"), "--checkpoint-dir", str(run / "checkpoints")]
     assert plan["request"]["trainer"] == {"model": "resnet18"}
+    # paths are stored absolute, so `run --resume` works from any directory
+    assert (plan["request"]["image"], plan["request"]["output"]) == (str(fake_slurm / "img.sif"), str(fake_slurm / "runs"))
     assert subprocess.run(["bash", "-n", str(run / "job.sh")]).returncode == 0
 
 

@@ -133,7 +133,7 @@ def _hostile_case(field: str, value: str, site_name: str):
     elif field == "output":
         run_dir = "/scratch/" + value + "/exp/run"
     elif field in ("data", "schedule", "model"):
-        request["trainer"] = ((field, value),)
+        request["trainer"] = ((field, "/data/" + value if field == "data" else value),)
     elif field == "env":
         profile["env"] = {"HOSTILE": value}
     elif field == "bind":
@@ -178,7 +178,7 @@ def test_hostile_values_fake_cluster_refused_or_inert(sandbox, site_name, field,
     launcher = "srun" if site_obj.scheduler == "slurm" else "torchrun"
     argv = read_args(root / ("%s.args" % launcher))
     if field in ("data", "schedule", "model"):
-        expected = os.path.abspath(value) if field == "data" else value
+        expected = "/data/" + value if field == "data" else value
         assert argv[argv.index("--" + field) + 1] == expected
     if field == "output":
         assert argv[argv.index("--metrics") + 1] == os.path.join(run_dir, "metrics.jsonl")
