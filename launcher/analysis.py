@@ -20,6 +20,9 @@ from pathlib import Path
 from statistics import mean
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
+from rich import box
+from rich.table import Table
+
 from launcher.errors import DlaunchError
 from launcher.sites import Reference
 from train.metrics_schema import Metrics, MetricsError, read_metrics
@@ -242,3 +245,14 @@ def verdict(run: Run, references: Sequence[Reference]) -> Optional[Verdict]:
             return Verdict(ref, run.throughput)
     return None
 
+
+
+def rich_table(title: Optional[str], headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    """A console table whose cells keep their full width on narrow terminals (headers wrap at spaces)."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), pad_edge=False, collapse_padding=True)
+    for i, header in enumerate(headers):
+        widest = max([len(word) for word in header.split()] + [len(row[i]) for row in rows])
+        table.add_column(header, min_width=widest)
+    for row in rows:
+        table.add_row(*row)
+    return table

@@ -13,6 +13,11 @@ Per step on p GPUs (data parallel, fixed batch per GPU):
 Horovod tensor fusion); the last bucket never overlaps, hence a default of 0.5. The comm share is
 comm / (comm + compute + data) with the full, un-overlapped comm time: the normalisation of kernel
 time tables such as Aach et al. 2023, Table 2a, renormalised to those three parts.
+
+A site's nominal network (`[network]`) ignores what NCCL kernels also spend waiting for slower
+ranks; `calibrate` fits effective latency and bandwidths to measured comm shares instead
+(`dlaunch predict --calibrated dali|native` uses the published table; errors in
+benchmarks/README.md).
 """
 import csv
 from dataclasses import dataclass
@@ -22,9 +27,8 @@ from typing import Annotated, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from launcher.analysis import load_runs
+from launcher.analysis import load_runs, rich_table
 from launcher.errors import DlaunchError
 from launcher.sites import Site, resolve_site
 
@@ -233,13 +237,13 @@ def workload_from_options(model: Optional[str], compute_ms: Optional[float], dat
     return model, Workload(compute_ms / 1e3, batch, gradient_bytes(model), (data_ms or 0.0) / 1e3)
 
 
-def prediction_table(predictions: Sequence[Prediction]) -> Table:
-    table = Table("GPUs", "nodes", "step ms", "comm ms", "exposed comm ms", "images/s", "S_G", "E_G", "comm %")
-    for p in predictions:
-        table.add_row(str(p.gpus), str(p.nodes), "%.2f" % (1e3 * p.step_s), "%.2f" % (1e3 * p.comm_s),
-                      "%.2f" % (1e3 * p.exposed_comm_s), "%.1f" % p.images_per_s, "%.2f" % p.speedup,
-                      "%.3f" % p.efficiency, "%.1f" % (100 * p.comm_share))
-    return table
+PREDICTION_HEADERS = ["GPUs", "nodes", "step ms", "comm ms", "exposed comm ms", "images/s", "S_G", "E_G", "comm %"]
+
+
+def prediction_rows(predictions: Sequence[Prediction]) -> List[List[str]]:
+    return [[str(p.gpus), str(p.nodes), "%.2f" % (1e3 * p.step_s), "%.2f" % (1e3 * p.comm_s),
+             "%.2f" % (1e3 * p.exposed_comm_s), "%.1f" % p.images_per_s, "%.2f" % p.speedup,
+             "%.3f" % p.efficiency, "%.1f" % (100 * p.comm_share)] for p in predictions]
 
 
 def predict_command(
@@ -251,6 +255,7 @@ def predict_command(
     batch: Annotated[Optional[int], typer.Option(help="Batch per GPU the compute time was measured with.")] = None,
     from_run: Annotated[Optional[Path], typer.Option(help="Run directory or metrics file with a profile record.")] = None,
     overlap: Annotated[float, typer.Option(min=0.0, max=1.0, help="Fraction of the all-reduce hidden behind back-propagation.")] = DEFAULT_OVERLAP,
+    calibrated: Annotated[Optional[str], typer.Option(help="Instead of the site's nominal network, effective parameters fitted to Aach et al. 2023 Table 2a: 'dali' or 'native' column (ResNet-50 DDP, JUWELS Booster).")] = None,
 ) -> None:
     """Predict step time, throughput and E_G over GPU counts with a ring all-reduce model."""
     counts = parse_gpu_counts(gpus)
@@ -259,7 +264,12 @@ def predict_command(
     if network is None:
         raise DlaunchError("--site: site %s has no [network] section (latency_us, bandwidth_gbps_per_node)" % profile.name)
     model_name, workload = workload_from_options(model, compute_ms, data_ms, batch, from_run)
-    console = Console()
+    if calibrated is not None:
+        published = load_published()
+        if calibrated not in published:
+            raise DlaunchError("--calibrated: %r is not a column of %s (dali, native)" % (calibrated, AACH2023_TABLE2A.name))
+        network = calibrate([(r.gpus, r.comm_share) for r in published[calibrated]], workload, network.gpus_per_node)
+    console = Console(soft_wrap=True)
     console.print(
         "%s on %s: %.1f MB fp32 gradients, compute %.2f ms + data %.2f ms per step, batch %d per GPU; "
         "latency %.2f us per hop, %.0f Gbit/s per node of %d GPUs, %.0f Gbit/s per GPU in a node, overlap %.2f"
@@ -268,4 +278,4 @@ def predict_command(
            network.intra_node_gbps, overlap),
         markup=False, highlight=False,
     )
-    console.print(prediction_table(predict(workload, network, counts, overlap)))
+    console.print(rich_table(None, PREDICTION_HEADERS, prediction_rows(predict(workload, network, counts, overlap))))

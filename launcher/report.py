@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Annotated, Callable, Dict, List, Optional, Sequence, Tuple
 
 import typer
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
-from launcher.analysis import GroupKey, Run, ScalingPoint, group_runs, load_runs, scaling, verdict
+from launcher.analysis import GroupKey, Run, ScalingPoint, group_runs, load_runs, rich_table, scaling, verdict
 from launcher.errors import DlaunchError
 from launcher.perfmodel import MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site, predict
 from launcher.sites import Site, resolve_site
@@ -109,17 +107,6 @@ def markdown_table(headers: Sequence[str], groups: Sequence[Tuple[GroupResult, L
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def rich_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
-    """Cells keep their full width on narrow terminals (headers wrap at spaces)."""
-    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), pad_edge=False, collapse_padding=True)
-    for i, header in enumerate(headers):
-        widest = max([len(word) for word in header.split()] + [len(row[i]) for row in rows])
-        table.add_column(header, min_width=widest)
-    for row in rows:
-        table.add_row(*row)
-    return table
 
 
 def write_atomic(path: Path, write: Callable[[str], None]) -> None:

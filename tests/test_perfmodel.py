@@ -1,8 +1,8 @@
 """launcher/perfmodel.py: the ring all-reduce model, its calibration against Aach et al. 2023, `predict`."""
 import pytest
-import typer
 from typer.testing import CliRunner
 
+from launcher.cli import app
 from launcher.errors import DlaunchError
 from launcher.perfmodel import (
     Interconnect,
@@ -11,7 +11,6 @@ from launcher.perfmodel import (
     gradient_bytes,
     load_published,
     predict,
-    predict_command,
     workload_from_options,
 )
 from test_analysis import write_run
@@ -95,10 +94,8 @@ def test_calibrated_model_reproduces_the_published_comm_shares(loader):
     assert max(errors) <= MAX_ERROR_PP[loader]
 
 
-def _predict_app() -> typer.Typer:
-    app = typer.Typer()
-    app.command("predict")(predict_command)
-    return app
+def _predict(*args: object):
+    return RUNNER.invoke(app, ["predict", *(str(a) for a in args)])
 
 
 @pytest.fixture
@@ -113,9 +110,8 @@ def site_file(tmp_path):
 
 
 def test_predict_prints_the_curve(site_file):
-    result = RUNNER.invoke(_predict_app(), ["--site", str(site_file), "--model", "resnet50",
-                                                 "--compute-ms", "200", "--data-ms", "50", "--batch", "64",
-                                                 "--gpus", "4,8,1024", "--overlap", "0"])
+    result = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--data-ms", "50",
+                      "--batch", "64", "--gpus", "4,8,1024", "--overlap", "0")
     assert result.exit_code == 0, result.output
     expected = predict(RESNET50, JUWELS_LIKE, [4, 8, 1024], overlap=0.0)
     for p in expected:
@@ -127,7 +123,7 @@ def test_predict_prints_the_curve(site_file):
 def test_predict_takes_compute_time_and_batch_from_a_run(tmp_path, site_file):
     run = write_run(tmp_path, "profiled", 4, [100.0], batch=64,
                     profile=dict(step_s=0.3, compute_s=0.2, comm_s=0.05, data_s=0.05))
-    result = RUNNER.invoke(_predict_app(), ["--site", str(site_file), "--from-run", str(run.parent), "--gpus", "8"])
+    result = _predict("--site", site_file, "--from-run", run.parent, "--gpus", "8")
     assert result.exit_code == 0, result.output
     (expected,) = predict(RESNET50, JUWELS_LIKE, [8])
     assert "%.1f" % expected.images_per_s in result.output
@@ -142,16 +138,27 @@ def test_predict_takes_compute_time_and_batch_from_a_run(tmp_path, site_file):
 def test_predict_rejects_bad_flags_by_name(site_file, args, message):
     base = {"--model": "resnet50", "--compute-ms": "200", "--batch": "64", "--gpus": "4,8"}
     base.update(dict(zip(args[::2], args[1::2])))
-    argv = ["--site", str(site_file)] + [x for kv in base.items() for x in kv]
-    result = RUNNER.invoke(_predict_app(), argv)
+    result = _predict("--site", site_file, *[x for kv in base.items() for x in kv])
     assert isinstance(result.exception, DlaunchError) and message in str(result.exception)
 
 
 def test_predict_needs_a_site_with_network_and_a_profiled_run(tmp_path, site_file):
     site_file.write_text(site_file.read_text().split("[network]")[0])
-    result = RUNNER.invoke(_predict_app(), ["--site", str(site_file), "--model", "resnet50",
-                                                 "--compute-ms", "1", "--batch", "1"])
+    result = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "1", "--batch", "1")
     assert isinstance(result.exception, DlaunchError) and "no [network] section" in str(result.exception)
     run = write_run(tmp_path, "unprofiled", 4, [100.0])
     with pytest.raises(DlaunchError, match="no profile record"):
         workload_from_options(None, None, None, None, run)
+
+
+def test_predict_calibrated_to_the_published_column(site_file):
+    result = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--data-ms", "50",
+                      "--batch", "64", "--gpus", "4,1024", "--calibrated", "dali")
+    assert result.exit_code == 0, result.output
+    published = {r.gpus: r for r in load_published()["dali"]}
+    network = calibrate([(r.gpus, r.comm_share) for r in published.values()], RESNET50, gpus_per_node=4)
+    for p in predict(RESNET50, network, [4, 1024]):
+        assert "%.3f" % p.efficiency in result.output and "%.1f" % (100 * p.comm_share) in result.output
+        assert abs(p.comm_share - published[p.gpus].comm_share) <= MAX_ERROR_PP["dali"] / 100
+    bad = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "1", "--batch", "1", "--calibrated", "x")
+    assert isinstance(bad.exception, DlaunchError) and "--calibrated" in str(bad.exception)
