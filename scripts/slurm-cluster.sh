@@ -45,7 +45,7 @@ require_tools() {
 
 slurm() { SLURM_CONF=$CONF timeout "$CLIENT_TIMEOUT_S" "$@"; }
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
-node_names() { if [ "$NODES" -eq 1 ]; then hostname -s; else for i in $(seq 1 "$NODES"); do echo "$NS_PREFIX$i"; done; fi; }
+node_name() { if [ "$NODES" -eq 1 ]; then hostname -s; else echo "$NS_PREFIX$1"; fi; }
 node_addr() { if [ "$NODES" -eq 1 ]; then echo 127.0.0.1; else echo "$SUBNET_PREFIX.$((10 + $1))"; fi; }
 
 # Every daemon of the cluster described by DIR/cluster.env is alive.
@@ -59,11 +59,11 @@ running() {
 }
 
 write_config() {
-  local names addr_list first i
-  names=$(node_names | paste -sd, -)
+  local names addr_list first i ctld ifname
+  names=$(for i in $(seq 1 "$NODES"); do node_name "$i"; done | paste -sd, -)
   mkdir -p "$DIR"/{etc,log,run,spool/ctld,munge,munge-run}
   chmod 0700 "$DIR/munge"; chmod 0755 "$DIR/munge-run"
-  for i in $(seq 1 "$NODES"); do mkdir -p "$DIR/spool/$(node_names | sed -n "${i}p")" "$DIR/tmp/$(node_names | sed -n "${i}p")"; done
+  for i in $(seq 1 "$NODES"); do mkdir -p "$DIR/spool/$(node_name "$i")" "$DIR/tmp/$(node_name "$i")"; done
   if [ "$NODES" -eq 1 ]; then ctld="localhost"; else ctld="localhost($BRIDGE_ADDR)"; fi
   cat > "$CONF.tmp" <<EOF
 # Written by scripts/slurm-cluster.sh: a throw-away cluster; everything lives under $DIR.
@@ -101,7 +101,7 @@ SlurmdTimeout=30
 InactiveLimit=0
 EOF
   for i in $(seq 1 "$NODES"); do
-    echo "NodeName=$(node_names | sed -n "${i}p") NodeAddr=$(node_addr "$i") CPUs=$CPUS State=UNKNOWN" >> "$CONF.tmp"
+    echo "NodeName=$(node_name "$i") NodeAddr=$(node_addr "$i") CPUs=$CPUS State=UNKNOWN" >> "$CONF.tmp"
   done
   echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >> "$CONF.tmp"
   mv "$CONF.tmp" "$CONF"
@@ -109,10 +109,10 @@ EOF
   # Name resolution inside the namespaces: every node and the controller.
   { echo "127.0.0.1 localhost"
     [ "$NODES" -eq 1 ] || echo "$BRIDGE_ADDR dlaunch-ctl"
-    for i in $(seq 1 "$NODES"); do echo "$(node_addr "$i") $(node_names | sed -n "${i}p")"; done
+    for i in $(seq 1 "$NODES"); do echo "$(node_addr "$i") $(node_name "$i")"; done
   } > "$DIR/etc/hosts"
 
-  first=$(node_names | head -n1)
+  first=$(node_name 1)
   if [ "$NODES" -eq 1 ]; then addr_list=127.0.0.1 ifname=lo
   else addr_list=$(for i in $(seq 1 "$NODES"); do node_addr "$i"; done | paste -sd, -) ifname=$NODE_IFNAME; fi
   cat > "$DIR/cluster.env.tmp" <<EOF
@@ -138,7 +138,7 @@ start_munge() {
 create_network() {
   local i name
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
-  ip addr show dev "$BRIDGE" | grep -q "inet $BRIDGE_ADDR/" || ip addr add "$BRIDGE_ADDR/24" dev "$BRIDGE"
+  [[ "$(ip -4 -o addr show dev "$BRIDGE")" == *" $BRIDGE_ADDR/"* ]] || ip addr add "$BRIDGE_ADDR/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   for i in $(seq 1 "$NODES"); do
     name=$NS_PREFIX$i
@@ -152,7 +152,7 @@ create_network() {
 
 start_slurmds() {
   local i name
-  if [ "$NODES" -eq 1 ]; then slurmd -f "$CONF" -N "$(node_names)" 9>&-; return; fi
+  if [ "$NODES" -eq 1 ]; then slurmd -f "$CONF" -N "$(node_name 1)" 9>&-; return; fi
   for i in $(seq 1 "$NODES"); do
     name=$NS_PREFIX$i
     # Not `ip netns exec`: it remounts /sys and hides /sys/fs/cgroup, which slurmd needs to see.
@@ -210,7 +210,8 @@ stop_daemons() {
 
 stop_cluster() {
   local names jobs ns pids i
-  names=$(sed -n 's/^NODE_NAMES=//p' "$DIR/cluster.env" 2>/dev/null | tr ',' ' ')
+  names=
+  [ ! -f "$DIR/cluster.env" ] || names=$(sed -n 's/^NODE_NAMES=//p' "$DIR/cluster.env" | tr ',' ' ')
   if alive "$DIR/run/slurmctld.pid"; then
     jobs=$(slurm squeue -h -o %A 2>/dev/null || true)
     if [ -n "$jobs" ]; then

@@ -1,0 +1,35 @@
+"""Session fixtures: the throw-away Slurm cluster (scripts/slurm-cluster.sh) and its site profile."""
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import slurm
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Every test that uses the cluster carries the `slurm` marker (`-m "not slurm"` deselects them)."""
+    for item in items:
+        if "slurm_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slurm)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[slurm.Cluster]:
+    """A 2-node cluster started once per session, or the one $SLURM_CONF names (left running)."""
+    missing = slurm.missing_prerequisite()
+    slurm.require(missing is None, missing or "")
+    given = os.environ.get("SLURM_CONF")
+    if given:
+        yield slurm.cluster_at(Path(given), owned_dir=None)
+        return
+    slurm.stop_cluster(slurm.SESSION_DIR)  # what a crashed session left behind
+    yield slurm.start_cluster(slurm.SESSION_DIR, slurm.SESSION_NODES)
+    slurm.stop_cluster(slurm.SESSION_DIR)
+
+
+@pytest.fixture(scope="session")
+def slurm_site(slurm_cluster: slurm.Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A launcher site profile (TOML) for the session's cluster."""
+    return slurm_cluster.site_profile(tmp_path_factory.mktemp("sites") / "slurm-test.toml")

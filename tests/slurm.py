@@ -1,0 +1,173 @@
+"""The throw-away Slurm cluster of scripts/slurm-cluster.sh, seen from the tests: start/stop, commands, site profile."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CLUSTER_SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
+# A fixed folder: a crashed session's cluster is found (and stopped) by the next one.
+SESSION_DIR = Path("/tmp/dlaunch-slurm-pytest")
+SESSION_NODES = 2
+COMMAND_TIMEOUT_S = 30
+JOB_END_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
+PREREQUISITES = ("slurmctld", "slurmd", "munged", "sbatch", "srun", "sinfo", "scontrol", "ip", "nsenter", "unshare", "mpicc")
+
+
+def require(available: bool, what: str) -> None:
+    """Skip when `what` is missing, except in CI (CI=true or DLAUNCH_REQUIRE_ALL=1): fail there."""
+    if available:
+        return
+    if os.environ.get("DLAUNCH_REQUIRE_ALL") == "1" or os.environ.get("CI") == "true":
+        pytest.fail("%s, and CI/DLAUNCH_REQUIRE_ALL=1 requires the Slurm cluster" % what)
+    pytest.skip(what)
+
+
+def missing_prerequisite() -> Optional[str]:
+    """Why this machine cannot run the cluster (None: it can)."""
+    if os.geteuid() != 0:
+        return "the throw-away Slurm cluster needs root"
+    absent = [tool for tool in PREREQUISITES if shutil.which(tool) is None]
+    if absent:
+        return "not installed: %s (scripts/bootstrap.sh full)" % ", ".join(absent)
+    return None
+
+
+def cluster_script(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    return subprocess.run([str(CLUSTER_SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    conf: Path
+    node_names: Tuple[str, ...]
+    cpus_per_node: int
+    ifname: str  # the nodes' network interface (GLOO_SOCKET_IFNAME)
+    partition: str
+    dir: Optional[Path]  # set when this session started the cluster (and may stop it)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.node_names)
+
+    def env(self, **extra: str) -> Dict[str, str]:
+        """This process's environment with SLURM_CONF pointing at the cluster."""
+        return {**os.environ, "SLURM_CONF": str(self.conf), **extra}
+
+    def run(self, argv: Sequence[str], timeout: float = COMMAND_TIMEOUT_S, **extra_env: str) -> subprocess.CompletedProcess:
+        """A client command against the cluster (output captured, never hangs past `timeout`)."""
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=self.env(**extra_env))
+
+    def job_state(self, job_id: str) -> str:
+        shown = self.run(["scontrol", "show", "job", "-o", job_id])
+        m = re.search(r"\bJobState=(\S+)", shown.stdout)
+        return m.group(1) if m else "unknown (%s)" % (shown.stderr.strip() or "no record")
+
+    def wait_job(self, job_id: str, timeout: float = 120) -> str:
+        """The job's final state; fails the test when it has not ended within `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.job_state(job_id)
+            if state in JOB_END_STATES:
+                return state
+            time.sleep(0.5)
+        self.run(["scancel", job_id])
+        pytest.fail("job %s still %s after %g s" % (job_id, self.job_state(job_id), timeout))
+
+    def site_profile(self, path: Path, max_nodes: Optional[int] = None) -> Path:
+        """Write a launcher site profile for this cluster (no container, gloo on CPU, one worker slot per node)."""
+        venv_bin = os.path.dirname(sys.executable)
+        env = {
+            "GLOO_SOCKET_IFNAME": self.ifname,
+            # Jobs share this filesystem: the trainer runs from the test's own environment.
+            "PATH": venv_bin + ":/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+        }
+        lines = [
+            "name = %s" % json.dumps(path.stem),
+            'description = "The throw-away Slurm cluster of scripts/slurm-cluster.sh (%d nodes, CPU only)"' % self.nodes,
+            'based_on = ["scripts/slurm-cluster.sh", %s]' % json.dumps(str(self.conf)),
+            'scheduler = "slurm"',
+            "gpus_per_node = 1",
+            "cores_per_node = %d" % self.cpus_per_node,
+            "threads_per_core = 1",
+            'gpu_vendor = "none"',
+            'mpi_plugin = "pmix"',
+            "",
+            "[[partitions]]",
+            "name = %s" % json.dumps(self.partition),
+            "max_nodes = %d" % (max_nodes or self.nodes),
+            'max_time = "04:00:00"',
+            "default = true",
+            "",
+            "[env]",
+            *("%s = %s" % (name, json.dumps(value)) for name, value in env.items()),
+            "",
+            "[container]",
+            'runtime = "none"',
+        ]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return path
+
+
+def read_cluster_env(path: Path) -> Dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text(encoding="utf-8").splitlines() if "=" in line)
+
+
+def cluster_at(conf: Path, owned_dir: Optional[Path]) -> Cluster:
+    """The cluster of a slurm.conf: described by its cluster.env when slurm-cluster.sh wrote it, else asked of sinfo."""
+    info_file = conf.parent.parent / "cluster.env"
+    if info_file.is_file():
+        info = read_cluster_env(info_file)
+        names = tuple(info["NODE_NAMES"].split(","))
+        return Cluster(conf, names, int(info["CPUS_PER_NODE"]), info["IFNAME"], info["PARTITION"], owned_dir)
+    sinfo = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %c %P"], capture_output=True, text=True,
+                           timeout=COMMAND_TIMEOUT_S, env={**os.environ, "SLURM_CONF": str(conf)})
+    rows = [line.split() for line in sinfo.stdout.splitlines() if line.strip()]
+    if sinfo.returncode != 0 or not rows:
+        pytest.fail("SLURM_CONF=%s: sinfo lists no nodes: %s" % (conf, sinfo.stderr.strip()))
+    names = tuple(dict.fromkeys(row[0] for row in rows))
+    partition = next((row[2].rstrip("*") for row in rows if row[2].endswith("*")), rows[0][2])
+    return Cluster(conf, names, min(int(row[1]) for row in rows), os.environ.get("GLOO_SOCKET_IFNAME", "lo"), partition, None)
+
+
+def start_cluster(directory: Path, nodes: int) -> Cluster:
+    started = cluster_script("start", "--nodes", str(nodes), "--dir", str(directory))
+    if started.returncode != 0:
+        pytest.fail("slurm-cluster.sh start failed (%d): %s" % (started.returncode, started.stderr.strip()))
+    return cluster_at(Path(started.stdout.strip()), directory)
+
+
+def stop_cluster(directory: Path) -> None:
+    stopped = cluster_script("stop", "--dir", str(directory))
+    if stopped.returncode != 0:
+        pytest.fail("slurm-cluster.sh stop failed (%d): %s" % (stopped.returncode, stopped.stderr.strip()))
+
+
+def daemon_pids(directory: Path) -> Dict[str, int]:
+    """Daemon name -> pid, from the cluster's pid files."""
+    return {p.stem: int(p.read_text().strip()) for p in sorted((directory / "run").glob("*.pid"))}
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def network_namespaces() -> List[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    return [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+
+
+def link_exists(name: str) -> bool:
+    return subprocess.run(["ip", "link", "show", name], capture_output=True, timeout=COMMAND_TIMEOUT_S).returncode == 0

@@ -1,0 +1,166 @@
+"""scripts/slurm-cluster.sh: a real throw-away Slurm cluster (slurmctld, slurmd per network namespace, munge, PMIx)."""
+import re
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import slurm
+from launcher.sites import load_site
+
+MPI_HELLO = r"""
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+  int rank, size, len, sum = 0;
+  char host[MPI_MAX_PROCESSOR_NAME];
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Get_processor_name(host, &len);
+  MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  printf("rank %d of %d on %s rank-sum %d\n", rank, size, host, sum);
+  MPI_Finalize();
+  return 0;
+}
+"""
+
+
+def test_second_start_is_a_no_op(slurm_cluster):
+    if slurm_cluster.dir is None:
+        pytest.skip("the cluster given by $SLURM_CONF was not started by slurm-cluster.sh here")
+    before = slurm.daemon_pids(slurm_cluster.dir)
+    again = slurm.cluster_script("start", "--nodes", str(slurm_cluster.nodes), "--dir", str(slurm_cluster.dir))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == str(slurm_cluster.conf)
+    assert slurm.daemon_pids(slurm_cluster.dir) == before
+    assert len(before) == 2 + slurm_cluster.nodes  # munged, slurmctld, one slurmd per node
+
+
+def test_a_running_cluster_refuses_another_node_count(slurm_cluster):
+    if slurm_cluster.dir is None:
+        pytest.skip("the cluster given by $SLURM_CONF was not started by slurm-cluster.sh here")
+    other = slurm.cluster_script("start", "--nodes", str(slurm_cluster.nodes + 1), "--dir", str(slurm_cluster.dir))
+    assert other.returncode == 2
+    assert "already running with %d nodes" % slurm_cluster.nodes in other.stderr
+
+
+def test_sinfo_shows_every_node_idle(slurm_cluster):
+    sinfo = slurm_cluster.run(["sinfo", "-h", "-N", "-o", "%N %T %c"])
+    assert sinfo.returncode == 0, sinfo.stderr
+    rows = sorted(set(tuple(line.split()) for line in sinfo.stdout.splitlines()))
+    assert rows == [(name, "idle", str(slurm_cluster.cpus_per_node)) for name in sorted(slurm_cluster.node_names)]
+
+
+def test_batch_job_runs_on_two_distinct_hosts(slurm_cluster, tmp_path):
+    out = tmp_path / "hostnames.out"
+    submitted = slurm_cluster.run(["sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "--output=%s" % out,
+                                   "--wrap", "srun hostname"])
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    assert slurm_cluster.wait_job(job_id, timeout=60) == "COMPLETED", out.read_text() if out.exists() else ""
+    hosts = out.read_text().split()
+    assert len(hosts) == 2 and len(set(hosts)) == 2
+    assert set(hosts) <= set(slurm_cluster.node_names)
+
+
+@pytest.fixture(scope="module")
+def mpi_hello(tmp_path_factory) -> Path:
+    """A C MPI program (each rank prints its host and an Allreduce of the ranks), built with mpicc."""
+    folder = tmp_path_factory.mktemp("mpi")
+    (folder / "hello.c").write_text(MPI_HELLO)
+    subprocess.run(["mpicc", "-o", str(folder / "hello"), str(folder / "hello.c")], check=True, timeout=120)
+    return folder / "hello"
+
+
+def run_mpi_hello(cluster: slurm.Cluster, program: Path, nodes: int, tasks: int):
+    """Hosts of the ranks 0..tasks-1 of `srun --mpi=pmix`; every rank saw the full Allreduce."""
+    ran = cluster.run(["srun", "--mpi=pmix", "-N%d" % nodes, "-n%d" % tasks, str(program)], timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    found = [re.match(r"rank (\d+) of (\d+) on (\S+) rank-sum (\d+)$", line) for line in ran.stdout.splitlines()]
+    assert all(found) and len(found) == tasks, ran.stdout
+    by_rank = {int(m.group(1)): m for m in found}
+    assert sorted(by_rank) == list(range(tasks))
+    assert {(int(m.group(2)), int(m.group(4))) for m in found} == {(tasks, sum(range(tasks)))}
+    return [by_rank[rank].group(3) for rank in range(tasks)]
+
+
+def test_srun_pmix_runs_an_mpi_program_across_nodes(slurm_cluster, mpi_hello):
+    hosts = run_mpi_hello(slurm_cluster, mpi_hello, nodes=2, tasks=4)
+    assert len(set(hosts)) == 2 and set(hosts) <= set(slurm_cluster.node_names)
+
+
+def test_site_profile_describes_the_cluster(slurm_cluster, slurm_site):
+    site = load_site(slurm_site)
+    assert site.scheduler == "slurm" and site.container.runtime == "none"
+    assert site.partition(None).name == slurm_cluster.partition
+    assert site.partition(None).max_nodes == slurm_cluster.nodes
+    assert site.cores_per_node == slurm_cluster.cpus_per_node
+    assert site.mpi_plugin == "pmix"
+    assert site.env["GLOO_SOCKET_IFNAME"] == slurm_cluster.ifname
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["start", "--nodes", "0", "--dir", "{dir}"], "--nodes"),
+    (["start", "--nodes", "two", "--dir", "{dir}"], "--nodes"),
+    (["start", "--dir", "relative/dir"], "--dir"),
+    (["start", "--dir", "{dir}/with space"], "--dir"),
+    (["start", "--dir", "{dir}", "--bogus"], "--bogus"),
+    (["restart", "--dir", "{dir}"], "restart"),
+])
+def test_bad_arguments_exit_2_with_one_line_and_start_nothing(args, flag, tmp_path):
+    target = tmp_path / "never-created"
+    argv = [arg.replace("{dir}", str(target)) for arg in args]
+    result = subprocess.run([str(slurm.CLUSTER_SCRIPT), *argv], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and flag in result.stderr
+    assert not target.exists()
+
+
+def test_stop_leaves_nothing_behind_and_a_single_node_cluster_runs(slurm_cluster, mpi_hello, tmp_path):
+    """Stops the session's cluster (then starts it again): no daemon, namespace or bridge is left."""
+    if slurm_cluster.dir is None:
+        pytest.skip("the cluster given by $SLURM_CONF is not this session's to stop")
+    try:
+        busy = slurm_cluster.run(["sbatch", "--parsable", "-N2", "--output=/dev/null", "--wrap", "srun sleep 300"])
+        assert busy.returncode == 0, busy.stderr
+        _wait_running(slurm_cluster, busy.stdout.strip())
+        _assert_stop_leaves_nothing(slurm_cluster.dir)
+
+        single = slurm.start_cluster(tmp_path / "single", nodes=1)
+        assert single.node_names == (socket.gethostname().split(".")[0],) and single.ifname == "lo"
+        assert run_mpi_hello(single, mpi_hello, nodes=1, tasks=2) == list(single.node_names) * 2
+        _assert_stop_leaves_nothing(tmp_path / "single")
+    finally:
+        slurm.stop_cluster(tmp_path / "single")
+        slurm.start_cluster(slurm_cluster.dir, slurm_cluster.nodes)
+
+
+def _assert_stop_leaves_nothing(directory: Path) -> None:
+    pids = slurm.daemon_pids(directory)
+    assert pids and all(slurm.pid_alive(pid) for pid in pids.values())
+    step_pids = _processes_in_namespaces()
+    slurm.stop_cluster(directory)
+    assert [name for name, pid in pids.items() if slurm.pid_alive(pid)] == []
+    assert [pid for pid in step_pids if slurm.pid_alive(pid)] == []
+    assert [ns for ns in slurm.network_namespaces() if ns.startswith("dl-node")] == []
+    assert not slurm.link_exists("dlaunch-br0")
+    status = slurm.cluster_script("status", "--dir", str(directory))
+    assert status.returncode == 3 and "stopped" in status.stdout
+
+
+def _wait_running(cluster: slurm.Cluster, job_id: str) -> None:
+    deadline = time.monotonic() + 30
+    while cluster.job_state(job_id) != "RUNNING":
+        assert time.monotonic() < deadline, "job %s never started" % job_id
+        time.sleep(0.3)
+
+
+def _processes_in_namespaces():
+    pids = []
+    for ns in slurm.network_namespaces():
+        listed = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=30)
+        pids += [int(p) for p in listed.stdout.split()]
+    return pids
