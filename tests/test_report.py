@@ -1,5 +1,4 @@
 """`dlaunch report`: tables, report.md, plots, determinism, rejects, reference verdicts, real runs."""
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
