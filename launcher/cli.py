@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from launcher.errors import DlaunchError, SchedulerError
-from launcher.plan import LaunchPlan, build_plan
+from launcher.plan import LaunchPlan, build_plan, resolve_account
 from launcher.render import render_script
 from launcher.request import FRAMEWORKS, TRAINER_FLAGS, LaunchRequest
 from launcher.rundir import RunDir, find_runs
@@ -89,7 +89,8 @@ def _default_image(framework: str) -> str:
     return str(images.default_image(framework))
 
 
-def prepare(request: LaunchRequest, run_dir: Optional[Path] = None) -> Tuple[LaunchRequest, LaunchPlan, str]:
+def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
+            dry_run: bool = False) -> Tuple[LaunchRequest, LaunchPlan, str]:
     """Resolve the site, complete and check the request, render the script (nothing is written)."""
     if not request.site:
         raise DlaunchError("--site: required (see `dlaunch sites`)")
@@ -102,7 +103,13 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None) -> Tuple[Lau
     if run_dir is None:
         run_dir = Path(request.output) / experiment / (request.run_name or time.strftime("%Y%m%d-%H%M%S"))
     revision = git_revision()
-    plan = build_plan(site, request, run_dir=str(run_dir), git_revision=revision, image=request.image, environ=os.environ)
+    if dry_run:
+        try:
+            resolve_account(site, request.account, os.environ)
+        except DlaunchError as e:
+            err.print("dlaunch: warning: %s (the dry run renders the script without it)" % e)
+    plan = build_plan(site, request, run_dir=str(run_dir), git_revision=revision, image=request.image,
+                      environ=os.environ, require_account=not dry_run)
     header = "dlaunch %s: site %s, %s, %d node(s) x %d processes" % (
         (revision or "unknown")[:12], site.name, plan.framework, plan.nodes, plan.nproc_per_node)
     return request, plan, render_script(plan, header)
@@ -130,7 +137,7 @@ def submit(request: LaunchRequest, plan: LaunchPlan, script: str, run: RunDir) -
 
 def _check_image(plan: LaunchPlan, dry_run: bool) -> None:
     if plan.image and not os.path.isfile(plan.image):
-        message = "--image: %s does not exist (build it with `dlaunch images`)" % plan.image
+        message = "--image: %s does not exist (build it with `make image-%s`; `dlaunch images` lists them)" % (plan.image, plan.framework)
         if not dry_run:
             raise DlaunchError(message)
         err.print("dlaunch: warning: " + message)
@@ -155,7 +162,7 @@ def run(site: Site_ = None, framework: Framework = "ddp",
         request = LaunchRequest(site=site, framework=framework, nodes=nodes, gpus=gpus, partition=partition,
                                time=time_limit, account=account, image=image, output=output, experiment=experiment,
                                run_name=run_name, trainer=trainer)
-        request, plan, script = prepare(request)
+        request, plan, script = prepare(request, dry_run=dry_run)
     _check_image(plan, dry_run)
     if dry_run:
         out.out(script, end="")
@@ -192,7 +199,7 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
         request = LaunchRequest(site=site, framework=framework, partition=partition, time=time_limit, account=account,
                                 image=image, output=output, experiment=experiment,
                                 run_name="%s%04d" % (key[0], count), trainer=trainer, **{key: count})
-        request, plan, script = prepare(request)
+        request, plan, script = prepare(request, dry_run=dry_run)
         _check_image(plan, dry_run)
         jobs.append((request, plan, script))
     if dry_run:

@@ -41,13 +41,13 @@ class LaunchPlan:
         return dataclasses.asdict(self)
 
 
-def resolve_account(site: Site, account: Optional[str], environ: Mapping[str, str]) -> Optional[str]:
+def resolve_account(site: Site, account: Optional[str], environ: Mapping[str, str], required: bool = True) -> Optional[str]:
     """`--account`, else the site's account variable (e.g. $BUDGET); never hard-coded."""
     if account is None and site.account_env:
         account = environ.get(site.account_env) or None
     if site.scheduler != "slurm":
         return None
-    if account is None and site.account_required:
+    if account is None and site.account_required and required:
         hint = " or set $%s" % site.account_env if site.account_env else ""
         raise DlaunchError("--account: site %s needs an account: pass --account%s" % (site.name, hint))
     if account is not None and not SAFE_NAME.match(account):
@@ -80,8 +80,11 @@ def _shape(site: Site, request: LaunchRequest) -> Tuple[int, int]:
 
 
 def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision: Optional[str],
-               image: Optional[str], environ: Mapping[str, str]) -> LaunchPlan:
-    """Validate the request against the site and decide everything the script will contain."""
+               image: Optional[str], environ: Mapping[str, str], require_account: bool = True) -> LaunchPlan:
+    """Validate the request against the site and decide everything the script will contain.
+
+    `require_account=False` (dry runs) renders a script without `--account` where none is known.
+    """
     nodes, nproc = _shape(site, request)
     spec = launch_mode(site.scheduler, request.framework).spec(site, nproc)
     runtime = runtime_for(site.container)
@@ -100,7 +103,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
             raise DlaunchError("--time: %s" % e) from None
         if seconds > partition.max_seconds:
             raise DlaunchError("--time: %s exceeds the limit %s of partition %s (site %s)" % (format_time(seconds), partition.max_time, partition.name, site.name))
-        account = resolve_account(site, request.account, environ)
+        account = resolve_account(site, request.account, environ, required=require_account)
         sbatch = (
             "--job-name=%s" % experiment,
             "--nodes=%d" % nodes,

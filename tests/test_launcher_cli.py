@@ -50,6 +50,17 @@ def test_issue_command_dry_run_prints_script_and_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_readme_dry_run_without_account_warns_and_renders_no_account(tmp_path):
+    """The README's first cluster example has no --account: a dry run warns, a submission refuses."""
+    env = {k: v for k, v in os.environ.items() if k != "SBATCH_ACCOUNT"}
+    result = subprocess.run([sys.executable, "-m", "launcher.cli", "--site", "juwels", "--nodes", "256",
+                             "--framework", "ddp", "--dry-run"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "warning: --account: site juwels-booster needs an account" in result.stderr
+    assert "#SBATCH --nodes=256\n" in result.stdout and "--account" not in result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bad_input_exits_2_with_one_line_as_a_process(tmp_path):
     result = subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--site", "juwels", "--nodes", "999",
                              "--account", "p", "--dry-run"], cwd=tmp_path, capture_output=True, text=True)
