@@ -94,6 +94,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
 ReturnToService=2
+EnforcePartLimits=ALL
 MinJobAge=600
 KillWait=5
 MessageTimeout=10

@@ -82,7 +82,7 @@ class Cluster:
         self.run(["scancel", job_id])
         pytest.fail("job %s still %s after %g s" % (job_id, self.job_state(job_id), timeout))
 
-    def site_profile(self, path: Path, max_nodes: Optional[int] = None) -> Path:
+    def site_profile(self, path: Path, max_nodes: Optional[int] = None, sbatch_directives: Sequence[str] = ()) -> Path:
         """Write a launcher site profile for this cluster (no container, gloo on CPU, one worker slot per node)."""
         venv_bin = os.path.dirname(sys.executable)
         env = {
@@ -100,6 +100,7 @@ class Cluster:
             "threads_per_core = 1",
             'gpu_vendor = "none"',
             'mpi_plugin = "pmix"',
+            "sbatch_directives = %s" % json.dumps(list(sbatch_directives)),
             "",
             "[[partitions]]",
             "name = %s" % json.dumps(self.partition),

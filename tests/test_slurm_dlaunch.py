@@ -1,0 +1,170 @@
+"""`dlaunch` against the real throw-away Slurm cluster: tiny DDP trainings across two nodes (gloo on CPU)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List
+
+import pytest
+
+import slurm
+from train.metrics_schema import read_metrics
+
+pytestmark = pytest.mark.slow
+
+DLAUNCH = os.path.join(os.path.dirname(sys.executable), "dlaunch")
+# ResNet-18 at 32 px, batch 4 per rank, one torch thread per rank.
+TINY = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--batch-size", "4", "--threads", "1",
+        "--device", "cpu", "--data", "synthetic", "--workers", "0", "--warmup-steps", "1", "--steps-per-epoch", "2"]
+JOB_TIMEOUT_S = 180
+
+
+@pytest.fixture
+def two_nodes(slurm_cluster):
+    if slurm_cluster.nodes < 2:
+        pytest.skip("the cluster given by $SLURM_CONF has %d node(s); these tests need 2" % slurm_cluster.nodes)
+    return slurm_cluster
+
+
+def dlaunch(cluster: slurm.Cluster, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """The dlaunch CLI of this environment, in `cwd`, talking to the cluster (wide tables for assertions)."""
+    return subprocess.run([DLAUNCH, *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env=cluster.env(COLUMNS="300"))
+
+
+def submit(cluster: slurm.Cluster, cwd: Path, site: Path, run_name: str, *args: str) -> Path:
+    """`dlaunch run` on the cluster; the run directory."""
+    ran = dlaunch(cluster, cwd, "run", "--site", str(site), "--experiment", "tests", "--run-name", run_name,
+                  "--time", "00:10:00", *TINY, *args)
+    assert ran.returncode == 0, ran.stderr
+    return cwd / "runs" / "tests" / run_name
+
+
+def job_id(run_dir: Path) -> str:
+    return (run_dir / "job_id").read_text().strip()
+
+
+def wait_for(condition, what: str, timeout: float = JOB_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "%s did not happen within %g s" % (what, timeout)
+        time.sleep(0.5)
+
+
+def epochs_written(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    return len(read_metrics(str(path)).epochs) if path.is_file() else 0
+
+
+def log_text(run_dir: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in run_dir.glob("slurm-*.out"))
+
+
+def test_ddp_run_completes_on_two_hosts(two_nodes, slurm_site, tmp_path):
+    run_dir = submit(two_nodes, tmp_path, slurm_site, "ddp", "--nodes", "2", "--steps", "4")
+    assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "COMPLETED", log_text(run_dir)
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    assert metrics.header["world_size"] == 2
+    assert len(set(metrics.header["hosts"])) == 2 and set(metrics.header["hosts"]) <= set(two_nodes.node_names)
+    assert metrics.header["slurm_job_id"] == job_id(run_dir)
+    assert metrics.status == "ok" and len(metrics.epochs) == 2
+    shown = dlaunch(two_nodes, tmp_path, "status", str(run_dir))
+    assert shown.returncode == 0, shown.stderr
+    row = next(line for line in shown.stdout.splitlines() if job_id(run_dir) in line)
+    assert "COMPLETED" in row and " ok " in row and "metrics.jsonl" in row
+
+
+def test_sweep_groups_one_run_per_node_count(two_nodes, slurm_site, tmp_path):
+    swept = dlaunch(two_nodes, tmp_path, "sweep", "--site", str(slurm_site), "--nodes", "1,2", "--experiment", "scaling",
+                    "--time", "00:10:00", *TINY, "--steps", "2")
+    assert swept.returncode == 0, swept.stderr
+    runs = sorted(p for p in (tmp_path / "runs" / "scaling").iterdir() if p.is_dir())
+    assert len(runs) == 2
+    for run_dir in runs:
+        assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "COMPLETED", log_text(run_dir)
+    assert [read_metrics(str(r / "metrics.jsonl")).header["world_size"] for r in runs] == [1, 2]
+    assert {read_metrics(str(r / "metrics.jsonl")).header["experiment"] for r in runs} == {"scaling"}
+    shown = dlaunch(two_nodes, tmp_path, "status", str(tmp_path / "runs" / "scaling"))
+    assert shown.returncode == 0 and all(job_id(r) in shown.stdout for r in runs), shown.stdout + shown.stderr
+
+
+def test_cancel_keeps_finished_epochs_and_resume_continues(two_nodes, slurm_site, tmp_path):
+    run_dir = submit(two_nodes, tmp_path, slurm_site, "cancelled", "--nodes", "2", "--steps", "24")
+    wait_for(lambda: epochs_written(run_dir) >= 1 and (run_dir / "checkpoints" / "last.pt").is_file(), "a first epoch")
+    cancelled = dlaunch(two_nodes, tmp_path, "cancel", str(run_dir))
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert two_nodes.wait_job(job_id(run_dir), 60) == "CANCELLED"
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    assert metrics.status == "cancelled", log_text(run_dir)
+    finished = [e["epoch"] for e in metrics.epochs]
+    assert finished == list(range(len(finished))) and 1 <= len(finished) < 12
+    assert (run_dir / "checkpoints" / "last.pt").is_file()
+    assert "CANCELLED" in dlaunch(two_nodes, tmp_path, "status", str(run_dir)).stdout
+
+    resumed = dlaunch(two_nodes, tmp_path, "run", "--resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stderr
+    assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "COMPLETED", log_text(run_dir)
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    assert metrics.status == "ok"
+    assert [e["epoch"] for e in metrics.epochs][:len(finished)] == finished
+    assert metrics.epochs[-1]["epoch"] == 11
+    records = [json.loads(line)["type"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert "resume" in records
+
+
+def test_time_limit_warning_checkpoints_and_marks_the_run_interrupted(two_nodes, tmp_path):
+    # One minute is Slurm's smallest limit; warn 50 s before it instead of the usual 120 s.
+    site = two_nodes.site_profile(tmp_path / "slurm-early-warning.toml", sbatch_directives=["--signal=USR1@50"])
+    ran = dlaunch(two_nodes, tmp_path, "run", "--site", str(site), "--experiment", "tests", "--run-name", "limit",
+                  "--nodes", "2", "--time", "00:01:00", *TINY, "--steps", "100000")
+    assert ran.returncode == 0, ran.stderr
+    run_dir = tmp_path / "runs" / "tests" / "limit"
+    assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) != "TIMEOUT", log_text(run_dir)
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    assert metrics.status == "interrupted", log_text(run_dir)
+    assert (run_dir / "checkpoints" / "last.pt").is_file()
+    assert "interrupted" in dlaunch(two_nodes, tmp_path, "status", str(run_dir)).stdout
+
+
+def test_a_killed_rank_fails_the_job_promptly(two_nodes, slurm_site, tmp_path):
+    if two_nodes.dir is None:
+        pytest.skip("reaching a rank needs the namespaces of a cluster started by slurm-cluster.sh")
+    run_dir = submit(two_nodes, tmp_path, slurm_site, "killed", "--nodes", "2", "--steps", "100000")
+    wait_for(lambda: epochs_written(run_dir) >= 1, "a first epoch")
+    victims = trainer_pids(two_nodes.node_names[1])
+    assert victims, "no trainer process on %s" % two_nodes.node_names[1]
+    os.kill(victims[0], signal.SIGKILL)
+    assert two_nodes.wait_job(job_id(run_dir), 60) == "FAILED"
+    assert read_metrics(str(run_dir / "metrics.jsonl")).status == "failed"
+    assert "FAILED" in dlaunch(two_nodes, tmp_path, "status", str(run_dir)).stdout
+    logs = dlaunch(two_nodes, tmp_path, "logs", str(run_dir)).stdout
+    assert "Signal 9 (SIGKILL) received by PID %d" % victims[0] in logs
+
+
+def trainer_pids(namespace: str) -> List[int]:
+    """The `python -m train` worker processes inside a node's network namespace."""
+    listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, timeout=30)
+    pids = []
+    for pid in map(int, listed.stdout.split()):
+        try:
+            argv = Path("/proc/%d/cmdline" % pid).read_bytes().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if b"train" in argv and b"-m" in argv and not any(a.endswith(b"torchrun") for a in argv):
+            pids.append(pid)
+    return pids
+
+
+def test_sbatch_refusal_reaches_the_user_and_the_run_directory(two_nodes, tmp_path):
+    # The profile promises one node more than the cluster has, so the launcher lets sbatch decide.
+    site = two_nodes.site_profile(tmp_path / "slurm-too-big.toml", max_nodes=two_nodes.nodes + 1)
+    ran = dlaunch(two_nodes, tmp_path, "run", "--site", str(site), "--experiment", "tests", "--run-name", "refused",
+                  "--nodes", str(two_nodes.nodes + 1), *TINY, "--steps", "2")
+    assert ran.returncode != 0
+    assert "sbatch refused the job: sbatch: error: Batch job submission failed: " in ran.stderr
+    reason = ran.stderr.strip().split("Batch job submission failed: ", 1)[1]  # Slurm's words
+    state = (tmp_path / "runs" / "tests" / "refused" / "state").read_text()
+    assert state.startswith("submission failed") and reason in state
