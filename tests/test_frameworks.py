@@ -126,3 +126,71 @@ def test_horovod_started_by_torchrun_fails_loudly(tmp_path):
     assert "Horovod sees 1 process(es) but WORLD_SIZE=2" in result.stderr
     assert "horovodrun" in result.stderr
     assert not metrics.exists()
+
+
+@pytest.fixture(scope="module")
+def image_folder(tmp_path_factory):
+    from train.data.make_folder import make_pattern_folder
+
+    root = str(tmp_path_factory.mktemp("data") / "folder")
+    make_pattern_folder(root, classes=2, images_per_class=8, val_per_class=2, size=40)
+    return root
+
+
+LIBRARIES = {"ddp": "torch.distributed", "horovod": "horovod.torch", "deepspeed": "deepspeed"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loader", ["native", pytest.param("dali", marks=pytest.mark.dali)])
+@pytest.mark.parametrize("framework", ["ddp", pytest.param("horovod", marks=pytest.mark.horovod),
+                                       pytest.param("deepspeed", marks=pytest.mark.deepspeed)])
+def test_every_framework_and_loader_writes_valid_metrics(framework, loader, image_folder, tmp_path):
+    require_library(LIBRARIES[framework])
+    if loader == "dali":
+        require_library("nvidia.dali")
+    metrics_path = str(tmp_path / "metrics.jsonl")
+    args = TINY + ["--num-classes", "2", "--data", image_folder, "--workers", "1", "--steps", "2",
+                   "--framework", framework, "--loader", loader, "--metrics", metrics_path]
+    assert_ok(run_trainer(args))
+    metrics = read_metrics(metrics_path)  # validates every record against the schema
+    assert (metrics.header["framework"], metrics.header["loader"]) == (framework, loader)
+    assert metrics.status == "ok" and len(metrics.epochs) == 1
+    assert 0.0 <= metrics.epochs[0]["top1"] <= 1.0
+
+
+@pytest.mark.parametrize("flags, package, message", [
+    (["--framework", "horovod"], "horovod", "--framework horovod needs Horovod built with PyTorch"),
+    (["--framework", "deepspeed"], "deepspeed", "--framework deepspeed needs DeepSpeed (pip install deepspeed)"),
+    (["--loader", "dali"], "nvidia/dali", "--loader dali needs NVIDIA DALI (pip install nvidia-dali-cuda120)"),
+])
+def test_fake_missing_library_is_a_one_line_error(flags, package, message, image_folder, tmp_path):
+    """A shim package that fails to import, first on the path, stands in for the missing library
+    (a parent like `nvidia` stays a namespace shared with the installed nvidia-* packages)."""
+    shim = tmp_path / "shim" / package
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('fake: not installed')\n")
+    for parent in list(shim.relative_to(tmp_path / "shim").parents)[:-1]:
+        (tmp_path / "shim" / parent / "__init__.py").write_text(
+            "__path__ = __import__('pkgutil').extend_path(__path__, __name__)\n")
+    metrics_path = tmp_path / "metrics.jsonl"
+    env = trainer_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "shim"), REPO])
+    command = [sys.executable, "-m", "train"] + TINY + ["--num-classes", "2", "--data", image_folder, "--steps", "1",
+                                                        "--metrics", str(metrics_path)] + flags
+    result = subprocess.run(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert message in result.stderr and "fake: not installed" in result.stderr
+    assert not metrics_path.exists()
+
+
+@pytest.mark.deepspeed
+def test_deepspeed_refuses_profiling_under_zero(tmp_path):
+    require_library("deepspeed")
+    metrics_path = tmp_path / "metrics.jsonl"
+    result = run_trainer(TINY + ["--framework", "deepspeed", "--zero-stage", "1", "--steps", "3", "--profile-steps",
+                                 "1", "--metrics", str(metrics_path)])
+    assert result.returncode == 2
+    assert "--profile-steps needs whole local gradients" in result.stderr
+    assert not metrics_path.exists()
