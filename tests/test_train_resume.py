@@ -1,0 +1,72 @@
+"""Stop signals, checkpoints and --resume, with real signals sent to real trainer processes."""
+import json
+import os
+import signal
+import time
+
+from helpers_train import TINY, assert_ok, load_model_state, run_trainer, start_trainer, worker_pids
+from train.checkpoint import checkpoint_path, load_checkpoint
+from train.config import EXIT_INTERRUPTED
+from train.metrics_schema import read_metrics
+
+ARGS = TINY + ["--num-classes", "5", "--epochs", "3", "--steps-per-epoch", "12", "--seed", "5", "--lr", "0.1",
+               "--warmup-epochs", "1"]
+
+
+def wait_for_epoch_record(metrics_path, proc, timeout=300.0):
+    """Block until the metrics file has an epoch record (the run is then inside epoch 1)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "trainer ended early: %s" % proc.communicate()[1][-3000:]
+        if os.path.exists(metrics_path):
+            with open(metrics_path) as f:
+                if any(json.loads(line)["type"] == "epoch" for line in f if line.strip()):
+                    return
+        time.sleep(0.02)
+    raise AssertionError("no epoch record in %s" % metrics_path)
+
+
+def test_sigusr1_then_resume_equals_an_uninterrupted_run(tmp_path):
+    reference, resumed = str(tmp_path / "reference"), str(tmp_path / "resumed")
+    assert_ok(run_trainer(ARGS + ["--checkpoint-dir", reference]))
+
+    proc = start_trainer(ARGS + ["--checkpoint-dir", resumed])
+    metrics_path = os.path.join(resumed, "metrics.jsonl")
+    wait_for_epoch_record(metrics_path, proc)
+    proc.send_signal(signal.SIGUSR1)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == EXIT_INTERRUPTED, stderr[-3000:]
+    assert read_metrics(metrics_path).status == "interrupted"
+    stopped_at = load_checkpoint(checkpoint_path(resumed))
+    assert 1 <= stopped_at["epoch"] <= 2 and stopped_at["global_step"] < 36
+
+    assert_ok(run_trainer(ARGS + ["--checkpoint-dir", resumed, "--resume"]))
+    metrics = read_metrics(metrics_path)
+    types = [r["type"] for r in metrics.records]
+    assert types.count("header") == 1 and types.count("resume") == 1
+    assert [r["epoch"] for r in metrics.records if r["type"] == "epoch"] == [0, 1, 2]  # each epoch once
+    assert [r["steps"] for r in metrics.epochs] == [12, 12, 12]
+    resume = next(r for r in metrics.records if r["type"] == "resume")
+    assert (resume["epoch"], resume["step"]) == (stopped_at["epoch"], stopped_at["global_step"])
+    assert metrics.status == "ok" and metrics.end["epochs_completed"] == 3
+
+    expected, actual = load_model_state(reference), load_model_state(resumed)
+    assert expected.keys() == actual.keys()
+    different = [k for k in expected if not expected[k].equal(actual[k])]
+    assert not different, different
+    reference_lrs = [r["lr"] for r in read_metrics(os.path.join(reference, "metrics.jsonl")).epochs]
+    assert [r["lr"] for r in metrics.epochs] == reference_lrs
+
+
+def test_sigterm_to_one_rank_cancels_all_ranks_at_the_same_step(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = start_trainer(ARGS + ["--checkpoint-dir", run_dir], nproc=2)
+    metrics_path = os.path.join(run_dir, "metrics.jsonl")
+    wait_for_epoch_record(metrics_path, proc)
+    os.kill(worker_pids(proc.pid)[1], signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode != 0
+    end = read_metrics(metrics_path).end
+    assert end["status"] == "cancelled", stderr[-3000:]
+    assert len(end["param_digests"]) == 2 and len(set(end["param_digests"])) == 1
+    assert load_checkpoint(checkpoint_path(run_dir))["global_step"] >= 12
