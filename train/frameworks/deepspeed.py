@@ -109,6 +109,8 @@ class DeepSpeed(DDP):
         self.engine.module.load_state_dict(state["model"])
         if self.zero_stage == 0 and "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
+        elif self.zero_stage > 0:
+            self.optimizer.state.clear()  # momentum restarts (partitioned, so not in the checkpoint)
         refresh = getattr(self.engine.optimizer, "refresh_fp32_params", None)
         if refresh is not None:  # master weights are copies of the module's: copy the loaded ones in
             refresh()
