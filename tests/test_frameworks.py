@@ -119,6 +119,22 @@ def test_horovod_trains_like_ddp(controller, ddp_reference, tmp_path_factory):
 
 @pytest.mark.horovod
 @pytest.mark.slow
+def test_horovod_knobs_are_applied_and_recorded(tmp_path):
+    """fp16 compression, a 1 MB fusion buffer, 2 backward passes per optimizer step."""
+    require_library("horovod.torch")
+    metrics_path = str(tmp_path / "metrics.jsonl")
+    assert_ok(horovodrun(UNPROFILED + ["--fp16-allreduce", "--fusion-threshold-mb", "1", "--backward-passes-per-step",
+                                       "2", "--metrics", metrics_path], "gloo"))
+    metrics = read_metrics(metrics_path)
+    assert metrics.header["framework_settings"] == {
+        "controller": "gloo", "built": metrics.header["framework_settings"]["built"], "fp16_allreduce": True,
+        "fusion_threshold_bytes": 1024 * 1024, "backward_passes_per_step": 2}
+    assert len(set(metrics.end["param_digests"])) == 1
+    assert metrics.epochs[0]["steps"] == STEPS  # loop steps are micro-batches (Horovod asserts the pairing)
+
+
+@pytest.mark.horovod
+@pytest.mark.slow
 def test_horovod_started_by_torchrun_fails_loudly(tmp_path):
     require_library("horovod.torch")
     metrics = tmp_path / "metrics.jsonl"
