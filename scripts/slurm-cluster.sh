@@ -181,7 +181,7 @@ cmd_start() {
   if [ "$NODES" -gt 1 ] && ip link show "$BRIDGE" >/dev/null 2>&1; then
     die "bridge $BRIDGE exists: another cluster is running (stop it with its --dir)"
   fi
-  rm -rf "$DIR/spool" "$DIR/tmp" "$DIR/run"   # a fresh cluster: no jobs from an earlier one
+  rm -rf "$DIR/spool" "$DIR/tmp" "$DIR/run" "$DIR/log"   # a fresh cluster: no jobs or logs of an earlier one
   write_config
   start_munge
   [ "$NODES" -eq 1 ] || create_network

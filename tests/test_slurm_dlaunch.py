@@ -1,4 +1,5 @@
 """`dlaunch` against the real throw-away Slurm cluster: tiny DDP trainings across two nodes (gloo on CPU)."""
+import importlib.util
 import json
 import os
 import signal
@@ -63,8 +64,11 @@ def log_text(run_dir: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in run_dir.glob("slurm-*.out"))
 
 
-def test_ddp_run_completes_on_two_hosts(two_nodes, slurm_site, tmp_path):
-    run_dir = submit(two_nodes, tmp_path, slurm_site, "ddp", "--nodes", "2", "--steps", "4")
+@pytest.mark.parametrize("framework", ["ddp", pytest.param("deepspeed", marks=pytest.mark.deepspeed)])
+def test_run_completes_on_two_hosts(framework, two_nodes, slurm_site, tmp_path):
+    if framework != "ddp":
+        slurm.require(importlib.util.find_spec(framework) is not None, "%s is not installed" % framework)
+    run_dir = submit(two_nodes, tmp_path, slurm_site, framework, "--framework", framework, "--nodes", "2", "--steps", "4")
     assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "COMPLETED", log_text(run_dir)
     metrics = read_metrics(str(run_dir / "metrics.jsonl"))
     assert metrics.header["world_size"] == 2
