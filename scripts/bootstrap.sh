@@ -47,7 +47,9 @@ if ! "$VENV/bin/python" -c "import horovod.torch" 2>/dev/null; then
 set(CMAKE_CXX14_EXTENSION_COMPILE_OPTION "-std=gnu++20")' > "$tmp/cxx20.cmake"
     echo "set(CMAKE_USER_MAKE_RULES_OVERRIDE_CXX \"$tmp/cxx20.cmake\")" > "$tmp/toolchain.cmake"
     echo "bootstrap.sh: building Horovod $HOROVOD_VERSION (about 6 minutes, once)" >&2
-    CMAKE_TOOLCHAIN_FILE="$tmp/toolchain.cmake" CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} \
+    # A CUDA build of torch makes Horovod's CMake look for the CUDA toolkit (headers only; no GPU ops here).
+    cuda=${CUDA_HOME:-/usr/local/cuda}
+    CMAKE_TOOLCHAIN_FILE="$tmp/toolchain.cmake" CUDA_HOME="$cuda" CUDAToolkit_ROOT="$cuda" PATH="$cuda/bin:$PATH" \
       HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
       HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 HOROVOD_GPU_OPERATIONS= MAKEFLAGS=-j"$(nproc)" \
       "$VENV/bin/python" -m pip wheel --quiet --no-build-isolation --no-deps \
