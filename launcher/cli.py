@@ -4,6 +4,7 @@ import functools
 import importlib
 import inspect
 import os
+import re
 import subprocess
 import sys
 import time
@@ -223,11 +224,29 @@ def _metrics_summary(run: RunDir) -> Tuple[str, str, str]:
     return metrics.status, str(len(metrics.epochs)), speed
 
 
+# Log lines that say why a job step ended (torchrun's child failure report, slurmstepd, Python errors).
+FAILURE_LINE = re.compile(r"received by PID|exitcode\s*:\s*-?[1-9]|DUE TO TIME LIMIT|CANCELLED AT|\w+Error: |error: ")
+
+
+def failure_reason(run: RunDir) -> Optional[str]:
+    """The line that explains a failed run: the first telling log line, else the metrics end record's reason."""
+    for path in run.log_files():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if FAILURE_LINE.search(line):
+                return "%s: %s" % (path.name, line.strip())
+    try:
+        end = read_metrics(str(run.metrics_path)).end if run.metrics_path.is_file() else None
+    except MetricsError:
+        end = None
+    return str(end["reason"]) if end and end.get("reason") else None
+
+
 def show_status(runs: List[RunDir]) -> None:
     table = Table(title="dlaunch runs")
     for column in ("run", "site", "job", "scheduler", "metrics", "epochs", "images/s", "results"):
         table.add_column(column)
     slurm = SlurmScheduler()
+    reasons: List[str] = []
     for run in runs:
         plan = run.plan()["plan"]
         job = run.job_id or "-"
@@ -237,7 +256,13 @@ def show_status(runs: List[RunDir]) -> None:
             state = run.state or "not submitted"
         status, epochs, speed = _metrics_summary(run)
         table.add_row(display_path(run.path), plan["site"], job, state, status, epochs, speed, display_path(run.metrics_path))
+        if status in ("failed", "cancelled", "interrupted") or state.startswith(("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")):
+            reason = failure_reason(run)
+            if reason:
+                reasons.append("%s: %s" % (display_path(run.path), reason))
     out.print(table)
+    for line in reasons:
+        out.print(line, markup=False, highlight=False)
 
 
 @app.command()

@@ -43,6 +43,10 @@ def rendezvous_prelude(site: Site) -> Tuple[str, ...]:
     )
 
 
+# One failed task (a crashed node's torchrun, a dead MPI rank) ends the whole step instead of leaving
+# the other nodes waiting in a collective until the time limit.
+KILL_ON_BAD_EXIT = "--kill-on-bad-exit=1"
+
 # `bash -c 'trap "" USR1; exec "$@"' ignore-usr1 PROGRAM ARGS...`: PROGRAM runs with SIGUSR1 ignored.
 IGNORE_USR1 = ("bash", "-c", 'trap "" USR1; exec "$@"', "ignore-usr1")
 
@@ -53,7 +57,7 @@ class TorchrunPerNode:
             tasks_per_node=1,
             cpus_per_task=site.cores_per_node,
             prelude=rendezvous_prelude(site),
-            srun_args=("--ntasks-per-node=1",),
+            srun_args=("--ntasks-per-node=1", KILL_ON_BAD_EXIT),
             launch_prefix=IGNORE_USR1 + (
                 "torchrun",
                 ShellWord("--nnodes=$SLURM_JOB_NUM_NODES"),
@@ -75,7 +79,7 @@ class MpiPerGpu:
             tasks_per_node=nproc_per_node,
             cpus_per_task=max(1, site.cores_per_node // nproc_per_node),
             prelude=(),
-            srun_args=("--ntasks-per-node=%d" % nproc_per_node, "--mpi=%s" % site.mpi_plugin),
+            srun_args=("--ntasks-per-node=%d" % nproc_per_node, "--mpi=%s" % site.mpi_plugin, KILL_ON_BAD_EXIT),
             launch_prefix=("python", "-m", "train"),
         )
 

@@ -13,7 +13,7 @@ SHIPPED_SITES_DIR = Path(__file__).resolve().parents[1] / "sites"
 
 # Patterns for every profile value that reaches a batch script unquoted or inside an #SBATCH line.
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
-ENV_NAME = r"^[A-Z_][A-Z0-9_]*$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # Open MPI's OMPI_MCA_btl etc. are lowercase
 OPTION = r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@+=-]+)?$"
 MODULE = r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$"
 BIND_PATH = r"^/[A-Za-z0-9_./+@=-]*$"

@@ -27,7 +27,7 @@ MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)i"
 export MASTER_ADDR
 export MASTER_PORT=29500
 
-srun --ntasks-per-node=1 \
+srun --ntasks-per-node=1 --kill-on-bad-exit=1 \
   apptainer exec --nv --bind /scratch/runs/exp/run /images/current-deepspeed.sif \
   bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=4 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m train \
   --framework deepspeed \

@@ -24,7 +24,7 @@ export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 
-srun --ntasks-per-node=4 --mpi=pspmix \
+srun --ntasks-per-node=4 --mpi=pspmix --kill-on-bad-exit=1 \
   apptainer exec --nv --bind /scratch/runs/exp/run /images/current-horovod.sif \
   python -m train \
   --framework horovod \

@@ -29,7 +29,7 @@ MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"
 export MASTER_ADDR
 export MASTER_PORT=29500
 
-srun --ntasks-per-node=1 \
+srun --ntasks-per-node=1 --kill-on-bad-exit=1 \
   singularity exec --rocm --bind /var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run /images/current-deepspeed.sif \
   bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=8 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m train \
   --framework deepspeed \

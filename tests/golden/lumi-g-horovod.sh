@@ -26,7 +26,7 @@ export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 
-srun --ntasks-per-node=8 --mpi=pmix \
+srun --ntasks-per-node=8 --mpi=pmix --kill-on-bad-exit=1 \
   singularity exec --rocm --bind /var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run /images/current-horovod.sif \
   python -m train \
   --framework horovod \

@@ -26,7 +26,7 @@ export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 
-srun --ntasks-per-node=4 --mpi=pmix \
+srun --ntasks-per-node=4 --mpi=pmix --kill-on-bad-exit=1 \
   apptainer exec --nv --bind /scratch/runs/exp/run /images/current-horovod.sif \
   python -m train \
   --framework horovod \
