@@ -134,6 +134,29 @@ def test_horovod_knobs_are_applied_and_recorded(tmp_path):
 
 
 @pytest.mark.horovod
+def test_horovod_job_size_comes_from_the_most_specific_launcher_variable():
+    require_library("horovod.torch")
+    from train.frameworks.horovod import expected_size
+
+    assert expected_size({}) is None
+    assert expected_size({"SLURM_NTASKS": "8", "WORLD_SIZE": "4"}) == ("WORLD_SIZE", 4)
+    assert expected_size({"SLURM_NTASKS": "8", "OMPI_COMM_WORLD_SIZE": "2"}) == ("OMPI_COMM_WORLD_SIZE", 2)
+    assert expected_size({"SLURM_NTASKS": "8", "PMI_SIZE": "8", "HOROVOD_SIZE": "2"}) == ("HOROVOD_SIZE", 2)
+
+
+@pytest.mark.horovod
+def test_horovod_gloo_operations_under_the_mpi_controller_are_refused():
+    require_library("horovod.torch")
+    from train.config import ConfigError
+    from train.frameworks.horovod import check_controller
+
+    check_controller({"HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_CONTROLLER": "gloo"})  # horovodrun --gloo
+    check_controller({"OMPI_COMM_WORLD_SIZE": "2"})  # mpirun
+    with pytest.raises(ConfigError, match="HOROVOD_CPU_OPERATIONS=gloo needs the Gloo controller"):
+        check_controller({"HOROVOD_CPU_OPERATIONS": "gloo", "OMPI_COMM_WORLD_SIZE": "2"})
+
+
+@pytest.mark.horovod
 @pytest.mark.slow
 def test_horovod_started_by_torchrun_fails_loudly(tmp_path):
     require_library("horovod.torch")
