@@ -224,16 +224,24 @@ def _metrics_summary(run: RunDir) -> Tuple[str, str, str]:
     return metrics.status, str(len(metrics.epochs)), speed
 
 
-# Log lines that say why a job step ended (torchrun's child failure report, slurmstepd, Python errors).
-FAILURE_LINE = re.compile(r"received by PID|exitcode\s*:\s*-?[1-9]|DUE TO TIME LIMIT|CANCELLED AT|\w+Error: |error: ")
+# Log lines that say why a job step ended, most telling first: torchrun's root-cause report of the
+# worker that failed first, Slurm's own verdict, then any Python or srun error (often a peer's symptom).
+FAILURE_LINES = tuple(re.compile(p) for p in (
+    r"Signal \d+ \(\w+\) received by PID",
+    r"exitcode\s*:\s*-?[1-9]",
+    r"DUE TO TIME LIMIT|CANCELLED AT",
+    r"\w+Error: |error: ",
+))
 
 
 def failure_reason(run: RunDir) -> Optional[str]:
-    """The line that explains a failed run: the first telling log line, else the metrics end record's reason."""
-    for path in run.log_files():
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            if FAILURE_LINE.search(line):
-                return "%s: %s" % (path.name, line.strip())
+    """The line that explains a failed run: the most telling log line, else the metrics end record's reason."""
+    lines = [(path.name, line.strip()) for path in run.log_files()
+             for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+    for pattern in FAILURE_LINES:
+        for name, line in lines:
+            if pattern.search(line):
+                return "%s: %s" % (name, line)
     try:
         end = read_metrics(str(run.metrics_path)).end if run.metrics_path.is_file() else None
     except MetricsError:
