@@ -64,7 +64,8 @@ def log_text(run_dir: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in run_dir.glob("slurm-*.out"))
 
 
-@pytest.mark.parametrize("framework", ["ddp", pytest.param("deepspeed", marks=pytest.mark.deepspeed)])
+@pytest.mark.parametrize("framework", ["ddp", pytest.param("horovod", marks=pytest.mark.horovod),
+                                       pytest.param("deepspeed", marks=pytest.mark.deepspeed)])
 def test_run_completes_on_two_hosts(framework, two_nodes, slurm_site, tmp_path):
     if framework != "ddp":
         slurm.require(importlib.util.find_spec(framework) is not None, "%s is not installed" % framework)
