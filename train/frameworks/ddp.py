@@ -2,8 +2,10 @@
 
 Rank and world size come from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE); without it the process is a job of one (a process group over an in-memory store,
-so the same DDP code path runs on a laptop).
+so collectives work on a laptop). A job of one does not wrap the model in DistributedDataParallel:
+there is nothing to average, and DDP would still copy every gradient through its buckets.
 """
+import contextlib
 import os
 from typing import Any, ContextManager, Dict, Tuple
 
@@ -35,7 +37,8 @@ class DDP(Framework):
     name = "ddp"
 
     def __init__(self) -> None:
-        self.model: Any = None
+        self.module: Any = None  # the model itself
+        self.model: Any = None  # what the loop calls: DDP(module), or the module in a job of one
         self.optimizer: Any = None
         self.scaler: Any = None
         self.backend = ""
@@ -68,7 +71,10 @@ class DDP(Framework):
         if cfg.sync_bn:
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)  # reuses the Parameter objects
         device = next(model.parameters()).device
-        self.model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        self.module = model
+        self.model = model
+        if self.world_size > 1:
+            self.model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         self.optimizer = optimizer
         if cfg.amp == "fp16":
             self.scaler = _cuda_grad_scaler()
@@ -78,7 +84,9 @@ class DDP(Framework):
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
     def no_sync(self) -> ContextManager[Any]:
-        return self.model.no_sync()
+        if isinstance(self.model, DistributedDataParallel):
+            return self.model.no_sync()
+        return contextlib.nullcontext()
 
     def step(self) -> None:
         if self.scaler:
@@ -113,13 +121,13 @@ class DDP(Framework):
         return box[0]
 
     def state_dict(self) -> Dict[str, Any]:
-        state = {"model": self.model.module.state_dict(), "optimizer": self.optimizer.state_dict()}
+        state = {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
         if self.scaler:
             state["scaler"] = self.scaler.state_dict()
         return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.model.module.load_state_dict(state["model"])
+        self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scaler and "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
@@ -128,7 +136,7 @@ class DDP(Framework):
         return {"ddp": torch.__version__}
 
     def settings(self) -> Dict[str, Any]:
-        return {"backend": self.backend, "sync_bn": self.sync_bn, "grad_scaler": self.scaler is not None}
+        return {"backend": self.backend, "wrapped": self.world_size > 1, "sync_bn": self.sync_bn, "grad_scaler": self.scaler is not None}
 
     def shutdown(self) -> None:
         if dist.is_available() and dist.is_initialized():
