@@ -17,14 +17,15 @@ def trainer_command(args: List[str], nproc: Optional[int] = None) -> List[str]:
             "-m", "train"] + args
 
 
-def trainer_env() -> dict:
-    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
+def trainer_env(extra: Optional[dict] = None) -> dict:
+    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1", **(extra or {}))
     env.pop("WORLD_SIZE", None)
     return env
 
 
-def run_trainer(args: List[str], nproc: Optional[int] = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(trainer_command(args, nproc), cwd=REPO, env=trainer_env(), stdout=subprocess.PIPE,
+def run_trainer(args: List[str], nproc: Optional[int] = None, timeout: float = 600,
+                env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    return subprocess.run(trainer_command(args, nproc), cwd=REPO, env=trainer_env(env), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, timeout=timeout)
 
 

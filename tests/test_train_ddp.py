@@ -10,15 +10,20 @@ from train.metrics_schema import read_metrics
 from train.models import build_model
 from train.schedule import LRSchedule
 
-STEPS, WARMUP_STEPS, WORLD = 3, 1, 2
+STEPS, WARMUP_STEPS, PROFILE_STEPS, WORLD = 4, 1, 1, 2
+# lr_max = 0.05 * 8 / 4 = 0.1; warm-up 0.05 -> 0.1 over 2 steps, then cosine to 0 over 2 steps.
 ARGS = TINY + ["--num-classes", "5", "--steps", str(STEPS), "--steps-per-epoch", str(STEPS),
-               "--warmup-steps", str(WARMUP_STEPS), "--lr", "0.4", "--warmup-epochs", "0.67", "--seed", "3"]
+               "--warmup-steps", str(WARMUP_STEPS), "--profile-steps", str(PROFILE_STEPS),
+               "--lr", "0.05", "--reference-batch", "4", "--warmup-epochs", "0.5", "--schedule", "cosine",
+               "--seed", "3"]
+PROVENANCE = {"DLAUNCH_SITE": "testsite", "DLAUNCH_EXPERIMENT": "exp-1", "DLAUNCH_IMAGE": "/images/t.sif",
+              "DLAUNCH_GIT_REVISION": "abc123", "SLURM_JOB_ID": "4242"}
 
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("ddp")
-    result = run_trainer(ARGS + ["--checkpoint-dir", str(run_dir)], nproc=WORLD)
+    result = run_trainer(ARGS + ["--checkpoint-dir", str(run_dir)], nproc=WORLD, env=PROVENANCE)
     assert_ok(result)
     return run_dir
 
@@ -78,18 +83,22 @@ def test_parameters_equal_a_replay_of_averaged_per_shard_gradients(ddp_run):
     assert far_from_rank0_only > len(expected) // 2  # and rank 1's gradients really took part
 
 
-def test_metrics_header_throughput_and_lr(ddp_run):
+def test_metrics_header_throughput_profile_and_lr(ddp_run):
     metrics = read_metrics(str(ddp_run / "metrics.jsonl"))
     header = metrics.header
     assert (header["world_size"], header["nodes"], len(header["hosts"])) == (WORLD, 1, WORLD)
     assert (header["batch_per_worker"], header["global_batch"]) == (4, 8)
-    assert header["lr_scaled"] == pytest.approx(0.4 * 8 / 64)
+    assert header["lr_scaled"] == pytest.approx(0.1)
     assert header["versions"]["torch"] == torch.__version__
+    assert (header["site"], header["experiment"], header["image"], header["git_revision"], header["slurm_job_id"]) \
+        == ("testsite", "exp-1", "/images/t.sif", "abc123", "4242")
     [epoch] = metrics.epochs
     assert epoch["steps"] == STEPS
-    assert epoch["images"] == (STEPS - WARMUP_STEPS) * 8
+    assert epoch["images"] == (STEPS - WARMUP_STEPS - PROFILE_STEPS) * 8  # warm-up and profiled steps excluded
     assert epoch["images_per_s"] > 0
-    # warm-up over round(0.67 * 3) = 2 steps from 0.4 down to... lr_max = 0.05 < 0.4: held at lr_max,
-    # the last step (2) is past warm-up: the step schedule's lr_max.
+    # The last step (3) is 1 of 2 steps into the cosine: 0.5 * 0.1 * (1 + cos(pi / 2)).
     assert epoch["lr"] == pytest.approx(0.05)
+    [profile] = metrics.profiles
+    assert profile["steps"] == PROFILE_STEPS and profile["method"] == "unoverlapped-timers"
+    assert 0 < profile["compute_s"] < profile["step_s"] and 0 < profile["comm_s"] < profile["step_s"]
     assert metrics.end["epochs_completed"] == 1

@@ -7,6 +7,7 @@ import time
 from helpers_train import TINY, assert_ok, load_model_state, run_trainer, start_trainer, worker_pids
 from train.checkpoint import checkpoint_path, load_checkpoint
 from train.config import EXIT_INTERRUPTED
+from train.data.make_folder import make_pattern_folder
 from train.metrics_schema import read_metrics
 
 ARGS = TINY + ["--num-classes", "5", "--epochs", "3", "--steps-per-epoch", "12", "--seed", "5", "--lr", "0.1",
@@ -70,3 +71,16 @@ def test_sigterm_to_one_rank_cancels_all_ranks_at_the_same_step(tmp_path):
     assert end["status"] == "cancelled", stderr[-3000:]
     assert len(end["param_digests"]) == 2 and len(set(end["param_digests"])) == 1
     assert load_checkpoint(checkpoint_path(run_dir))["global_step"] >= 12
+
+
+def test_unreadable_image_ends_failed_with_the_reason(tmp_path):
+    data = str(tmp_path / "data")
+    make_pattern_folder(data, classes=2, images_per_class=4, val_per_class=1, size=32)
+    for name in os.listdir(os.path.join(data, "train", "class_000")):
+        with open(os.path.join(data, "train", "class_000", name), "wb") as f:
+            f.write(b"not a jpeg")
+    metrics_path = str(tmp_path / "metrics.jsonl")
+    result = run_trainer(TINY + ["--data", data, "--workers", "0", "--steps", "2", "--metrics", metrics_path])
+    assert result.returncode not in (0, 2)
+    end = read_metrics(metrics_path).end
+    assert end["status"] == "failed" and "UnidentifiedImageError" in end["reason"]
