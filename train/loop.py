@@ -144,8 +144,9 @@ class Trainer:
             start_epoch, skip, progress = self.restore(state)
         hosts = self.fw.all_gather_object(socket.gethostname())
         if self.dist.is_main:
+            continuing = os.path.exists(cfg.metrics_path) and os.path.getsize(cfg.metrics_path) > 0
             self.writer = MetricsWriter(cfg.metrics_path)
-            if state is not None:
+            if state is not None and continuing:
                 self.writer.write("resume", epoch=start_epoch, step=self.global_step,
                                   checkpoint=checkpoint_path(cfg.checkpoint_dir))
             else:
