@@ -8,11 +8,12 @@ Batches arrive as NCHW float32 images and int64 labels on `dist.device`. Labels 
 class folder in sorted order (as ImageFolder's `class_to_idx`).
 
 Data order, compared with the native DistributedSampler (one permutation seeded by seed + epoch):
-DALI's file reader shuffles the file list once with a fixed seed (the same on every rank), cuts it into
-`world` contiguous shards, and moves every rank to the next shard each epoch; within its shard a rank
-reads through a shuffle buffer seeded by `--seed`. Every epoch covers each training image on exactly
-one rank, but the order is DALI's, not the sampler's, and it is not restored on resume (a mid-epoch
-resume reads and drops the batches to skip). Augmentation is seeded by (seed, rank).
+DALI's file reader shuffles the file list once with a seed shared by all ranks, cuts it into `world`
+contiguous shards, and moves every rank to the next shard each epoch; within its shard a rank reads
+through a shuffle buffer (DALI's `initial_fill`, 1024 samples) seeded by `--seed`. Each epoch the
+shards partition the training set (no image on two ranks), but the order is DALI's, not the
+sampler's, and it is not restored on resume (a mid-epoch resume reads and drops the batches to
+skip). Augmentation is seeded by (seed, rank).
 
 Epoch length: every rank yields floor(floor(N / world) / batch) training batches (the native
 loader's count); batches past that on a larger shard are read and dropped, so all ranks step equally
