@@ -12,14 +12,18 @@ accelerator; its first use compiles a small communication op (ninja, about 1.5 m
 TORCH_EXTENSIONS_DIR.
 
 Checkpoints (`state_dict`) hold module and optimizer state dicts, not DeepSpeed checkpoint folders:
-- ZeRO 0: model and optimizer state; a DDP checkpoint resumes here and vice versa.
+- ZeRO 0: model and optimizer state; in fp32 a DDP checkpoint resumes here and vice versa (with
+  `--amp bf16` the saved module is bf16 and the fp32 master weights are refreshed from it).
 - ZeRO 1/2: the optimizer state (momentum) is partitioned across ranks, so a checkpoint holds the
   model only; resuming restores weights, BatchNorm statistics and the trainer's step and restarts
   momentum from zero.
 - ZeRO 3: parameters are partitioned too; checkpoints are refused (`--checkpoint-dir`).
+
+DeepSpeed clips gradients to norm 1.0 by default; here only `--grad-clip F` clips. `--profile-steps`
+needs whole local gradients (`no_sync`), so it is refused under ZeRO >= 1.
 """
 import os
-from typing import Any, Dict, Tuple
+from typing import Any, ContextManager, Dict, Tuple
 
 import deepspeed
 import torch
@@ -85,6 +89,10 @@ class DeepSpeed(DDP):
     def backward(self, loss: torch.Tensor) -> None:
         self.engine.backward(loss)
 
+    def no_sync(self) -> ContextManager[Any]:
+        """The engine's: gradients stay local in `backward` (ZeRO 0 only; `init` refuses profiling above)."""
+        return self.engine.no_sync()
+
     def step(self) -> None:
         self.engine.step()
 
@@ -116,7 +124,7 @@ class DeepSpeed(DDP):
             refresh()
 
     def versions(self) -> Dict[str, str]:
-        return {"deepspeed": deepspeed.__version__, "torch": torch.__version__}
+        return {"deepspeed": deepspeed.__version__}
 
     def settings(self) -> Dict[str, Any]:
         return {"backend": self.backend, "zero_stage": self.zero_stage, "config": self.config,
