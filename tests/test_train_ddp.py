@@ -10,6 +10,8 @@ from train.metrics_schema import read_metrics
 from train.models import build_model
 from train.schedule import LRSchedule
 
+pytestmark = pytest.mark.slow  # real multi-process / multi-epoch training runs
+
 STEPS, WARMUP_STEPS, PROFILE_STEPS, WORLD = 4, 1, 1, 2
 # lr_max = 0.05 * 8 / 4 = 0.1; warm-up 0.05 -> 0.1 over 2 steps, then cosine to 0 over 2 steps.
 ARGS = TINY + ["--num-classes", "5", "--steps", str(STEPS), "--steps-per-epoch", str(STEPS),

@@ -4,6 +4,8 @@ import pytest
 from helpers_train import assert_ok, run_trainer
 from train.metrics_schema import read_metrics
 
+pytestmark = pytest.mark.slow  # real multi-process / multi-epoch training runs
+
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):

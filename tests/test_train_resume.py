@@ -4,11 +4,15 @@ import os
 import signal
 import time
 
+import pytest
+
 from helpers_train import TINY, assert_ok, load_model_state, run_trainer, start_trainer, worker_pids
 from train.checkpoint import checkpoint_path, load_checkpoint
 from train.config import EXIT_INTERRUPTED
 from train.data.make_folder import make_pattern_folder
 from train.metrics_schema import read_metrics
+
+pytestmark = pytest.mark.slow  # real multi-process / multi-epoch training runs
 
 ARGS = TINY + ["--num-classes", "5", "--epochs", "3", "--steps-per-epoch", "12", "--seed", "5", "--lr", "0.1",
                "--warmup-epochs", "1"]
