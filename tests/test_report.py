@@ -133,4 +133,5 @@ def test_report_on_real_one_and_two_process_runs(tmp_path):
     rows = table_rows((out / "report.md").read_text(), "## Scaling")
     assert [(row[1], row[6]) for row in rows] == [("1", "1.000"), ("2", rows[1][6])]  # 1 process: the reference
     assert all(row[9] != "-" for row in rows)  # comm share from the profile records
+    assert float(rows[0][8]) == 0 < float(rows[1][8])  # comm %: one process communicates nothing
     assert "resnet18" in result.output

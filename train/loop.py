@@ -110,7 +110,7 @@ class Trainer:
         self.model = build_model(cfg.model, cfg.num_classes).to(self.device, memory_format=memory_format)
         self.wrapped, _ = framework.wrap(self.model, build_optimizer(self.model, cfg), cfg)
         self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
-        self.profiler = StepProfiler(framework, list(self.model.parameters()), self.synchronize)
+        self.profiler = StepProfiler(framework, list(self.model.parameters()), self.synchronize, dist.world_size)
 
     # -- collectives and clocks ------------------------------------------------------------------
     def synchronize(self) -> None:

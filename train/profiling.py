@@ -5,7 +5,8 @@ synchronised at every boundary (so the parts are un-overlapped costs, not what a
   data_s    waiting for the next batch;
   compute_s forward + backward with gradient synchronisation disabled (`Framework.no_sync()`);
   comm_s    one explicit all-reduce (mean) of all gradients flattened into one tensor
-            (`Framework.all_reduce_mean`), copied back into the gradients;
+            (`Framework.all_reduce_mean`), copied back into the gradients; 0 for a job of one
+            process, which has nothing to communicate;
   step_s    the whole step: data + compute + comm + the optimizer step.
 A normal step overlaps the all-reduce with the backward pass in buckets, so step_s here is an upper
 bound of a normal step, and compute_s + comm_s shows what overlap can at best hide. The profiled
@@ -21,8 +22,10 @@ METHOD = "unoverlapped-timers"
 
 
 class StepProfiler:
-    def __init__(self, framework: Any, parameters: List[torch.nn.Parameter], synchronize: Callable[[], None]):
+    def __init__(self, framework: Any, parameters: List[torch.nn.Parameter], synchronize: Callable[[], None],
+                 world_size: int):
         self.framework = framework
+        self.world_size = world_size
         self.parameters = parameters
         self.synchronize = synchronize
         self.times: Dict[str, List[float]] = {"data_s": [], "compute_s": [], "comm_s": [], "step_s": []}
@@ -35,12 +38,8 @@ class StepProfiler:
             loss = forward_backward()
         self.synchronize()
         computed = time.perf_counter()
-        grads = [p.grad for p in self.parameters if p.grad is not None]
-        mean = self.framework.all_reduce_mean(torch.cat([g.reshape(-1) for g in grads]))
-        offset = 0
-        for g in grads:
-            g.copy_(mean[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
+        if self.world_size > 1:
+            self.all_reduce_gradients()
         self.synchronize()
         communicated = time.perf_counter()
         self.framework.step()
@@ -49,6 +48,14 @@ class StepProfiler:
                             ("comm_s", communicated - computed), ("step_s", time.perf_counter() - started)):
             self.times[name].append(value)
         return loss
+
+    def all_reduce_gradients(self) -> None:
+        grads = [p.grad for p in self.parameters if p.grad is not None]
+        mean = self.framework.all_reduce_mean(torch.cat([g.reshape(-1) for g in grads]))
+        offset = 0
+        for g in grads:
+            g.copy_(mean[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
 
     def summary(self) -> Dict[str, Any]:
         """Fields of the `profile` record."""
