@@ -196,6 +196,21 @@ def test_every_framework_and_loader_writes_valid_metrics(framework, loader, imag
     assert (metrics.header["framework"], metrics.header["loader"]) == (framework, loader)
     assert metrics.status == "ok" and len(metrics.epochs) == 1
     assert 0.0 <= metrics.epochs[0]["top1"] <= 1.0
+    if loader == "dali":  # the loader's own settings reach the header
+        assert metrics.header["loader_settings"]["dali"] and metrics.header["loader_settings"]["dali_device"] == "cpu"
+
+
+@pytest.mark.slow
+@pytest.mark.deepspeed
+def test_deepspeed_bf16_trains_and_closes(tmp_path):
+    """bf16 parameters (DeepSpeed casts the model) reach the end record's digests too."""
+    require_library("deepspeed")
+    metrics_path = str(tmp_path / "metrics.jsonl")
+    assert_ok(run_trainer(TINY + ["--data", "synthetic", "--steps", "2", "--framework", "deepspeed",
+                                  "--amp", "bf16", "--metrics", metrics_path]))
+    metrics = read_metrics(metrics_path)
+    assert metrics.status == "ok" and metrics.header["config"]["amp"] == "bf16"
+    assert len(metrics.end["param_digests"]) == 1
 
 
 @pytest.mark.parametrize("flags, package, message", [

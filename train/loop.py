@@ -56,7 +56,8 @@ def parameter_digest(model: nn.Module) -> str:
     """sha256 of all parameters' bytes, in registration order."""
     digest = hashlib.sha256()
     for p in model.parameters():
-        digest.update(p.detach().cpu().contiguous().numpy().tobytes())
+        # Raw bytes through a uint8 view: numpy has no bfloat16.
+        digest.update(p.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 
@@ -305,8 +306,9 @@ class Trainer:
             world_size=self.dist.world_size, nodes=len(set(hosts)), hosts=hosts,
             batch_per_worker=cfg.batch_size, global_batch=self.global_batch, lr_scaled=self.schedule.lr_max,
             versions=versions, framework_settings=self.fw.settings(),
-            loader_settings={"data": cfg.data, "workers": cfg.workers, "batches_per_epoch": len(self.loaders.train),
-                             "steps_per_epoch": self.steps_per_epoch, "total_steps": self.total_steps},
+            loader_settings=dict(getattr(self.loaders.train, "settings", {}), data=cfg.data, workers=cfg.workers,
+                                 batches_per_epoch=len(self.loaders.train), steps_per_epoch=self.steps_per_epoch,
+                                 total_steps=self.total_steps),
             slurm_job_id=os.environ.get("SLURM_JOB_ID") or None, site=cfg.site, experiment=cfg.experiment,
             image=cfg.image, git_revision=git_revision())
 
