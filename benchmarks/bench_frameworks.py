@@ -11,10 +11,7 @@ gradients (DeepSpeed ZeRO-1 cannot be profiled: its gradients are partitioned).
 Prints a table and writes benchmarks/results/bench_frameworks.json.
 """
 import argparse
-import datetime
-import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -26,9 +23,10 @@ from rich.table import Table
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchlib import save_results  # noqa: E402
+
 from train.metrics_schema import read_metrics  # noqa: E402
 
-RESULTS = os.path.join(ROOT, "benchmarks", "results", "bench_frameworks.json")
 WORLD = 2
 BIN = os.path.dirname(sys.executable)
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(WORLD)]
@@ -67,14 +65,6 @@ def run_variant(name: str, repeat: int, args: argparse.Namespace, workdir: str) 
             "framework_settings": metrics.header.get("framework_settings"), "versions": metrics.header["versions"]}
 
 
-def write_json(path: str, data: Dict[str, Any]) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="resnet44")
@@ -109,11 +99,8 @@ def main() -> None:
     for r in rows:
         if "error" in r:
             print("%s failed:\n%s" % (r["variant"], r["error"]), file=sys.stderr)
-    write_json(RESULTS, {"benchmark": "bench_frameworks", "date": datetime.date.today().isoformat(),
-                         "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
-                         "args": vars(args), "world_size": WORLD, "rows": rows,
-                         "all_runs": runs})
-    print("wrote %s" % RESULTS)
+    print("wrote %s" % save_results("bench_frameworks", {"args": vars(args), "world_size": WORLD, "rows": rows,
+                                                         "all_runs": runs}))
 
 
 if __name__ == "__main__":

@@ -10,10 +10,7 @@ timed; of `--repeats` runs the fastest counts (other processes share the machine
 and writes benchmarks/results/bench_loaders.json.
 """
 import argparse
-import datetime
-import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -26,12 +23,13 @@ from rich.table import Table
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchlib import save_results  # noqa: E402
+
 from train.config import parse_config  # noqa: E402
 from train.data import build_loaders  # noqa: E402
 from train.data.make_folder import make_pattern_folder  # noqa: E402
 from train.frameworks.base import DistInfo  # noqa: E402
 
-RESULTS = os.path.join(ROOT, "benchmarks", "results", "bench_loaders.json")
 
 
 def images_per_s(folder: str, loader: str, workers: int, args: argparse.Namespace) -> float:
@@ -49,14 +47,6 @@ def images_per_s(folder: str, loader: str, workers: int, args: argparse.Namespac
             images += count
             seconds += time.perf_counter() - start
     return images / seconds
-
-
-def write_json(path: str, data: Dict[str, Any]) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
 
 
 def main() -> None:
@@ -94,11 +84,8 @@ def main() -> None:
     Console().print(table)
     import nvidia.dali
 
-    write_json(RESULTS, {"benchmark": "bench_loaders", "date": datetime.date.today().isoformat(),
-                         "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
-                         "versions": {"torch": torch.__version__, "dali": nvidia.dali.__version__},
-                         "args": vars(args), "rows": rows})
-    print("wrote %s" % RESULTS)
+    print("wrote %s" % save_results("bench_loaders", {
+        "versions": {"torch": torch.__version__, "dali": nvidia.dali.__version__}, "args": vars(args), "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -11,15 +11,12 @@
 Prints a table and writes benchmarks/results/bench_trainer.json (atomically).
 """
 import argparse
-import datetime
-import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -27,9 +24,10 @@ from rich.table import Table
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchlib import save_results  # noqa: E402
+
 from train.metrics_schema import read_metrics  # noqa: E402
 
-RESULTS = os.path.join(ROOT, "benchmarks", "results", "bench_trainer.json")
 
 
 def environment(threads: int) -> Dict[str, str]:
@@ -83,16 +81,6 @@ def run_bare(args: argparse.Namespace) -> float:
     return float(out.strip().splitlines()[-1])
 
 
-def write_json(path: str, data: Dict[str, Any]) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="resnet50")
@@ -115,10 +103,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             best["trainer 2 ranks"] = max(best["trainer 2 ranks"], run_trainer(args, 2, workdir))
     ratio = best["trainer"] / best["bare"]
     efficiency = (best["trainer 2 ranks"] / best["trainer"]) / 2
-    result = {"date": datetime.date.today().isoformat(), "machine": platform.node(), "cpus": os.cpu_count(),
-              "settings": {k: v for k, v in vars(args).items() if k != "bare"}, "images_per_s": best,
-              "trainer_over_bare": ratio, "E_2": efficiency}
-    write_json(RESULTS, result)
+    saved = save_results("bench_trainer", {"settings": {k: v for k, v in vars(args).items() if k != "bare"},
+                                           "images_per_s": best, "trainer_over_bare": ratio, "E_2": efficiency})
     table = Table(title="%s %dpx, batch %d/rank, %d steps (%d warm-up), %d thread(s)/rank, CPU"
                   % (args.model, args.image_size, args.batch_size, args.steps, args.warmup_steps, args.threads))
     table.add_column("run")
@@ -128,7 +114,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     table.add_row("trainer (DDP), 1 rank", "%.2f" % best["trainer"], "trainer/bare = %.3f" % ratio)
     table.add_row("trainer (DDP, gloo), 2 ranks", "%.2f" % best["trainer 2 ranks"], "E_2 = %.3f" % efficiency)
     Console().print(table)
-    print("wrote %s" % os.path.relpath(RESULTS, ROOT))
+    print("wrote %s" % os.path.relpath(saved, ROOT))
     return 0
 
 
