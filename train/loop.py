@@ -332,6 +332,7 @@ def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
         trainer = Trainer(cfg, argv, framework, dist, signals)
         status = trainer.run()
         trainer.finish(status)
+        framework.barrier()  # no rank tears down the group while another still uses it
         return EXIT_CODES[status]
     except ConfigError as e:
         print("train: error: %s" % e, file=sys.stderr)
@@ -347,4 +348,5 @@ def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
     finally:
         if trainer is not None and trainer.writer:
             trainer.writer.close()
+        trainer = None  # release the model before the process group goes
         framework.shutdown()

@@ -6,6 +6,7 @@ so collectives work on a laptop). A job of one does not wrap the model in Distri
 there is nothing to average, and DDP would still copy every gradient through its buckets.
 """
 import contextlib
+import gc
 import os
 from typing import Any, ContextManager, Dict, Tuple
 
@@ -139,5 +140,10 @@ class DDP(Framework):
         return {"backend": self.backend, "wrapped": self.world_size > 1, "sync_bn": self.sync_bn, "grad_scaler": self.scaler is not None}
 
     def shutdown(self) -> None:
+        # Free the DDP reducer (it holds the process group and gloo work objects) while the
+        # interpreter is fully alive, then the group: a gloo group torn down at interpreter exit
+        # aborted a rank now and then ("terminate called without an active exception").
+        self.model = self.module = self.optimizer = None
+        gc.collect()
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()

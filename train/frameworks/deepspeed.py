@@ -129,3 +129,7 @@ class DeepSpeed(DDP):
     def settings(self) -> Dict[str, Any]:
         return {"backend": self.backend, "zero_stage": self.zero_stage, "config": self.config,
                 "checkpoint": "model+optimizer" if self.zero_stage == 0 else "model only (ZeRO partitions optimizer state)"}
+
+    def shutdown(self) -> None:
+        self.engine = None
+        super().shutdown()
