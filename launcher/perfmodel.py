@@ -41,6 +41,19 @@ MODEL_PARAMS_M: Dict[str, float] = {
     "resnet152": 60.2,
     "resnet44": 0.66,
 }
+# Forward GFLOPs per 224 px image, to scale a published ResNet-50 throughput to the other models.
+MODEL_GFLOPS: Dict[str, float] = {
+    "resnet18": 1.82,
+    "resnet34": 3.67,
+    "resnet50": 4.11,
+    "resnet101": 7.83,
+    "resnet152": 11.56,
+}
+# Published single-GPU ResNet-50 training throughput (images/s) by GPU model prefix: NVIDIA
+# DeepLearningExamples, PyTorch ResNet-50 v1.5, A100 80GB, AMP, batch 256. The default compute time
+# of `dlaunch predict` when no measurement is given (an optimistic one for batch 64 and TF32).
+PUBLISHED_RESNET50_IMAGES_PER_S: Dict[str, float] = {"A100": 2470.0}
+DEFAULT_BATCH = 64  # the paper's batch per GPU
 BACKWARD_FRACTION = 2.0 / 3.0  # backward ~ 2x forward
 DEFAULT_OVERLAP = 0.5
 DEFAULT_INTRA_NODE_GBPS = 2400.0  # A100 NVLink 3: 300 GB/s per GPU and direction
@@ -212,9 +225,23 @@ def parse_gpu_counts(text: str) -> List[int]:
     return counts
 
 
+def published_compute_ms(site: Site, model: str, batch: int) -> Optional[float]:
+    """Compute time per step from the published throughput of the site's GPU model, if one is known."""
+    gpu = next((g for g in PUBLISHED_RESNET50_IMAGES_PER_S if (site.gpu_model or "").startswith(g)), None)
+    if gpu is None or model not in MODEL_GFLOPS:
+        return None
+    images_per_s = PUBLISHED_RESNET50_IMAGES_PER_S[gpu] * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS[model]
+    return 1e3 * batch / images_per_s
+
+
 def workload_from_options(model: Optional[str], compute_ms: Optional[float], data_ms: Optional[float],
-                          batch: Optional[int], from_run: Optional[Path]) -> Tuple[str, Workload]:
-    """The model name and workload from the flags; `--from-run` fills what the flags leave out."""
+                          batch: Optional[int], from_run: Optional[Path],
+                          site: Optional[Site] = None) -> Tuple[str, Workload, str]:
+    """The model name, the workload and where its compute time comes from.
+
+    `--from-run` fills what the flags leave out; without either, the published throughput of the
+    site's GPU model (batch 64 unless given)."""
+    source = "--compute-ms"
     if from_run is not None:
         loaded = load_runs([str(from_run)])
         if loaded.rejected:
@@ -228,13 +255,18 @@ def workload_from_options(model: Optional[str], compute_ms: Optional[float], dat
         compute_ms = compute_ms if compute_ms is not None else 1e3 * run.profile.compute_s
         data_ms = data_ms if data_ms is not None else 1e3 * run.profile.data_s
         batch = batch or run.key.batch_per_worker
+        source = "measured in %s" % run.path
+    if compute_ms is None and model is not None and site is not None:
+        batch = batch or DEFAULT_BATCH
+        compute_ms = published_compute_ms(site, model, batch)
+        source = "published %s throughput (NVIDIA DeepLearningExamples, AMP), scaled by model FLOPs" % site.gpu_model
     if model is None or compute_ms is None or batch is None:
         raise DlaunchError("--model, --compute-ms and --batch are needed unless --from-run names a profiled run")
     if model not in MODEL_PARAMS_M:
         raise DlaunchError("--model: unknown model %r (known: %s)" % (model, ", ".join(sorted(MODEL_PARAMS_M))))
     if compute_ms <= 0 or batch < 1 or (data_ms or 0.0) < 0:
         raise DlaunchError("--compute-ms and --batch must be positive, --data-ms not negative")
-    return model, Workload(compute_ms / 1e3, batch, gradient_bytes(model), (data_ms or 0.0) / 1e3)
+    return model, Workload(compute_ms / 1e3, batch, gradient_bytes(model), (data_ms or 0.0) / 1e3), source
 
 
 PREDICTION_HEADERS = ["GPUs", "nodes", "step ms", "comm ms", "exposed comm ms", "images/s", "S_G", "E_G", "comm %"]
@@ -263,7 +295,7 @@ def predict_command(
     network = interconnect_of_site(profile)
     if network is None:
         raise DlaunchError("--site: site %s has no [network] section (latency_us, bandwidth_gbps_per_node)" % profile.name)
-    model_name, workload = workload_from_options(model, compute_ms, data_ms, batch, from_run)
+    model_name, workload, source = workload_from_options(model, compute_ms, data_ms, batch, from_run, profile)
     if calibrated is not None:
         published = load_published()
         if calibrated not in published:
@@ -272,10 +304,11 @@ def predict_command(
     console = Console(soft_wrap=True)
     console.print(
         "%s on %s: %.1f MB fp32 gradients, compute %.2f ms + data %.2f ms per step, batch %d per GPU; "
-        "latency %.2f us per hop, %.0f Gbit/s per node of %d GPUs, %.0f Gbit/s per GPU in a node, overlap %.2f"
+        "latency %.2f us per hop, %.0f Gbit/s per node of %d GPUs, %.0f Gbit/s per GPU in a node, overlap %.2f\n"
+        "compute time: %s"
         % (model_name, profile.name, workload.gradient_bytes / 1e6, 1e3 * workload.compute_s, 1e3 * workload.data_s,
            workload.batch, network.latency_us, network.bandwidth_gbps_per_node, network.gpus_per_node,
-           network.intra_node_gbps, overlap),
+           network.intra_node_gbps, overlap, source),
         markup=False, highlight=False,
     )
     console.print(rich_table(None, PREDICTION_HEADERS, prediction_rows(predict(workload, network, counts, overlap))))

@@ -112,6 +112,7 @@ class Site(_Model):
     cores_per_node: int = Field(gt=0)
     threads_per_core: int = Field(default=1, gt=0)
     gpu_vendor: Literal["nvidia", "amd", "none"]
+    gpu_model: Optional[SafeName] = None  # e.g. A100-40GB: lets `dlaunch predict` pick published compute times
     account_env: Optional[EnvName] = None
     account_required: bool = False
     modules: List[ModuleName] = []

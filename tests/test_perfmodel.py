@@ -162,3 +162,19 @@ def test_predict_calibrated_to_the_published_column(site_file):
         assert abs(p.comm_share - published[p.gpus].comm_share) <= MAX_ERROR_PP["dali"] / 100
     bad = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "1", "--batch", "1", "--calibrated", "x")
     assert isinstance(bad.exception, DlaunchError) and "--calibrated" in str(bad.exception)
+
+
+def test_predict_for_the_issue_command_uses_the_published_a100_throughput():
+    """`dlaunch predict --site juwels --model resnet50 --gpus ...` needs no measurement on an A100 site."""
+    result = _predict("--site", "juwels", "--model", "resnet50", "--gpus", "4,1024")
+    assert result.exit_code == 0, result.output
+    compute_ms = 1e3 * 64 / 2470.0  # NVIDIA's A100 AMP ResNet-50 figure, the paper's batch of 64
+    assert "compute %.2f ms" % compute_ms in result.output and "published A100-40GB" in result.output
+    (_, largest) = predict(Workload(compute_ms / 1e3, 64, gradient_bytes("resnet50")),
+                                   Interconnect(4, 1.5, 800.0, 2400.0), [4, 1024])
+    assert "%.3f" % largest.efficiency in result.output
+
+
+def test_predict_without_a_published_figure_asks_for_a_measurement():
+    result = _predict("--site", "lumi-g", "--model", "resnet50")  # AMD GPUs: no published figure built in
+    assert isinstance(result.exception, DlaunchError) and "--compute-ms" in str(result.exception)
