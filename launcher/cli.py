@@ -1,7 +1,6 @@
 """The `dlaunch` command line. `dlaunch <run options>` without a sub-command is `dlaunch run`."""
 import dataclasses
 import functools
-import importlib
 import inspect
 import os
 import re
@@ -16,8 +15,11 @@ from rich.console import Console
 from rich.table import Table
 
 from launcher.errors import DlaunchError, SchedulerError
+from launcher.images import default_image_for_site, images_command
+from launcher.perfmodel import predict_command
 from launcher.plan import LaunchPlan, build_plan, resolve_account
 from launcher.render import render_script
+from launcher.report import report_command
 from launcher.request import FRAMEWORKS, TRAINER_FLAGS, LaunchRequest
 from launcher.rundir import RunDir, find_runs
 from launcher.schedulers import SlurmScheduler, scheduler_for
@@ -64,7 +66,8 @@ def with_trainer_options(command: Callable) -> Callable:
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> Any:
         values = [(flag.name, kwargs.pop(flag.attr)) for flag in TRAINER_FLAGS]
-        return command(trainer=tuple((k, v) for k, v in values if v not in (None, False)), **kwargs)
+        # `is`, not `in`: 0 == False, and --workers 0 or --label-smoothing 0 must reach the trainer.
+        return command(trainer=tuple((k, v) for k, v in values if v is not None and v is not False), **kwargs)
 
     wrapper.__signature__ = inspect.Signature(own + extra)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
@@ -76,18 +79,10 @@ Framework = Annotated[Literal[FRAMEWORKS], typer.Option(help="training framework
 Partition = Annotated[Optional[str], typer.Option(help="partition (or QOS); default: the site's default")]
 TimeLimit = Annotated[str, typer.Option("--time", help="time limit (HH:MM:SS or D-HH:MM:SS)")]
 Account = Annotated[Optional[str], typer.Option(help="account/budget; default: the site's account variable")]
-Image = Annotated[Optional[str], typer.Option(help="container image (.sif); default: images/current-<framework>.sif")]
+Image = Annotated[Optional[str], typer.Option(help="container image (.sif); default: images/<stack>-<framework>.sif")]
 Output = Annotated[str, typer.Option(help="runs go to OUTPUT/EXPERIMENT/RUN_NAME")]
 Experiment = Annotated[Optional[str], typer.Option(help="experiment name (groups runs)")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="print the script; write and submit nothing")]
-
-
-def _default_image(framework: str) -> str:
-    try:
-        images = importlib.import_module("launcher.images")
-    except ImportError:
-        raise DlaunchError("--image: no default image available (launcher.images missing); give --image PATH") from None
-    return str(images.default_image(framework))
 
 
 def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
@@ -99,7 +94,7 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
     experiment = request.experiment or "%s-%s-%s" % (site.name, request.framework, request.option("model", "resnet50"))
     image = request.image
     if site.container.runtime != "none" and not image:
-        image = _default_image(request.framework)
+        image = str(default_image_for_site(site, request.framework))
     request = dataclasses.replace(request, experiment=experiment, image=image).normalized()
     if run_dir is None:
         run_dir = Path(request.output) / experiment / (request.run_name or time.strftime("%Y%m%d-%H%M%S"))
@@ -157,8 +152,9 @@ def run(site: Site_ = None, framework: Framework = "ddp",
     """Render a job for a site and submit it (or run it here with --site local)."""
     if resume is not None:
         existing = RunDir.open(resume)
+        _refuse_if_active(existing)
         request = dataclasses.replace(LaunchRequest.from_dict(existing.plan()["request"]), resume=True)
-        request, plan, script = prepare(request, run_dir=existing.path.resolve())
+        request, plan, script = prepare(request, run_dir=existing.path.resolve(), dry_run=dry_run)
     else:
         request = LaunchRequest(site=site, framework=framework, nodes=nodes, gpus=gpus, partition=partition,
                                time=time_limit, account=account, image=image, output=output, experiment=experiment,
@@ -172,6 +168,18 @@ def run(site: Site_ = None, framework: Framework = "ddp",
     return submit(request, plan, script, run_dir)
 
 
+# Slurm job states in which a job may still write into its run directory.
+ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STOPPED")
+
+
+def _refuse_if_active(run: RunDir) -> None:
+    """A second job must not append to the metrics and checkpoints of one that still runs."""
+    if run.plan()["plan"]["scheduler"] == "slurm" and run.job_id:
+        state = SlurmScheduler().state(run.job_id)
+        if state.startswith(ACTIVE_STATES):
+            raise DlaunchError("--resume: job %s of %s is still %s (dlaunch cancel it first)" % (run.job_id, run.path, state))
+
+
 def _counts(flag: str, text: str) -> List[int]:
     try:
         counts = [int(part) for part in text.split(",") if part.strip()]
@@ -179,6 +187,8 @@ def _counts(flag: str, text: str) -> List[int]:
         raise DlaunchError("%s: %r is not a comma-separated list of numbers" % (flag, text)) from None
     if not counts or min(counts) < 1:
         raise DlaunchError("%s: give positive counts, e.g. 1,2,4" % flag)
+    if len(set(counts)) != len(counts):
+        raise DlaunchError("%s: %s lists a count twice" % (flag, text))
     return counts
 
 
@@ -207,9 +217,14 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
         for _, _, script in jobs:
             out.out(script)
         return 0
-    runs = [RunDir.create(Path(plan.run_dir)) for _, plan, _ in jobs]
-    codes = [submit(request, plan, script, run) for (request, plan, script), run in zip(jobs, runs)]
-    return max(codes)
+    taken = [plan.run_dir for _, plan, _ in jobs if Path(plan.run_dir).exists()]
+    if taken:
+        raise DlaunchError("run directory %s exists (choose another --experiment)" % taken[0])
+    for request, plan, script in jobs:  # stop at the first refusal; later runs are not created
+        code = submit(request, plan, script, RunDir.create(Path(plan.run_dir)))
+        if code:
+            return code
+    return 0
 
 
 def _metrics_summary(run: RunDir) -> Tuple[str, str, str]:
@@ -338,19 +353,9 @@ def sites_check(path: Annotated[Path, typer.Argument(help="profile file")]) -> i
     return 0
 
 
-def _register_optional_commands() -> None:
-    """`images`, `report`, `predict` live in their own modules."""
-    for name, module, function in (("images", "launcher.images", "images_command"),
-                                   ("report", "launcher.report", "report_command"),
-                                   ("predict", "launcher.perfmodel", "predict_command")):
-        try:
-            command = getattr(importlib.import_module(module), function)
-        except (ImportError, AttributeError):
-            continue
-        app.command(name)(command)
-
-
-_register_optional_commands()
+app.command("images")(images_command)
+app.command("report")(report_command)
+app.command("predict")(predict_command)
 _TOP_LEVEL = {"--help", "-h"}
 
 

@@ -10,7 +10,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 import tomllib
 from pathlib import Path
 from typing import Annotated, Dict, List, Literal, Optional, Tuple
@@ -20,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rich.console import Console
 from rich.table import Table
 
+from launcher.atomic import write_atomic
 from launcher.errors import DlaunchError
 from launcher.sites import Site, available_sites, load_site, resolve_site
 
@@ -338,29 +338,25 @@ def render_all(lock: Lock) -> Dict[Path, str]:
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 # ----------------------------------------------------------------------------------------------
 # What each site uses
 
 
 def _stack_of(site: Site) -> Optional[str]:
-    """The image stack a site runs (None: it runs without a container)."""
-    if site.container.runtime == "none":
+    """The image stack a site runs: its `[container] stack`; None without a container, and on
+    non-NVIDIA GPUs, since every stack here is a CUDA build."""
+    if site.container.runtime == "none" or site.gpu_vendor != "nvidia":
         return None
-    # Until site profiles name a stack (`[container] stack`), every containerized site runs `current`.
-    return getattr(site.container, "stack", DEFAULT_STACK)
+    return site.container.stack
+
+
+def default_image_for_site(site: Site, framework: str) -> Path:
+    """The image a containerized site runs for `framework` unless `--image` says otherwise."""
+    stack = _stack_of(site)
+    if stack is None:
+        raise DlaunchError("--image: site %s has %s GPUs and dlaunch's images are CUDA builds; give --image PATH "
+                           "(e.g. a ROCm PyTorch image with the trainer installed)" % (site.name, site.gpu_vendor))
+    return default_image(framework, stack)
 
 
 def site_stacks() -> Dict[str, str]:
@@ -414,7 +410,7 @@ def images_command(
         lock = load_lock()
         if render:
             for path, text in render_all(lock).items():
-                _write_atomic(path, text)
+                write_atomic(path, text)
                 console.print(f"wrote {path}")
             return
         if site is None:

@@ -10,6 +10,7 @@ from launcher.launchers import launch_mode
 from launcher.request import SAFE_NAME, LaunchRequest, trainer_arguments
 from launcher.runtimes import runtime_for
 from launcher.sites import BIND_PATH, Site, format_time, parse_time
+from train.config import ConfigError, parse_config
 
 SIGNAL_LEAD_S = 120  # seconds before the time limit at which the job is told to checkpoint
 BINDABLE = re.compile(BIND_PATH)
@@ -32,10 +33,6 @@ class LaunchPlan:
     container_prefix: Tuple[str, ...]
     launch_prefix: Tuple[str, ...]
     trainer_argv: Tuple[str, ...]
-
-    @property
-    def metrics_path(self) -> str:
-        return os.path.join(self.run_dir, "metrics.jsonl")
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -137,6 +134,10 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         "--metrics", os.path.join(run_dir, "metrics.jsonl"),
         "--checkpoint-dir", os.path.join(run_dir, "checkpoints"),
     ) + (("--resume",) if request.resume else ())
+    try:  # the trainer's own checks (torch-free), so that no job is submitted only to exit 2
+        parse_config(list(trainer_argv), check_paths=False)
+    except ConfigError as e:
+        raise DlaunchError("trainer options: %s" % e) from None
     return LaunchPlan(
         site=site.name,
         scheduler=site.scheduler,

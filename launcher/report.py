@@ -3,15 +3,15 @@
 The same inputs give byte-identical outputs: rows are sorted, the report carries no time stamps
 but the data's, plots are written with a fixed DPI and without PNG software/date metadata.
 """
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Annotated, Dict, List, Optional, Sequence, Tuple
 
 import typer
 from rich.console import Console
 
 from launcher.analysis import GroupKey, Run, ScalingPoint, group_runs, load_runs, rich_table, scaling, verdict
+from launcher.atomic import atomic_file, write_atomic
 from launcher.errors import DlaunchError
 from launcher.perfmodel import MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site, predict
 from launcher.sites import Site, resolve_site
@@ -107,16 +107,6 @@ def markdown_table(headers: Sequence[str], groups: Sequence[Tuple[GroupResult, L
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def write_atomic(path: Path, write: Callable[[str], None]) -> None:
-    """Call write(tmp path) next to `path`, then rename over it (the umask's file mode)."""
-    tmp = path.with_name(".%s.%d.tmp" % (path.name, os.getpid()))
-    try:
-        write(str(tmp))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _note(ax, text: str) -> None:
@@ -236,7 +226,7 @@ def write_plots(output: Path, results: Sequence[GroupResult]) -> None:
     for name, fig in figures.items():
         fig.suptitle(PLOTS[name], fontsize="medium")
         fig.tight_layout()
-        write_atomic(output / name, lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None}))
+        atomic_file(output / name, lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None}))
         plt.close(fig)
 
 
@@ -288,7 +278,7 @@ def write_report(output: Path, results: Sequence[GroupResult], sites: Dict[str, 
     output.mkdir(parents=True, exist_ok=True)
     write_plots(output, results)
     text = markdown_report(results, sites, rejected, notes)
-    write_atomic(output / "report.md", lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    write_atomic(output / "report.md", text)
 
 
 def report_command(

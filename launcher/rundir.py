@@ -1,26 +1,12 @@
 """A run directory: `job.sh`, `plan.json`, `job_id`, `state`, logs, `metrics.jsonl`, `checkpoints/`."""
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
+from launcher.atomic import write_atomic
 from launcher.errors import DlaunchError
 
 LOCAL_LOG = "local.log"
-
-
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write `text` to `path` through a temporary file and a rename (readers never see half a file)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 class RunDir:

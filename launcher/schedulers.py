@@ -5,7 +5,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Mapping, Optional
+from typing import List, Mapping, Optional, TextIO
 
 from rich.console import Console
 
@@ -74,18 +74,22 @@ class LocalScheduler:
         env = dict(os.environ)
         # torchrun/horovodrun/python of the environment dlaunch runs in, even when it is not activated.
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-        with open(run_dir / LOCAL_LOG, "w", encoding="utf-8") as log:
+        with open(run_dir / LOCAL_LOG, "a", encoding="utf-8") as log:  # a resumed run keeps the earlier log
             proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True, bufsize=1, env=env, cwd=run_dir)
             try:
                 with self.console.status("running %s on this machine (log: %s)" % (script.name, log.name)):
-                    for line in proc.stdout:
-                        log.write(line)
-                        log.flush()
-                        self.console.out(line, end="", highlight=False)
+                    self._copy_output(proc, log)
             except KeyboardInterrupt:
-                proc.wait()  # the terminal's SIGINT reached the job too; let it checkpoint and leave
+                # The terminal's SIGINT reached the job too: the trainer checkpoints and ends `cancelled`.
+                self._copy_output(proc, log)
         return Submission("local-%d" % proc.pid, proc.wait())
+
+    def _copy_output(self, proc: subprocess.Popen, log: TextIO) -> None:
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            self.console.out(line, end="", highlight=False)
 
     def state(self, job_id: str) -> str:
         return "local"

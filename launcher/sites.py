@@ -80,6 +80,7 @@ class Container(_Model):
     runtime: Literal["apptainer", "singularity", "none"] = "none"
     flags: List[Option] = []
     binds: List[BindPath] = []
+    stack: SafeName = "current"  # the default image stack (containers/versions.toml): current or paper
 
 
 class Network(_Model):

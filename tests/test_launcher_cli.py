@@ -75,11 +75,25 @@ def test_bad_input_exits_2_with_one_line_as_a_process(tmp_path):
     (["--site", "juwels", "--nodes", "2", "--account", "p", "--time", "25:00:00"], "dlaunch: error: --time: 1-01:00:00 exceeds"),
     (["--site", "juwels", "--nodes", "2", "--account", "p", "--image", "missing.sif"], "dlaunch: error: --image: "),
     (["--site", "juwels", "--nodes", "2"], "dlaunch: error: --account: site juwels-booster needs an account"),
+    # the trainer's own checks run before submission (its parser, torch-free)
+    (["--site", "juwels", "--account", "p", "--epochs", "2", "--steps", "10"],
+     "dlaunch: error: trainer options: argument --steps: not allowed with argument --epochs"),
+    (["--site", "juwels", "--account", "p", "--gamma", "2"], "dlaunch: error: trainer options: --gamma 2.0 must be in (0, 1]"),
+    (["--site", "lumi", "--account", "p"], "dlaunch: error: --image: site lumi-g has amd GPUs"),
+    (["sweep", "--site", "juwels", "--account", "p", "--image", "img.sif", "--nodes", "1,2,1"],
+     "dlaunch: error: --nodes: 1,2,1 lists a count twice"),
 ])
 def test_bad_input_is_one_line_exit_2_nothing_written_or_submitted(fake_slurm, capsys, argv, message):
     assert main(argv) == 2
     assert error_line(capsys).startswith(message)
     assert not (fake_slurm / "runs").exists() and not (fake_slurm / "sbatch.args").exists()
+
+
+def test_zero_valued_trainer_options_reach_the_trainer(fake_slurm, capsys):
+    assert main(["--site", "juwels", "--account", "p", "--image", "img.sif", "--dry-run",
+                 "--label-smoothing", "0", "--workers", "0", "--seed", "0"]) == 0
+    script = capsys.readouterr().out
+    assert "--label-smoothing 0.0 \\\n" in script and "--workers 0 \\\n" in script and "--seed 0 \\\n" in script
 
 
 def test_bad_profile_names_file_and_field(fake_slurm, capsys):
@@ -141,6 +155,11 @@ def test_status_logs_cancel_and_resume(fake_slurm, capsys):
     assert main(["cancel", str(run)]) == 0
     assert read_args(fake_slurm / "scancel.args") == ["4711"]
     assert (run / "state").read_text() == "cancel requested\n"
+    capsys.readouterr()
+    assert main(["run", "--resume", str(run)]) == 2  # the fake squeue still says RUNNING
+    refused = error_line(capsys)
+    assert "job 4711" in refused and "still RUNNING" in refused
+    install_fakes(fake_slurm / "bin", {"squeue": "exit 0\n", "scontrol": 'echo "JobId=4711 JobState=CANCELLED"\n'})
     assert main(["run", "--resume", str(run)]) == 0
     assert (run / "job.sh").read_text().endswith(" \\\n  --resume\n")
     assert (run / "state").read_text() == "submitted\n"
