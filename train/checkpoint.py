@@ -7,9 +7,9 @@ record once and in full. Rank 0 writes it (temporary file, fsync, os.replace, fs
 directory); every rank reads it (the directory must be shared).
 
 Signals: SIGUSR1 (Slurm's warning before the time limit, `sbatch --signal=USR1@120`) -> checkpoint,
-end status `interrupted`, exit 75; SIGTERM (scancel) -> checkpoint, end status `cancelled`, exit 143.
-The handler only records the signal; the loop asks all ranks after every step and stops them at
-the same step.
+end status `interrupted`, exit 75; SIGTERM (scancel) or SIGINT (Ctrl-C in a local run) -> checkpoint,
+end status `cancelled`, exit 143. The handler only records the signal; the loop asks all ranks every
+few steps (`loop.STOP_CHECK_STEPS`) and stops them at the same step.
 """
 import inspect
 import os
@@ -22,10 +22,10 @@ CHECKPOINT_NAME = "last.pt"
 
 
 class StopSignals:
-    """Remembers SIGUSR1 / SIGTERM once installed."""
+    """Remembers SIGUSR1 / SIGTERM / SIGINT once installed."""
 
     def __init__(self) -> None:
-        self.received: Dict[int, bool] = {signal.SIGUSR1: False, signal.SIGTERM: False}
+        self.received: Dict[int, bool] = {signal.SIGUSR1: False, signal.SIGTERM: False, signal.SIGINT: False}
 
     def install(self) -> "StopSignals":
         for signum in self.received:
@@ -36,8 +36,9 @@ class StopSignals:
         self.received[signum] = True
 
     def flags(self) -> List[float]:
-        """[SIGUSR1 seen, SIGTERM seen] as 0/1, for an all-rank reduction."""
-        return [float(self.received[signal.SIGUSR1]), float(self.received[signal.SIGTERM])]
+        """[SIGUSR1 seen, SIGTERM or SIGINT seen] as 0/1, for an all-rank reduction."""
+        stop = self.received[signal.SIGTERM] or self.received[signal.SIGINT]
+        return [float(self.received[signal.SIGUSR1]), float(stop)]
 
 
 def checkpoint_path(checkpoint_dir: str) -> str:

@@ -148,14 +148,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_config(argv: List[str]) -> TrainConfig:
-    """Parse and validate `argv`; raise ConfigError naming the flag (or folder) at fault."""
+def parse_config(argv: List[str], check_paths: bool = True) -> TrainConfig:
+    """Parse and validate `argv`; raise ConfigError naming the flag (or folder) at fault.
+
+    `check_paths=False` checks the flags alone (the launcher, before a job's data folder and run
+    directory are reachable): the folder's class count and an existing metrics file are not checked.
+    """
     args = vars(build_parser().parse_args(argv))
     if args["epochs"] is None and args["steps"] is None:
         args["epochs"] = 90
     if args["data"] == "synthetic":
         if args["num_classes"] is None:
             args["num_classes"] = 1000
+    elif not check_paths:
+        args["num_classes"] = args["num_classes"] or 1  # the folder decides at run time
     else:
         found = count_image_folder_classes(args["data"])
         if args["num_classes"] is None:
@@ -167,11 +173,11 @@ def parse_config(argv: List[str]) -> TrainConfig:
     args["site"] = args["site"] or os.environ.get("DLAUNCH_SITE") or None
     args["experiment"] = args["experiment"] or os.environ.get("DLAUNCH_EXPERIMENT") or None
     cfg = TrainConfig(**args)
-    _validate(cfg)
+    _validate(cfg, check_paths)
     return cfg
 
 
-def _validate(cfg: TrainConfig) -> None:
+def _validate(cfg: TrainConfig, check_paths: bool) -> None:
     positive = {"--batch-size": cfg.batch_size, "--image-size": cfg.image_size, "--num-classes": cfg.num_classes,
                 "--steps-per-epoch": cfg.steps_per_epoch, "--reference-batch": cfg.reference_batch,
                 "--val-every": cfg.val_every, "--backward-passes-per-step": cfg.backward_passes_per_step}
@@ -211,7 +217,7 @@ def _validate(cfg: TrainConfig) -> None:
         raise ConfigError("--sync-bn needs --device cuda (torch's SyncBatchNorm is GPU-only)")
     if cfg.loader == "dali" and cfg.synthetic:
         raise ConfigError("--loader dali needs --data PATH (synthetic data has no loader)")
-    if os.path.exists(cfg.metrics_path) and os.path.getsize(cfg.metrics_path) > 0 and not cfg.resume:
+    if check_paths and os.path.exists(cfg.metrics_path) and os.path.getsize(cfg.metrics_path) > 0 and not cfg.resume:
         raise ConfigError("metrics file %s exists; pass --resume to append or choose another --metrics"
                           % cfg.metrics_path)
 

@@ -71,10 +71,6 @@ class Framework:
     def barrier(self) -> None:
         raise NotImplementedError
 
-    def broadcast_object(self, obj: Any) -> Any:
-        """Rank 0's `obj` on every rank."""
-        raise NotImplementedError
-
     def state_dict(self) -> Dict[str, Any]:
         """Model and optimizer state for a checkpoint (model keys without wrapper prefixes)."""
         raise NotImplementedError

@@ -116,11 +116,6 @@ class DDP(Framework):
     def barrier(self) -> None:
         dist.barrier()
 
-    def broadcast_object(self, obj: Any) -> Any:
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-
     def state_dict(self) -> Dict[str, Any]:
         state = {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
         if self.scaler:

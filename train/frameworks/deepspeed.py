@@ -69,6 +69,9 @@ class DeepSpeed(DDP):
         if cfg.zero_stage > 0 and cfg.profile_steps > 0:
             raise ConfigError("--profile-steps needs whole local gradients, which ZeRO partitions: "
                               "profile with --zero-stage 0")
+        if cfg.profile_steps > 0 and not hasattr(deepspeed.DeepSpeedEngine, "no_sync"):  # DeepSpeed < 0.16
+            raise ConfigError("--profile-steps needs DeepSpeed's engine.no_sync() (DeepSpeed >= 0.16; this is %s)"
+                              % deepspeed.__version__)
         info = super().init(cfg)
         os.environ.setdefault("LOCAL_RANK", str(info.local_rank))  # a job of one has no torchrun env
         deepspeed.init_distributed(dist_backend=self.backend, verbose=False)

@@ -144,9 +144,6 @@ class Horovod(Framework):
     def barrier(self) -> None:
         hvd.barrier()
 
-    def broadcast_object(self, obj: Any) -> Any:
-        return hvd.broadcast_object(obj, root_rank=0)
-
     def state_dict(self) -> Dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
 
