@@ -50,6 +50,7 @@ class Shares:
 class EpochPoint:
     epoch: int
     images_per_s: float
+    images: int  # images counted for throughput; 0 when every step was warm-up or profiled
     top1: Optional[float]
 
 
@@ -93,8 +94,10 @@ class Run:
 
     @property
     def throughput(self) -> Optional[float]:
-        """Mean images/s over the measured epochs (the first left out when there are >= 2)."""
-        measured = self.epochs[1:] if len(self.epochs) >= 2 else self.epochs
+        """Mean images/s over the measured epochs: those with counted images, the first of them left
+        out when there are >= 2."""
+        counted = [e for e in self.epochs if e.images > 0]
+        measured = counted[1:] if len(counted) >= 2 else counted
         return mean(e.images_per_s for e in measured) if measured else None
 
     @property
@@ -149,7 +152,7 @@ def run_from_metrics(metrics: Metrics) -> Run:
     """Reduce a parsed metrics file to a Run."""
     h = metrics.header
     key = GroupKey(_text(h["experiment"]), _text(h["site"]), h["model"], h["framework"], h["loader"], h["batch_per_worker"])
-    epochs = tuple(EpochPoint(e["epoch"], float(e["images_per_s"]), e.get("top1")) for e in metrics.epochs)
+    epochs = tuple(EpochPoint(e["epoch"], float(e["images_per_s"]), e["images"], e.get("top1")) for e in metrics.epochs)
     profile = None
     if metrics.profiles:
         last = metrics.profiles[-1]

@@ -23,9 +23,9 @@ def write_run(root: Path, name: str, world_size: int, throughputs: Sequence[floa
         hosts=["node%d" % (r // gpus_per_node) for r in range(world_size)], batch_per_worker=batch,
         global_batch=batch * world_size, lr_scaled=0.1, versions={"torch": "2.14.1"}, slurm_job_id=None,
         site=site, experiment=experiment, image=None, git_revision=None)]
-    for epoch, x in enumerate(throughputs):
-        fields = dict(epoch=epoch, steps=10, images=10 * batch * world_size, images_per_s=x,
-                      epoch_time_s=10 * batch * world_size / x, data_wait_s=0.1, loss=1.0, lr=0.1)
+    for epoch, x in enumerate(throughputs):  # 0 images/s: an epoch of warm-up steps only
+        fields = dict(epoch=epoch, steps=10, images=10 * batch * world_size if x else 0, images_per_s=x,
+                      epoch_time_s=10 * batch * world_size / (x or 1.0), data_wait_s=0.1, loss=1.0, lr=0.1)
         if top1 is not None:
             fields["top1"] = top1[epoch]
         records.append(make_record("epoch", 1001.0 + epoch, **fields))
@@ -44,6 +44,12 @@ def test_throughput_leaves_out_the_first_of_several_epochs(tmp_path):
     runs = {r.world_size: r for r in load_runs([tmp_path]).runs}
     assert runs[1].throughput == pytest.approx(250.0)
     assert runs[2].throughput == pytest.approx(120.0)
+
+
+def test_epochs_without_measured_steps_do_not_count(tmp_path):
+    write_run(tmp_path, "warm", 1, [0.0, 0.0, 80.0, 100.0, 120.0])  # two epochs of warm-up steps only
+    (run,) = load_runs([tmp_path]).runs
+    assert run.throughput == 110.0  # the first measured epoch left out, as for any run
 
 
 def test_speedup_and_efficiency_against_the_smallest_gpu_count(tmp_path):
