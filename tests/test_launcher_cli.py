@@ -1,6 +1,7 @@
 """The `dlaunch` command line against fake Slurm commands on PATH (no cluster here)."""
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -198,9 +199,10 @@ def test_launcher_never_imports_torch():
 
 
 def test_make_demo_command_renders_a_two_worker_torchrun(fake_slurm, capsys):
-    """The README/Makefile demo: `dlaunch run --site local --gpus 2 ...` (here as a dry run)."""
-    assert main(["run", "--site", "local", "--gpus", "2", "--model", "resnet50", "--data", "synthetic",
-                 "--batch-size", "16", "--steps", "30", "--warmup-steps", "5", "--dry-run"]) == 0
+    """The Makefile's (and README's) demo command, here as a dry run."""
+    makefile = (Path(__file__).parents[1] / "Makefile").read_text()
+    demo = next(line for line in makefile.splitlines() if line.startswith("\tdlaunch run --site local"))
+    assert main(shlex.split(demo)[1:] + ["--dry-run"]) == 0
     script = capsys.readouterr().out
     assert "exec torchrun --standalone --nnodes=1 --nproc_per_node=2 -m train \\\n  --framework ddp \\\n  --model resnet50" in script
     assert not (fake_slurm / "runs").exists()
