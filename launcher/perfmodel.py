@@ -60,6 +60,7 @@ DEFAULT_INTRA_NODE_GBPS = 2400.0  # A100 NVLink 3: 300 GB/s per GPU and directio
 
 PUBLISHED_DIR = Path(__file__).resolve().parent.parent / "data" / "published"
 AACH2023_TABLE2A = PUBLISHED_DIR / "aach2023_table2a.csv"
+AACH2023_GPUS_PER_NODE = 4  # JUWELS Booster, where Table 2a was measured
 
 
 def gradient_bytes(model: str) -> float:
@@ -300,7 +301,8 @@ def predict_command(
         published = load_published()
         if calibrated not in published:
             raise DlaunchError("--calibrated: %r is not a column of %s (dali, native)" % (calibrated, AACH2023_TABLE2A.name))
-        network = calibrate([(r.gpus, r.comm_share) for r in published[calibrated]], workload, network.gpus_per_node)
+        # Fitted on the published machine (JUWELS Booster, 4 GPUs per node), whatever the site.
+        network = calibrate([(r.gpus, r.comm_share) for r in published[calibrated]], workload, AACH2023_GPUS_PER_NODE)
     console = Console(soft_wrap=True)
     console.print(
         "%s on %s: %.1f MB fp32 gradients, compute %.2f ms + data %.2f ms per step, batch %d per GPU; "
