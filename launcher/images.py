@@ -22,11 +22,11 @@ from rich.table import Table
 from launcher.atomic import write_atomic
 from launcher.errors import DlaunchError
 from launcher.sites import Site, available_sites, load_site, resolve_site
+from train.config import FRAMEWORKS
 
 REPO = Path(__file__).resolve().parent.parent
 CONTAINERS = REPO / "containers"
 LOCK_PATH = CONTAINERS / "versions.toml"
-FRAMEWORKS = ("ddp", "horovod", "deepspeed")
 DEFAULT_STACK = "current"
 PIP_GROUPS = ("common",) + FRAMEWORKS
 LABEL_PREFIX = "org.dlaunch."

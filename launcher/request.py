@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from launcher.errors import DlaunchError
+from train.config import FRAMEWORKS, MODELS, SCHEDULES  # the trainer's own names (torch-free module)
 
-FRAMEWORKS = ("ddp", "horovod", "deepspeed")
-MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet44")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
@@ -46,7 +45,7 @@ TRAINER_FLAGS: Tuple[TrainerFlag, ...] = (
     TrainerFlag("momentum", float, "SGD momentum"),
     TrainerFlag("weight-decay", float, "weight decay"),
     TrainerFlag("warmup-epochs", float, "learning-rate warm-up epochs"),
-    TrainerFlag("schedule", str, "learning-rate schedule", ("step", "cosine", "exponential")),
+    TrainerFlag("schedule", str, "learning-rate schedule", SCHEDULES),
     TrainerFlag("lr-min", float, "final learning rate (cosine)"),
     TrainerFlag("gamma", float, "decay factor per epoch (exponential)"),
     TrainerFlag("label-smoothing", float, "label smoothing"),
