@@ -131,6 +131,8 @@ def test_horovod_knobs_are_applied_and_recorded(tmp_path):
         "fusion_threshold_bytes": 1024 * 1024, "backward_passes_per_step": 2}
     assert len(set(metrics.end["param_digests"])) == 1
     assert metrics.epochs[0]["steps"] == STEPS  # loop steps are micro-batches (Horovod asserts the pairing)
+    # linear scaling counts every image of an update: 2 passes x 4 images x 2 ranks = 16, reference 64
+    assert metrics.header["lr_scaled"] == pytest.approx(0.4 * 16 / 64)
 
 
 @pytest.mark.horovod

@@ -103,8 +103,9 @@ class Trainer:
         if cfg.warmup_steps + cfg.profile_steps >= self.total_steps:
             raise ConfigError("--warmup-steps %d + --profile-steps %d leave none of the %d steps to measure"
                               % (cfg.warmup_steps, cfg.profile_steps, self.total_steps))
-        self.global_batch = cfg.batch_size * dist.world_size
-        self.schedule = LRSchedule(cfg.lr, cfg.reference_batch, self.global_batch, self.steps_per_epoch,
+        self.global_batch = cfg.batch_size * dist.world_size  # images per loop step
+        update_batch = self.global_batch * framework.batches_per_update(cfg)  # images per optimizer update
+        self.schedule = LRSchedule(cfg.lr, cfg.reference_batch, update_batch, self.steps_per_epoch,
                                    self.total_steps, cfg.schedule, cfg.warmup_epochs, cfg.lr_min, cfg.gamma)
 
         memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format

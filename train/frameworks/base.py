@@ -38,6 +38,10 @@ class Framework:
         """Make model and optimizer distributed; parameters are equal on all ranks afterwards."""
         raise NotImplementedError
 
+    def batches_per_update(self, cfg: Any) -> int:
+        """Micro-batches accumulated per optimizer update (the linear LR scaling counts all of them)."""
+        return 1
+
     def backward(self, loss: torch.Tensor) -> None:
         """Back-propagate `loss` (gradients averaged across ranks by the time `step` returns)."""
         loss.backward()

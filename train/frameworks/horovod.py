@@ -95,6 +95,9 @@ class Horovod(Framework):
         if self.optimizer.state_dict()["state"]:
             hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
 
+    def batches_per_update(self, cfg: Any) -> int:
+        return cfg.backward_passes_per_step
+
     def backward(self, loss: torch.Tensor) -> None:
         (loss / self.passes_per_step if self.passes_per_step > 1 else loss).backward()
 
