@@ -332,7 +332,11 @@ def sites(ctx: typer.Context) -> None:
     for column in ("name", "aliases", "scheduler", "GPUs/node", "container", "file"):
         table.add_column(column)
     for name, path in available_sites().items():
-        site = load_site(path)
+        try:
+            site = load_site(path)
+        except DlaunchError as e:  # listed, not fatal: `dlaunch sites check FILE` says more
+            table.add_row(name, "", "[red]unreadable[/red]", "", "", str(e))
+            continue
         table.add_row(site.name, ", ".join(site.aliases), site.scheduler, str(site.gpus_per_node),
                       site.container.runtime, display_path(path))
     out.print(table)

@@ -196,8 +196,14 @@ def resolve_site(name_or_path: str) -> Site:
     files = available_sites()
     if name_or_path in files:
         return load_site(files[name_or_path])
-    for path in files.values():
-        site = load_site(path)
+    unreadable = []
+    for path in files.values():  # aliases: one broken user profile must not hide the others
+        try:
+            site = load_site(path)
+        except DlaunchError as e:
+            unreadable.append(str(e))
+            continue
         if name_or_path == site.name or name_or_path in site.aliases:
             return site
-    raise DlaunchError("--site: unknown site %r (known: %s)" % (name_or_path, ", ".join(files)))
+    hint = "; unreadable profile %s" % unreadable[0] if unreadable else ""
+    raise DlaunchError("--site: unknown site %r (known: %s)%s" % (name_or_path, ", ".join(files), hint))

@@ -180,6 +180,7 @@ def test_sweep_refuses_all_before_writing_any(fake_slurm, capsys):
 
 
 def test_user_sites_dir_and_sites_commands(fake_slurm, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "300")  # rich tables: no wrapped cells, whatever the terminal
     text = (Path(__file__).parents[1] / "sites" / "generic-slurm.toml").read_text()
     (fake_slurm / "mysites").mkdir()
     (fake_slurm / "mysites" / "mycluster.toml").write_text(text.replace('name = "generic-slurm"', 'name = "mycluster"')
@@ -191,6 +192,15 @@ def test_user_sites_dir_and_sites_commands(fake_slurm, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["name"] == "mycluster"
     assert main(["--site", "mine", "--dry-run", "--image", "img.sif"]) == 0
     assert "#SBATCH --partition=gpu" in capsys.readouterr().out
+    # a broken profile beside it is listed as unreadable and hides no other site or alias
+    (fake_slurm / "mysites" / "broken.toml").write_text("name = [\n")
+    assert main(["sites"]) == 0
+    listed = capsys.readouterr().out
+    assert "unreadable" in listed and "mycluster" in listed
+    assert main(["--site", "juwels", "--account", "p", "--dry-run", "--image", "img.sif"]) == 0
+    capsys.readouterr()
+    assert main(["--site", "nowhere"]) == 2
+    assert "unreadable profile" in error_line(capsys)
 
 
 def test_launcher_never_imports_torch():
