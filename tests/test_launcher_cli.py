@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import launcher.cli
 from launcher.cli import main
 from launcher.errors import SchedulerError
 from launcher.schedulers import SlurmScheduler
@@ -30,6 +31,7 @@ def fake_slurm(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_LOG", str(tmp_path))
     monkeypatch.setenv("SLURM_CONF", "/tmp/throwaway/slurm.conf")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(launcher.cli.out, "width", 300)  # rich tables: no wrapped cells, whatever the terminal
     (tmp_path / "img.sif").write_text("")
     return tmp_path
 
@@ -180,7 +182,6 @@ def test_sweep_refuses_all_before_writing_any(fake_slurm, capsys):
 
 
 def test_user_sites_dir_and_sites_commands(fake_slurm, monkeypatch, capsys):
-    monkeypatch.setenv("COLUMNS", "300")  # rich tables: no wrapped cells, whatever the terminal
     text = (Path(__file__).parents[1] / "sites" / "generic-slurm.toml").read_text()
     (fake_slurm / "mysites").mkdir()
     (fake_slurm / "mysites" / "mycluster.toml").write_text(text.replace('name = "generic-slurm"', 'name = "mycluster"')
