@@ -64,9 +64,12 @@ def _shape(site: Site, request: LaunchRequest) -> Tuple[int, int]:
         if request.nodes not in (None, 1):
             raise DlaunchError("--nodes: site %s runs on this machine only (1 node), got %d" % (site.name, request.nodes))
         return 1, request.gpus or site.gpus_per_node
-    if request.nodes is not None and request.gpus is not None:
-        if request.gpus != request.nodes * site.gpus_per_node:
-            raise DlaunchError("--gpus: %d does not match --nodes %d x %d GPUs per node" % (request.gpus, request.nodes, site.gpus_per_node))
+    if request.nodes is not None and request.gpus is not None:  # e.g. 2 GPUs on each of 2 nodes
+        per_node, rest = divmod(request.gpus, request.nodes)
+        if rest or not 1 <= per_node <= site.gpus_per_node:
+            raise DlaunchError("--gpus: %d GPUs do not spread evenly over --nodes %d with 1 to %d per node (site %s)"
+                               % (request.gpus, request.nodes, site.gpus_per_node, site.name))
+        return request.nodes, per_node
     if request.gpus is not None and request.nodes is None:
         if request.gpus < site.gpus_per_node:
             return 1, request.gpus

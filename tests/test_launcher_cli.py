@@ -92,6 +92,14 @@ def test_bad_input_is_one_line_exit_2_nothing_written_or_submitted(fake_slurm, c
     assert not (fake_slurm / "runs").exists() and not (fake_slurm / "sbatch.args").exists()
 
 
+def test_nodes_and_gpus_together_spread_the_gpus_evenly(fake_slurm, capsys):
+    assert main(["--site", "juwels", "--account", "p", "--image", "img.sif", "--dry-run", "--nodes", "2", "--gpus", "4"]) == 0
+    script = capsys.readouterr().out
+    assert "#SBATCH --nodes=2\n" in script and "--nproc_per_node=2" in script
+    assert main(["--site", "juwels", "--account", "p", "--image", "img.sif", "--dry-run", "--nodes", "2", "--gpus", "3"]) == 2
+    assert "--gpus: 3 GPUs do not spread evenly over --nodes 2" in error_line(capsys)
+
+
 def test_zero_valued_trainer_options_reach_the_trainer(fake_slurm, capsys):
     assert main(["--site", "juwels", "--account", "p", "--image", "img.sif", "--dry-run",
                  "--label-smoothing", "0", "--workers", "0", "--seed", "0"]) == 0

@@ -91,7 +91,7 @@ def test_torchrun_gets_rendezvous_from_the_host(tmp_path):
     (dict(account=None), "--account: site juwels-booster needs an account"),
     (dict(account="a b"), "--account: 'a b' may only contain"),
     (dict(nodes=None, gpus=6), "--gpus: 6 is not a multiple of the 4 GPUs per node"),
-    (dict(gpus=6), "--gpus: 6 does not match --nodes 2 x 4 GPUs per node"),
+    (dict(gpus=10), "--gpus: 10 GPUs do not spread evenly over --nodes 2 with 1 to 4 per node"),
 ])
 def test_bad_requests_are_refused(change, message):
     fields = dict(site="juwels", nodes=2, account="proj42", experiment="exp")
