@@ -297,7 +297,8 @@ def report_command(
         errors.print("rejected: %s" % message, markup=False, highlight=False)
     if not loaded.runs:
         raise DlaunchError("no valid metrics files in %s" % ", ".join(str(p) for p in paths))
-    sites, notes = load_sites(sorted({r.key.site for r in loaded.runs} - {"-"}), site)
+    names = {r.key.site for r in loaded.runs}
+    sites, notes = load_sites(sorted(names if site else names - {"-"}), site)  # --site covers site-less runs too
     results = build_results(loaded.runs, sites)
     for g in results:
         console.print(rich_table(g.key.label, SCALING_HEADERS, scaling_rows(g)))

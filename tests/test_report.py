@@ -119,6 +119,16 @@ def test_unknown_sites_of_runs_are_noted_not_fatal(tmp_path):
     assert "nosuchsite" in (out / "report.md").read_text()
 
 
+def test_site_option_covers_runs_without_a_site(tmp_path, sweep):
+    runs, site = sweep
+    write_run(tmp_path / "bare", "g4", 4, [100.0, 950.0], site=None)  # e.g. a trainer run outside dlaunch
+    out = tmp_path / "report"
+    result = _report(tmp_path / "bare", "-o", out, "--site", site)
+    assert result.exit_code == 0, result.output
+    verdicts = {row[1]: row[-2] for row in table_rows((out / "report.md").read_text(), "## Runs")}
+    assert verdicts == {"g4": "PASS -5.0%"}
+
+
 @pytest.mark.slow
 def test_report_on_real_one_and_two_process_runs(tmp_path):
     runs = tmp_path / "runs" / "real"
