@@ -335,7 +335,7 @@ def sites(ctx: typer.Context) -> None:
         try:
             site = load_site(path)
         except DlaunchError as e:  # listed, not fatal: `dlaunch sites check FILE` says more
-            table.add_row(name, "", "[red]unreadable[/red]", "", "", str(e))
+            table.add_row(name, "", "unreadable", "", "", str(e))
             continue
         table.add_row(site.name, ", ".join(site.aliases), site.scheduler, str(site.gpus_per_node),
                       site.container.runtime, display_path(path))
