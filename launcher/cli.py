@@ -229,7 +229,7 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
 
 def _metrics_summary(run: RunDir) -> Tuple[str, str, str]:
     """(status, epochs done, last images/s) from the metrics file."""
-    if not run.metrics_path.is_file():
+    if not run.metrics_path.is_file() or run.metrics_path.stat().st_size == 0:  # opened, header not yet written
         return "no metrics yet", "-", "-"
     try:
         metrics = read_metrics(str(run.metrics_path))

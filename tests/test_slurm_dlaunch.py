@@ -12,7 +12,7 @@ from typing import List
 import pytest
 
 import slurm
-from train.metrics_schema import read_metrics
+from train.metrics_schema import MetricsError, read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -56,8 +56,12 @@ def wait_for(condition, what: str, timeout: float = JOB_TIMEOUT_S) -> None:
 
 
 def epochs_written(run_dir: Path) -> int:
+    """Epoch records so far (0 while the trainer has opened the file but not yet written its header)."""
     path = run_dir / "metrics.jsonl"
-    return len(read_metrics(str(path)).epochs) if path.is_file() else 0
+    try:
+        return len(read_metrics(str(path)).epochs)
+    except MetricsError:
+        return 0
 
 
 def log_text(run_dir: Path) -> str:
