@@ -25,7 +25,8 @@ def wait_for_epoch_record(metrics_path, proc, timeout=300.0):
         assert proc.poll() is None, "trainer ended early: %s" % proc.communicate()[1][-3000:]
         if os.path.exists(metrics_path):
             with open(metrics_path) as f:
-                if any(json.loads(line)["type"] == "epoch" for line in f if line.strip()):
+                # whole lines only: the trainer may be half-way through writing the next one
+                if any(json.loads(line)["type"] == "epoch" for line in f if line.endswith("\n")):
                     return
         time.sleep(0.02)
     raise AssertionError("no epoch record in %s" % metrics_path)
