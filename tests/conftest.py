@@ -6,6 +6,7 @@ from typing import Iterator
 import pytest
 
 import slurm
+from prerequisites import require
 
 
 def pytest_collection_modifyitems(items) -> None:
@@ -19,7 +20,7 @@ def pytest_collection_modifyitems(items) -> None:
 def slurm_cluster() -> Iterator[slurm.Cluster]:
     """A 2-node cluster started once per session, or the one $SLURM_CONF names (left running)."""
     missing = slurm.missing_prerequisite()
-    slurm.require(missing is None, missing or "")
+    require(missing is None, missing or "")
     given = os.environ.get("SLURM_CONF")
     if given:
         yield slurm.cluster_at(Path(given), owned_dir=None)

@@ -22,15 +22,6 @@ JOB_END_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "O
 PREREQUISITES = ("slurmctld", "slurmd", "munged", "sbatch", "srun", "sinfo", "scontrol", "ip", "nsenter", "unshare", "mpicc")
 
 
-def require(available: bool, what: str) -> None:
-    """Skip when `what` is missing, except in CI (CI=true or DLAUNCH_REQUIRE_ALL=1): fail there."""
-    if available:
-        return
-    if os.environ.get("DLAUNCH_REQUIRE_ALL") == "1" or os.environ.get("CI") == "true":
-        pytest.fail("%s, and CI/DLAUNCH_REQUIRE_ALL=1 requires the Slurm cluster" % what)
-    pytest.skip(what)
-
-
 def missing_prerequisite() -> Optional[str]:
     """Why this machine cannot run the cluster (None: it can)."""
     if os.geteuid() != 0:

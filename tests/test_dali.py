@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from test_frameworks import require_library
+from prerequisites import require_library
 from train.config import parse_config
 from train.frameworks.base import DistInfo
 

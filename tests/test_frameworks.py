@@ -5,7 +5,6 @@ frameworks' `no_sync` paths are exercised too. BatchNorm statistics are compared
 (DDP broadcasts rank 0's buffers, Horovod and DeepSpeed keep them per rank); parameters must agree
 on every rank (the `end` record's per-rank digests).
 """
-import importlib.util
 import json
 import os
 import shutil
@@ -15,6 +14,7 @@ import sys
 import pytest
 import torch
 
+from prerequisites import require, require_library
 from helpers_train import REPO, TINY, assert_ok, load_model_state, run_trainer, trainer_env
 from train.metrics_schema import read_metrics
 
@@ -23,23 +23,6 @@ UNPROFILED = TINY + ["--steps", str(STEPS), "--steps-per-epoch", str(STEPS), "--
                      "--lr", "0.4", "--warmup-epochs", "0.5", "--seed", "5"]
 ARGS = UNPROFILED + ["--profile-steps", "1"]
 TORCH_EXTENSIONS_DIR = os.path.expanduser("~/.cache/dlaunch/torch_extensions")
-
-
-def require(available: bool, what: str) -> None:
-    """Skip when `what` is missing, except in CI (CI=true or DLAUNCH_REQUIRE_ALL=1): fail there."""
-    if available:
-        return
-    if os.environ.get("DLAUNCH_REQUIRE_ALL") == "1" or os.environ.get("CI") == "true":
-        pytest.fail("%s is missing, and CI/DLAUNCH_REQUIRE_ALL=1 requires every library" % what)
-    pytest.skip("%s is not installed" % what)
-
-
-def require_library(module: str) -> None:
-    try:
-        available = importlib.util.find_spec(module) is not None
-    except ImportError:  # the parent package is missing
-        available = False
-    require(available, module)
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,4 @@
 """`dlaunch` against the real throw-away Slurm cluster: tiny DDP trainings across two nodes (gloo on CPU)."""
-import importlib.util
 import json
 import os
 import signal
@@ -12,6 +11,7 @@ from typing import List
 import pytest
 
 import slurm
+from prerequisites import require_library
 from train.metrics_schema import MetricsError, read_metrics
 
 pytestmark = pytest.mark.slow
@@ -72,7 +72,7 @@ def log_text(run_dir: Path) -> str:
                                        pytest.param("deepspeed", marks=pytest.mark.deepspeed)])
 def test_run_completes_on_two_hosts(framework, two_nodes, slurm_site, tmp_path):
     if framework != "ddp":
-        slurm.require(importlib.util.find_spec(framework) is not None, "%s is not installed" % framework)
+        require_library(framework)
     run_dir = submit(two_nodes, tmp_path, slurm_site, framework, "--framework", framework, "--nodes", "2", "--steps", "4")
     assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "COMPLETED", log_text(run_dir)
     metrics = read_metrics(str(run_dir / "metrics.jsonl"))
