@@ -6,7 +6,11 @@ interrupted by SIGUSR1 (resumable), 143 cancelled by SIGTERM, other non-zero: fa
 import sys
 from typing import List, Optional
 
-from train.config import EXIT_BAD_INPUT, ConfigError, parse_config
+from train.signals import StopSignals
+
+StopSignals().install()  # before the slow imports: a stop signal sent during start-up is kept, not lost
+
+from train.config import EXIT_BAD_INPUT, ConfigError, parse_config  # noqa: E402
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -1,44 +1,20 @@
-"""Checkpoints (atomic, `<checkpoint-dir>/last.pt`) and the stop signals.
+"""Checkpoints (atomic, `<checkpoint-dir>/last.pt`); the stop signals that trigger them are in train/signals.py.
 
 A checkpoint holds the position (`epoch`, `step_in_epoch`, `global_step`; the sampler resumes with
 `set_epoch(epoch, skip_batches=step_in_epoch)`), the framework's model/optimizer state, the torch RNG
 states, and the partial accumulators of an interrupted epoch, so the resumed run writes that epoch's
 record once and in full. Rank 0 writes it (temporary file, fsync, os.replace, fsync of the
 directory); every rank reads it (the directory must be shared).
-
-Signals: SIGUSR1 (Slurm's warning before the time limit, `sbatch --signal=USR1@120`) -> checkpoint,
-end status `interrupted`, exit 75; SIGTERM (scancel) or SIGINT (Ctrl-C in a local run) -> checkpoint,
-end status `cancelled`, exit 143. The handler only records the signal; the loop asks all ranks every
-few steps (`loop.STOP_CHECK_STEPS`) and stops them at the same step.
 """
 import inspect
 import os
-import signal
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import torch
 
+from train.signals import StopSignals  # noqa: F401  (the loop imports it from here)
+
 CHECKPOINT_NAME = "last.pt"
-
-
-class StopSignals:
-    """Remembers SIGUSR1 / SIGTERM / SIGINT once installed."""
-
-    def __init__(self) -> None:
-        self.received: Dict[int, bool] = {signal.SIGUSR1: False, signal.SIGTERM: False, signal.SIGINT: False}
-
-    def install(self) -> "StopSignals":
-        for signum in self.received:
-            signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.received[signum] = True
-
-    def flags(self) -> List[float]:
-        """[SIGUSR1 seen, SIGTERM or SIGINT seen] as 0/1, for an all-rank reduction."""
-        stop = self.received[signal.SIGTERM] or self.received[signal.SIGINT]
-        return [float(self.received[signal.SIGUSR1]), float(stop)]
 
 
 def checkpoint_path(checkpoint_dir: str) -> str:

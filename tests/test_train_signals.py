@@ -1,0 +1,61 @@
+"""The trainer's stop signals (train/signals.py), delivered for real to fresh Python processes."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from train.signals import END_TIME_VARIABLE, TIME_LIMIT_SLACK_S, at_time_limit, job_end_time
+
+# Install the handlers, send this process the given signals, print the flags the loop would reduce.
+PROBE = """
+import os, signal, sys
+from train.signals import StopSignals
+signals = StopSignals().install()
+for name in sys.argv[1:]:
+    os.kill(os.getpid(), getattr(signal, name))
+print(StopSignals().flags())
+"""
+
+
+def flags_after(*signals: str, end_time: float = None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != END_TIME_VARIABLE}
+    if end_time is not None:
+        env[END_TIME_VARIABLE] = "%d" % end_time
+    done = subprocess.run([sys.executable, "-c", PROBE, *signals], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_usr1_interrupts_and_term_or_int_cancel():
+    assert flags_after() == "[0.0, 0.0]"
+    assert flags_after("SIGUSR1") == "[1.0, 0.0]"
+    assert flags_after("SIGTERM") == "[0.0, 1.0]"
+    assert flags_after("SIGINT") == "[0.0, 1.0]"
+
+
+def test_sigterm_at_the_time_limit_interrupts_and_before_it_cancels():
+    now = time.time()
+    assert flags_after("SIGTERM", end_time=now + 5) == "[1.0, 0.0]"  # Slurm ending the job for its limit
+    assert flags_after("SIGTERM", end_time=now - 30) == "[1.0, 0.0]"  # limits are enforced late, too
+    assert flags_after("SIGTERM", end_time=now + 3600) == "[0.0, 1.0]"  # scancel an hour before the limit
+    assert flags_after("SIGINT", end_time=now) == "[0.0, 1.0]"  # Ctrl-C is never the limit
+
+
+@pytest.mark.parametrize("value, expected", [("1700000000", 1700000000.0), ("", None), ("soon", None)])
+def test_job_end_time_is_read_or_unknown(value, expected):
+    assert job_end_time({END_TIME_VARIABLE: value}) == expected
+    assert job_end_time({}) is None
+    assert not at_time_limit(time.time(), None)
+    assert at_time_limit(1000.0, 1000.0 + TIME_LIMIT_SLACK_S)
+
+
+def test_python_m_train_installs_the_handlers_before_importing_torch():
+    # A worker under torchrun starts with SIGUSR1 ignored; until the trainer's handler is installed a
+    # warning is lost. Importing the entry point installs it, and torch is not imported yet by then.
+    probe = ("import signal, sys; signal.signal(signal.SIGUSR1, signal.SIG_IGN); import train.__main__; "
+             "print(signal.getsignal(signal.SIGUSR1) not in (signal.SIG_IGN, signal.SIG_DFL), 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]
