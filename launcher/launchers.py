@@ -5,7 +5,16 @@ failure handling by torchrun, and one container start per node instead of one pe
 one task per GPU through srun's MPI plugin, which is how MPI wires its ranks.
 The rendezvous address is computed by the batch script on the host (`scontrol` is usually missing
 inside images). torchrun flags use the underscore spelling that torch 1.11 (the paper's image) and
-current torch both accept.
+current torch both accept. The torchrun task owns its node (`--cpu-bind=none`, all of the node's CPUs,
+as JSC's examples do); an MPI task gets its share of the node's CPUs and Slurm's default binding.
+
+Sites whose rendezvous host carries a suffix (JSC: `<host>i` is the InfiniBand address) start
+`python -m torchrun_jsc` instead of torchrun. torch's c10d rendezvous picks the agent that hosts the
+store by matching the endpoint against the machine's own host name and addresses; an address of a
+secondary interface does not match (pytorch/pytorch#73656), so no agent hosts it and all time out.
+torchrun_jsc (JSC's drop-in replacement, torch >= 1.9) makes the agent of SLURM_NODEID 0 the host
+(`--rdzv_conf=is_host=`) and hands the workers the endpoint's name as MASTER_ADDR (torch >= 2.5:
+`--local_addr`; older torch: a patched `_get_fq_hostname`), so the store traffic uses that network too.
 
 Stop signals: Slurm sends SIGUSR1 to every process of the job step 120 s before the time limit
 (`--signal=USR1@120`); the trainer checkpoints on it (status `interrupted`, resumable), and on SIGTERM
@@ -53,13 +62,13 @@ IGNORE_USR1 = ("bash", "-c", 'trap "" USR1; exec "$@"', "ignore-usr1")
 
 class TorchrunPerNode:
     def spec(self, site: Site, nproc_per_node: int) -> LaunchSpec:
+        torchrun = ("python", "-m", "torchrun_jsc") if site.rendezvous_host_suffix else ("torchrun",)
         return LaunchSpec(
             tasks_per_node=1,
-            cpus_per_task=site.cores_per_node,
+            cpus_per_task=site.cpus_per_node,
             prelude=rendezvous_prelude(site),
-            srun_args=("--ntasks-per-node=1", KILL_ON_BAD_EXIT),
-            launch_prefix=IGNORE_USR1 + (
-                "torchrun",
+            srun_args=("--ntasks-per-node=1", "--cpu-bind=none", KILL_ON_BAD_EXIT),
+            launch_prefix=IGNORE_USR1 + torchrun + (
                 ShellWord("--nnodes=$SLURM_JOB_NUM_NODES"),
                 "--nproc_per_node=%d" % nproc_per_node,
                 "--rdzv_backend=c10d",
@@ -77,7 +86,7 @@ class MpiPerGpu:
             raise DlaunchError("--framework horovod: site %s has no mpi_plugin for srun --mpi" % site.name)
         return LaunchSpec(
             tasks_per_node=nproc_per_node,
-            cpus_per_task=max(1, site.cores_per_node // nproc_per_node),
+            cpus_per_task=max(1, site.cpus_per_node // nproc_per_node),
             prelude=(),
             srun_args=("--ntasks-per-node=%d" % nproc_per_node, "--mpi=%s" % site.mpi_plugin, KILL_ON_BAD_EXIT),
             launch_prefix=("python", "-m", "train"),
@@ -87,13 +96,13 @@ class MpiPerGpu:
 class LocalTorchrun:
     def spec(self, site: Site, nproc_per_node: int) -> LaunchSpec:
         prefix = ("torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=%d" % nproc_per_node, "-m", "train")
-        return LaunchSpec(1, site.cores_per_node, (), (), prefix)
+        return LaunchSpec(1, site.cpus_per_node, (), (), prefix)
 
 
 class LocalHorovod:
     def spec(self, site: Site, nproc_per_node: int) -> LaunchSpec:
         prefix = ("horovodrun", "--gloo", "-np", str(nproc_per_node), "python", "-m", "train")
-        return LaunchSpec(nproc_per_node, max(1, site.cores_per_node // nproc_per_node), (), (), prefix)
+        return LaunchSpec(nproc_per_node, max(1, site.cpus_per_node // nproc_per_node), (), (), prefix)
 
 
 def launch_mode(scheduler: str, framework: str):

@@ -131,8 +131,14 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         ("DLAUNCH_EXPERIMENT", experiment),
         ("DLAUNCH_RUN_DIR", run_dir),
     ) if value)
-    # Slurm >= 22.05 no longer hands sbatch's --cpus-per-task to srun; this variable does.
-    cpus_line = ('export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"',) if site.scheduler == "slurm" else ()
+    slurm_lines: Tuple[str, ...] = ()
+    if site.scheduler == "slurm":
+        slurm_lines = (
+            # Slurm >= 22.05 no longer hands sbatch's --cpus-per-task to srun; this variable does.
+            'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"',
+            # The trainer tells the time limit's SIGTERM from a cancel by it (train/signals.py).
+            "export DLAUNCH_JOB_END_TIME=$(( $(date +%%s) + %d ))" % seconds,
+        )
     trainer_argv = ("--framework", request.framework) + trainer_arguments(request) + (
         "--metrics", os.path.join(run_dir, "metrics.jsonl"),
         "--checkpoint-dir", os.path.join(run_dir, "checkpoints"),
@@ -152,7 +158,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         sbatch=sbatch,
         modules=tuple(site.modules),
         env=tuple(site.env.items()) + provenance,
-        prelude=cpus_line + spec.prelude,
+        prelude=slurm_lines + spec.prelude,
         srun_args=spec.srun_args + tuple(site.srun_args),
         container_prefix=container_prefix,
         launch_prefix=spec.launch_prefix,

@@ -99,6 +99,14 @@ class Reference(_Model):
     tolerance: float = Field(gt=0, lt=1)
 
 
+# Environment values with a documented range; a value outside it is refused with the source.
+ENV_RANGES = {
+    # NCCL env docs: "Values can be 1-31" (1-22 before NCCL 2.14); larger ones lose their high bits.
+    "NCCL_IB_TIMEOUT": (1, 31, "NCCL's documentation (docs.nvidia.com/deeplearning/nccl, env.html)"),
+    "NCCL_IB_RETRY_CNT": (0, 7, "NCCL's documentation (docs.nvidia.com/deeplearning/nccl, env.html)"),
+}
+
+
 class Site(_Model):
     name: SafeName
     description: str
@@ -111,6 +119,8 @@ class Site(_Model):
     gres: Optional[Annotated[str, StringConstraints(pattern=GRES)]] = None
     gpus_per_node: int = Field(gt=0)
     cores_per_node: int = Field(gt=0)
+    # Hardware threads per core that the site's Slurm counts as CPUs (`--cpus-per-task` counts these):
+    # 2 where SMT threads are CPUs (JSC), 1 where they are not or jobs default to --hint=nomultithread.
     threads_per_core: int = Field(default=1, gt=0)
     gpu_vendor: Literal["nvidia", "amd", "none"]
     gpu_model: Optional[SafeName] = None  # e.g. A100-40GB: lets `dlaunch predict` pick published compute times
@@ -127,6 +137,14 @@ class Site(_Model):
     network: Optional[Network] = None
     reference: List[Reference] = []
 
+    @field_validator("env")
+    @classmethod
+    def _documented_ranges(cls, env: Dict[str, str]) -> Dict[str, str]:
+        for name, (low, high, source) in ENV_RANGES.items():
+            if name in env and not (env[name].isdigit() and low <= int(env[name]) <= high):
+                raise ValueError("%s = %r is outside %d-%d, the range %s gives" % (name, env[name], low, high, source))
+        return env
+
     @model_validator(mode="after")
     def _consistent(self) -> "Site":
         if self.scheduler == "slurm":
@@ -137,6 +155,11 @@ class Site(_Model):
         elif self.partitions or self.container.runtime != "none":
             raise ValueError("a local site has no partitions and no container runtime")
         return self
+
+    @property
+    def cpus_per_node(self) -> int:
+        """What Slurm counts as a node's CPUs."""
+        return self.cores_per_node * self.threads_per_core
 
     def partition(self, name: Optional[str]) -> Partition:
         """The partition called `name` (None: the default one)."""

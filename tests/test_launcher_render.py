@@ -54,11 +54,41 @@ def test_shipped_sites_cover_the_issue():
 def test_juwels_script_has_the_known_good_settings():
     script = script_for(site("juwels-booster"), golden_request("juwels-booster", "ddp"))
     for line in ("#SBATCH --gres=gpu:4", "#SBATCH --partition=booster", "#SBATCH --signal=USR1@120",
-                 "export NCCL_SOCKET_IFNAME=ib0", "export GLOO_SOCKET_IFNAME=ib0", "export NCCL_IB_TIMEOUT=50",
-                 "export UCX_RC_TIMEOUT=4s", "export NCCL_IB_RETRY_CNT=10",
-                 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"', "#SBATCH --cpus-per-task=48"):
+                 "export NCCL_SOCKET_IFNAME=ib0", "export GLOO_SOCKET_IFNAME=ib0", "export NCCL_IB_TIMEOUT=22",
+                 "export UCX_RC_TIMEOUT=4s", "export NCCL_IB_RETRY_CNT=7",
+                 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"', "#SBATCH --cpus-per-task=96",
+                 "srun --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 \\"):
         assert line in script.splitlines()
     assert 'sed -n 1p)i"' in script
+    assert "ignore-usr1 python -m torchrun_jsc " in script  # rendezvous at <host>i (pytorch/pytorch#73656)
+
+
+@pytest.mark.parametrize("framework, cpus", [("ddp", 96), ("deepspeed", 96), ("horovod", 24)])
+@pytest.mark.parametrize("nodes", [1, 256])
+def test_juwels_scripts_keep_every_value_in_its_documented_range(framework, cpus, nodes):
+    """JUWELS Booster counts SMT threads as CPUs (96 per node): a torchrun per node gets them all, an MPI rank per GPU a quarter."""
+    script = script_for(site("juwels-booster"), LaunchRequest(site="juwels", framework=framework, nodes=nodes,
+                                                               account="proj42", experiment="exp", trainer=TRAINER))
+    lines = script.splitlines()
+    assert "#SBATCH --nodes=%d" % nodes in lines and "#SBATCH --cpus-per-task=%d" % cpus in lines
+    assert "#SBATCH --ntasks-per-node=%d" % (4 if framework == "horovod" else 1) in lines
+    exported = dict(line[len("export "):].split("=", 1) for line in lines if line.startswith("export ") and "=" in line)
+    assert 1 <= int(exported["NCCL_IB_TIMEOUT"]) <= 22 and 0 <= int(exported["NCCL_IB_RETRY_CNT"]) <= 7
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_sites_without_a_host_suffix_keep_plain_torchrun():
+    script = script_for(site("generic-slurm"), golden_request("generic-slurm", "ddp"))
+    assert "ignore-usr1 torchrun " in script and "torchrun_jsc" not in script
+
+
+@pytest.mark.parametrize("name, value", [("NCCL_IB_TIMEOUT", "50"), ("NCCL_IB_TIMEOUT", "0"), ("NCCL_IB_RETRY_CNT", "10")])
+def test_a_profile_value_outside_its_documented_range_is_refused(tmp_path, name, value):
+    text = (SHIPPED_SITES_DIR / "juwels-booster.toml").read_text()
+    text = re.sub(r'(?m)^%s = "[^"]*"' % name, '%s = "%s"' % (name, value), text)
+    (tmp_path / "juwels.toml").write_text(text)
+    with pytest.raises(DlaunchError, match=r"juwels.toml: env: %s = '%s' is outside \d+-\d+, the range NCCL's documentation" % (name, value)):
+        load_site(tmp_path / "juwels.toml")
 
 
 def test_horovod_uses_one_task_per_gpu_through_the_mpi_plugin(tmp_path):

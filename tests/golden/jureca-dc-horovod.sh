@@ -2,7 +2,7 @@
 #SBATCH --job-name=exp
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
-#SBATCH --cpus-per-task=32
+#SBATCH --cpus-per-task=64
 #SBATCH --partition=dc-gpu
 #SBATCH --time=01:00:00
 #SBATCH --account=proj42
@@ -14,15 +14,16 @@ set -eo pipefail
 
 export NCCL_SOCKET_IFNAME=ib0
 export GLOO_SOCKET_IFNAME=ib0
-export NCCL_IB_TIMEOUT=50
+export NCCL_IB_TIMEOUT=22
+export NCCL_IB_RETRY_CNT=7
 export UCX_RC_TIMEOUT=4s
-export NCCL_IB_RETRY_CNT=10
 export DLAUNCH_SITE=jureca-dc
 export DLAUNCH_IMAGE=/images/current-horovod.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 
 srun --ntasks-per-node=4 --mpi=pspmix --kill-on-bad-exit=1 \
   apptainer exec --nv --bind /scratch/runs/exp/run /images/current-horovod.sif \

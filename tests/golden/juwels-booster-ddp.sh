@@ -2,7 +2,7 @@
 #SBATCH --job-name=exp
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
-#SBATCH --cpus-per-task=48
+#SBATCH --cpus-per-task=96
 #SBATCH --partition=booster
 #SBATCH --time=01:00:00
 #SBATCH --account=proj42
@@ -14,22 +14,23 @@ set -eo pipefail
 
 export NCCL_SOCKET_IFNAME=ib0
 export GLOO_SOCKET_IFNAME=ib0
-export NCCL_IB_TIMEOUT=50
+export NCCL_IB_TIMEOUT=22
+export NCCL_IB_RETRY_CNT=7
 export UCX_RC_TIMEOUT=4s
-export NCCL_IB_RETRY_CNT=10
 export DLAUNCH_SITE=juwels-booster
 export DLAUNCH_IMAGE=/images/current-ddp.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)i"
 export MASTER_ADDR
 export MASTER_PORT=29500
 
-srun --ntasks-per-node=1 --kill-on-bad-exit=1 \
+srun --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 \
   apptainer exec --nv --bind /scratch/runs/exp/run /images/current-ddp.sif \
-  bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=4 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m train \
+  bash -c 'trap "" USR1; exec "$@"' ignore-usr1 python -m torchrun_jsc "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=4 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m train \
   --framework ddp \
   --model resnet50 \
   --batch-size 64 \

@@ -25,11 +25,12 @@ export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"
 export MASTER_ADDR
 export MASTER_PORT=29500
 
-srun --ntasks-per-node=1 --kill-on-bad-exit=1 \
+srun --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 \
   singularity exec --rocm --bind /var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run /images/current-deepspeed.sif \
   bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=8 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m train \
   --framework deepspeed \

@@ -25,6 +25,7 @@ export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 
 srun --ntasks-per-node=8 --mpi=pmix --kill-on-bad-exit=1 \
   singularity exec --rocm --bind /var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run /images/current-horovod.sif \

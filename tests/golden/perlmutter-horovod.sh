@@ -2,7 +2,7 @@
 #SBATCH --job-name=exp
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
-#SBATCH --cpus-per-task=16
+#SBATCH --cpus-per-task=32
 #SBATCH --qos=regular
 #SBATCH --time=01:00:00
 #SBATCH --account=proj42
@@ -25,6 +25,7 @@ export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 
 srun --ntasks-per-node=4 --mpi=pmix --kill-on-bad-exit=1 \
   apptainer exec --nv --bind /scratch/runs/exp/run /images/current-horovod.sif \
