@@ -1,34 +1,42 @@
 #!/usr/bin/env bash
 # A throw-away Slurm cluster on this machine (root; Debian's slurmctld, slurmd, slurm-client, munge).
-#   slurm-cluster.sh start [--nodes N] [--cpus C] [--dir DIR]   start (a no-op when already running); prints slurm.conf
+#   slurm-cluster.sh start [--nodes N] [--cpus C] [--dir DIR] [--second-network SUFFIX]
+#                                                                start (a no-op when already running); prints slurm.conf
 #   slurm-cluster.sh stop [--dir DIR]                            cancel jobs, stop daemons, remove namespaces and bridge
 #   slurm-cluster.sh status [--dir DIR]                          exit 0 when running, 3 when stopped
 # --nodes 1 runs one slurmd on the host (node = this host's name, loopback). --nodes N>1 gives every node its own
 # network namespace dl-node<i> (address 10.77.0.<10+i>, host name dl-node<i>, interface dl0) on the bridge
 # dlaunch-br0 (10.77.0.1, where slurmctld listens). All state, spool, logs and the munge socket live under DIR
 # (default $DLAUNCH_SLURM_DIR or /tmp/dlaunch-slurm); `SLURM_CONF=DIR/etc/slurm.conf` is all a client needs.
-# DIR/cluster.env describes the running cluster (NODES, NODE_NAMES, CPUS_PER_NODE, IFNAME, ...).
+# --second-network SUFFIX (N>1) gives every node a second interface ib0 (10.78.0.<10+i>, bridge dlaunch-br1) named
+# dl-node<i>SUFFIX in the hosts file, the way JSC names a node's InfiniBand address (<host>i); Slurm itself keeps
+# to the first network, as on JSC's systems.
+# DIR/cluster.env describes the running cluster (NODES, NODE_NAMES, CPUS_PER_NODE, IFNAME, SECOND_*, ...).
 set -euo pipefail
 
 readonly BRIDGE=dlaunch-br0 SUBNET_PREFIX=10.77.0 BRIDGE_ADDR=10.77.0.1 NODE_IFNAME=dl0 NS_PREFIX=dl-node
+readonly BRIDGE2=dlaunch-br1 SUBNET2_PREFIX=10.78.0 BRIDGE2_ADDR=10.78.0.1 NODE_IFNAME2=ib0
 readonly MAX_NODES=50 START_TIMEOUT_S=30 CLIENT_TIMEOUT_S=10
 
 die() { echo "slurm-cluster.sh: $*" >&2; exit 2; }
 log() { echo "slurm-cluster.sh: $*" >&2; }
-usage() { sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 parse_args() {
-  NODES=1 CPUS=2 DIR=${DLAUNCH_SLURM_DIR:-/tmp/dlaunch-slurm}
+  NODES=1 CPUS=2 DIR=${DLAUNCH_SLURM_DIR:-/tmp/dlaunch-slurm} SUFFIX2=
   while [ $# -gt 0 ]; do
     case "$1" in
       --nodes) [ $# -ge 2 ] || die "--nodes needs a value"; NODES=$2; shift 2 ;;
       --cpus) [ $# -ge 2 ] || die "--cpus needs a value"; CPUS=$2; shift 2 ;;
       --dir) [ $# -ge 2 ] || die "--dir needs a value"; DIR=$2; shift 2 ;;
+      --second-network) [ $# -ge 2 ] || die "--second-network needs a host-name suffix"; SUFFIX2=$2; shift 2 ;;
       *) die "unknown argument '$1' (see --help)" ;;
     esac
   done
   [[ "$NODES" =~ ^[1-9][0-9]*$ ]] && [ "$NODES" -le $MAX_NODES ] || die "--nodes must be 1..$MAX_NODES, got '$NODES'"
   [[ "$CPUS" =~ ^[1-9][0-9]*$ ]] && [ "$CPUS" -le 1024 ] || die "--cpus must be 1..1024, got '$CPUS'"
+  [[ "$SUFFIX2" =~ ^[a-z0-9-]*$ ]] || die "--second-network: the suffix may only contain a-z, 0-9 and -, got '$SUFFIX2'"
+  [ -z "$SUFFIX2" ] || [ "$NODES" -gt 1 ] || die "--second-network needs --nodes 2 or more (one network namespace per node)"
   # The path ends up in slurm.conf, which has no quoting: keep it to plain characters.
   [[ "$DIR" =~ ^/[A-Za-z0-9._/-]+$ ]] || die "--dir must be an absolute path of [A-Za-z0-9._/-], got '$DIR'"
   DIR=${DIR%/}
@@ -47,6 +55,7 @@ slurm() { SLURM_CONF=$CONF timeout "$CLIENT_TIMEOUT_S" "$@"; }
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 node_name() { if [ "$NODES" -eq 1 ]; then hostname -s; else echo "$NS_PREFIX$1"; fi; }
 node_addr() { if [ "$NODES" -eq 1 ]; then echo 127.0.0.1; else echo "$SUBNET_PREFIX.$((10 + $1))"; fi; }
+node_addr2() { echo "$SUBNET2_PREFIX.$((10 + $1))"; }
 
 # Every daemon of the cluster described by DIR/cluster.env is alive.
 running() {
@@ -111,6 +120,7 @@ EOF
   { echo "127.0.0.1 localhost"
     [ "$NODES" -eq 1 ] || echo "$BRIDGE_ADDR dlaunch-ctl"
     for i in $(seq 1 "$NODES"); do echo "$(node_addr "$i") $(node_name "$i")"; done
+    [ -z "$SUFFIX2" ] || for i in $(seq 1 "$NODES"); do echo "$(node_addr2 "$i") $(node_name "$i")$SUFFIX2"; done
   } > "$DIR/etc/hosts"
 
   first=$(node_name 1)
@@ -125,6 +135,8 @@ FIRST_NODE=$first
 CPUS_PER_NODE=$CPUS
 IFNAME=$ifname
 PARTITION=debug
+SECOND_SUFFIX=$SUFFIX2
+SECOND_IFNAME=${SUFFIX2:+$NODE_IFNAME2}
 EOF
   mv "$DIR/cluster.env.tmp" "$DIR/cluster.env"
 }
@@ -148,6 +160,15 @@ create_network() {
     ip link add "dlveth$i" type veth peer name "$NODE_IFNAME" netns "$name"
     ip link set "dlveth$i" master "$BRIDGE" up
     nsenter --net="/run/netns/$name" sh -ec "ip link set lo up; ip addr add $(node_addr "$i")/24 dev $NODE_IFNAME; ip link set $NODE_IFNAME up"
+  done
+  [ -n "$SUFFIX2" ] || return 0
+  ip link show "$BRIDGE2" >/dev/null 2>&1 || ip link add "$BRIDGE2" type bridge
+  [[ "$(ip -4 -o addr show dev "$BRIDGE2")" == *" $BRIDGE2_ADDR/"* ]] || ip addr add "$BRIDGE2_ADDR/24" dev "$BRIDGE2"
+  ip link set "$BRIDGE2" up
+  for i in $(seq 1 "$NODES"); do
+    ip link add "dlveth2-$i" type veth peer name "$NODE_IFNAME2" netns "$NS_PREFIX$i"
+    ip link set "dlveth2-$i" master "$BRIDGE2" up
+    nsenter --net="/run/netns/$NS_PREFIX$i" sh -ec "ip addr add $(node_addr2 "$i")/24 dev $NODE_IFNAME2; ip link set $NODE_IFNAME2 up"
   done
 }
 
@@ -175,6 +196,7 @@ wait_idle() {
 cmd_start() {
   if running; then
     [ "$RUNNING_NODES" -eq "$NODES" ] || die "already running with $RUNNING_NODES nodes under $DIR; stop it first"
+    [ "$(sed -n 's/^SECOND_SUFFIX=//p' "$DIR/cluster.env")" = "$SUFFIX2" ] || die "already running with another --second-network under $DIR; stop it first"
     echo "$CONF"; return 0
   fi
   [ ! -f "$DIR/cluster.env" ] || stop_cluster   # half-running leftovers of an earlier start
@@ -233,6 +255,7 @@ stop_cluster() {
     ip netns del "$ns"
   done
   ! ip link show "$BRIDGE" >/dev/null 2>&1 || ip link del "$BRIDGE"
+  ! ip link show "$BRIDGE2" >/dev/null 2>&1 || ip link del "$BRIDGE2"
   stop_daemons "$DIR/run/munged.pid"
   rm -f "$DIR/cluster.env" "$DIR/munge-run/munge.socket.2"*
 }

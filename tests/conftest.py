@@ -18,7 +18,7 @@ def pytest_collection_modifyitems(items) -> None:
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[slurm.Cluster]:
-    """A 2-node cluster started once per session, or the one $SLURM_CONF names (left running)."""
+    """A 2-node cluster with a second network started once per session, or the one $SLURM_CONF names (left running)."""
     missing = slurm.missing_prerequisite()
     require(missing is None, missing or "")
     given = os.environ.get("SLURM_CONF")
@@ -26,7 +26,7 @@ def slurm_cluster() -> Iterator[slurm.Cluster]:
         yield slurm.cluster_at(Path(given), owned_dir=None)
         return
     slurm.stop_cluster(slurm.SESSION_DIR)  # what a crashed session left behind
-    yield slurm.start_cluster(slurm.SESSION_DIR, slurm.SESSION_NODES)
+    yield slurm.start_cluster(slurm.SESSION_DIR, slurm.SESSION_NODES, slurm.SESSION_SECOND_NETWORK)
     slurm.stop_cluster(slurm.SESSION_DIR)
 
 

@@ -17,6 +17,8 @@ CLUSTER_SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
 # A fixed folder: a crashed session's cluster is found (and stopped) by the next one.
 SESSION_DIR = Path("/tmp/dlaunch-slurm-pytest")
 SESSION_NODES = 2
+# The session's nodes also carry a second network named like JSC's InfiniBand addresses (<host>i on ib0).
+SESSION_SECOND_NETWORK = "i"
 COMMAND_TIMEOUT_S = 30
 JOB_END_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 PREREQUISITES = ("slurmctld", "slurmd", "munged", "sbatch", "srun", "sinfo", "scontrol", "ip", "nsenter", "unshare", "mpicc")
@@ -44,6 +46,8 @@ class Cluster:
     ifname: str  # the nodes' network interface (GLOO_SOCKET_IFNAME)
     partition: str
     dir: Optional[Path]  # set when this session started the cluster (and may stop it)
+    second_suffix: str = ""  # host-name suffix of the nodes' second network ("" when there is none)
+    second_ifname: str = ""  # its interface
 
     @property
     def nodes(self) -> int:
@@ -73,11 +77,19 @@ class Cluster:
         self.run(["scancel", job_id])
         pytest.fail("job %s still %s after %g s" % (job_id, self.job_state(job_id), timeout))
 
-    def site_profile(self, path: Path, max_nodes: Optional[int] = None, sbatch_directives: Sequence[str] = ()) -> Path:
-        """Write a launcher site profile for this cluster (no container, gloo on CPU, one worker slot per node)."""
+    def site_profile(self, path: Path, max_nodes: Optional[int] = None, sbatch_directives: Sequence[str] = (),
+                     second_network: bool = False) -> Path:
+        """Write a launcher site profile for this cluster (no container, gloo on CPU, one worker slot per node).
+
+        `second_network`: rendezvous and collectives on the nodes' second network, the way JSC's profiles
+        use InfiniBand (host-name suffix, NCCL/Gloo interface)."""
         venv_bin = os.path.dirname(sys.executable)
+        if second_network and not self.second_suffix:
+            pytest.skip("the cluster given by $SLURM_CONF has no second network")
+        ifname = self.second_ifname if second_network else self.ifname
         env = {
-            "GLOO_SOCKET_IFNAME": self.ifname,
+            "GLOO_SOCKET_IFNAME": ifname,
+            "NCCL_SOCKET_IFNAME": ifname,
             # Jobs share this filesystem: the trainer runs from the test's own environment.
             "PATH": venv_bin + ":/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
         }
@@ -91,6 +103,7 @@ class Cluster:
             "threads_per_core = 1",
             'gpu_vendor = "none"',
             'mpi_plugin = "pmix"',
+            "rendezvous_host_suffix = %s" % json.dumps(self.second_suffix if second_network else ""),
             "sbatch_directives = %s" % json.dumps(list(sbatch_directives)),
             "",
             "[[partitions]]",
@@ -119,7 +132,8 @@ def cluster_at(conf: Path, owned_dir: Optional[Path]) -> Cluster:
     if info_file.is_file():
         info = read_cluster_env(info_file)
         names = tuple(info["NODE_NAMES"].split(","))
-        return Cluster(conf, names, int(info["CPUS_PER_NODE"]), info["IFNAME"], info["PARTITION"], owned_dir)
+        return Cluster(conf, names, int(info["CPUS_PER_NODE"]), info["IFNAME"], info["PARTITION"], owned_dir,
+                       info.get("SECOND_SUFFIX", ""), info.get("SECOND_IFNAME", ""))
     sinfo = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %c %P"], capture_output=True, text=True,
                            timeout=COMMAND_TIMEOUT_S, env={**os.environ, "SLURM_CONF": str(conf)})
     rows = [line.split() for line in sinfo.stdout.splitlines() if line.strip()]
@@ -130,8 +144,9 @@ def cluster_at(conf: Path, owned_dir: Optional[Path]) -> Cluster:
     return Cluster(conf, names, min(int(row[1]) for row in rows), os.environ.get("GLOO_SOCKET_IFNAME", "lo"), partition, None)
 
 
-def start_cluster(directory: Path, nodes: int) -> Cluster:
-    started = cluster_script("start", "--nodes", str(nodes), "--dir", str(directory))
+def start_cluster(directory: Path, nodes: int, second_network: str = "") -> Cluster:
+    extra = ("--second-network", second_network) if second_network else ()
+    started = cluster_script("start", "--nodes", str(nodes), "--dir", str(directory), *extra)
     if started.returncode != 0:
         pytest.fail("slurm-cluster.sh start failed (%d): %s" % (started.returncode, started.stderr.strip()))
     return cluster_at(Path(started.stdout.strip()), directory)

@@ -1,6 +1,7 @@
 """scripts/slurm-cluster.sh: a real throw-away Slurm cluster (slurmctld, slurmd per network namespace, munge, PMIx)."""
 import re
 import socket
+from shlex import quote as shlex_quote
 import subprocess
 import time
 from pathlib import Path
@@ -32,7 +33,8 @@ def test_second_start_is_a_no_op(slurm_cluster):
     if slurm_cluster.dir is None:
         pytest.skip("the cluster given by $SLURM_CONF was not started by slurm-cluster.sh here")
     before = slurm.daemon_pids(slurm_cluster.dir)
-    again = slurm.cluster_script("start", "--nodes", str(slurm_cluster.nodes), "--dir", str(slurm_cluster.dir))
+    second = ("--second-network", slurm_cluster.second_suffix) if slurm_cluster.second_suffix else ()
+    again = slurm.cluster_script("start", "--nodes", str(slurm_cluster.nodes), "--dir", str(slurm_cluster.dir), *second)
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == str(slurm_cluster.conf)
     assert slurm.daemon_pids(slurm_cluster.dir) == before
@@ -45,6 +47,24 @@ def test_a_running_cluster_refuses_another_node_count(slurm_cluster):
     other = slurm.cluster_script("start", "--nodes", str(slurm_cluster.nodes + 1), "--dir", str(slurm_cluster.dir))
     assert other.returncode == 2
     assert "already running with %d nodes" % slurm_cluster.nodes in other.stderr
+
+
+def test_second_network_names_each_node_like_jsc(slurm_cluster, tmp_path):
+    """`<node>i` resolves on every node to that node's own ib0 address (the jobs below use it for real)."""
+    if not slurm_cluster.second_suffix or slurm_cluster.nodes < 2:
+        pytest.skip("the cluster given by $SLURM_CONF has no second network")
+    suffix, ifname = slurm_cluster.second_suffix, slurm_cluster.second_ifname
+    probe = ('me=$(hostname); echo "$me $(getent hosts "$me%s" | cut -d" " -f1) '
+             '$(ip -4 -o addr show %s | awk "{print \\$4}" | cut -d/ -f1)"' % (suffix, ifname))
+    out = tmp_path / "second.out"
+    submitted = slurm_cluster.run(["sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "--output=%s" % out,
+                                   "--wrap", "srun bash -c %s" % shlex_quote(probe)])
+    assert submitted.returncode == 0, submitted.stderr
+    assert slurm_cluster.wait_job(submitted.stdout.strip().split(";")[0]) == "COMPLETED", out.read_text()
+    rows = sorted(line.split() for line in out.read_text().splitlines() if line.strip())
+    assert [row[0] for row in rows] == sorted(slurm_cluster.node_names)
+    for name, resolved, own in rows:
+        assert resolved == own and own.startswith("10.78.0."), rows  # the name is this node's ib0 address
 
 
 def test_sinfo_shows_every_node_idle(slurm_cluster):

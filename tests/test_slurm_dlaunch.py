@@ -86,6 +86,26 @@ def test_run_completes_on_two_hosts(framework, two_nodes, slurm_site, tmp_path):
     assert "COMPLETED" in row and " ok " in row and "metrics.jsonl" in row
 
 
+@pytest.fixture(scope="module")
+def jsc_like_site(two_nodes, tmp_path_factory) -> Path:
+    """A profile like JSC's: rendezvous at `<first node>i`, Gloo/NCCL on the second network's interface."""
+    return two_nodes.site_profile(tmp_path_factory.mktemp("sites") / "slurm-jsc-like.toml", second_network=True)
+
+
+@pytest.mark.parametrize("framework", ["ddp", pytest.param("horovod", marks=pytest.mark.horovod),
+                                       pytest.param("deepspeed", marks=pytest.mark.deepspeed)])
+def test_run_completes_over_a_second_network_named_like_jsc(framework, two_nodes, jsc_like_site, tmp_path):
+    # torch's c10d rendezvous finds no host for an endpoint named after a secondary interface
+    # (pytorch/pytorch#73656): every agent waited as a client until it timed out, before torchrun_jsc.
+    if framework != "ddp":
+        require_library(framework)
+    run_dir = submit(two_nodes, tmp_path, jsc_like_site, framework, "--framework", framework, "--nodes", "2", "--steps", "4")
+    assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "COMPLETED", log_text(run_dir)
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    assert metrics.status == "ok" and metrics.header["world_size"] == 2
+    assert len(set(metrics.header["hosts"])) == 2
+
+
 def test_sweep_groups_one_run_per_node_count(two_nodes, slurm_site, tmp_path):
     swept = dlaunch(two_nodes, tmp_path, "sweep", "--site", str(slurm_site), "--nodes", "1,2", "--experiment", "scaling",
                     "--time", "00:10:00", *TINY, "--steps", "2")
@@ -124,19 +144,35 @@ def test_cancel_keeps_finished_epochs_and_resume_continues(two_nodes, slurm_site
     assert "resume" in records
 
 
-def test_time_limit_warning_checkpoints_and_marks_the_run_interrupted(two_nodes, tmp_path):
-    # One minute is Slurm's smallest limit; warn 50 s before it instead of the usual 120 s.
-    site = two_nodes.site_profile(tmp_path / "slurm-early-warning.toml", sbatch_directives=["--signal=USR1@50"])
-    ran = dlaunch(two_nodes, tmp_path, "run", "--site", str(site), "--experiment", "tests", "--run-name", "limit",
-                  "--nodes", "2", "--time", "00:01:00", *TINY, "--steps", "100000")
-    assert ran.returncode == 0, ran.stderr
-    run_dir = tmp_path / "runs" / "tests" / "limit"
-    # FAILED (exit 75) or, when the checkpoint ends near the limit, TIMEOUT: the metrics say what happened.
-    two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S)
+def test_usr1_to_the_running_step_checkpoints_and_marks_the_run_interrupted(two_nodes, slurm_site, tmp_path):
+    # Slurm's warning (`--signal=USR1@120`) goes to every process of the job's steps, as `scancel --signal`
+    # does; sent here once training runs, instead of timed by a short limit (Slurm may send it up to a
+    # minute early or late, so a one-minute job gets it anywhere from start-up to after the limit).
+    run_dir = submit(two_nodes, tmp_path, slurm_site, "warned", "--nodes", "2", "--steps", "100000")
+    wait_for(lambda: epochs_written(run_dir) >= 1, "a first epoch")
+    signalled = two_nodes.run(["scancel", "--signal=USR1", job_id(run_dir)])
+    assert signalled.returncode == 0, signalled.stderr
+    assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "FAILED"  # the trainer exits 75, resumable
     metrics = read_metrics(str(run_dir / "metrics.jsonl"))
     assert metrics.status == "interrupted", log_text(run_dir)
     assert (run_dir / "checkpoints" / "last.pt").is_file()
     assert "interrupted" in dlaunch(two_nodes, tmp_path, "status", str(run_dir)).stdout
+
+
+def test_a_job_ended_by_its_time_limit_reads_as_interrupted(two_nodes, tmp_path):
+    # `--signal=URG@1` replaces the USR1 warning with a signal every process ignores: the time limit's
+    # SIGTERM is all the trainer gets, and it must read as a resumable interruption, not a cancel.
+    site = two_nodes.site_profile(tmp_path / "slurm-no-warning.toml", sbatch_directives=["--signal=URG@1"])
+    ran = dlaunch(two_nodes, tmp_path, "run", "--site", str(site), "--experiment", "tests", "--run-name", "limit",
+                  "--nodes", "2", "--time", "00:01:00", *TINY, "--steps", "100000")
+    assert ran.returncode == 0, ran.stderr
+    run_dir = tmp_path / "runs" / "tests" / "limit"
+    assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "TIMEOUT"
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    assert metrics.status == "interrupted", log_text(run_dir)
+    assert metrics.epochs and (run_dir / "checkpoints" / "last.pt").is_file()
+    shown = dlaunch(two_nodes, tmp_path, "status", str(run_dir)).stdout
+    assert "TIMEOUT" in shown and "interrupted" in shown
 
 
 def test_a_killed_rank_fails_the_job_promptly(two_nodes, slurm_site, tmp_path):
