@@ -57,6 +57,7 @@ TRAINER_FLAGS: Tuple[TrainerFlag, ...] = (
     TrainerFlag("seed", int, "random seed"),
     TrainerFlag("target-accuracy", float, "top-1 fraction for time-to-accuracy (training goes on)"),
     TrainerFlag("val-every", int, "validate every N epochs"),
+    TrainerFlag("max-nonfinite-steps", int, "stop as 'diverged' after N consecutive NaN/inf losses"),
     TrainerFlag("profile-steps", int, "steps of the compute/communication profile"),
     TrainerFlag("fp16-allreduce", bool, "horovod: compress gradients to fp16"),
     TrainerFlag("fusion-threshold-mb", float, "horovod: tensor fusion buffer (MB)"),

@@ -1,9 +1,12 @@
 """Bad input: exit code 2, one line `train: error: ...` on stderr, no metrics file written."""
+import dataclasses
 import os
+from typing import Optional
 
 import pytest
 
 from helpers_train import TINY, run_trainer
+from train.config import ConfigError, TrainConfig, parse_config
 from train.data.make_folder import make_pattern_folder
 
 
@@ -32,6 +35,9 @@ CASES = {
     "accuracy in percent": (["--target-accuracy", "75"], "--target-accuracy 75.0 must be a top-1 fraction"),
     "warm-up eats the run": (["--steps", "4", "--warmup-steps", "4"], "leave none of --steps 4 to measure"),
     "fp16 on cpu": (["--amp", "fp16", "--device", "cpu"], "--amp fp16 needs --device cuda"),
+    "lr nan": (["--lr", "nan"], "argument --lr: 'nan' is not a finite number"),
+    "weight decay inf": (["--weight-decay", "inf"], "argument --weight-decay: 'inf' is not a finite number"),
+    "no non-finite steps allowed": (["--max-nonfinite-steps", "0"], "--max-nonfinite-steps 0 must be at least 1"),
     "batch larger than the folder": (["--data", "FOLDER", "--batch-size", "64", "--steps", "2"],
                                      "--batch-size 64 x 1 ranks is more than the 15 images in"),
 }
@@ -56,3 +62,21 @@ def test_existing_metrics_file_needs_resume(tmp_path):
     result = run_trainer(TINY + ["--steps", "2", "--metrics", str(metrics)], timeout=120)
     assert result.returncode == 2 and "pass --resume" in result.stderr
     assert metrics.read_text() == '{"x": 1}\n'
+
+
+# Every float field of TrainConfig is a flag; found from the dataclass, so a new float flag is covered too.
+FLOAT_FLAGS = sorted("--" + f.name.replace("_", "-") for f in dataclasses.fields(TrainConfig)
+                     if f.type in (float, Optional[float], "float", "Optional[float]"))
+
+
+def test_the_float_flags_are_found():
+    assert {"--lr", "--momentum", "--weight-decay", "--grad-clip", "--fusion-threshold-mb",
+            "--warmup-epochs", "--target-accuracy"} <= set(FLOAT_FLAGS)
+
+
+@pytest.mark.parametrize("flag", FLOAT_FLAGS)
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+def test_every_float_flag_refuses_non_finite_values_naming_the_flag(flag, value):
+    with pytest.raises(ConfigError) as refused:
+        parse_config(["--steps", "2", "%s=%s" % (flag, value)])  # = : argparse takes "-inf" for an option
+    assert str(refused.value) == "argument %s: %r is not a finite number" % (flag, value)

@@ -6,9 +6,11 @@ flag combinations, and the image folder (layout, non-empty classes, `--num-class
 Exit codes of `python -m train` (the launcher and Slurm scripts rely on them):
   0 finished, 2 bad input, 75 interrupted by SIGUSR1 (Slurm's time-limit warning; a checkpoint was
   written, rerun with `--resume`), 143 cancelled by SIGTERM (scancel; a checkpoint was written too),
-  anything else: failed.
+  65 diverged (the loss stayed non-finite for `--max-nonfinite-steps` steps; no checkpoint of the
+  non-finite weights is written), anything else: failed.
 """
 import argparse
+import math
 import os
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional
@@ -17,6 +19,7 @@ EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: resumable, requeue
 EXIT_CANCELLED = 143  # 128 + SIGTERM
+EXIT_DIVERGED = 65  # EX_DATAERR: the run's settings or data make the loss non-finite
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet44")
 SCHEDULES = ("step", "cosine", "exponential")
@@ -66,6 +69,7 @@ class TrainConfig:
     resume: bool = False
     target_accuracy: Optional[float] = None
     val_every: int = 1
+    max_nonfinite_steps: int = 5
     experiment: Optional[str] = None
     site: Optional[str] = None
     image: Optional[str] = None
@@ -98,7 +102,19 @@ class OneLineParser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
+def finite_float(text: str) -> float:
+    """argparse type: a float that is neither NaN nor infinite."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number" % text) from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError("%r is not a finite number" % text)
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """Every float flag is `finite_float`: NaN and infinity are refused, naming the flag."""
     d = TrainConfig()
     p = OneLineParser(prog="python -m train", description="Data-parallel ResNet training and benchmarking.")
     add = p.add_argument
@@ -116,15 +132,15 @@ def build_parser() -> argparse.ArgumentParser:
     length.add_argument("--steps", type=int, default=None, help="total optimizer steps (a short benchmark)")
     add("--steps-per-epoch", type=int, default=d.steps_per_epoch, help="synthetic epoch length in batches")
     add("--warmup-steps", type=int, default=d.warmup_steps, help="first steps excluded from throughput")
-    add("--lr", type=float, default=d.lr, help="learning rate for --reference-batch images, scaled linearly")
+    add("--lr", type=finite_float, default=d.lr, help="learning rate for --reference-batch images, scaled linearly")
     add("--reference-batch", type=int, default=d.reference_batch)
-    add("--momentum", type=float, default=d.momentum)
-    add("--weight-decay", type=float, default=d.weight_decay, help="not applied to BatchNorm weights and biases")
-    add("--warmup-epochs", type=float, default=d.warmup_epochs)
+    add("--momentum", type=finite_float, default=d.momentum)
+    add("--weight-decay", type=finite_float, default=d.weight_decay, help="not applied to BatchNorm weights and biases")
+    add("--warmup-epochs", type=finite_float, default=d.warmup_epochs)
     add("--schedule", choices=SCHEDULES, default=d.schedule)
-    add("--lr-min", type=float, default=d.lr_min, help="cosine floor")
-    add("--gamma", type=float, default=d.gamma, help="exponential decay per epoch")
-    add("--label-smoothing", type=float, default=d.label_smoothing)
+    add("--lr-min", type=finite_float, default=d.lr_min, help="cosine floor")
+    add("--gamma", type=finite_float, default=d.gamma, help="exponential decay per epoch")
+    add("--label-smoothing", type=finite_float, default=d.label_smoothing)
     add("--device", choices=("auto", "cpu", "cuda"), default=d.device)
     add("--amp", choices=("none", "bf16", "fp16"), default=d.amp)
     add("--channels-last", action="store_true")
@@ -134,17 +150,19 @@ def build_parser() -> argparse.ArgumentParser:
     add("--metrics", default=None, help="JSON-lines file (default <checkpoint-dir or cwd>/metrics.jsonl)")
     add("--checkpoint-dir", default=None)
     add("--resume", action="store_true", help="continue from <checkpoint-dir>/last.pt if it exists")
-    add("--target-accuracy", type=float, default=None, help="top-1 fraction for time-to-accuracy, e.g. 0.75")
+    add("--target-accuracy", type=finite_float, default=None, help="top-1 fraction for time-to-accuracy, e.g. 0.75")
     add("--val-every", type=int, default=d.val_every, help="validate every N epochs (and after the last)")
+    add("--max-nonfinite-steps", type=int, default=d.max_nonfinite_steps,
+        help="stop with status 'diverged' (exit %d) after N consecutive steps with a NaN/inf loss" % EXIT_DIVERGED)
     add("--experiment", default=None)
     add("--site", default=None)
     add("--image", default=None, help="container image (provenance; default $DLAUNCH_IMAGE)")
     add("--profile-steps", type=int, default=d.profile_steps, help="time N steps after the warm-up steps")
     add("--fp16-allreduce", action="store_true")
-    add("--fusion-threshold-mb", type=float, default=d.fusion_threshold_mb)
+    add("--fusion-threshold-mb", type=finite_float, default=d.fusion_threshold_mb)
     add("--backward-passes-per-step", type=int, default=d.backward_passes_per_step)
     add("--zero-stage", type=int, choices=(0, 1, 2, 3), default=d.zero_stage)
-    add("--grad-clip", type=float, default=None)
+    add("--grad-clip", type=finite_float, default=None)
     return p
 
 
@@ -180,7 +198,8 @@ def parse_config(argv: List[str], check_paths: bool = True) -> TrainConfig:
 def _validate(cfg: TrainConfig, check_paths: bool) -> None:
     positive = {"--batch-size": cfg.batch_size, "--image-size": cfg.image_size, "--num-classes": cfg.num_classes,
                 "--steps-per-epoch": cfg.steps_per_epoch, "--reference-batch": cfg.reference_batch,
-                "--val-every": cfg.val_every, "--backward-passes-per-step": cfg.backward_passes_per_step}
+                "--val-every": cfg.val_every, "--backward-passes-per-step": cfg.backward_passes_per_step,
+                "--max-nonfinite-steps": cfg.max_nonfinite_steps}
     if cfg.epochs is not None:
         positive["--epochs"] = cfg.epochs
     if cfg.steps is not None:
