@@ -2,58 +2,90 @@
 
     .venv/bin/python benchmarks/bench_perfmodel.py
 
-For the DALI and the native loader column it calibrates the ring all-reduce model's effective
-latency and bandwidths (launcher.perfmodel.calibrate) on (a) every GPU count and (b) the counts up
-to 64 GPUs only, predicting 128 and more (the question before a large allocation), and prints the
-published comm share, the predicted one and their difference per GPU count, with max and mean
-absolute errors. Shares are comm / (comm + I/O + compute): the published kernel-time percentages
-renormalised to those three parts. Shares do not depend on the absolute step time; the fitted
-parameters are printed for an assumed compute + I/O time of STEP_S per step and scale with it.
-Prints Markdown (recorded in benchmarks/README.md).
+Fits only on the counts up to 64 GPUs and predicts 128-1024 (the question before a large allocation):
+- new model (launcher.perfmodel): one machine fit (jitter, NCCL kernels beside back-propagation) on
+  the DALI column, the site's nominal network (800 Gbit/s per node, 1.5 us) unchanged; the native
+  loader's data wait fitted on the native column with that machine;
+- old model (v1, reproduced here for the comparison): ring all-reduce with a latency linear in the GPU
+  count, effective latency and bandwidths fitted per column.
+Prints Markdown: the comm share (comm / (comm + I/O + compute), the published kernel-time percentages
+renormalised to those three parts) per GPU count with both models' errors, and the E_G curves the new
+model predicts for ResNet-50/101/152 with DALI and the native loader (recorded in benchmarks/README.md).
 """
+from dataclasses import replace
 from statistics import mean
 from typing import List, Sequence
 
-from launcher.perfmodel import PublishedRow, Workload, calibrate, gradient_bytes, load_published, predict
+from launcher.perfmodel import (
+    CALIBRATION_MAX_GPUS,
+    PublishedRow,
+    fit_published,
+    gradient_bytes,
+    load_published,
+    predict,
+    published_workload,
+)
 
-GPUS_PER_NODE = 4  # JUWELS Booster: 4 A100 per node
-STEP_S = 0.1  # assumed compute + I/O time per step for printing absolute parameters
-EXTRAPOLATE_FROM = 64  # fit (b) uses GPU counts up to this
+GPUS = [4, 8, 16, 32, 64, 128, 256, 512, 1024]
+STEP_S = 0.1  # v1: assumed compute + I/O time per step (shares do not depend on it)
 
 
-def predicted_shares(rows: Sequence[PublishedRow], fit_rows: Sequence[PublishedRow], workload: Workload) -> List[float]:
-    network = calibrate([(r.gpus, r.comm_share) for r in fit_rows], workload, GPUS_PER_NODE)
-    print("- fit on %s GPUs: latency %.1f us per hop, %.1f Gbit/s per node, %.1f Gbit/s per GPU in a node"
-          % (",".join(str(r.gpus) for r in fit_rows), network.latency_us, network.bandwidth_gbps_per_node,
-             network.intra_node_gbps))
-    return [p.comm_share for p in predict(workload, network, [r.gpus for r in rows])]
+def v1_shares(fit_rows: Sequence[PublishedRow], gpus: Sequence[int]) -> List[float]:
+    """The v1 model: comm = 2(p-1) a + 2(p-1)/p S / B(p), B = intra-node inside 4 GPUs, else per-GPU share of the node."""
+    import numpy as np
 
+    size = gradient_bytes("resnet50")
 
-def errors_line(label: str, errors: Sequence[float]) -> str:
-    absolute = [abs(e) for e in errors]
-    return "%s: max %.1f pp, mean %.1f pp (%d GPU counts)" % (label, max(absolute), mean(absolute), len(absolute))
+    def features(p: int) -> List[float]:
+        transfer = 2 * (p - 1) / p * size / STEP_S
+        return [2 * (p - 1) / STEP_S, transfer if p <= 4 else 0.0, 0.0 if p <= 4 else transfer]
+
+    a = np.array([features(r.gpus) for r in fit_rows])
+    w = np.array([(1 - r.comm_share) ** 2 for r in fit_rows])
+    y = np.array([r.comm_share / (1 - r.comm_share) for r in fit_rows])
+    coef = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)[0]
+    ratios = [float(np.dot(coef, features(p))) for p in gpus]
+    return [x / (1 + x) for x in ratios]
 
 
 def main() -> None:
-    workload = Workload(compute_s=STEP_S, batch=1, gradient_bytes=gradient_bytes("resnet50"))
-    for loader, rows in load_published().items():
-        print("### %s loader\n" % loader)
-        small = [r for r in rows if r.gpus <= EXTRAPOLATE_FROM]
-        fit_all = predicted_shares(rows, rows, workload)
-        fit_small = predicted_shares(rows, small, workload)
-        print("\n| GPUs | published comm %% | (a) fit all | error pp | (b) fit <= %d | error pp |" % EXTRAPOLATE_FROM)
-        print("|---|---|---|---|---|---|")
-        err_all, err_out = [], []
-        for row, a, b in zip(rows, fit_all, fit_small):
-            err_all.append(100 * (a - row.comm_share))
-            err_b = 100 * (b - row.comm_share)
-            if row.gpus > EXTRAPOLATE_FROM:
-                err_out.append(err_b)
-            print("| %d | %.1f | %.1f | %+.1f | %.1f | %+.1f%s |" % (
-                row.gpus, 100 * row.comm_share, 100 * a, err_all[-1], 100 * b, err_b,
-                "" if row.gpus > EXTRAPOLATE_FROM else " (fitted)"))
-        print("\n- " + errors_line("(a) calibrated on all", err_all))
-        print("- " + errors_line("(b) extrapolated beyond %d GPUs" % EXTRAPOLATE_FROM, err_out) + "\n")
+    published = load_published()
+    fit = fit_published()
+    workload = published_workload()
+    loaders = {"dali": workload, "native": replace(workload, data_s=fit.native_data_fraction * workload.compute_s)}
+    print("Machine fitted on the DALI column, %d-%d GPUs: jitter %.3f of busy time, NCCL kernels beside "
+          "back-propagation %.3f of it; native loader data wait %.3f x compute.\n"
+          % (GPUS[0], CALIBRATION_MAX_GPUS, fit.machine.jitter, fit.machine.beside_compute, fit.native_data_fraction))
+    print("| loader | GPUs | published comm % | new model | error pp | old model (v1) | error pp |")
+    print("|---|---|---|---|---|---|---|")
+    summary = []
+    for loader, rows in published.items():
+        fit_rows = [r for r in rows if r.gpus <= CALIBRATION_MAX_GPUS]
+        new = predict(loaders[loader], fit.machine, [r.gpus for r in rows])
+        old = v1_shares(fit_rows, [r.gpus for r in rows])
+        err_new, err_old = [], []
+        for row, n, o in zip(rows, new, old):
+            e_new, e_old = 100 * (n.comm_share - row.comm_share), 100 * (o - row.comm_share)
+            fitted = row.gpus <= CALIBRATION_MAX_GPUS
+            if not fitted:
+                err_new.append(abs(e_new))
+                err_old.append(abs(e_old))
+            print("| %s | %d | %.1f | %.1f | %+.1f | %.1f | %+.1f |%s" % (
+                loader, row.gpus, 100 * row.comm_share, 100 * n.comm_share, e_new, 100 * o, e_old,
+                " fitted" if fitted else ""))
+        summary.append("- %s, predicted %s GPUs: new model mean %.1f pp, max %.1f pp; old model mean %.1f pp, max %.1f pp"
+                       % (loader, ",".join(str(r.gpus) for r in rows if r.gpus > CALIBRATION_MAX_GPUS),
+                          mean(err_new), max(err_new), mean(err_old), max(err_old)))
+    print("\n" + "\n".join(summary))
+    print("\nPredicted E_G (new model, same machine fit; batch 64, compute from the A100 TF32 figure scaled by FLOPs):\n")
+    print("| model | loader | " + " | ".join(str(g) for g in GPUS) + " |")
+    print("|---|---|" + "---|" * len(GPUS))
+    for model in ("resnet50", "resnet101", "resnet152"):
+        base = published_workload(model)
+        for loader in ("dali", "native"):
+            workload = base if loader == "dali" else replace(base, data_s=fit.native_data_fraction * base.compute_s)
+            curve = predict(workload, fit.machine, GPUS)
+            print("| %s | %s | %s |" % (model, loader, " | ".join("%.3f" % p.efficiency for p in curve)))
 
 
 if __name__ == "__main__":

@@ -1,25 +1,41 @@
-"""launcher/perfmodel.py: the ring all-reduce model, its calibration against Aach et al. 2023, `predict`."""
+"""launcher/perfmodel.py (+ perfmodel_nccl.py): NCCL cost model, buckets, stragglers, fits against Aach et al.
+2023 and the user's runs, `dlaunch predict`."""
+import math
+import subprocess
+import sys
+from dataclasses import replace
+from statistics import mean
+
 import pytest
 from typer.testing import CliRunner
 
 from launcher.cli import app
 from launcher.errors import DlaunchError
 from launcher.perfmodel import (
-    Interconnect,
+    AACH2023_MACHINE,
+    CALIBRATION_MAX_GPUS,
     Workload,
-    calibrate,
+    calibration_runs,
+    fit_machine,
+    fit_published,
+    fit_runs,
     gradient_bytes,
+    leave_one_out,
     load_published,
+    messages,
     predict,
+    published_workload,
     workload_from_options,
 )
+from launcher.perfmodel_nccl import Machine, harmonic, straggler_factor
 from test_analysis import write_run
 
-# The bounds documented in benchmarks/README.md ("Performance model vs Aach et al. 2023"), in
-# percentage points of comm share, for the model calibrated on all points of a column.
-MAX_ERROR_PP = {"dali": 5.0, "native": 15.0}
+# Extrapolated from Table 2a's 4-64 GPUs to 128-1024: the errors recorded in benchmarks/README.md
+# (comm share, percentage points). DALI is close to the issue's goal (mean 5, max 10) but above it;
+# the native loader's jump at 128-256 GPUs is not predictable from 4-64 GPUs (see the README).
+EXTRAPOLATION_BOUNDS_PP = {"dali": (6.0, 11.0), "native": (26.0, 33.0)}
 
-JUWELS_LIKE = Interconnect(gpus_per_node=4, latency_us=5.0, bandwidth_gbps_per_node=800.0, intra_node_gbps=2400.0)
+JUWELS_LIKE = Machine(gpus_per_node=4, latency_us=5.0, bandwidth_gbps_per_node=800.0, intra_node_gbps=2400.0)
 RUNNER = CliRunner(env={"COLUMNS": "200"})  # wide enough for rich to print whole numbers
 RESNET50 = Workload(compute_s=0.2, batch=64, gradient_bytes=102.4e6, data_s=0.05)
 
@@ -31,51 +47,95 @@ def test_gradient_bytes_from_the_parameter_table():
         gradient_bytes("resnet9000")
 
 
-def test_ring_allreduce_uses_the_per_gpu_share_of_the_node_network_across_nodes():
-    # 8 GPUs on 2 nodes: 14 hops of 5 us + 14/8 of 102.4 MB at 800/4 Gbit/s = 25 GB/s per GPU
-    assert JUWELS_LIKE.allreduce_s(8, 102.4e6) == pytest.approx(14 * 5e-6 + 14 / 8 * 102.4e6 / 25e9)
-    # 4 GPUs in one node: NVLink, 300 GB/s
-    assert JUWELS_LIKE.allreduce_s(4, 102.4e6) == pytest.approx(6 * 5e-6 + 6 / 4 * 102.4e6 / 300e9)
-    assert JUWELS_LIKE.allreduce_s(1, 102.4e6) == 0.0
+def test_ring_allreduce_counts_intra_and_inter_node_steps_after_nccl():
+    # 8 GPUs on 2 nodes: 14 ring steps, 2 of them across nodes (x1.9 plateau); the node's 100 GB/s carry 14/8 of the bytes
+    latency_us = (8.4 + 12 * 3.4 + 2 * (9.6 + 5.0)) * 1.9
+    assert JUWELS_LIKE.ring_allreduce_s(8, 102.4e6) == pytest.approx(latency_us * 1e-6 + 14 / 8 * 102.4e6 / 100e9)
+    # 4 GPUs in one node: NVLink, 300 GB/s, no plateau
+    assert JUWELS_LIKE.ring_allreduce_s(4, 102.4e6) == pytest.approx((8.4 + 6 * 3.4) * 1e-6 + 6 / 4 * 102.4e6 / 300e9)
+    assert JUWELS_LIKE.allreduce(1, 102.4e6) == (0.0, "-")
+
+
+def test_tree_latency_grows_with_log2_of_the_nodes_and_nccl_picks_the_cheaper():
+    small = 64e3  # latency-bound
+    tree = [JUWELS_LIKE.tree_allreduce_s(4 * n, small) for n in (4, 16, 256)]
+    assert tree[1] - tree[0] == pytest.approx(tree[2] - tree[1] - 2 * 2 * (50.0 + 5.0) * 1e-6)  # 2 vs 4 more levels
+    ring = [JUWELS_LIKE.ring_allreduce_s(4 * n, small) for n in (4, 256)]
+    assert ring[1] / ring[0] > 30  # linear in the GPU count
+    assert JUWELS_LIKE.allreduce(1024, small) == (tree[2], "tree")
+    assert JUWELS_LIKE.allreduce(8, 102.4e6)[1] == "ring"  # bandwidth-bound on 2 nodes: the ring's 2(p-1)/p wins
+
+
+def test_reduce_scatter_and_all_gather_move_half_an_all_reduce():
+    ring = JUWELS_LIKE.ring_allreduce_s(64, 1e9)
+    half = JUWELS_LIKE.ring_half_s(64, 1e9)
+    assert 2 * half == pytest.approx(ring, rel=0.05)
+
+
+def test_framework_messages():
+    ddp = messages(RESNET50)
+    assert ddp[0].nbytes == 1024 ** 2 and all(m.nbytes <= 25 * 1024 ** 2 for m in ddp)
+    assert sum(m.nbytes for m in ddp) == pytest.approx(102.4e6) and ddp[-1].ready == pytest.approx(1.0)
+    assert [m.ready for m in ddp] == sorted(m.ready for m in ddp) and ddp[0].ready < 0.05
+    horovod = messages(replace(RESNET50, framework="horovod", fusion_mb=32.0))
+    assert len(horovod) == 4 and horovod[0].nbytes == 32 * 1024 ** 2
+    zero0 = messages(replace(RESNET50, framework="deepspeed"))
+    assert [(m.collective, m.ready) for m in zero0] == [("allreduce", 1.0)]
+    zero2 = messages(replace(RESNET50, framework="deepspeed", zero_stage=2))
+    assert [m.collective for m in zero2] == ["reduce_scatter", "all_gather"]
+    with pytest.raises(ValueError, match="ZeRO stage 3"):
+        messages(replace(RESNET50, framework="deepspeed", zero_stage=3))
 
 
 def test_step_time_throughput_and_efficiency():
-    one, eight = predict(RESNET50, JUWELS_LIKE, [8, 1], overlap=0.0)
-    assert (one.gpus, one.comm_s, one.step_s, one.efficiency) == (1, 0.0, pytest.approx(0.25), 1.0)
-    comm = JUWELS_LIKE.allreduce_s(8, 102.4e6)
-    assert eight.step_s == pytest.approx(0.25 + comm)
-    assert eight.images_per_s == pytest.approx(8 * 64 / (0.25 + comm))
-    assert eight.efficiency == pytest.approx(0.25 / (0.25 + comm))
-    assert eight.comm_share == pytest.approx(comm / (comm + 0.25))
+    one, eight = predict(RESNET50, JUWELS_LIKE, [8, 1])
+    assert (one.gpus, one.comm_s, one.step_s, one.efficiency, one.kernel_comm_s) == (1, 0.0, pytest.approx(0.25), 1.0, 0.0)
+    assert eight.step_s == pytest.approx(0.25 + eight.exposed_comm_s)
+    assert eight.images_per_s == pytest.approx(8 * 64 / eight.step_s)
+    assert eight.efficiency == pytest.approx(0.25 / eight.step_s)
+    assert eight.comm_share == pytest.approx(eight.kernel_comm_s / (eight.kernel_comm_s + 0.25))
     assert eight.nodes == 2
 
 
-def test_overlap_hides_communication_up_to_the_backward_time():
-    comm = JUWELS_LIKE.allreduce_s(64, 102.4e6)
-    (half,) = predict(RESNET50, JUWELS_LIKE, [64], overlap=0.5)
-    assert half.exposed_comm_s == pytest.approx(0.5 * comm)
-    short = Workload(compute_s=0.003, batch=64, gradient_bytes=102.4e6)
-    (capped,) = predict(short, JUWELS_LIKE, [64], overlap=1.0)
-    assert capped.exposed_comm_s == pytest.approx(comm - 0.002)
-    with pytest.raises(ValueError, match="overlap"):
-        predict(RESNET50, JUWELS_LIKE, [4], overlap=1.5)
+def test_buckets_overlap_back_propagation_and_only_the_rest_is_exposed():
+    keeps_up = replace(RESNET50, data_s=0.0)  # no loader waits
+    (long,) = predict(keeps_up, JUWELS_LIKE, [64])
+    last = JUWELS_LIKE.allreduce_s(64, messages(keeps_up)[-1].nbytes)
+    assert long.exposed_comm_s == pytest.approx(last)  # the earlier buckets finish during back-propagation
+    short = replace(keeps_up, compute_s=0.0003)
+    (capped,) = predict(short, JUWELS_LIKE, [64])
+    assert capped.exposed_comm_s == pytest.approx(capped.comm_s - 0.0002, rel=1e-3)  # nearly all of it waits
+    zero0 = replace(keeps_up, framework="deepspeed")
+    (after,) = predict(zero0, JUWELS_LIKE, [64])
+    assert after.exposed_comm_s == pytest.approx(after.comm_s)  # ZeRO-0 all-reduces after back-propagation
+
+
+def test_stragglers_wait_for_the_slowest_rank_and_kernel_time_counts_more_than_the_step_waits():
+    assert harmonic(1) == 1.0 and harmonic(4) == pytest.approx(25 / 12) and straggler_factor(1) == 0.0
+    machine = replace(JUWELS_LIKE, jitter=0.1, beside_compute=0.2)
+    (p,) = predict(RESNET50, machine, [256])
+    waits = (0.1 * 0.25 + 0.05) * (harmonic(256) - 1)  # jitter of busy time + the loader's data wait
+    assert p.wait_s == pytest.approx(waits)
+    (bare,) = predict(RESNET50, JUWELS_LIKE, [256])
+    assert p.exposed_comm_s == pytest.approx(bare.exposed_comm_s - 0.05 * (harmonic(256) - 1) + waits)
+    assert p.kernel_comm_s == pytest.approx(p.comm_s + waits + 0.2 * 2 / 3 * 0.2)
 
 
 def test_efficiency_falls_with_gpus_beyond_a_node():
-    curve = predict(RESNET50, JUWELS_LIKE, [4, 8, 64, 1024])
+    curve = predict(RESNET50, replace(JUWELS_LIKE, jitter=0.05), [4, 8, 64, 1024])
     assert [p.gpus for p in curve] == [4, 8, 64, 1024]
     assert curve[0].efficiency == 1.0
     assert all(a.efficiency > b.efficiency for a, b in zip(curve, curve[1:]))
 
 
-def test_calibration_recovers_the_parameters_that_made_the_shares():
-    truth = Interconnect(gpus_per_node=4, latency_us=40.0, bandwidth_gbps_per_node=150.0, intra_node_gbps=50.0)
-    gpus = [4, 8, 16, 64, 256]
-    shares = [(p.gpus, p.comm_share) for p in predict(RESNET50, truth, gpus)]
-    fitted = calibrate(shares, RESNET50, gpus_per_node=4)
-    assert fitted.latency_us == pytest.approx(40.0, rel=1e-6)
-    assert fitted.bandwidth_gbps_per_node == pytest.approx(150.0, rel=1e-6)
-    assert fitted.intra_node_gbps == pytest.approx(50.0, rel=1e-6)
+def test_machine_fit_recovers_the_jitter_and_kernels_beside_compute_that_made_the_shares():
+    truth = replace(JUWELS_LIKE, jitter=0.12, beside_compute=0.3)
+    shares = [(p.gpus, p.comm_share) for p in predict(RESNET50, truth, [4, 8, 16, 32, 64])]
+    fitted = fit_machine(shares, RESNET50, JUWELS_LIKE)
+    assert fitted.jitter == pytest.approx(0.12, rel=1e-6)
+    assert fitted.beside_compute == pytest.approx(0.3, rel=1e-6)
+    with pytest.raises(ValueError, match="needs >= 2 GPUs"):
+        fit_machine([(1, 0.2)], RESNET50, JUWELS_LIKE)
 
 
 def test_published_table_is_complete():
@@ -85,13 +145,72 @@ def test_published_table_is_complete():
     assert published["dali"][0].comm_share == pytest.approx(15.40 / (15.40 + 22.00 + 32.50))
 
 
-@pytest.mark.parametrize("loader", ["dali", "native"])
-def test_calibrated_model_reproduces_the_published_comm_shares(loader):
+def _extrapolation_errors(loader):
+    fit = fit_published()
+    workload = published_workload()
+    if loader == "native":
+        workload = replace(workload, data_s=fit.native_data_fraction * workload.compute_s)
     rows = load_published()[loader]
-    network = calibrate([(r.gpus, r.comm_share) for r in rows], RESNET50, gpus_per_node=4)
-    predicted = predict(RESNET50, network, [r.gpus for r in rows])
-    errors = [100 * abs(p.comm_share - r.comm_share) for p, r in zip(predicted, rows)]
-    assert max(errors) <= MAX_ERROR_PP[loader]
+    predicted = predict(workload, fit.machine, [r.gpus for r in rows])
+    return [100 * abs(p.comm_share - r.comm_share) for p, r in zip(predicted, rows) if r.gpus > CALIBRATION_MAX_GPUS]
+
+
+@pytest.mark.parametrize("loader", ["dali", "native"])
+def test_extrapolated_comm_shares_stay_within_the_recorded_errors(loader):
+    """Fitted on 4-64 GPUs only; 128-1024 are out of sample (numbers in benchmarks/README.md)."""
+    errors = _extrapolation_errors(loader)
+    mean_bound, max_bound = EXTRAPOLATION_BOUNDS_PP[loader]
+    assert mean(errors) <= mean_bound and max(errors) <= max_bound
+
+
+def test_published_fit_uses_only_counts_up_to_64_gpus(tmp_path):
+    changed = tmp_path / "table.csv"
+    lines = load_published.__defaults__[0].read_text().splitlines()
+    changed.write_text("\n".join(lines[:6] + [",".join([line.split(",")[0]] + ["1.0", "1.0", "97.0"] * 2) for line in lines[6:]]) + "\n")
+    assert fit_published(path=changed) == fit_published()
+
+
+def test_one_machine_fit_resnet152_scales_better_and_native_well_below_dali():
+    fit = fit_published()
+    gpus = [4, 128, 256, 512, 1024]
+    curves = {}
+    for model in ("resnet50", "resnet152"):
+        for loader in ("dali", "native"):
+            workload = published_workload(model)
+            if loader == "native":
+                workload = replace(workload, data_s=fit.native_data_fraction * workload.compute_s)
+            curves[model, loader] = [p.efficiency for p in predict(workload, fit.machine, gpus)]
+    for loader in ("dali", "native"):
+        assert all(b > a for a, b in zip(curves["resnet50", loader][1:], curves["resnet152", loader][1:]))
+    assert all(d - n >= 0.05 for d, n in zip(curves["resnet50", "dali"][1:], curves["resnet50", "native"][1:]))
+
+
+def _runs_made_by(tmp_path, truth, model="resnet18", batch=8, nodes=(1, 2, 4)):
+    """Runs whose profile and throughput the model itself produced on `truth` (1 GPU per node)."""
+    workload = Workload(0.5, batch, gradient_bytes(model), data_s=0.02, other_s=0.03)
+    paths = []
+    for n in nodes:
+        comm = truth.ring_allreduce_s(n, workload.gradient_bytes) if n > 1 else 0.0
+        (p,) = predict(workload, truth, [n])
+        profile = dict(step_s=workload.compute_s + comm + workload.data_s + workload.other_s,
+                       compute_s=workload.compute_s, comm_s=comm, data_s=workload.data_s)
+        paths.append(write_run(tmp_path, "n%d" % n, n, [p.images_per_s, p.images_per_s], batch=batch, model=model,
+                               profile=profile, gpus_per_node=1))
+    return paths
+
+
+def test_fit_on_runs_recovers_network_and_jitter_and_predicts_the_left_out_runs(tmp_path):
+    truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, jitter=0.05)
+    _runs_made_by(tmp_path, truth)
+    runs = calibration_runs([tmp_path])
+    fitted = fit_runs(runs, Machine(1, 0.0, 100.0))
+    assert fitted.bandwidth_gbps_per_node == pytest.approx(10.0, rel=1e-6)
+    assert fitted.latency_us == pytest.approx(40.0, rel=1e-6)
+    assert fitted.jitter == pytest.approx(0.05, rel=1e-6)
+    first, second, third = leave_one_out(runs, None, 1)
+    assert abs(first.error) < 1e-9  # 2 and 4 nodes determine latency, bandwidth and jitter
+    # one multi-node run left: bandwidth fitted with the latency unknown (0), still predicted
+    assert 0 < abs(second.error) < 0.2 and 0 < abs(third.error) < 0.2
 
 
 def _predict(*args: object):
@@ -102,8 +221,9 @@ def _predict(*args: object):
 def site_file(tmp_path):
     path = tmp_path / "testsite.toml"
     path.write_text(
-        'name = "testsite"\ndescription = "test"\nbased_on = ["nothing"]\nscheduler = "local"\n'
+        'name = "testsite"\ndescription = "test"\nbased_on = ["nothing"]\nscheduler = "slurm"\n'
         'gpus_per_node = 4\ncores_per_node = 8\ngpu_vendor = "nvidia"\n'
+        '[[partitions]]\nname = "big"\nmax_nodes = 256\nmax_time = "01:00:00"\ndefault = true\n'
         "[network]\nlatency_us = 5.0\nbandwidth_gbps_per_node = 800.0\n"
     )
     return path
@@ -111,13 +231,20 @@ def site_file(tmp_path):
 
 def test_predict_prints_the_curve(site_file):
     result = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--data-ms", "50",
-                      "--batch", "64", "--gpus", "4,8,1024", "--overlap", "0")
+                      "--batch", "64", "--gpus", "4,8,1024")
     assert result.exit_code == 0, result.output
-    expected = predict(RESNET50, JUWELS_LIKE, [4, 8, 1024], overlap=0.0)
-    for p in expected:
+    for p in predict(RESNET50, JUWELS_LIKE, [4, 8, 1024]):
         assert "%.1f" % p.images_per_s in result.output
         assert "%.3f" % p.efficiency in result.output
-    assert "102.4 MB" in result.output
+    assert "102.4 MB" in result.output and "ddp" in result.output
+
+
+def test_predict_models_the_framework(site_file):
+    base = ["--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--batch", "64", "--gpus", "4,64"]
+    result = _predict(*base, "--framework", "deepspeed", "--zero-stage", "1")
+    assert result.exit_code == 0, result.output
+    zero1 = Workload(0.2, 64, 102.4e6, framework="deepspeed", zero_stage=1)
+    assert "%.1f" % predict(zero1, JUWELS_LIKE, [4, 64])[1].images_per_s in result.output
 
 
 def test_predict_takes_compute_time_and_batch_from_a_run(tmp_path, site_file):
@@ -132,49 +259,131 @@ def test_predict_takes_compute_time_and_batch_from_a_run(tmp_path, site_file):
 @pytest.mark.parametrize("args, message", [
     (["--gpus", "4,x"], "--gpus"),
     (["--gpus", "0,4"], "--gpus"),
+    (["--gpus", "4,100000000"], "--gpus"),
+    (["--gpus", "4,1028"], "--gpus"),  # 257 nodes of 4 GPUs: one node more than the largest partition
     (["--model", "vgg16"], "--model"),
     (["--compute-ms", "-1"], "--compute-ms"),
+    (["--batch", "0"], "--batch"),
+    (["--data-ms", "-1"], "--data-ms"),
 ])
 def test_predict_rejects_bad_flags_by_name(site_file, args, message):
     base = {"--model": "resnet50", "--compute-ms": "200", "--batch": "64", "--gpus": "4,8"}
     base.update(dict(zip(args[::2], args[1::2])))
     result = _predict("--site", site_file, *[x for kv in base.items() for x in kv])
     assert isinstance(result.exception, DlaunchError) and message in str(result.exception)
+    assert "\n" not in str(result.exception)
+
+
+def test_predict_names_an_unknown_model_even_without_a_measurement():
+    result = _predict("--site", "juwels", "--model", "vgg16")
+    assert isinstance(result.exception, DlaunchError)
+    assert str(result.exception).startswith("--model: unknown model 'vgg16'") and "resnet50" in str(result.exception)
+
+
+def test_predict_refuses_batch_0_instead_of_using_64():
+    result = _predict("--site", "juwels", "--model", "resnet50", "--batch", "0")
+    assert isinstance(result.exception, DlaunchError) and str(result.exception).startswith("--batch")
+
+
+def test_predict_exits_2_with_one_line_for_bad_input():
+    shown = subprocess.run([sys.executable, "-m", "launcher.cli", "predict", "--site", "juwels", "--gpus", "4,100000000",
+                            "--model", "resnet50"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 2
+    assert shown.stderr.strip().count("\n") == 0 and "--gpus" in shown.stderr and "1536" in shown.stderr
+
+
+def test_predict_help_shows_the_network_section_literally():
+    result = RUNNER.invoke(app, ["predict", "--help"])
+    assert result.exit_code == 0 and "[network] section" in result.output
 
 
 def test_predict_needs_a_site_with_network_and_a_profiled_run(tmp_path, site_file):
     site_file.write_text(site_file.read_text().split("[network]")[0])
     result = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "1", "--batch", "1")
     assert isinstance(result.exception, DlaunchError) and "no [network] section" in str(result.exception)
+    assert "--from-runs" in str(result.exception)
     run = write_run(tmp_path, "unprofiled", 4, [100.0])
     with pytest.raises(DlaunchError, match="no profile record"):
         workload_from_options(None, None, None, None, run)
 
 
-def test_predict_calibrated_to_the_published_column(site_file):
+def test_predict_calibrated_to_the_published_table(site_file):
     result = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--data-ms", "50",
                       "--batch", "64", "--gpus", "4,1024", "--calibrated", "dali")
     assert result.exit_code == 0, result.output
-    published = {r.gpus: r for r in load_published()["dali"]}
-    network = calibrate([(r.gpus, r.comm_share) for r in published.values()], RESNET50, gpus_per_node=4)
-    for p in predict(RESNET50, network, [4, 1024]):
+    fit = fit_published()
+    machine = replace(JUWELS_LIKE, jitter=fit.machine.jitter, beside_compute=fit.machine.beside_compute)
+    for p in predict(RESNET50, machine, [4, 1024]):
         assert "%.3f" % p.efficiency in result.output and "%.1f" % (100 * p.comm_share) in result.output
-        assert abs(p.comm_share - published[p.gpus].comm_share) <= MAX_ERROR_PP["dali"] / 100
+    assert "Table 2a" in result.output
+    native = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--batch", "64",
+                      "--gpus", "4,1024", "--calibrated", "native")
+    loaded = replace(RESNET50, data_s=fit.native_data_fraction * 0.2)
+    assert "%.3f" % predict(loaded, machine, [4, 1024])[1].efficiency in native.output
     bad = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "1", "--batch", "1", "--calibrated", "x")
     assert isinstance(bad.exception, DlaunchError) and "--calibrated" in str(bad.exception)
+
+
+def test_predict_from_runs_reports_leave_one_out_errors(tmp_path):
+    truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, jitter=0.05)
+    _runs_made_by(tmp_path / "runs", truth, nodes=(1, 2))
+    site = tmp_path / "cluster.toml"
+    site.write_text('name = "cluster"\ndescription = "test"\nbased_on = ["nothing"]\nscheduler = "slurm"\n'
+                    'gpus_per_node = 1\ncores_per_node = 2\ngpu_vendor = "none"\n'
+                    '[[partitions]]\nname = "p"\nmax_nodes = 4\nmax_time = "01:00:00"\ndefault = true\n')
+    result = _predict("--site", site, "--from-runs", tmp_path / "runs", "--gpus", "1,2,4")
+    assert result.exit_code == 0, result.output
+    assert "leave-one-out error of the images/s: mean 0.0 %, max 0.0 % (1 of 2 runs predicted" in result.output
+    assert "the others hold no multi-node run" in result.output
+    workload = Workload(0.5, 8, gradient_bytes("resnet18"), data_s=0.02, other_s=0.03)
+    (four,) = predict(workload, truth, [4])
+    assert "%.1f" % four.images_per_s in result.output
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda root: write_run(root, "one", 1, [10.0, 10.0], profile=dict(step_s=1, compute_s=1, comm_s=0, data_s=0)), "at least 2"),
+    (lambda root: [write_run(root, "a", 1, [10.0, 10.0]), write_run(root, "b", 2, [10.0, 10.0])], "no profile record"),
+])
+def test_predict_from_runs_says_how_to_make_a_calibration_run(tmp_path, site_file, make, message):
+    make(tmp_path / "runs")
+    result = _predict("--site", site_file, "--from-runs", tmp_path / "runs", "--gpus", "4,8")
+    assert isinstance(result.exception, DlaunchError) and message in str(result.exception)
+    assert str(result.exception).startswith("--from-runs") and "--profile-steps" in str(result.exception)
 
 
 def test_predict_for_the_issue_command_uses_the_published_a100_throughput():
     """`dlaunch predict --site juwels --model resnet50 --gpus ...` needs no measurement on an A100 site."""
     result = _predict("--site", "juwels", "--model", "resnet50", "--gpus", "4,1024")
     assert result.exit_code == 0, result.output
-    compute_ms = 1e3 * 64 / 2470.0  # NVIDIA's A100 AMP ResNet-50 figure, the paper's batch of 64
+    compute_ms = 1e3 * 64 / 938.0  # NVIDIA's A100 TF32 ResNet-50 figure, the paper's batch of 64
     assert "compute %.2f ms" % compute_ms in result.output and "published A100-40GB" in result.output
     (_, largest) = predict(Workload(compute_ms / 1e3, 64, gradient_bytes("resnet50")),
-                                   Interconnect(4, 1.5, 800.0, 2400.0), [4, 1024])
+                           Machine(4, 1.5, 800.0, 2400.0), [4, 1024])
     assert "%.3f" % largest.efficiency in result.output
 
 
 def test_predict_without_a_published_figure_asks_for_a_measurement():
     result = _predict("--site", "lumi-g", "--model", "resnet50")  # AMD GPUs: no published figure built in
     assert isinstance(result.exception, DlaunchError) and "--compute-ms" in str(result.exception)
+
+
+def test_importing_the_model_does_not_import_numpy():
+    shown = subprocess.run([sys.executable, "-c", "import sys, launcher.perfmodel; print('numpy' in sys.modules)"],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.stdout.strip() == "False", shown.stderr
+
+
+def test_published_machine_is_juwels_booster():
+    from launcher.sites import resolve_site
+
+    site = resolve_site("juwels-booster")
+    assert (AACH2023_MACHINE.gpus_per_node, AACH2023_MACHINE.latency_us, AACH2023_MACHINE.bandwidth_gbps_per_node) == (
+        site.gpus_per_node, site.network.latency_us, site.network.bandwidth_gbps_per_node)
+    assert not math.isnan(fit_published().machine.jitter)
+
+
+def test_predict_by_default_goes_up_to_what_the_site_has():
+    result = _predict("--site", "jureca-dc", "--model", "resnet50")  # 512 GPUs in its largest partition
+    assert result.exit_code == 0, result.output
+    rows = [line.split()[0] for line in result.output.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert rows == ["4", "8", "16", "32", "64", "128", "256", "512"]
