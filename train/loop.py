@@ -7,6 +7,15 @@ whole job over the non-warm-up, non-profiled steps (rank 0, after a device sync 
 ends of the measured window), rank-mean loss and data wait, validation (counts summed over ranks),
 an `epoch` record, a checkpoint.
 
+Energy (train/energy.py): every rank reads its counters at each stop check and at the end of each
+epoch (after validation), where one sum over ranks gives the run's energy so far; an epoch's energy
+is the difference to the epoch's start, energy-to-accuracy the run's energy at the first validation
+that reaches `--target-accuracy` (the Zeus definition). A resumed run carries the energy before.
+
+Divergence: each step's loss is checked on the device (no sync); a rank that saw
+`--max-nonfinite-steps` consecutive non-finite losses tells the others at the next stop check or
+epoch end, and all stop with status `diverged` without checkpointing the non-finite weights.
+
 Warm-up and profiled steps (`--warmup-steps`, `--profile-steps`) are counted from the start of this
 process, so a resumed run warms up again before it measures.
 """
@@ -17,17 +26,20 @@ import os
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
 import torch
 import torch.nn as nn
 
 from train.checkpoint import StopSignals, checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from train.config import EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_INTERRUPTED, EXIT_OK, ConfigError, TrainConfig
+from train.config import (EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, ConfigError,
+                          TrainConfig)
 from train.data import build_loaders
+from train.energy import EnergyMeter, Figure
 from train.frameworks.base import DistInfo, Framework
 from train.metrics import MetricsWriter, git_revision, library_versions, print_summary, run_id
+from train.metrics_schema import energy_total, is_number
 from train.models import build_model
 from train.profiling import StepProfiler
 from train.schedule import LRSchedule
@@ -35,7 +47,7 @@ from train.schedule import LRSchedule
 # Steps between stop-signal checks: bounds the extra work after Slurm's warning (sent 120 s early)
 # while keeping the all-reduce and device sync of a check off most steps.
 STOP_CHECK_STEPS = 10
-EXIT_CODES = {"ok": EXIT_OK, "interrupted": EXIT_INTERRUPTED, "cancelled": EXIT_CANCELLED}
+EXIT_CODES = {"ok": EXIT_OK, "interrupted": EXIT_INTERRUPTED, "cancelled": EXIT_CANCELLED, "diverged": EXIT_DIVERGED}
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -75,6 +87,7 @@ class EpochProgress:
     measured_time: float = 0.0
     data_wait: float = 0.0
     time: float = 0.0
+    energy_start_j: Dict[str, float] = field(default_factory=dict)  # the run's energy when the epoch began
 
 
 class Trainer:
@@ -90,6 +103,13 @@ class Trainer:
         self.epoch_records: List[Dict[str, Any]] = []
         self.session_steps = 0
         self.epochs_completed = 0
+        self.meter = EnergyMeter.for_rank(dist.device, dist.rank, dist.world_size, dist.local_rank)
+        self.energy_before: Dict[str, float] = {}  # the run's energy before this process (resume)
+        self.energy_j: Dict[str, Figure] = {}  # the run's energy at the last reading
+        self.energy_to_accuracy: Optional[float] = None
+        # Consecutive non-finite losses (this rank, on the device) and the longest such run so far.
+        self.nonfinite_streak = torch.zeros((), dtype=torch.float64, device=dist.device)
+        self.nonfinite_longest = torch.zeros((), dtype=torch.float64, device=dist.device)
 
         torch.set_num_threads(cfg.threads or max(1, cpu_count() // dist.local_world_size))
         if self.device.type == "cuda":
@@ -132,12 +152,30 @@ class Trainer:
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         return self.fw.all_reduce_mean(tensor).tolist()
 
+    def diverged_flag(self) -> torch.Tensor:
+        """1 when this rank saw --max-nonfinite-steps consecutive non-finite losses, else 0 (on the device)."""
+        return (self.nonfinite_longest >= self.cfg.max_nonfinite_steps).double().reshape(1)
+
     def agreed_stop(self) -> Optional[str]:
-        """`cancelled` / `interrupted` when any rank got SIGTERM / SIGUSR1, on every rank alike."""
-        usr1, term = self.rank_means(self.signals.flags())
+        """`diverged` / `cancelled` / `interrupted` when any rank diverged / got SIGTERM / SIGUSR1, on every
+        rank alike (no checkpoint is worth resuming from non-finite weights, so divergence comes first)."""
+        flags = torch.tensor(self.signals.flags(), dtype=torch.float64, device=self.device)
+        usr1, term, diverged = self.fw.all_reduce_sum(torch.cat([flags, self.diverged_flag()])).tolist()
+        if diverged > 0:
+            return "diverged"
         if term > 0:
             return "cancelled"
         return "interrupted" if usr1 > 0 else None
+
+    def read_energy(self) -> Any:
+        """The run's energy so far on every rank (one collective); returns the reading."""
+        reading = self.meter.reduce(self.fw.all_reduce_sum)
+        self.energy_j = {d: self.energy_before.get(d, 0.0) + v if is_number(v) else v
+                         for d, v in reading.energy_j.items()}
+        return reading
+
+    def measured_energy(self) -> Dict[str, float]:
+        return {d: v for d, v in self.energy_j.items() if is_number(v)}
 
     # -- run ---------------------------------------------------------------------------------------
     def run(self) -> str:
@@ -169,6 +207,9 @@ class Trainer:
         loader = self.loaders.train
         loader.set_epoch(epoch, skip)
         self.model.train()
+        if not progress.energy_start_j:
+            progress.energy_start_j = self.measured_energy() or dict(self.energy_before)
+        self.meter.start_epoch()
         batches = iter(loader)
         epoch_start = time.perf_counter()
         window_start: Optional[float] = None
@@ -203,7 +244,10 @@ class Trainer:
                 fw.zero_grad()
                 loss = forward_backward()
                 fw.step()
-            loss_sum += loss.detach()
+            loss = loss.detach()
+            loss_sum += loss
+            self.nonfinite_streak = (self.nonfinite_streak + 1) * (~torch.isfinite(loss)).double()
+            self.nonfinite_longest = torch.max(self.nonfinite_longest, self.nonfinite_streak)
             data_wait += waited
             progress.steps += 1
             measured_steps += int(measured)
@@ -212,6 +256,7 @@ class Trainer:
             if profiled and self.session_steps == warmup_and_profile and self.writer:
                 self.writer.write("profile", **self.profiler.summary())
             if self.global_step % STOP_CHECK_STEPS == 0:
+                self.meter.poll()
                 status = self.agreed_stop()
                 if status:
                     break
@@ -220,10 +265,14 @@ class Trainer:
             progress.measured_time += now - window_start
         progress.time += now - epoch_start
         progress.measured_steps += measured_steps
-        rank_loss_sum, rank_data_wait = self.rank_means([loss_sum.item(), data_wait])
+        rank_loss_sum, rank_data_wait, diverged = self.rank_means([loss_sum.item(), data_wait,
+                                                                    self.diverged_flag().item()])
         progress.loss_sum += rank_loss_sum
         progress.data_wait += rank_data_wait
+        if diverged > 0 or status == "diverged":
+            return "diverged"  # the last checkpoint (finite weights) stays as it is
         if status:
+            self.read_energy()
             self.save(epoch, progress)
             return status
         self.finish_epoch(epoch, progress)
@@ -233,6 +282,7 @@ class Trainer:
     def finish_epoch(self, epoch: int, progress: EpochProgress) -> None:
         fields: Dict[str, Any] = {}
         last = epoch == self.epochs - 1
+        reached = False
         if self.loaders.val is not None and ((epoch + 1) % self.cfg.val_every == 0 or last):
             fields = self.validate()
             if self.best_top1 is None or fields["top1"] > self.best_top1:
@@ -240,12 +290,20 @@ class Trainer:
             target = self.cfg.target_accuracy
             if target is not None and self.time_to_accuracy is None and fields["top1"] >= target:
                 self.time_to_accuracy = self.elapsed()
+                reached = True
+        reading = self.read_energy()
+        if reached:
+            total = energy_total(self.energy_j)
+            self.energy_to_accuracy = total[0] if total else None
+        epoch_energy = {d: v - progress.energy_start_j.get(d, 0.0) if is_number(v) else v
+                        for d, v in self.energy_j.items()}
         images = progress.measured_steps * self.global_batch
         record = dict(epoch=epoch, steps=progress.steps, images=images,
                       images_per_s=images / progress.measured_time if progress.measured_time > 0 else 0.0,
                       epoch_time_s=progress.time, data_wait_s=progress.data_wait,
                       loss=progress.loss_sum / max(progress.steps, 1), lr=self.schedule(self.global_step - 1),
-                      **fields)
+                      energy_j=epoch_energy, gpu_utilization_pct=reading.utilization_pct,
+                      gpu_memory_peak_bytes=reading.memory_peak_bytes, **fields)
         self.epochs_completed = epoch + 1
         if self.writer:
             self.epoch_records.append(self.writer.write("epoch", **record))
@@ -264,7 +322,7 @@ class Trainer:
                                        nn.functional.cross_entropy(logits.float(), labels, reduction="sum"),
                                        torch.tensor(labels.numel(), device=self.device)]).double()
         self.model.train()
-        top1, top5, loss, total = (self.fw.all_reduce_mean(counts) * self.dist.world_size).tolist()
+        top1, top5, loss, total = self.fw.all_reduce_sum(counts).tolist()
         return {"top1": top1 / total, "top5": top5 / total, "val_loss": loss / total}
 
     # -- checkpoints ---------------------------------------------------------------------------------
@@ -276,7 +334,8 @@ class Trainer:
                  "framework": self.fw.state_dict(), "rng": rng_state(), "progress": asdict(progress),
                  "world_size": self.dist.world_size, "global_batch": self.global_batch,
                  "elapsed_s": self.elapsed(), "best_top1": self.best_top1,
-                 "time_to_accuracy_s": self.time_to_accuracy}
+                 "time_to_accuracy_s": self.time_to_accuracy, "energy_j": self.measured_energy(),
+                 "energy_to_accuracy_j": self.energy_to_accuracy}
         if self.dist.is_main:
             save_checkpoint(checkpoint_path(self.cfg.checkpoint_dir), state)
         self.fw.barrier()
@@ -293,6 +352,8 @@ class Trainer:
         self.elapsed_before = state["elapsed_s"]
         self.best_top1 = state["best_top1"]
         self.time_to_accuracy = state["time_to_accuracy_s"]
+        self.energy_before = state.get("energy_j", {})  # absent in checkpoints of older trainers
+        self.energy_to_accuracy = state.get("energy_to_accuracy_j")
         self.epochs_completed = state["epoch"]
         return state["epoch"], state["step_in_epoch"], EpochProgress(**state["progress"])
 
@@ -311,16 +372,24 @@ class Trainer:
                                  batches_per_epoch=len(self.loaders.train), steps_per_epoch=self.steps_per_epoch,
                                  total_steps=self.total_steps),
             slurm_job_id=os.environ.get("SLURM_JOB_ID") or None, site=cfg.site, experiment=cfg.experiment,
-            image=cfg.image, git_revision=git_revision())
+            image=cfg.image, git_revision=git_revision(), energy_sources=self.meter.describe())
 
     def finish(self, status: str) -> None:
-        """Write the `end` record with every rank's parameter digest, and print the summary."""
+        """Write the `end` record with every rank's parameter digest and the run's energy, and print the summary."""
         digests = self.fw.all_gather_object(parameter_digest(self.model))
+        self.read_energy()
+        reason = None
+        if status == "diverged":
+            reason = ("the loss was not finite for %d consecutive steps on some rank (by step %d); "
+                      "the checkpoint, if any, is of the last finished epoch"
+                      % (self.cfg.max_nonfinite_steps, self.global_step))
         if self.writer:
             end = self.writer.write("end", status=status, total_time_s=self.elapsed(),
                                     epochs_completed=self.epochs_completed,
                                     best_top1=self.best_top1, target_accuracy=self.cfg.target_accuracy,
-                                    time_to_accuracy_s=self.time_to_accuracy, param_digests=digests)
+                                    time_to_accuracy_s=self.time_to_accuracy, param_digests=digests,
+                                    energy_j=self.energy_j, energy_to_accuracy_j=self.energy_to_accuracy,
+                                    reason=reason)
             print_summary(self.epoch_records, end)
 
 

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 import torch
 import torchvision
 
-from train.metrics_schema import make_record
+from train.metrics_schema import energy_total, make_record
 
 
 class MetricsWriter:
@@ -82,6 +82,13 @@ def print_summary(epochs: List[Dict[str, Any]], end: Dict[str, Any]) -> None:
     title = "train: %s after %.1f s" % (end["status"], end["total_time_s"])
     if end.get("time_to_accuracy_s") is not None:
         title += ", time to accuracy %.1f s" % end["time_to_accuracy_s"]
+    energy = energy_total(end.get("energy_j"))
+    if energy is not None:
+        title += ", energy %.1f kJ (%s)" % (energy[0] / 1000, energy[1])
+    if end.get("energy_to_accuracy_j") is not None:
+        title += ", energy to accuracy %.1f kJ" % (end["energy_to_accuracy_j"] / 1000)
+    if end.get("reason"):
+        title += "\n" + end["reason"]
     try:
         from rich.console import Console
         from rich.table import Table

@@ -6,22 +6,39 @@ torch, and the trainer writes them inside images that carry nothing but the trai
 A metrics file is JSON lines. Every record has `schema`, `version`, `type` and `time` (Unix
 seconds). Types and their fields are in `RECORD_FIELDS`; `validate_record` checks one record,
 `read_metrics` reads and checks a whole file.
+
+Versions: 2 is written; 1 and 2 are read (a file resumed by a newer trainer mixes them). Version 2
+adds energy and utilisation (header `energy_sources`; epoch `energy_j`, `gpu_utilization_pct`,
+`gpu_memory_peak_bytes`; end `energy_j`, `energy_to_accuracy_j`) and the end status `diverged`.
+Its fields are optional, so every version 1 record is a valid version 2 record too.
+
+Measured figures are a number or the text "unavailable: <reason>", never a zero standing in for
+"not measured". Energy is per domain (`ENERGY_DOMAINS`), in joules, summed over the job's ranks.
 """
 import json
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 SCHEMA = "dlaunch.metrics"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
-# Closing statuses: `interrupted` is a run stopped by a signal after checkpointing (resumable).
-END_STATUSES = ("ok", "failed", "cancelled", "interrupted")
+# Closing statuses: `interrupted` is a run stopped by a signal after checkpointing (resumable);
+# `diverged` a run stopped because its loss stayed non-finite (`--max-nonfinite-steps`).
+END_STATUSES = ("ok", "failed", "cancelled", "interrupted", "diverged")
+
+# gpu: the GPUs' own counters; cpu and dram: RAPL package and DRAM; node: whole-node counters (HPE
+# Cray pm_counters), which include the GPUs, CPUs and memory of the node.
+ENERGY_DOMAINS = ("gpu", "cpu", "dram", "node")
+UNAVAILABLE = "unavailable: "
 
 _NUM = (int, float)
 _OPT_NUM = (int, float, type(None))
 _OPT_STR = (str, type(None))
+FIGURE = "figure"  # a number or "unavailable: <reason>"
+ENERGY = "energy"  # {domain: figure} over ENERGY_DOMAINS
 
-# type -> {field: (accepted python types, required)}
-RECORD_FIELDS: Dict[str, Dict[str, Tuple[tuple, bool]]] = {
+# type -> {field: (accepted python types, or FIGURE or ENERGY; required)}
+RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
     "header": {
         "run_id": ((str,), True),
         "argv": ((list,), True),
@@ -44,6 +61,7 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[tuple, bool]]] = {
         "experiment": (_OPT_STR, True),
         "image": (_OPT_STR, True),
         "git_revision": (_OPT_STR, True),
+        "energy_sources": ((dict,), False),  # domain -> source on rank 0, or "unavailable: <reason>"
     },
     "epoch": {
         "epoch": ((int,), True),  # 0-based
@@ -57,6 +75,9 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[tuple, bool]]] = {
         "top1": (_OPT_NUM, False),
         "top5": (_OPT_NUM, False),
         "val_loss": (_OPT_NUM, False),
+        "energy_j": (ENERGY, False),  # this epoch (with its validation), all ranks
+        "gpu_utilization_pct": (FIGURE, False),  # mean over ranks of NVML/AMD SMI samples in the epoch
+        "gpu_memory_peak_bytes": (FIGURE, False),  # largest torch.cuda.max_memory_allocated of any rank
     },
     "profile": {
         "steps": ((int,), True),
@@ -80,12 +101,53 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[tuple, bool]]] = {
         "time_to_accuracy_s": (_OPT_NUM, False),
         "reason": (_OPT_STR, False),
         "param_digests": ((list,), False),  # sha256 of every rank's parameters, index = rank
+        "energy_j": (ENERGY, False),  # the whole run (all sessions of a resumed run), all ranks
+        "energy_to_accuracy_j": (_OPT_NUM, False),  # energy_total at the first validation >= target
     },
 }
 
 
 class MetricsError(ValueError):
     """A metrics record or file that does not follow the schema."""
+
+
+def unavailable(reason: str) -> str:
+    """The figure that stands for a quantity that could not be measured."""
+    return UNAVAILABLE + reason
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, _NUM) and not isinstance(value, bool)
+
+
+def energy_total(energy: Optional[Dict[str, Any]]) -> Optional[Tuple[float, str]]:
+    """(joules, domains counted) from a record's `energy_j`: the node counter where it was measured
+    (it includes everything else), else the sum of the measured gpu, cpu and dram figures; None when
+    nothing was measured."""
+    if not energy:
+        return None
+    if is_number(energy.get("node")):
+        return float(energy["node"]), "node"
+    measured = [d for d in ("gpu", "cpu", "dram") if is_number(energy.get(d))]
+    if not measured:
+        return None
+    return float(sum(energy[d] for d in measured)), "+".join(measured)
+
+
+def _check_figure(value: Any) -> bool:
+    return is_number(value) or (isinstance(value, str) and value.startswith(UNAVAILABLE))
+
+
+_EXPECTED = {FIGURE: "a number or 'unavailable: <reason>'",
+             ENERGY: "{domain: number or 'unavailable: <reason>'} with domains %s" % ", ".join(ENERGY_DOMAINS)}
+
+
+def _check_value(types: Any, value: Any) -> bool:
+    if types == FIGURE:
+        return _check_figure(value)
+    if types == ENERGY:
+        return isinstance(value, dict) and all(k in ENERGY_DOMAINS and _check_figure(v) for k, v in value.items())
+    return not isinstance(value, bool) and isinstance(value, types)
 
 
 def make_record(record_type: str, time: float, **fields: Any) -> Dict[str, Any]:
@@ -102,8 +164,9 @@ def validate_record(record: Any) -> None:
         raise MetricsError("record is not a JSON object")
     if record.get("schema") != SCHEMA:
         raise MetricsError("not a %s record (schema=%r)" % (SCHEMA, record.get("schema")))
-    if record.get("version") != VERSION:
-        raise MetricsError("unsupported schema version %r (expected %d)" % (record.get("version"), VERSION))
+    if record.get("version") not in READABLE_VERSIONS:
+        raise MetricsError("unsupported schema version %r (this reader knows %s)"
+                           % (record.get("version"), ", ".join(map(str, READABLE_VERSIONS))))
     rtype = record.get("type")
     if rtype not in RECORD_FIELDS:
         raise MetricsError("unknown record type %r" % (rtype,))
@@ -115,7 +178,9 @@ def validate_record(record: Any) -> None:
                 raise MetricsError("%s record: missing field %r" % (rtype, name))
             continue
         value = record[name]
-        if isinstance(value, bool) or not isinstance(value, types):
+        if not _check_value(types, value):
+            if types in _EXPECTED:
+                raise MetricsError("%s record: field %r is %r, expected %s" % (rtype, name, value, _EXPECTED[types]))
             raise MetricsError("%s record: field %r has type %s" % (rtype, name, type(value).__name__))
     if rtype == "end" and record["status"] not in END_STATUSES:
         raise MetricsError("end record: status %r not in %s" % (record["status"], END_STATUSES))

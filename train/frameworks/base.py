@@ -68,6 +68,10 @@ class Framework:
         """Mean of `tensor` over all ranks (returned, input untouched)."""
         raise NotImplementedError
 
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum of `tensor` over all ranks (returned, input untouched): counts and energy."""
+        raise NotImplementedError
+
     def all_gather_object(self, obj: Any) -> list:
         """`obj` of every rank, index = rank (small picklable objects: host names)."""
         raise NotImplementedError

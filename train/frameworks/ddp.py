@@ -104,9 +104,12 @@ class DDP(Framework):
         return self.optimizer.param_groups
 
     def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.all_reduce_sum(tensor).div_(self.world_size)
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         result = tensor.clone()
         dist.all_reduce(result)
-        return result.div_(self.world_size)
+        return result
 
     def all_gather_object(self, obj: Any) -> list:
         gathered = [None] * self.world_size

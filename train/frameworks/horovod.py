@@ -141,6 +141,9 @@ class Horovod(Framework):
     def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
         return hvd.allreduce(tensor, op=hvd.Average)
 
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return hvd.allreduce(tensor, op=hvd.Sum)
+
     def all_gather_object(self, obj: Any) -> list:
         return hvd.allgather_object(obj)
 
