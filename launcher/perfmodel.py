@@ -408,8 +408,10 @@ def leave_one_out(runs: Sequence[Run], base: Optional[Machine], gpus_per_node: i
     out = []
     for i, run in enumerate(runs):
         rest = [r for j, r in enumerate(runs) if j != i]
-        if base is None and not any(r.nodes > 1 for r in rest) and run.nodes > 1:
-            out.append(LeftOut(run, None, "the others hold no multi-node run and the site no [network]"))
+        across = run.nodes > 1
+        if base is None and run.world_size > 1 and not any(r.world_size > 1 and (r.nodes > 1) == across for r in rest):
+            out.append(LeftOut(run, None, "the others hold no %s run and the site no [network]"
+                               % ("multi-node" if across else "multi-GPU single-node")))
             continue
         machine = fit_runs(rest, base or _unknown_network(gpus_per_node))
         machine = _layout(machine, run)
