@@ -70,9 +70,9 @@ def main() -> None:
             if not fitted:
                 err_new.append(abs(e_new))
                 err_old.append(abs(e_old))
-            print("| %s | %d | %.1f | %.1f | %+.1f | %.1f | %+.1f |%s" % (
-                loader, row.gpus, 100 * row.comm_share, 100 * n.comm_share, e_new, 100 * o, e_old,
-                " fitted" if fitted else ""))
+            print("| %s | %d%s | %.1f | %.1f | %+.1f | %.1f | %+.1f |" % (
+                loader, row.gpus, " (fitted)" if fitted else "", 100 * row.comm_share, 100 * n.comm_share, e_new,
+                100 * o, e_old))
         summary.append("- %s, predicted %s GPUs: new model mean %.1f pp, max %.1f pp; old model mean %.1f pp, max %.1f pp"
                        % (loader, ",".join(str(r.gpus) for r in rows if r.gpus > CALIBRATION_MAX_GPUS),
                           mean(err_new), max(err_new), mean(err_old), max(err_old)))
