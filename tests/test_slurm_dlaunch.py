@@ -87,9 +87,9 @@ def test_run_completes_on_two_hosts(framework, two_nodes, slurm_site, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def jsc_like_site(two_nodes, tmp_path_factory) -> Path:
+def jsc_like_site(slurm_cluster, tmp_path_factory) -> Path:
     """A profile like JSC's: rendezvous at `<first node>i`, Gloo/NCCL on the second network's interface."""
-    return two_nodes.site_profile(tmp_path_factory.mktemp("sites") / "slurm-jsc-like.toml", second_network=True)
+    return slurm_cluster.site_profile(tmp_path_factory.mktemp("sites") / "slurm-jsc-like.toml", second_network=True)
 
 
 @pytest.mark.parametrize("framework", ["ddp", pytest.param("horovod", marks=pytest.mark.horovod),
