@@ -12,6 +12,14 @@ Definitions (also printed in the report):
   T = work / X, so E_G = (T_ref / T_G) / (G / G_ref), the textbook definition.
 - Time shares (from `profile` records, un-overlapped timers): comm_s, compute_s and data_s
   each divided by their sum.
+- Energy (metrics schema version 2; `metrics_schema.energy_total`: the node counter where measured,
+  else GPU + CPU + DRAM as far as measured): joules per image J/img = the energy of the same epochs
+  that give X divided by the images trained in them (steps x global batch; an epoch's energy
+  includes its validation); energy per epoch = their mean. Energy-to-accuracy (Zeus's definition)
+  and time-to-accuracy: the run's energy and time at the first validation that reached
+  `--target-accuracy`, from the `end` record. Runs without energy figures (version 1 files, or no
+  source) have none; they are never counted as zero.
+- Diverged runs (end status `diverged`) enter no throughput, speed-up, E_G or energy figure.
 
 Metrics files are read only through `train.metrics_schema` (torch-free).
 """
@@ -25,7 +33,7 @@ from rich.table import Table
 
 from launcher.errors import DlaunchError
 from launcher.sites import Reference
-from train.metrics_schema import Metrics, MetricsError, read_metrics
+from train.metrics_schema import Metrics, MetricsError, energy_total, read_metrics
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -52,6 +60,8 @@ class EpochPoint:
     images_per_s: float
     images: int  # images counted for throughput; 0 when every step was warm-up or profiled
     top1: Optional[float]
+    trained_images: int = 0  # every image trained in the epoch (steps x global batch)
+    energy_j: Optional[float] = None  # energy_total of the epoch (None: not measured)
 
 
 @dataclass(frozen=True)
@@ -91,14 +101,51 @@ class Run:
     epochs: Tuple[EpochPoint, ...]
     profile: Optional[Profile]
     end_best_top1: Optional[float]
+    energy_domains: Optional[str] = None  # what the energy figures count, e.g. "gpu+cpu" or "node"
+    end_energy_j: Optional[float] = None  # the whole run's energy from the end record
+    time_to_accuracy_s: Optional[float] = None
+    energy_to_accuracy_j: Optional[float] = None
+    reason: Optional[str] = None  # the end record's reason (failed or diverged runs)
+
+    @property
+    def measured_epochs(self) -> List[EpochPoint]:
+        """The epochs with counted images, the first of them left out when there are >= 2."""
+        counted = [e for e in self.epochs if e.images > 0]
+        return counted[1:] if len(counted) >= 2 else counted
 
     @property
     def throughput(self) -> Optional[float]:
-        """Mean images/s over the measured epochs: those with counted images, the first of them left
-        out when there are >= 2."""
-        counted = [e for e in self.epochs if e.images > 0]
-        measured = counted[1:] if len(counted) >= 2 else counted
+        """Mean images/s over the measured epochs."""
+        measured = self.measured_epochs
         return mean(e.images_per_s for e in measured) if measured else None
+
+    @property
+    def diverged(self) -> bool:
+        return self.status == "diverged"
+
+    def _measured_with_energy(self) -> List[EpochPoint]:
+        return [e for e in self.measured_epochs if e.energy_j is not None and e.trained_images > 0]
+
+    @property
+    def joules_per_image(self) -> Optional[float]:
+        """Energy of the measured epochs per image trained in them."""
+        epochs = self._measured_with_energy()
+        if not epochs:
+            return None
+        return sum(e.energy_j for e in epochs) / sum(e.trained_images for e in epochs)  # type: ignore[misc]
+
+    @property
+    def energy_per_epoch(self) -> Optional[float]:
+        epochs = self._measured_with_energy()
+        return mean(e.energy_j for e in epochs) if epochs else None  # type: ignore[type-var]
+
+    @property
+    def energy_j(self) -> Optional[float]:
+        """The run's energy: the end record's, else the sum over the epochs so far."""
+        if self.end_energy_j is not None:
+            return self.end_energy_j
+        measured = [e.energy_j for e in self.epochs if e.energy_j is not None]
+        return sum(measured) if measured else None
 
     @property
     def best_top1(self) -> Optional[float]:
@@ -122,6 +169,7 @@ class ScalingPoint:
     speedup: float
     efficiency: float
     shares: Optional[Shares]
+    joules_per_image: Optional[float] = None  # mean over the runs that measured energy
 
 
 @dataclass(frozen=True)
@@ -148,11 +196,23 @@ def _text(value: Optional[str]) -> str:
     return value if value else "-"
 
 
+def _total(energy: Optional[dict]) -> Tuple[Optional[float], Optional[str]]:
+    total = energy_total(energy)
+    return (total[0], total[1]) if total else (None, None)
+
+
 def run_from_metrics(metrics: Metrics) -> Run:
-    """Reduce a parsed metrics file to a Run."""
+    """Reduce a parsed metrics file (schema version 1 or 2) to a Run."""
     h = metrics.header
     key = GroupKey(_text(h["experiment"]), _text(h["site"]), h["model"], h["framework"], h["loader"], h["batch_per_worker"])
-    epochs = tuple(EpochPoint(e["epoch"], float(e["images_per_s"]), e["images"], e.get("top1")) for e in metrics.epochs)
+    epochs, domains = [], None
+    for e in metrics.epochs:
+        joules, counted = _total(e.get("energy_j"))
+        domains = counted or domains
+        epochs.append(EpochPoint(e["epoch"], float(e["images_per_s"]), e["images"], e.get("top1"),
+                                 trained_images=e["steps"] * h["global_batch"], energy_j=joules))
+    end = metrics.end or {}
+    end_energy, end_domains = _total(end.get("energy_j"))
     profile = None
     if metrics.profiles:
         last = metrics.profiles[-1]
@@ -165,9 +225,14 @@ def run_from_metrics(metrics: Metrics) -> Run:
         global_batch=h["global_batch"],
         schedule=str(h["config"].get("schedule") or "-"),
         status=metrics.status,
-        epochs=epochs,
+        epochs=tuple(epochs),
         profile=profile,
-        end_best_top1=metrics.end.get("best_top1") if metrics.end else None,
+        end_best_top1=end.get("best_top1"),
+        energy_domains=end_domains or domains,
+        end_energy_j=end_energy,
+        time_to_accuracy_s=end.get("time_to_accuracy_s"),
+        energy_to_accuracy_j=end.get("energy_to_accuracy_j"),
+        reason=end.get("reason"),
     )
 
 
@@ -198,10 +263,11 @@ def _mean_shares(shares: Sequence[Shares]) -> Optional[Shares]:
 
 
 def scaling(runs: Sequence[Run]) -> List[ScalingPoint]:
-    """Throughput, S_G and E_G per GPU count of one group; runs without epochs are left out."""
+    """Throughput, S_G, E_G and J/img per GPU count of one group; diverged runs and runs without
+    epochs are left out."""
     by_gpus: Dict[int, List[Run]] = {}
     for run in runs:
-        if run.throughput is not None:
+        if run.throughput is not None and not run.diverged:
             by_gpus.setdefault(run.world_size, []).append(run)
     if not by_gpus:
         return []
@@ -212,6 +278,7 @@ def scaling(runs: Sequence[Run]) -> List[ScalingPoint]:
         group = by_gpus[gpus]
         x = mean(r.throughput for r in group)
         speedup = x / x_ref
+        energies = [r.joules_per_image for r in group if r.joules_per_image is not None]
         points.append(ScalingPoint(
             gpus=gpus,
             nodes=max(r.nodes for r in group),
@@ -220,8 +287,28 @@ def scaling(runs: Sequence[Run]) -> List[ScalingPoint]:
             speedup=speedup,
             efficiency=speedup / (gpus / g_ref),
             shares=_mean_shares([r.shares for r in group if r.shares is not None]),
+            joules_per_image=mean(energies) if energies else None,
         ))
     return points
+
+
+@dataclass(frozen=True)
+class StatusFigures:
+    """What `dlaunch status` shows of one run's metrics beside its state (None: not known yet)."""
+
+    time_to_accuracy_s: Optional[float]
+    energy_to_accuracy_j: Optional[float]
+    joules_per_image: Optional[float]
+    energy_j: Optional[float]
+    energy_domains: Optional[str]  # what the trainer's energy counts ("gpu+cpu", "node")
+    diverged: bool
+
+
+def status_figures(metrics: Metrics) -> StatusFigures:
+    """The derived figures of one run for `dlaunch status` (torch-free; version 1 files give Nones)."""
+    run = run_from_metrics(metrics)
+    return StatusFigures(run.time_to_accuracy_s, run.energy_to_accuracy_j, run.joules_per_image, run.energy_j,
+                         run.energy_domains, run.diverged)
 
 
 @dataclass(frozen=True)

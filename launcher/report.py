@@ -24,6 +24,9 @@ PLOTS = {
     "accuracy_vs_batch.png": "Best validation top-1 against global batch, per LR schedule",
     "accuracy_vs_epoch.png": "Validation top-1 against epoch",
 }
+# Written beside efficiency.png whenever some run measured energy.
+ENERGY_PLOT = "energy_per_image.png"
+ENERGY_PLOT_TITLE = "Energy per image (J) against GPUs, per framework and loader"
 DEFINITIONS = """\
 - Throughput X: mean of the epochs' images/s (whole job), leaving out the first epoch when a run
   has two or more (warm-up); repeated runs at one GPU count are averaged.
@@ -38,6 +41,14 @@ DEFINITIONS = """\
   the model and GPU count, with X's deviation from the reference in percent.
 - Predicted E_G: the ring all-reduce model (`dlaunch predict`), fed with the group's reference
   run's profile and the site's `[network]` section.
+- Energy (shown when some run measured it): per run the trainer's counters summed over all ranks;
+  what they count is in brackets (`node`: whole-node counters, else `gpu`, `cpu`, `dram` as far as
+  measured). J/img: the energy of the epochs that give X divided by the images trained in them
+  (validation included); kJ/epoch: their mean; energy kJ: the whole run.
+- Time and energy to accuracy: the run's time and energy at the first validation that reached
+  `--target-accuracy` (energy-to-accuracy as defined by Zeus).
+- Diverged runs (the loss stayed NaN/inf, end status `diverged`) are listed apart and enter no
+  table or plot above it.
 """
 
 
@@ -73,37 +84,80 @@ def _group_predictions(runs: Sequence[Run], points: Sequence[ScalingPoint], site
 
 SCALING_HEADERS = ["GPUs", "nodes", "runs", "images/s", "S_G", "E_G", "pred. E_G", "comm %", "compute %", "data %"]
 RUN_HEADERS = ["run", "GPUs", "global batch", "schedule", "status", "images/s", "best top-1", "reference", "metrics file"]
+ENERGY_SCALING_HEADERS = ["J/img"]
+ACCURACY_RUN_HEADERS = ["time to acc. s"]
+ENERGY_RUN_HEADERS = ["J/img", "kJ/epoch", "energy kJ"]
+ENERGY_ACCURACY_RUN_HEADERS = ["energy to acc. kJ"]
+DIVERGED_HEADERS = ["run", "GPUs", "epochs", "reason", "metrics file"]
 
 
-def scaling_rows(g: GroupResult) -> List[List[str]]:
+@dataclass(frozen=True)
+class Columns:
+    """The optional columns: energy when some run measured it, time (and energy) to accuracy when
+    some run had a --target-accuracy."""
+
+    energy: bool
+    accuracy: bool
+
+    @classmethod
+    def of(cls, runs: Sequence[Run]) -> "Columns":
+        return cls(energy=any(r.joules_per_image is not None or r.energy_j is not None for r in runs),
+                   accuracy=any(r.time_to_accuracy_s is not None for r in runs))
+
+    def scaling_headers(self) -> List[str]:
+        return SCALING_HEADERS + (ENERGY_SCALING_HEADERS if self.energy else [])
+
+    def run_headers(self) -> List[str]:
+        extra = (ACCURACY_RUN_HEADERS if self.accuracy else []) + (ENERGY_RUN_HEADERS if self.energy else [])
+        extra += ENERGY_ACCURACY_RUN_HEADERS if self.energy and self.accuracy else []
+        return RUN_HEADERS[:-1] + extra + RUN_HEADERS[-1:]
+
+
+def _kilo(value: Optional[float]) -> str:
+    return _number(None if value is None else value / 1000, "%.2f")
+
+
+def scaling_rows(g: GroupResult, columns: Columns) -> List[List[str]]:
     rows = []
     for pt in g.points:
         pred = g.predictions.get(pt.gpus)
         s = pt.shares
-        rows.append([
+        row = [
             str(pt.gpus), str(pt.nodes), str(pt.runs), "%.1f" % pt.images_per_s,
             "%.2f" % pt.speedup, "%.3f" % pt.efficiency, _number(pred.efficiency if pred else None, "%.3f"),
             _percent(s.comm if s else None), _percent(s.compute if s else None), _percent(s.data if s else None),
-        ])
+        ]
+        rows.append(row + ([_number(pt.joules_per_image, "%.3g")] if columns.energy else []))
     return rows
 
 
-def run_rows(g: GroupResult, site: Optional[Site]) -> List[List[str]]:
+def run_rows(g: GroupResult, site: Optional[Site], columns: Columns) -> List[List[str]]:
     rows = []
     for run in g.runs:
         v = verdict(run, site.reference) if site else None
         check = "-" if v is None else "%s %+.1f%%" % ("PASS" if v.passed else "FAIL", 100 * v.deviation)
-        rows.append([
-            Path(run.path).parent.name, str(run.world_size), str(run.global_batch), run.schedule, run.status,
-            _number(run.throughput), _number(run.best_top1, "%.4f"), check, run.path,
-        ])
+        row = [Path(run.path).parent.name, str(run.world_size), str(run.global_batch), run.schedule, run.status,
+               _number(run.throughput), _number(run.best_top1, "%.4f"), check]
+        if columns.accuracy:
+            row.append(_number(run.time_to_accuracy_s))
+        if columns.energy:
+            total = _kilo(run.energy_j)
+            row += [_number(run.joules_per_image, "%.3g"), _kilo(run.energy_per_epoch),
+                    total if run.energy_domains is None else "%s (%s)" % (total, run.energy_domains)]
+            if columns.accuracy:
+                row.append(_kilo(run.energy_to_accuracy_j))
+        rows.append(row + [run.path])
     return rows
 
 
-def markdown_table(headers: Sequence[str], groups: Sequence[Tuple[GroupResult, List[List[str]]]]) -> str:
+def diverged_rows(runs: Sequence[Run]) -> List[List[str]]:
+    return [[Path(r.path).parent.name, str(r.world_size), str(len(r.epochs)), r.reason or "-", r.path] for r in runs]
+
+
+def markdown_table(headers: Sequence[str], groups: Sequence[Tuple[str, List[List[str]]]]) -> str:
     """One table, the group label as first column."""
     headers = ["group", *headers]
-    rows = [[g.key.label, *row] for g, group_rows in groups for row in group_rows]
+    rows = [[label, *row] for label, group_rows in groups for row in group_rows]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -142,6 +196,19 @@ def plot_scaling(ax_x, ax_e, results: Sequence[GroupResult]) -> None:
     for ax in (ax_x, ax_e):
         _log2_axis(ax, "GPUs")
         ax.legend(fontsize="x-small")
+
+
+def plot_energy_per_image(ax, results: Sequence[GroupResult]) -> None:
+    """J/img against GPUs, one line per group (the points of runs that measured energy)."""
+    for i, g in enumerate(r for r in results if r.points):
+        points = [p for p in g.points if p.joules_per_image is not None]
+        if points:
+            ax.plot([p.gpus for p in points], [p.joules_per_image for p in points], "o-", color="C%d" % (i % 10),
+                    label=g.key.label)
+    _log2_axis(ax, "GPUs")
+    ax.set_ylabel("J per image")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="x-small")
 
 
 def plot_shares(fig, results: Sequence[GroupResult]) -> None:
@@ -203,15 +270,26 @@ def plot_accuracy_vs_epoch(ax, runs: Sequence[Run]) -> None:
     ax.legend(fontsize="x-small")
 
 
+def plot_titles(results: Sequence[GroupResult]) -> Dict[str, str]:
+    """The plots of this report: PLOTS, and the energy plot beside E_G when some point has J/img."""
+    titles = {}
+    for name, title in PLOTS.items():
+        titles[name] = title
+        if name == "efficiency.png" and any(p.joules_per_image is not None for g in results for p in g.points):
+            titles[ENERGY_PLOT] = ENERGY_PLOT_TITLE
+    return titles
+
+
 def write_plots(output: Path, results: Sequence[GroupResult]) -> None:
-    """Write every file of PLOTS into `output`."""
+    """Write every plot of `plot_titles` into `output`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     runs = [r for g in results for r in g.runs]
-    figures = {name: plt.figure(figsize=(7, 4.5)) for name in PLOTS}
+    titles = plot_titles(results)
+    figures = {name: plt.figure(figsize=(7, 4.5)) for name in titles}
     figures["time_shares.png"].set_size_inches(7, 2.5 + 2.5 * max(1, sum(1 for g in results if any(p.shares for p in g.points))))
     ax_x = figures["throughput.png"].add_subplot()
     ax_e = figures["efficiency.png"].add_subplot()
@@ -223,27 +301,36 @@ def write_plots(output: Path, results: Sequence[GroupResult]) -> None:
     plot_shares(figures["time_shares.png"], results)
     plot_accuracy_vs_batch(figures["accuracy_vs_batch.png"].add_subplot(), runs)
     plot_accuracy_vs_epoch(figures["accuracy_vs_epoch.png"].add_subplot(), runs)
+    if ENERGY_PLOT in figures:
+        plot_energy_per_image(figures[ENERGY_PLOT].add_subplot(), results)
     for name, fig in figures.items():
-        fig.suptitle(PLOTS[name], fontsize="medium")
+        fig.suptitle(titles[name], fontsize="medium")
         fig.tight_layout()
         atomic_file(output / name, lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None}))
         plt.close(fig)
 
 
-def markdown_report(results: Sequence[GroupResult], sites: Dict[str, Site], rejected: Sequence[str], notes: Sequence[str]) -> str:
+def markdown_report(results: Sequence[GroupResult], sites: Dict[str, Site], rejected: Sequence[str],
+                    notes: Sequence[str], diverged: Sequence[Run] = ()) -> str:
     n_runs = sum(len(g.runs) for g in results)
+    columns = Columns.of([r for g in results for r in g.runs])
     parts = [
         "# dlaunch report",
-        "%d runs in %d groups; %d files rejected." % (n_runs, len(results), len(rejected)),
+        "%d runs in %d groups; %d diverged runs apart; %d files rejected."
+        % (n_runs, len(results), len(diverged), len(rejected)),
         "## Definitions",
         DEFINITIONS.rstrip(),
         "## Scaling",
-        markdown_table(SCALING_HEADERS, [(g, scaling_rows(g)) for g in results]),
+        markdown_table(columns.scaling_headers(), [(g.key.label, scaling_rows(g, columns)) for g in results]),
         "## Runs",
-        markdown_table(RUN_HEADERS, [(g, run_rows(g, sites.get(g.key.site))) for g in results]),
+        markdown_table(columns.run_headers(),
+                       [(g.key.label, run_rows(g, sites.get(g.key.site), columns)) for g in results]),
         "## Plots",
-        "\n\n".join("![%s](%s)" % (title, name) for name, title in PLOTS.items()),
+        "\n\n".join("![%s](%s)" % (title, name) for name, title in plot_titles(results).items()),
     ]
+    if diverged:
+        parts += ["## Diverged runs", "Left out of every table and plot above.",
+                  markdown_table(DIVERGED_HEADERS, [(r.key.label, diverged_rows([r])) for r in diverged])]
     if rejected:
         parts += ["## Rejected files", "\n".join("- `%s`" % msg for msg in rejected)]
     if notes:
@@ -252,8 +339,9 @@ def markdown_report(results: Sequence[GroupResult], sites: Dict[str, Site], reje
 
 
 def build_results(runs: Sequence[Run], sites: Dict[str, Site]) -> List[GroupResult]:
+    """Groups of the runs that did not diverge, with their scaling points and predictions."""
     results = []
-    for key, group in group_runs(runs).items():
+    for key, group in group_runs(r for r in runs if not r.diverged).items():
         points = scaling(group)
         results.append(GroupResult(key, group, points, _group_predictions(group, points, sites.get(key.site))))
     return results
@@ -273,11 +361,12 @@ def load_sites(names: Sequence[str], override: Optional[str]) -> Tuple[Dict[str,
     return sites, notes
 
 
-def write_report(output: Path, results: Sequence[GroupResult], sites: Dict[str, Site], rejected: Sequence[str], notes: Sequence[str]) -> None:
+def write_report(output: Path, results: Sequence[GroupResult], sites: Dict[str, Site], rejected: Sequence[str],
+                 notes: Sequence[str], diverged: Sequence[Run] = ()) -> None:
     """report.md and the plots into `output` (created), each file written atomically."""
     output.mkdir(parents=True, exist_ok=True)
     write_plots(output, results)
-    text = markdown_report(results, sites, rejected, notes)
+    text = markdown_report(results, sites, rejected, notes, diverged)
     write_atomic(output / "report.md", text)
 
 
@@ -300,13 +389,18 @@ def report_command(
     names = {r.key.site for r in loaded.runs}
     sites, notes = load_sites(sorted(names if site else names - {"-"}), site)  # --site covers site-less runs too
     results = build_results(loaded.runs, sites)
+    diverged = [r for r in loaded.runs if r.diverged]
+    columns = Columns.of([r for g in results for r in g.runs])
     for g in results:
-        console.print(rich_table(g.key.label, SCALING_HEADERS, scaling_rows(g)))
-        rows = [row[:-1] for row in run_rows(g, sites.get(g.key.site))]  # metrics file paths: report.md
-        console.print(rich_table(g.key.label + ": runs", RUN_HEADERS[:-1], rows))
+        console.print(rich_table(g.key.label, columns.scaling_headers(), scaling_rows(g, columns)))
+        rows = [row[:-1] for row in run_rows(g, sites.get(g.key.site), columns)]  # metrics file paths: report.md
+        console.print(rich_table(g.key.label + ": runs", columns.run_headers()[:-1], rows))
+    if diverged:
+        rows = [[r.key.label] + row[:-1] for r in diverged for row in diverged_rows([r])]
+        console.print(rich_table("diverged runs (left out of every table above)", ["group"] + DIVERGED_HEADERS[:-1], rows))
     for note in notes:
         errors.print("note: %s" % note, markup=False, highlight=False)
-    write_report(output, results, sites, loaded.rejected, notes)
+    write_report(output, results, sites, loaded.rejected, notes, diverged)
     console.print("wrote %s" % (output / "report.md"), markup=False, highlight=False)
     if loaded.rejected:
         raise typer.Exit(1)

@@ -5,17 +5,21 @@ from typing import Optional, Sequence
 
 import pytest
 
-from launcher.analysis import find_metrics_files, group_runs, load_runs, scaling, verdict
+from launcher.analysis import find_metrics_files, group_runs, load_runs, scaling, status_figures, verdict
 from launcher.errors import DlaunchError
 from launcher.sites import Reference
-from train.metrics_schema import make_record
+from train.metrics_schema import MetricsError, energy_total, make_record, read_metrics, unavailable, validate_record
+
+NO_GPU = unavailable("this run uses no GPU (device cpu)")
 
 
 def write_run(root: Path, name: str, world_size: int, throughputs: Sequence[float], batch: int = 8,
               model: str = "resnet50", loader: str = "native", site: Optional[str] = "testsite",
               experiment: str = "scaling", top1: Optional[Sequence[float]] = None, schedule: str = "step",
-              profile: Optional[dict] = None, gpus_per_node: int = 4) -> Path:
-    """A run directory `<root>/<experiment>/<name>/metrics.jsonl` built with make_record."""
+              profile: Optional[dict] = None, gpus_per_node: int = 4, energy: Optional[Sequence[dict]] = None,
+              end: Optional[dict] = None, version: int = 2) -> Path:
+    """A run directory `<root>/<experiment>/<name>/metrics.jsonl` built with make_record: `energy` per
+    epoch (`energy_j`), `end` fields of the end record, `version` 1 for a file of the first schema."""
     nodes = -(-world_size // gpus_per_node)
     records = [make_record(
         "header", 1000.0, run_id=name, argv=["python", "-m", "train"], config={"schedule": schedule},
@@ -28,10 +32,15 @@ def write_run(root: Path, name: str, world_size: int, throughputs: Sequence[floa
                       epoch_time_s=10 * batch * world_size / (x or 1.0), data_wait_s=0.1, loss=1.0, lr=0.1)
         if top1 is not None:
             fields["top1"] = top1[epoch]
+        if energy is not None:
+            fields["energy_j"] = energy[epoch]
         records.append(make_record("epoch", 1001.0 + epoch, **fields))
     if profile is not None:
         records.append(make_record("profile", 1100.0, steps=5, method="timers", **profile))
-    records.append(make_record("end", 1200.0, status="ok", total_time_s=200.0, epochs_completed=len(throughputs)))
+    records.append(make_record("end", 1200.0, **dict(dict(status="ok", total_time_s=200.0,
+                                                          epochs_completed=len(throughputs)), **(end or {}))))
+    for record in records:
+        record["version"] = version
     path = root / experiment / name / "metrics.jsonl"
     path.parent.mkdir(parents=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -136,3 +145,67 @@ def test_reference_verdicts_use_the_tolerance_below_the_reference(tmp_path):
     assert verdict(runs["native4"], refs).deviation == pytest.approx(-0.15)
     assert verdict(runs["dali4"], refs).passed
     assert verdict(runs["native8"], refs) is None
+
+
+def test_a_version_1_file_is_read_without_energy_figures(tmp_path):
+    path = write_run(tmp_path, "old", 4, [100.0, 400.0], version=1)
+    assert '"version": 1' in path.read_text()
+    (run,) = load_runs([tmp_path]).runs
+    assert run.throughput == 400.0
+    assert (run.joules_per_image, run.energy_per_epoch, run.energy_j) == (None, None, None)
+    figures = status_figures(read_metrics(str(path)))
+    assert (figures.joules_per_image, figures.energy_to_accuracy_j, figures.diverged) == (None, None, False)
+
+
+def test_unknown_versions_and_zero_standing_for_unmeasured_are_refused():
+    record = make_record("epoch", 1.0, epoch=0, steps=1, images=1, images_per_s=1.0, epoch_time_s=1.0,
+                         data_wait_s=0.0, loss=1.0, lr=0.1, energy_j={"gpu": 5.0, "cpu": NO_GPU})
+    with pytest.raises(MetricsError, match="unsupported schema version 3"):
+        validate_record(dict(record, version=3))
+    for bad in ({"gpu": "n/a"}, {"gpu": None}, {"disk": 1.0}, {"gpu": True}):
+        with pytest.raises(MetricsError, match="field 'energy_j' is"):
+            validate_record(dict(record, energy_j=bad))
+    with pytest.raises(MetricsError, match="field 'gpu_utilization_pct' is ''"):
+        validate_record(dict(record, gpu_utilization_pct=""))
+
+
+def test_energy_total_prefers_the_node_counter_and_never_counts_unavailable_as_zero():
+    assert energy_total({"gpu": 100.0, "cpu": 20.0, "dram": NO_GPU, "node": 500.0}) == (500.0, "node")
+    assert energy_total({"gpu": 100.0, "cpu": 20.0, "dram": NO_GPU, "node": NO_GPU}) == (120.0, "gpu+cpu")
+    assert energy_total({"gpu": NO_GPU, "cpu": NO_GPU}) is None
+    assert energy_total(None) is None
+
+
+def test_joules_per_image_over_the_measured_epochs(tmp_path):
+    # batch 8 x 2 GPUs x 10 steps = 160 images per epoch; the first epoch is left out like for X
+    energy = [{"gpu": 9999.0, "cpu": NO_GPU}, {"gpu": 320.0, "cpu": NO_GPU}, {"gpu": 480.0, "cpu": NO_GPU}]
+    write_run(tmp_path, "e", 2, [50.0, 100.0, 100.0], energy=energy,
+              end=dict(energy_j={"gpu": 10799.0, "cpu": NO_GPU}, time_to_accuracy_s=12.5, energy_to_accuracy_j=7000.0,
+                       target_accuracy=0.5))
+    (run,) = load_runs([tmp_path]).runs
+    assert run.joules_per_image == pytest.approx((320 + 480) / 320)
+    assert run.energy_per_epoch == pytest.approx(400.0)
+    assert (run.energy_j, run.energy_domains) == (10799.0, "gpu")
+    (point,) = scaling([run])
+    assert point.joules_per_image == pytest.approx(2.5)
+    figures = status_figures(read_metrics(run.path))
+    assert (figures.time_to_accuracy_s, figures.energy_to_accuracy_j) == (12.5, 7000.0)
+    assert figures.joules_per_image == pytest.approx(2.5) and figures.energy_domains == "gpu"
+
+
+def test_runs_without_energy_give_no_energy_figure_in_a_point(tmp_path):
+    write_run(tmp_path, "measured", 2, [100.0], energy=[{"gpu": 160.0}])
+    write_run(tmp_path, "unmeasured", 2, [120.0], energy=[{"gpu": NO_GPU}])
+    (point,) = scaling(load_runs([tmp_path]).runs)
+    assert point.runs == 2 and point.images_per_s == 110.0
+    assert point.joules_per_image == 1.0  # the unmeasured run is not a zero in the mean
+
+
+def test_diverged_runs_enter_no_scaling_point(tmp_path):
+    write_run(tmp_path, "good", 2, [100.0])
+    write_run(tmp_path, "nan", 2, [5000.0], end=dict(status="diverged", reason="the loss was not finite"))
+    loaded = load_runs([tmp_path]).runs
+    assert [r.diverged for r in loaded] == [False, True]
+    (point,) = scaling(loaded)
+    assert (point.runs, point.images_per_s) == (1, 100.0)
+    assert status_figures(read_metrics(loaded[1].path)).diverged

@@ -280,3 +280,36 @@ def test_two_process_run_writes_energy_fields_in_header_epochs_and_end(tmp_path)
         assert all(isinstance(v, float) or v.startswith(UNAVAILABLE) for v in record["energy_j"].values())
     assert [e["gpu_utilization_pct"] for e in m.epochs] == [UNAVAILABLE + "this run uses no GPU (device cpu)"] * 2
     assert "energy_to_accuracy_j" in m.end and m.end["status"] == "ok"
+
+
+# -- Slurm's figure: sacct output written by the test (a fake sacct) -----------------------------------
+
+@pytest.mark.parametrize("output, expected", [
+    ("4711|1830421\n", 1830421.0),  # ConsumedEnergyRaw
+    ("4711|1.83M\n4711.batch|1.20M\n", 1.83e6),  # ConsumedEnergy with its unit prefix (steps of 1000)
+    ("4711.batch|5\n4711|12K\n", 12e3),  # the allocation's line, wherever it is
+    ("4711|0\n", "unavailable: Slurm recorded no energy (no AcctGatherEnergyType plugin on the nodes?)"),
+    ("4711|\n", "unavailable: sacct gave ConsumedEnergy ''"),
+    ("4711|12X\n", "unavailable: sacct gave ConsumedEnergy '12X'"),
+    ("", "unavailable: sacct knows no job 4711"),
+])
+def test_consumed_energy_parses_fake_sacct_output(output, expected):
+    from launcher.energy_accounting import parse_consumed_energy
+    assert parse_consumed_energy(output, "4711") == expected
+
+
+def test_slurm_job_energy_runs_sacct_and_turns_failures_into_reasons(tmp_path):
+    from launcher.energy_accounting import sacct_command, slurm_job_energy
+
+    def fake_sacct(argv, **kwargs):
+        assert argv == sacct_command("42") and argv[-1] == "JobID,ConsumedEnergyRaw"
+        return subprocess.CompletedProcess(argv, 0, stdout="42|7200\n", stderr="")
+    assert slurm_job_energy("42", run=fake_sacct) == 7200.0
+
+    def failing_sacct(argv, **kwargs):
+        return subprocess.CompletedProcess(argv, 1, stdout="", stderr="sacct: error: Problem talking to the database\n")
+    assert slurm_job_energy("42", run=failing_sacct) == "unavailable: sacct: sacct: error: Problem talking to the database"
+
+    def no_sacct(argv, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "sacct")
+    assert slurm_job_energy("42", run=no_sacct) == "unavailable: no sacct on this machine"

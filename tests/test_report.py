@@ -5,8 +5,9 @@ from typer.testing import CliRunner
 
 from helpers_train import TINY, assert_ok, run_trainer
 from launcher.cli import app, main
-from launcher.report import PLOTS
+from launcher.report import ENERGY_PLOT, PLOTS
 from test_analysis import write_run
+from train.metrics_schema import read_metrics
 
 RUNNER = CliRunner(env={"COLUMNS": "250"})  # wide enough for rich to print whole cells
 PROFILE = dict(step_s=0.3, compute_s=0.2, comm_s=0.05, data_s=0.05)
@@ -145,3 +146,79 @@ def test_report_on_real_one_and_two_process_runs(tmp_path):
     assert all(row[9] != "-" for row in rows)  # comm share from the profile records
     assert float(rows[0][8]) == 0 < float(rows[1][8])  # comm %: one process communicates nothing
     assert "resnet18" in result.output
+
+
+NO_RAPL = "unavailable: no RAPL zones in /sys/class/powercap"
+
+
+def test_energy_columns_and_plot_appear_when_a_source_exists(tmp_path, sweep):
+    runs, site = sweep
+    out = tmp_path / "report"
+    _report(runs, "-o", out, "--site", site)
+    text = (out / "report.md").read_text()
+    assert "| J/img |" not in text and not (out / ENERGY_PLOT).exists()  # no source, no column, no plot
+    # 8 per GPU x 2 GPUs x 10 steps = 160 images per epoch; the second epoch is the measured one
+    write_run(runs, "energy-g2", 2, [100.0, 200.0], experiment="energy",
+              energy=[{"gpu": 1000.0, "cpu": NO_RAPL}, {"gpu": 400.0, "cpu": NO_RAPL}],
+              end=dict(energy_j={"gpu": 1400.0, "cpu": NO_RAPL}, target_accuracy=0.5, time_to_accuracy_s=30.0,
+                       energy_to_accuracy_j=1200.0))
+    result = _report(runs, "-o", out, "--site", site)
+    assert result.exit_code == 0, result.output
+    assert (out / ENERGY_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = (out / "report.md").read_text()
+    assert text.index("(efficiency.png)") < text.index("(%s)" % ENERGY_PLOT) < text.index("(time_shares.png)")
+    scaling = {row[0]: row for row in table_rows(text, "## Scaling")}
+    assert scaling["energy/testsite/resnet50/ddp/native b8"][-1] == "2.5"  # J/img = 400 J / 160 images
+    runs_rows = {row[1]: row for row in table_rows(text, "## Runs")}
+    # time to acc. s, J/img, kJ/epoch, energy kJ (what it counts), energy to acc. kJ, metrics file
+    assert runs_rows["energy-g2"][9:14] == ["30.0", "2.5", "0.40", "1.40 (gpu)", "1.20"]
+    assert runs_rows["g4"][9:14] == ["-", "-", "-", "-", "-"]  # unmeasured: a dash, never a zero
+    assert "J/img" in result.output and "time to acc. s" in result.output
+
+
+def test_a_version_1_run_is_reported_beside_version_2_runs(tmp_path, sweep):
+    runs, site = sweep
+    write_run(runs, "old-g4", 4, [100.0, 900.0], version=1)
+    out = tmp_path / "report"
+    assert _report(runs, "-o", out, "--site", site).exit_code == 0
+    rows = {row[1]: row for row in table_rows((out / "report.md").read_text(), "## Runs")}
+    assert rows["old-g4"][6] == "900.0"
+
+
+def test_diverged_runs_are_listed_apart_and_enter_no_table(tmp_path, sweep):
+    runs, site = sweep
+    write_run(runs, "nan-g8", 8, [100.0, 99999.0], end=dict(status="diverged", reason="the loss was not finite"))
+    out = tmp_path / "report"
+    result = _report(runs, "-o", out, "--site", site)
+    assert result.exit_code == 0, result.output
+    text = (out / "report.md").read_text()
+    assert "99999" not in text.split("## Diverged runs")[0]
+    scaling = {(row[0], row[1]): row for row in table_rows(text, "## Scaling")}
+    assert scaling["scaling/testsite/resnet50/ddp/native b8", "8"][3:5] == ["1", "1700.0"]  # g8 alone
+    assert "nan-g8" not in [row[1] for row in table_rows(text, "## Runs")]
+    (row,) = table_rows(text, "## Diverged runs\n\nLeft out of every table and plot above.")
+    assert row[1:5] == ["nan-g8", "8", "2", "the loss was not finite"]
+    assert "diverged runs (left out of every table above)" in result.output
+
+
+@pytest.mark.slow
+def test_exploding_lr_run_ends_diverged_and_is_absent_from_the_report_tables(tmp_path):
+    """Two gloo ranks with --lr 1e6: the loss becomes NaN/inf, both ranks stop together, exit 65."""
+    runs = tmp_path / "runs"
+    good, bad = runs / "lr0" / "metrics.jsonl", runs / "lr1e6" / "metrics.jsonl"
+    common = TINY + ["--num-classes", "5", "--steps-per-epoch", "4", "--warmup-epochs", "0"]
+    assert_ok(run_trainer(common + ["--steps", "4", "--metrics", str(good)], nproc=2, timeout=300))
+    result = run_trainer(common + ["--steps", "40", "--lr", "1e6", "--max-nonfinite-steps", "2",
+                                   "--metrics", str(bad)], nproc=2, timeout=300)
+    assert result.returncode != 0  # torchrun reports the workers' exit code 65 as a failure
+    assert "exitcode: 65" in result.stderr or "exit code 65" in result.stderr or result.returncode == 65, result.stderr
+    end = read_metrics(str(bad)).end
+    assert end["status"] == "diverged" and "not finite for 2 consecutive steps" in end["reason"]
+    assert end["epochs_completed"] < 10  # stopped early, not after all 40 steps
+    out = tmp_path / "report"
+    report = _report(runs, "-o", out)
+    assert report.exit_code == 0, report.output
+    text = (out / "report.md").read_text()
+    tables = text.split("## Diverged runs")[0]
+    assert "lr1e6" not in tables and "lr0" in tables
+    assert "lr1e6" in text.split("## Diverged runs")[1]
