@@ -1,6 +1,13 @@
-"""The `dlaunch` command line. `dlaunch <run options>` without a sub-command is `dlaunch run`."""
+"""The `dlaunch` command line. `dlaunch <run options>` without a sub-command is `dlaunch run`.
+
+Start-up matters on login nodes (every command, every TAB): this module imports only what every
+command needs; each command imports its own heavy parts (site profiles and pydantic, rich tables,
+the image lock, the performance model, matplotlib) when it runs.
+"""
+import ast
 import dataclasses
 import functools
+import importlib
 import inspect
 import os
 import re
@@ -8,31 +15,108 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, Callable, List, Literal, Optional, Tuple
+from typing import TYPE_CHECKING, Annotated, Any, Callable, List, Literal, Optional, Tuple
 
 import typer
+import typer.main
 from rich.console import Console
-from rich.table import Table
+from typer.core import TyperCommand, TyperGroup
+from typer.models import CommandInfo
 
 from launcher.errors import DlaunchError, SchedulerError
-from launcher.images import default_image_for_site, images_command
-from launcher.perfmodel import predict_command
-from launcher.plan import LaunchPlan, build_plan, resolve_account
-from launcher.render import render_script
-from launcher.report import report_command
 from launcher.request import FRAMEWORKS, TRAINER_FLAGS, LaunchRequest
-from launcher.rundir import RunDir, find_runs
-from launcher.schedulers import SlurmScheduler, scheduler_for
-from launcher.sites import available_sites, display_path, load_site, resolve_site
-from train.metrics_schema import MetricsError, read_metrics
+from launcher.rundir import RunDir, display_path, find_runs, newest_first
+
+if TYPE_CHECKING:
+    from launcher.plan import LaunchPlan
+    from launcher.runstate import Snapshot
 
 REPO = Path(__file__).resolve().parents[1]
+# Options of the whole program, not of `run` (which `dlaunch <run options>` stands for).
+TOP_LEVEL_OPTIONS = ("--help", "-h", "--install-completion", "--show-completion")
+# Commands defined in modules too heavy to import for every command: name -> (module, function).
+LAZY_COMMANDS = {
+    "images": ("launcher.images", "images_command"),
+    "report": ("launcher.report", "report_command"),
+    "predict": ("launcher.perfmodel", "predict_command"),
+}
+
+
+def _first_docstring_line(module: str, function: str) -> str:
+    """A function's one-line summary, read from its source without importing the module."""
+    spec = importlib.util.find_spec(module)
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    return (ast.get_docstring(node) or "").split("\n")[0]
+
+
+class DlaunchGroup(TyperGroup):
+    """`dlaunch <run options>` is `dlaunch run <run options>` (also for shell completion). Imports a
+    lazy command's module when the command runs; its line in `dlaunch --help` comes from the source,
+    so the help imports none of them."""
+
+    listing = False
+
+    def parse_args(self, ctx: Any, args: List[str]) -> List[str]:
+        if args and args[0].startswith("-") and args[0] not in TOP_LEVEL_OPTIONS:
+            args = ["run"] + args
+        return super().parse_args(ctx, args)
+
+    def list_commands(self, ctx: Any) -> List[str]:
+        return super().list_commands(ctx) + [name for name in LAZY_COMMANDS if name not in self.commands]
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        if name in LAZY_COMMANDS and name not in self.commands:
+            module, function = LAZY_COMMANDS[name]
+            if self.listing:
+                return TyperCommand(name, help=_first_docstring_line(module, function))
+            callback = getattr(importlib.import_module(module), function)
+            self.commands[name] = typer.main.get_command_from_info(
+                CommandInfo(name=name, callback=callback), pretty_exceptions_short=app.pretty_exceptions_short,
+                rich_markup_mode=app.rich_markup_mode)
+        return super().get_command(ctx, name)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        self.listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.listing = False
+
+
 app = typer.Typer(help="Launch distributed training benchmarks on Slurm sites or this machine.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+                  no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False, cls=DlaunchGroup)
 sites_app = typer.Typer(help="Site profiles: list (no sub-command), show, check.", invoke_without_command=True)
 app.add_typer(sites_app, name="sites")
 out = Console(soft_wrap=True, markup=False)
 err = Console(stderr=True, soft_wrap=True, markup=False)
+
+
+def complete_site(incomplete: str) -> List[str]:
+    """Site profile names and aliases starting with `incomplete` (TAB after --site)."""
+    import tomllib
+
+    from launcher.sites import available_sites
+
+    names = []
+    for name, path in available_sites().items():
+        names.append(name)
+        try:
+            aliases = tomllib.loads(path.read_text(encoding="utf-8")).get("aliases", [])
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+        names.extend(alias for alias in aliases if isinstance(alias, str))
+    return sorted(name for name in set(names) if name.startswith(incomplete))
+
+
+def complete_run_dir(incomplete: str) -> List[str]:
+    """Run directories (and the experiment and study folders above them) starting with `incomplete`:
+    those under ./runs, or under the folder typed so far."""
+    typed = Path(incomplete).parent if "/" in incomplete else Path("runs")
+    found = set()
+    for run in find_runs([typed, Path("runs")]):
+        found.update(str(p) for p in [run.path, *run.path.parents] if str(p) != ".")
+    return sorted(p for p in found if p.startswith(incomplete))
 
 
 def git_revision() -> Optional[str]:
@@ -74,7 +158,7 @@ def with_trainer_options(command: Callable) -> Callable:
     return wrapper
 
 
-Site_ = Annotated[Optional[str], typer.Option("--site", help="profile name, alias or path to a .toml")]
+Site_ = Annotated[Optional[str], typer.Option("--site", help="profile name, alias or path to a .toml", autocompletion=complete_site)]
 Framework = Annotated[Literal[FRAMEWORKS], typer.Option(help="training framework")]
 Partition = Annotated[Optional[str], typer.Option(help="partition (or QOS); default: the site's default")]
 TimeLimit = Annotated[str, typer.Option("--time", help="time limit (HH:MM:SS or D-HH:MM:SS)")]
@@ -83,17 +167,25 @@ Image = Annotated[Optional[str], typer.Option(help="container image (.sif); defa
 Output = Annotated[str, typer.Option(help="runs go to OUTPUT/EXPERIMENT/RUN_NAME")]
 Experiment = Annotated[Optional[str], typer.Option(help="experiment name (groups runs)")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="print the script; write and submit nothing")]
+Follow = Annotated[bool, typer.Option("--follow", help="after submitting, watch the job(s) to their end (as `dlaunch watch`)")]
+RunDirArg = Annotated[Path, typer.Argument(help="run directory", autocompletion=complete_run_dir)]
 
 
 def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
-            dry_run: bool = False) -> Tuple[LaunchRequest, LaunchPlan, str]:
+            dry_run: bool = False) -> Tuple[LaunchRequest, "LaunchPlan", str]:
     """Resolve the site, complete and check the request, render the script (nothing is written)."""
+    from launcher.plan import build_plan, resolve_account
+    from launcher.render import render_script
+    from launcher.sites import resolve_site
+
     if not request.site:
         raise DlaunchError("--site: required (see `dlaunch sites`)")
     site = resolve_site(request.site)
     experiment = request.experiment or "%s-%s-%s" % (site.name, request.framework, request.option("model", "resnet50"))
     image = request.image
     if site.container.runtime != "none" and not image:
+        from launcher.imagepaths import default_image_for_site
+
         image = str(default_image_for_site(site, request.framework))
     request = dataclasses.replace(request, experiment=experiment, image=image).normalized()
     if run_dir is None:
@@ -111,11 +203,16 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
     return request, plan, render_script(plan, header)
 
 
-def submit(request: LaunchRequest, plan: LaunchPlan, script: str, run: RunDir) -> int:
+def submit(request: LaunchRequest, plan: "LaunchPlan", script: str, run: RunDir) -> int:
     """Write the run directory, hand the script to the scheduler, record the outcome."""
+    from launcher.runstate import LOCAL_RUNNING
+    from launcher.schedulers import scheduler_for
+
     run.write("job.sh", script, mode=0o755)
     run.write_plan(plan.to_dict(), request.to_dict())
     scheduler = scheduler_for(plan.scheduler)
+    if plan.scheduler == "local":  # runs in this process's child: `dlaunch watch` checks that it lives
+        run.set_state(LOCAL_RUNNING % os.getpid())
     try:
         submission = scheduler.submit(run.path / "job.sh", run.path)
     except SchedulerError as e:
@@ -131,7 +228,7 @@ def submit(request: LaunchRequest, plan: LaunchPlan, script: str, run: RunDir) -
     return submission.exit_code
 
 
-def _check_image(plan: LaunchPlan, dry_run: bool) -> None:
+def _check_image(plan: "LaunchPlan", dry_run: bool) -> None:
     if plan.image and not os.path.isfile(plan.image):
         message = "--image: %s does not exist (build it with `make image-%s`; `dlaunch images` lists them)" % (plan.image, plan.framework)
         if not dry_run:
@@ -147,8 +244,8 @@ def run(site: Site_ = None, framework: Framework = "ddp",
         partition: Partition = None, time_limit: TimeLimit = "01:00:00", account: Account = None,
         image: Image = None, output: Output = "runs", experiment: Experiment = None,
         run_name: Annotated[Optional[str], typer.Option(help="run directory name (default: a time stamp)")] = None,
-        resume: Annotated[Optional[Path], typer.Option(help="resubmit this run directory from its checkpoint (all other options come from its plan.json)")] = None,
-        dry_run: DryRun = False, trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
+        resume: Annotated[Optional[Path], typer.Option(help="resubmit this run directory from its checkpoint (all other options come from its plan.json)", autocompletion=complete_run_dir)] = None,
+        dry_run: DryRun = False, follow: Follow = False, trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
     """Render a job for a site and submit it (or run it here with --site local)."""
     if resume is not None:
         existing = RunDir.open(resume)
@@ -165,15 +262,17 @@ def run(site: Site_ = None, framework: Framework = "ddp",
         out.out(script, end="")
         return 0
     run_dir = RunDir.open(Path(plan.run_dir)) if resume is not None else RunDir.create(Path(plan.run_dir))
-    return submit(request, plan, script, run_dir)
-
-
-# Slurm job states in which a job may still write into its run directory.
-ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STOPPED")
+    code = submit(request, plan, script, run_dir)
+    if follow and plan.scheduler != "local":  # a local run was followed in the foreground already
+        return watch_runs([run_dir.path])
+    return code
 
 
 def _refuse_if_active(run: RunDir) -> None:
     """A second job must not append to the metrics and checkpoints of one that still runs."""
+    from launcher.runstate import ACTIVE_STATES
+    from launcher.schedulers import SlurmScheduler
+
     if run.plan()["plan"]["scheduler"] == "slurm" and run.job_id:
         state = SlurmScheduler().state(run.job_id)
         if state.startswith(ACTIVE_STATES):
@@ -199,7 +298,7 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
           gpus: Annotated[Optional[str], typer.Option(help="GPU counts instead of node counts")] = None,
           partition: Partition = None, time_limit: TimeLimit = "01:00:00", account: Account = None,
           image: Image = None, output: Output = "runs", experiment: Experiment = None,
-          dry_run: DryRun = False, trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
+          dry_run: DryRun = False, follow: Follow = False, trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
     """One job per node (or GPU) count, grouped as one experiment."""
     if (nodes is None) == (gpus is None):
         raise DlaunchError("--nodes/--gpus: give exactly one list of counts")
@@ -224,19 +323,9 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
         code = submit(request, plan, script, RunDir.create(Path(plan.run_dir)))
         if code:
             return code
+    if follow and jobs[0][1].scheduler != "local":
+        return watch_runs([Path(jobs[0][1].run_dir).parent])
     return 0
-
-
-def _metrics_summary(run: RunDir) -> Tuple[str, str, str]:
-    """(status, epochs done, last images/s) from the metrics file."""
-    if not run.metrics_path.is_file() or run.metrics_path.stat().st_size == 0:  # opened, header not yet written
-        return "no metrics yet", "-", "-"
-    try:
-        metrics = read_metrics(str(run.metrics_path))
-    except MetricsError as e:
-        return "unreadable: %s" % e, "-", "-"
-    speed = "%.1f" % metrics.epochs[-1]["images_per_s"] if metrics.epochs else "-"
-    return metrics.status, str(len(metrics.epochs)), speed
 
 
 # Log lines that say why a job step ended, most telling first: torchrun's root-cause report of the
@@ -257,6 +346,8 @@ def failure_reason(run: RunDir) -> Optional[str]:
         for name, line in lines:
             if pattern.search(line):
                 return "%s: %s" % (name, line)
+    from train.metrics_schema import MetricsError, read_metrics
+
     try:
         end = read_metrics(str(run.metrics_path)).end if run.metrics_path.is_file() else None
     except MetricsError:
@@ -264,42 +355,88 @@ def failure_reason(run: RunDir) -> Optional[str]:
     return str(end["reason"]) if end and end.get("reason") else None
 
 
+def explain(snapshot: "Snapshot") -> str:
+    """Why a failed run failed: `failure_reason`, else what its job state and metrics say."""
+    return failure_reason(snapshot.run) or "%s, metrics %s" % (snapshot.state, snapshot.progress.status)
+
+
+STATUS_HEADERS = ("run", "site", "job", "scheduler", "metrics", "epochs", "images/s", "results")
+# Left out in this order when the columns' longest words do not fit the console side by side.
+STATUS_LEAVE_OUT = ("results", "site", "job", "images/s", "epochs")
+
+
 def show_status(runs: List[RunDir]) -> None:
-    table = Table(title="dlaunch runs")
-    for column in ("run", "site", "job", "scheduler", "metrics", "epochs", "images/s", "results"):
-        table.add_column(column)
-    slurm = SlurmScheduler()
-    reasons: List[str] = []
-    for run in runs:
-        plan = run.plan()["plan"]
-        job = run.job_id or "-"
-        if plan["scheduler"] == "slurm" and run.job_id:
-            state = slurm.state(run.job_id)
-        else:
-            state = run.state or "not submitted"
-        status, epochs, speed = _metrics_summary(run)
-        table.add_row(display_path(run.path), plan["site"], job, state, status, epochs, speed, display_path(run.metrics_path))
-        if status in ("failed", "cancelled", "interrupted") or state.startswith(("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")):
-            reason = failure_reason(run)
-            if reason:
-                reasons.append("%s: %s" % (display_path(run.path), reason))
-    out.print(table)
+    """A table of the runs (scheduler state, metrics status, epochs done, images/s), then why any failed."""
+    from launcher.runstate import observe
+    from launcher.tables import fit_table
+
+    rows, reasons = [], []
+    for snapshot in observe(runs):
+        p = snapshot.progress
+        epochs = "%d/%d" % (p.epochs_done, p.epochs_total) if p.epochs_total else (str(p.epochs_done) if p.epochs_done else "-")
+        speed = "%.1f" % p.images_per_s if p.images_per_s is not None else "-"
+        rows.append((snapshot.name, snapshot.site, snapshot.job, snapshot.state, p.status, epochs, speed,
+                     display_path(snapshot.run.metrics_path)))
+        if snapshot.failed:
+            reasons.append("%s: %s" % (snapshot.name, explain(snapshot)))
+    out.print(fit_table("dlaunch runs", STATUS_HEADERS, rows, out.width, leave_out=STATUS_LEAVE_OUT))
     for line in reasons:
         out.print(line, markup=False, highlight=False)
 
 
+RunDirs = Annotated[Optional[List[Path]], typer.Argument(help="run directories, or folders holding them (default: ./runs)",
+                                                         autocompletion=complete_run_dir)]
+
+
 @app.command()
-def status(run_dirs: Annotated[Optional[List[Path]], typer.Argument(help="run directories (default: ./runs)")] = None) -> int:
-    """Scheduler state and metrics status of runs."""
-    runs = find_runs(run_dirs or [Path("runs")])
-    if not runs:
-        raise DlaunchError("no run directories under %s" % ", ".join(str(p) for p in run_dirs or ["runs"]))
-    show_status(runs)
+def status(run_dirs: RunDirs = None) -> int:
+    """Scheduler state and metrics status of runs (without arguments: `dlaunch runs`)."""
+    if not run_dirs:
+        return runs()
+    found = find_runs(run_dirs)
+    if not found:
+        raise DlaunchError("no run directories under %s" % ", ".join(str(p) for p in run_dirs))
+    show_status(found)
     return 0
 
 
 @app.command()
-def logs(run_dir: Annotated[Path, typer.Argument(help="run directory")]) -> int:
+def runs(directory: Annotated[Path, typer.Argument(help="folder holding run directories", autocompletion=complete_run_dir)] = Path("runs")) -> int:
+    """The run directories under DIRECTORY (default ./runs), newest first, with state and figures."""
+    found = newest_first(find_runs([directory]))
+    if not found:
+        raise DlaunchError("no run directories under %s" % directory)
+    show_status(found)
+    return 0
+
+
+def watch_runs(targets: List[Path], interval: float = 5.0, once: bool = False) -> int:
+    """Follow runs to their end (see launcher/watch.py); 1 when one failed."""
+    from launcher.watch import follow
+
+    try:
+        return follow(targets, explain, out, interval=interval, once=once)
+    except KeyboardInterrupt:
+        err.print("dlaunch: stopped watching; the runs go on (dlaunch watch %s)" % " ".join(str(t) for t in targets))
+        return 130
+
+
+@app.command()
+def watch(targets: Annotated[List[Path], typer.Argument(help="run, experiment or study directories (or an experiment's name under ./runs)",
+                                                      autocompletion=complete_run_dir, show_default=False)],
+          once: Annotated[bool, typer.Option("--once", help="show the state once and exit (for cron): 1 when a run failed")] = False,
+          interval: Annotated[float, typer.Option(min=0.1, help="seconds between looks at the runs")] = 5.0) -> int:
+    """Follow runs to their end: progress, images/s, loss, ETA, queue place, why one failed.
+
+    Live in a terminal; through a pipe one plain line per change. Ends when every run has ended;
+    exit code 1 when one failed."""
+    from launcher.watch import resolve_targets
+
+    return watch_runs(resolve_targets(targets), interval=interval, once=once)
+
+
+@app.command()
+def logs(run_dir: RunDirArg) -> int:
     """Print a run's logs."""
     run = RunDir.open(run_dir)
     files = run.log_files()
@@ -312,8 +449,10 @@ def logs(run_dir: Annotated[Path, typer.Argument(help="run directory")]) -> int:
 
 
 @app.command()
-def cancel(run_dir: Annotated[Path, typer.Argument(help="run directory")]) -> int:
+def cancel(run_dir: RunDirArg) -> int:
     """Cancel a run's Slurm job."""
+    from launcher.schedulers import scheduler_for
+
     run = RunDir.open(run_dir)
     if not run.job_id:
         raise DlaunchError("%s: no job id (state: %s)" % (run.path, run.state))
@@ -323,28 +462,35 @@ def cancel(run_dir: Annotated[Path, typer.Argument(help="run directory")]) -> in
     return 0
 
 
+SITES_HEADERS = ("name", "aliases", "scheduler", "GPUs per node", "container", "file")
+SITES_LEAVE_OUT = ("container", "scheduler", "GPUs per node", "aliases")
+
+
 @sites_app.callback()
 def sites(ctx: typer.Context) -> None:
     """List the profiles."""
     if ctx.invoked_subcommand is not None:
         return
-    table = Table(title="sites")
-    for column in ("name", "aliases", "scheduler", "GPUs/node", "container", "file"):
-        table.add_column(column)
+    from launcher.sites import available_sites, load_site
+    from launcher.tables import fit_table
+
+    rows = []
     for name, path in available_sites().items():
         try:
             site = load_site(path)
         except DlaunchError as e:  # listed, not fatal: `dlaunch sites check FILE` says more
-            table.add_row(name, "", "unreadable", "", "", str(e))
+            rows.append((name, "", "unreadable", "", "", str(e)))
             continue
-        table.add_row(site.name, ", ".join(site.aliases), site.scheduler, str(site.gpus_per_node),
-                      site.container.runtime, display_path(path))
-    out.print(table)
+        rows.append((site.name, ", ".join(site.aliases), site.scheduler, str(site.gpus_per_node),
+                     site.container.runtime, display_path(path)))
+    out.print(fit_table("sites", SITES_HEADERS, rows, out.width, leave_out=SITES_LEAVE_OUT))
 
 
 @sites_app.command("show")
-def sites_show(name: Annotated[str, typer.Argument(help="profile name, alias or path")]) -> int:
+def sites_show(name: Annotated[str, typer.Argument(help="profile name, alias or path", autocompletion=complete_site)]) -> int:
     """Print one profile, resolved and with defaults filled in."""
+    from launcher.sites import resolve_site
+
     out.print_json(resolve_site(name).model_dump_json())
     return 0
 
@@ -352,22 +498,17 @@ def sites_show(name: Annotated[str, typer.Argument(help="profile name, alias or 
 @sites_app.command("check")
 def sites_check(path: Annotated[Path, typer.Argument(help="profile file")]) -> int:
     """Validate one profile file."""
+    from launcher.sites import load_site
+
     site = load_site(path)
     out.print("%s: ok (site %s)" % (path, site.name))
     return 0
 
 
-app.command("images")(images_command)
-app.command("report")(report_command)
-app.command("predict")(predict_command)
-_TOP_LEVEL = {"--help", "-h"}
-
-
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point; returns the exit code (2: bad input, 1: the scheduler refused)."""
+    """Entry point; returns the exit code (2: bad input, 1: the scheduler refused or a watched run
+    failed, 130: interrupted)."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
-    if args[0].startswith("-") and args[0] not in _TOP_LEVEL:
-        args.insert(0, "run")
     try:
         result = app(args=args, prog_name="dlaunch", standalone_mode=False)
     except DlaunchError as e:

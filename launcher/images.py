@@ -5,7 +5,6 @@
 `make image-<framework> STACK=<stack>` into `images/<stack>-<framework>.sif`.
 """
 import json
-import os
 import re
 import shlex
 import shutil
@@ -21,13 +20,12 @@ from rich.table import Table
 
 from launcher.atomic import write_atomic
 from launcher.errors import DlaunchError
-from launcher.sites import Site, available_sites, load_site, resolve_site
+from launcher.imagepaths import REPO, default_image, stack_of
+from launcher.sites import available_sites, load_site, resolve_site
 from train.config import FRAMEWORKS
 
-REPO = Path(__file__).resolve().parent.parent
 CONTAINERS = REPO / "containers"
 LOCK_PATH = CONTAINERS / "versions.toml"
-DEFAULT_STACK = "current"
 PIP_GROUPS = ("common",) + FRAMEWORKS
 LABEL_PREFIX = "org.dlaunch."
 PIN_LABEL_PREFIX = LABEL_PREFIX + "pin."
@@ -174,16 +172,6 @@ def load_lock(path: Optional[Path] = None) -> Lock:
         where = ".".join(str(part) for part in err["loc"])
         message = err["msg"].removeprefix("Value error, ")
         raise LockError(f"{path}: {where}: {message}") from None
-
-
-def default_image(framework: str, stack: str = DEFAULT_STACK) -> Path:
-    """The image the launcher uses for `framework` by default: `<images dir>/<stack>-<framework>.sif`."""
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"unknown framework {framework!r} (one of {', '.join(FRAMEWORKS)})")
-    if not re.match(r"^[a-z][a-z0-9_-]*$", stack):
-        raise ValueError(f"bad image stack name {stack!r}")
-    images_dir = Path(os.environ.get("DLAUNCH_IMAGES_DIR") or REPO / "images")
-    return images_dir / f"{stack}-{framework}.sif"
 
 
 def definition_path(stack: str, framework: str) -> Path:
@@ -342,29 +330,12 @@ def render_all(lock: Lock) -> Dict[Path, str]:
 # What each site uses
 
 
-def _stack_of(site: Site) -> Optional[str]:
-    """The image stack a site runs: its `[container] stack`; None without a container, and on
-    non-NVIDIA GPUs, since every stack here is a CUDA build."""
-    if site.container.runtime == "none" or site.gpu_vendor != "nvidia":
-        return None
-    return site.container.stack
-
-
-def default_image_for_site(site: Site, framework: str) -> Path:
-    """The image a containerized site runs for `framework` unless `--image` says otherwise."""
-    stack = _stack_of(site)
-    if stack is None:
-        raise DlaunchError("--image: site %s has %s GPUs and dlaunch's images are CUDA builds; give --image PATH "
-                           "(e.g. a ROCm PyTorch image with the trainer installed)" % (site.name, site.gpu_vendor))
-    return default_image(framework, stack)
-
-
 def site_stacks() -> Dict[str, str]:
     """Site name -> image stack, for every known site profile that runs in a container."""
     stacks = {}
     for path in available_sites().values():
         site = load_site(path)
-        stack = _stack_of(site)
+        stack = stack_of(site)
         if stack is not None:
             stacks[site.name] = stack
     return stacks
@@ -418,7 +389,7 @@ def images_command(
             shown = list(lock.stacks)
         else:
             chosen = resolve_site(site)
-            stack = _stack_of(chosen)
+            stack = stack_of(chosen)
             if stack is None:
                 raise DlaunchError(f"--site: site {chosen.name} runs without a container (container.runtime = none)")
             users = {chosen.name: stack}

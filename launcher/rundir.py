@@ -1,5 +1,6 @@
 """A run directory: `job.sh`, `plan.json`, `job_id`, `state`, logs, `metrics.jsonl`, `checkpoints/`."""
 import json
+import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -7,6 +8,12 @@ from launcher.atomic import write_atomic
 from launcher.errors import DlaunchError
 
 LOCAL_LOG = "local.log"
+
+
+def display_path(path: Path) -> str:
+    """`path` relative to the working directory when it lies below it."""
+    rel = os.path.relpath(path)
+    return path.as_posix() if rel.startswith("..") else rel
 
 
 class RunDir:
@@ -69,10 +76,18 @@ class RunDir:
 
 
 def find_runs(paths: Iterable[Path]) -> List[RunDir]:
-    """Run directories at or up to two levels below each path (output/experiment/run)."""
+    """Run directories at or below each path (output/experiment/run, a study's deeper folders), in
+    path order; the folders inside a run directory are not searched."""
     runs = []
     for path in paths:
-        for plan in [path / "plan.json"] + sorted(path.glob("*/plan.json")) + sorted(path.glob("*/*/plan.json")):
-            if plan.is_file():
-                runs.append(RunDir(plan.parent))
+        for folder, subfolders, files in os.walk(path):
+            if "plan.json" in files:
+                runs.append(RunDir(Path(folder)))
+                subfolders.clear()
+            subfolders.sort()
     return runs
+
+
+def newest_first(runs: Iterable[RunDir]) -> List[RunDir]:
+    """Runs by the time of their last submission (plan.json is written then), newest first."""
+    return sorted(runs, key=lambda run: (run.path / "plan.json").stat().st_mtime, reverse=True)

@@ -1,0 +1,245 @@
+"""A run at one moment: the scheduler's word on its job and the progress its metrics file shows.
+
+`observe(runs)` asks Slurm once for all jobs still queued or running (one `squeue`), and reads
+each metrics file; `dlaunch status`, `runs` and `watch` show what it returns.
+"""
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from launcher.errors import SchedulerError
+from launcher.rundir import RunDir, display_path
+from launcher.schedulers import SlurmScheduler
+from train.metrics_schema import Metrics, MetricsError, read_metrics
+
+# Slurm job states in which a job may still write into its run directory.
+ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STOPPED")
+# Job states and metrics statuses that say a run went wrong (or stopped before its end).
+FAILED_STATES = ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
+GONE = "unknown (not in Slurm any more)"
+# A run succeeded when its job did (and its metrics end `ok`); a job Slurm forgot is judged by its metrics.
+SUCCEEDED_STATES = ("COMPLETED", "finished (exit 0)", GONE)
+LOCAL_RUNNING = "running here (dlaunch pid %d)"
+# A run directory with neither job id nor state this long after its plan was written was never submitted.
+SUBMIT_GRACE_S = 60.0
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the metrics file says: `status` is 'no metrics yet', 'unreadable: ...', 'running' or the end status."""
+
+    status: str
+    epochs_done: int = 0
+    epochs_total: Optional[int] = None
+    steps_done: int = 0
+    steps_total: Optional[int] = None
+    images_per_s: Optional[float] = None
+    loss: Optional[float] = None
+    seconds_per_step: Optional[float] = None  # measured: the epochs' training time over their steps
+    last_record_time: Optional[float] = None
+
+    @property
+    def fraction(self) -> Optional[float]:
+        return min(1.0, self.steps_done / self.steps_total) if self.steps_total else None
+
+    def eta_s(self, now: Optional[float] = None) -> Optional[float]:
+        """Seconds left at the measured rate; counted down from the last record when `now` is given."""
+        if self.status != "running" or not self.steps_total or self.seconds_per_step is None:
+            return None
+        left = max(0, self.steps_total - self.steps_done) * self.seconds_per_step
+        if now is not None and self.last_record_time is not None:
+            left -= max(0.0, now - self.last_record_time)
+        return max(0.0, left)
+
+
+def _read(path: Path) -> Metrics:
+    try:
+        return read_metrics(str(path))
+    except MetricsError:
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            being_written = f.read(1) != b"\n"
+        if not being_written:
+            raise
+        time.sleep(0.2)  # the trainer writes a record with one write + flush; read it once it is whole
+        return read_metrics(str(path))
+
+
+def read_progress(path: Path) -> Progress:
+    """The progress in a metrics file (a missing or still empty file is 'no metrics yet')."""
+    if not path.is_file() or path.stat().st_size == 0:  # opened, header not yet written
+        return Progress("no metrics yet")
+    try:
+        metrics = _read(path)
+    except MetricsError as e:
+        return Progress("unreadable: %s" % e)
+    settings = metrics.header.get("loader_settings") or {}
+    config = metrics.header.get("config") or {}
+    steps_total = settings.get("total_steps")
+    steps_per_epoch = settings.get("steps_per_epoch")
+    epochs_total = -(-steps_total // steps_per_epoch) if steps_total and steps_per_epoch else config.get("epochs")
+    epochs = metrics.epochs
+    steps = sum(e["steps"] for e in epochs)
+    train_time = sum(e["epoch_time_s"] for e in epochs)
+    last = epochs[-1] if epochs else None
+    return Progress(
+        status=metrics.status,
+        epochs_done=len(epochs),
+        epochs_total=epochs_total,
+        steps_done=steps,
+        steps_total=steps_total,
+        images_per_s=float(last["images_per_s"]) if last else None,
+        loss=float(last["loss"]) if last else None,
+        seconds_per_step=train_time / steps if steps and train_time > 0 else None,
+        last_record_time=float(metrics.records[-1]["time"]) if metrics.records else None,
+    )
+
+
+@dataclass(frozen=True)
+class Job:
+    """Slurm's view of a job: state, and for a pending one why, where in the queue and when it may start."""
+
+    state: str
+    reason: str = ""
+    position: Optional[int] = None
+    start: str = ""
+
+    @property
+    def queue(self) -> str:
+        """e.g. 'Priority, 3rd in queue, start about 2026-11-22T10:42:00' ('' unless pending)."""
+        if self.state != "PENDING":
+            return ""
+        parts = [self.reason] if self.reason and self.reason != "None" else []
+        if self.position:
+            parts.append("%s in queue" % _ordinal(self.position))
+        if self.start and self.start not in ("N/A", "Unknown"):
+            parts.append("start about %s" % self.start)
+        return ", ".join(parts)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return "%d%s" % (n, suffix)
+
+
+class SlurmQueue(SlurmScheduler):
+    """Slurm's view of many jobs at once (one `squeue` for all; `scontrol` only for jobs that left the queue)."""
+
+    def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
+        if not job_ids:
+            return {}
+        try:
+            listed = self._run(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%S|%P"])
+        except SchedulerError as e:
+            return {job_id: Job("unknown (%s)" % e) for job_id in job_ids}
+        rows = {}
+        for line in listed.stdout.splitlines() if listed.returncode == 0 else ():
+            fields = line.strip().split("|")
+            if len(fields) == 5:
+                rows[fields[0]] = fields
+        positions = self._pending_positions(sorted({row[4] for row in rows.values() if row[1] == "PENDING"}))
+        found = {}
+        for job_id in job_ids:
+            if job_id in rows:
+                _, state, reason, start, _ = rows[job_id]
+                found[job_id] = Job(state, reason, positions.get(job_id), start)
+            else:  # ended and out of squeue (or squeue refused an id it no longer knows)
+                found[job_id] = Job(self.state(job_id))
+        return found
+
+    def _pending_positions(self, partitions: Sequence[str]) -> Dict[str, int]:
+        """Job id -> place among the pending jobs of its partitions, highest priority first."""
+        if not partitions:
+            return {}
+        try:
+            listed = self._run(["squeue", "-h", "-t", "PENDING", "-p", ",".join(partitions), "-o", "%i", "--sort=-p,i"])
+        except SchedulerError:
+            return {}
+        ids = [line.strip() for line in listed.stdout.splitlines() if line.strip()]
+        return {job_id: place for place, job_id in enumerate(ids, 1)}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One run at one moment."""
+
+    run: RunDir
+    name: str  # the run directory as shown
+    site: str
+    job: str
+    state: str  # Slurm's job state, or the local run's ('finished (exit 0)', 'running here ...')
+    queue: str  # for a pending job: reason, place in the queue, expected start
+    progress: Progress
+    ended: bool  # nothing more will happen to this run (until it is resumed)
+
+    @property
+    def ok(self) -> bool:
+        """Ended with a successful job and an `ok` end record."""
+        return self.ended and self.progress.status == "ok" and self.state in SUCCEEDED_STATES
+
+    @property
+    def failed(self) -> bool:
+        """Ended otherwise than ok, or already known to fail (job state or end record) while it ends."""
+        status = self.progress.status
+        stopped = status not in ("ok", "running", "no metrics yet") and not status.startswith("unreadable")
+        return (self.ended and not self.ok) or stopped or self.state.startswith(FAILED_STATES)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _unsubmitted_state(run: RunDir, now: float) -> Tuple[str, bool]:
+    """(state, ended) of a run without a job id: being submitted, refused, or never submitted."""
+    state = run.state
+    if state:
+        return state, state.startswith("submission failed")
+    return "not submitted", now - (run.path / "plan.json").stat().st_mtime > SUBMIT_GRACE_S
+
+
+def _local_state(run: RunDir, now: float) -> Tuple[str, bool]:
+    """(state, ended) of a run on this machine: `dlaunch run` records it running, then finished."""
+    state = run.state or ""
+    if state.startswith("finished"):
+        return state, True
+    if state.startswith("running here"):
+        pid = int(state.rsplit(" ", 1)[1].rstrip(")"))
+        if _pid_alive(pid):
+            return state, False
+        return "dlaunch (pid %d) ended without recording the job's exit" % pid, True
+    return _unsubmitted_state(run, now)
+
+
+def observe(runs: Iterable[RunDir], queue: Optional[SlurmQueue] = None, now: Optional[float] = None) -> List[Snapshot]:
+    """A snapshot of every run (Slurm asked once for all of their jobs)."""
+    runs = list(runs)
+    now = time.time() if now is None else now
+    plans = {run.path: run.plan()["plan"] for run in runs}
+    slurm_ids = [run.job_id for run in runs if plans[run.path]["scheduler"] == "slurm" and run.job_id]
+    jobs = (queue or SlurmQueue()).jobs(slurm_ids) if slurm_ids else {}
+    snapshots = []
+    for run in runs:
+        plan = plans[run.path]
+        progress = read_progress(run.metrics_path)
+        job_id = run.job_id
+        queue_text = ""
+        if plan["scheduler"] != "slurm":
+            state, ended = _local_state(run, now)
+        elif job_id:
+            job = jobs[job_id]
+            state, queue_text = job.state, job.queue
+            # Still active, or Slurm did not answer: not ended. Slurm forgot the job: it ended long ago.
+            ended = not state.startswith(ACTIVE_STATES) and (not state.startswith("unknown") or state == GONE)
+        else:
+            state, ended = _unsubmitted_state(run, now)
+        snapshots.append(Snapshot(run, display_path(run.path), plan["site"], job_id or "-", state, queue_text,
+                                  progress, ended))
+    return snapshots

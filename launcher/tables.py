@@ -1,0 +1,63 @@
+"""Console tables that never cut a name or a path, at any width (80-column terminals, pipes).
+
+Rich shrinks a table that is too wide by narrowing its widest columns and then cuts words with "…"
+(`juwels-boo…`). Here every column is at least as wide as its longest word, so cells wrap only at
+spaces; when even the longest words do not fit side by side, the least important columns are left
+out (named in the caption), which keeps one run or site per row for grep and whole paths for
+copying. Only a single word wider than the whole console is folded (never cut).
+"""
+from typing import List, Sequence
+
+from rich import box
+from rich.cells import cell_len
+from rich.table import Table
+
+# Between two columns: one cell of collapsed padding and the box's (blank) vertical separator.
+COLUMN_GAP = 2
+
+
+def longest_word(text: str) -> int:
+    return max((cell_len(word) for word in text.split()), default=0)
+
+
+def fit_widths(natural: Sequence[int], minimum: Sequence[int], available: int) -> List[int]:
+    """Column widths summing to at most `available`: the natural widths when they fit, else the
+    widest columns narrowed first, none below its minimum; only when the minimums do not fit either,
+    the widest columns go below theirs (their cells fold)."""
+    widths = list(natural)
+    for floor in (minimum, [1] * len(widths)):
+        while sum(widths) > available:
+            narrowable = [i for i, w in enumerate(widths) if w > floor[i]]
+            if not narrowable:
+                break
+            widths[max(narrowable, key=widths.__getitem__)] -= 1
+    return widths
+
+
+def fit_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], width: int,
+              leave_out: Sequence[str] = ()) -> Table:
+    """A table of `rows` for a console `width` wide; `leave_out` names the headers that may be left
+    out, first first, while the columns' longest words do not fit side by side."""
+    kept = list(range(len(headers)))
+
+    def minimum(i: int) -> int:
+        return max([longest_word(headers[i])] + [longest_word(row[i]) for row in rows])
+
+    def needed(columns: List[int]) -> int:
+        return sum(minimum(i) for i in columns) + COLUMN_GAP * (len(columns) - 1)
+
+    dropped = []
+    for header in leave_out:
+        if needed(kept) <= width:
+            break
+        kept.remove(headers.index(header))
+        dropped.append(header)
+    natural = [max([cell_len(headers[i])] + [cell_len(row[i]) for row in rows]) for i in kept]
+    widths = fit_widths(natural, [minimum(i) for i in kept], width - COLUMN_GAP * (len(kept) - 1))
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
+                  caption="left out at %d columns: %s" % (width, ", ".join(dropped)) if dropped else None)
+    for i, column_width in zip(kept, widths):
+        table.add_column(headers[i], width=column_width, overflow="fold")
+    for row in rows:
+        table.add_row(*(row[i] for i in kept))
+    return table
