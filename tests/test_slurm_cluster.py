@@ -54,7 +54,7 @@ def test_second_network_names_each_node_like_jsc(slurm_cluster, tmp_path):
     if not slurm_cluster.second_suffix or slurm_cluster.nodes < 2:
         pytest.skip("the cluster given by $SLURM_CONF has no second network")
     suffix, ifname = slurm_cluster.second_suffix, slurm_cluster.second_ifname
-    probe = ('me=$(hostname); echo "$me $(getent ahostsv4 "$me%s" | head -n 1 | cut -d" " -f1)" '
+    probe = ('me=$(hostname); echo "$me $(getent ahostsv4 "${me}%s" | head -n 1 | cut -d" " -f1)" '
              '"$(ip -4 -o addr show %s | tr -s " " | cut -d" " -f4 | cut -d/ -f1)"' % (suffix, ifname))
     out = tmp_path / "second.out"
     submitted = slurm_cluster.run(["sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "--output=%s" % out,

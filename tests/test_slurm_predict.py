@@ -10,7 +10,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_predict_from_a_one_and_two_node_sweep_predicts_four_nodes(two_nodes, tmp_path):  # noqa: F811
-    site = two_nodes.site_profile(tmp_path / "sites" / "slurm-four.toml", max_nodes=4)  # predicting 4 nodes is allowed
+    site = two_nodes.site_profile(tmp_path / "slurm-four.toml", max_nodes=4)  # predicting 4 nodes is allowed
     swept = dlaunch(two_nodes, tmp_path, "sweep", "--site", str(site), "--nodes", "1,2", "--experiment", "calibration",
                     "--time", "00:10:00", *TINY, "--steps", "8", "--profile-steps", "2")
     assert swept.returncode == 0, swept.stderr
