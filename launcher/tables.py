@@ -2,15 +2,19 @@
 
 Rich shrinks a table that is too wide by narrowing its widest columns and then cuts words with "…"
 (`juwels-boo…`). Here every column is at least as wide as its longest word, so cells wrap only at
-spaces; when even the longest words do not fit side by side, the least important columns are left
-out (named in the caption), which keeps one run or site per row for grep and whole paths for
-copying. Only a single word wider than the whole console is folded (never cut).
+spaces; when the longest words do not fit side by side, the least important columns are left out
+(named in the caption): one run or site per row for grep, whole paths for copying. When even the
+first column and the columns that must stay do not fit (a very long run name), the rows are stacked
+instead: the first cell on a line of its own, the others as `header: value` pairs on the next line,
+each line whole (a terminal wraps what is wider than itself; nothing is cut or broken).
 """
 from typing import List, Sequence
 
 from rich import box
 from rich.cells import cell_len
+from rich.console import Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 # Between two columns: one cell of collapsed padding and the box's (blank) vertical separator.
 COLUMN_GAP = 2
@@ -34,10 +38,21 @@ def fit_widths(natural: Sequence[int], minimum: Sequence[int], available: int) -
     return widths
 
 
+def stacked(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> RenderableType:
+    """Each row as two lines: its first cell, then `header: value; ...` for the others that are set."""
+    lines = [Text(title, style="bold")]
+    for row in rows:
+        lines.append(Text(row[0]))
+        pairs = ["%s: %s" % (h, v) for h, v in zip(headers[1:], row[1:]) if v and v != "-"]
+        lines.append(Text("  " + "; ".join(pairs)))
+    return Group(*lines)
+
+
 def fit_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], width: int,
-              leave_out: Sequence[str] = ()) -> Table:
+              leave_out: Sequence[str] = ()) -> RenderableType:
     """A table of `rows` for a console `width` wide; `leave_out` names the headers that may be left
-    out, first first, while the columns' longest words do not fit side by side."""
+    out, first first, while the columns' longest words do not fit side by side; stacked rows when
+    even the others do not fit (print them with soft wrapping, as the dlaunch consoles do)."""
     kept = list(range(len(headers)))
 
     def minimum(i: int) -> int:
@@ -52,6 +67,8 @@ def fit_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
             break
         kept.remove(headers.index(header))
         dropped.append(header)
+    if needed(kept) > width:
+        return stacked(title, headers, rows)
     natural = [max([cell_len(headers[i])] + [cell_len(row[i]) for row in rows]) for i in kept]
     widths = fit_widths(natural, [minimum(i) for i in kept], width - COLUMN_GAP * (len(kept) - 1))
     table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,

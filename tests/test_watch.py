@@ -1,0 +1,294 @@
+"""`dlaunch watch`, `runs` and `status`: on run directories the tests write (named `written` here), on
+real `--site local` runs, and with fake Slurm commands where a test needs a queue (named `fake`).
+The real Slurm cluster: tests/test_slurm_watch.py."""
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from io import StringIO
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+
+from rich.console import Console
+
+import launcher.cli
+from launcher.cli import STATUS_HEADERS, STATUS_LEAVE_OUT, main
+from launcher.runstate import LOCAL_RUNNING, SUBMIT_GRACE_S, Progress, read_progress
+from launcher.tables import fit_table
+from launcher.watch import duration
+from test_launcher_fakes import install_fakes
+from train.metrics_schema import make_record
+
+DLAUNCH = [sys.executable, "-m", "launcher.cli"]
+TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "4", "--threads", "1", "--device", "cpu",
+        "--warmup-steps", "1"]
+LINE = re.compile(r"^\d\d:\d\d:\d\d (\S+): (.*)$")
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def header(total_steps: int = 6, steps_per_epoch: int = 2) -> dict:
+    return make_record("header", 100.0, run_id="x", argv=[], config={}, framework="ddp", loader="native",
+                       model="resnet18", device="cpu", world_size=2, nodes=1, hosts=["h", "h"], batch_per_worker=4,
+                       global_batch=8, lr_scaled=0.1, versions={}, slurm_job_id=None, site="local", experiment="e",
+                       image=None, git_revision=None,
+                       loader_settings={"total_steps": total_steps, "steps_per_epoch": steps_per_epoch})
+
+
+def epoch(n: int, steps: int = 2, seconds: float = 4.0, time_s: Optional[float] = None) -> dict:
+    return make_record("epoch", time_s if time_s is not None else 104.0 + 4 * n, epoch=n, steps=steps,
+                       images=8 * steps, images_per_s=16.0 + n, epoch_time_s=seconds, data_wait_s=0.1,
+                       loss=3.0 - n, lr=0.1)
+
+
+def end(status: str = "ok", reason: Optional[str] = None) -> dict:
+    fields = {"reason": reason} if reason else {}
+    return make_record("end", 120.0, status=status, total_time_s=20.0, epochs_completed=3, **fields)
+
+
+def finished() -> List[dict]:
+    """The records of a run that went well: 3 epochs of 2 steps, `ok`."""
+    return [header(), epoch(0), epoch(1), epoch(2), end()]
+
+
+def write_run(root: Path, name: str, records: List[dict] = (), state: Optional[str] = "finished (exit 0)",
+              scheduler: str = "local", job_id: Optional[str] = "local-1", log: str = "") -> Path:
+    """A run directory as dlaunch leaves it (plan.json, job_id, state, log, metrics.jsonl)."""
+    run = root / name
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "plan.json").write_text(json.dumps({"plan": {"scheduler": scheduler, "site": "local", "run_dir": str(run)},
+                                               "request": {}}))
+    if job_id:
+        (run / "job_id").write_text(job_id + "\n")
+    if state:
+        (run / "state").write_text(state + "\n")
+    if log:
+        (run / ("slurm-%s.out" % job_id if scheduler == "slurm" else "local.log")).write_text(log)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run
+
+
+def watch_lines(capsys) -> List[str]:
+    """What `dlaunch watch` printed through the captured (non-terminal) stdout: plain lines."""
+    out = capsys.readouterr().out
+    assert not CONTROL.search(out), repr(out)
+    return out.splitlines()
+
+
+def test_progress_from_written_metrics_steps_epochs_rate_and_eta(tmp_path):
+    run = write_run(tmp_path, "r", [header(), epoch(0), epoch(1, seconds=2.0)], state=None)
+    p = read_progress(run / "metrics.jsonl")
+    assert (p.status, p.steps_done, p.steps_total, p.epochs_done, p.epochs_total) == ("running", 4, 6, 2, 3)
+    assert (p.images_per_s, p.loss, p.seconds_per_step) == (17.0, 2.0, 1.5)
+    assert p.eta_s() == 3.0  # 2 steps left at 1.5 s each, as of the last record
+    assert p.eta_s(now=p.last_record_time + 1.0) == 2.0  # counting down between records
+    assert read_progress(tmp_path / "missing.jsonl").status == "no metrics yet"
+    assert Progress("ok", steps_done=6, steps_total=6).eta_s() is None
+
+
+def test_written_runs_through_a_pipe_one_plain_line_each_and_an_overall_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    long_name = "an-experiment-with-a-name-long-enough-to-wrap-an-80-column-terminal"
+    write_run(tmp_path / "runs" / long_name, "n0001", finished())
+    write_run(tmp_path / "runs" / long_name, "n0002", finished())
+    assert main(["watch", long_name]) == 0  # an experiment's name stands for runs/NAME
+    lines = watch_lines(capsys)
+    assert [LINE.match(line).group(1) for line in lines] == [
+        "runs/%s/n0001" % long_name, "runs/%s/n0002" % long_name, "overall"]
+    assert LINE.match(lines[0]).group(2) == (
+        "finished (exit 0); ok; steps 6/6, epoch 3/3, 18.0 images/s, loss 1.000")
+    assert LINE.match(lines[2]).group(2) == "2 of 2 runs ended (2 ok, 0 failed)"
+
+
+def test_written_failed_run_exits_1_and_says_why_without_control_characters(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    log = "epoch 0\n\x1b[31mtorch.distributed.elastic: Signal 9 (SIGKILL) received by PID 4242\x1b[0m\n"
+    write_run(tmp_path / "runs" / "e", "bad", [header(), epoch(0), end("failed")], state="finished (exit 1)", log=log)
+    write_run(tmp_path / "runs" / "e", "good", finished())
+    assert main(["watch", "runs/e"]) == 1
+    lines = watch_lines(capsys)
+    assert lines[0].endswith("runs/e/bad: finished (exit 1); failed; steps 2/6, epoch 1/3, 16.0 images/s, loss 3.000; "
+                             "why: local.log: torch.distributed.elastic: Signal 9 (SIGKILL) received by PID 4242")
+    assert lines[2].endswith("overall: 2 of 2 runs ended (1 ok, 1 failed)")
+
+
+def test_written_end_record_reason_explains_a_failure_without_log_lines(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    write_run(tmp_path / "runs", "r", [header(), end("failed", reason="loss is nan at step 3")], state="finished (exit 1)")
+    assert main(["watch", "runs/r"]) == 1
+    assert watch_lines(capsys)[0].endswith("why: loss is nan at step 3")
+
+
+def test_once_reports_a_running_written_run_and_exits_at_once(tmp_path, monkeypatch, capsys):
+    """--once (cron): one look, exit 0 while nothing failed even though the run goes on."""
+    monkeypatch.chdir(tmp_path)
+    write_run(tmp_path / "runs", "r", [header(), epoch(0)], state=LOCAL_RUNNING % os.getpid())
+    started = time.monotonic()
+    assert main(["watch", "--once", "--interval", "30", "runs/r"]) == 0
+    assert time.monotonic() - started < 10
+    [line] = watch_lines(capsys)
+    assert "runs/r: running here (dlaunch pid %d); running; steps 2/6, epoch 1/3" % os.getpid() in line and "ETA" in line
+    write_run(tmp_path / "runs", "failed", [header(), end("failed")], state="finished (exit 1)")
+    assert main(["watch", "--once", "runs"]) == 1
+
+
+def test_local_run_whose_dlaunch_died_ends_as_failed(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    write_run(tmp_path / "runs", "r", [header(), epoch(0)], state=LOCAL_RUNNING % gone.pid)
+    assert main(["watch", "runs/r"]) == 1
+    assert "dlaunch (pid %d) ended without recording the job's exit" % gone.pid in watch_lines(capsys)[0]
+
+
+def test_run_directory_never_submitted_ends_after_the_grace_time(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    run = write_run(tmp_path / "runs", "r", state=None, job_id=None, scheduler="slurm")
+    old = time.time() - SUBMIT_GRACE_S - 1
+    os.utime(run / "plan.json", (old, old))
+    assert main(["watch", "runs/r"]) == 1
+    assert "runs/r: not submitted; no metrics yet" in watch_lines(capsys)[0]
+
+
+def test_watch_follows_a_written_run_as_records_arrive_one_line_per_change(tmp_path, monkeypatch, capsys):
+    """A writer thread plays the trainer and `dlaunch run`: epochs, the end record, the finished state."""
+    monkeypatch.chdir(tmp_path)
+    run = write_run(tmp_path / "runs", "r", [header()], state=LOCAL_RUNNING % os.getpid())
+
+    def trainer() -> None:
+        for record in [epoch(0), epoch(1), epoch(2), end()]:
+            time.sleep(0.4)
+            with open(run / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
+        time.sleep(0.4)
+        (run / "state").write_text("finished (exit 0)\n")
+
+    writer = threading.Thread(target=trainer)
+    writer.start()
+    try:
+        assert main(["watch", "--interval", "0.1", "runs/r"]) == 0
+    finally:
+        writer.join()
+    shown = [LINE.match(line).group(2) for line in watch_lines(capsys)]
+    assert len(shown) == len(set(shown))  # a line only when something changed
+    steps = [int(m.group(1)) for m in (re.search(r"steps (\d+)/6", line) for line in shown) if m]
+    assert steps == sorted(steps) and steps[0] == 0 and steps[-1] == 6 and len(set(steps)) >= 3
+    assert shown[-1] == "finished (exit 0); ok; steps 6/6, epoch 3/3, 18.0 images/s, loss 1.000"
+
+
+FAKE_QUEUE = {
+    # fake squeue: two of our jobs (one pending behind job 4700), the partition's pending queue; a job
+    # asked about alone (-o %T) is not in the queue any more
+    "squeue": 'case "$*" in\n'
+              '  *"-t PENDING"*) printf "4700\\n4712\\n" ;;\n'
+              '  *"%i|%T"*) printf "4711|RUNNING|None|2026-11-22T10:00:00|booster\\n'
+              '4712|PENDING|Priority|2026-11-22T10:42:00|booster\\n" ;;\n'
+              'esac\n',
+    "scontrol": 'echo "JobId=$4 JobState=COMPLETED"\n',
+}
+
+
+def test_fake_slurm_queue_place_and_start_of_a_pending_job_and_one_squeue_for_all(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "%s:%s" % (install_fakes(tmp_path / "bin", FAKE_QUEUE), os.environ["PATH"]))
+    write_run(tmp_path / "runs" / "e", "a", [header(), epoch(0)], state="submitted", scheduler="slurm", job_id="4711")
+    write_run(tmp_path / "runs" / "e", "b", state="submitted", scheduler="slurm", job_id="4712")
+    write_run(tmp_path / "runs" / "e", "c", finished(), state="submitted",
+              scheduler="slurm", job_id="4690")  # not in squeue any more: scontrol says COMPLETED
+    assert main(["watch", "--once", "runs/e"]) == 0
+    lines = [LINE.match(line).groups() for line in watch_lines(capsys)]
+    assert lines[0] == ("runs/e/a", "RUNNING; running; steps 2/6, epoch 1/3, 16.0 images/s, loss 3.000, ETA 8s")
+    assert lines[1] == ("runs/e/b", "PENDING; no metrics yet; Priority, 2nd in queue, start about 2026-11-22T10:42:00")
+    assert lines[2][1].startswith("COMPLETED; ok; steps 6/6")
+    assert lines[3] == ("overall", "1 of 3 runs ended (1 ok, 0 failed), 1 running, 1 pending")
+
+
+@pytest.mark.parametrize("seconds, text", [(5, "5s"), (192, "3m12s"), (7500, "2h05m"), (2 * 86400 + 3600, "2d01h")])
+def test_duration(seconds, text):
+    assert duration(seconds) == text
+
+
+def test_runs_newest_first_and_status_without_arguments_is_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(launcher.cli.out, "width", 200)
+    for name, mtime in (("older", 1000), ("newest", 3000), ("middle", 2000)):
+        run = write_run(tmp_path / "runs" / "e", name, finished())
+        os.utime(run / "plan.json", (mtime, mtime))
+    assert main(["runs"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("runs/")]
+    assert listed == ["runs/e/newest", "runs/e/middle", "runs/e/older"]
+    assert main(["status"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("runs/")] == listed
+    assert main(["runs", "nowhere"]) == 2
+
+
+def render(renderable, width: int) -> str:
+    """As the dlaunch consoles print it through a pipe (soft wrapping: long lines stay whole)."""
+    buffer = StringIO()
+    Console(file=buffer, width=width, soft_wrap=True).print(renderable)
+    return buffer.getvalue()
+
+
+def status_row(path: str) -> tuple:
+    return (path, "juwels-booster", "12345678", "COMPLETED", "no metrics yet", "2/3", "2560.0", path + "/metrics.jsonl")
+
+
+@pytest.mark.parametrize("width", [80, 100, 300])
+def test_status_table_keeps_names_and_paths_whole_at_any_width(width):
+    path = "runs/juwels-booster-ddp-resnet50/20261122-101010"  # the default experiment and run names
+    text = render(fit_table("t", STATUS_HEADERS, [status_row(path)], width, leave_out=STATUS_LEAVE_OUT), width)
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= width
+    words = text.split()
+    assert path in words and "COMPLETED" in words and "2/3" in words
+    if width == 80:  # the least important columns give way
+        assert text.splitlines()[-1].strip() == "left out at 80 columns: results, site, job, images/s"
+    if width == 300:
+        assert path + "/metrics.jsonl" in words and "juwels-booster" in words and "left out" not in text
+
+
+def test_status_rows_too_wide_for_a_table_are_stacked_whole():
+    path = "runs/juwels-booster-ddp-resnet50-with-a-long-experiment-name/20261122-101010"
+    text = render(fit_table("t", STATUS_HEADERS, [status_row(path)], 80, leave_out=STATUS_LEAVE_OUT), 80)
+    assert text.splitlines()[1:] == [
+        path, "  site: juwels-booster; job: 12345678; scheduler: COMPLETED; metrics: no metrics yet; epochs: 2/3; "
+              "images/s: 2560.0; results: %s/metrics.jsonl" % path]
+
+
+@pytest.mark.slow
+def test_watch_follows_a_real_local_run_through_a_pipe_to_its_end(tmp_path):
+    """`dlaunch run --site local` (2 gloo workers) in the background, `dlaunch watch` on it through a pipe."""
+    run = subprocess.Popen(DLAUNCH + ["run", "--site", "local", "--gpus", "2", "--steps", "6", "--steps-per-epoch", "2",
+                                      "--experiment", "e", "--run-name", "r", "--data", "synthetic"] + TINY,
+                           cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "runs/e/r/state").is_file():
+            assert time.monotonic() < deadline and run.poll() is None, "no run directory"
+            time.sleep(0.1)
+        watched = subprocess.run(DLAUNCH + ["watch", "--interval", "0.2", "runs/e/r"], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=600)
+    finally:
+        assert run.wait(timeout=600) == 0
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert not CONTROL.search(watched.stdout)
+    shown = [LINE.match(line).group(2) for line in watched.stdout.splitlines()]
+    assert shown[0].startswith("running here (dlaunch pid %d)" % run.pid)
+    assert any(re.search(r"steps [0-5]/6", line) for line in shown)  # seen while it ran
+    assert shown[-1].startswith("finished (exit 0); ok; steps 6/6, epoch 3/3")
+
+
+@pytest.mark.slow
+def test_watch_of_a_failed_real_local_run_exits_1_and_says_why(tmp_path):
+    """The trainer refuses a missing data folder (exit 2); torchrun's report of it is the reason."""
+    ran = subprocess.run(DLAUNCH + ["run", "--site", "local", "--gpus", "1", "--steps", "2", "--experiment", "e",
+                                    "--run-name", "bad", "--data", str(tmp_path / "no-such-folder")] + TINY,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert ran.returncode != 0
+    watched = subprocess.run(DLAUNCH + ["watch", "runs/e/bad"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert watched.returncode == 1
+    [line] = watched.stdout.splitlines()
+    assert "runs/e/bad: finished (exit 1); no metrics yet; why: local.log: " in line and "exitcode: 2" in line, line
