@@ -225,3 +225,75 @@ def test_make_demo_command_renders_a_two_worker_torchrun(fake_slurm, capsys):
     script = capsys.readouterr().out
     assert "exec torchrun --standalone --nnodes=1 --nproc_per_node=2 -m train \\\n  --framework ddp \\\n  --model resnet50" in script
     assert not (fake_slurm / "runs").exists()
+
+
+def test_sites_table_at_80_columns_through_a_pipe_cuts_no_name_or_path(tmp_path):
+    """`dlaunch sites` as a process whose stdout is a pipe (laid out for 80 columns): with this name and the
+    profiles' absolute paths no table fits, so each site is stacked on two whole lines."""
+    text = (Path(__file__).parents[1] / "sites" / "generic-slurm.toml").read_text()
+    long_name = "a-site-with-a-long-name-like-juwels-booster-dc"
+    (tmp_path / "mysites").mkdir()
+    (tmp_path / "mysites" / (long_name + ".toml")).write_text(
+        text.replace('name = "generic-slurm"', 'name = "%s"' % long_name).replace('aliases = ["slurm"]', 'aliases = ["mine"]'))
+    env = dict(os.environ, COLUMNS="80", DLAUNCH_SITES_DIR=str(tmp_path / "mysites"))
+    listed = subprocess.run([sys.executable, "-m", "launcher.cli", "sites"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "…" not in listed.stdout
+    words = listed.stdout.replace(";", " ").split()
+    for name in ("juwels-booster", "jureca-dc", "generic-slurm", long_name, "mysites/%s.toml" % long_name):
+        assert name in words, listed.stdout
+    assert str(Path(__file__).parents[1] / "sites" / "juwels-booster.toml") in words
+
+
+def test_runs_at_80_columns_through_a_pipe_cuts_no_run_path(fake_slurm):
+    for name in ("juwels-booster-ddp-resnet50/20261122-101010", "sweep-ddp-20261122-101010/n0256"):
+        run = fake_slurm / "runs" / name
+        run.mkdir(parents=True)
+        (run / "plan.json").write_text(json.dumps({"plan": {"scheduler": "slurm", "site": "juwels-booster"}, "request": {}}))
+        (run / "job_id").write_text("4711\n")
+    listed = subprocess.run([sys.executable, "-m", "launcher.cli", "runs"], cwd=fake_slurm, capture_output=True,
+                            text=True, env=dict(os.environ, COLUMNS="80"))
+    assert listed.returncode == 0, listed.stderr
+    assert "…" not in listed.stdout and max(len(line) for line in listed.stdout.splitlines()) <= 80
+    words = listed.stdout.split()
+    assert "runs/juwels-booster-ddp-resnet50/20261122-101010" in words and "runs/sweep-ddp-20261122-101010/n0256" in words
+    assert words.count("RUNNING") == 2  # the fake squeue's answer
+
+
+def test_completion_functions_complete_sites_aliases_and_run_directories(fake_slurm):
+    assert launcher.cli.complete_site("ju") == ["jureca", "jureca-dc", "juwels", "juwels-booster"]
+    assert "localhost" in launcher.cli.complete_site("")
+    for name in ("exp/r1", "exp/r2", "study/exp2/n0001"):
+        (fake_slurm / "runs" / name).mkdir(parents=True)
+        (fake_slurm / "runs" / name / "plan.json").write_text("{}")
+    assert launcher.cli.complete_run_dir("runs/e") == ["runs/exp", "runs/exp/r1", "runs/exp/r2"]
+    assert launcher.cli.complete_run_dir("runs/study/") == ["runs/study/exp2", "runs/study/exp2/n0001"]
+    assert launcher.cli.complete_run_dir("") == ["runs", "runs/exp", "runs/exp/r1", "runs/exp/r2", "runs/study",
+                                                 "runs/study/exp2", "runs/study/exp2/n0001"]
+
+
+def bash_complete(words: str, cwd: Path, home: Path) -> list:
+    """What bash offers for `words` + TAB with the script `dlaunch --install-completion bash` installed."""
+    script = ('source %s/.bash_completions/dlaunch.sh\nCOMP_WORDS=(%s)\nCOMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 ))\n'
+              '[ "${COMP_WORDS[COMP_CWORD]}" = "" ] || true\n_dlaunch_completion dlaunch\nprintf "%%s\\n" "${COMPREPLY[@]}"\n'
+              % (home, words))
+    env = dict(os.environ, HOME=str(home), PATH="%s:%s" % (os.path.dirname(sys.executable), os.environ["PATH"]))
+    done = subprocess.run(["bash", "--norc", "-c", script], cwd=cwd, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [line for line in done.stdout.splitlines() if line]
+
+
+def test_install_completion_for_bash_and_complete_through_bash(fake_slurm):
+    home = fake_slurm / "home"
+    home.mkdir()
+    env = dict(os.environ, HOME=str(home), _TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1")
+    installed = subprocess.run([sys.executable, "-m", "launcher.cli", "--install-completion", "bash"], cwd=fake_slurm,
+                               capture_output=True, text=True, env=env)
+    assert installed.returncode == 0, installed.stderr
+    assert "source '%s/.bash_completions/dlaunch.sh'" % home in (home / ".bashrc").read_text()
+    (fake_slurm / "runs" / "exp" / "r1").mkdir(parents=True)
+    (fake_slurm / "runs" / "exp" / "r1" / "plan.json").write_text("{}")
+    assert bash_complete('dlaunch run --framework ""', fake_slurm, home) == ["ddp", "horovod", "deepspeed"]
+    assert bash_complete("dlaunch --site juw", fake_slurm, home) == ["juwels", "juwels-booster"]  # no sub-command = run
+    assert bash_complete("dlaunch watch runs/", fake_slurm, home) == ["runs/exp", "runs/exp/r1"]
+    assert bash_complete("dlaunch wa", fake_slurm, home) == ["watch"]
