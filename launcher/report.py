@@ -39,7 +39,8 @@ DEFINITIONS = """\
   (`--profile-steps`), each divided by their sum.
 - Reference verdict: PASS when X is at least (1 - tolerance) x the site's reference images/s for
   the model and GPU count, with X's deviation from the reference in percent.
-- Predicted E_G: the ring all-reduce model (`dlaunch predict`), fed with the group's reference
+- Predicted E_G: the performance model (`dlaunch predict`: NCCL ring/tree per bucket, nominal
+  `[network]`, no jitter), fed with the group's reference
   run's profile and the site's `[network]` section.
 - Energy (shown when some run measured it): per run the trainer's counters summed over all ranks;
   what they count is in brackets (`node`: whole-node counters, else `gpu`, `cpu`, `dram` as far as
