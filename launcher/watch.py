@@ -197,6 +197,8 @@ def follow(targets: Sequence[Path], explain: Callable[[Snapshot], str], console:
     watcher = Watcher(targets, explain)
     if not console.is_terminal or console.is_dumb_terminal:
         return follow_plain(watcher, interval, once, lambda line: print(line, file=sys.stdout, flush=True))
+    # The view wraps its lines itself: a soft-wrapping console would let Live crop them at the edge.
+    console = Console(file=console.file, markup=False, soft_wrap=False)
     title = "dlaunch watch %s: every %gs; Ctrl-C stops watching, not the runs" % (
         " ".join(str(t) for t in targets), interval)
     if once:

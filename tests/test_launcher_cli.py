@@ -297,3 +297,26 @@ def test_install_completion_for_bash_and_complete_through_bash(fake_slurm):
     assert bash_complete("dlaunch --site juw", fake_slurm, home) == ["juwels", "juwels-booster"]  # no sub-command = run
     assert bash_complete("dlaunch watch runs/", fake_slurm, home) == ["runs/exp", "runs/exp/r1"]
     assert bash_complete("dlaunch wa", fake_slurm, home) == ["watch"]
+
+
+def test_run_follow_submits_then_watches_to_the_end_with_fake_slurm(fake_slurm, monkeypatch, capsys):
+    """Fake sbatch: the job 'ran' at once (it writes an ok metrics file); squeue no longer lists it and
+    scontrol says COMPLETED, or FAILED for the second submission."""
+    header = make_record("header", 1.0, run_id="x", argv=[], config={}, framework="ddp", loader="native",
+                         model="resnet50", device="cuda", world_size=8, nodes=2, hosts=[], batch_per_worker=64,
+                         global_batch=512, lr_scaled=0.8, versions={}, slurm_job_id="4711", site="juwels-booster",
+                         experiment="exp", image=None, git_revision=None, loader_settings={"total_steps": 10, "steps_per_epoch": 10})
+    epoch = make_record("epoch", 2.0, epoch=0, steps=10, images=5120, images_per_s=2560.0, epoch_time_s=2.0,
+                        data_wait_s=0.1, loss=6.9, lr=0.8)
+    end = make_record("end", 3.0, status="ok", total_time_s=2.0, epochs_completed=1)
+    (fake_slurm / "ok.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (header, epoch, end)))
+    install_fakes(fake_slurm / "bin", {
+        "sbatch": 'cp "$FAKE_LOG/ok.jsonl" "$(dirname "$2")/metrics.jsonl"; echo "4711;cluster"\n',
+        "squeue": "exit 0\n",
+        "scontrol": 'echo "JobId=4711 JobState=${FAKE_STATE:-COMPLETED}"\n',
+    })
+    assert main(["run"] + JUWELS + ["--image", "img.sif", "--run-name", "r1", "--follow"]) == 0
+    assert capsys.readouterr().out.endswith("runs/exp/r1: COMPLETED; ok; steps 10/10, epoch 1/1, 2560.0 images/s, loss 6.900\n")
+    monkeypatch.setenv("FAKE_STATE", "FAILED")
+    assert main(["run"] + JUWELS + ["--image", "img.sif", "--run-name", "r2", "--follow"]) == 1
+    assert "runs/exp/r2: FAILED; ok; steps 10/10" in capsys.readouterr().out

@@ -4,6 +4,8 @@ The real Slurm cluster: tests/test_slurm_watch.py."""
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -21,6 +23,7 @@ from launcher.cli import STATUS_HEADERS, STATUS_LEAVE_OUT, main
 from launcher.runstate import LOCAL_RUNNING, SUBMIT_GRACE_S, Progress, read_progress
 from launcher.tables import fit_table
 from launcher.watch import duration
+from prerequisites import require
 from test_launcher_fakes import install_fakes
 from train.metrics_schema import make_record
 
@@ -42,7 +45,7 @@ def header(total_steps: int = 6, steps_per_epoch: int = 2) -> dict:
 def epoch(n: int, steps: int = 2, seconds: float = 4.0, time_s: Optional[float] = None) -> dict:
     return make_record("epoch", time_s if time_s is not None else 104.0 + 4 * n, epoch=n, steps=steps,
                        images=8 * steps, images_per_s=16.0 + n, epoch_time_s=seconds, data_wait_s=0.1,
-                       loss=3.0 - n, lr=0.1)
+                       loss=3.0 / (n + 1), lr=0.1)
 
 
 def end(status: str = "ok", reason: Optional[str] = None) -> dict:
@@ -83,7 +86,7 @@ def test_progress_from_written_metrics_steps_epochs_rate_and_eta(tmp_path):
     run = write_run(tmp_path, "r", [header(), epoch(0), epoch(1, seconds=2.0)], state=None)
     p = read_progress(run / "metrics.jsonl")
     assert (p.status, p.steps_done, p.steps_total, p.epochs_done, p.epochs_total) == ("running", 4, 6, 2, 3)
-    assert (p.images_per_s, p.loss, p.seconds_per_step) == (17.0, 2.0, 1.5)
+    assert (p.images_per_s, p.loss, p.seconds_per_step) == (17.0, 1.5, 1.5)
     assert p.eta_s() == 3.0  # 2 steps left at 1.5 s each, as of the last record
     assert p.eta_s(now=p.last_record_time + 1.0) == 2.0  # counting down between records
     assert read_progress(tmp_path / "missing.jsonl").status == "no metrics yet"
@@ -256,6 +259,66 @@ def test_status_rows_too_wide_for_a_table_are_stacked_whole():
     assert text.splitlines()[1:] == [
         path, "  site: juwels-booster; job: 12345678; scheduler: COMPLETED; metrics: no metrics yet; epochs: 2/3; "
               "images/s: 2560.0; results: %s/metrics.jsonl" % path]
+
+
+def watch_in_tmux(cwd: Path, argv: List[str], env: dict, timeout: float) -> tuple:
+    """Run `argv` in an 80x30 tmux terminal until it exits: (exit code, every screen seen, the last screen)."""
+    require(shutil.which("tmux") is not None, "tmux is not installed (scripts/bootstrap.sh full)")
+    socket = "dlaunch-test-%d-%d" % (os.getpid(), time.monotonic_ns())
+    done = cwd / "tmux-exit-code"
+    command = "cd %s && env %s %s; echo $? > %s; sleep 600" % (
+        shlex.quote(str(cwd)), " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in env.items()), shlex.join(argv),
+        shlex.quote(str(done)))
+
+    def tmux(*args: str) -> str:
+        ran = subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=30)
+        assert ran.returncode == 0, ran.stderr
+        return ran.stdout
+
+    tmux("new-session", "-d", "-s", "watch", "-x", "80", "-y", "30", command)
+    screens: List[str] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while not done.is_file():
+            assert time.monotonic() < deadline, "still running after %g s:\n%s" % (timeout, screens[-1:])
+            screens.append(tmux("capture-pane", "-p", "-t", "watch"))
+            time.sleep(0.3)
+        final = tmux("capture-pane", "-p", "-t", "watch")
+    finally:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, timeout=30)
+    return int(done.read_text()), screens, final
+
+
+def test_watch_in_an_80_column_terminal_live_bars_and_whole_names(tmp_path):
+    """In tmux: the live view of a written run as a writer thread adds its records, and a failed run."""
+    long_name = "an-experiment-with-a-name-long-enough-to-wrap-an-80-column-terminal"
+    run = write_run(tmp_path / "runs" / long_name, "r", [header(total_steps=40, steps_per_epoch=2)],
+                    state=LOCAL_RUNNING % os.getpid())
+    write_run(tmp_path / "runs" / long_name, "bad", [header(), epoch(0), end("failed", reason="loss is nan at step 3")],
+              state="finished (exit 1)")
+
+    def trainer() -> None:
+        for n in range(20):
+            time.sleep(0.2)
+            with open(run / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(epoch(n, time_s=time.time())) + "\n")
+        with open(run / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(end()) + "\n")
+        (run / "state").write_text("finished (exit 0)\n")
+
+    writer = threading.Thread(target=trainer)
+    writer.start()
+    try:
+        code, screens, final = watch_in_tmux(tmp_path, DLAUNCH + ["watch", "--interval", "0.2", long_name], {}, 120)
+    finally:
+        writer.join()
+    assert code == 1  # one of the two failed
+    name = "runs/%s/r" % long_name
+    # the name is whole on its line, its state wrapped to the next
+    assert any("━" in s and "ETA" in s and name in s.splitlines() and "running here" in s for s in screens)
+    assert name in final.splitlines() and "finished (exit 0)" in final and "steps 40/40" in final, final
+    assert "why: loss is nan at step 3" in final and "2 of 2 runs ended (1 ok, 1 failed)" in final, final
+    assert not any("…" in s for s in screens + [final])
 
 
 @pytest.mark.slow
