@@ -13,6 +13,9 @@ from launcher.sites import BIND_PATH, Site, format_time, parse_time
 from train.config import ConfigError, parse_config
 
 SIGNAL_LEAD_S = 120  # seconds before the time limit at which the job is told to checkpoint
+# The first line of every attempt in the job's log (a requeued job appends to the same file).
+ATTEMPT_BANNER = ('echo "dlaunch: job $SLURM_JOB_ID attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) on '
+                  '$SLURM_JOB_NODELIST at $(date -u +%Y-%m-%dT%H:%M:%SZ)"')
 BINDABLE = re.compile(BIND_PATH)
 
 
@@ -33,6 +36,7 @@ class LaunchPlan:
     container_prefix: Tuple[str, ...]
     launch_prefix: Tuple[str, ...]
     trainer_argv: Tuple[str, ...]
+    warnings: Tuple[str, ...] = ()  # for the user, before submission; nothing in the script
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -92,6 +96,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     data = request.option("data")
     sbatch: Tuple[str, ...] = ()
     binds: Tuple[str, ...] = ()
+    warnings: Tuple[str, ...] = ()
     if site.scheduler == "slurm":
         _bindable("--output", run_dir)
         partition = site.partition(request.partition)
@@ -104,6 +109,10 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         if seconds > partition.max_seconds:
             raise DlaunchError("--time: %s exceeds the limit %s of partition %s (site %s)" % (format_time(seconds), partition.max_time, partition.name, site.name))
         account = resolve_account(site, request.account, environ, required=require_account)
+        if seconds < 2 * SIGNAL_LEAD_S:
+            warnings += ("--time %s leaves less than twice the %d s warning before the limit: the job may get no "
+                         "checkpoint warning (Slurm sends it up to a minute early or late)" % (format_time(seconds), SIGNAL_LEAD_S),)
+        requeue = site.requeue if request.requeue is None else request.requeue
         sbatch = (
             "--job-name=%s" % experiment,
             "--nodes=%d" % nodes,
@@ -114,6 +123,8 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
             *(("--account=%s" % account,) if account else ()),
             *(("--gres=%s" % site.gres,) if site.gres else ()),
             "--output=%s/slurm-%%j.out" % run_dir,
+            "--open-mode=append",  # a requeued attempt adds to the log instead of replacing it
+            "--requeue" if requeue else "--no-requeue",
             # To every process of the steps (no `B:`); see launchers.py for torchrun.
             "--signal=USR1@%d" % SIGNAL_LEAD_S,
             *site.sbatch_directives,
@@ -134,6 +145,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     slurm_lines: Tuple[str, ...] = ()
     if site.scheduler == "slurm":
         slurm_lines = (
+            ATTEMPT_BANNER,
             # Slurm >= 22.05 no longer hands sbatch's --cpus-per-task to srun; this variable does.
             'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"',
             # The trainer tells the time limit's SIGTERM from a cancel by it (train/signals.py).
@@ -143,8 +155,15 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         "--metrics", os.path.join(run_dir, "metrics.jsonl"),
         "--checkpoint-dir", os.path.join(run_dir, "checkpoints"),
     ) + (("--resume",) if request.resume else ())
-    try:  # the trainer's own checks (torch-free), so that no job is submitted only to exit 2
-        parse_config(list(trainer_argv), check_paths=False)
+    # The trainer's own checks (torch-free), so that no job is submitted only to exit 2; the data folder
+    # too where this machine sees it (a node-local path is checked on the nodes only).
+    data_here = data not in (None, "synthetic") and os.path.exists(data)
+    if data not in (None, "synthetic") and not data_here:
+        if site.scheduler == "local":
+            raise DlaunchError("--data: %s does not exist" % data)
+        warnings += ("--data %s is not visible here; it is checked on the nodes only" % data,)
+    try:
+        parse_config(list(trainer_argv), check_paths=data_here)
     except ConfigError as e:
         raise DlaunchError("trainer options: %s" % e) from None
     return LaunchPlan(
@@ -163,4 +182,5 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         container_prefix=container_prefix,
         launch_prefix=spec.launch_prefix,
         trainer_argv=trainer_argv,
+        warnings=warnings,
     )

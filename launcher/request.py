@@ -85,6 +85,7 @@ class LaunchRequest:
     run_name: Optional[str] = None
     trainer: Tuple[Tuple[str, Any], ...] = ()  # (flag name, value), only flags the user set
     resume: bool = False
+    requeue: Optional[bool] = None  # run again after a node failure (None: the site's default)
 
     def __post_init__(self) -> None:
         if self.framework not in FRAMEWORKS:

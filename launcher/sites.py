@@ -134,6 +134,8 @@ class Site(_Model):
     master_port: int = Field(default=29500, ge=1024, le=65535)
     srun_args: List[Option] = []
     sbatch_directives: List[Option] = []
+    # Run a job again when its node fails (Slurm's own default, JobRequeue=1); the trainer resumes.
+    requeue: bool = True
     network: Optional[Network] = None
     reference: List[Reference] = []
 

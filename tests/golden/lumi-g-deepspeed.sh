@@ -7,6 +7,8 @@
 #SBATCH --time=01:00:00
 #SBATCH --account=proj42
 #SBATCH --output=/scratch/runs/exp/run/slurm-%j.out
+#SBATCH --open-mode=append
+#SBATCH --requeue
 #SBATCH --signal=USR1@120
 #SBATCH --gpus-per-node=8
 # rendered by the tests
@@ -24,6 +26,7 @@ export DLAUNCH_IMAGE=/images/current-deepspeed.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+echo "dlaunch: job $SLURM_JOB_ID attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) on $SLURM_JOB_NODELIST at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"

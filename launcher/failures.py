@@ -1,0 +1,104 @@
+"""Why a run ended badly: every log of the run, newest attempt first, the most telling line, and the
+run's real state when the scheduler and the metrics file disagree.
+
+A run's logs are `slurm-<job>.out` per submission (a requeued attempt appends to its file after a
+`dlaunch: job J attempt N` banner) and `local.log`. The newest attempt that explains anything wins;
+inside it, causes rank (first observed line of the best rank):
+  0 the trainer's own one-line error (`train: error: ...`, bad input found on the nodes);
+  1 an operating-system error (no space left, out of memory): the root cause of whatever reported it;
+  2 the failing rank's root cause: a worker killed by a signal, an exception that is not a peer's symptom;
+  3 the scheduler's verdict (time limit, cancel, node failure);
+  4 a peer's symptom (connection closed or reset by the rank that died first);
+  5 launcher noise (torchrun's `exitcode`, `ChildFailedError`, srun's errors).
+"""
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+ATTEMPT = re.compile(r"^dlaunch: job \S+ attempt (\d+)\b")
+_SYMPTOM = (r"Connection (closed|reset) by peer|Broken pipe|Socket Timeout|remote process exited|"
+            r"communicator was aborted|Connection refused|timed out|Timeout")
+_NOISE = r"ChildFailedError|SignalException|exitcode\s*:\s*-?\d|srun: error:|slurmstepd: error:.*(Exited|task \d+)"
+RANKED: Tuple[Tuple[int, "re.Pattern[str]", Optional["re.Pattern[str]"]], ...] = tuple(
+    (rank, re.compile(pattern, re.IGNORECASE if rank == 1 else 0), re.compile(exclude) if exclude else None)
+    for rank, pattern, exclude in (
+        (0, r"\btrain: error: ", None),
+        (1, r"No space left on device|ENOSPC|Out of memory|Cannot allocate memory|oom[-_ ]kill|Killed process \d+", None),
+        (2, r"Signal \d+ \(\w+\) received by PID", None),
+        (2, r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception)\b:", "%s|%s" % (_SYMPTOM, _NOISE)),
+        (3, r"DUE TO (TIME LIMIT|NODE FAILURE|PREEMPTION)|CANCELLED AT|JOB REQUEUE", None),
+        (4, _SYMPTOM, None),
+        (5, _NOISE, None),
+    ))
+
+
+@dataclass(frozen=True)
+class Cause:
+    rank: int
+    where: str  # `slurm-12.out:68`
+    line: str
+
+    def __str__(self) -> str:
+        return "%s: %s" % (self.where, self.line)
+
+
+def _job_number(path: Path) -> int:
+    digits = re.sub(r"\D", "", path.stem)
+    return int(digits) if digits else -1
+
+
+def ordered_logs(paths: Iterable[Path]) -> List[Path]:
+    """Newest submission first: `slurm-10.out` before `slurm-9.out`, then logs without a job id."""
+    return sorted(paths, key=lambda p: (-_job_number(p), p.name))
+
+
+def attempts(path: Path) -> List[List[Tuple[int, str]]]:
+    """The log's attempts, newest first, each as (line number, line)."""
+    sections: List[List[Tuple[int, str]]] = [[]]
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if ATTEMPT.match(line) and sections[-1]:
+            sections.append([])
+        sections[-1].append((number, line.strip()))
+    return [s for s in reversed(sections) if s]
+
+
+def best_cause(lines: Sequence[Tuple[int, str]], name: str) -> Optional[Cause]:
+    """The best-ranked line of one attempt (the first observed among equals)."""
+    best: Optional[Cause] = None
+    for number, line in lines:
+        for rank, pattern, exclude in RANKED:
+            if (best is None or rank < best.rank) and pattern.search(line) and not (exclude and exclude.search(line)):
+                best = Cause(rank, "%s:%d" % (name, number), line)
+                break
+    return best
+
+
+def explain(logs: Iterable[Path]) -> Optional[Cause]:
+    """The cause of the newest attempt that shows one."""
+    for path in ordered_logs(logs):
+        for lines in attempts(path):
+            cause = best_cause(lines, path.name)
+            if cause:
+                return cause
+    return None
+
+
+# Scheduler states in which the job can no longer write its metrics.
+ENDED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                "BOOT_FAIL", "DEADLINE", "unknown (not in Slurm any more)")
+UNFINISHED = ("running", "no metrics yet")
+
+
+def reconcile(scheduler_state: str, metrics_status: str) -> str:
+    """The run's status: the metrics file's, unless the scheduler ended a job that never said how it ended.
+
+    `died`: the job ended (launch failure, OOM kill, a crashed node) while its metrics say running or
+    were never written. A `cancelled` run that Slurm ended for its time limit is `interrupted`
+    (older trainers could not tell the two apart)."""
+    ended = scheduler_state.startswith(ENDED_STATES)
+    if ended and metrics_status in UNFINISHED:
+        return "died"
+    if scheduler_state.startswith("TIMEOUT") and metrics_status == "cancelled":
+        return "interrupted"
+    return metrics_status

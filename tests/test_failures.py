@@ -1,0 +1,91 @@
+"""The failure explainer (launcher/failures.py) on logs the tests write, shaped like real ones."""
+from pathlib import Path
+
+import pytest
+
+from launcher.failures import explain, ordered_logs, reconcile
+
+TORCHRUN_NOISE = [
+    "[W1122 14:18:06 socket.cpp:1028] [c10d] some warning",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+    "  exitcode  : 2 (pid: 4242)",
+    "train FAILED",
+    "srun: error: dl-node1: task 0: Exited with exit code 1",
+]
+
+
+def write_log(folder: Path, name: str, lines) -> Path:
+    path = folder / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_written_log_the_trainers_own_error_beats_torchruns_exit_code(tmp_path):
+    log = write_log(tmp_path, "slurm-7.out", TORCHRUN_NOISE[:3] + ["train: error: no images in /data/train/class_999"])
+    cause = explain([log])
+    assert cause.line == "train: error: no images in /data/train/class_999" and cause.where == "slurm-7.out:4"
+
+
+def test_written_log_the_failing_ranks_error_beats_its_peers_symptom(tmp_path):
+    log = write_log(tmp_path, "slurm-8.out", [
+        "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.77.0.12]:1234",
+        *TORCHRUN_NOISE,
+        *["  File \"x.py\", line %d, in f" % i for i in range(60)],
+        "[rank1]: PIL.UnidentifiedImageError: cannot identify image file '/data/train/c1/bad.JPEG'",
+    ])
+    assert "UnidentifiedImageError" in explain([log]).line
+
+
+def test_written_log_a_full_disk_reads_no_space_left(tmp_path):
+    log = write_log(tmp_path, "slurm-9.out", [
+        "Traceback (most recent call last):",
+        "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0",
+        *TORCHRUN_NOISE,
+        "OSError: [Errno 28] No space left on device",
+    ])
+    assert explain([log]).line == "OSError: [Errno 28] No space left on device"
+
+
+def test_written_log_a_killed_rank_is_named_by_torchruns_root_cause(tmp_path):
+    log = write_log(tmp_path, "slurm-3.out", [
+        "[rank0]: RuntimeError: Connection reset by peer",
+        "  exitcode  : -9 (pid: 77)",
+        "Signal 9 (SIGKILL) received by PID 77",
+    ])
+    assert explain([log]).line == "Signal 9 (SIGKILL) received by PID 77"
+
+
+def test_written_logs_the_newest_submission_and_attempt_speak_first(tmp_path):
+    old = write_log(tmp_path, "slurm-9.out", ["train: error: an old mistake, fixed since"])
+    new = write_log(tmp_path, "slurm-10.out", [
+        "dlaunch: job 10 attempt 1 on dl-node[1-2] at 2026-11-22T14:00:00Z",
+        "slurmstepd: error: *** JOB 10 ON dl-node1 CANCELLED AT 2026-11-22T14:01:04 DUE TO NODE FAILURE ***",
+        "dlaunch: job 10 attempt 2 on dl-node[1-2] at 2026-11-22T14:02:00Z",
+        "OSError: [Errno 28] No space left on device",
+    ])
+    assert ordered_logs([old, new]) == [new, old]
+    assert explain([old, new]).where == "slurm-10.out:4"
+    write_log(tmp_path, "slurm-10.out", new.read_text().splitlines()[:3])  # the second attempt says nothing yet
+    assert "DUE TO NODE FAILURE" in explain([old, new]).line
+
+
+def test_written_log_without_any_cause_explains_nothing(tmp_path):
+    assert explain([write_log(tmp_path, "slurm-1.out", ["epoch 0 ok", "epoch 1 ok"])]) is None
+    assert explain([]) is None
+
+
+@pytest.mark.parametrize("scheduler, metrics, shown", [
+    ("FAILED", "running", "died"),             # an OOM kill of rank 0: no end record
+    ("FAILED", "no metrics yet", "died"),      # a launch failure: the trainer never started
+    ("unknown (not in Slurm any more)", "running", "died"),
+    ("NODE_FAIL", "running", "died"),
+    ("RUNNING", "running", "running"),
+    ("PENDING", "no metrics yet", "no metrics yet"),
+    ("TIMEOUT", "cancelled", "interrupted"),   # the time limit, from a trainer that could not tell
+    ("CANCELLED by 0", "cancelled", "cancelled"),
+    ("FAILED", "interrupted", "interrupted"),  # exit 75 reads FAILED to Slurm
+    ("COMPLETED", "ok", "ok"),
+    ("local", "running", "running"),
+])
+def test_reconcile_trusts_the_metrics_unless_the_job_ended_without_saying_how(scheduler, metrics, shown):
+    assert reconcile(scheduler, metrics) == shown
