@@ -8,6 +8,7 @@ import ast
 import dataclasses
 import functools
 import importlib
+import importlib.util
 import inspect
 import os
 import re

@@ -44,7 +44,7 @@ time.sleep(60)
 """
 
 
-def _step_processes(root: int):
+def step_processes(root: int):
     """`root` and all its descendants: the processes Slurm signals in a job step."""
     children = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -71,7 +71,7 @@ def _signal_step(tmp_path: Path, prefix):
     deadline = time.time() + 60
     while len(list(tmp_path.glob("ready-*"))) < 2 and time.time() < deadline:
         time.sleep(0.1)
-    for pid in _step_processes(proc.pid):
+    for pid in step_processes(proc.pid):
         try:
             os.kill(pid, signal.SIGUSR1)
         except ProcessLookupError:

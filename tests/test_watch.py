@@ -6,6 +6,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -25,6 +26,7 @@ from launcher.tables import fit_table
 from launcher.watch import duration
 from prerequisites import require
 from test_launcher_fakes import install_fakes
+from test_launcher_local import step_processes
 from train.metrics_schema import make_record
 
 DLAUNCH = [sys.executable, "-m", "launcher.cli"]
@@ -344,14 +346,41 @@ def test_watch_follows_a_real_local_run_through_a_pipe_to_its_end(tmp_path):
     assert shown[-1].startswith("finished (exit 0); ok; steps 6/6, epoch 3/3")
 
 
+def worker_of_rank(root: int, rank: str) -> int:
+    """The trainer process of `rank` below process `root` (dlaunch -> bash -> torchrun -> workers)."""
+    for pid in step_processes(root):
+        try:
+            environ = Path("/proc/%d/environ" % pid).read_bytes().split(b"\0")
+            argv = Path("/proc/%d/cmdline" % pid).read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"RANK=" + rank.encode() in environ and b"train" in argv and not any(a.endswith(b"torchrun") for a in argv):
+            return pid
+    raise AssertionError("no rank %s trainer below %d" % (rank, root))
+
+
 @pytest.mark.slow
-def test_watch_of_a_failed_real_local_run_exits_1_and_says_why(tmp_path):
-    """The trainer refuses a missing data folder (exit 2); torchrun's report of it is the reason."""
-    ran = subprocess.run(DLAUNCH + ["run", "--site", "local", "--gpus", "1", "--steps", "2", "--experiment", "e",
-                                    "--run-name", "bad", "--data", str(tmp_path / "no-such-folder")] + TINY,
-                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert ran.returncode != 0
-    watched = subprocess.run(DLAUNCH + ["watch", "runs/e/bad"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert watched.returncode == 1
-    [line] = watched.stdout.splitlines()
-    assert "runs/e/bad: finished (exit 1); no metrics yet; why: local.log: " in line and "exitcode: 2" in line, line
+def test_watch_sees_a_real_local_run_fail_and_exits_1_with_the_reason(tmp_path):
+    """A rank of a running 2-worker local run is killed; `dlaunch watch` (through a pipe) ends with 1 and why."""
+    run = subprocess.Popen(DLAUNCH + ["run", "--site", "local", "--gpus", "2", "--steps", "1000", "--steps-per-epoch", "2",
+                                      "--experiment", "e", "--run-name", "killed", "--data", "synthetic"] + TINY,
+                           cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while read_progress(tmp_path / "runs/e/killed/metrics.jsonl").epochs_done < 1:
+            assert time.monotonic() < deadline and run.poll() is None, "no first epoch"
+            time.sleep(0.2)
+        watch = subprocess.Popen(DLAUNCH + ["watch", "--interval", "0.2", "runs/e/killed"], cwd=tmp_path,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        victim = worker_of_rank(run.pid, "1")
+        os.kill(victim, signal.SIGKILL)
+        stdout, stderr = watch.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.wait(timeout=60)
+    assert watch.returncode == 1, stdout + stderr
+    assert not CONTROL.search(stdout)
+    last = LINE.match(stdout.splitlines()[-1]).group(2)
+    assert last.startswith("finished (exit 1); ") and "; why: local.log: " in last, stdout
+    assert "Signal 9 (SIGKILL) received by PID %d" % victim in last, stdout
