@@ -120,8 +120,9 @@ def complete_run_dir(incomplete: str) -> List[str]:
     return sorted(p for p in found if p.startswith(incomplete))
 
 
+@functools.lru_cache(maxsize=1)
 def git_revision() -> Optional[str]:
-    """The launcher's own commit, for the trainer's provenance."""
+    """The launcher's own commit, for the trainer's provenance (asked once per command: a sweep renders many jobs)."""
     try:
         result = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
