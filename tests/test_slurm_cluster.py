@@ -155,7 +155,7 @@ def test_stop_leaves_nothing_behind_and_a_single_node_cluster_runs(slurm_cluster
         _assert_stop_leaves_nothing(tmp_path / "single")
     finally:
         slurm.stop_cluster(tmp_path / "single")
-        slurm.start_cluster(slurm_cluster.dir, slurm_cluster.nodes)
+        slurm.start_cluster(slurm_cluster.dir, slurm_cluster.nodes, slurm_cluster.second_suffix)
 
 
 def _assert_stop_leaves_nothing(directory: Path) -> None:
@@ -166,7 +166,8 @@ def _assert_stop_leaves_nothing(directory: Path) -> None:
     assert [name for name, pid in pids.items() if slurm.pid_alive(pid)] == []
     assert [pid for pid in step_pids if slurm.pid_alive(pid)] == []
     assert [ns for ns in slurm.network_namespaces() if ns.startswith("dl-node")] == []
-    assert not slurm.link_exists("dlaunch-br0")
+    assert not slurm.link_exists("dlaunch-br0") and not slurm.link_exists("dlaunch-br1")
+    assert subprocess.run(["mountpoint", "-q", str(directory / "small-disk")], timeout=30).returncode != 0
     status = slurm.cluster_script("status", "--dir", str(directory))
     assert status.returncode == 3 and "stopped" in status.stdout
 
