@@ -8,6 +8,7 @@ Through a pipe, or with `--once`, plain lines: one per run whenever its state or
 Exit code: 0 when every run ended ok (with --once: none failed so far), 1 when one failed.
 """
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from launcher.errors import DlaunchError
+from launcher.errors import DlaunchError, SchedulerError
 from launcher.rundir import find_runs
 from launcher.runstate import SlurmQueue, Snapshot, observe
 
@@ -195,6 +196,10 @@ def follow(targets: Sequence[Path], explain: Callable[[Snapshot], str], console:
            interval: float = 5.0, once: bool = False) -> int:
     """Watch the runs under `targets`: live in a terminal, plain lines otherwise; the exit code."""
     watcher = Watcher(targets, explain)
+    if not once and shutil.which("squeue") is None and any(
+            not s.ended and s.state.startswith("unknown (") for s in watcher.poll()):
+        raise SchedulerError("squeue: command not found: watch Slurm jobs from a login node of their cluster "
+                             "(--once shows what the run directories say)")
     if not console.is_terminal or console.is_dumb_terminal:
         return follow_plain(watcher, interval, once, lambda line: print(line, file=sys.stdout, flush=True))
     # The view wraps its lines itself: a soft-wrapping console would let Live crop them at the edge.

@@ -384,3 +384,13 @@ def test_watch_sees_a_real_local_run_fail_and_exits_1_with_the_reason(tmp_path):
     last = LINE.match(stdout.splitlines()[-1]).group(2)
     assert last.startswith("finished (exit 1); ") and "; why: local.log: " in last, stdout
     assert "Signal 9 (SIGKILL) received by PID %d" % victim in last, stdout
+
+
+def test_watching_slurm_jobs_without_slurm_commands_is_refused_but_once_shows_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no squeue: not a login node of the jobs' cluster
+    write_run(tmp_path / "runs", "r", [header(), epoch(0)], state="submitted", scheduler="slurm", job_id="4711")
+    assert main(["watch", "runs/r"]) == 1
+    assert "squeue: command not found" in capsys.readouterr().err
+    assert main(["watch", "--once", "runs/r"]) == 0
+    assert "runs/r: unknown (squeue: command not found" in watch_lines(capsys)[0]
