@@ -512,6 +512,9 @@ def workload_from_options(model: Optional[str], compute_ms: Optional[float], dat
         run = loaded.runs[0]
         if run.profile is None:
             raise DlaunchError("--from-run: %s has no profile record (run the trainer with --profile-steps N)" % run.path)
+        if model is not None and model != run.key.model and compute_ms is None:
+            raise DlaunchError("--from-run: %s trains %s, not --model %s: its compute time does not transfer "
+                               "(leave out --model, or give --compute-ms)" % (run.path, run.key.model, model))
         model = model or run.key.model
         if model not in MODEL_PARAMS_M:
             raise DlaunchError("--from-run: %s trains %r, not a model the model knows" % (run.path, model))
@@ -519,6 +522,9 @@ def workload_from_options(model: Optional[str], compute_ms: Optional[float], dat
         data_ms = data_ms if data_ms is not None else 1e3 * run.profile.data_s
         batch = batch or run.key.batch_per_worker
         source = "measured in %s" % run.path
+        if site is not None and run.key.site != site.name:
+            source += (" on site %s: the compute and data times transfer to %s only if its GPUs (and CPUs) are the same"
+                       % (run.key.site, site.name))
     if compute_ms is None and model is not None and site is not None:
         batch = batch or DEFAULT_BATCH
         compute_ms = published_compute_ms(site, model, batch)

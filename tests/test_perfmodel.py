@@ -256,6 +256,14 @@ def test_predict_takes_compute_time_and_batch_from_a_run(tmp_path, site_file):
     assert "%.1f" % expected.images_per_s in result.output
 
 
+def test_predict_from_a_run_of_another_model_refuses_to_transfer_its_compute_time(tmp_path, site_file):
+    run = write_run(tmp_path, "profiled", 4, [100.0], batch=64,
+                    profile=dict(step_s=0.3, compute_s=0.2, comm_s=0.05, data_s=0.05))
+    other = _predict("--site", site_file, "--from-run", run.parent, "--model", "resnet152", "--gpus", "8")
+    assert isinstance(other.exception, DlaunchError)
+    assert "--from-run: %s trains resnet50, not --model resnet152" % run.parent in str(other.exception)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--gpus", "4,x"], "--gpus"),
     (["--gpus", "0,4"], "--gpus"),
