@@ -1,4 +1,4 @@
-"""`dlaunch images` and `default_image` (launcher/images.py), run through typer on a tiny app."""
+"""`dlaunch images` (launcher/images.py) and `default_image` (launcher/imagepaths.py), run through typer on a tiny app."""
 import json
 import os
 import subprocess
