@@ -3,8 +3,8 @@
 In a terminal a live view (rich's Live): per run its job state, a progress bar (steps done of the
 total), images/s, loss, ETA (at the rate measured so far, counting down between records), the queue
 place while pending and why a run failed as soon as it fails; with several runs an overall bar.
-Through a pipe, or with `--once`, plain lines: one per run whenever its state or figures change
-(no control characters), and one `overall:` line whenever runs start or end.
+Through a pipe plain lines: one per run whenever its state or figures change (no control
+characters), and one `overall:` line whenever runs start or end. `--once` looks once and exits.
 Exit code: 0 when every run ended ok (with --once: none failed so far), 1 when one failed.
 """
 import re
@@ -66,11 +66,10 @@ def figures(snapshot: Snapshot, now: Optional[float] = None) -> str:
 class Watcher:
     """Looks at the runs under `targets` again on every `poll`; a run that ended is not asked about again."""
 
-    def __init__(self, targets: Sequence[Path], explain: Callable[[Snapshot], str],
-                 queue: Optional[SlurmQueue] = None):
+    def __init__(self, targets: Sequence[Path], explain: Callable[[Snapshot], str]):
         self.targets = list(targets)
         self.explain = explain
-        self.queue = queue or SlurmQueue()
+        self.queue = SlurmQueue()
         self.ended: Dict[Path, Snapshot] = {}
         self.reasons: Dict[Path, Tuple[bool, str]] = {}  # path -> (ended when explained, reason)
 
@@ -160,14 +159,31 @@ def _bar_row(fraction: Optional[float], detail: Text) -> RenderableType:
     return row
 
 
-def view(watcher: Watcher, snapshots: Sequence[Snapshot], now: float, title: str) -> RenderableType:
+def _shown(snapshots: Sequence[Snapshot], room: int) -> Tuple[List[Snapshot], str]:
+    """The runs that fit `room` runs of the screen: all in their order, or else the failed, running and
+    pending ones first; and a line counting the others ('' when all fit)."""
+    if len(snapshots) <= room:
+        return list(snapshots), ""
+    order = sorted(snapshots, key=lambda s: (not s.failed, s.ended, s.state == "PENDING"))
+    shown, rest = order[:max(1, room - 1)], order[max(1, room - 1):]
+    ok = sum(s.ok for s in rest)
+    return shown, "%d more not shown (%d ended ok, %d not ended); `dlaunch runs` lists all" % (
+        len(rest), ok, sum(not s.ended for s in rest))
+
+
+def view(watcher: Watcher, snapshots: Sequence[Snapshot], now: float, title: str,
+         height: Optional[int] = None) -> RenderableType:
     """The live view: per run a line with its name and state, below it the bar and the figures (or
-    why it failed); with several runs an overall bar. Names fold only when wider than the console."""
+    why it failed); with several runs an overall bar. Names fold only when wider than the console;
+    when the runs do not fit the screen's `height` (if given), runs that ended ok give way first."""
     parts: List[RenderableType] = [Text(title, style="dim")]
-    for s in snapshots:
+    shown, more = _shown(snapshots, (height - 4) // 3) if height else (list(snapshots), "")  # 3 lines a run at most
+    for s in shown:
         reason = watcher.reason(s)
         parts.append(Text.assemble(s.name, "  ", (s.state, _style(s))))
         parts.append(_bar_row(s.progress.fraction, Text(details(s, reason, now), style="red" if reason else "")))
+    if more:
+        parts.append(Text(more, style="dim"))
     if len(snapshots) > 1:
         done = sum(1.0 if s.ended else (s.progress.fraction or 0.0) for s in snapshots) / len(snapshots)
         parts.append(Text("overall", style="bold"))
@@ -183,7 +199,7 @@ def follow_live(watcher: Watcher, console: Console, interval: float, title: str)
     next_poll = time.monotonic() + interval
     with Live(console=console, auto_refresh=False, redirect_stderr=False) as live:
         while True:
-            live.update(view(watcher, snapshots, time.time(), title), refresh=True)
+            live.update(view(watcher, snapshots, time.time(), title, console.height), refresh=True)
             if all(s.ended for s in snapshots):
                 return exit_code(snapshots)
             time.sleep(max(0.0, min(1.0, next_poll - time.monotonic())))

@@ -394,3 +394,24 @@ def test_watching_slurm_jobs_without_slurm_commands_is_refused_but_once_shows_th
     assert "squeue: command not found" in capsys.readouterr().err
     assert main(["watch", "--once", "runs/r"]) == 0
     assert "runs/r: unknown (squeue: command not found" in watch_lines(capsys)[0]
+
+
+def test_live_view_of_more_runs_than_the_screen_holds_shows_the_failed_and_running_first(tmp_path, monkeypatch):
+    from launcher.cli import explain
+    from launcher.watch import Watcher, view
+
+    monkeypatch.chdir(tmp_path)
+    for i in range(8):
+        write_run(tmp_path / "runs" / "study", "ok%d" % i, finished())
+    write_run(tmp_path / "runs" / "study", "zz-failed", [header(), end("failed", reason="loss is nan")], state="finished (exit 1)")
+    write_run(tmp_path / "runs" / "study", "zz-running", [header(), epoch(0)], state=LOCAL_RUNNING % os.getpid())
+    watcher = Watcher([Path("runs/study")], explain)
+    buffer = StringIO()
+    Console(file=buffer, width=80, height=16).print(view(watcher, watcher.poll(), time.time(), "title", height=16))
+    lines = buffer.getvalue().splitlines()
+    heads = [line for line in lines if line.startswith("runs/")]
+    assert heads == ["runs/study/zz-failed  finished (exit 1)",
+                     "runs/study/zz-running  running here (dlaunch pid %d)" % os.getpid(),
+                     "runs/study/ok0  finished (exit 0)"]
+    assert "7 more not shown (7 ended ok, 0 not ended); `dlaunch runs` lists all" in lines
+    assert lines[-1].endswith("9 of 10 runs ended (8 ok, 1 failed), 1 running") and len(lines) <= 16
