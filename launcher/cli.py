@@ -357,7 +357,7 @@ def failure_reason(run: RunDir) -> Optional[str]:
     return str(end["reason"]) if end and end.get("reason") else None
 
 
-def explain(snapshot: "Snapshot") -> str:
+def why_failed(snapshot: "Snapshot") -> str:
     """Why a failed run failed: `failure_reason`, else what its job state and metrics say."""
     return failure_reason(snapshot.run) or "%s, metrics %s" % (snapshot.state, snapshot.progress.status)
 
@@ -380,7 +380,7 @@ def show_status(runs: List[RunDir]) -> None:
         rows.append((snapshot.name, snapshot.site, snapshot.job, snapshot.state, p.status, epochs, speed,
                      display_path(snapshot.run.metrics_path)))
         if snapshot.failed:
-            reasons.append("%s: %s" % (snapshot.name, explain(snapshot)))
+            reasons.append("%s: %s" % (snapshot.name, why_failed(snapshot)))
     out.print(fit_table("dlaunch runs", STATUS_HEADERS, rows, out.width, leave_out=STATUS_LEAVE_OUT))
     for line in reasons:
         out.print(line, markup=False, highlight=False)
@@ -417,7 +417,7 @@ def watch_runs(targets: List[Path], interval: float = 5.0, once: bool = False) -
     from launcher.watch import follow
 
     try:
-        return follow(targets, explain, out, interval=interval, once=once)
+        return follow(targets, why_failed, out, interval=interval, once=once)
     except KeyboardInterrupt:
         err.print("dlaunch: stopped watching; the runs go on (dlaunch watch %s)" % " ".join(str(t) for t in targets))
         return 130

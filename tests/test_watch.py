@@ -397,7 +397,7 @@ def test_watching_slurm_jobs_without_slurm_commands_is_refused_but_once_shows_th
 
 
 def test_live_view_of_more_runs_than_the_screen_holds_shows_the_failed_and_running_first(tmp_path, monkeypatch):
-    from launcher.cli import explain
+    from launcher.cli import why_failed
     from launcher.watch import Watcher, view
 
     monkeypatch.chdir(tmp_path)
@@ -405,7 +405,7 @@ def test_live_view_of_more_runs_than_the_screen_holds_shows_the_failed_and_runni
         write_run(tmp_path / "runs" / "study", "ok%d" % i, finished())
     write_run(tmp_path / "runs" / "study", "zz-failed", [header(), end("failed", reason="loss is nan")], state="finished (exit 1)")
     write_run(tmp_path / "runs" / "study", "zz-running", [header(), epoch(0)], state=LOCAL_RUNNING % os.getpid())
-    watcher = Watcher([Path("runs/study")], explain)
+    watcher = Watcher([Path("runs/study")], why_failed)
     buffer = StringIO()
     Console(file=buffer, width=80, height=16).print(view(watcher, watcher.poll(), time.time(), "title", height=16))
     lines = buffer.getvalue().splitlines()
