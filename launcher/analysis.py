@@ -26,13 +26,15 @@ Metrics files are read only through `train.metrics_schema` (torch-free).
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from rich import box
 from rich.table import Table
 
 from launcher.errors import DlaunchError
-from launcher.sites import Reference
+
+if TYPE_CHECKING:  # the site models (pydantic) stay out of `dlaunch status`'s start-up
+    from launcher.sites import Reference
 from train.metrics_schema import Metrics, MetricsError, energy_total, read_metrics
 
 METRICS_FILE = "metrics.jsonl"
@@ -313,7 +315,7 @@ def status_figures(metrics: Metrics) -> StatusFigures:
 
 @dataclass(frozen=True)
 class Verdict:
-    reference: Reference
+    reference: "Reference"
     measured: float
 
     @property
@@ -326,7 +328,7 @@ class Verdict:
         return self.measured / self.reference.images_per_s - 1.0
 
 
-def verdict(run: Run, references: Sequence[Reference]) -> Optional[Verdict]:
+def verdict(run: Run, references: Sequence["Reference"]) -> Optional[Verdict]:
     """The run's verdict against the reference for its model and GPU count, if there is one."""
     if run.throughput is None:
         return None

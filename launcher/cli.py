@@ -11,10 +11,8 @@ import importlib
 import importlib.util
 import inspect
 import os
-import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, List, Literal, Optional, Tuple
 
@@ -26,7 +24,7 @@ from typer.models import CommandInfo
 
 from launcher.errors import DlaunchError, SchedulerError
 from launcher.request import FRAMEWORKS, TRAINER_FLAGS, LaunchRequest
-from launcher.rundir import RunDir, display_path, find_runs, newest_first
+from launcher.rundir import RunDir, default_run_name, display_path, find_runs, newest_first
 
 if TYPE_CHECKING:
     from launcher.plan import LaunchPlan
@@ -170,6 +168,7 @@ Output = Annotated[str, typer.Option(help="runs go to OUTPUT/EXPERIMENT/RUN_NAME
 Experiment = Annotated[Optional[str], typer.Option(help="experiment name (groups runs)")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="print the script; write and submit nothing")]
 Follow = Annotated[bool, typer.Option("--follow", help="after submitting, watch the job(s) to their end (as `dlaunch watch`)")]
+Requeue = Annotated[Optional[bool], typer.Option("--requeue/--no-requeue", help="after a node failure Slurm runs the job again and it resumes from its checkpoint (default: the site's `requeue`)")]
 RunDirArg = Annotated[Path, typer.Argument(help="run directory", autocompletion=complete_run_dir)]
 
 
@@ -191,7 +190,7 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
         image = str(default_image_for_site(site, request.framework))
     request = dataclasses.replace(request, experiment=experiment, image=image).normalized()
     if run_dir is None:
-        run_dir = Path(request.output) / experiment / (request.run_name or time.strftime("%Y%m%d-%H%M%S"))
+        run_dir = Path(request.output) / experiment / (request.run_name or default_run_name())
     revision = git_revision()
     if dry_run:
         try:
@@ -200,6 +199,8 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
             err.print("dlaunch: warning: %s (the dry run renders the script without it)" % e)
     plan = build_plan(site, request, run_dir=str(run_dir), git_revision=revision, image=request.image,
                       environ=os.environ, require_account=not dry_run)
+    for warning in plan.warnings:
+        err.print("dlaunch: warning: %s" % warning)
     header = "dlaunch %s: site %s, %s, %d node(s) x %d processes" % (
         (revision or "unknown")[:12], site.name, plan.framework, plan.nodes, plan.nproc_per_node)
     return request, plan, render_script(plan, header)
@@ -247,7 +248,8 @@ def run(site: Site_ = None, framework: Framework = "ddp",
         image: Image = None, output: Output = "runs", experiment: Experiment = None,
         run_name: Annotated[Optional[str], typer.Option(help="run directory name (default: a time stamp)")] = None,
         resume: Annotated[Optional[Path], typer.Option(help="resubmit this run directory from its checkpoint (all other options come from its plan.json)", autocompletion=complete_run_dir)] = None,
-        dry_run: DryRun = False, follow: Follow = False, trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
+        requeue: Requeue = None, dry_run: DryRun = False, follow: Follow = False,
+        trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
     """Render a job for a site and submit it (or run it here with --site local)."""
     if resume is not None:
         existing = RunDir.open(resume)
@@ -257,7 +259,7 @@ def run(site: Site_ = None, framework: Framework = "ddp",
     else:
         request = LaunchRequest(site=site, framework=framework, nodes=nodes, gpus=gpus, partition=partition,
                                time=time_limit, account=account, image=image, output=output, experiment=experiment,
-                               run_name=run_name, trainer=trainer)
+                               run_name=run_name, trainer=trainer, requeue=requeue)
         request, plan, script = prepare(request, dry_run=dry_run)
     _check_image(plan, dry_run)
     if dry_run:
@@ -300,16 +302,17 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
           gpus: Annotated[Optional[str], typer.Option(help="GPU counts instead of node counts")] = None,
           partition: Partition = None, time_limit: TimeLimit = "01:00:00", account: Account = None,
           image: Image = None, output: Output = "runs", experiment: Experiment = None,
-          dry_run: DryRun = False, follow: Follow = False, trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
+          requeue: Requeue = None, dry_run: DryRun = False, follow: Follow = False,
+          trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
     """One job per node (or GPU) count, grouped as one experiment."""
     if (nodes is None) == (gpus is None):
         raise DlaunchError("--nodes/--gpus: give exactly one list of counts")
     key, flag, text = ("nodes", "--nodes", nodes) if nodes is not None else ("gpus", "--gpus", gpus)
-    experiment = experiment or "sweep-%s-%s" % (framework, time.strftime("%Y%m%d-%H%M%S"))
+    experiment = experiment or "sweep-%s-%s" % (framework, default_run_name())
     jobs = []
     for count in _counts(flag, text or ""):
         request = LaunchRequest(site=site, framework=framework, partition=partition, time=time_limit, account=account,
-                                image=image, output=output, experiment=experiment,
+                                image=image, output=output, experiment=experiment, requeue=requeue,
                                 run_name="%s%04d" % (key[0], count), trainer=trainer, **{key: count})
         request, plan, script = prepare(request, dry_run=dry_run)
         _check_image(plan, dry_run)
@@ -330,24 +333,13 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
     return 0
 
 
-# Log lines that say why a job step ended, most telling first: torchrun's root-cause report of the
-# worker that failed first, Slurm's own verdict, then any Python or srun error (often a peer's symptom).
-FAILURE_LINES = tuple(re.compile(p) for p in (
-    r"Signal \d+ \(\w+\) received by PID",
-    r"exitcode\s*:\s*-?[1-9]",
-    r"DUE TO TIME LIMIT|CANCELLED AT",
-    r"\w+Error: |error: ",
-))
-
-
 def failure_reason(run: RunDir) -> Optional[str]:
-    """The line that explains a failed run: the most telling log line, else the metrics end record's reason."""
-    lines = [(path.name, line.strip()) for path in run.log_files()
-             for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
-    for pattern in FAILURE_LINES:
-        for name, line in lines:
-            if pattern.search(line):
-                return "%s: %s" % (name, line)
+    """The line that explains a failed run (launcher/failures.py ranks them), else the end record's reason."""
+    from launcher.failures import explain
+
+    cause = explain(run.log_files())
+    if cause:
+        return str(cause)
     from train.metrics_schema import MetricsError, read_metrics
 
     try:
@@ -358,8 +350,17 @@ def failure_reason(run: RunDir) -> Optional[str]:
 
 
 def why_failed(snapshot: "Snapshot") -> str:
-    """Why a failed run failed: `failure_reason`, else what its job state and metrics say."""
-    return failure_reason(snapshot.run) or "%s, metrics %s" % (snapshot.state, snapshot.progress.status)
+    """Why a failed run failed: `failure_reason`, else Slurm's verdict, else what its state and metrics say."""
+    reason = failure_reason(snapshot.run)
+    if reason:
+        return reason
+    if snapshot.job != "-" and snapshot.run.plan()["plan"]["scheduler"] == "slurm":
+        from launcher.schedulers import SlurmScheduler
+
+        ended = SlurmScheduler().end_reason(snapshot.job)
+        if ended:
+            return "Slurm ended the job (%s); its log says nothing (was the run directory visible on the nodes?)" % ended
+    return "%s, metrics %s" % (snapshot.state, snapshot.progress.status)
 
 
 STATUS_HEADERS = ("run", "site", "job", "scheduler", "metrics", "epochs", "images/s", "results")
@@ -381,9 +382,37 @@ def show_status(runs: List[RunDir]) -> None:
                      display_path(snapshot.run.metrics_path)))
         if snapshot.failed:
             reasons.append("%s: %s" % (snapshot.name, why_failed(snapshot)))
+        figures = run_figures(snapshot)
+        if figures:
+            reasons.append("%s: %s" % (snapshot.name, figures))
     out.print(fit_table("dlaunch runs", STATUS_HEADERS, rows, out.width, leave_out=STATUS_LEAVE_OUT))
     for line in reasons:
         out.print(line, markup=False, highlight=False)
+
+
+def run_figures(snapshot: "Snapshot") -> str:
+    """Time and energy to accuracy, the trainer's energy and Slurm's (`sacct`), each named; '' when none is known."""
+    from launcher.analysis import status_figures
+    from launcher.energy_accounting import slurm_job_energy
+    from train.metrics_schema import MetricsError, read_metrics
+
+    try:
+        f = status_figures(read_metrics(str(snapshot.run.metrics_path)))
+    except (MetricsError, OSError):
+        return ""
+    parts = []
+    if f.time_to_accuracy_s is not None:
+        parts.append("time to target accuracy %.0f s" % f.time_to_accuracy_s)
+    if f.energy_to_accuracy_j is not None:
+        parts.append("energy to target accuracy %.1f kJ" % (f.energy_to_accuracy_j / 1e3))
+    if f.energy_j is not None:
+        per_image = ", %.3g J/image" % f.joules_per_image if f.joules_per_image is not None else ""
+        parts.append("energy %.1f kJ (trainer: %s)%s" % (f.energy_j / 1e3, f.energy_domains, per_image))
+    if snapshot.ended and snapshot.job != "-" and snapshot.run.plan()["plan"]["scheduler"] == "slurm":
+        accounted = slurm_job_energy(snapshot.job)
+        if not isinstance(accounted, str):
+            parts.append("energy %.1f kJ (Slurm sacct ConsumedEnergy: the job's nodes)" % (accounted / 1e3))
+    return "; ".join(parts)
 
 
 RunDirs = Annotated[Optional[List[Path]], typer.Argument(help="run directories, or folders holding them (default: ./runs)",
@@ -443,7 +472,13 @@ def logs(run_dir: RunDirArg) -> int:
     run = RunDir.open(run_dir)
     files = run.log_files()
     if not files:
-        err.print("no log in %s yet (state: %s)" % (run.path, run.state))
+        from launcher.runstate import observe
+
+        (snapshot,) = observe([run])
+        if snapshot.failed:  # a job that ended without writing its log (e.g. a launch failure)
+            err.print("no log in %s: the run %s (%s)" % (run.path, snapshot.progress.status, why_failed(snapshot)))
+            return 1
+        err.print("no log in %s yet (state: %s)" % (run.path, snapshot.state))
     for path in files:
         err.rule(str(path))
         out.out(path.read_text(encoding="utf-8", errors="replace"), end="")

@@ -14,7 +14,7 @@ inside it, causes rank (first observed line of the best rank):
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 ATTEMPT = re.compile(r"^dlaunch: job \S+ attempt (\d+)\b")
 _SYMPTOM = (r"Connection (closed|reset) by peer|Broken pipe|Socket Timeout|remote process exited|"
@@ -43,16 +43,6 @@ class Cause:
         return "%s: %s" % (self.where, self.line)
 
 
-def _job_number(path: Path) -> int:
-    digits = re.sub(r"\D", "", path.stem)
-    return int(digits) if digits else -1
-
-
-def ordered_logs(paths: Iterable[Path]) -> List[Path]:
-    """Newest submission first: `slurm-10.out` before `slurm-9.out`, then logs without a job id."""
-    return sorted(paths, key=lambda p: (-_job_number(p), p.name))
-
-
 def attempts(path: Path) -> List[List[Tuple[int, str]]]:
     """The log's attempts, newest first, each as (line number, line)."""
     sections: List[List[Tuple[int, str]]] = [[]]
@@ -74,9 +64,9 @@ def best_cause(lines: Sequence[Tuple[int, str]], name: str) -> Optional[Cause]:
     return best
 
 
-def explain(logs: Iterable[Path]) -> Optional[Cause]:
-    """The cause of the newest attempt that shows one."""
-    for path in ordered_logs(logs):
+def explain(logs: Sequence[Path]) -> Optional[Cause]:
+    """The cause of the newest attempt that shows one; `logs` oldest first (`RunDir.log_files`)."""
+    for path in reversed(logs):
         for lines in attempts(path):
             cause = best_cause(lines, path.name)
             if cause:
@@ -84,19 +74,15 @@ def explain(logs: Iterable[Path]) -> Optional[Cause]:
     return None
 
 
-# Scheduler states in which the job can no longer write its metrics.
-ENDED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-                "BOOT_FAIL", "DEADLINE", "unknown (not in Slurm any more)")
 UNFINISHED = ("running", "no metrics yet")
 
 
-def reconcile(scheduler_state: str, metrics_status: str) -> str:
+def reconcile(scheduler_state: str, metrics_status: str, ended: bool) -> str:
     """The run's status: the metrics file's, unless the scheduler ended a job that never said how it ended.
 
     `died`: the job ended (launch failure, OOM kill, a crashed node) while its metrics say running or
     were never written. A `cancelled` run that Slurm ended for its time limit is `interrupted`
     (older trainers could not tell the two apart)."""
-    ended = scheduler_state.startswith(ENDED_STATES)
     if ended and metrics_status in UNFINISHED:
         return "died"
     if scheduler_state.startswith("TIMEOUT") and metrics_status == "cancelled":

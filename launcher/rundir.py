@@ -1,6 +1,8 @@
 """A run directory: `job.sh`, `plan.json`, `job_id`, `state`, logs, `metrics.jsonl`, `checkpoints/`."""
 import json
 import os
+import secrets
+import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -14,6 +16,13 @@ def display_path(path: Path) -> str:
     """`path` relative to the working directory when it lies below it."""
     rel = os.path.relpath(path)
     return path.as_posix() if rel.startswith("..") else rel
+
+
+def default_run_name() -> str:
+    """A time stamp to the millisecond and 4 random hex digits: runs submitted in a loop never collide."""
+    now = time.time()
+    return "%s-%03d-%s" % (time.strftime("%Y%m%d-%H%M%S", time.localtime(now)), int(now * 1000) % 1000,
+                           secrets.token_hex(2))
 
 
 class RunDir:
@@ -72,7 +81,11 @@ class RunDir:
         return self.path / "metrics.jsonl"
 
     def log_files(self) -> List[Path]:
-        return sorted(self.path.glob("slurm-*.out")) + [p for p in [self.path / LOCAL_LOG] if p.is_file()]
+        """Oldest first: Slurm's logs in job order (`slurm-9.out` before `slurm-10.out`), then the local log."""
+        def job_number(path: Path) -> int:
+            digits = path.stem[len("slurm-"):]
+            return int(digits) if digits.isdigit() else -1
+        return sorted(self.path.glob("slurm-*.out"), key=job_number) + [p for p in [self.path / LOCAL_LOG] if p.is_file()]
 
 
 def find_runs(paths: Iterable[Path]) -> List[RunDir]:

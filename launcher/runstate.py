@@ -3,6 +3,7 @@
 `observe(runs)` asks Slurm once for all jobs still queued or running (one `squeue`), and reads
 each metrics file; `dlaunch status`, `runs` and `watch` show what it returns.
 """
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from launcher.errors import SchedulerError
+from launcher.failures import reconcile
 from launcher.rundir import RunDir, display_path
 from launcher.schedulers import SlurmScheduler
 from train.metrics_schema import Metrics, MetricsError, read_metrics
@@ -240,6 +242,10 @@ def observe(runs: Iterable[RunDir], queue: Optional[SlurmQueue] = None, now: Opt
             ended = not state.startswith(ACTIVE_STATES) and (not state.startswith("unknown") or state == GONE)
         else:
             state, ended = _unsubmitted_state(run, now)
+        started = bool(job_id) or (run.state or "").startswith(("running here", "finished"))
+        status = reconcile(state, progress.status, ended) if started else progress.status
+        if status != progress.status:
+            progress = dataclasses.replace(progress, status=status)
         snapshots.append(Snapshot(run, display_path(run.path), plan["site"], job_id or "-", state, queue_text,
                                   progress, ended))
     return snapshots

@@ -58,6 +58,17 @@ class SlurmScheduler:
         m = re.search(r"\bJobState=(\S+)", scontrol.stdout)
         return m.group(1) if m else "unknown (not in Slurm any more)"
 
+    def end_reason(self, job_id: str) -> Optional[str]:
+        """How Slurm says the job ended (`FAILED, exit code 1:0, reason NonZeroExitCode`), while it remembers."""
+        try:
+            shown = self._run(["scontrol", "show", "job", "-o", job_id]).stdout
+        except SchedulerError:
+            return None
+        fields = dict(re.findall(r"\b(JobState|ExitCode|Reason)=(\S+)", shown))
+        if "JobState" not in fields:
+            return None
+        return "%s, exit code %s, reason %s" % (fields["JobState"], fields.get("ExitCode", "?"), fields.get("Reason", "None"))
+
     def cancel(self, job_id: str) -> None:
         result = self._run(["scancel", job_id])
         if result.returncode != 0:

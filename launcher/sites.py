@@ -8,6 +8,7 @@ from typing import Annotated, Dict, List, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from launcher.errors import DlaunchError
+from launcher.rundir import display_path
 
 SHIPPED_SITES_DIR = Path(__file__).resolve().parents[1] / "sites"
 
@@ -170,12 +171,6 @@ class Site(_Model):
                 return p
         known = ", ".join(p.name for p in self.partitions)
         raise DlaunchError("--partition: %r is not a partition of site %s (known: %s)" % (name, self.name, known))
-
-
-def display_path(path: Path) -> str:
-    """`path` relative to the working directory when it lies below it."""
-    rel = os.path.relpath(path)
-    return path.as_posix() if rel.startswith("..") else rel
 
 
 def load_site(path: Path) -> Site:

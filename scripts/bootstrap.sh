@@ -14,7 +14,7 @@ case "$MODE" in run|full) ;; *) echo "bootstrap.sh: unknown mode '$MODE' (run|fu
 
 apt_packages=()
 if [ "$MODE" = full ]; then
-  apt_packages=(slurmctld slurmd slurm-client munge libpmix-dev openmpi-bin libopenmpi-dev iproute2 util-linux procps psmisc)
+  apt_packages=(slurmctld slurmd slurm-client munge libpmix-dev openmpi-bin libopenmpi-dev iproute2 util-linux procps psmisc tmux)
 fi
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -4,10 +4,12 @@
 #                                                                start (a no-op when already running); prints slurm.conf
 #   slurm-cluster.sh stop [--dir DIR]                            cancel jobs, stop daemons, remove namespaces and bridge
 #   slurm-cluster.sh status [--dir DIR]                          exit 0 when running, 3 when stopped
+#   slurm-cluster.sh node-down|node-up NODE [--dir DIR]          kill a node's slurmd (a node failure) / start it again
 # --nodes 1 runs one slurmd on the host (node = this host's name, loopback). --nodes N>1 gives every node its own
 # network namespace dl-node<i> (address 10.77.0.<10+i>, host name dl-node<i>, interface dl0) on the bridge
 # dlaunch-br0 (10.77.0.1, where slurmctld listens). All state, spool, logs and the munge socket live under DIR
 # (default $DLAUNCH_SLURM_DIR or /tmp/dlaunch-slurm); `SLURM_CONF=DIR/etc/slurm.conf` is all a client needs.
+# N>1 also mounts DIR/small-disk, a 16 MiB tmpfs every node sees (full-disk failures).
 # --second-network SUFFIX (N>1) gives every node a second interface ib0 (10.78.0.<10+i>, bridge dlaunch-br1) named
 # dl-node<i>SUFFIX in the hosts file, the way JSC names a node's InfiniBand address (<host>i); Slurm itself keeps
 # to the first network, as on JSC's systems.
@@ -20,16 +22,17 @@ readonly MAX_NODES=50 START_TIMEOUT_S=30 CLIENT_TIMEOUT_S=10
 
 die() { echo "slurm-cluster.sh: $*" >&2; exit 2; }
 log() { echo "slurm-cluster.sh: $*" >&2; }
-usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 parse_args() {
-  NODES=1 CPUS=2 DIR=${DLAUNCH_SLURM_DIR:-/tmp/dlaunch-slurm} SUFFIX2=
+  NODES=1 CPUS=2 DIR=${DLAUNCH_SLURM_DIR:-/tmp/dlaunch-slurm} SUFFIX2= NODE=
   while [ $# -gt 0 ]; do
     case "$1" in
       --nodes) [ $# -ge 2 ] || die "--nodes needs a value"; NODES=$2; shift 2 ;;
       --cpus) [ $# -ge 2 ] || die "--cpus needs a value"; CPUS=$2; shift 2 ;;
       --dir) [ $# -ge 2 ] || die "--dir needs a value"; DIR=$2; shift 2 ;;
       --second-network) [ $# -ge 2 ] || die "--second-network needs a host-name suffix"; SUFFIX2=$2; shift 2 ;;
+      dl-node*) NODE=$1; shift ;;
       *) die "unknown argument '$1' (see --help)" ;;
     esac
   done
@@ -137,6 +140,7 @@ IFNAME=$ifname
 PARTITION=debug
 SECOND_SUFFIX=$SUFFIX2
 SECOND_IFNAME=${SUFFIX2:+$NODE_IFNAME2}
+SMALL_DISK=$([ "$NODES" -eq 1 ] || echo "$DIR/small-disk")
 EOF
   mv "$DIR/cluster.env.tmp" "$DIR/cluster.env"
 }
@@ -172,15 +176,33 @@ create_network() {
   done
 }
 
+# One node's slurmd in its namespace. Not `ip netns exec`: it remounts /sys and hides /sys/fs/cgroup.
+start_node() {
+  nsenter --net="/run/netns/$1" unshare --mount --uts \
+    sh -ec 'mount --bind "$1" /etc/hosts; hostname "$2"; exec slurmd -f "$3" -N "$2"' sh "$DIR/etc/hosts" "$1" "$CONF" 9>&-
+}
+
 start_slurmds() {
-  local i name
+  local i
   if [ "$NODES" -eq 1 ]; then slurmd -f "$CONF" -N "$(node_name 1)" 9>&-; return; fi
-  for i in $(seq 1 "$NODES"); do
-    name=$NS_PREFIX$i
-    # Not `ip netns exec`: it remounts /sys and hides /sys/fs/cgroup, which slurmd needs to see.
-    nsenter --net="/run/netns/$name" unshare --mount --uts \
-      sh -ec 'mount --bind "$1" /etc/hosts; hostname "$2"; exec slurmd -f "$3" -N "$2"' sh "$DIR/etc/hosts" "$name" "$CONF" 9>&-
-  done
+  for i in $(seq 1 "$NODES"); do start_node "$NS_PREFIX$i"; done
+}
+
+# A node failure as Slurm sees it: the node's slurmd is gone (its job processes run on, unreachable).
+cmd_node_down() {
+  running || die "no cluster running under $DIR"
+  [ -n "$NODE" ] && [ -e "/run/netns/$NODE" ] || die "node-down needs one of: $(sed -n 's/^NODE_NAMES=//p' "$DIR/cluster.env")"
+  stop_daemons "$DIR/run/slurmd-$NODE.pid"
+}
+
+cmd_node_up() {
+  [ -n "$NODE" ] && [ -e "/run/netns/$NODE" ] || die "node-up needs a node of the running cluster"
+  alive "$DIR/run/slurmd-$NODE.pid" || start_node "$NODE"
+}
+
+mount_small_disk() {
+  mkdir -p "$DIR/small-disk"
+  mountpoint -q "$DIR/small-disk" || mount -t tmpfs -o size=16m tmpfs "$DIR/small-disk"
 }
 
 wait_idle() {
@@ -206,7 +228,7 @@ cmd_start() {
   rm -rf "$DIR/spool" "$DIR/tmp" "$DIR/run" "$DIR/log"   # a fresh cluster: no jobs or logs of an earlier one
   write_config
   start_munge
-  [ "$NODES" -eq 1 ] || create_network
+  [ "$NODES" -eq 1 ] || { create_network; mount_small_disk; }   # before the slurmds: they inherit the mount
   slurmctld -f "$CONF" 9>&-
   start_slurmds
   wait_idle
@@ -257,6 +279,7 @@ stop_cluster() {
   ! ip link show "$BRIDGE" >/dev/null 2>&1 || ip link del "$BRIDGE"
   ! ip link show "$BRIDGE2" >/dev/null 2>&1 || ip link del "$BRIDGE2"
   stop_daemons "$DIR/run/munged.pid"
+  ! mountpoint -q "$DIR/small-disk" 2>/dev/null || umount "$DIR/small-disk"
   rm -f "$DIR/cluster.env" "$DIR/munge-run/munge.socket.2"*
 }
 
@@ -279,14 +302,14 @@ main() {
   local cmd=$1; shift
   case "$cmd" in
     -h|--help|help) usage ;;
-    start|stop|status) parse_args "$@" ;;
-    *) die "unknown command '$cmd' (start|stop|status)" ;;
+    start|stop|status|node-down|node-up) parse_args "$@" ;;
+    *) die "unknown command '$cmd' (start|stop|status|node-down|node-up)" ;;
   esac
   require_tools
   mkdir -p "$DIR"
   exec 9>"$DIR/.lock"
   flock -w 60 9 || die "another slurm-cluster.sh holds $DIR/.lock"
-  "cmd_$cmd"
+  "cmd_${cmd//-/_}"
 }
 
 main "$@"

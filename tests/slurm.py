@@ -48,6 +48,7 @@ class Cluster:
     dir: Optional[Path]  # set when this session started the cluster (and may stop it)
     second_suffix: str = ""  # host-name suffix of the nodes' second network ("" when there is none)
     second_ifname: str = ""  # its interface
+    small_disk: str = ""  # a 16 MiB file system every node sees ("" when there is none)
 
     @property
     def nodes(self) -> int:
@@ -133,7 +134,7 @@ def cluster_at(conf: Path, owned_dir: Optional[Path]) -> Cluster:
         info = read_cluster_env(info_file)
         names = tuple(info["NODE_NAMES"].split(","))
         return Cluster(conf, names, int(info["CPUS_PER_NODE"]), info["IFNAME"], info["PARTITION"], owned_dir,
-                       info.get("SECOND_SUFFIX", ""), info.get("SECOND_IFNAME", ""))
+                       info.get("SECOND_SUFFIX", ""), info.get("SECOND_IFNAME", ""), info.get("SMALL_DISK", ""))
     sinfo = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %c %P"], capture_output=True, text=True,
                            timeout=COMMAND_TIMEOUT_S, env={**os.environ, "SLURM_CONF": str(conf)})
     rows = [line.split() for line in sinfo.stdout.splitlines() if line.strip()]

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.failures import explain, ordered_logs, reconcile
+from launcher.failures import explain, reconcile
+from launcher.rundir import RunDir
 
 TORCHRUN_NOISE = [
     "[W1122 14:18:06 socket.cpp:1028] [c10d] some warning",
@@ -63,7 +64,7 @@ def test_written_logs_the_newest_submission_and_attempt_speak_first(tmp_path):
         "dlaunch: job 10 attempt 2 on dl-node[1-2] at 2026-11-22T14:02:00Z",
         "OSError: [Errno 28] No space left on device",
     ])
-    assert ordered_logs([old, new]) == [new, old]
+    assert RunDir(tmp_path).log_files() == [old, new]  # numeric job order, not slurm-10 before slurm-9
     assert explain([old, new]).where == "slurm-10.out:4"
     write_log(tmp_path, "slurm-10.out", new.read_text().splitlines()[:3])  # the second attempt says nothing yet
     assert "DUE TO NODE FAILURE" in explain([old, new]).line
@@ -74,18 +75,17 @@ def test_written_log_without_any_cause_explains_nothing(tmp_path):
     assert explain([]) is None
 
 
-@pytest.mark.parametrize("scheduler, metrics, shown", [
-    ("FAILED", "running", "died"),             # an OOM kill of rank 0: no end record
-    ("FAILED", "no metrics yet", "died"),      # a launch failure: the trainer never started
-    ("unknown (not in Slurm any more)", "running", "died"),
-    ("NODE_FAIL", "running", "died"),
-    ("RUNNING", "running", "running"),
-    ("PENDING", "no metrics yet", "no metrics yet"),
-    ("TIMEOUT", "cancelled", "interrupted"),   # the time limit, from a trainer that could not tell
-    ("CANCELLED by 0", "cancelled", "cancelled"),
-    ("FAILED", "interrupted", "interrupted"),  # exit 75 reads FAILED to Slurm
-    ("COMPLETED", "ok", "ok"),
-    ("local", "running", "running"),
+@pytest.mark.parametrize("scheduler, metrics, ended, shown", [
+    ("FAILED", "running", True, "died"),             # an OOM kill of rank 0: no end record
+    ("FAILED", "no metrics yet", True, "died"),      # a launch failure: the trainer never started
+    ("unknown (not in Slurm any more)", "running", True, "died"),
+    ("finished (exit 1)", "running", True, "died"),  # a local run
+    ("RUNNING", "running", False, "running"),
+    ("PENDING", "no metrics yet", False, "no metrics yet"),
+    ("TIMEOUT", "cancelled", True, "interrupted"),   # the time limit, from a trainer that could not tell
+    ("CANCELLED by 0", "cancelled", True, "cancelled"),
+    ("FAILED", "interrupted", True, "interrupted"),  # exit 75 reads FAILED to Slurm
+    ("COMPLETED", "ok", True, "ok"),
 ])
-def test_reconcile_trusts_the_metrics_unless_the_job_ended_without_saying_how(scheduler, metrics, shown):
-    assert reconcile(scheduler, metrics) == shown
+def test_reconcile_trusts_the_metrics_unless_the_job_ended_without_saying_how(scheduler, metrics, ended, shown):
+    assert reconcile(scheduler, metrics, ended) == shown

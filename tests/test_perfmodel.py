@@ -261,7 +261,7 @@ def test_predict_from_a_run_of_another_model_refuses_to_transfer_its_compute_tim
                     profile=dict(step_s=0.3, compute_s=0.2, comm_s=0.05, data_s=0.05))
     other = _predict("--site", site_file, "--from-run", run.parent, "--model", "resnet152", "--gpus", "8")
     assert isinstance(other.exception, DlaunchError)
-    assert "--from-run: %s trains resnet50, not --model resnet152" % run.parent in str(other.exception)
+    assert "--from-run: %s trains resnet50, not --model resnet152" % run in str(other.exception)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -117,7 +117,7 @@ def test_written_failed_run_exits_1_and_says_why_without_control_characters(tmp_
     assert main(["watch", "runs/e"]) == 1
     lines = watch_lines(capsys)
     assert lines[0].endswith("runs/e/bad: finished (exit 1); failed; steps 2/6, epoch 1/3, 16.0 images/s, loss 3.000; "
-                             "why: local.log: torch.distributed.elastic: Signal 9 (SIGKILL) received by PID 4242")
+                             "why: local.log:2: torch.distributed.elastic: Signal 9 (SIGKILL) received by PID 4242")
     assert lines[2].endswith("overall: 2 of 2 runs ended (1 ok, 1 failed)")
 
 
@@ -382,7 +382,7 @@ def test_watch_sees_a_real_local_run_fail_and_exits_1_with_the_reason(tmp_path):
     assert watch.returncode == 1, stdout + stderr
     assert not CONTROL.search(stdout)
     last = LINE.match(stdout.splitlines()[-1]).group(2)
-    assert last.startswith("finished (exit 1); ") and "; why: local.log: " in last, stdout
+    assert last.startswith("finished (exit 1); ") and "; why: local.log:" in last, stdout
     assert "Signal 9 (SIGKILL) received by PID %d" % victim in last, stdout
 
 
