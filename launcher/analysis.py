@@ -20,12 +20,15 @@ Definitions (also printed in the report):
   `--target-accuracy`, from the `end` record. Runs without energy figures (version 1 files, or no
   source) have none; they are never counted as zero.
 - Diverged runs (end status `diverged`) enter no throughput, speed-up, E_G or energy figure.
+- Repeats (studies): per GPU count the median of the runs' values and their min-max range. A run's
+  speed-up is its X over the median X at G_ref; its E_G that over G / G_ref.
 
 Metrics files are read only through `train.metrics_schema` (torch-free).
 """
+import csv
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import mean
+from statistics import mean, median
 from typing import TYPE_CHECKING, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from rich import box
@@ -33,8 +36,9 @@ from rich.table import Table
 
 from launcher.errors import DlaunchError
 
-if TYPE_CHECKING:  # the site models (pydantic) stay out of `dlaunch status`'s start-up
+if TYPE_CHECKING:  # the site and study models (pydantic) stay out of `dlaunch status`'s start-up
     from launcher.sites import Reference
+    from launcher.study import Compare
 from train.metrics_schema import Metrics, MetricsError, energy_total, read_metrics
 
 METRICS_FILE = "metrics.jsonl"
@@ -348,3 +352,82 @@ def rich_table(title: Optional[str], headers: Sequence[str], rows: Sequence[Sequ
     for row in rows:
         table.add_row(*row)
     return table
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Repeated measurements of one quantity: median and min-max range."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Spread":
+        return cls(median(values), min(values), max(values), len(values))
+
+
+def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
+    """Per GPU count, each run's value of `metric` (images_per_s, speedup, efficiency, comm_share) in one
+    group; runs without it (no epochs, no profile, diverged) are left out."""
+    measured = [r for r in runs if r.throughput is not None and not r.diverged]
+    if not measured:
+        return {}
+    g_ref = min(r.world_size for r in measured)
+    x_ref = median(r.throughput for r in measured if r.world_size == g_ref)  # type: ignore[type-var]
+    values: Dict[int, List[float]] = {}
+    for r in measured:
+        if metric == "comm_share":
+            value = r.shares.comm if r.shares else None
+        elif metric == "images_per_s":
+            value = r.throughput
+        else:
+            value = r.throughput / x_ref  # type: ignore[operator]
+            value = value / (r.world_size / g_ref) if metric == "efficiency" else value
+        if value is not None:
+            values.setdefault(r.world_size, []).append(value)
+    return dict(sorted(values.items()))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Published values of one metric and this run's, for the groups the comparison matches."""
+
+    label: str
+    metric: str
+    source: str  # the published file
+    published: List[Tuple[int, float]]  # (GPUs, value)
+    measured: Dict[str, List[Tuple[int, Spread]]]  # group label -> (GPUs, spread over repeats)
+
+
+def read_published(path: Path, column: str, share_of: Sequence[str], match: Dict[str, str]) -> List[Tuple[int, float]]:
+    """(GPUs, value) from a published CSV (a `gpus` column): rows whose columns named in `match` agree,
+    empty cells left out; with `share_of` the value is divided by the sum of those columns."""
+    points = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(row for row in f if not row.startswith("#")):
+            if missing := [c for c in ["gpus", column, *share_of] if c not in row]:
+                raise DlaunchError("%s: no column %s" % (path, missing[0]))
+            if any(k in row and row[k] != v for k, v in match.items()):
+                continue
+            cells = [row[column]] + [row[c] for c in share_of]
+            if not all(cell.strip() for cell in cells):
+                continue
+            value = float(row[column])
+            if share_of:
+                value /= sum(float(row[c]) for c in share_of)
+            points.append((int(row["gpus"]), value))
+    return sorted(points)
+
+
+def compare_published(compare: "Compare", path: Path, runs: Sequence[Run]) -> Comparison:
+    """The published values of a study's `[[compare]]` entry beside the matching groups of `runs`."""
+    measured = {}
+    for key, group in group_runs(runs).items():
+        if all(getattr(key, k) == v for k, v in compare.match.items()):
+            values = run_values(group, compare.metric)
+            if values:
+                measured[key.label] = [(gpus, Spread.of(v)) for gpus, v in values.items()]
+    return Comparison(compare.label, compare.metric, path.name,
+                      read_published(path, compare.column, compare.share_of, dict(compare.match)), measured)

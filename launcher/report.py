@@ -10,7 +10,8 @@ from typing import Annotated, Dict, List, Optional, Sequence, Tuple
 import typer
 from rich.console import Console
 
-from launcher.analysis import GroupKey, Run, ScalingPoint, group_runs, load_runs, rich_table, scaling, verdict
+from launcher.analysis import (Comparison, GroupKey, Run, ScalingPoint, group_runs, load_runs, rich_table, scaling,
+                               verdict)
 from launcher.atomic import atomic_file, write_atomic
 from launcher.errors import DlaunchError
 from launcher.perfmodel import MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site, predict
@@ -405,3 +406,73 @@ def report_command(
     console.print("wrote %s" % (output / "report.md"), markup=False, highlight=False)
     if loaded.rejected:
         raise typer.Exit(1)
+
+
+COMPARISON_PLOT = "published_vs_this_run.png"
+COMPARISON_HEADERS = ["comparison", "GPUs", "published", "this run: group", "median", "min", "max", "runs"]
+METRIC_LABELS = {"images_per_s": "images/s", "speedup": "speed-up S_G", "efficiency": "E_G",
+                 "comm_share": "comm share of comm + compute + data"}
+
+
+def comparison_rows(comparisons: Sequence[Comparison]) -> List[List[str]]:
+    """One row per GPU count with a published or a measured value, per matching group."""
+    rows = []
+    for c in comparisons:
+        published = dict(c.published)
+        groups = c.measured or {"-": []}
+        for label, points in groups.items():
+            measured = dict(points)
+            for gpus in sorted(set(published) | set(measured)):
+                s = measured.get(gpus)
+                rows.append([c.label, str(gpus), _number(published.get(gpus), "%.3g"), label,
+                             *([_number(v, "%.3g") for v in (s.median, s.low, s.high)] + [str(s.n)] if s else ["-"] * 4)])
+    return rows
+
+
+def plot_comparisons(fig, comparisons: Sequence[Comparison]) -> None:
+    """One panel per comparison: published values as markers, this run's medians as lines with min-max bars."""
+    if not comparisons:
+        _note(fig.add_subplot(), "the study compares with no published data")
+        return
+    axes = fig.subplots(len(comparisons), 1, squeeze=False)[:, 0]
+    for ax, c in zip(axes, comparisons):
+        if c.published:
+            ax.plot([g for g, _ in c.published], [v for _, v in c.published], "s", color="black", markersize=7,
+                    linestyle="none", label="published (%s)" % c.source)
+        for i, (label, points) in enumerate(sorted(c.measured.items())):
+            gpus = [g for g, _ in points]
+            mid = [s.median for _, s in points]
+            err = [[s.median - s.low for _, s in points], [s.high - s.median for _, s in points]]
+            ax.errorbar(gpus, mid, yerr=err, fmt="o-", color="C%d" % (i % 10), capsize=3,
+                        label="this run: %s (median, min-max)" % label)
+        if not c.measured:
+            _note(ax, "no run of this study matches")
+        _log2_axis(ax, "GPUs")
+        ax.set_ylabel(METRIC_LABELS[c.metric])
+        ax.set_title(c.label, fontsize="small")
+        ax.legend(fontsize="x-small")
+
+
+def write_comparison(output: Path, comparisons: Sequence[Comparison], sources: Sequence[str]) -> None:
+    """The published-vs-this-run plot into `output`, and its table appended to `output`/report.md."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(7, 1.5 + 3.5 * max(1, len(comparisons))))
+    plot_comparisons(fig, comparisons)
+    fig.suptitle("Published values (markers) and this run (lines)", fontsize="medium")
+    fig.tight_layout()
+    atomic_file(output / COMPARISON_PLOT, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None}))
+    plt.close(fig)
+    section = "\n\n".join([
+        "## Published vs this run",
+        "Sources:\n" + "\n".join("- %s" % s for s in sources),
+        markdown_table(COMPARISON_HEADERS[1:], [(row[0], [row[1:]]) for row in comparison_rows(comparisons)]).replace(
+            "| group |", "| comparison |", 1),
+        "![Published values (markers) and this run (lines)](%s)" % COMPARISON_PLOT,
+    ])
+    report = output / "report.md"
+    previous = report.read_text(encoding="utf-8") if report.is_file() else ""
+    write_atomic(report, previous + "\n" + section + "\n")
