@@ -448,6 +448,10 @@ def plot_comparisons(fig, comparisons: Sequence[Comparison]) -> None:
         if not c.measured:
             _note(ax, "no run of this study matches")
         _log2_axis(ax, "GPUs")
+        counts = sorted({g for g, _ in c.published} | {g for points in c.measured.values() for g, _ in points})
+        if counts:  # every count of the panel named on its axis (the paper's 12 GPUs is no power of 2)
+            ax.set_xticks(counts, [str(g) for g in counts])
+            ax.minorticks_off()
         ax.set_ylabel(METRIC_LABELS[c.metric])
         ax.set_title(c.label, fontsize="small")
         ax.legend(fontsize="x-small")

@@ -1,5 +1,6 @@
 """`MetricsWriter` (rank 0: one validated JSON line per record, flushed and fsynced, append mode),
 provenance capture for the header, and the closing summary table."""
+import hashlib
 import json
 import os
 import platform
@@ -10,7 +11,7 @@ from typing import Any, Dict, List, Optional
 import torch
 import torchvision
 
-from train.metrics_schema import energy_total, make_record
+from train.metrics_schema import abstract_request, energy_total, make_record
 
 
 class MetricsWriter:
@@ -23,6 +24,9 @@ class MetricsWriter:
         self._file = open(path, "a", encoding="utf-8")
 
     def write(self, record_type: str, **fields: Any) -> Dict[str, Any]:
+        if record_type == "header":
+            fields = dict(header_links(), **fields)
+            fields.setdefault("request", abstract_request(fields))
         record = make_record(record_type, time.time(), **fields)
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
@@ -31,6 +35,19 @@ class MetricsWriter:
 
     def close(self) -> None:
         self._file.close()
+
+
+def header_links() -> Dict[str, Any]:
+    """The header's `parent_run` ($DLAUNCH_PARENT_RUN, set by `dlaunch rerun`) and `script_sha256` (the
+    run directory's job.sh), where known."""
+    links: Dict[str, Any] = {}
+    if os.environ.get("DLAUNCH_PARENT_RUN"):
+        links["parent_run"] = os.environ["DLAUNCH_PARENT_RUN"]
+    script = os.path.join(os.environ.get("DLAUNCH_RUN_DIR") or "", "job.sh")
+    if os.environ.get("DLAUNCH_RUN_DIR") and os.path.isfile(script):
+        with open(script, "rb") as f:
+            links["script_sha256"] = hashlib.sha256(f.read()).hexdigest()
+    return links
 
 
 def library_versions() -> Dict[str, Optional[str]]:

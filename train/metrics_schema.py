@@ -10,7 +10,11 @@ seconds). Types and their fields are in `RECORD_FIELDS`; `validate_record` check
 Versions: 2 is written; 1 and 2 are read (a file resumed by a newer trainer mixes them). Version 2
 adds energy and utilisation (header `energy_sources`; epoch `energy_j`, `gpu_utilization_pct`,
 `gpu_memory_peak_bytes`; end `energy_j`, `energy_to_accuracy_j`) and the end status `diverged`.
-Its fields are optional, so every version 1 record is a valid version 2 record too.
+Its fields are optional, so every version 1 record is a valid version 2 record too. Later optional
+header fields (version 2, never required): `request` (the abstract request: framework, world size and
+the trainer options given on the command line, apart from the resolved launch: site, image, versions,
+hosts), `parent_run` (the run this one reruns) and `script_sha256` (the batch script's hash); for files
+without `request`, `abstract_request` derives it from `argv` and `config`.
 
 Measured figures are a number or the text "unavailable: <reason>", never a zero standing in for
 "not measured". Energy is per domain (`ENERGY_DOMAINS`), in joules, summed over the job's ranks.
@@ -62,6 +66,9 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
         "image": (_OPT_STR, True),
         "git_revision": (_OPT_STR, True),
         "energy_sources": ((dict,), False),  # domain -> source on rank 0, or "unavailable: <reason>"
+        "request": ((dict,), False),  # abstract_request(): framework, world_size, options
+        "parent_run": (_OPT_STR, False),  # the run this one reruns (`dlaunch rerun`)
+        "script_sha256": (_OPT_STR, False),  # sha256 of the run directory's job.sh
     },
     "epoch": {
         "epoch": ((int,), True),  # 0-based
@@ -105,6 +112,29 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
         "energy_to_accuracy_j": (_OPT_NUM, False),  # energy_total at the first validation >= target
     },
 }
+
+
+# Trainer flags the launcher sets from the run directory and its provenance: not part of a request.
+LAUNCHER_SET_FLAGS = ("framework", "metrics", "checkpoint-dir", "resume", "experiment", "site", "image")
+
+
+def requested_options(argv: List[str], config: Dict[str, Any]) -> Dict[str, Any]:
+    """The trainer options given on the command line `argv`, with their parsed values from `config`."""
+    options = {}
+    for token in argv:
+        name = token[2:].split("=", 1)[0] if token.startswith("--") else None
+        if name and name not in LAUNCHER_SET_FLAGS and name.replace("-", "_") in config:
+            options[name] = config[name.replace("-", "_")]
+    return options
+
+
+def abstract_request(header: Dict[str, Any]) -> Dict[str, Any]:
+    """What a run asked for (framework, world size, trainer options), from its header's `request`, or
+    derived from `argv` and `config` (files written before `request` existed)."""
+    if isinstance(header.get("request"), dict):
+        return header["request"]
+    return {"framework": header["framework"], "world_size": header["world_size"],
+            "options": requested_options(header["argv"], header["config"])}
 
 
 class MetricsError(ValueError):
