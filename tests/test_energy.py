@@ -53,6 +53,8 @@ def test_amd_sources_on_this_machine_say_why_they_are_unavailable():
 
 @pytest.mark.skipif(os.path.exists("/sys/class/powercap/intel-rapl:0/energy_uj"), reason="this machine has RAPL")
 def test_rapl_on_this_machine_says_why_it_is_unavailable():
+    if os.path.isdir("/sys/class/powercap/intel-rapl:0"):
+        pytest.skip("RAPL zones exist here (the next test reads them)")
     with pytest.raises(Unavailable, match="no RAPL zones in /sys/class/powercap"):
         RaplCounter("cpu")
 
