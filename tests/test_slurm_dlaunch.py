@@ -68,12 +68,22 @@ def log_text(run_dir: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in run_dir.glob("slurm-*.out"))
 
 
+@pytest.fixture(scope="module")
+def jsc_like_site(slurm_cluster, tmp_path_factory) -> Path:
+    """A profile like JSC's: rendezvous at `<first node>i`, Gloo/NCCL on the second network's interface."""
+    return slurm_cluster.site_profile(tmp_path_factory.mktemp("sites") / "slurm-jsc-like.toml", second_network=True)
+
+
+# `jsc_like_site`: torch's c10d rendezvous finds no host for an endpoint named after a secondary interface
+# (pytorch/pytorch#73656); every agent waited as a client until it timed out, before torchrun_jsc.
+@pytest.mark.parametrize("site_fixture", ["slurm_site", "jsc_like_site"])
 @pytest.mark.parametrize("framework", ["ddp", pytest.param("horovod", marks=pytest.mark.horovod),
                                        pytest.param("deepspeed", marks=pytest.mark.deepspeed)])
-def test_run_completes_on_two_hosts(framework, two_nodes, slurm_site, tmp_path):
+def test_run_completes_on_two_hosts(framework, site_fixture, two_nodes, request, tmp_path):
     if framework != "ddp":
         require_library(framework)
-    run_dir = submit(two_nodes, tmp_path, slurm_site, framework, "--framework", framework, "--nodes", "2", "--steps", "4")
+    site = request.getfixturevalue(site_fixture)
+    run_dir = submit(two_nodes, tmp_path, site, framework, "--framework", framework, "--nodes", "2", "--steps", "4")
     assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "COMPLETED", log_text(run_dir)
     metrics = read_metrics(str(run_dir / "metrics.jsonl"))
     assert metrics.header["world_size"] == 2
@@ -84,26 +94,6 @@ def test_run_completes_on_two_hosts(framework, two_nodes, slurm_site, tmp_path):
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if job_id(run_dir) in line)
     assert "COMPLETED" in row and " ok " in row and "metrics.jsonl" in row
-
-
-@pytest.fixture(scope="module")
-def jsc_like_site(slurm_cluster, tmp_path_factory) -> Path:
-    """A profile like JSC's: rendezvous at `<first node>i`, Gloo/NCCL on the second network's interface."""
-    return slurm_cluster.site_profile(tmp_path_factory.mktemp("sites") / "slurm-jsc-like.toml", second_network=True)
-
-
-@pytest.mark.parametrize("framework", ["ddp", pytest.param("horovod", marks=pytest.mark.horovod),
-                                       pytest.param("deepspeed", marks=pytest.mark.deepspeed)])
-def test_run_completes_over_a_second_network_named_like_jsc(framework, two_nodes, jsc_like_site, tmp_path):
-    # torch's c10d rendezvous finds no host for an endpoint named after a secondary interface
-    # (pytorch/pytorch#73656): every agent waited as a client until it timed out, before torchrun_jsc.
-    if framework != "ddp":
-        require_library(framework)
-    run_dir = submit(two_nodes, tmp_path, jsc_like_site, framework, "--framework", framework, "--nodes", "2", "--steps", "4")
-    assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "COMPLETED", log_text(run_dir)
-    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
-    assert metrics.status == "ok" and metrics.header["world_size"] == 2
-    assert len(set(metrics.header["hosts"])) == 2
 
 
 def test_sweep_groups_one_run_per_node_count(two_nodes, slurm_site, tmp_path):

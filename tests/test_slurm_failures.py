@@ -6,7 +6,7 @@ import shutil
 import signal
 import subprocess
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import pytest
 
@@ -27,11 +27,13 @@ def folder(tmp_path: Path) -> Path:
     return root
 
 
-def run_on(cluster: slurm.Cluster, cwd: Path, site: Path, name: str, *args: str) -> Path:
+def run_on(cluster: slurm.Cluster, cwd: Path, site: Path, name: str, *args: str, output: Optional[Path] = None) -> Path:
+    """`dlaunch run` of a 2-node job; its run directory (under `output`, default ./runs)."""
+    output = output or cwd / "runs"
     ran = dlaunch(cluster, cwd, "run", "--site", str(site), "--experiment", "failures", "--run-name", name,
-                  "--nodes", "2", "--time", "00:10:00", *args)
+                  "--output", str(output), "--nodes", "2", "--time", "00:10:00", *args)
     assert ran.returncode == 0, ran.stderr
-    return cwd / "runs" / "failures" / name
+    return output / "failures" / name
 
 
 def status_of(cluster: slurm.Cluster, cwd: Path, run_dir: Path) -> str:
@@ -69,10 +71,7 @@ def test_a_full_disk_reads_no_space_left(two_nodes, slurm_site, tmp_path):
         pytest.skip("the cluster given by $SLURM_CONF has no small disk")
     output = Path(two_nodes.small_disk) / tmp_path.name  # 16 MiB: the metrics fit, a ResNet-18 checkpoint does not
     try:
-        ran = dlaunch(two_nodes, tmp_path, "run", "--site", str(slurm_site), "--experiment", "failures", "--run-name",
-                      "full", "--output", str(output), "--nodes", "2", "--time", "00:10:00", *TINY, "--steps", "4")
-        assert ran.returncode == 0, ran.stderr
-        run_dir = output / "failures" / "full"
+        run_dir = run_on(two_nodes, tmp_path, slurm_site, "full", *TINY, "--steps", "4", output=output)
         assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "FAILED"
         shown = status_of(two_nodes, tmp_path, run_dir)
         assert "No space left on device" in shown, shown + log_text(run_dir)
@@ -86,10 +85,7 @@ def test_a_run_directory_the_nodes_cannot_see_reads_died(two_nodes, slurm_site, 
     hidden.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(hidden)], check=True, timeout=30)
     try:
-        ran = dlaunch(two_nodes, tmp_path, "run", "--site", str(slurm_site), "--experiment", "failures", "--run-name",
-                      "unseen", "--output", str(hidden), "--nodes", "2", "--time", "00:10:00", *TINY, "--steps", "4")
-        assert ran.returncode == 0, ran.stderr
-        run_dir = hidden / "failures" / "unseen"
+        run_dir = run_on(two_nodes, tmp_path, slurm_site, "unseen", *TINY, "--steps", "4", output=hidden)
         assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "FAILED"
         shown = status_of(two_nodes, tmp_path, run_dir)
         assert " died" in shown and "running" not in shown, shown
