@@ -30,7 +30,8 @@ def read_result(result: Path) -> Tuple[Metrics, str]:
         from launcher.archive import read_member
 
         archive, member = text.split(".tar.gz:", 1)
-        return read_member(Path(archive + ".tar.gz"), member), text
+        bundle = Path(archive + ".tar.gz")
+        return read_member(bundle, member), "%s:%s" % (bundle.resolve(), member)
     path = result / METRICS_FILE if result.is_dir() else result
     if not path.is_file():
         raise DlaunchError("%s: no metrics file (give a metrics.jsonl, a run directory or ARCHIVE.tar.gz:RUN)" % result)
