@@ -222,3 +222,18 @@ def test_exploding_lr_run_ends_diverged_and_is_absent_from_the_report_tables(tmp
     tables = text.split("## Diverged runs")[0]
     assert "lr1e6" not in tables and "lr0" in tables
     assert "lr1e6" in text.split("## Diverged runs")[1]
+
+
+def test_juwels_booster_reference_gives_verdicts_for_one_a100(tmp_path):
+    """sites/juwels-booster.toml's [[reference]]: ResNet-50 on one A100, 938 images/s, tolerance 0.25."""
+    from test_analysis import write_run
+
+    write_run(tmp_path / "runs", "fast", 1, [100.0, 800.0], site="juwels-booster", experiment="ref")
+    write_run(tmp_path / "runs", "slow", 1, [100.0, 600.0], site="juwels-booster", experiment="ref2")
+    write_run(tmp_path / "runs", "g4", 4, [100.0, 3000.0], site="juwels-booster", experiment="ref")
+    result = _report(tmp_path / "runs", "--output", tmp_path / "report")
+    assert result.exit_code == 0, result.output
+    runs = {row[1]: row for row in table_rows((tmp_path / "report" / "report.md").read_text(), "## Runs")}
+    assert runs["fast"][8] == "PASS %+.1f%%" % (100 * (800 / 938 - 1))  # within 25 % of 938
+    assert runs["slow"][8] == "FAIL %+.1f%%" % (100 * (600 / 938 - 1))
+    assert runs["g4"][8] == "-"  # no reference for 4 GPUs
