@@ -38,6 +38,12 @@ LAZY_COMMANDS = {
     "images": ("launcher.images", "images_command"),
     "report": ("launcher.report", "report_command"),
     "predict": ("launcher.perfmodel", "predict_command"),
+    "rerun": ("launcher.rerun", "rerun_command"),
+    "archive": ("launcher.archive", "archive_command"),
+}
+# Command groups defined in heavy modules: name -> (module, typer.Typer attribute, one-line help).
+LAZY_GROUPS = {
+    "study": ("launcher.study", "study_app", "Studies: run a study file's matrix, its status, its report."),
 }
 
 
@@ -62,9 +68,15 @@ class DlaunchGroup(TyperGroup):
         return super().parse_args(ctx, args)
 
     def list_commands(self, ctx: Any) -> List[str]:
-        return super().list_commands(ctx) + [name for name in LAZY_COMMANDS if name not in self.commands]
+        return super().list_commands(ctx) + [name for name in [*LAZY_COMMANDS, *LAZY_GROUPS] if name not in self.commands]
 
     def get_command(self, ctx: Any, name: str) -> Any:
+        if name in LAZY_GROUPS and name not in self.commands:
+            module, attribute, help_text = LAZY_GROUPS[name]
+            if self.listing:
+                return TyperCommand(name, help=help_text)
+            self.commands[name] = typer.main.get_group(getattr(importlib.import_module(module), attribute))
+            self.commands[name].name = name
         if name in LAZY_COMMANDS and name not in self.commands:
             module, function = LAZY_COMMANDS[name]
             if self.listing:
@@ -231,7 +243,7 @@ def submit(request: LaunchRequest, plan: "LaunchPlan", script: str, run: RunDir)
     return submission.exit_code
 
 
-def _check_image(plan: "LaunchPlan", dry_run: bool) -> None:
+def check_image(plan: "LaunchPlan", dry_run: bool) -> None:
     if plan.image and not os.path.isfile(plan.image):
         message = "--image: %s does not exist (build it with `make image-%s`; `dlaunch images` lists them)" % (plan.image, plan.framework)
         if not dry_run:
@@ -261,7 +273,7 @@ def run(site: Site_ = None, framework: Framework = "ddp",
                                time=time_limit, account=account, image=image, output=output, experiment=experiment,
                                run_name=run_name, trainer=trainer, requeue=requeue)
         request, plan, script = prepare(request, dry_run=dry_run)
-    _check_image(plan, dry_run)
+    check_image(plan, dry_run)
     if dry_run:
         out.out(script, end="")
         return 0
@@ -315,7 +327,7 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
                                 image=image, output=output, experiment=experiment, requeue=requeue,
                                 run_name="%s%04d" % (key[0], count), trainer=trainer, **{key: count})
         request, plan, script = prepare(request, dry_run=dry_run)
-        _check_image(plan, dry_run)
+        check_image(plan, dry_run)
         jobs.append((request, plan, script))
     if dry_run:
         for _, _, script in jobs:

@@ -141,6 +141,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         ("DLAUNCH_GIT_REVISION", git_revision),
         ("DLAUNCH_EXPERIMENT", experiment),
         ("DLAUNCH_RUN_DIR", run_dir),
+        ("DLAUNCH_PARENT_RUN", environ.get("DLAUNCH_PARENT_RUN")),  # set by `dlaunch rerun`
     ) if value)
     slurm_lines: Tuple[str, ...] = ()
     if site.scheduler == "slurm":

@@ -94,7 +94,7 @@ def rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Optional[i
         raise DlaunchError("--nodes/--gpus: give one of them")
     metrics, parent = read_result(result)
     request, plan, script = cli.prepare(request_of(metrics, site, nodes, gpus, output, data), dry_run=dry_run)
-    cli._check_image(plan, dry_run)
+    cli.check_image(plan, dry_run)
     rows = differences(metrics, request, plan)
     if dry_run:
         cli.out.out(script, end="")

@@ -301,7 +301,7 @@ def run_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool 
         request = dataclasses.replace(job.request, resume=resume)
         with cli.err.capture() as captured:  # one line per distinct warning, not one per job
             request, plan, script = cli.prepare(request, run_dir=folder / job.matrix / job.name, dry_run=dry_run)
-            cli._check_image(plan, dry_run)
+            cli.check_image(plan, dry_run)
         warnings.update(line for line in captured.get().splitlines() if line)
         rendered.append((job, resume, request, plan, script))
     for line, n in sorted(warnings.items()):
