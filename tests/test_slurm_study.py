@@ -1,0 +1,68 @@
+"""A study on the real test cluster: 2 repeats over 1 and 2 nodes, a killed job resubmitted by a second
+`study run`, and a report with medians and their spread."""
+from pathlib import Path
+
+import pytest
+
+from test_slurm_dlaunch import JOB_TIMEOUT_S, dlaunch, job_id, log_text, two_nodes  # noqa: F401
+from train.metrics_schema import read_metrics
+
+pytestmark = pytest.mark.slow
+
+STUDY = '''
+name = "cluster"
+description = "ResNet-44 at 32 px on synthetic data, DDP over 1 and 2 nodes, 2 repeats"
+based_on = ["tests/test_slurm_study.py"]
+compare = [
+  { label = "Mahon et al. 2020: DDP speed-up, ResNet-44", file = "mahon2020_speedup.csv", metric = "speedup", column = "speedup", match = { framework = "ddp", model = "resnet44" } },
+]
+time = "00:10:00"
+
+[recipe]
+data = "synthetic"
+num-classes = 10
+image-size = 32
+batch-size = 4
+steps = 24
+steps-per-epoch = 4
+warmup-steps = 1
+threads = 1
+device = "cpu"
+workers = 0
+
+[[matrix]]
+name = "scaling"
+frameworks = ["ddp"]
+loaders = ["native"]
+models = ["resnet44"]
+nodes = [1, 2]
+repeats = 2
+'''
+
+
+def test_a_study_with_repeats_survives_a_killed_job_and_reports_medians(two_nodes, slurm_site, tmp_path):
+    study = tmp_path / "cluster.toml"
+    study.write_text(STUDY)
+    first = dlaunch(two_nodes, tmp_path, "study", "run", str(study), "--site", str(slurm_site))
+    assert first.returncode == 0, first.stderr
+    runs = sorted((tmp_path / "runs" / "cluster" / "scaling").iterdir())
+    assert len(runs) == 4
+    killed = runs[-1]
+    two_nodes.run(["scancel", job_id(killed)])  # pending or running: either way it ends not ok
+    for run in runs:
+        two_nodes.wait_job(job_id(run), JOB_TIMEOUT_S)
+
+    again = dlaunch(two_nodes, tmp_path, "study", "run", str(study), "--site", str(slurm_site))
+    assert again.returncode == 0, again.stderr
+    assert "1 jobs" in again.stdout and "resubmitting scaling/%s" % killed.name in again.stderr
+    assert two_nodes.wait_job(job_id(killed), JOB_TIMEOUT_S) == "COMPLETED", log_text(killed)
+    assert [read_metrics(str(r / "metrics.jsonl")).status for r in runs] == ["ok"] * 4
+
+    report = dlaunch(two_nodes, tmp_path, "study", "report", str(tmp_path / "runs" / "cluster"), "-o", str(tmp_path / "report"))
+    assert report.returncode == 0, report.stderr
+    section = (tmp_path / "report" / "report.md").read_text().split("## Published vs this run", 1)[1]
+    rows = {row[1]: row for row in ([c.strip() for c in line.strip("|").split(" | ")]
+                                    for line in section.splitlines() if line.startswith("| Mahon"))}
+    for gpus in ("1", "2"):  # this run: median, min, max over the 2 repeats
+        low, mid, high = (float(v) for v in (rows[gpus][5], rows[gpus][4], rows[gpus][6]))
+        assert low <= mid <= high and rows[gpus][7] == "2", rows
