@@ -3,7 +3,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Dict, List, Literal, Optional
+from typing import Annotated, Dict, List, Literal, Optional, Type, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
@@ -173,8 +173,11 @@ class Site(_Model):
         raise DlaunchError("--partition: %r is not a partition of site %s (known: %s)" % (name, self.name, known))
 
 
-def load_site(path: Path) -> Site:
-    """Read and validate one profile; errors name the file and the field."""
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def load_toml(path: Path, model: Type[ModelT]) -> ModelT:
+    """Read a TOML file into `model`; errors name the file and the field."""
     shown = display_path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -183,12 +186,17 @@ def load_site(path: Path) -> Site:
     except tomllib.TOMLDecodeError as e:
         raise DlaunchError("%s: invalid TOML: %s" % (shown, e)) from None
     try:
-        return Site.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         message = first["msg"].replace("Value error, ", "")
         raise DlaunchError("%s: %s%s" % (shown, where + ": " if where else "", message)) from None
+
+
+def load_site(path: Path) -> Site:
+    """Read and validate one profile."""
+    return load_toml(path, Site)
 
 
 def site_dirs() -> List[Path]:

@@ -14,19 +14,18 @@ import dataclasses
 import itertools
 import json
 import os
-import tomllib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Dict, List, Literal, Optional, Sequence, Tuple
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from launcher.errors import DlaunchError
 from launcher.request import FRAMEWORKS, LaunchRequest, check_trainer_value
 from launcher.rundir import RunDir, display_path, find_runs
-from launcher.sites import SAFE_NAME, parse_time
+from launcher.sites import SAFE_NAME, load_toml, parse_time
 from train.config import MODELS, SCHEDULES
 
 PUBLISHED_DIR = Path(__file__).resolve().parents[1] / "data" / "published"
@@ -81,7 +80,23 @@ class Compare(_Model):
         return name
 
 
-class Matrix(_Model):
+class _WithRecipe(_Model):
+    """A recipe of trainer flags and a time limit, checked alike in a study and in each of its matrix blocks."""
+
+    @field_validator("recipe", check_fields=False)
+    @classmethod
+    def _recipe(cls, recipe: Dict[str, Any]) -> Dict[str, Any]:
+        return _check_recipe(recipe)
+
+    @field_validator("time", check_fields=False)
+    @classmethod
+    def _time(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None:
+            parse_time(value)
+        return value
+
+
+class Matrix(_WithRecipe):
     """One block of runs: every combination of its lists, `repeats` times, less the `exclude`d ones."""
 
     name: SafeName
@@ -98,18 +113,6 @@ class Matrix(_Model):
     time: Optional[str] = None
     partition: Optional[SafeName] = None
 
-    @field_validator("recipe")
-    @classmethod
-    def _recipe(cls, recipe: Dict[str, Any]) -> Dict[str, Any]:
-        return _check_recipe(recipe)
-
-    @field_validator("time")
-    @classmethod
-    def _time(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None:
-            parse_time(value)
-        return value
-
     @model_validator(mode="after")
     def _counts(self) -> "Matrix":
         if (self.gpus is None) == (self.nodes is None):
@@ -121,7 +124,7 @@ class Matrix(_Model):
         return "gpus" if self.gpus is not None else "nodes"
 
 
-class Study(_Model):
+class Study(_WithRecipe):
     name: SafeName
     description: str
     based_on: List[str] = Field(min_length=1)
@@ -131,17 +134,6 @@ class Study(_Model):
     dataset: Optional[Dataset] = None
     matrix: List[Matrix] = Field(min_length=1)
     compare: List[Compare] = []
-
-    @field_validator("recipe")
-    @classmethod
-    def _recipe(cls, recipe: Dict[str, Any]) -> Dict[str, Any]:
-        return _check_recipe(recipe)
-
-    @field_validator("time")
-    @classmethod
-    def _time(cls, value: str) -> str:
-        parse_time(value)
-        return value
 
     @model_validator(mode="after")
     def _unique(self) -> "Study":
@@ -155,20 +147,7 @@ class Study(_Model):
 
 def load_study(path: Path) -> Study:
     """Read and validate a study file; errors name the file and the field (exit code 2)."""
-    shown = display_path(Path(path))
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise DlaunchError("%s: %s" % (shown, e.strerror or e)) from None
-    except tomllib.TOMLDecodeError as e:
-        raise DlaunchError("%s: invalid TOML: %s" % (shown, e)) from None
-    try:
-        return Study.model_validate(data)
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        message = first["msg"].replace("Value error, ", "")
-        raise DlaunchError("%s: %s%s" % (shown, where + ": " if where else "", message)) from None
+    return load_toml(Path(path), Study)
 
 
 @dataclass(frozen=True)
