@@ -382,6 +382,7 @@ STATUS_LEAVE_OUT = ("results", "site", "job", "images/s", "epochs")
 
 def show_status(runs: List[RunDir]) -> None:
     """A table of the runs (scheduler state, metrics status, epochs done, images/s), then why any failed."""
+    from launcher.failures import scheduler_label
     from launcher.runstate import observe
     from launcher.tables import fit_table
 
@@ -390,7 +391,7 @@ def show_status(runs: List[RunDir]) -> None:
         p = snapshot.progress
         epochs = "%d/%d" % (p.epochs_done, p.epochs_total) if p.epochs_total else (str(p.epochs_done) if p.epochs_done else "-")
         speed = "%.1f" % p.images_per_s if p.images_per_s is not None else "-"
-        rows.append((snapshot.name, snapshot.site, snapshot.job, snapshot.state, p.status, epochs, speed,
+        rows.append((snapshot.name, snapshot.site, snapshot.job, scheduler_label(snapshot.state, p.status), p.status, epochs, speed,
                      display_path(snapshot.run.metrics_path)))
         if snapshot.failed:
             reasons.append("%s: %s" % (snapshot.name, why_failed(snapshot)))

@@ -88,3 +88,14 @@ def reconcile(scheduler_state: str, metrics_status: str, ended: bool) -> str:
     if scheduler_state.startswith("TIMEOUT") and metrics_status == "cancelled":
         return "interrupted"
     return metrics_status
+
+
+# What the trainer's own exit codes mean when Slurm calls the job FAILED (see train/__main__.py).
+TRAINER_ENDINGS = {"interrupted": "exit 75: checkpointed, resume it", "diverged": "exit 65: the loss diverged"}
+
+
+def scheduler_label(scheduler_state: str, status: str) -> str:
+    """Slurm's state, with what a FAILED job's trainer meant by it when that was no failure of the job."""
+    if scheduler_state == "FAILED" and status in TRAINER_ENDINGS:
+        return "FAILED (%s)" % TRAINER_ENDINGS[status]
+    return scheduler_state

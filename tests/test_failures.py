@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.failures import explain, reconcile
+from launcher.failures import explain, reconcile, scheduler_label
 from launcher.rundir import RunDir
 
 TORCHRUN_NOISE = [
@@ -89,3 +89,10 @@ def test_written_log_without_any_cause_explains_nothing(tmp_path):
 ])
 def test_reconcile_trusts_the_metrics_unless_the_job_ended_without_saying_how(scheduler, metrics, ended, shown):
     assert reconcile(scheduler, metrics, ended) == shown
+
+
+def test_a_failed_job_whose_trainer_was_interrupted_or_diverged_says_so_beside_slurms_state():
+    assert scheduler_label("FAILED", "interrupted") == "FAILED (exit 75: checkpointed, resume it)"
+    assert scheduler_label("FAILED", "diverged") == "FAILED (exit 65: the loss diverged)"
+    assert scheduler_label("FAILED", "failed") == "FAILED"
+    assert scheduler_label("TIMEOUT", "interrupted") == "TIMEOUT"
