@@ -69,6 +69,8 @@ def test_watch_exits_nonzero_for_a_failed_two_node_run(two_nodes, slurm_site, tm
     assert watched.returncode == 1, watched.stdout + watched.stderr
     run, rest = shown(watched.stdout)[-1]
     assert run == "runs/tests/failing"
-    assert rest.startswith("FAILED; no metrics yet; why: slurm-%s.out: " % job_id(run_dir)), rest
+    # The job ended before any metrics: `died`, and the trainer's own error line says why.
+    assert rest.startswith("FAILED; died; why: slurm-%s.out:" % job_id(run_dir)), rest
+    assert "train: error: --data %s: no such directory" % (tmp_path / "no-such-dataset") in rest, rest
     once = watch_through_a_pipe(two_nodes, tmp_path, "watch", "--once", "runs/tests")
     assert once.returncode == 1 and shown(once.stdout)[-1][1] == rest
