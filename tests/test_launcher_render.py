@@ -15,7 +15,7 @@ from launcher.plan import build_plan
 from launcher.render import render_script
 from launcher.request import FRAMEWORKS, LaunchRequest
 from launcher.sites import SHIPPED_SITES_DIR, Site, load_site
-from test_launcher_fakes import fake_env, install_fakes, read_args, script_for
+from test_launcher_fakes import fake_env, install_fakes, plan_for, read_args, script_for
 
 GOLDEN = Path(__file__).parent / "golden"
 SITES = sorted(p.stem for p in SHIPPED_SITES_DIR.glob("*.toml"))
@@ -234,3 +234,32 @@ def test_rendered_trainer_argv_is_accepted_by_the_trainer(framework):
     plan = build_plan(site("local"), request, run_dir="/tmp/run", git_revision=None, image=None, environ={})
     cfg = parse_config(list(plan.trainer_argv))
     assert (cfg.framework, cfg.batch_size, cfg.zero_stage, cfg.metrics) == (framework, 64, 2, "/tmp/run/metrics.jsonl")
+
+
+def juwels_plan(**change):
+    fields = dict(site="juwels", nodes=2, account="proj42", experiment="exp")
+    fields.update(change)
+    return plan_for(site("juwels-booster"), LaunchRequest(**fields))
+
+
+def test_a_short_time_limit_and_an_unseen_data_folder_are_warned_about_not_refused():
+    assert any(w.startswith("--time 00:03:00 leaves less than twice the 120 s warning") for w in juwels_plan(time="00:03:00").warnings)
+    assert juwels_plan(time="00:04:00").warnings == ()
+    unseen = juwels_plan(trainer=(("data", "/p/scratch/not-mounted-here"),))
+    assert unseen.warnings == ("--data /p/scratch/not-mounted-here is not visible here; it is checked on the nodes only",)
+    with pytest.raises(DlaunchError, match="^--data: /nowhere does not exist"):
+        plan_for(site("local"), LaunchRequest(site="local", gpus=1, trainer=(("data", "/nowhere"),)))
+
+
+def test_a_data_folder_seen_here_gets_the_trainers_full_check_before_submission(tmp_path):
+    for split in ("train", "val"):
+        (tmp_path / split / "cat").mkdir(parents=True)
+        (tmp_path / split / "cat" / "1.JPEG").write_bytes(b"")
+    (tmp_path / "train" / "dog").mkdir()
+    with pytest.raises(DlaunchError, match="^trainer options: --data %s: no images in %s$" % (tmp_path, tmp_path / "train" / "dog")):
+        juwels_plan(trainer=(("data", str(tmp_path)),))
+
+
+def test_jobs_are_requeued_after_a_node_failure_unless_told_not_to():
+    assert "--requeue" in juwels_plan().sbatch and "--open-mode=append" in juwels_plan().sbatch
+    assert "--no-requeue" in juwels_plan(requeue=False).sbatch and "--requeue" not in juwels_plan(requeue=False).sbatch
