@@ -10,7 +10,7 @@ and `DLAUNCH_PARENT_RUN`, which the trainer writes into its header as `parent_ru
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Optional, Tuple
+from typing import Annotated, Any, List, Optional, Tuple
 
 import typer
 

@@ -34,3 +34,11 @@ def slurm_cluster() -> Iterator[slurm.Cluster]:
 def slurm_site(slurm_cluster: slurm.Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A launcher site profile (TOML) for the session's cluster."""
     return slurm_cluster.site_profile(tmp_path_factory.mktemp("sites") / "slurm-test.toml")
+
+
+@pytest.fixture
+def two_nodes(slurm_cluster: slurm.Cluster) -> slurm.Cluster:
+    """The session's cluster, for tests that need two nodes."""
+    if slurm_cluster.nodes < 2:
+        pytest.skip("the cluster given by $SLURM_CONF has %d node(s); these tests need 2" % slurm_cluster.nodes)
+    return slurm_cluster

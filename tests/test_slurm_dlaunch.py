@@ -23,13 +23,6 @@ TINY = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--b
 JOB_TIMEOUT_S = 180
 
 
-@pytest.fixture
-def two_nodes(slurm_cluster):
-    if slurm_cluster.nodes < 2:
-        pytest.skip("the cluster given by $SLURM_CONF has %d node(s); these tests need 2" % slurm_cluster.nodes)
-    return slurm_cluster
-
-
 def dlaunch(cluster: slurm.Cluster, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     """The dlaunch CLI of this environment, in `cwd`, talking to the cluster (wide tables for assertions)."""
     return subprocess.run([DLAUNCH, *args], cwd=cwd, capture_output=True, text=True, timeout=120,

@@ -11,7 +11,7 @@ from typing import List, Optional
 import pytest
 
 import slurm
-from test_slurm_dlaunch import JOB_TIMEOUT_S, TINY, dlaunch, epochs_written, job_id, log_text, submit, two_nodes, wait_for  # noqa: F401
+from test_slurm_dlaunch import JOB_TIMEOUT_S, TINY, dlaunch, epochs_written, job_id, log_text, submit, wait_for
 from train.data.make_folder import make_pattern_folder
 from train.metrics_schema import read_metrics
 

@@ -3,13 +3,13 @@ import re
 
 import pytest
 
-from test_slurm_dlaunch import JOB_TIMEOUT_S, TINY, dlaunch, job_id, log_text, two_nodes  # noqa: F401 (fixture)
+from test_slurm_dlaunch import JOB_TIMEOUT_S, TINY, dlaunch, job_id, log_text
 from train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.slow
 
 
-def test_predict_from_a_one_and_two_node_sweep_predicts_four_nodes(two_nodes, tmp_path):  # noqa: F811
+def test_predict_from_a_one_and_two_node_sweep_predicts_four_nodes(two_nodes, tmp_path):
     site = two_nodes.site_profile(tmp_path / "slurm-four.toml", max_nodes=4)  # predicting 4 nodes is allowed
     swept = dlaunch(two_nodes, tmp_path, "sweep", "--site", str(site), "--nodes", "1,2", "--experiment", "calibration",
                     "--time", "00:10:00", *TINY, "--steps", "8", "--profile-steps", "2")

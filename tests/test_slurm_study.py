@@ -1,10 +1,8 @@
 """A study on the real test cluster: 2 repeats over 1 and 2 nodes, a killed job resubmitted by a second
 `study run`, and a report with medians and their spread."""
-from pathlib import Path
-
 import pytest
 
-from test_slurm_dlaunch import JOB_TIMEOUT_S, dlaunch, job_id, log_text, two_nodes  # noqa: F401
+from test_slurm_dlaunch import JOB_TIMEOUT_S, dlaunch, job_id, log_text
 from train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ from typing import List
 
 import pytest
 
-from test_slurm_dlaunch import DLAUNCH, JOB_TIMEOUT_S, TINY, job_id, log_text, submit, two_nodes  # noqa: F401 (fixture)
+from test_slurm_dlaunch import DLAUNCH, JOB_TIMEOUT_S, TINY, job_id, log_text, submit
 from test_watch import watch_in_tmux
 
 pytestmark = pytest.mark.slow

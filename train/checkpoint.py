@@ -12,8 +12,6 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from train.signals import StopSignals  # noqa: F401  (the loop imports it from here)
-
 CHECKPOINT_NAME = "last.pt"
 
 

@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.nn as nn
 
-from train.checkpoint import StopSignals, checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from train.checkpoint import checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from train.config import (EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, ConfigError,
                           TrainConfig)
 from train.data import build_loaders
@@ -43,6 +43,7 @@ from train.metrics_schema import energy_total, is_number
 from train.models import build_model
 from train.profiling import StepProfiler
 from train.schedule import LRSchedule
+from train.signals import StopSignals
 
 # Steps between stop-signal checks: bounds the extra work after Slurm's warning (sent 120 s early)
 # while keeping the all-reduce and device sync of a check off most steps.
