@@ -11,7 +11,7 @@ from typing import List, Optional
 import pytest
 
 import slurm
-from test_slurm_dlaunch import JOB_TIMEOUT_S, TINY, dlaunch, epochs_written, job_id, log_text, submit, wait_for
+from test_slurm_dlaunch import JOB_TIMEOUT_S, TINY, dlaunch, epochs_written, job_id, log_text, submit, trainer_pids, wait_for
 from train.data.make_folder import make_pattern_folder
 from train.metrics_schema import read_metrics
 
@@ -97,16 +97,14 @@ def test_a_run_directory_the_nodes_cannot_see_reads_died(two_nodes, slurm_site, 
 
 
 def rank_pid(cluster: slurm.Cluster, rank: int) -> int:
-    """The trainer worker of `rank`, found by its RANK variable in the nodes' namespaces."""
+    """The trainer worker of `rank`, found by its RANK variable among the nodes' trainer processes."""
     for node in cluster.node_names:
-        listed = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True, timeout=30)
-        for pid in map(int, listed.stdout.split()):
+        for pid in trainer_pids(node):
             try:
                 environ = Path("/proc/%d/environ" % pid).read_bytes().split(b"\0")
-                argv = Path("/proc/%d/cmdline" % pid).read_bytes().split(b"\0")
             except (FileNotFoundError, ProcessLookupError):
                 continue
-            if b"train" in argv and b"-m" in argv and b"RANK=%d" % rank in environ:
+            if b"RANK=%d" % rank in environ:
                 return pid
     raise AssertionError("no trainer of rank %d" % rank)
 
