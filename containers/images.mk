@@ -10,7 +10,7 @@ IMAGES_DIR ?= $(or $(DLAUNCH_IMAGES_DIR),images)
 APPTAINER ?= $(shell command -v apptainer || command -v singularity)
 APPTAINER_BUILD_FLAGS ?= --fakeroot
 GIT_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
-IMAGE_FRAMEWORKS := ddp horovod deepspeed
+IMAGE_FRAMEWORKS := $(shell python3 -c "import train.framework_table as t; print(*t.image_frameworks())")
 IMAGE_TARGETS := $(addprefix image-,$(IMAGE_FRAMEWORKS))
 IMAGE_STACKS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard containers/*/*.def)))))
 

@@ -147,7 +147,7 @@ def _trainer_parameters() -> List[inspect.Parameter]:
             annotation: Any = Annotated[bool, typer.Option("--" + flag.name, help=flag.help, rich_help_panel="Trainer")]
             default: Any = False
         else:
-            kind = Literal[flag.choices] if flag.choices else flag.kind
+            kind = Literal[flag.choices] if flag.choices and flag.kind is str else flag.kind  # int choices: checked by the request
             option = typer.Option("--" + flag.name, help=flag.help, rich_help_panel="Trainer")
             annotation, default = Annotated[Optional[kind], option], None
         params.append(inspect.Parameter(flag.attr, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))

@@ -6,65 +6,14 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from launcher.errors import DlaunchError
-from train.config import FRAMEWORKS, MODELS, SCHEDULES  # the trainer's own names (torch-free module)
+from train.config import FLAGS, FRAMEWORKS, Flag  # the trainer's own definitions (torch-free module)
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
-@dataclass(frozen=True)
-class TrainerFlag:
-    """One flag of the trainer's command line (docs/ARCHITECTURE.md) that users set through dlaunch."""
-
-    name: str
-    kind: type  # int, float, str, or bool for a switch
-    help: str
-    choices: Tuple[str, ...] = ()
-
-    @property
-    def attr(self) -> str:
-        return self.name.replace("-", "_")
-
-
-# The contract's flags except those the launcher sets itself (--framework is a launcher option too;
-# --metrics, --checkpoint-dir, --resume come from the run directory; provenance goes by environment).
-TRAINER_FLAGS: Tuple[TrainerFlag, ...] = (
-    TrainerFlag("model", str, "network", MODELS),
-    TrainerFlag("loader", str, "input pipeline", ("native", "dali")),
-    TrainerFlag("dali-device", str, "where DALI decodes", ("cpu", "gpu")),
-    TrainerFlag("data", str, "`synthetic` or an ImageFolder dataset directory"),
-    TrainerFlag("num-classes", int, "classes of the classifier"),
-    TrainerFlag("image-size", int, "image side in pixels"),
-    TrainerFlag("workers", int, "loader workers per process"),
-    TrainerFlag("batch-size", int, "batch per GPU (worker)"),
-    TrainerFlag("epochs", int, "epochs to train"),
-    TrainerFlag("steps", int, "optimizer steps to train (instead of epochs)"),
-    TrainerFlag("steps-per-epoch", int, "synthetic epoch length"),
-    TrainerFlag("warmup-steps", int, "steps excluded from throughput"),
-    TrainerFlag("lr", float, "learning rate per reference batch"),
-    TrainerFlag("reference-batch", int, "batch the learning rate refers to"),
-    TrainerFlag("momentum", float, "SGD momentum"),
-    TrainerFlag("weight-decay", float, "weight decay"),
-    TrainerFlag("warmup-epochs", float, "learning-rate warm-up epochs"),
-    TrainerFlag("schedule", str, "learning-rate schedule", SCHEDULES),
-    TrainerFlag("lr-min", float, "final learning rate (cosine)"),
-    TrainerFlag("gamma", float, "decay factor per epoch (exponential)"),
-    TrainerFlag("label-smoothing", float, "label smoothing"),
-    TrainerFlag("device", str, "compute device", ("auto", "cpu", "cuda")),
-    TrainerFlag("amp", str, "mixed precision", ("none", "bf16", "fp16")),
-    TrainerFlag("channels-last", bool, "channels-last memory format"),
-    TrainerFlag("sync-bn", bool, "synchronized batch norm"),
-    TrainerFlag("threads", int, "torch CPU threads per process"),
-    TrainerFlag("seed", int, "random seed"),
-    TrainerFlag("target-accuracy", float, "top-1 fraction for time-to-accuracy (training goes on)"),
-    TrainerFlag("val-every", int, "validate every N epochs"),
-    TrainerFlag("max-nonfinite-steps", int, "stop as 'diverged' after N consecutive NaN/inf losses"),
-    TrainerFlag("profile-steps", int, "steps of the compute/communication profile"),
-    TrainerFlag("fp16-allreduce", bool, "horovod: compress gradients to fp16"),
-    TrainerFlag("fusion-threshold-mb", float, "horovod: tensor fusion buffer (MB)"),
-    TrainerFlag("backward-passes-per-step", int, "horovod: gradient accumulation"),
-    TrainerFlag("zero-stage", str, "deepspeed: ZeRO stage", ("0", "1", "2", "3")),
-    TrainerFlag("grad-clip", float, "deepspeed: gradient clipping"),
-)
+# The trainer's flags that users set through dlaunch (the rest come from the run directory and the
+# environment); defined once, in train/config.py.
+TRAINER_FLAGS: Tuple[Flag, ...] = tuple(flag for flag in FLAGS if flag.launcher)
 FLAGS_BY_NAME = {flag.name: flag for flag in TRAINER_FLAGS}
 
 
@@ -121,8 +70,16 @@ class LaunchRequest:
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "LaunchRequest":
         fields = dict(data)
-        fields["trainer"] = tuple(fields.get("trainer", {}).items())
+        fields["trainer"] = tuple((k, _stored_value(k, v)) for k, v in fields.get("trainer", {}).items())
         return cls(**fields)
+
+
+def _stored_value(name: str, value: Any) -> Any:
+    """A value as plan.json stored it; older launchers stored `--zero-stage` as a string."""
+    flag = FLAGS_BY_NAME.get(name)
+    if flag is not None and flag.kind is int and isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
 
 
 def check_trainer_value(name: str, value: Any) -> None:
@@ -136,7 +93,7 @@ def check_trainer_value(name: str, value: Any) -> None:
     if not ok_type:
         raise DlaunchError("--%s: expected %s, got %r" % (name, flag.kind.__name__, value))
     if flag.choices and value not in flag.choices:
-        raise DlaunchError("--%s: %r is not one of %s" % (name, value, ", ".join(flag.choices)))
+        raise DlaunchError("--%s: %r is not one of %s" % (name, value, ", ".join(map(str, flag.choices))))
     if flag.kind is int and value < 0:
         raise DlaunchError("--%s: must not be negative, got %d" % (name, value))
 

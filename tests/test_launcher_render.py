@@ -214,23 +214,23 @@ def test_hostile_values_fake_cluster_refused_or_inert(sandbox, site_name, field,
         assert argv[argv.index("--metrics") + 1] == os.path.join(run_dir, "metrics.jsonl")
 
 
-def test_trainer_flags_are_the_trainers():
-    """Every pass-through flag exists in the trainer's parser with the same choices (the contract)."""
-    from launcher.request import TRAINER_FLAGS
-    from train.config import build_parser
+def test_every_trainer_setting_has_one_flag():
+    """TrainConfig's fields and train.config.FLAGS (the one definition both parsers use) match one to one."""
+    import dataclasses
 
+    from train.config import FLAGS, TrainConfig, build_parser
+
+    assert sorted(f.name for f in dataclasses.fields(TrainConfig)) == sorted(flag.attr for flag in FLAGS)
     actions = {opt: a for a in build_parser()._actions for opt in a.option_strings}
-    for flag in TRAINER_FLAGS:
-        action = actions["--" + flag.name]
-        if flag.choices:
-            assert tuple(str(c) for c in action.choices) == flag.choices, flag.name
+    for flag in FLAGS:
+        assert tuple(actions["--" + flag.name].choices or ()) == flag.choices, flag.name
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_rendered_trainer_argv_is_accepted_by_the_trainer(framework):
     from train.config import parse_config
 
-    request = LaunchRequest(site="local", framework=framework, trainer=TRAINER + (("zero-stage", "2"), ("amp", "bf16")))
+    request = LaunchRequest(site="local", framework=framework, trainer=TRAINER + (("zero-stage", 2), ("amp", "bf16")))
     plan = build_plan(site("local"), request, run_dir="/tmp/run", git_revision=None, image=None, environ={})
     cfg = parse_config(list(plan.trainer_argv))
     assert (cfg.framework, cfg.batch_size, cfg.zero_stage, cfg.metrics) == (framework, 64, 2, "/tmp/run/metrics.jsonl")

@@ -13,7 +13,9 @@ import argparse
 import math
 import os
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
+
+from train.framework_table import FRAMEWORKS as FRAMEWORK_TABLE
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -23,7 +25,7 @@ EXIT_DIVERGED = 65  # EX_DATAERR: the run's settings or data make the loss non-f
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet44")
 SCHEDULES = ("step", "cosine", "exponential")
-FRAMEWORKS = ("ddp", "horovod", "deepspeed")
+FRAMEWORKS = tuple(FRAMEWORK_TABLE)  # names; the rows are in train/framework_table.py
 # The extensions torchvision's ImageFolder accepts.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -113,56 +115,85 @@ def finite_float(text: str) -> float:
     return value
 
 
+@dataclass(frozen=True)
+class Flag:
+    """One flag of the trainer's command line, defined once: the trainer's parser and the launcher's
+    options (`launcher/request.py`) are both built from `FLAGS`; the default is `TrainConfig`'s field."""
+
+    name: str
+    kind: type  # int, float (finite), str, or bool for a switch
+    help: str = ""
+    choices: Tuple[Any, ...] = ()
+    launcher: bool = True  # users set it through dlaunch (False: the launcher sets it itself)
+    default_none: bool = False  # the parser's default is None (decided later), not TrainConfig's
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace("-", "_")
+
+
+FLAGS: Tuple[Flag, ...] = (
+    Flag("framework", str, "training framework", FRAMEWORKS, launcher=False),
+    Flag("model", str, "network", MODELS),
+    Flag("loader", str, "input pipeline", ("native", "dali")),
+    Flag("dali-device", str, "where DALI decodes", ("cpu", "gpu")),
+    Flag("data", str, "'synthetic' or an ImageNet-layout folder (train/<class>/*, val/<class>/*)"),
+    Flag("num-classes", int, "classes of the classifier (default: the folder's class count, 1000 for synthetic)",
+         default_none=True),
+    Flag("image-size", int, "image side in pixels"),
+    Flag("workers", int, "DataLoader worker processes per rank"),
+    Flag("batch-size", int, "images per worker (rank) and step"),
+    Flag("epochs", int, "epochs to train (default 90)"),
+    Flag("steps", int, "total optimizer steps, instead of epochs (a short benchmark)"),
+    Flag("steps-per-epoch", int, "synthetic epoch length in batches"),
+    Flag("warmup-steps", int, "first steps excluded from throughput"),
+    Flag("lr", float, "learning rate for --reference-batch images, scaled linearly"),
+    Flag("reference-batch", int, "batch the learning rate refers to"),
+    Flag("momentum", float, "SGD momentum"),
+    Flag("weight-decay", float, "weight decay (not applied to BatchNorm weights and biases)"),
+    Flag("warmup-epochs", float, "learning-rate warm-up epochs"),
+    Flag("schedule", str, "learning-rate schedule", SCHEDULES),
+    Flag("lr-min", float, "final learning rate (cosine floor)"),
+    Flag("gamma", float, "decay factor per epoch (exponential)"),
+    Flag("label-smoothing", float, "label smoothing"),
+    Flag("device", str, "compute device", ("auto", "cpu", "cuda")),
+    Flag("amp", str, "mixed precision", ("none", "bf16", "fp16")),
+    Flag("channels-last", bool, "channels-last memory format"),
+    Flag("sync-bn", bool, "synchronized batch norm"),
+    Flag("threads", int, "torch CPU threads per rank (default: cores / local ranks)"),
+    Flag("seed", int, "random seed"),
+    Flag("metrics", str, "JSON-lines file (default <checkpoint-dir or cwd>/metrics.jsonl)", launcher=False),
+    Flag("checkpoint-dir", str, "checkpoint folder", launcher=False),
+    Flag("resume", bool, "continue from <checkpoint-dir>/last.pt if it exists", launcher=False),
+    Flag("target-accuracy", float, "top-1 fraction for time-to-accuracy, e.g. 0.75 (training goes on)"),
+    Flag("val-every", int, "validate every N epochs (and after the last)"),
+    Flag("max-nonfinite-steps", int, "stop as 'diverged' (exit %d) after N consecutive NaN/inf losses" % EXIT_DIVERGED),
+    Flag("experiment", str, "experiment name (provenance; default $DLAUNCH_EXPERIMENT)", launcher=False),
+    Flag("site", str, "site name (provenance; default $DLAUNCH_SITE)", launcher=False),
+    Flag("image", str, "container image (provenance; default $DLAUNCH_IMAGE)", launcher=False),
+    Flag("profile-steps", int, "time N steps after the warm-up steps (compute/communication profile)"),
+    Flag("fp16-allreduce", bool, "horovod: compress gradients to fp16"),
+    Flag("fusion-threshold-mb", float, "horovod: tensor fusion buffer (MB)"),
+    Flag("backward-passes-per-step", int, "horovod: gradient accumulation"),
+    Flag("zero-stage", int, "deepspeed: ZeRO stage", (0, 1, 2, 3)),
+    Flag("grad-clip", float, "deepspeed: gradient clipping"),
+)
+FLAGS_BY_NAME: Dict[str, Flag] = {flag.name: flag for flag in FLAGS}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """Every float flag is `finite_float`: NaN and infinity are refused, naming the flag."""
-    d = TrainConfig()
+    """The parser of `FLAGS`; every float flag is `finite_float` (NaN and infinity are refused, naming the flag)."""
+    defaults = TrainConfig()
     p = OneLineParser(prog="python -m train", description="Data-parallel ResNet training and benchmarking.")
-    add = p.add_argument
-    add("--framework", choices=FRAMEWORKS, default=d.framework)
-    add("--loader", choices=("native", "dali"), default=d.loader)
-    add("--dali-device", choices=("cpu", "gpu"), default=d.dali_device)
-    add("--model", choices=MODELS, default=d.model)
-    add("--num-classes", type=int, default=None, help="default: the folder's class count, 1000 for synthetic")
-    add("--image-size", type=int, default=d.image_size)
-    add("--data", default=d.data, help="'synthetic' or an ImageNet-layout folder (train/<class>/*, val/<class>/*)")
-    add("--workers", type=int, default=d.workers, help="DataLoader worker processes per rank")
-    add("--batch-size", type=int, default=d.batch_size, help="images per worker (rank) and step")
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--epochs", type=int, default=None, help="default 90")
-    length.add_argument("--steps", type=int, default=None, help="total optimizer steps (a short benchmark)")
-    add("--steps-per-epoch", type=int, default=d.steps_per_epoch, help="synthetic epoch length in batches")
-    add("--warmup-steps", type=int, default=d.warmup_steps, help="first steps excluded from throughput")
-    add("--lr", type=finite_float, default=d.lr, help="learning rate for --reference-batch images, scaled linearly")
-    add("--reference-batch", type=int, default=d.reference_batch)
-    add("--momentum", type=finite_float, default=d.momentum)
-    add("--weight-decay", type=finite_float, default=d.weight_decay, help="not applied to BatchNorm weights and biases")
-    add("--warmup-epochs", type=finite_float, default=d.warmup_epochs)
-    add("--schedule", choices=SCHEDULES, default=d.schedule)
-    add("--lr-min", type=finite_float, default=d.lr_min, help="cosine floor")
-    add("--gamma", type=finite_float, default=d.gamma, help="exponential decay per epoch")
-    add("--label-smoothing", type=finite_float, default=d.label_smoothing)
-    add("--device", choices=("auto", "cpu", "cuda"), default=d.device)
-    add("--amp", choices=("none", "bf16", "fp16"), default=d.amp)
-    add("--channels-last", action="store_true")
-    add("--sync-bn", action="store_true")
-    add("--threads", type=int, default=None, help="torch CPU threads per rank (default: cores / local ranks)")
-    add("--seed", type=int, default=d.seed)
-    add("--metrics", default=None, help="JSON-lines file (default <checkpoint-dir or cwd>/metrics.jsonl)")
-    add("--checkpoint-dir", default=None)
-    add("--resume", action="store_true", help="continue from <checkpoint-dir>/last.pt if it exists")
-    add("--target-accuracy", type=finite_float, default=None, help="top-1 fraction for time-to-accuracy, e.g. 0.75")
-    add("--val-every", type=int, default=d.val_every, help="validate every N epochs (and after the last)")
-    add("--max-nonfinite-steps", type=int, default=d.max_nonfinite_steps,
-        help="stop with status 'diverged' (exit %d) after N consecutive steps with a NaN/inf loss" % EXIT_DIVERGED)
-    add("--experiment", default=None)
-    add("--site", default=None)
-    add("--image", default=None, help="container image (provenance; default $DLAUNCH_IMAGE)")
-    add("--profile-steps", type=int, default=d.profile_steps, help="time N steps after the warm-up steps")
-    add("--fp16-allreduce", action="store_true")
-    add("--fusion-threshold-mb", type=finite_float, default=d.fusion_threshold_mb)
-    add("--backward-passes-per-step", type=int, default=d.backward_passes_per_step)
-    add("--zero-stage", type=int, choices=(0, 1, 2, 3), default=d.zero_stage)
-    add("--grad-clip", type=finite_float, default=None)
+    for flag in FLAGS:
+        add = length.add_argument if flag.name in ("epochs", "steps") else p.add_argument
+        if flag.kind is bool:
+            add("--" + flag.name, action="store_true", help=flag.help)
+            continue
+        default = None if flag.default_none else getattr(defaults, flag.attr)
+        kind = finite_float if flag.kind is float else flag.kind
+        add("--" + flag.name, type=kind, choices=flag.choices or None, default=default, help=flag.help)
     return p
 
 

@@ -20,7 +20,6 @@ Warm-up and profiled steps (`--warmup-steps`, `--profile-steps`) are counted fro
 process, so a resumed run warms up again before it measures.
 """
 import contextlib
-import hashlib
 import math
 import os
 import socket
@@ -63,15 +62,6 @@ def autocast(cfg: TrainConfig, device: torch.device) -> Any:
     if cfg.amp == "none":
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16 if cfg.amp == "bf16" else torch.float16)
-
-
-def parameter_digest(model: nn.Module) -> str:
-    """sha256 of all parameters' bytes, in registration order."""
-    digest = hashlib.sha256()
-    for p in model.parameters():
-        # Raw bytes through a uint8 view: numpy has no bfloat16.
-        digest.update(p.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def cpu_count() -> int:
@@ -133,7 +123,7 @@ class Trainer:
         self.model = build_model(cfg.model, cfg.num_classes).to(self.device, memory_format=memory_format)
         self.wrapped, _ = framework.wrap(self.model, build_optimizer(self.model, cfg), cfg)
         self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
-        self.profiler = StepProfiler(framework, list(self.model.parameters()), self.synchronize, dist.world_size)
+        self.profiler = StepProfiler(framework, framework.parameters(self.model), self.synchronize, dist.world_size)
 
     # -- collectives and clocks ------------------------------------------------------------------
     def synchronize(self) -> None:
@@ -311,18 +301,19 @@ class Trainer:
 
     def validate(self) -> Dict[str, float]:
         """top-1/top-5 fractions and mean cross-entropy (without label smoothing) over the whole val set."""
-        self.model.eval()
+        module = self.fw.eval_module(self.model)
+        module.eval()
         counts = torch.zeros(4, dtype=torch.float64, device=self.device)  # top1, top5, loss sum, images
         with torch.no_grad():
             for images, labels in self.loaders.val:
                 with autocast(self.cfg, self.device):
-                    logits = self.model(images)
+                    logits = module(images)
                 top = logits.topk(min(5, logits.shape[1]), dim=1).indices
                 hits = top == labels[:, None]
                 counts += torch.stack([hits[:, 0].sum(), hits.any(dim=1).sum(),
                                        nn.functional.cross_entropy(logits.float(), labels, reduction="sum"),
                                        torch.tensor(labels.numel(), device=self.device)]).double()
-        self.model.train()
+        module.train()
         top1, top5, loss, total = self.fw.all_reduce_sum(counts).tolist()
         return {"top1": top1 / total, "top5": top5 / total, "val_loss": loss / total}
 
@@ -377,7 +368,7 @@ class Trainer:
 
     def finish(self, status: str) -> None:
         """Write the `end` record with every rank's parameter digest and the run's energy, and print the summary."""
-        digests = self.fw.all_gather_object(parameter_digest(self.model))
+        digests = self.fw.all_gather_object(self.fw.parameter_digest(self.model))
         self.read_energy()
         reason = None
         if status == "diverged":

@@ -1,23 +1,18 @@
-"""Framework registry: `--framework NAME` -> a Framework instance, imported only when chosen."""
+"""`--framework NAME` -> a Framework instance, imported only when chosen (rows: train/framework_table.py)."""
 import importlib
 
 from train.config import ConfigError
+from train.framework_table import FRAMEWORKS
 from train.frameworks.base import Framework
-
-# name -> (module, class, what to install when the import fails)
-_REGISTRY = {
-    "ddp": ("train.frameworks.ddp", "DDP", "torch with torch.distributed"),
-    "horovod": ("train.frameworks.horovod", "Horovod", "Horovod built with PyTorch (HOROVOD_WITH_PYTORCH=1 pip install horovod)"),
-    "deepspeed": ("train.frameworks.deepspeed", "DeepSpeed", "DeepSpeed (pip install deepspeed)"),
-}
 
 
 def get_framework(name: str) -> Framework:
-    if name not in _REGISTRY:
-        raise ConfigError("--framework %s: unknown (choose from %s)" % (name, ", ".join(_REGISTRY)))
-    module_name, class_name, install = _REGISTRY[name]
+    info = FRAMEWORKS.get(name)
+    if info is None:
+        raise ConfigError("--framework %s: unknown (choose from %s)" % (name, ", ".join(FRAMEWORKS)))
+    module_name, class_name = info.implementation.split(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ConfigError("--framework %s needs %s: %s" % (name, install, e)) from None
+        raise ConfigError("--framework %s needs %s: %s" % (name, info.install_hint, e)) from None
     return getattr(module, class_name)()

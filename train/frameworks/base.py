@@ -4,8 +4,9 @@ The training loop (`train/loop.py`) calls only these methods, so a framework is 
 one subclass and registering it in `train/frameworks/__init__.py`.
 """
 import contextlib
+import hashlib
 from dataclasses import dataclass
-from typing import Any, ContextManager, Dict, Tuple
+from typing import Any, ContextManager, Dict, Iterable, List, Tuple
 
 import torch
 
@@ -25,6 +26,15 @@ class DistInfo:
         return self.rank == 0
 
 
+def tensors_digest(tensors: Iterable[torch.Tensor]) -> str:
+    """sha256 of the tensors' bytes, in order."""
+    digest = hashlib.sha256()
+    for t in tensors:
+        # Raw bytes through a uint8 view: numpy has no bfloat16.
+        digest.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 class Framework:
     """Base class; subclasses implement the methods that raise NotImplementedError."""
 
@@ -41,6 +51,18 @@ class Framework:
     def batches_per_update(self, cfg: Any) -> int:
         """Micro-batches accumulated per optimizer update (the linear LR scaling counts all of them)."""
         return 1
+
+    def eval_module(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module validation runs forward through (`model` is the one given to `wrap`)."""
+        return model
+
+    def parameters(self, model: torch.nn.Module) -> List[torch.nn.Parameter]:
+        """This rank's parameters whose gradients it reduces (the profiler times their collective)."""
+        return list(model.parameters())
+
+    def parameter_digest(self, model: torch.nn.Module) -> str:
+        """sha256 of the full parameters' bytes in registration order (a sharding framework gathers them)."""
+        return tensors_digest(model.parameters())
 
     def backward(self, loss: torch.Tensor) -> None:
         """Back-propagate `loss` (gradients averaged across ranks by the time `step` returns)."""

@@ -29,7 +29,7 @@ import deepspeed
 import torch
 
 from train.config import ConfigError
-from train.frameworks.base import DistInfo
+from train.frameworks.base import DistInfo, tensors_digest
 from train.frameworks.ddp import DDP
 
 
@@ -109,6 +109,14 @@ class DeepSpeed(DDP):
     @property
     def zero_stage(self) -> int:
         return int(self.config["zero_optimization"]["stage"])
+
+    def parameter_digest(self, model: torch.nn.Module) -> str:
+        """ZeRO-3 holds a shard of each parameter per rank: gathered whole for the digest."""
+        if self.zero_stage < 3:
+            return super().parameter_digest(model)
+        params = list(model.parameters())
+        with deepspeed.zero.GatheredParameters(params):
+            return tensors_digest(params)
 
     def state_dict(self) -> Dict[str, Any]:
         state: Dict[str, Any] = {"model": self.engine.module.state_dict()}
