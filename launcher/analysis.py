@@ -4,7 +4,7 @@ Definitions (also printed in the report):
 
 - Throughput X of a run: the mean of its epochs' `images_per_s` (whole job, rank 0), leaving out
   the first epoch when the run has two or more (it carries warm-up: cuDNN autotuning, loader
-  start-up, allocator growth). With repeated runs at the same GPU count, X is their mean.
+  start-up, allocator growth).
 - Runs are grouped by experiment, site, model, framework, loader and batch per GPU: runs with
   different batch sizes per GPU do different work per step, so each batch size is its own curve.
 - Within a group the reference is the smallest GPU count G_ref (the paper's one node, 4 GPUs):
@@ -20,13 +20,18 @@ Definitions (also printed in the report):
   `--target-accuracy`, from the `end` record. Runs without energy figures (version 1 files, or no
   source) have none; they are never counted as zero.
 - Diverged runs (end status `diverged`) enter no throughput, speed-up, E_G or energy figure.
-- Repeats (studies): per GPU count the median of the runs' values and their min-max range. A run's
-  speed-up is its X over the median X at G_ref; its E_G that over G / G_ref.
+- Repeats (several runs at one GPU count: `dlaunch run --repeat N`, a study's `repeats`): per GPU count
+  the median of the runs' values and their spread (`Spread`): the distribution-free 95% confidence
+  interval of the median (order statistics, binomial coverage >= 95%) from 6 runs on, the min-max
+  range below that (fewer than 6 runs cannot give 95%). A run's speed-up is its X over the median X
+  at G_ref, its E_G that over G / G_ref; so S_G and E_G of a point are medians too. Time shares are
+  the runs' mean (means of shares still sum to 1).
 
 Metrics files are read only through `train.metrics_schema` (torch-free).
 """
 import csv
 from dataclasses import dataclass
+from math import comb
 from pathlib import Path
 from statistics import mean, median
 from typing import TYPE_CHECKING, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
@@ -112,6 +117,7 @@ class Run:
     time_to_accuracy_s: Optional[float] = None
     energy_to_accuracy_j: Optional[float] = None
     reason: Optional[str] = None  # the end record's reason (failed or diverged runs)
+    amp: str = "none"  # the trainer's --amp (none: FP32/TF32)
 
     @property
     def measured_epochs(self) -> List[EpochPoint]:
@@ -164,18 +170,62 @@ class Run:
         return Shares.from_profile(p.comm_s, p.compute_s, p.data_s) if p else None
 
 
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Repeated measurements of one quantity: the median and its spread (`low`-`high`, `kind`)."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+    kind: str  # "min-max", or "95% CI": the distribution-free confidence interval of the median
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Spread":
+        """The order-statistic interval [x_(k), x_(n+1-k)] with the largest k whose coverage
+        1 - 2 P(Binomial(n, 1/2) <= k - 1) is at least 95% (n >= 6); the min-max range below that.
+        Written out (5 lines) rather than taken from scipy, which the launcher does not depend on."""
+        ordered = sorted(values)
+        n = len(ordered)
+        k = 0
+        while 1 - 2 * sum(comb(n, i) for i in range(k + 1)) / 2 ** n >= CONFIDENCE:
+            k += 1
+        if k == 0:
+            return cls(median(ordered), ordered[0], ordered[-1], n, "min-max")
+        return cls(median(ordered), ordered[k - 1], ordered[n - k], n, "%d%% CI" % round(100 * CONFIDENCE))
+
+
 @dataclass(frozen=True)
 class ScalingPoint:
-    """One GPU count of a group (repeats averaged)."""
+    """One GPU count of a group: medians and spreads over its runs (repeats)."""
 
     gpus: int
     nodes: int
     runs: int
-    images_per_s: float
-    speedup: float
-    efficiency: float
-    shares: Optional[Shares]
-    joules_per_image: Optional[float] = None  # mean over the runs that measured energy
+    throughput: Spread  # images/s
+    speedups: Spread
+    efficiencies: Spread
+    shares: Optional[Shares]  # the runs' mean
+    energy: Optional[Spread] = None  # J/img of the runs that measured energy
+
+    @property
+    def images_per_s(self) -> float:
+        return self.throughput.median
+
+    @property
+    def speedup(self) -> float:
+        return self.speedups.median
+
+    @property
+    def efficiency(self) -> float:
+        return self.efficiencies.median
+
+    @property
+    def joules_per_image(self) -> Optional[float]:
+        return self.energy.median if self.energy else None
 
 
 @dataclass(frozen=True)
@@ -239,6 +289,7 @@ def run_from_metrics(metrics: Metrics) -> Run:
         time_to_accuracy_s=end.get("time_to_accuracy_s"),
         energy_to_accuracy_j=end.get("energy_to_accuracy_j"),
         reason=end.get("reason"),
+        amp=str(h["config"].get("amp") or "none"),
     )
 
 
@@ -269,31 +320,22 @@ def _mean_shares(shares: Sequence[Shares]) -> Optional[Shares]:
 
 
 def scaling(runs: Sequence[Run]) -> List[ScalingPoint]:
-    """Throughput, S_G, E_G and J/img per GPU count of one group; diverged runs and runs without
-    epochs are left out."""
-    by_gpus: Dict[int, List[Run]] = {}
-    for run in runs:
-        if run.throughput is not None and not run.diverged:
-            by_gpus.setdefault(run.world_size, []).append(run)
-    if not by_gpus:
-        return []
-    g_ref = min(by_gpus)
-    x_ref = mean(r.throughput for r in by_gpus[g_ref])
+    """Throughput, S_G, E_G and J/img per GPU count of one group (median and spread over the runs);
+    diverged runs and runs without epochs are left out."""
+    values = {metric: run_values(runs, metric) for metric in ("images_per_s", "speedup", "efficiency", "joules_per_image")}
     points = []
-    for gpus in sorted(by_gpus):
-        group = by_gpus[gpus]
-        x = mean(r.throughput for r in group)
-        speedup = x / x_ref
-        energies = [r.joules_per_image for r in group if r.joules_per_image is not None]
+    for gpus, throughputs in values["images_per_s"].items():
+        group = [r for r in _measured(runs) if r.world_size == gpus]
+        energies = values["joules_per_image"].get(gpus)
         points.append(ScalingPoint(
             gpus=gpus,
             nodes=max(r.nodes for r in group),
             runs=len(group),
-            images_per_s=x,
-            speedup=speedup,
-            efficiency=speedup / (gpus / g_ref),
+            throughput=Spread.of(throughputs),
+            speedups=Spread.of(values["speedup"][gpus]),
+            efficiencies=Spread.of(values["efficiency"][gpus]),
             shares=_mean_shares([r.shares for r in group if r.shares is not None]),
-            joules_per_image=mean(energies) if energies else None,
+            energy=Spread.of(energies) if energies else None,
         ))
     return points
 
@@ -332,15 +374,21 @@ class Verdict:
         return self.measured / self.reference.images_per_s - 1.0
 
 
-def verdict(run: Run, references: Sequence["Reference"]) -> Optional[Verdict]:
-    """The run's verdict against the reference for its model and GPU count, if there is one."""
-    if run.throughput is None:
-        return None
+def reference_for(run: Run, references: Sequence["Reference"]) -> Optional["Reference"]:
+    """The site's reference for the run's model, GPU count and precision (a reference without `amp`
+    is one of full precision, --amp none)."""
     for ref in references:
-        if ref.model == run.key.model and ref.gpus == run.world_size:
-            return Verdict(ref, run.throughput)
+        if ref.model == run.key.model and ref.gpus == run.world_size and getattr(ref, "amp", "none") == run.amp:
+            return ref
     return None
 
+
+def verdict(run: Run, references: Sequence["Reference"]) -> Optional[Verdict]:
+    """The run's verdict against the reference for its model, GPU count and precision, if there is one."""
+    ref = reference_for(run, references)
+    if run.throughput is None or ref is None:
+        return None
+    return Verdict(ref, run.throughput)
 
 
 def rich_table(title: Optional[str], headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
@@ -354,24 +402,14 @@ def rich_table(title: Optional[str], headers: Sequence[str], rows: Sequence[Sequ
     return table
 
 
-@dataclass(frozen=True)
-class Spread:
-    """Repeated measurements of one quantity: median and min-max range."""
-
-    median: float
-    low: float
-    high: float
-    n: int
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> "Spread":
-        return cls(median(values), min(values), max(values), len(values))
+def _measured(runs: Sequence[Run]) -> List[Run]:
+    return [r for r in runs if r.throughput is not None and not r.diverged]
 
 
 def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
-    """Per GPU count, each run's value of `metric` (images_per_s, speedup, efficiency, comm_share) in one
-    group; runs without it (no epochs, no profile, diverged) are left out."""
-    measured = [r for r in runs if r.throughput is not None and not r.diverged]
+    """Per GPU count, each run's value of `metric` (images_per_s, speedup, efficiency, comm_share,
+    joules_per_image) in one group; runs without it (no epochs, no profile, no energy, diverged) are left out."""
+    measured = _measured(runs)
     if not measured:
         return {}
     g_ref = min(r.world_size for r in measured)
@@ -380,8 +418,8 @@ def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
     for r in measured:
         if metric == "comm_share":
             value = r.shares.comm if r.shares else None
-        elif metric == "images_per_s":
-            value = r.throughput
+        elif metric in ("images_per_s", "joules_per_image"):
+            value = r.throughput if metric == "images_per_s" else r.joules_per_image
         else:
             value = r.throughput / x_ref  # type: ignore[operator]
             value = value / (r.world_size / g_ref) if metric == "efficiency" else value

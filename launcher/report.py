@@ -10,8 +10,8 @@ from typing import Annotated, Dict, List, Optional, Sequence, Tuple
 import typer
 from rich.console import Console
 
-from launcher.analysis import (Comparison, GroupKey, Run, ScalingPoint, group_runs, load_runs, rich_table, scaling,
-                               verdict)
+from launcher.analysis import (Comparison, GroupKey, Run, ScalingPoint, Spread, group_runs, load_runs, reference_for,
+                               rich_table, scaling, verdict)
 from launcher.atomic import atomic_file, write_atomic
 from launcher.errors import DlaunchError
 from launcher.perfmodel import MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site, predict
@@ -30,7 +30,12 @@ ENERGY_PLOT = "energy_per_image.png"
 ENERGY_PLOT_TITLE = "Energy per image (J) against GPUs, per framework and loader"
 DEFINITIONS = """\
 - Throughput X: mean of the epochs' images/s (whole job), leaving out the first epoch when a run
-  has two or more (warm-up); repeated runs at one GPU count are averaged.
+  has two or more (warm-up).
+- Repeats (several runs at one GPU count): images/s, S_G, E_G and J/img are the median over the
+  runs; `spread` says what the ranges are: `min-max` (fewer than 6 runs), or `95% CI`, the
+  distribution-free 95% confidence interval of the median (order statistics) from 6 runs on; a
+  single run has none (`-`). Plots draw the median with the range as error bars. Time shares are
+  the runs' mean.
 - Groups: experiment, site, model, framework, loader and batch per GPU (`bN`); different batch
   sizes per GPU are separate curves.
 - Reference G_ref: the smallest GPU count of a group. Speed-up S_G = X_G / X_ref; parallel
@@ -38,8 +43,10 @@ DEFINITIONS = """\
   of work.
 - Time shares: comm, compute and data time per step from the trainer's `profile` record
   (`--profile-steps`), each divided by their sum.
-- Reference verdict: PASS when X is at least (1 - tolerance) x the site's reference images/s for
-  the model and GPU count, with X's deviation from the reference in percent.
+- Reference verdict (per run): PASS when X is at least (1 - tolerance) x the site's reference
+  images/s for the model, GPU count and precision (`--amp`), else FAIL (a regression), with X's
+  deviation from the reference in percent; `no reference` where the site's profile has none for
+  them (listed under Notes), `no profile` where the run's site has no profile here.
 - Predicted E_G: the performance model (`dlaunch predict`: NCCL ring/tree per bucket, nominal
   `[network]`, no jitter), fed with the group's reference
   run's profile and the site's `[network]` section.
@@ -84,9 +91,10 @@ def _group_predictions(runs: Sequence[Run], points: Sequence[ScalingPoint], site
     return {p.gpus: p for p in predict(workload, network, [pt.gpus for pt in points])}
 
 
-SCALING_HEADERS = ["GPUs", "nodes", "runs", "images/s", "S_G", "E_G", "pred. E_G", "comm %", "compute %", "data %"]
+SCALING_HEADERS = ["GPUs", "nodes", "runs", "spread", "images/s", "images/s range", "S_G", "E_G", "E_G range", "pred. E_G",
+                   "comm %", "compute %", "data %"]
 RUN_HEADERS = ["run", "GPUs", "global batch", "schedule", "status", "images/s", "best top-1", "reference", "metrics file"]
-ENERGY_SCALING_HEADERS = ["J/img"]
+ENERGY_SCALING_HEADERS = ["J/img", "J/img range"]
 ACCURACY_RUN_HEADERS = ["time to acc. s"]
 ENERGY_RUN_HEADERS = ["J/img", "kJ/epoch", "energy kJ"]
 ENERGY_ACCURACY_RUN_HEADERS = ["energy to acc. kJ"]
@@ -119,25 +127,60 @@ def _kilo(value: Optional[float]) -> str:
     return _number(None if value is None else value / 1000, "%.2f")
 
 
+def _range(spread: Optional[Spread], fmt: str) -> str:
+    """`low-high` of repeated runs; '-' for one run (no spread)."""
+    if spread is None or spread.n < 2:
+        return "-"
+    return "%s-%s" % (fmt % spread.low, fmt % spread.high)
+
+
 def scaling_rows(g: GroupResult, columns: Columns) -> List[List[str]]:
     rows = []
     for pt in g.points:
         pred = g.predictions.get(pt.gpus)
         s = pt.shares
         row = [
-            str(pt.gpus), str(pt.nodes), str(pt.runs), "%.1f" % pt.images_per_s,
-            "%.2f" % pt.speedup, "%.3f" % pt.efficiency, _number(pred.efficiency if pred else None, "%.3f"),
+            str(pt.gpus), str(pt.nodes), str(pt.runs), pt.throughput.kind if pt.runs > 1 else "-",
+            "%.1f" % pt.images_per_s, _range(pt.throughput, "%.1f"), "%.2f" % pt.speedup, "%.3f" % pt.efficiency,
+            _range(pt.efficiencies, "%.3f"), _number(pred.efficiency if pred else None, "%.3f"),
             _percent(s.comm if s else None), _percent(s.compute if s else None), _percent(s.data if s else None),
         ]
-        rows.append(row + ([_number(pt.joules_per_image, "%.3g")] if columns.energy else []))
+        if columns.energy:
+            row += [_number(pt.joules_per_image, "%.3g"), _range(pt.energy, "%.3g")]
+        rows.append(row)
     return rows
+
+
+def verdict_cell(run: Run, site: Optional[Site]) -> str:
+    """PASS/FAIL and the deviation; else why there is no verdict."""
+    if run.throughput is None:
+        return "-"
+    if site is None:
+        return "no profile"
+    v = verdict(run, site.reference)
+    if v is None:
+        return "no reference"
+    return "%s %+.1f%%" % ("PASS" if v.passed else "FAIL", 100 * v.deviation)
+
+
+def missing_references(results: Sequence[GroupResult], sites: Dict[str, Site]) -> List[str]:
+    """One note per site, model, GPU count and precision whose runs have no reference to be judged by."""
+    missing: Dict[Tuple[str, str, int, str], int] = {}
+    for g in results:
+        site = sites.get(g.key.site)
+        for run in g.runs:
+            if site is not None and run.throughput is not None and reference_for(run, site.reference) is None:
+                key = (site.name, run.key.model, run.world_size, run.amp)
+                missing[key] = missing.get(key, 0) + 1
+    return ["site %s has no [[reference]] for %s on %d GPUs%s: no verdict for %d run(s)"
+            % (name, model, gpus, "" if amp == "none" else " with --amp %s" % amp, n)
+            for (name, model, gpus, amp), n in sorted(missing.items())]
 
 
 def run_rows(g: GroupResult, site: Optional[Site], columns: Columns) -> List[List[str]]:
     rows = []
     for run in g.runs:
-        v = verdict(run, site.reference) if site else None
-        check = "-" if v is None else "%s %+.1f%%" % ("PASS" if v.passed else "FAIL", 100 * v.deviation)
+        check = verdict_cell(run, site)
         row = [Path(run.path).parent.name, str(run.world_size), str(run.global_batch), run.schedule, run.status,
                _number(run.throughput), _number(run.best_top1, "%.4f"), check]
         if columns.accuracy:
@@ -179,13 +222,26 @@ def _log2_axis(ax, label: str) -> None:
     ax.grid(True, which="both", alpha=0.3)
 
 
+def _error_bars(ax, gpus: Sequence[int], spreads: Sequence[Spread], color: str, label: str) -> None:
+    """Medians joined by a line, each with its spread as an error bar (none for a single run)."""
+    err = [[s.median - s.low for s in spreads], [s.high - s.median for s in spreads]]
+    ax.errorbar(gpus, [s.median for s in spreads], yerr=err, fmt="o-", color=color, capsize=3, label=label)
+
+
+def _spread_label(points: Sequence[ScalingPoint]) -> str:
+    kinds = sorted({p.throughput.kind for p in points if p.runs > 1})
+    return " (median, bars: %s)" % " or ".join(kinds) if kinds else ""
+
+
 def plot_scaling(ax_x, ax_e, results: Sequence[GroupResult]) -> None:
-    """Fig. 3 (throughput) and Fig. 4-7 (E_G) with dashed predictions where available."""
+    """Fig. 3 (throughput) and Fig. 4-7 (E_G), medians with error bars over repeats, with dashed
+    predictions where available."""
     for i, g in enumerate(r for r in results if r.points):
         color = "C%d" % (i % 10)
         gpus = [p.gpus for p in g.points]
-        ax_x.plot(gpus, [p.images_per_s for p in g.points], "o-", color=color, label=g.key.label)
-        ax_e.plot(gpus, [p.efficiency for p in g.points], "o-", color=color, label=g.key.label)
+        label = g.key.label + _spread_label(g.points)
+        _error_bars(ax_x, gpus, [p.throughput for p in g.points], color, label)
+        _error_bars(ax_e, gpus, [p.efficiencies for p in g.points], color, label)
         if g.predictions:
             pred = [g.predictions[n] for n in gpus]
             ax_x.plot(gpus, [p.images_per_s for p in pred], "--", color=color, label=g.key.label + " (model)")
@@ -203,10 +259,10 @@ def plot_scaling(ax_x, ax_e, results: Sequence[GroupResult]) -> None:
 def plot_energy_per_image(ax, results: Sequence[GroupResult]) -> None:
     """J/img against GPUs, one line per group (the points of runs that measured energy)."""
     for i, g in enumerate(r for r in results if r.points):
-        points = [p for p in g.points if p.joules_per_image is not None]
+        points = [p for p in g.points if p.energy is not None]
         if points:
-            ax.plot([p.gpus for p in points], [p.joules_per_image for p in points], "o-", color="C%d" % (i % 10),
-                    label=g.key.label)
+            _error_bars(ax, [p.gpus for p in points], [p.energy for p in points], "C%d" % (i % 10),  # type: ignore[misc]
+                        g.key.label + _spread_label(points))
     _log2_axis(ax, "GPUs")
     ax.set_ylabel("J per image")
     ax.set_ylim(bottom=0)
@@ -391,6 +447,7 @@ def report_command(
     names = {r.key.site for r in loaded.runs}
     sites, notes = load_sites(sorted(names if site else names - {"-"}), site)  # --site covers site-less runs too
     results = build_results(loaded.runs, sites)
+    notes += missing_references(results, sites)
     diverged = [r for r in loaded.runs if r.diverged]
     columns = Columns.of([r for g in results for r in g.runs])
     for g in results:
@@ -409,7 +466,7 @@ def report_command(
 
 
 COMPARISON_PLOT = "published_vs_this_run.png"
-COMPARISON_HEADERS = ["comparison", "GPUs", "published", "this run: group", "median", "min", "max", "runs"]
+COMPARISON_HEADERS = ["comparison", "GPUs", "published", "this run: group", "median", "low", "high", "runs", "spread"]
 METRIC_LABELS = {"images_per_s": "images/s", "speedup": "speed-up S_G", "efficiency": "E_G",
                  "comm_share": "comm share of comm + compute + data"}
 
@@ -425,12 +482,12 @@ def comparison_rows(comparisons: Sequence[Comparison]) -> List[List[str]]:
             for gpus in sorted(set(published) | set(measured)):
                 s = measured.get(gpus)
                 rows.append([c.label, str(gpus), _number(published.get(gpus), "%.3g"), label,
-                             *([_number(v, "%.3g") for v in (s.median, s.low, s.high)] + [str(s.n)] if s else ["-"] * 4)])
+                             *([_number(v, "%.3g") for v in (s.median, s.low, s.high)] + [str(s.n), s.kind] if s else ["-"] * 5)])
     return rows
 
 
 def plot_comparisons(fig, comparisons: Sequence[Comparison]) -> None:
-    """One panel per comparison: published values as markers, this run's medians as lines with min-max bars."""
+    """One panel per comparison: published values as markers, this run's medians as lines with their spread as bars."""
     if not comparisons:
         _note(fig.add_subplot(), "the study compares with no published data")
         return
@@ -440,11 +497,9 @@ def plot_comparisons(fig, comparisons: Sequence[Comparison]) -> None:
             ax.plot([g for g, _ in c.published], [v for _, v in c.published], "s", color="black", markersize=7,
                     linestyle="none", label="published (%s)" % c.source)
         for i, (label, points) in enumerate(sorted(c.measured.items())):
-            gpus = [g for g, _ in points]
-            mid = [s.median for _, s in points]
-            err = [[s.median - s.low for _, s in points], [s.high - s.median for _, s in points]]
-            ax.errorbar(gpus, mid, yerr=err, fmt="o-", color="C%d" % (i % 10), capsize=3,
-                        label="this run: %s (median, min-max)" % label)
+            kinds = " or ".join(sorted({s.kind for _, s in points}))
+            _error_bars(ax, [g for g, _ in points], [s for _, s in points], "C%d" % (i % 10),
+                        "this run: %s (median, bars: %s)" % (label, kinds))
         if not c.measured:
             _note(ax, "no run of this study matches")
         _log2_axis(ax, "GPUs")

@@ -5,7 +5,7 @@ from typing import Optional, Sequence
 
 import pytest
 
-from launcher.analysis import find_metrics_files, group_runs, load_runs, scaling, status_figures, verdict
+from launcher.analysis import Spread, find_metrics_files, group_runs, load_runs, scaling, status_figures, verdict
 from launcher.errors import DlaunchError
 from launcher.sites import Reference
 from train.metrics_schema import MetricsError, energy_total, make_record, read_metrics, unavailable, validate_record
@@ -17,12 +17,12 @@ def write_run(root: Path, name: str, world_size: int, throughputs: Sequence[floa
               model: str = "resnet50", loader: str = "native", site: Optional[str] = "testsite",
               experiment: str = "scaling", top1: Optional[Sequence[float]] = None, schedule: str = "step",
               profile: Optional[dict] = None, gpus_per_node: int = 4, energy: Optional[Sequence[dict]] = None,
-              end: Optional[dict] = None, version: int = 2) -> Path:
+              end: Optional[dict] = None, version: int = 2, amp: str = "none") -> Path:
     """A run directory `<root>/<experiment>/<name>/metrics.jsonl` built with make_record: `energy` per
     epoch (`energy_j`), `end` fields of the end record, `version` 1 for a file of the first schema."""
     nodes = -(-world_size // gpus_per_node)
     records = [make_record(
-        "header", 1000.0, run_id=name, argv=["python", "-m", "train"], config={"schedule": schedule},
+        "header", 1000.0, run_id=name, argv=["python", "-m", "train"], config={"schedule": schedule, "amp": amp},
         framework="ddp", loader=loader, model=model, device="cuda", world_size=world_size, nodes=nodes,
         hosts=["node%d" % (r // gpus_per_node) for r in range(world_size)], batch_per_worker=batch,
         global_batch=batch * world_size, lr_scaled=0.1, versions={"torch": "2.14.1"}, slurm_job_id=None,
@@ -145,6 +145,42 @@ def test_reference_verdicts_use_the_tolerance_below_the_reference(tmp_path):
     assert verdict(runs["native4"], refs).deviation == pytest.approx(-0.15)
     assert verdict(runs["dali4"], refs).passed
     assert verdict(runs["native8"], refs) is None
+
+
+def test_a_reference_without_amp_judges_only_full_precision_runs(tmp_path):
+    write_run(tmp_path, "tf32", 4, [1.0, 950.0])
+    write_run(tmp_path, "fp16", 4, [1.0, 2500.0], loader="dali", amp="fp16")
+    refs = [Reference(model="resnet50", gpus=4, images_per_s=1000.0, tolerance=0.1)]
+    runs = {r.amp: r for r in load_runs([tmp_path]).runs}
+    assert verdict(runs["none"], refs).passed
+    assert verdict(runs["fp16"], refs) is None  # 2.5x faster in half precision is no pass of a TF32 figure
+
+
+def test_spread_is_min_max_below_six_runs_and_a_95_percent_ci_of_the_median_from_six():
+    assert Spread.of([5.0]) == Spread(5.0, 5.0, 5.0, 1, "min-max")
+    assert Spread.of([3.0, 1.0, 2.0, 10.0, 4.0]) == Spread(3.0, 1.0, 10.0, 5, "min-max")
+    # n = 6: P(all above or all below the median) = 2 / 64 = 3.1 %, so [x_(1), x_(6)] covers 96.9 %
+    assert Spread.of([6.0, 1.0, 2.0, 3.0, 4.0, 5.0]) == Spread(3.5, 1.0, 6.0, 6, "95% CI")
+    # n = 9: [x_(2), x_(8)] covers 1 - 2 (1 + 9) / 512 = 96.1 %; [x_(3), x_(7)] only 82 %
+    assert Spread.of([float(v) for v in range(1, 10)]) == Spread(5.0, 2.0, 8.0, 9, "95% CI")
+    # n = 20: [x_(6), x_(15)] covers 95.9 %; [x_(7), x_(14)] 88.5 %
+    spread = Spread.of([float(v) for v in range(1, 21)])
+    assert (spread.low, spread.high, spread.median) == (6.0, 15.0, 10.5)
+
+
+def test_repeats_give_the_median_and_spread_of_each_figure_per_gpu_count(tmp_path):
+    for i, x in enumerate([100.0, 90.0, 130.0]):
+        write_run(tmp_path, "g1-r%d" % (i + 1), 1, [1.0, x], energy=[{"gpu": 1.0}, {"gpu": 80.0 * (i + 1)}])
+    for i, x in enumerate([360.0, 300.0]):
+        write_run(tmp_path, "g4-r%d" % (i + 1), 4, [1.0, x])
+    g1, g4 = scaling(load_runs([tmp_path]).runs)
+    assert (g1.runs, g1.images_per_s, g1.throughput.low, g1.throughput.high, g1.throughput.kind) == (3, 100.0, 90.0, 130.0, "min-max")
+    assert (g1.speedups.low, g1.speedup, g1.speedups.high) == pytest.approx((0.9, 1.0, 1.3))  # each X over the median X_ref
+    assert g4.images_per_s == 330.0  # the median of two is their mean
+    assert (g4.efficiencies.low, g4.efficiency, g4.efficiencies.high) == pytest.approx((300 / 400, 330 / 400, 360 / 400))
+    # J/img of the measured epoch: 80, 160, 240 J over 10 steps x 8 images
+    assert (g1.energy.low, g1.joules_per_image, g1.energy.high) == pytest.approx((1.0, 2.0, 3.0))
+    assert g4.energy is None and g4.joules_per_image is None
 
 
 def test_a_version_1_file_is_read_without_energy_figures(tmp_path):

@@ -54,12 +54,15 @@ def test_report_writes_tables_markdown_and_every_plot(tmp_path, sweep):
     scaling = {(row[0], row[1]): row for row in table_rows(text, "## Scaling")}
     b8 = "scaling/testsite/resnet50/ddp/native b8"
     # X = 950, 1700, 3000 on 4, 8, 16 GPUs -> S_G = X / 950, E_G = S_G / (G / 4)
-    assert [scaling[b8, g][4:7] for g in ("4", "8", "16")] == [
+    assert [[scaling[b8, g][i] for i in (5, 7, 8)] for g in ("4", "8", "16")] == [
         ["950.0", "1.00", "1.000"], ["1700.0", "1.79", "%.3f" % (1700 / 950 / 2)], ["3000.0", "3.16", "%.3f" % (3000 / 950 / 4)]]
-    assert scaling[b8, "16"][8:] == ["16.7", "66.7", "16.7"]  # comm/compute/data shares of PROFILE
-    assert scaling["scaling/testsite/resnet50/ddp/native b16", "4"][6] == "1.000"  # its own reference
+    assert [scaling[b8, "16"][i] for i in (4, 6, 9)] == ["-", "-", "-"]  # one run: no spread
+    assert scaling[b8, "16"][11:] == ["16.7", "66.7", "16.7"]  # comm/compute/data shares of PROFILE
+    assert scaling["scaling/testsite/resnet50/ddp/native b16", "4"][8] == "1.000"  # its own reference
     verdicts = {row[1]: row[-2] for row in table_rows(text, "## Runs")}
-    assert verdicts == {"g4": "PASS -5.0%", "g8": "FAIL -15.0%", "g16": "-", "cosine-g4": "PASS -4.0%"}
+    assert verdicts == {"g4": "PASS -5.0%", "g8": "FAIL -15.0%", "g16": "no reference", "cosine-g4": "PASS -4.0%"}
+    notes = text.split("## Notes\n\n", 1)[1]
+    assert "site testsite has no [[reference]] for resnet50 on 16 GPUs: no verdict for 1 run(s)" in notes
     assert str(runs / "scaling" / "g8" / "metrics.jsonl") in text
     assert "E_G = S_G / (G / G_ref)" in text
     assert "scaling/testsite/resnet50/ddp/native b8: runs" in result.output and "FAIL -15.0%" in result.output
@@ -69,11 +72,11 @@ def test_report_overlays_the_model_when_the_site_has_a_network(tmp_path, sweep):
     runs, site = sweep
     out = tmp_path / "report"
     _report(runs, "--output", out, "--site", site)
-    predicted = [row[7] for row in table_rows((out / "report.md").read_text(), "## Scaling") if row[0].endswith("b8")]
+    predicted = [row[10] for row in table_rows((out / "report.md").read_text(), "## Scaling") if row[0].endswith("b8")]
     assert predicted[0] == "1.000" and "-" not in predicted  # the b8 group has profiles: pred. E_G filled
     site.write_text(SITE.replace("[network]\nlatency_us = 5.0\nbandwidth_gbps_per_node = 800.0\n", ""))
     _report(runs, "--output", out, "--site", site)
-    assert {row[7] for row in table_rows((out / "report.md").read_text(), "## Scaling")} == {"-"}
+    assert {row[10] for row in table_rows((out / "report.md").read_text(), "## Scaling")} == {"-"}
 
 
 def test_two_reports_of_the_same_runs_are_byte_identical(tmp_path, sweep):
@@ -142,9 +145,9 @@ def test_report_on_real_one_and_two_process_runs(tmp_path):
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == sorted(["report.md", *PLOTS])
     rows = table_rows((out / "report.md").read_text(), "## Scaling")
-    assert [(row[1], row[6]) for row in rows] == [("1", "1.000"), ("2", rows[1][6])]  # 1 process: the reference
-    assert all(row[9] != "-" for row in rows)  # comm share from the profile records
-    assert float(rows[0][8]) == 0 < float(rows[1][8])  # comm %: one process communicates nothing
+    assert [(row[1], row[8]) for row in rows] == [("1", "1.000"), ("2", rows[1][8])]  # 1 process: the reference
+    assert all(row[12] != "-" for row in rows)  # comm share from the profile records
+    assert float(rows[0][11]) == 0 < float(rows[1][11])  # comm %: one process communicates nothing
     assert "resnet18" in result.output
 
 
@@ -168,7 +171,7 @@ def test_energy_columns_and_plot_appear_when_a_source_exists(tmp_path, sweep):
     text = (out / "report.md").read_text()
     assert text.index("(efficiency.png)") < text.index("(%s)" % ENERGY_PLOT) < text.index("(time_shares.png)")
     scaling = {row[0]: row for row in table_rows(text, "## Scaling")}
-    assert scaling["energy/testsite/resnet50/ddp/native b8"][-1] == "2.5"  # J/img = 400 J / 160 images
+    assert scaling["energy/testsite/resnet50/ddp/native b8"][-2:] == ["2.5", "-"]  # J/img = 400 J / 160 images
     runs_rows = {row[1]: row for row in table_rows(text, "## Runs")}
     # time to acc. s, J/img, kJ/epoch, energy kJ (what it counts), energy to acc. kJ, metrics file
     assert runs_rows["energy-g2"][9:14] == ["30.0", "2.5", "0.40", "1.40 (gpu)", "1.20"]
@@ -194,7 +197,7 @@ def test_diverged_runs_are_listed_apart_and_enter_no_table(tmp_path, sweep):
     text = (out / "report.md").read_text()
     assert "99999" not in text.split("## Diverged runs")[0]
     scaling = {(row[0], row[1]): row for row in table_rows(text, "## Scaling")}
-    assert scaling["scaling/testsite/resnet50/ddp/native b8", "8"][3:5] == ["1", "1700.0"]  # g8 alone
+    assert [scaling["scaling/testsite/resnet50/ddp/native b8", "8"][i] for i in (3, 5)] == ["1", "1700.0"]  # g8 alone
     assert "nan-g8" not in [row[1] for row in table_rows(text, "## Runs")]
     (row,) = table_rows(text, "## Diverged runs\n\nLeft out of every table and plot above.")
     assert row[1:5] == ["nan-g8", "8", "2", "the loss was not finite"]
@@ -224,6 +227,40 @@ def test_exploding_lr_run_ends_diverged_and_is_absent_from_the_report_tables(tmp
     assert "lr1e6" in text.split("## Diverged runs")[1]
 
 
+def test_repeats_are_reported_as_medians_with_their_spread_and_drawn_as_error_bars(tmp_path):
+    runs = tmp_path / "runs"
+    for i, x in enumerate([950.0, 900.0, 1000.0, 930.0, 960.0, 1100.0]):  # 6 repeats: a 95% CI of the median
+        write_run(runs, "g4-r%d" % (i + 1), 4, [100.0, x])
+    for i, x in enumerate([1500.0, 1700.0]):  # 2 repeats: min-max
+        write_run(runs, "g8-r%d" % (i + 1), 8, [100.0, x])
+    out = tmp_path / "report"
+    result = _report(runs, "-o", out)
+    assert result.exit_code == 0, result.output
+    rows = {row[1]: row for row in table_rows((out / "report.md").read_text(), "## Scaling")}
+    x_ref = 955.0  # the median of the six
+    assert rows["4"][3:10] == ["6", "95% CI", "955.0", "900.0-1100.0", "1.00", "1.000", "%.3f-%.3f" % (900 / x_ref, 1100 / x_ref)]
+    assert rows["8"][3:10] == ["2", "min-max", "1600.0", "1500.0-1700.0", "%.2f" % (1600 / x_ref), "%.3f" % (1600 / x_ref / 2),
+                               "%.3f-%.3f" % (1500 / x_ref / 2, 1700 / x_ref / 2)]
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.container import ErrorbarContainer
+
+    from launcher.analysis import load_runs
+    from launcher.report import build_results, plot_scaling
+
+    fig, (ax_x, ax_e) = plt.subplots(1, 2)
+    plot_scaling(ax_x, ax_e, build_results(load_runs([str(runs)]).runs, {}))
+    for ax, low, high in ((ax_x, [900.0, 1500.0], [1100.0, 1700.0]), (ax_e, [900 / x_ref, 1500 / x_ref / 2], [1100 / x_ref, 1700 / x_ref / 2])):
+        (bars,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        segments = bars.lines[2][0].get_segments()
+        assert [s[0][1] for s in segments] == pytest.approx(low) and [s[1][1] for s in segments] == pytest.approx(high)
+        assert any("b8 (median, bars: 95% CI or min-max)" in t.get_text() for t in ax.get_legend().get_texts())
+    plt.close(fig)
+
+
 def test_juwels_booster_reference_gives_verdicts_for_one_a100(tmp_path):
     """sites/juwels-booster.toml's [[reference]]: ResNet-50 on one A100, 938 images/s, tolerance 0.25."""
     from test_analysis import write_run
@@ -236,4 +273,4 @@ def test_juwels_booster_reference_gives_verdicts_for_one_a100(tmp_path):
     runs = {row[1]: row for row in table_rows((tmp_path / "report" / "report.md").read_text(), "## Runs")}
     assert runs["fast"][8] == "PASS %+.1f%%" % (100 * (800 / 938 - 1))  # within 25 % of 938
     assert runs["slow"][8] == "FAIL %+.1f%%" % (100 * (600 / 938 - 1))
-    assert runs["g4"][8] == "-"  # no reference for 4 GPUs
+    assert runs["g4"][8] == "no reference"  # none for 4 GPUs
