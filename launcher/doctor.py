@@ -1,0 +1,416 @@
+"""`dlaunch doctor --site S`: a preflight on the login node or inside an allocation.
+
+Each check answers pass, fail or skip, with what it found and, for a failure, the fix (for a skip,
+why). On the login node the checks that need a compute node (architecture, rendezvous name, network
+interfaces, driver) are skipped; run `srun -N2 dlaunch doctor --site S` inside an allocation for them.
+Standard library only (sockets, ioctl, ELF and SIF headers): the login node has no torch.
+"""
+import fcntl
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Dict, List, Mapping, Optional, Sequence
+
+import typer
+
+from launcher.cli import Account, Framework, Image, Partition, complete_site, out, prepare
+from launcher.errors import DlaunchError
+from launcher.request import LaunchRequest
+from launcher.sites import Site, resolve_site
+from launcher.tables import fit_table
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+COMMAND_TIMEOUT_S = 30
+SCHEDULER_COMMANDS = {"slurm": ("sbatch", "squeue", "scontrol", "scancel"), "pbs": ("qsub", "qstat", "qdel"), "local": ()}
+# Container kind -> (the binary a node needs, what an image reference is: see CONTRACTS.md section 2).
+RUNTIME_BINARIES = {"apptainer": "apptainer", "singularity": "singularity", "pyxis": "srun", "podman-hpc": "podman-hpc",
+                    "charliecloud": "ch-run"}
+IMAGE_KINDS = {"apptainer": "sif", "singularity": "sif", "pyxis": "sqsh", "podman-hpc": "name", "charliecloud": "dir"}
+# `uname -m` names of ELF e_machine values (the ELF specification's EM_* numbers).
+ELF_MACHINES = {3: "i686", 40: "arm", 62: "x86_64", 183: "aarch64", 21: "ppc64le", 243: "riscv64"}
+# SIF global header (github.com/sylabs/sif, pkg/sif/sif.go): 32-byte launch line, "SIF_MAGIC\0", a 3-byte
+# version, then a 3-byte architecture code.
+SIF_MAGIC = b"SIF_MAGIC"
+SIF_ARCHES = {b"01": "i686", b"02": "x86_64", b"03": "arm", b"04": "aarch64", b"06": "ppc64le", b"11": "s390x"}
+# Go/OCI architecture names (podman, apptainer) as `uname -m` prints them.
+ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
+# Oldest driver that runs a CUDA major release (minor version compatibility; NVIDIA's CUDA compatibility
+# guide, docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html, and the CUDA
+# Toolkit release notes' driver table).
+CUDA_MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+SIOCGIFADDR = 0x8915  # <linux/sockios.h>: an interface's IPv4 address
+INTERFACE_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    result: str  # PASS, FAIL or SKIP
+    found: str
+    fix: str = ""  # FAIL: what to do; SKIP: why and how to check it
+
+
+@dataclass(frozen=True)
+class Node:
+    """Where doctor runs: the allocation's hosts (empty outside one) and whether this is one of them."""
+
+    hosts: Sequence[str]
+    on_node: bool
+    first: bool  # this host is the allocation's first (it hosts the rendezvous)
+
+
+def short(host: str) -> str:
+    return host.split(".")[0]
+
+
+def allocation_hosts(site: Site, environ: Mapping[str, str]) -> List[str]:
+    """The hosts of the allocation this process runs in (Slurm or PBS), in order; [] outside one."""
+    if site.scheduler.kind == "slurm" and environ.get("SLURM_JOB_ID") and environ.get("SLURM_JOB_NODELIST"):
+        listed = subprocess.run(["scontrol", "show", "hostnames", environ["SLURM_JOB_NODELIST"]], capture_output=True,
+                                text=True, timeout=COMMAND_TIMEOUT_S)
+        return listed.stdout.split() if listed.returncode == 0 else []
+    if site.scheduler.kind == "pbs" and environ.get("PBS_NODEFILE"):
+        try:
+            return list(dict.fromkeys(Path(environ["PBS_NODEFILE"]).read_text().split()))
+        except OSError:
+            return []
+    return []
+
+
+def where(site: Site, environ: Mapping[str, str]) -> Node:
+    """A local site's node is this machine; a batch site's only inside the allocation, on one of its hosts
+    (an `salloc` shell on the login node is not)."""
+    if site.scheduler.kind == "local":
+        return Node((), on_node=True, first=True)
+    hosts = allocation_hosts(site, environ)
+    here = short(socket.gethostname())
+    return Node(hosts, on_node=here in map(short, hosts), first=bool(hosts) and short(hosts[0]) == here)
+
+
+def interface_addresses() -> Dict[str, List[str]]:
+    """This machine's network interfaces and their addresses (IPv4 by ioctl, IPv6 from /proc/net/if_inet6)."""
+    found: Dict[str, List[str]] = {}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            found[name] = []
+            try:
+                answer = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, name.encode()[:15].ljust(40, b"\0"))
+                found[name].append(socket.inet_ntoa(answer[20:24]))
+            except OSError:  # no IPv4 address
+                pass
+    try:
+        lines = Path("/proc/net/if_inet6").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) == 6 and fields[5] in found:
+            found[fields[5]].append(socket.inet_ntop(socket.AF_INET6, bytes.fromhex(fields[0])))
+    return found
+
+
+def matching_interfaces(spec: str, interfaces: Sequence[str], variable: str) -> List[str]:
+    """The interfaces `variable`'s value selects. NCCL: comma-separated prefixes, `^` first excludes them,
+    `=` after it makes them exact names (NCCL's environment documentation); Gloo: exact names."""
+    if variable != "NCCL_SOCKET_IFNAME":
+        return [name for name in spec.split(",") if name in interfaces]
+    exclude = spec.startswith("^")
+    spec = spec[1:] if exclude else spec
+    exact = spec.startswith("=")
+    items = [item for item in (spec[1:] if exact else spec).split(",") if item]
+
+    def listed(name: str) -> bool:
+        return any(name == item if exact else name.startswith(item) for item in items)
+
+    return [name for name in interfaces if listed(name) != exclude]
+
+
+def check_interfaces(site: Site, node: Node) -> List[Check]:
+    """Each NCCL/Gloo interface variable of the profile selects interfaces with an address on this node."""
+    checks = []
+    addresses = interface_addresses() if node.on_node else {}
+    with_address = [name for name, found in addresses.items() if found]
+    for variable in INTERFACE_VARIABLES:
+        name = "interface %s" % variable
+        spec = site.env.get(variable)
+        if spec is None:
+            checks.append(Check(name, SKIP, "not set in the profile", "the library picks an interface itself"))
+            continue
+        if not node.on_node:
+            checks.append(Check(name, SKIP, "%s=%s" % (variable, spec), "run inside an allocation (srun dlaunch doctor ...) to see the node's interfaces"))
+            continue
+        selected = matching_interfaces(spec, with_address, variable)
+        missing = [n for n in spec.split(",") if n not in with_address] if variable == "GLOO_SOCKET_IFNAME" else []
+        shown = "%s=%s" % (variable, spec)
+        if selected and not missing:
+            checks.append(Check(name, PASS, "%s: %s" % (shown, ", ".join(selected))))
+        else:
+            checks.append(Check(name, FAIL, "%s selects %s" % (shown, ", ".join(selected) or "no interface"),
+                                "set %s in the profile's [env] to interfaces this node has: %s" % (variable, ", ".join(sorted(with_address)))))
+    return checks
+
+
+def check_scheduler_commands(site: Site) -> Check:
+    kind = site.scheduler.kind
+    needed = SCHEDULER_COMMANDS[kind]
+    if not needed:
+        return Check("scheduler commands", PASS, "%s site: none needed" % kind)
+    missing = [command for command in needed if shutil.which(command) is None]
+    if missing:
+        return Check("scheduler commands", FAIL, "%s: missing %s" % (kind, ", ".join(missing)),
+                     "load the %s client (e.g. `module load %s`) or run doctor on the site's login node" % (kind, kind))
+    return Check("scheduler commands", PASS, "%s: %s" % (kind, ", ".join(needed)))
+
+
+def check_submission(site: Site, site_arg: str, partition: Optional[str], account: Optional[str], image: Optional[str]) -> Check:
+    """`sbatch --test-only` of the job script `dlaunch run` would submit for one node: Slurm validates its
+    account, partition, QOS and options without submitting anything."""
+    name = "account and partition"
+    if site.scheduler.kind != "slurm":
+        return Check(name, SKIP, "%s site" % site.scheduler.kind,
+                     "PBS has no test-only submission; `qsub` checks the queue at submission" if site.scheduler.kind == "pbs" else "no scheduler")
+    if shutil.which("sbatch") is None:
+        return Check(name, SKIP, "no sbatch here", "run doctor where sbatch is")
+    with tempfile.TemporaryDirectory(prefix="dlaunch-doctor-") as scratch:
+        request = LaunchRequest(site=site_arg, nodes=1, partition=partition, account=account, image=image,
+                                time="00:10:00", experiment="doctor", run_name="doctor")
+        try:
+            script = prepare(request, run_dir=Path(scratch) / "run")[2]
+        except DlaunchError as e:
+            return Check(name, FAIL, str(e), "give the flag or set the variable it names")
+        path = Path(scratch) / "job.sh"
+        path.write_text(script, encoding="utf-8")
+        tested = subprocess.run(["sbatch", "--test-only", str(path)], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    said = " ".join((tested.stderr + tested.stdout).split()).replace("sbatch: ", "")
+    chosen = " ".join(line.split(None, 1)[1] for line in script.splitlines()
+                      if line.startswith(("#SBATCH --account", "#SBATCH --partition", "#SBATCH --qos"))) or "no account or partition"
+    if tested.returncode != 0:
+        return Check(name, FAIL, "%s: %s" % (chosen, said),
+                     "pass --account/--partition that `sacctmgr show assoc user=$USER` lists, or fix the profile's partitions")
+    return Check(name, PASS, "%s: sbatch --test-only accepted (%s)" % (chosen, said))
+
+
+def check_runtime(site: Site) -> Check:
+    kind = site.container.kind
+    if kind == "none":
+        return Check("container runtime", SKIP, "no container", "the site runs without one")
+    binary = RUNTIME_BINARIES[kind]
+    path = shutil.which(binary)
+    if path is None:
+        return Check("container runtime", FAIL, "%s: no %s on PATH" % (kind, binary),
+                     "load the module that provides %s (the profile loads: %s)" % (binary, " ".join(site.modules) or "none"))
+    if kind == "pyxis":
+        option = "--environment" if site.container.environment else "--container-image"
+        helped = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        if option not in helped.stdout:
+            return Check("container runtime", FAIL, "srun has no %s option" % option, "the pyxis SPANK plugin is not loaded on this host")
+    return Check("container runtime", PASS, "%s: %s" % (kind, path))
+
+
+def resolve_in_root(root: Path, path: str, max_links: int = 40) -> Path:
+    """`path` inside the file system tree at `root`, following symbolic links as a chroot would."""
+    parts = [p for p in path.split("/") if p]
+    current = root
+    links = 0
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            current = current if current == root else current.parent
+            continue
+        candidate = current / part
+        if part != "." and candidate.is_symlink():
+            links += 1
+            if links > max_links:
+                raise OSError("too many symbolic links under %s" % root)
+            target = os.readlink(candidate)
+            parts = [p for p in target.split("/") if p] + parts
+            current = root if target.startswith("/") else current
+        elif part != ".":
+            current = candidate
+    return current
+
+
+def elf_machine(path: Path) -> str:
+    """The `uname -m` name of an ELF file's machine (e_machine at byte 18, in the file's byte order)."""
+    with path.open("rb") as f:
+        head = f.read(20)
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        raise ValueError("%s is not an ELF file" % path)
+    machine = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+    return ELF_MACHINES.get(machine, "e_machine %d" % machine)
+
+
+def sif_arch(path: Path) -> str:
+    """The architecture in a SIF image's global header (written by apptainer/singularity at build)."""
+    with path.open("rb") as f:
+        head = f.read(48)
+    if head[32:41] != SIF_MAGIC:
+        raise ValueError("%s is not a SIF image" % path)
+    return SIF_ARCHES.get(head[45:47], "SIF code %s" % head[45:47].decode(errors="replace"))
+
+
+def image_arch(kind: str, image: str) -> Optional[str]:
+    """The image's CPU architecture; None where it cannot be read here (an enroot squashfs)."""
+    if kind == "dir":
+        return elf_machine(resolve_in_root(Path(image), "/bin/sh"))
+    if kind == "sif":
+        return sif_arch(Path(image))
+    if kind == "name":
+        shown = subprocess.run(["podman-hpc", "image", "inspect", "--format", "{{.Architecture}}", image],
+                               capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        if shown.returncode != 0:
+            raise FileNotFoundError(" ".join(shown.stderr.split()) or "podman-hpc does not know the image")
+        return ARCH_ALIASES.get(shown.stdout.strip(), shown.stdout.strip())
+    return None
+
+
+def default_image(site: Site, framework: str) -> str:
+    from launcher.imagepaths import default_image_for_site
+
+    return str(default_image_for_site(site, framework))
+
+
+def check_image(site: Site, image: Optional[str], framework: str) -> List[Check]:
+    """The image exists and is built for the site's architecture."""
+    kind = site.container.kind
+    if kind == "none":
+        return [Check("image", SKIP, "no container", "the site runs without one")]
+    image_kind = "edf" if kind == "pyxis" and site.container.environment else IMAGE_KINDS[kind]
+    if image is None:
+        try:
+            image = default_image(site, framework)
+        except DlaunchError as e:
+            return [Check("image", FAIL, str(e), "give --image")]
+    if kind == "pyxis" and not image.startswith("/"):
+        return [Check("image", SKIP, image, "a registry reference: enroot pulls it when the job starts")]
+    if image_kind in ("sif", "sqsh", "edf") and not os.path.isfile(image) or image_kind == "dir" and not os.path.isdir(image):
+        return [Check("image", FAIL, "%s does not exist" % image, "build it (`dlaunch images` lists them) or give --image")]
+    if image_kind == "name" and shutil.which("podman-hpc") is None:
+        return [Check("image", SKIP, image, "no podman-hpc here to ask for the image")]
+    try:
+        arch = image_arch(image_kind, image)
+    except (OSError, ValueError) as e:
+        return [Check("image", FAIL, "%s: %s" % (image, e), "give --image of a %s image" % image_kind)]
+    if arch is None:
+        return [Check("image", PASS, "%s exists" % image), Check("image architecture", SKIP, image, "a %s image's architecture is not read here" % image_kind)]
+    checks = [Check("image", PASS, "%s exists" % image)]
+    if arch != site.arch:
+        checks.append(Check("image architecture", FAIL, "%s image on %s nodes (site arch)" % (arch, site.arch),
+                            "use an image built for %s (default image names end in -%s)" % (site.arch, site.arch)))
+    else:
+        checks.append(Check("image architecture", PASS, "%s, as the site's nodes" % arch))
+    return checks
+
+
+def check_node_arch(site: Site, node: Node) -> Check:
+    if not node.on_node:
+        return Check("node architecture", SKIP, "profile: %s" % site.arch, "run inside an allocation to compare with the node's")
+    here = platform.machine()
+    if here != site.arch:
+        return Check("node architecture", FAIL, "uname -m %s, profile arch %s" % (here, site.arch), "set arch = %r in the profile" % here)
+    return Check("node architecture", PASS, "uname -m %s = profile arch" % here)
+
+
+def check_rendezvous(site: Site, node: Node) -> Check:
+    """The first host's name with the site's suffix resolves; on the first host, to one of its own addresses."""
+    name = "rendezvous host"
+    if site.scheduler.kind == "local":
+        return Check(name, SKIP, "local site", "torchrun --standalone needs no host name")
+    if not node.hosts:
+        return Check(name, SKIP, "suffix %r" % site.rendezvous_host_suffix, "run inside an allocation (srun dlaunch doctor ...)")
+    host = short(node.hosts[0]) + site.rendezvous_host_suffix
+    fix = ("set rendezvous_host_suffix (now %r) so that <first node><suffix> names the node on the network "
+           "NCCL/Gloo use; `getent hosts %s` shows the node's names" % (site.rendezvous_host_suffix, short(node.hosts[0])))
+    try:
+        resolved = sorted({info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)})
+    except socket.gaierror as e:
+        return Check(name, FAIL, "%s does not resolve (%s)" % (host, e.strerror), fix)
+    if not node.first:
+        return Check(name, PASS, "%s -> %s (the first node checks that it is its own)" % (host, ", ".join(resolved)))
+    own = {address: interface for interface, addresses in interface_addresses().items() for address in addresses}
+    mine = [address for address in resolved if address in own]
+    if not mine:
+        return Check(name, FAIL, "%s -> %s: no address of this node (the first)" % (host, ", ".join(resolved)), fix)
+    return Check(name, PASS, "%s -> %s (%s, this node)" % (host, ", ".join(mine), ", ".join(own[a] for a in mine)))
+
+
+def version_tuple(text: str) -> tuple:
+    return tuple(int(part) for part in text.strip().split(".") if part.isdigit())
+
+
+def image_cuda(site: Site, image: Optional[str], framework: str) -> Optional[str]:
+    """The image's CUDA version: its label (org.dlaunch.pin.cuda, asked of apptainer), else the version lock's
+    for the site's default image."""
+    from launcher import images
+
+    binary = images.container_binary()
+    if image and image.endswith(".sif") and os.path.isfile(image) and binary:
+        try:
+            return images.image_labels(Path(image), binary).get(images.PIN_LABEL_PREFIX + "cuda")
+        except (subprocess.CalledProcessError, ValueError, KeyError):
+            return None
+    if image is None and site.container.kind != "none":
+        stack = images.load_lock().stacks.get(site.container.stack)
+        return stack.pins(framework).get("cuda") if stack else None
+    return None
+
+
+def check_driver(site: Site, image: Optional[str], framework: str) -> Check:
+    """The GPU driver is at least the oldest one the image's CUDA major release runs on."""
+    name = "driver vs image CUDA"
+    if site.gpu_vendor != "nvidia":
+        return Check(name, SKIP, "%s GPUs" % site.gpu_vendor, "only NVIDIA drivers are checked")
+    cuda = image_cuda(site, image, framework)
+    if cuda is None:
+        return Check(name, SKIP, "image CUDA unknown", "no org.dlaunch.pin.cuda label to read (apptainer missing or another image)")
+    minimum = CUDA_MIN_DRIVER.get(version_tuple(cuda)[0])
+    if minimum is None:
+        return Check(name, SKIP, "CUDA %s" % cuda, "no minimum driver known for this CUDA release")
+    if shutil.which("nvidia-smi"):
+        queried = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        driver, source = (queried.stdout.split() or ["?"])[0], "nvidia-smi"
+    elif site.driver:
+        driver, source = site.driver, "the profile's driver"
+    else:
+        return Check(name, SKIP, "CUDA %s" % cuda, "no nvidia-smi here and no driver in the profile: run inside an allocation")
+    have = version_tuple(driver)
+    if not have or have < version_tuple(minimum)[:len(have)]:  # the profile may give major.minor only
+        return Check(name, FAIL, "driver %s (%s) < %s, the minimum for CUDA %s" % (driver, source, minimum, cuda),
+                     "use an image with an older CUDA (e.g. [container] stack) or the cuda-compat package (data-center GPUs)")
+    return Check(name, PASS, "driver %s (%s) >= %s for CUDA %s" % (driver, source, minimum, cuda))
+
+
+def run_checks(site: Site, site_arg: str, partition: Optional[str], account: Optional[str], image: Optional[str],
+               framework: str, node: Node) -> List[Check]:
+    return [check_scheduler_commands(site), check_submission(site, site_arg, partition, account, image), check_runtime(site),
+            *check_image(site, image, framework), check_node_arch(site, node), check_rendezvous(site, node),
+            *check_interfaces(site, node), check_driver(site, image, framework)]
+
+
+def doctor_command(
+    site: Annotated[str, typer.Option("--site", help="profile name, alias or path to a .toml", autocompletion=complete_site)],
+    partition: Partition = None, account: Account = None, image: Image = None, framework: Framework = "ddp",
+) -> None:
+    """Check a site before submitting: scheduler, account, image, rendezvous name, interfaces, driver.
+
+    Run it on the login node, and inside an allocation (`srun -N2 dlaunch doctor --site S`) for the
+    node's checks. Exit code 0 when no check fails, 1 when one does, 2 on bad input.
+    """
+    profile = resolve_site(site)
+    if partition is not None:
+        profile.partition(partition)  # an unknown partition is bad input
+    node = where(profile, os.environ)
+    checks = run_checks(profile, site, partition, account, image, framework, node)
+    place = "%s %s" % ("node" if node.on_node else "login node (no compute node checks)", socket.gethostname())
+    rows = [[c.name, c.result, c.found, c.fix] for c in checks]
+    out.print(fit_table("dlaunch doctor: site %s on %s" % (profile.name, place), ["check", "result", "found", "fix / why"], rows, out.width))
+    failed = [c.name for c in checks if c.result == FAIL]
+    if failed:
+        out.print("%d check(s) failed: %s" % (len(failed), ", ".join(failed)), highlight=False)
+        raise typer.Exit(1)

@@ -1,0 +1,240 @@
+"""`dlaunch doctor`: real interfaces, name resolution, Charliecloud-style image trees and exit codes on this machine.
+
+Sites are written as schema-v2 TOML files and read by launcher.sites.load_site (tests marked `needs_v2`
+skip until the lead's "backends:" commit makes load_site accept them). Fakes, named as such: an aarch64 ELF
+header and a SIF header (no aarch64 binary and no apptainer here).
+"""
+import json
+import platform
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+from launcher import cli, doctor
+from launcher.sites import Site, load_site
+
+needs_v2 = pytest.mark.skipif("arch" not in Site.model_fields, reason="site schema v2 (lead's 'backends:' commit) not landed")
+HOST_SH = Path("/bin/sh").resolve()
+# The ELF identification and header up to e_machine: 64-bit, little-endian, ET_EXEC, EM_AARCH64 (183).
+FAKE_AARCH64_ELF = b"\x7fELF\x02\x01\x01" + b"\0" * 9 + (2).to_bytes(2, "little") + (183).to_bytes(2, "little") + b"\0" * 44
+NOT_A_HOST = "nosuchhost-dlaunch.invalid"  # RFC 6761: .invalid never resolves
+
+
+def write_site(tmp_path: Path, scheduler: str = "local", container: str = "none", env=None, stack: str = "current",
+               **top) -> Path:
+    """A schema-v2 profile; `top` adds top-level keys (arch, driver, gpu_vendor, rendezvous_host_suffix)."""
+    fields = {"name": "doctor-test", "description": "doctor test site", "based_on": ["unverified"], "gpus_per_node": 1,
+              "cores_per_node": 2, "gpu_vendor": "none", **top}
+    lines = ["%s = %s" % (k, json.dumps(v)) for k, v in fields.items()]
+    lines += ["[scheduler]", "kind = %s" % json.dumps(scheduler)]
+    if scheduler != "local":
+        lines += ["[[scheduler.partitions]]", 'name = "debug"', "max_nodes = 2", 'max_time = "01:00:00"', "default = true"]
+    lines += ["[container]", "kind = %s" % json.dumps(container)] + (['stack = "%s"' % stack] if container != "none" else [])
+    lines += ["[env]"] + ["%s = %s" % (k, json.dumps(v)) for k, v in (env or {}).items()]
+    path = tmp_path / "doctor-test.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def charliecloud_tree(root: Path, sh_bytes: bytes = b"", absolute_link: bool = False) -> Path:
+    """An unpacked image tree laid out like Debian's (merged /usr, /bin/sh -> dash); dash is the host's
+    real one unless `sh_bytes` replaces it."""
+    (root / "usr" / "bin").mkdir(parents=True)
+    dash = root / "usr" / "bin" / "dash"
+    if sh_bytes:
+        dash.write_bytes(sh_bytes)
+    else:
+        shutil.copy(HOST_SH, dash)
+    (root / "bin").symlink_to("usr/bin")
+    (root / "usr" / "bin" / "sh").symlink_to("/usr/bin/dash" if absolute_link else "dash")
+    return root
+
+
+@pytest.fixture
+def outside_allocation(monkeypatch):
+    for name in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "PBS_NODEFILE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def run_doctor(monkeypatch, *args: str) -> int:
+    """`dlaunch doctor ...` through the real CLI (registered here until cli.py lists it)."""
+    monkeypatch.setitem(cli.LAZY_COMMANDS, "doctor", ("launcher.doctor", "doctor_command"))
+    monkeypatch.setenv("COLUMNS", "200")
+    return cli.main(["doctor", *args])
+
+
+# NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME syntax
+
+
+@pytest.mark.parametrize("spec, selected", [
+    ("eth", ["eth0", "eth1"]),          # prefixes
+    ("eth,ib", ["eth0", "eth1", "ib0"]),
+    ("=eth0", ["eth0"]),                # exact names
+    ("=eth", []),
+    ("^eth", ["ib0", "lo"]),            # every interface but these prefixes
+    ("^=eth0", ["eth1", "ib0", "lo"]),  # every interface but these exact names
+])
+def test_nccl_interface_syntax(spec, selected):
+    assert doctor.matching_interfaces(spec, ["eth0", "eth1", "ib0", "lo"], "NCCL_SOCKET_IFNAME") == selected
+
+
+def test_gloo_names_are_exact():
+    assert doctor.matching_interfaces("eth", ["eth0", "lo"], "GLOO_SOCKET_IFNAME") == []
+    assert doctor.matching_interfaces("lo,eth0", ["eth0", "lo"], "GLOO_SOCKET_IFNAME") == ["lo", "eth0"]
+
+
+def test_interface_addresses_of_this_machine():
+    found = doctor.interface_addresses()
+    assert "127.0.0.1" in found["lo"]
+    assert "nosuchif0" not in found
+
+
+# Image architecture
+
+
+def test_charliecloud_tree_of_the_host_shell_is_the_host_architecture(tmp_path):
+    tree = charliecloud_tree(tmp_path / "img")
+    assert doctor.resolve_in_root(tree, "/bin/sh") == tree / "usr" / "bin" / "dash"
+    assert doctor.elf_machine(doctor.resolve_in_root(tree, "/bin/sh")) == platform.machine()
+
+
+def test_absolute_links_resolve_inside_the_image_not_on_the_host(tmp_path):
+    """Fake aarch64 ELF header: an absolute /usr/bin/dash link must read the image's dash, not the host's."""
+    tree = charliecloud_tree(tmp_path / "img", sh_bytes=FAKE_AARCH64_ELF, absolute_link=True)
+    assert doctor.image_arch("dir", str(tree)) == "aarch64"
+
+
+def test_a_link_cycle_in_the_image_is_an_error_not_a_hang(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "sh").symlink_to("sh")
+    with pytest.raises(OSError, match="too many symbolic links"):
+        doctor.resolve_in_root(tmp_path, "/bin/sh")
+
+
+def test_sif_header_architecture(tmp_path):
+    """Fake SIF image: only the global header (launch line, magic, version "01", arch "04" = aarch64)."""
+    image = tmp_path / "fake.sif"
+    image.write_bytes(b"#!/usr/bin/env run-singularity\n".ljust(32, b"\0") + b"SIF_MAGIC\0" + b"01\0" + b"04\0" + b"\0" * 64)
+    assert doctor.sif_arch(image) == "aarch64"
+    with pytest.raises(ValueError, match="not a SIF image"):
+        doctor.sif_arch(Path(shutil.which("python3")))
+
+
+@needs_v2
+def test_charliecloud_image_of_another_architecture_fails_with_the_fix(tmp_path):
+    """Real x86_64 tree passes on an x86_64 site; a fake aarch64 one fails, naming the site's architecture."""
+    site = load_site(write_site(tmp_path, "slurm", "charliecloud", arch="x86_64"))
+    real = charliecloud_tree(tmp_path / "real")
+    assert [c.result for c in doctor.check_image(site, str(real), "ddp")] == ["pass", "pass"]
+    fake = charliecloud_tree(tmp_path / "fake", sh_bytes=FAKE_AARCH64_ELF)
+    present, arch = doctor.check_image(site, str(fake), "ddp")
+    assert present.result == "pass" and arch.result == "fail"
+    assert "aarch64 image on x86_64 nodes" in arch.found and "x86_64" in arch.fix
+    missing = doctor.check_image(site, str(tmp_path / "absent"), "ddp")
+    assert [c.result for c in missing] == ["fail"] and "does not exist" in missing[0].found
+
+
+# Scheduler, runtime, rendezvous, interfaces, driver
+
+
+@needs_v2
+def test_scheduler_commands_are_looked_up_on_path(tmp_path):
+    slurm = doctor.check_scheduler_commands(load_site(write_site(tmp_path, "slurm")))
+    assert slurm.result == ("pass" if all(shutil.which(c) for c in doctor.SCHEDULER_COMMANDS["slurm"]) else "fail")
+    if shutil.which("qsub") is None:  # no PBS here: the check must say so
+        pbs = doctor.check_scheduler_commands(load_site(write_site(tmp_path, "pbs")))
+        assert pbs.result == "fail" and "qsub" in pbs.found
+        assert doctor.check_submission(load_site(write_site(tmp_path, "pbs")), "x", None, None, None).result == "skip"
+
+
+@needs_v2
+def test_charliecloud_runtime_missing_names_the_binary(tmp_path):
+    site = load_site(write_site(tmp_path, "slurm", "charliecloud"))
+    check = doctor.check_runtime(site)
+    if shutil.which("ch-run"):
+        assert check.result == "pass"
+    else:
+        assert check.result == "fail" and "ch-run" in check.found
+
+
+@needs_v2
+def test_rendezvous_name_resolves_to_this_first_node(tmp_path):
+    site = load_site(write_site(tmp_path, "slurm"))
+    first = doctor.Node(("localhost",), on_node=True, first=True)
+    check = doctor.check_rendezvous(site, first)
+    assert check.result == "pass" and "127.0.0.1" in check.found and "lo" in check.found
+    other = doctor.Node(("localhost", socket.gethostname()), on_node=True, first=False)
+    assert doctor.check_rendezvous(site, other).result == "pass"
+
+
+@needs_v2
+def test_rendezvous_name_that_does_not_resolve_names_the_suffix(tmp_path):
+    site = load_site(write_site(tmp_path, "slurm", rendezvous_host_suffix=".invalid"))
+    check = doctor.check_rendezvous(site, doctor.Node(("nosuchhost-dlaunch",), on_node=True, first=True))
+    assert check.result == "fail" and NOT_A_HOST in check.found and "rendezvous_host_suffix" in check.fix
+
+
+@needs_v2
+def test_rendezvous_is_skipped_outside_an_allocation(tmp_path, outside_allocation):
+    site = load_site(write_site(tmp_path, "slurm"))
+    node = doctor.where(site, {})
+    assert not node.on_node and doctor.check_rendezvous(site, node).result == "skip"
+
+
+@needs_v2
+def test_interfaces_of_the_profile_exist_on_this_node(tmp_path):
+    site = load_site(write_site(tmp_path, env={"NCCL_SOCKET_IFNAME": "^=nosuchif0", "GLOO_SOCKET_IFNAME": "lo,nosuchif0"}))
+    nccl, gloo = doctor.check_interfaces(site, doctor.Node((), on_node=True, first=True))
+    assert nccl.result == "pass" and "lo" in nccl.found
+    assert gloo.result == "fail" and "lo" in gloo.fix
+
+
+@needs_v2
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has nvidia-smi; the profile's driver is not used")
+def test_driver_from_the_profile_against_the_default_images_cuda(tmp_path):
+    """No GPU here: the profile's driver against the paper stack's CUDA (11.5 in the version lock: at least 450.80.02)."""
+    def site(**top):
+        return load_site(write_site(tmp_path, "slurm", "apptainer", stack="paper", gpu_vendor="nvidia", **top))
+
+    check = doctor.check_driver(site(driver="440.33"), None, "ddp")
+    assert check.result == "fail" and "450.80.02, the minimum for CUDA 11.5" in check.found and "the profile's driver" in check.found
+    assert doctor.check_driver(site(driver="450.80"), None, "ddp").result == "pass"  # major.minor as profiles give it
+    assert doctor.check_driver(site(driver="470.57"), None, "ddp").result == "pass"
+    assert doctor.check_driver(site(), None, "ddp").result == "skip"
+
+
+# The command: output and exit codes
+
+
+@needs_v2
+def test_all_checks_pass_exit_0(tmp_path, monkeypatch, capsys, outside_allocation):
+    site = write_site(tmp_path, env={"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}, arch=platform.machine())
+    assert run_doctor(monkeypatch, "--site", str(site)) == 0
+    shown = capsys.readouterr().out
+    assert "interface GLOO_SOCKET_IFNAME" in shown and "fail" not in shown
+
+
+@needs_v2
+def test_a_missing_interface_fails_exit_1_with_the_fix(tmp_path, monkeypatch, capsys, outside_allocation):
+    site = write_site(tmp_path, env={"NCCL_SOCKET_IFNAME": "=nosuchif0"}, arch=platform.machine())
+    assert run_doctor(monkeypatch, "--site", str(site)) == 1
+    shown = capsys.readouterr().out
+    row = next(line for line in shown.splitlines() if "NCCL_SOCKET_IFNAME" in line)
+    assert "fail" in row and "nosuchif0" in row and "set NCCL_SOCKET_IFNAME" in row
+    assert "1 check(s) failed: interface NCCL_SOCKET_IFNAME" in shown
+
+
+@needs_v2
+def test_architecture_mismatch_fails_exit_1(tmp_path, monkeypatch, capsys, outside_allocation):
+    other = "aarch64" if platform.machine() == "x86_64" else "x86_64"
+    assert run_doctor(monkeypatch, "--site", str(write_site(tmp_path, arch=other))) == 1
+    assert "set arch = %r" % platform.machine() in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["--site", "no-such-site"], ["--site", "local", "--partition", "nosuch"],
+                                  ["--site", "local", "--framework", "nosuch"]])
+def test_bad_input_exit_2(args, monkeypatch, capsys):
+    assert run_doctor(monkeypatch, *args) == 2
+    assert capsys.readouterr().err.count("\n") == 1  # one line naming what was wrong
