@@ -3,14 +3,16 @@
     .venv/bin/python benchmarks/bench_perfmodel.py
 
 Fits only on the counts up to 64 GPUs and predicts 128-1024 (the question before a large allocation):
-- new model (launcher.perfmodel): one machine fit (jitter, NCCL kernels beside back-propagation) on
-  the DALI column, the site's nominal network (800 Gbit/s per node, 1.5 us) unchanged; the native
-  loader's data wait fitted on the native column with that machine;
+- new model (launcher.perfmodel): one machine fit (timing noise, NCCL kernels beside back-propagation)
+  on the DALI column, the site's nominal network (800 Gbit/s per node, 1.5 us) unchanged; the native
+  loader's data wait fitted on the native column with that machine; no storage ceiling (JUWELS
+  Booster's is not known: see the sensitivity table, which is NOT out of sample);
 - old model (v1, reproduced here for the comparison): ring all-reduce with a latency linear in the GPU
   count, effective latency and bandwidths fitted per column.
 Prints Markdown: the comm share (comm / (comm + I/O + compute), the published kernel-time percentages
-renormalised to those three parts) per GPU count with both models' errors, and the E_G curves the new
-model predicts for ResNet-50/101/152 with DALI and the native loader (recorded in benchmarks/README.md).
+renormalised to those three parts) per GPU count with both models' errors, the native loader's errors
+for assumed storage ceilings, and the E_G curves the new model predicts for ResNet-50/101/152 with
+DALI and the native loader (recorded in benchmarks/README.md).
 """
 from dataclasses import replace
 from statistics import mean
@@ -19,6 +21,7 @@ from typing import List, Sequence
 from launcher.perfmodel import (
     CALIBRATION_MAX_GPUS,
     PublishedRow,
+    Workload,
     fit_published,
     gradient_bytes,
     load_published,
@@ -28,6 +31,7 @@ from launcher.perfmodel import (
 
 GPUS = [4, 8, 16, 32, 64, 128, 256, 512, 1024]
 STEP_S = 0.1  # v1: assumed compute + I/O time per step (shares do not depend on it)
+STORAGE_CEILINGS = [10e3, 20e3, 25e3, 30e3, 50e3, 100e3]  # images/s, assumed (sensitivity only)
 
 
 def v1_shares(fit_rows: Sequence[PublishedRow], gpus: Sequence[int]) -> List[float]:
@@ -48,14 +52,19 @@ def v1_shares(fit_rows: Sequence[PublishedRow], gpus: Sequence[int]) -> List[flo
     return [x / (1 + x) for x in ratios]
 
 
+def native(workload: Workload, data_fraction: float) -> Workload:
+    """The native loader's workload: its fitted data wait, reading every sample as a file."""
+    return replace(workload, data_s=data_fraction * workload.compute_s, reads_files=True)
+
+
 def main() -> None:
     published = load_published()
     fit = fit_published()
     workload = published_workload()
-    loaders = {"dali": workload, "native": replace(workload, data_s=fit.native_data_fraction * workload.compute_s)}
-    print("Machine fitted on the DALI column, %d-%d GPUs: jitter %.3f of busy time, NCCL kernels beside "
-          "back-propagation %.3f of it; native loader data wait %.3f x compute.\n"
-          % (GPUS[0], CALIBRATION_MAX_GPUS, fit.machine.jitter, fit.machine.beside_compute, fit.native_data_fraction))
+    loaders = {"dali": workload, "native": native(workload, fit.native_data_fraction)}
+    print("Machine fitted on the DALI column, %d-%d GPUs: timing noise %.3g s (delay spread sqrt(noise x busy "
+          "time)), NCCL kernels beside back-propagation %.3f of it; native loader data wait %.3f x compute.\n"
+          % (GPUS[0], CALIBRATION_MAX_GPUS, fit.machine.noise_s, fit.machine.beside_compute, fit.native_data_fraction))
     print("| loader | GPUs | published comm % | new model | error pp | old model (v1) | error pp |")
     print("|---|---|---|---|---|---|---|")
     summary = []
@@ -77,13 +86,23 @@ def main() -> None:
                        % (loader, ",".join(str(r.gpus) for r in rows if r.gpus > CALIBRATION_MAX_GPUS),
                           mean(err_new), max(err_new), mean(err_old), max(err_old)))
     print("\n" + "\n".join(summary))
+    rows = [r for r in published["native"] if r.gpus > CALIBRATION_MAX_GPUS]
+    print("\nNative loader with an assumed storage ceiling (images/s the file system sustains for it; NOT out of "
+          "sample: no cited value exists, so whichever row one picks is chosen knowing 128-512):\n")
+    print("| storage ceiling images/s | " + " | ".join("error pp at %d" % r.gpus for r in rows) + " | mean pp | max pp |")
+    print("|---|" + "---|" * (len(rows) + 2))
+    for ceiling in [None] + STORAGE_CEILINGS:
+        machine = replace(fit.machine, storage_images_per_s=ceiling)
+        errors = [100 * (p.comm_share - r.comm_share) for p, r in zip(predict(loaders["native"], machine, [r.gpus for r in rows]), rows)]
+        print("| %s | %s | %.1f | %.1f |" % ("none" if ceiling is None else "%.0f" % ceiling, " | ".join("%+.1f" % e for e in errors),
+                                            mean(abs(e) for e in errors), max(abs(e) for e in errors)))
     print("\nPredicted E_G (new model, same machine fit; batch 64, compute from the A100 TF32 figure scaled by FLOPs):\n")
     print("| model | loader | " + " | ".join(str(g) for g in GPUS) + " |")
     print("|---|---|" + "---|" * len(GPUS))
     for model in ("resnet50", "resnet101", "resnet152"):
         base = published_workload(model)
         for loader in ("dali", "native"):
-            workload = base if loader == "dali" else replace(base, data_s=fit.native_data_fraction * base.compute_s)
+            workload = base if loader == "dali" else native(base, fit.native_data_fraction)
             curve = predict(workload, fit.machine, GPUS)
             print("| %s | %s | %s |" % (model, loader, " | ".join("%.3f" % p.efficiency for p in curve)))
 

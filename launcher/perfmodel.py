@@ -1,6 +1,6 @@
 """Performance model v2: step time, throughput and E_G for any GPU count; `dlaunch predict`.
 
-The machine (launcher/perfmodel_nccl.py: NCCL's cost model, the ranks' jitter) is kept apart from the
+The machine (launcher/perfmodel_nccl.py: NCCL's cost model, the ranks' timing noise, the storage) is kept apart from the
 workload (compute, data and other time per step, gradient bytes, framework). A machine is fitted once
 per site, from published data (`--calibrated`) or the user's own runs (`--from-runs`), and then applied
 unchanged to every model, batch and framework. Per step on p GPUs:
@@ -12,21 +12,29 @@ unchanged to every model, batch and framework. Per step on p GPUs:
               updated parameters, after back-propagation.
     exposed   what the step waits for after compute ends: the network time left when
               back-propagation is done, plus the slowest rank's lateness at the synchronisation,
-              jitter * (compute + data) * (H_p - 1), plus the straggling of a loader that cannot keep
-              up, data * (H_p - 1): the measured data wait per step, exponential per rank, of which
-              the slowest of p ranks has H_p times the mean.
+              sqrt(noise_s * (compute + data)) * S_p, plus the straggling of a loader that cannot
+              keep up, data * S_p: the measured data wait per step, exponential per rank
+              (S_p = straggler_factor(p): slowest-of-n waits over the 2, 4, ... p-rank rounds of
+              the collective, see perfmodel_nccl.py), plus the storage stall of a loader that
+              reads files (native) on a site whose file system sustains R images/s: the step
+              cannot be shorter than p * batch / R.
     step      other + data + compute + exposed;  X = p * batch / step;  E_G = (X_G/X_ref)/(G/G_ref).
     kernel    NCCL kernel time (what profiles such as Aach et al. 2023, Table 2a count): all network
               time, plus the waits above, plus beside_compute * back-propagation (kernels running
               beside compute). comm share = kernel / (kernel + compute + data).
 
-Fits. `fit_machine` finds jitter and beside_compute from kernel-time comm shares (weighted least
+The timing noise is a machine property in seconds, not a fraction of the step: a model with more
+work per step averages it out (its spread grows with the square root of the busy time), so with one
+machine fit ResNet-152 loses less to stragglers than ResNet-50.
+
+Fits. `fit_machine` finds noise_s and beside_compute from kernel-time comm shares (weighted least
 squares, non-negative); `fit_loader_stall` the data wait of a loader that cannot keep up; `fit_runs`
-the network (from the runs' measured all-reduce time) and the jitter (from their wall-clock step
+the network (from the runs' measured all-reduce time) and the noise (from their wall-clock step
 time against their profile), with a leave-one-out error (`leave_one_out`).
 numpy is imported inside the functions that fit (`dlaunch` starts without it).
 """
 import csv
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import mean
@@ -102,6 +110,7 @@ class Workload:
     framework: str = "ddp"
     zero_stage: int = 0
     fusion_mb: float = DEFAULT_FUSION_MB
+    reads_files: bool = False  # the loader reads every sample as a file through the CPU (native)
 
     @property
     def backward_s(self) -> float:
@@ -173,7 +182,7 @@ class Prediction:
     step_s: float
     comm_s: float  # network time of the step's collectives
     exposed_comm_s: float  # what the step waits for after compute: network left over + straggler waits
-    wait_s: float  # straggler waits (jitter, loader)
+    wait_s: float  # straggler waits (noise, loader) and the storage stall
     kernel_comm_s: float  # NCCL kernel time, as profiles count it
     algorithm: str
     images_per_s: float
@@ -185,7 +194,10 @@ class Prediction:
 def _point(workload: Workload, machine: Machine, gpus: int) -> Tuple[float, float, float, float, float, str]:
     """(step, network, exposed, waits, kernel comm, algorithm) of one GPU count."""
     network, left_over, algorithm = network_timeline(workload, machine, gpus)
-    waits = (machine.jitter * workload.busy_s + workload.data_s) * straggler_factor(gpus)
+    waits = machine.lateness_s(workload.busy_s, gpus) + workload.data_s * straggler_factor(gpus)
+    step = workload.other_s + workload.data_s + workload.compute_s + left_over + waits
+    if workload.reads_files and machine.storage_images_per_s and gpus > 1:
+        waits += max(0.0, gpus * workload.batch / machine.storage_images_per_s - step)
     exposed = left_over + waits
     kernel = network + waits + (machine.beside_compute * workload.backward_s if gpus > 1 else 0.0)
     step = workload.other_s + workload.data_s + workload.compute_s + exposed
@@ -239,20 +251,20 @@ def _check_shares(points: Sequence[Tuple[int, float]]) -> None:
 
 
 def fit_machine(points: Sequence[Tuple[int, float]], workload: Workload, machine: Machine) -> Machine:
-    """`machine` with the jitter and beside_compute that best reproduce kernel-time comm shares [(gpus, share)].
+    """`machine` with the noise and beside_compute that best reproduce kernel-time comm shares [(gpus, share)].
 
-    kernel comm = share/(1-share) * (compute + data) is linear in both; the fit is weighted by
-    (1-share)^2 so that residuals count as errors in share."""
+    kernel comm = share/(1-share) * (compute + data) is linear in beside_compute and sqrt(noise_s);
+    the fit is weighted by (1-share)^2 so that residuals count as errors in share."""
     _check_shares(points)
-    bare = replace(machine, jitter=0.0, beside_compute=0.0)
+    bare = replace(machine, noise_s=0.0, beside_compute=0.0)
     rows, targets, weights = [], [], []
     for gpus, share in points:
         known = _point(workload, bare, gpus)[4]  # network + loader waits
-        rows.append([workload.backward_s, workload.busy_s * straggler_factor(gpus)])
+        rows.append([workload.backward_s, math.sqrt(workload.busy_s) * straggler_factor(gpus)])
         targets.append(share / (1.0 - share) * workload.busy_s - known)
         weights.append((1.0 - share) ** 2)
-    beside, jitter = _nonnegative_lstsq(rows, targets, weights)
-    return replace(machine, jitter=jitter, beside_compute=beside)
+    beside, spread = _nonnegative_lstsq(rows, targets, weights)
+    return replace(machine, noise_s=spread ** 2, beside_compute=beside)
 
 
 def fit_loader_stall(points: Sequence[Tuple[int, float]], workload: Workload, machine: Machine) -> float:
@@ -337,7 +349,8 @@ def workload_of_run(run: Run) -> Workload:
     p = run.profile
     assert p is not None
     return Workload(p.compute_s, run.key.batch_per_worker, gradient_bytes(run.key.model), p.data_s,
-                    max(0.0, p.step_s - p.compute_s - p.comm_s - p.data_s), run.key.framework)
+                    max(0.0, p.step_s - p.compute_s - p.comm_s - p.data_s), run.key.framework,
+                    reads_files=run.key.loader == "native")
 
 
 def _wall_step_s(run: Run) -> float:
@@ -350,7 +363,7 @@ def _layout(machine: Machine, run: Run) -> Machine:
 
 
 def fit_runs(runs: Sequence[Run], base: Machine) -> Machine:
-    """`base` with the network fitted to the runs' measured all-reduce time and the jitter to their
+    """`base` with the network fitted to the runs' measured all-reduce time and the noise to their
     wall-clock step time. The profile's comm_s is one ring all-reduce of all gradients, in which latency
     and inverse bandwidth enter linearly. A side (inside a node, across nodes) with no run keeps
     `base`'s figures; the inter-node latency is fitted only from two or more node counts."""
@@ -380,9 +393,9 @@ def fit_runs(runs: Sequence[Run], base: Machine) -> Machine:
     rows, targets = [], []
     for r in multi:
         workload = workload_of_run(r)
-        rows.append([workload.busy_s * straggler_factor(r.world_size)])
-        targets.append(_wall_step_s(r) - _point(workload, replace(_layout(machine, r), jitter=0.0), r.world_size)[0])
-    return replace(machine, jitter=_nonnegative_lstsq(rows, targets, [1.0] * len(rows))[0])
+        rows.append([math.sqrt(workload.busy_s) * straggler_factor(r.world_size)])
+        targets.append(_wall_step_s(r) - _point(workload, replace(_layout(machine, r), noise_s=0.0), r.world_size)[0])
+    return replace(machine, noise_s=_nonnegative_lstsq(rows, targets, [1.0] * len(rows))[0] ** 2)
 
 
 @dataclass(frozen=True)
@@ -502,7 +515,7 @@ def workload_from_options(model: Optional[str], compute_ms: Optional[float], dat
         raise DlaunchError("--compute-ms: must be positive (got %r)" % compute_ms)
     if data_ms is not None and not data_ms >= 0:
         raise DlaunchError("--data-ms: must not be negative (got %r)" % data_ms)
-    source = "--compute-ms"
+    source, reads_files = "--compute-ms", False
     if from_run is not None:
         loaded = load_runs([str(from_run)])
         if loaded.rejected:
@@ -521,6 +534,7 @@ def workload_from_options(model: Optional[str], compute_ms: Optional[float], dat
         compute_ms = compute_ms if compute_ms is not None else 1e3 * run.profile.compute_s
         data_ms = data_ms if data_ms is not None else 1e3 * run.profile.data_s
         batch = batch or run.key.batch_per_worker
+        reads_files = run.key.loader == "native"
         source = "measured in %s" % run.path
         if site is not None and run.key.site != site.name:
             source += (" on site %s: the compute and data times transfer to %s only if its GPUs (and CPUs) are the same"
@@ -536,7 +550,8 @@ def workload_from_options(model: Optional[str], compute_ms: Optional[float], dat
                            "(or --from-run / --from-runs)" % (model, site.name if site else "-"))
     if batch is None:
         raise DlaunchError("--batch: needed with --compute-ms (the batch per GPU it was measured with)")
-    return model, Workload(compute_ms / 1e3, batch, gradient_bytes(model), (data_ms or 0.0) / 1e3), source
+    return model, Workload(compute_ms / 1e3, batch, gradient_bytes(model), (data_ms or 0.0) / 1e3,
+                           reads_files=reads_files), source
 
 
 PREDICTION_HEADERS = ["GPUs", "nodes", "step ms", "comm ms", "exposed comm ms", "images/s", "S_G", "E_G", "comm %", "algorithm"]
@@ -588,7 +603,8 @@ def predict_command(
     zero_stage: Annotated[int, typer.Option(min=0, max=2, help="DeepSpeed ZeRO stage (0: all-reduce; 1, 2: reduce-scatter + all-gather).")] = 0,
     from_run: Annotated[Optional[Path], typer.Option(help="Run directory or metrics file with a profile record (the workload only).")] = None,
     from_runs: Annotated[Optional[List[Path]], typer.Option(help="Calibrate machine and workload on your own small sweep: run directories or a sweep folder (repeat the flag), >= 2 GPU counts, each run made with --profile-steps N (e.g. `dlaunch sweep --nodes 1,2,4 --steps 60 --warmup-steps 10 --profile-steps 20`). Prints each run's leave-one-out error.")] = None,
-    calibrated: Annotated[Optional[str], typer.Option(help="Machine jitter fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs: 'dali' (loader keeps up) or 'native' (adds the native loader's fitted data wait unless --data-ms is given).")] = None,
+    calibrated: Annotated[Optional[str], typer.Option(help="Machine noise fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs: 'dali' (loader keeps up) or 'native' (adds the native loader's fitted data wait unless --data-ms is given, and the storage ceiling if --storage-images-per-s is given).")] = None,
+    storage_images_per_s: Annotated[Optional[float], typer.Option(help="Images/s the site's shared file system sustains for a loader that reads every sample as a file (native): p GPUs cannot step faster than p * batch / this. Default: no ceiling (unknown).")] = None,
 ) -> None:
     """Predict step time, throughput and E_G over GPU counts (NCCL ring/tree cost model, buckets, stragglers)."""
     profile = resolve_site(site)
@@ -598,6 +614,8 @@ def predict_command(
     def say(text: str) -> None:
         console.print(text, markup=False, highlight=False)
 
+    if storage_images_per_s is not None and not storage_images_per_s > 0:
+        raise DlaunchError("--storage-images-per-s: must be positive (got %r)" % storage_images_per_s)
     left_out: List[LeftOut] = []
     if from_runs:
         if from_run is not None or calibrated is not None:
@@ -610,24 +628,29 @@ def predict_command(
             raise DlaunchError("--site: site %s has no [network] section (latency_us, bandwidth_gbps_per_node); "
                                "add one or calibrate with --from-runs" % profile.name)
         model_name, workload, source = workload_from_options(model, compute_ms, data_ms, batch, from_run, profile)
-        machine_source = "nominal (site profile), no jitter"
+        machine_source = "nominal (site profile), no timing noise"
         if calibrated is not None:
             if calibrated not in ("dali", "native"):
                 raise DlaunchError("--calibrated: %r is not a column of %s (dali, native)" % (calibrated, AACH2023_TABLE2A.name))
             fit = fit_published()
-            machine = replace(machine, jitter=fit.machine.jitter, beside_compute=fit.machine.beside_compute)
-            machine_source = "jitter fitted on Aach et al. 2023 Table 2a, 4-%d GPUs (JUWELS Booster)" % CALIBRATION_MAX_GPUS
-            if calibrated == "native" and data_ms is None:
-                workload = replace(workload, data_s=fit.native_data_fraction * workload.compute_s)
+            machine = replace(machine, noise_s=fit.machine.noise_s, beside_compute=fit.machine.beside_compute)
+            machine_source = "noise fitted on Aach et al. 2023 Table 2a, 4-%d GPUs (JUWELS Booster)" % CALIBRATION_MAX_GPUS
+            if calibrated == "native":
+                workload = replace(workload, reads_files=True)
+                if data_ms is None:
+                    workload = replace(workload, data_s=fit.native_data_fraction * workload.compute_s)
     workload = replace(workload, framework=framework, zero_stage=zero_stage if framework == "deepspeed" else 0)
+    machine = replace(machine, storage_images_per_s=storage_images_per_s)
+    storage = ("no ceiling" if not (workload.reads_files and machine.storage_images_per_s)
+               else "%.0f images/s for a loader reading files" % machine.storage_images_per_s)
     if left_out:
         console.print(rich_table(None, LOO_HEADERS, loo_rows(left_out)))
         say(loo_summary(left_out))
     say("%s on %s, %s: %.1f MB fp32 gradients, compute %.2f ms + data %.2f ms + other %.2f ms per step, batch %d per GPU\n"
         "machine (%s): %.2f us fabric latency, %.0f Gbit/s per node of %d GPUs, %.0f Gbit/s per GPU in a node, "
-        "jitter %.3f, NCCL kernels beside back-propagation %.2f\ncompute time: %s"
+        "timing noise %.2g s, NCCL kernels beside back-propagation %.2f, storage %s\ncompute time: %s"
         % (model_name, profile.name, framework, workload.gradient_bytes / 1e6, 1e3 * workload.compute_s,
            1e3 * workload.data_s, 1e3 * workload.other_s, workload.batch, machine_source, machine.latency_us,
-           machine.bandwidth_gbps_per_node, machine.gpus_per_node, machine.intra_node_gbps, machine.jitter,
-           machine.beside_compute, source))
+           machine.bandwidth_gbps_per_node, machine.gpus_per_node, machine.intra_node_gbps, machine.noise_s,
+           machine.beside_compute, storage, source))
     console.print(rich_table(None, PREDICTION_HEADERS, prediction_rows(predict(workload, machine, counts))))

@@ -15,15 +15,23 @@ GPU inside a node and the node's network bandwidth (all its NICs) across nodes: 
 node boundary once per channel, so a node's NICs together carry 2(p-1)/p of the message.
 Inter-node step latencies are NCCL's software latency plus the fabric's (the site's `latency_us`).
 
-Two more machine properties are not NCCL's but decide what a step sees (fitted, see perfmodel.py):
-`jitter`, the mean extra delay of a rank at each synchronisation as a fraction of its busy time
-(stragglers: each rank's delay exponential, so the slowest of p is late by jitter * busy * (H_p - 1),
-H_p the p-th harmonic number), and `beside_compute`, NCCL kernel time spent running beside
-back-propagation (a fraction of it) that kernel-time profiles count but the step never waits for.
+Three more machine properties are not NCCL's but decide what a step sees (fitted, see perfmodel.py):
+`noise_s`, the ranks' timing noise: each rank's lateness at a synchronisation is the sum of many small
+host and OS delays met during its busy time, so its spread grows with the square root of that time,
+sqrt(noise_s * busy) (noise_s in seconds: the variance of the delay per second of work). The
+collective synchronises in rounds, 2, 4, ... p ranks (a tree's levels, the log2 p stages of NCCL's
+reduction), and each round waits for the slowest of its ranks, whose delay is exponential-tailed: the
+step waits spread * `straggler_factor(p)` = spread * sum over the rounds of (H_n - 1), H_n the n-th
+harmonic number (the expected maximum of n unit exponential delays); it grows like (log2 p)^2 / 2.
+`beside_compute`, NCCL kernel time spent running beside back-propagation (a fraction of it) that
+kernel-time profiles count but the step never waits for. `storage_images_per_s`, the images per
+second the site's shared file system sustains for a loader that reads every sample as a file through
+the CPU (None: unknown, no ceiling): p ranks taking batch images per step cannot step faster than
+p * batch / storage_images_per_s, and the ranks that wait for their data stall the others.
 """
 import math
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Optional, Tuple
 
 DEFAULT_INTRA_NODE_GBPS = 2400.0  # A100 NVLink 3: 300 GB/s per GPU and direction
 # NCCL 2.8-2.10 tuning.cc, Simple protocol (microseconds).
@@ -41,8 +49,15 @@ def harmonic(n: int) -> float:
 
 
 def straggler_factor(gpus: int) -> float:
-    """How much later than its own mean the slowest of `gpus` ranks arrives, in units of the mean delay."""
-    return harmonic(gpus) - 1.0
+    """How late the last of `gpus` ranks finishes a collective, in units of one rank's delay spread: the
+    slowest-of-n waits of the rounds 2, 4, ... `gpus` ranks added up (0 for one rank)."""
+    rounds, size = [], 2
+    while size < gpus:
+        rounds.append(size)
+        size *= 2
+    if gpus > 1:
+        rounds.append(gpus)
+    return math.fsum(harmonic(n) - 1.0 for n in rounds)
 
 
 @dataclass(frozen=True)
@@ -53,8 +68,13 @@ class Machine:
     latency_us: float  # fabric latency per inter-node step, on top of NCCL's own
     bandwidth_gbps_per_node: float  # all NICs of a node
     intra_node_gbps: float = DEFAULT_INTRA_NODE_GBPS
-    jitter: float = 0.0
+    noise_s: float = 0.0
     beside_compute: float = 0.0
+    storage_images_per_s: Optional[float] = None
+
+    def lateness_s(self, busy_s: float, gpus: int) -> float:
+        """What the step waits for the slowest rank, whose noise accumulated over `busy_s` of work."""
+        return math.sqrt(self.noise_s * busy_s) * straggler_factor(gpus)
 
     def nodes(self, gpus: int) -> int:
         return -(-gpus // self.gpus_per_node)

@@ -31,9 +31,9 @@ from launcher.perfmodel_nccl import Machine, harmonic, straggler_factor
 from test_analysis import write_run
 
 # Extrapolated from Table 2a's 4-64 GPUs to 128-1024: the errors recorded in benchmarks/README.md
-# (comm share, percentage points). DALI is close to the issue's goal (mean 5, max 10) but above it;
-# the native loader's jump at 128-256 GPUs is not predictable from 4-64 GPUs (see the README).
-EXTRAPOLATION_BOUNDS_PP = {"dali": (6.0, 11.0), "native": (26.0, 33.0)}
+# (comm share, percentage points, rounded up). DALI meets the issue's goal (mean 5, max 10); the native
+# loader's jump at 128-256 GPUs needs the site's storage ceiling, which is not known (see the README).
+EXTRAPOLATION_BOUNDS_PP = {"dali": (2.0, 2.5), "native": (20.0, 26.0)}
 
 JUWELS_LIKE = Machine(gpus_per_node=4, latency_us=5.0, bandwidth_gbps_per_node=800.0, intra_node_gbps=2400.0)
 RUNNER = CliRunner(env={"COLUMNS": "200"})  # wide enough for rich to print whole numbers
@@ -112,27 +112,56 @@ def test_buckets_overlap_back_propagation_and_only_the_rest_is_exposed():
 
 def test_stragglers_wait_for_the_slowest_rank_and_kernel_time_counts_more_than_the_step_waits():
     assert harmonic(1) == 1.0 and harmonic(4) == pytest.approx(25 / 12) and straggler_factor(1) == 0.0
-    machine = replace(JUWELS_LIKE, jitter=0.1, beside_compute=0.2)
+    machine = replace(JUWELS_LIKE, noise_s=0.01, beside_compute=0.2)
     (p,) = predict(RESNET50, machine, [256])
-    waits = (0.1 * 0.25 + 0.05) * (harmonic(256) - 1)  # jitter of busy time + the loader's data wait
+    waits = (math.sqrt(0.01 * 0.25) + 0.05) * straggler_factor(256)  # noise over the busy time + the loader's data wait
     assert p.wait_s == pytest.approx(waits)
     (bare,) = predict(RESNET50, JUWELS_LIKE, [256])
-    assert p.exposed_comm_s == pytest.approx(bare.exposed_comm_s - 0.05 * (harmonic(256) - 1) + waits)
+    assert p.exposed_comm_s == pytest.approx(bare.exposed_comm_s - 0.05 * straggler_factor(256) + waits)
     assert p.kernel_comm_s == pytest.approx(p.comm_s + waits + 0.2 * 2 / 3 * 0.2)
 
 
+def test_straggler_waits_add_up_over_the_rounds_of_the_collective():
+    # rounds of 2, 4 and 6 ranks for 6 GPUs; each waits for the slowest of its ranks
+    assert straggler_factor(2) == pytest.approx(0.5)
+    assert straggler_factor(6) == pytest.approx(harmonic(2) + harmonic(4) + harmonic(6) - 3)
+    # more than logarithmic: each doubling adds a round that waits longer than the one before
+    steps = [straggler_factor(2 ** (k + 1)) - straggler_factor(2 ** k) for k in range(1, 10)]
+    assert all(b > a for a, b in zip(steps, steps[1:]))
+
+
+def test_timing_noise_costs_a_longer_step_a_smaller_share():
+    machine = replace(JUWELS_LIKE, noise_s=1e-4)
+    assert machine.lateness_s(0.4, 64) == pytest.approx(2 * machine.lateness_s(0.1, 64))  # square root of busy time
+    short, long = (predict(replace(RESNET50, compute_s=c, data_s=0.0), machine, [4, 1024])[1] for c in (0.1, 0.4))
+    assert long.efficiency > short.efficiency
+
+
+def test_storage_ceiling_stalls_only_a_loader_that_reads_files_beyond_it():
+    machine = replace(JUWELS_LIKE, storage_images_per_s=20000.0)
+    native = replace(RESNET50, reads_files=True)
+    small, large = predict(native, machine, [8, 1024])
+    assert small.step_s == predict(native, JUWELS_LIKE, [8])[0].step_s  # 8 * 64 images in 0.25 s: below the ceiling
+    assert large.step_s == pytest.approx(1024 * 64 / 20000.0)  # the file system sets the pace
+    (unlimited,) = predict(native, JUWELS_LIKE, [1024])
+    assert large.wait_s == pytest.approx(unlimited.wait_s + large.step_s - unlimited.step_s)
+    assert large.kernel_comm_s == pytest.approx(unlimited.kernel_comm_s + large.step_s - unlimited.step_s)
+    (dali,) = predict(RESNET50, machine, [1024])
+    assert dali.step_s == unlimited.step_s
+
+
 def test_efficiency_falls_with_gpus_beyond_a_node():
-    curve = predict(RESNET50, replace(JUWELS_LIKE, jitter=0.05), [4, 8, 64, 1024])
+    curve = predict(RESNET50, replace(JUWELS_LIKE, noise_s=1e-4), [4, 8, 64, 1024])
     assert [p.gpus for p in curve] == [4, 8, 64, 1024]
     assert curve[0].efficiency == 1.0
     assert all(a.efficiency > b.efficiency for a, b in zip(curve, curve[1:]))
 
 
-def test_machine_fit_recovers_the_jitter_and_kernels_beside_compute_that_made_the_shares():
-    truth = replace(JUWELS_LIKE, jitter=0.12, beside_compute=0.3)
+def test_machine_fit_recovers_the_noise_and_kernels_beside_compute_that_made_the_shares():
+    truth = replace(JUWELS_LIKE, noise_s=2e-4, beside_compute=0.3)
     shares = [(p.gpus, p.comm_share) for p in predict(RESNET50, truth, [4, 8, 16, 32, 64])]
     fitted = fit_machine(shares, RESNET50, JUWELS_LIKE)
-    assert fitted.jitter == pytest.approx(0.12, rel=1e-6)
+    assert fitted.noise_s == pytest.approx(2e-4, rel=1e-6)
     assert fitted.beside_compute == pytest.approx(0.3, rel=1e-6)
     with pytest.raises(ValueError, match="needs >= 2 GPUs"):
         fit_machine([(1, 0.2)], RESNET50, JUWELS_LIKE)
@@ -149,7 +178,7 @@ def _extrapolation_errors(loader):
     fit = fit_published()
     workload = published_workload()
     if loader == "native":
-        workload = replace(workload, data_s=fit.native_data_fraction * workload.compute_s)
+        workload = replace(workload, data_s=fit.native_data_fraction * workload.compute_s, reads_files=True)
     rows = load_published()[loader]
     predicted = predict(workload, fit.machine, [r.gpus for r in rows])
     return [100 * abs(p.comm_share - r.comm_share) for p, r in zip(predicted, rows) if r.gpus > CALIBRATION_MAX_GPUS]
@@ -180,8 +209,8 @@ def test_one_machine_fit_resnet152_scales_better_and_native_well_below_dali():
             if loader == "native":
                 workload = replace(workload, data_s=fit.native_data_fraction * workload.compute_s)
             curves[model, loader] = [p.efficiency for p in predict(workload, fit.machine, gpus)]
-    for loader in ("dali", "native"):
-        assert all(b > a for a, b in zip(curves["resnet50", loader][1:], curves["resnet152", loader][1:]))
+    for loader in ("dali", "native"):  # visibly: more work per step averages the ranks' noise out
+        assert all(b > a + 0.05 for a, b in zip(curves["resnet50", loader][1:], curves["resnet152", loader][1:]))
     assert all(d - n >= 0.05 for d, n in zip(curves["resnet50", "dali"][1:], curves["resnet50", "native"][1:]))
 
 
@@ -199,16 +228,16 @@ def _runs_made_by(tmp_path, truth, model="resnet18", batch=8, nodes=(1, 2, 4)):
     return paths
 
 
-def test_fit_on_runs_recovers_network_and_jitter_and_predicts_the_left_out_runs(tmp_path):
-    truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, jitter=0.05)
+def test_fit_on_runs_recovers_network_and_noise_and_predicts_the_left_out_runs(tmp_path):
+    truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, noise_s=1e-3)
     _runs_made_by(tmp_path, truth)
     runs = calibration_runs([tmp_path])
     fitted = fit_runs(runs, Machine(1, 0.0, 100.0))
     assert fitted.bandwidth_gbps_per_node == pytest.approx(10.0, rel=1e-6)
     assert fitted.latency_us == pytest.approx(40.0, rel=1e-6)
-    assert fitted.jitter == pytest.approx(0.05, rel=1e-6)
+    assert fitted.noise_s == pytest.approx(1e-3, rel=1e-6)
     first, second, third = leave_one_out(runs, None, 1)
-    assert abs(first.error) < 1e-9  # 2 and 4 nodes determine latency, bandwidth and jitter
+    assert abs(first.error) < 1e-9  # 2 and 4 nodes determine latency, bandwidth and noise
     # one multi-node run left: bandwidth fitted with the latency unknown (0), still predicted
     assert 0 < abs(second.error) < 0.2 and 0 < abs(third.error) < 0.2
 
@@ -273,6 +302,7 @@ def test_predict_from_a_run_of_another_model_refuses_to_transfer_its_compute_tim
     (["--compute-ms", "-1"], "--compute-ms"),
     (["--batch", "0"], "--batch"),
     (["--data-ms", "-1"], "--data-ms"),
+    (["--storage-images-per-s", "0"], "--storage-images-per-s"),
 ])
 def test_predict_rejects_bad_flags_by_name(site_file, args, message):
     base = {"--model": "resnet50", "--compute-ms": "200", "--batch": "64", "--gpus": "4,8"}
@@ -320,20 +350,25 @@ def test_predict_calibrated_to_the_published_table(site_file):
                       "--batch", "64", "--gpus", "4,1024", "--calibrated", "dali")
     assert result.exit_code == 0, result.output
     fit = fit_published()
-    machine = replace(JUWELS_LIKE, jitter=fit.machine.jitter, beside_compute=fit.machine.beside_compute)
+    machine = replace(JUWELS_LIKE, noise_s=fit.machine.noise_s, beside_compute=fit.machine.beside_compute)
     for p in predict(RESNET50, machine, [4, 1024]):
         assert "%.3f" % p.efficiency in result.output and "%.1f" % (100 * p.comm_share) in result.output
     assert "Table 2a" in result.output
     native = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--batch", "64",
                       "--gpus", "4,1024", "--calibrated", "native")
-    loaded = replace(RESNET50, data_s=fit.native_data_fraction * 0.2)
+    loaded = replace(RESNET50, data_s=fit.native_data_fraction * 0.2, reads_files=True)
     assert "%.3f" % predict(loaded, machine, [4, 1024])[1].efficiency in native.output
+    ceiling = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--batch", "64",
+                       "--gpus", "4,1024", "--calibrated", "native", "--storage-images-per-s", "20000")
+    stalled = predict(loaded, replace(machine, storage_images_per_s=20000.0), [4, 1024])[1]
+    assert "%.3f" % stalled.efficiency in ceiling.output and "20000 images/s" in ceiling.output
+    assert stalled.efficiency < predict(loaded, machine, [4, 1024])[1].efficiency
     bad = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "1", "--batch", "1", "--calibrated", "x")
     assert isinstance(bad.exception, DlaunchError) and "--calibrated" in str(bad.exception)
 
 
 def test_predict_from_runs_reports_leave_one_out_errors(tmp_path):
-    truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, jitter=0.05)
+    truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, noise_s=1e-3)
     _runs_made_by(tmp_path / "runs", truth, nodes=(1, 2))
     site = tmp_path / "cluster.toml"
     site.write_text('name = "cluster"\ndescription = "test"\nbased_on = ["nothing"]\nscheduler = "slurm"\n'
@@ -387,7 +422,7 @@ def test_published_machine_is_juwels_booster():
     site = resolve_site("juwels-booster")
     assert (AACH2023_MACHINE.gpus_per_node, AACH2023_MACHINE.latency_us, AACH2023_MACHINE.bandwidth_gbps_per_node) == (
         site.gpus_per_node, site.network.latency_us, site.network.bandwidth_gbps_per_node)
-    assert not math.isnan(fit_published().machine.jitter)
+    assert not math.isnan(fit_published().machine.noise_s)
 
 
 def test_predict_by_default_goes_up_to_what_the_site_has():
