@@ -1,0 +1,426 @@
+#!/usr/bin/env bash
+# Every CUDA path of the trainer once, and its GPU throughput against a bare PyTorch loop, in one call on
+# a machine with one NVIDIA GPU (the `device` tool's lent H100/H200), each check under its own timeout.
+#
+#   benchmarks/gpu_validate.sh [OUTDIR]        (default: $OUT, else ./gpu-validate-out)
+#
+# Environment:
+#   GPU_VALIDATE_BUDGET_S   wall-clock budget of the whole script (default 540); checks that would run past
+#                           it are cut short (timeout) or skipped, the summary is always written
+#   GPU_VALIDATE_ONLY       comma list of groups (default all): env,bench,loader,paths,deepspeed,horovod
+#   GPU_VALIDATE_ROUNDS     trainer/bare rounds of the throughput benchmark (default 1)
+#   GPU_VALIDATE_REVISION   the repository revision, for the record (the device copy has no .git)
+# Carried Python packages: .whl/*.whl are installed into /tmp/site, used by the DeepSpeed checks only
+# (deepspeed, hjson, pydantic...); .whl/src/horovod-*.tar.gz is built with NCCL operations in the background.
+#
+# Groups:
+#   env        GPU, driver, CUDA, cuDNN, NCCL, torch, nvcc (nvidia-smi and torch; read-only queries)
+#   bench      ResNet-50, synthetic data, channels-last, batch 256 and 64, AMP fp16 and bf16: the trainer
+#              (python -m train) and benchmarks/bare_loop_gpu.py (before and after the trainer runs);
+#              nvidia-smi samples power during the batch-256 trainer runs (cross-check of NVML energy)
+#   loader     a generated JPEG folder (train/data/make_folder.py): the native loader alone (images/s into
+#              GPU memory) and training on it; DALI where importable
+#   paths      NCCL process group (torchrun --standalone, one rank) with sync-BN and fp16 loss scaling,
+#              --profile-steps with bf16, fp32 without AMP
+#   deepspeed  DeepSpeed fp16/bf16 x ZeRO 1/2 (torchrun, one rank)
+#   horovod    Horovod built from the carried sdist with HOROVOD_GPU_OPERATIONS=NCCL, then one trainer run
+# A check passes when its command exits 0 and (trainer runs) the metrics file ends with status `ok`.
+# Under OUTDIR: summary.md, results.json, logs.tar.gz (every log and metrics file), horovod-build.log.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+OUT_DIR=${1:-${OUT:-$ROOT/gpu-validate-out}}
+BUDGET=${GPU_VALIDATE_BUDGET_S:-540}
+ONLY=${GPU_VALIDATE_ONLY:-all}
+ROUNDS=${GPU_VALIDATE_ROUNDS:-1}
+RESERVE=25  # seconds kept for the summary and the archive
+START=$SECONDS
+WORK=/tmp/gpu-validate
+LOGS=$WORK/logs
+TSV=$LOGS/checks.tsv
+mkdir -p "$OUT_DIR" "$LOGS"
+: > "$TSV"
+export PYTHONPATH=$ROOT PYTHONUNBUFFERED=1
+PY=python3
+
+wanted() { [ "$ONLY" = all ] || [[ ",$ONLY," == *",$1,"* ]]; }
+left() { echo $(( BUDGET - (SECONDS - START) - RESERVE )); }
+
+# check NAME LIMIT_S COMMAND...: run COMMAND (output in $LOGS/NAME.log) under min(LIMIT_S, time left);
+# one line in checks.tsv: name, exit code (124: timed out; "skipped"), seconds, command.
+check() {
+  local name=$1 limit=$2 t0 rc available
+  shift 2
+  available=$(left)
+  if (( available < 15 )); then
+    printf '%s\tskipped\t0\t%s\n' "$name" "$*" >> "$TSV"
+    echo "== $name: skipped (out of time)"
+    return 0
+  fi
+  (( limit > available )) && limit=$available
+  t0=$SECONDS
+  echo "== $name (limit ${limit}s, t=$((SECONDS - START))s)"
+  timeout -k 10 "$limit" "$@" > "$LOGS/$name.log" 2>&1
+  rc=$?
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" "$*" >> "$TSV"
+  echo "   exit $rc after $((SECONDS - t0))s"
+  return 0
+}
+
+TRAIN=($PY -m train --device cuda --model resnet50 --image-size 224 --num-classes 1000)
+TORCHRUN=($PY -m torch.distributed.run --standalone --nproc_per_node=1 -m train --device cuda --model resnet50
+          --image-size 224 --num-classes 1000)
+
+# trainer NAME LIMIT_S ARGS...: the trainer (one process) with its metrics in $LOGS/NAME.jsonl
+trainer() { local name=$1 limit=$2; shift 2; check "$name" "$limit" "${TRAIN[@]}" --metrics "$LOGS/$name.jsonl" "$@"; }
+torchrun_trainer() {
+  local name=$1 limit=$2; shift 2
+  check "$name" "$limit" "${TORCHRUN[@]}" --metrics "$LOGS/$name.jsonl" "$@"
+}
+
+# sampled NAME: run `trainer NAME ...` with nvidia-smi sampling power/utilisation/clocks every 200 ms
+sampled() {
+  local name=$1 smi
+  nvidia-smi --query-gpu=timestamp,power.draw,utilization.gpu,clocks.sm,temperature.gpu \
+    --format=csv,noheader,nounits -lms 200 > "$LOGS/$name.smi.csv" 2>/dev/null &
+  smi=$!
+  trainer "$@"
+  kill "$smi" 2>/dev/null
+  wait "$smi" 2>/dev/null
+}
+
+# ---------------------------------------------------------------------------------------------------- env
+if wanted env; then
+  nvidia-smi > "$LOGS/nvidia-smi.txt" 2>&1
+  nvidia-smi -q > "$LOGS/nvidia-smi-q.txt" 2>&1
+  (command -v nvcc && nvcc --version) > "$LOGS/nvcc.txt" 2>&1
+  $PY -m pip list > "$LOGS/pip-list.txt" 2>&1
+  check env 60 $PY - "$LOGS/env.json" <<'EOF'
+import datetime, json, platform, subprocess, sys
+import torch, torchvision
+p = torch.cuda.get_device_properties(0)
+env = {"date_utc": datetime.datetime.utcnow().isoformat(timespec="seconds") + "Z", "host": platform.node(),
+       "kernel": platform.release(), "python": platform.python_version(), "torch": torch.__version__,
+       "torchvision": torchvision.__version__, "cuda_runtime": torch.version.cuda,
+       "cudnn": torch.backends.cudnn.version(), "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+       "gpu": p.name, "capability": "%d.%d" % (p.major, p.minor), "sms": p.multi_processor_count,
+       "gpu_memory_gib": round(p.total_memory / 2 ** 30, 1)}
+try:
+    import pynvml
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    env["driver"] = pynvml.nvmlSystemGetDriverVersion()
+    env["power_limit_w"] = pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0
+    env["nvml_cuda_driver"] = pynvml.nvmlSystemGetCudaDriverVersion()
+except Exception as e:  # recorded, not fatal
+    env["driver"] = "NVML: %s" % e
+out = subprocess.run("nvcc --version | tail -n 2", shell=True, stdout=subprocess.PIPE, text=True).stdout
+env["nvcc"] = " ".join(out.split())
+env["cpus"] = len(__import__("os").sched_getaffinity(0))
+json.dump(env, open(sys.argv[1], "w"), indent=1)
+print(json.dumps(env))
+EOF
+fi
+
+# Carried wheels (DeepSpeed and what it needs that the image lacks), on their own path.
+SITE=/tmp/site
+if ls .whl/*.whl > /dev/null 2>&1 && (wanted deepspeed); then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
+    > "$LOGS/wheels.log" 2>&1 || echo "wheel install failed (see wheels.log)"
+fi
+
+# -------------------------------------------------------------------------------------------------- bench
+BENCH_CONFIGS=("256:fp16" "256:bf16" "64:fp16" "64:bf16")
+steps_for() { if [ "${1%%:*}" -le 64 ]; then echo "230 30"; else echo "80 20"; fi; }
+if wanted bench; then
+  for round in $(seq 1 "$ROUNDS"); do
+    check "bare-r$round-a" 150 $PY benchmarks/bare_loop_gpu.py --channels-last --configs "${BENCH_CONFIGS[@]}"
+    for config in "${BENCH_CONFIGS[@]}"; do
+      read -r steps warmup <<< "$(steps_for "$config")"
+      batch=${config%%:*} amp=${config##*:}
+      name="trainer-r$round-$batch-$amp"
+      sampled "$name" 120 --batch-size "$batch" --amp "$amp" --channels-last --steps "$steps" \
+        --steps-per-epoch "$steps" --warmup-steps "$warmup"
+    done
+    check "bare-r$round-b" 150 $PY benchmarks/bare_loop_gpu.py --channels-last --configs "${BENCH_CONFIGS[@]}"
+  done
+fi
+
+# ------------------------------------------------------------------------------------------------- loader
+DATA=$WORK/jpeg
+if wanted loader; then
+  [ -d "$DATA" ] || check make-folder 90 $PY -m train.data.make_folder "$DATA" --classes 16 --images-per-class 128 \
+    --val-per-class 16 --size 256
+  check loader-native-alone 90 $PY - "$DATA" "$LOGS/loader-native-alone.json" <<'EOF'
+"""The native loader alone: training batches (decode, crop, flip, normalise) delivered into GPU memory."""
+import json, sys, time
+import torch
+from train.config import parse_config
+from train.data import build_loaders
+from train.frameworks.base import DistInfo
+data, out = sys.argv[1], sys.argv[2]
+results = []
+for workers in (6, 12):
+    cfg = parse_config(["--data", data, "--workers", str(workers), "--batch-size", "64", "--image-size", "224",
+                        "--channels-last", "--metrics", "/tmp/unused.jsonl"])
+    train = build_loaders(cfg, DistInfo(0, 1, 0, 1, torch.device("cuda", 0))).train
+    rates = []
+    for epoch in range(3):  # the first one warms up (worker start, page cache)
+        train.set_epoch(epoch)
+        started, images = time.perf_counter(), 0
+        for batch, _ in train:
+            images += batch.shape[0]
+        torch.cuda.synchronize()
+        rates.append(images / (time.perf_counter() - started))
+    results.append({"loader": "native", "workers": workers, "batch": 64, "images_per_s": max(rates[1:]),
+                    "epochs_images_per_s": rates})
+    print(json.dumps(results[-1]))
+json.dump(results, open(out, "w"), indent=1)
+EOF
+  trainer train-native-folder 150 --data "$DATA" --workers 12 --batch-size 64 --amp bf16 --channels-last \
+    --epochs 2 --warmup-steps 8
+  if $PY -c "import nvidia.dali" > /dev/null 2>&1; then
+    for device in cpu gpu; do
+      trainer "train-dali-$device" 150 --data "$DATA" --loader dali --dali-device "$device" --workers 12 \
+        --batch-size 64 --amp bf16 --channels-last --epochs 2 --warmup-steps 8
+    done
+  else
+    echo "DALI is not importable here: DALI checks skipped" | tee "$LOGS/dali-missing.txt"
+  fi
+fi
+
+# ---------------------------------------------------------------------------------- horovod (background)
+# Started after the throughput and loader benchmarks (a compiler on 16 cores would disturb them), built
+# while the path checks run, tested at the end.
+build_horovod() {
+  local src nvcc cuda nccl_pkg header library
+  src=$(ls .whl/src/horovod-*.tar.gz 2>/dev/null | head -n1)
+  [ -n "$src" ] || { echo "no .whl/src/horovod-*.tar.gz carried"; return 2; }
+  nvcc=$(command -v nvcc) || { echo "no nvcc on PATH"; return 2; }
+  cuda=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+  nccl_pkg=$($PY -c "import nvidia.nccl as n; print(list(n.__path__)[0])") || return 2
+  header=$(find "$nccl_pkg" /usr/include "$cuda/include" -name nccl.h 2>/dev/null | head -n1)
+  library=$(find "$nccl_pkg" -name 'libnccl.so*' 2>/dev/null | head -n1)
+  echo "cuda=$cuda nccl.h=$header libnccl=$library"
+  [ -n "$header" ] && [ -n "$library" ] || { echo "NCCL header or library not found"; return 2; }
+  rm -rf /tmp/hvd && mkdir -p /tmp/hvd/nccl/include /tmp/hvd/nccl/lib /tmp/hvd/dist
+  ln -s "$header" /tmp/hvd/nccl/include/nccl.h
+  ln -s "$library" /tmp/hvd/nccl/lib/libnccl.so
+  # Horovod's CMake asks for C++14 (torch needs newer) and C++11 for its CUDA kernels (CUDA 13's headers
+  # need C++17): raise both, as scripts/bootstrap.sh does for C++.
+  printf 'set(CMAKE_CXX14_STANDARD_COMPILE_OPTION "-std=c++20")\nset(CMAKE_CXX14_EXTENSION_COMPILE_OPTION "-std=gnu++20")\n' \
+    > /tmp/hvd/cxx.cmake
+  printf 'set(CMAKE_CUDA11_STANDARD_COMPILE_OPTION "-std=c++17")\nset(CMAKE_CUDA11_EXTENSION_COMPILE_OPTION "-std=c++17")\n' \
+    > /tmp/hvd/cuda.cmake
+  printf 'set(CMAKE_USER_MAKE_RULES_OVERRIDE_CXX "/tmp/hvd/cxx.cmake")\nset(CMAKE_USER_MAKE_RULES_OVERRIDE_CUDA "/tmp/hvd/cuda.cmake")\n' \
+    > /tmp/hvd/toolchain.cmake
+  CMAKE_TOOLCHAIN_FILE=/tmp/hvd/toolchain.cmake CMAKE_POLICY_VERSION_MINIMUM=3.5 \
+    CUDA_HOME="$cuda" CUDAToolkit_ROOT="$cuda" HOROVOD_CUDA_HOME="$cuda" HOROVOD_BUILD_CUDA_CC_LIST=90 \
+    HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_HOME=/tmp/hvd/nccl HOROVOD_NCCL_LINK=SHARED \
+    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 \
+    HOROVOD_WITHOUT_MPI=1 MAKEFLAGS=-j"$(nproc)" \
+    $PY -m pip wheel -v --no-build-isolation --no-deps -w /tmp/hvd/dist "$src" || return 1
+  $PY -m pip install -q --no-deps --no-compile --target /tmp/hvd/site /tmp/hvd/dist/horovod-*.whl
+}
+if wanted horovod; then
+  export -f build_horovod
+  export PY
+  # leave a minute after the build for the Horovod checks
+  check horovod-build $(( $(left) - 60 )) nice -n 5 bash -c build_horovod &
+  HOROVOD_BUILD=$!
+fi
+
+# -------------------------------------------------------------------------------------------------- paths
+if wanted paths; then
+  torchrun_trainer nccl-syncbn-fp16 120 --batch-size 64 --amp fp16 --sync-bn --channels-last --steps 40 \
+    --steps-per-epoch 40 --warmup-steps 10
+  torchrun_trainer profile-bf16 120 --batch-size 64 --amp bf16 --channels-last --steps 50 --steps-per-epoch 50 \
+    --warmup-steps 10 --profile-steps 10
+  trainer fp32-contiguous 120 --batch-size 64 --steps 40 --steps-per-epoch 40 --warmup-steps 10
+fi
+
+# ---------------------------------------------------------------------------------------------- deepspeed
+if wanted deepspeed; then
+  for amp in fp16 bf16; do
+    for zero in 1 2; do
+      PYTHONPATH=$ROOT:$SITE torchrun_trainer "deepspeed-$amp-zero$zero" 150 --framework deepspeed \
+        --zero-stage "$zero" --batch-size 64 --amp "$amp" --channels-last --steps 40 --steps-per-epoch 40 \
+        --warmup-steps 10
+    done
+  done
+fi
+
+# ------------------------------------------------------------------------------------------ horovod test
+if wanted horovod; then
+  wait "$HOROVOD_BUILD"
+  if [ -d /tmp/hvd/site/horovod ]; then
+    HVD_PATH=$ROOT:/tmp/hvd/site
+    PYTHONPATH=$HVD_PATH check horovod-built 60 $PY -c "import horovod, horovod.torch as hvd; hvd.init(); \
+print('horovod', horovod.__version__, 'nccl_built', hvd.nccl_built(), 'gloo', hvd.gloo_built(), 'mpi', hvd.mpi_built(), \
+'cuda', hvd.cuda_built(), 'size', hvd.size())"
+    PYTHONPATH=$HVD_PATH check horovod-bf16-fp16allreduce 150 $PY -m horovod.runner.launch -np 1 -H localhost:1 \
+      --gloo "${TRAIN[@]}" --metrics "$LOGS/horovod-bf16-fp16allreduce.jsonl" --framework horovod \
+      --batch-size 64 --amp bf16 --fp16-allreduce --channels-last --steps 40 --steps-per-epoch 40 --warmup-steps 10
+  fi
+fi
+
+# -------------------------------------------------------------------------------------------------- summary
+$PY - "$LOGS" "$OUT_DIR" "${GPU_VALIDATE_REVISION:-unknown}" <<'EOF'
+"""checks.tsv + metrics files + bare-loop lines -> results.json and summary.md."""
+import glob, json, os, statistics, sys
+from train.metrics_schema import MetricsError, read_metrics
+
+logs, out, revision = sys.argv[1:4]
+env = json.load(open(os.path.join(logs, "env.json"))) if os.path.exists(os.path.join(logs, "env.json")) else {}
+env["revision"] = revision
+
+
+def metrics_of(name):
+    path = os.path.join(logs, name + ".jsonl")
+    if not os.path.exists(path):
+        return None
+    try:
+        return read_metrics(path)
+    except MetricsError as e:
+        return str(e)
+
+
+def smi_power(name):
+    """Mean power (W) and utilisation (%) of nvidia-smi's samples taken while the run trained (util > 50%)."""
+    path = os.path.join(logs, name + ".smi.csv")
+    if not os.path.exists(path):
+        return None
+    rows = []
+    for line in open(path):
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            rows.append((float(parts[1]), float(parts[2]), float(parts[3])))
+        except (IndexError, ValueError):
+            continue
+    busy = [r for r in rows if r[1] > 50]
+    if not busy:
+        return None
+    return {"power_w": statistics.mean(r[0] for r in busy), "util_pct": statistics.mean(r[1] for r in busy),
+            "sm_clock_mhz": statistics.median(r[2] for r in busy), "samples": len(busy)}
+
+
+def tail(name, lines=40):
+    path = os.path.join(logs, name + ".log")
+    if not os.path.exists(path):
+        return ""
+    return "".join(open(path, errors="replace").readlines()[-lines:])
+
+
+checks = []
+for line in open(os.path.join(logs, "checks.tsv")):
+    name, rc, seconds, command = line.rstrip("\n").split("\t", 3)
+    check = {"name": name, "exit": rc, "seconds": int(seconds), "command": command}
+    m = metrics_of(name)
+    if isinstance(m, str):
+        check["metrics_error"] = m
+    elif m is not None:
+        check["end_status"] = m.status
+        check["framework_settings"] = m.header.get("framework_settings")
+        check["energy_sources"] = m.header.get("energy_sources")
+        check["versions"] = m.header.get("versions")
+        if m.epochs:
+            last = m.epochs[-1]
+            check["images_per_s"] = last["images_per_s"]
+            check["epoch_time_s"] = last["epoch_time_s"]
+            check["data_wait_s"] = last.get("data_wait_s")
+            check["energy_j"] = last.get("energy_j")
+            check["gpu_utilization_pct"] = last.get("gpu_utilization_pct")
+            check["gpu_memory_peak_bytes"] = last.get("gpu_memory_peak_bytes")
+            check["loss"] = last.get("loss")
+            check["top1"] = last.get("top1")
+        if m.profiles:
+            check["profile"] = {k: v for k, v in m.profiles[-1].items() if k.endswith("_s") or k == "steps"}
+        if m.end and m.end.get("reason"):
+            check["end_reason"] = m.end["reason"]
+    smi = smi_power(name)
+    if smi:
+        check["nvidia_smi"] = smi
+    ok = rc == "0" and check.get("end_status", "ok") == "ok"
+    check["result"] = "skipped" if rc == "skipped" else ("ok" if ok else ("timeout" if rc in ("124", "137") else "FAILED"))
+    if check["result"] == "FAILED" or check["result"] == "timeout":
+        check["log_tail"] = tail(name)
+    checks.append(check)
+
+bare = {}
+for path in sorted(glob.glob(os.path.join(logs, "bare-*.log"))):
+    run = os.path.basename(path)[:-4]
+    for line in open(path):
+        if line.startswith("{"):
+            r = json.loads(line)
+            bare.setdefault("%d:%s" % (r["batch"], r["amp"]), {})[run] = r["images_per_s"]
+throughput = []
+for config, runs in bare.items():
+    batch, amp = config.split(":")
+    trainers = {c["name"]: c.get("images_per_s") for c in checks
+                if c["name"].endswith("-%s-%s" % (batch, amp)) and c["name"].startswith("trainer-")}
+    best_bare = max(runs.values())
+    best_trainer = max([v for v in trainers.values() if v] or [0.0])
+    throughput.append({"batch": int(batch), "amp": amp, "bare": runs, "trainer": trainers,
+                       "trainer_over_best_bare": best_trainer / best_bare if best_bare else None})
+
+loader = []
+alone = os.path.join(logs, "loader-native-alone.json")
+if os.path.exists(alone):
+    loader = json.load(open(alone))
+
+results = {"environment": env, "throughput": throughput, "loader_alone": loader, "checks": checks}
+with open(os.path.join(out, "results.json"), "w") as f:
+    json.dump(results, f, indent=1)
+
+md = ["# GPU validation (benchmarks/gpu_validate.sh)", ""]
+md += ["| what | value |", "|---|---|"] + ["| %s | %s |" % (k, v) for k, v in env.items()] + [""]
+md += ["## ResNet-50, synthetic, channels-last: trainer vs bare loop (images/s)", "",
+       "| batch | AMP | bare runs | trainer runs | trainer / best bare |", "|---|---|---|---|---|"]
+for t in sorted(throughput, key=lambda t: (-t["batch"], t["amp"])):
+    md.append("| %d | %s | %s | %s | %s |" % (
+        t["batch"], t["amp"], ", ".join("%.0f" % v for v in t["bare"].values()),
+        ", ".join("%.0f" % v for v in t["trainer"].values() if v),
+        "%.3f" % t["trainer_over_best_bare"] if t["trainer_over_best_bare"] else "-"))
+md += ["", "## Checks", "", "| check | result | exit | s | images/s | notes |", "|---|---|---|---|---|---|"]
+for c in checks:
+    notes = []
+    if c.get("framework_settings"):
+        notes.append(json.dumps({k: v for k, v in c["framework_settings"].items() if k != "config"}))
+    if c.get("profile"):
+        notes.append("profile " + ", ".join("%s=%.4f" % (k, v) for k, v in c["profile"].items() if k != "steps"))
+    if c.get("energy_j"):
+        gpu = c["energy_j"].get("gpu")
+        if isinstance(gpu, (int, float)) and c.get("epoch_time_s"):
+            notes.append("GPU %.0f J / %.1f s = %.0f W (NVML)" % (gpu, c["epoch_time_s"], gpu / c["epoch_time_s"]))
+        else:
+            notes.append("GPU energy: %s" % gpu)
+    if c.get("nvidia_smi"):
+        notes.append("nvidia-smi %.0f W, %.0f%% busy, SM %d MHz" % (c["nvidia_smi"]["power_w"], c["nvidia_smi"]["util_pct"],
+                                                                  c["nvidia_smi"]["sm_clock_mhz"]))
+    if c.get("gpu_utilization_pct") is not None:
+        notes.append("util %s" % (("%.0f%%" % c["gpu_utilization_pct"]) if isinstance(c["gpu_utilization_pct"], float)
+                                  else c["gpu_utilization_pct"]))
+    if isinstance(c.get("gpu_memory_peak_bytes"), (int, float)):
+        notes.append("peak %.1f GiB" % (c["gpu_memory_peak_bytes"] / 2 ** 30))
+    if c.get("end_reason"):
+        notes.append("reason: %s" % c["end_reason"][:300])
+    md.append("| %s | %s | %s | %d | %s | %s |" % (c["name"], c["result"], c["exit"], c["seconds"],
+                                                   "%.0f" % c["images_per_s"] if c.get("images_per_s") else "-",
+                                                   "; ".join(notes).replace("|", "/")))
+if loader:
+    md += ["", "## Native loader alone (batches into GPU memory)", "", "| workers | images/s |", "|---|---|"]
+    md += ["| %d | %.0f |" % (r["workers"], r["images_per_s"]) for r in loader]
+failed = [c for c in checks if c.get("log_tail")]
+if failed:
+    md += ["", "## Failures (last lines of each log)"]
+    for c in failed:
+        md += ["", "### %s (%s)" % (c["name"], c["result"]), "", "    " + c["command"], "", "```", c["log_tail"], "```"]
+with open(os.path.join(out, "summary.md"), "w") as f:
+    f.write("\n".join(md) + "\n")
+print("\n".join(md[:60]))
+EOF
+
+[ -f "$LOGS/horovod-build.log" ] && tail -n 400 "$LOGS/horovod-build.log" > "$OUT_DIR/horovod-build.log"
+tar -czf "$OUT_DIR/logs.tar.gz" -C "$WORK" logs
+echo "gpu_validate: done after $((SECONDS - START))s; results in $OUT_DIR"
