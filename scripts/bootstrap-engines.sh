@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The TensorFlow and MXNet trainers' environments (train/tf, train/mx), idempotently:
+#   .venv-tf  tensorflow-cpu + tf-keras (Keras 2: MultiWorkerMirroredStrategy's model.fit fails with Keras 3)
+#   .venv-mx  mxnet 1.9.1 + numpy 1.23.5 (mxnet uses np.bool, removed in numpy 1.24: its own environment)
+# Each gets a .pth file that puts this repository on sys.path, so `python -m train.tf` / `python -m train.mx`
+# import the torch-free shared modules (train/config.py, schedule.py, metrics_core.py, signals.py) from
+# any working directory, without installing dlaunch's torch dependencies.
+#   bootstrap-engines.sh [tf|mx|all]   (default all)
+# The environments live in $DLAUNCH_VENV_TF / $DLAUNCH_VENV_MX (default .venv-tf / .venv-mx in the repository).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WHICH=${1:-all}
+TF_VENV=${DLAUNCH_VENV_TF:-$ROOT/.venv-tf}
+MX_VENV=${DLAUNCH_VENV_MX:-$ROOT/.venv-mx}
+TF_PINS=(tensorflow-cpu==2.21.0 tf-keras==2.21.0)
+MX_PINS=(mxnet==1.9.1 numpy==1.23.5)
+
+case "$WHICH" in tf|mx|all) ;; *) echo "bootstrap-engines.sh: unknown engine '$WHICH' (tf|mx|all)" >&2; exit 2 ;; esac
+
+# make_env VENV CHECK PINS...: create VENV, install PINS unless CHECK already runs there, link the repository.
+make_env() {
+  local venv=$1 check=$2; shift 2
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  if ! "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
+    echo "bootstrap-engines.sh: installing ${*} into $venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+  fi
+  local site
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$ROOT" > "$site/dlaunch-repo.pth"
+}
+
+if [ "$WHICH" = tf ] || [ "$WHICH" = all ]; then
+  make_env "$TF_VENV" "import tensorflow, tf_keras; assert tensorflow.__version__ == '2.21.0'" "${TF_PINS[@]}"
+fi
+if [ "$WHICH" = mx ] || [ "$WHICH" = all ]; then
+  make_env "$MX_VENV" "import mxnet, numpy; assert mxnet.__version__ == '1.9.1' and numpy.__version__ == '1.23.5'" "${MX_PINS[@]}"
+fi

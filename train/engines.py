@@ -1,0 +1,244 @@
+"""What the task-per-worker engines (train/tf, train/mx, train/frameworks/torch_ps.py) share, torch-free.
+
+- the modes (`MODES`) and the trainer's flags for an engine (`engine_config`: train/config.py's flags
+  and validation, with `--framework` one of the engine's modes and the flags it cannot honour refused);
+- each task's role from Slurm's allocation alone (`task_layout`, no hand-written cluster spec);
+- the image folder's files and labels (`folder_files`), in the order torchvision's ImageFolder uses.
+
+Roles:
+
+The task-per-worker launch (`srun python -m train.tf ...`, one task per process) starts the
+coordinator (TensorFlow's chief, MXNet's scheduler), the parameter servers and the workers as tasks
+of one step; each task derives its role from its task id:
+  task ids 0..C-1 are the coordinators; on every node, the first `servers_per_node` remaining tasks
+  are servers; all others are workers (worker index in task-id order).
+Hosts: `DLAUNCH_HOSTS` (comma-separated, one per node, exported by the batch script or set by a local
+launcher), else `scontrol show hostnames` of `SLURM_STEP_NODELIST`/`SLURM_JOB_NODELIST`. Tasks per
+node: `SLURM_STEP_TASKS_PER_NODE`/`SLURM_TASKS_PER_NODE` (Slurm's "2(x3),1" form); tasks are
+numbered node by node (srun's default block distribution). Each task's port is
+`DLAUNCH_ENGINE_PORT` (default `MASTER_PORT` + 1, else 29600) + its index on its node.
+Torch-free, stdlib-only.
+"""
+import os
+import re
+import subprocess
+from dataclasses import dataclass, replace
+from typing import List, Mapping, Tuple
+
+from train.config import IMAGE_EXTENSIONS, ConfigError, TrainConfig, count_image_folder_classes, parse_config
+
+COORDINATOR, SERVER, WORKER = "coordinator", "server", "worker"
+DEFAULT_PORT = 29600
+
+
+def expand_tasks_per_node(text: str) -> List[int]:
+    """Slurm's "2(x3),1" -> [2, 2, 2, 1]."""
+    counts: List[int] = []
+    for part in text.split(","):
+        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if not match:
+            raise ConfigError("SLURM_TASKS_PER_NODE %r: not Slurm's 'N(xM),...' form" % text)
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts
+
+
+def node_hosts(environ: Mapping[str, str]) -> List[str]:
+    """One host name per node of the step."""
+    if environ.get("DLAUNCH_HOSTS"):
+        return [h.strip() for h in environ["DLAUNCH_HOSTS"].split(",") if h.strip()]
+    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
+    if not nodelist:
+        raise ConfigError("no hosts: set DLAUNCH_HOSTS or run inside a Slurm step (SLURM_JOB_NODELIST)")
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, check=True, timeout=30, universal_newlines=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ConfigError("scontrol show hostnames %s failed (%s); export DLAUNCH_HOSTS instead"
+                          % (nodelist, e)) from None
+    return out.stdout.split()
+
+
+@dataclass(frozen=True)
+class TaskLayout:
+    """Every task of the step: host, port and role (index = task id), and this task's id."""
+
+    hosts: Tuple[str, ...]
+    ports: Tuple[int, ...]
+    roles: Tuple[str, ...]
+    task: int
+
+    @property
+    def role(self) -> str:
+        return self.roles[self.task]
+
+    def ids(self, role: str) -> List[int]:
+        return [t for t, r in enumerate(self.roles) if r == role]
+
+    def addresses(self, role: str) -> List[str]:
+        return ["%s:%d" % (self.hosts[t], self.ports[t]) for t in self.ids(role)]
+
+    @property
+    def worker_index(self) -> int:
+        """This task's place among the workers (ValueError for a coordinator or server)."""
+        return self.ids(WORKER).index(self.task)
+
+    def is_first(self, role: str) -> bool:
+        return self.ids(role)[:1] == [self.task]
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.ids(WORKER))
+
+    @property
+    def worker_hosts(self) -> List[str]:
+        return [self.hosts[t] for t in self.ids(WORKER)]
+
+
+def task_layout(environ: Mapping[str, str], coordinators: int = 0, servers_per_node: int = 0) -> TaskLayout:
+    """The step's layout from Slurm's environment; ConfigError (one line) when it does not add up."""
+    try:
+        task = int(environ["SLURM_PROCID"])
+        ntasks = int(environ["SLURM_NTASKS"])
+    except (KeyError, ValueError):
+        raise ConfigError("SLURM_PROCID and SLURM_NTASKS must be set (one srun task per process)") from None
+    hosts = node_hosts(environ)
+    per_node_text = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
+    if per_node_text:
+        per_node = expand_tasks_per_node(per_node_text)
+    elif ntasks % len(hosts) == 0:
+        per_node = [ntasks // len(hosts)] * len(hosts)
+    else:
+        raise ConfigError("SLURM_NTASKS %d does not divide over %d hosts; set SLURM_TASKS_PER_NODE"
+                          % (ntasks, len(hosts)))
+    if len(per_node) != len(hosts) or sum(per_node) != ntasks:
+        raise ConfigError("tasks per node %s do not match %d hosts and SLURM_NTASKS %d"
+                          % (per_node, len(hosts), ntasks))
+    base = int(environ.get("DLAUNCH_ENGINE_PORT") or int(environ.get("MASTER_PORT") or DEFAULT_PORT - 1) + 1)
+    task_hosts: List[str] = []
+    ports: List[int] = []
+    roles: List[str] = []
+    for host, count in zip(hosts, per_node):
+        servers_here = 0
+        for local in range(count):
+            task_hosts.append(host)
+            ports.append(base + local)
+            if len(roles) < coordinators:
+                roles.append(COORDINATOR)
+            elif servers_here < servers_per_node:
+                roles.append(SERVER)
+                servers_here += 1
+            else:
+                roles.append(WORKER)
+    if WORKER not in roles:
+        raise ConfigError("%d tasks leave no worker after %d coordinator(s) and %d server(s) per node"
+                          % (ntasks, coordinators, servers_per_node))
+    if not 0 <= task < ntasks:
+        raise ConfigError("SLURM_PROCID %d outside SLURM_NTASKS %d" % (task, ntasks))
+    return TaskLayout(tuple(task_hosts), tuple(ports), tuple(roles), task)
+
+
+@dataclass(frozen=True)
+class EngineMode:
+    """A distribution mode of a task-per-worker trainer (moves into train/framework_table.py)."""
+
+    name: str
+    engine: str  # torch | tensorflow | mxnet
+    entry: str  # python -m <entry>
+    architecture: str  # allreduce | parameter-server
+    synchronous: bool
+    coordinators: int = 0  # extra tasks on the first node: TensorFlow's chief, MXNet's scheduler
+    servers_per_node: int = 0  # extra tasks on every node: parameter servers
+    refused: str = ""  # non-empty: the mode exists in the studies but cannot run, and why
+    writer: str = "worker"  # the role whose first task writes the metrics file (TensorFlow's chief trains)
+
+    def settings(self) -> dict:
+        """What the metrics header's framework_settings records about the mode."""
+        return {"engine": self.engine, "mode": self.name, "architecture": self.architecture,
+                "asynchronous": not self.synchronous, "coordinators": self.coordinators,
+                "servers_per_node": self.servers_per_node}
+
+
+MODES = {m.name: m for m in (
+    EngineMode("tf-allreduce", "tensorflow", "train.tf", "allreduce", True),
+    EngineMode("tf-ps-async", "tensorflow", "train.tf", "parameter-server", False, coordinators=1,
+               servers_per_node=1, writer=COORDINATOR),
+    EngineMode("tf-ps-sync", "tensorflow", "train.tf", "parameter-server", True, coordinators=1, servers_per_node=1,
+               refused="TensorFlow 2's ParameterServerStrategy is asynchronous only (synchronous replicas, "
+                       "SyncReplicasOptimizer, were TensorFlow 1 and are not in the TF2 API)"),
+    EngineMode("mx-ps-sync", "mxnet", "train.mx", "parameter-server", True, coordinators=1, servers_per_node=1),
+    EngineMode("mx-ps-async", "mxnet", "train.mx", "parameter-server", False, coordinators=1, servers_per_node=1),
+    EngineMode("mx-allreduce", "mxnet", "train.mx", "allreduce", True,
+               refused="Horovod 0.28.1 does not build against MXNet 1.9.1 here (see train/mx/__init__.py)"),
+    EngineMode("torch-ps-sync", "torch", "train", "parameter-server", True, servers_per_node=0, coordinators=1),
+    EngineMode("torch-ps-async", "torch", "train", "parameter-server", False, servers_per_node=0, coordinators=1),
+)}
+
+
+def engine_mode(name: str, engine: str) -> EngineMode:
+    """The mode `--framework name` of `engine`; ConfigError naming the flag when unknown or refused."""
+    mode = MODES.get(name)
+    choices = ", ".join(n for n, m in MODES.items() if m.engine == engine and not m.refused)
+    if mode is None or mode.engine != engine:
+        raise ConfigError("--framework %s: not a %s mode (choose from %s)" % (name, engine, choices))
+    if mode.refused:
+        raise ConfigError("--framework %s: refused: %s" % (name, mode.refused))
+    return mode
+
+
+def engine_config(argv: List[str], engine: str,
+                  environ: Mapping[str, str]) -> Tuple[TrainConfig, EngineMode, TaskLayout]:
+    """train/config.py's parsing and validation for a TensorFlow or MXNet task, whose `--framework` is
+    one of the engine's modes, and the task's place; flags those trainers do not implement are refused,
+    naming the flag. Only the task that writes the metrics file refuses an existing one (the others may
+    start after it has written its header)."""
+    argv = list(argv)
+    name = None
+    for i, token in enumerate(argv):
+        if token == "--framework" and i + 1 < len(argv):
+            name = argv[i + 1]
+            del argv[i:i + 2]
+            break
+        if token.startswith("--framework="):
+            name = token.split("=", 1)[1]
+            del argv[i]
+            break
+    if name is None:
+        raise ConfigError("--framework is required (choose from %s)"
+                          % ", ".join(n for n, m in MODES.items() if m.engine == engine and not m.refused))
+    mode = engine_mode(name, engine)
+    layout = task_layout(environ, mode.coordinators, mode.servers_per_node)
+    writes = layout.task == layout.ids(mode.writer)[0]
+    cfg = parse_config(argv, check_paths=writes)
+    if not writes and not cfg.synthetic:
+        cfg = replace(cfg, num_classes=count_image_folder_classes(cfg.data))
+    cfg = replace(cfg, framework=name)
+    unsupported = {"--loader dali": cfg.loader == "dali", "--device cuda": cfg.device == "cuda",
+                   "--amp %s" % cfg.amp: cfg.amp != "none", "--channels-last": cfg.channels_last,
+                   "--sync-bn": cfg.sync_bn, "--checkpoint-dir": bool(cfg.checkpoint_dir), "--resume": cfg.resume,
+                   "--profile-steps": cfg.profile_steps > 0, "--fp16-allreduce": cfg.fp16_allreduce}
+    for flag, given in unsupported.items():
+        if given:
+            raise ConfigError("%s: not supported by the %s trainer (CPU, no checkpoints, no profiler)" % (flag, engine))
+    if cfg.model not in ("resnet44", "resnet50"):
+        raise ConfigError("--model %s: the %s trainer has resnet44 and resnet50" % (cfg.model, engine))
+    return cfg, mode, layout
+
+
+def folder_files(root: str, split: str) -> Tuple[List[str], List[int]]:
+    """Image paths and class indices of `root/split` (classes and files in sorted order)."""
+    split_dir = os.path.join(root, split)
+    classes = sorted(e.name for e in os.scandir(split_dir) if e.is_dir())
+    paths: List[str] = []
+    labels: List[int] = []
+    for label, name in enumerate(classes):
+        for file in sorted(os.listdir(os.path.join(split_dir, name))):
+            if file.lower().endswith(IMAGE_EXTENSIONS):
+                paths.append(os.path.join(split_dir, name, file))
+                labels.append(label)
+    return paths, labels
+
+
+def local_task_env(task: int, ntasks: int, port: int) -> dict:
+    """The Slurm variables one task of a single-node step on this machine would see."""
+    return {"SLURM_PROCID": str(task), "SLURM_NTASKS": str(ntasks), "SLURM_LOCALID": str(task),
+            "SLURM_TASKS_PER_NODE": str(ntasks), "DLAUNCH_HOSTS": "localhost", "DLAUNCH_ENGINE_PORT": str(port)}

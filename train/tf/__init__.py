@@ -1,0 +1,10 @@
+"""The TensorFlow/Keras trainer (`python -m train.tf`, own environment: scripts/bootstrap-engines.sh).
+
+Keras 2 (`tf-keras`, TF_USE_LEGACY_KERAS=1): with Keras 3, a 2-worker MultiWorkerMirroredStrategy
+`model.fit` fails here ("unsupported type ... PerReplica"). Modes (train/engines.py): `tf-allreduce`
+(MultiWorkerMirroredStrategy: synchronous collective all-reduce, every task a worker) and
+`tf-ps-async` (ParameterServerStrategy: task 0 the chief/coordinator, one parameter server per node,
+the other tasks workers; asynchronous: each scheduled step reads the current variables from the
+servers and applies its gradients without waiting for the other workers, staleness unbounded).
+`tf-ps-sync` is refused: TF2's ParameterServerStrategy has no synchronous mode.
+"""

@@ -1,0 +1,32 @@
+"""`python -m train.tf --framework tf-allreduce|tf-ps-async ...`: one Slurm task of a TensorFlow job.
+
+Every task derives its role and TF_CONFIG from Slurm's allocation (train/engines.py). Workers and
+parameter servers of `tf-ps-async` serve until the chief's port closes (the chief has finished or
+died), then exit 0. Exit codes as train/config.py; the metrics file is written by worker 0
+(`tf-allreduce`) or the chief (`tf-ps-async`).
+"""
+import os
+import sys
+
+from train.signals import StopSignals
+
+StopSignals().install()  # before the slow imports (see train/signals.py)
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from train.config import EXIT_BAD_INPUT, ConfigError  # noqa: E402
+from train.engines import engine_config  # noqa: E402
+
+
+def main() -> int:
+    try:
+        cfg, mode, layout = engine_config(sys.argv[1:], "tensorflow", os.environ)
+    except ConfigError as e:
+        print("train.tf: error: %s" % e, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from train.tf.trainer import run
+    return run(cfg, sys.argv[1:], mode, layout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
