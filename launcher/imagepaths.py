@@ -1,12 +1,15 @@
-"""Where the launcher finds a framework's default image (`<images dir>/<stack>-<framework>.sif`).
+"""Which image a site runs: `<images dir>/<stack>-<framework>-<arch>` plus the runtime's extension, and
+the checks of a site against its stack (architecture, GPU vendor, driver, DALI).
 
 Kept apart from `launcher.images` (the version lock's pydantic models, definition files, `dlaunch
-images`) so that `dlaunch run` does not load the lock to name an image path.
+images`): `dlaunch run` reads only the few facts it needs from the lock, with tomllib.
 """
 import os
 import re
+import tomllib
+from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
 from launcher.errors import DlaunchError
 from train.config import FRAMEWORKS
@@ -15,31 +18,128 @@ if TYPE_CHECKING:
     from launcher.sites import Site
 
 REPO = Path(__file__).resolve().parent.parent
+LOCK_PATH = REPO / "containers" / "versions.toml"
 DEFAULT_STACK = "current"
+DEFAULT_ARCH = "x86_64"
+ARCHITECTURES = ("x86_64", "aarch64")
+# File name extension per runtime image kind (CONTRACTS.md section 2); "name" images are registry names.
+IMAGE_EXTENSIONS = {"sif": ".sif", "sqsh": ".sqsh", "dir": "", "edf": ".toml"}
+# The image kind of each `[container]` kind, for callers that do not pass the runtime's own.
+IMAGE_KIND_OF_CONTAINER = {"apptainer": "sif", "singularity": "sif", "pyxis": "sqsh", "podman-hpc": "name",
+                           "charliecloud": "dir"}
 
 
-def default_image(framework: str, stack: str = DEFAULT_STACK) -> Path:
-    """The image the launcher uses for `framework` by default: `<images dir>/<stack>-<framework>.sif`."""
+def images_dir() -> Path:
+    return Path(os.environ.get("DLAUNCH_IMAGES_DIR") or REPO / "images")
+
+
+def image_name(framework: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH) -> str:
+    """`<stack>-<framework>-<arch>`, the name every image kind is built from."""
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r} (one of {', '.join(FRAMEWORKS)})")
     if not re.match(r"^[a-z][a-z0-9_-]*$", stack):
         raise ValueError(f"bad image stack name {stack!r}")
-    images_dir = Path(os.environ.get("DLAUNCH_IMAGES_DIR") or REPO / "images")
-    return images_dir / f"{stack}-{framework}.sif"
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"unknown architecture {arch!r} (one of {', '.join(ARCHITECTURES)})")
+    return f"{stack}-{framework}-{arch}"
+
+
+def image_reference(framework: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH,
+                    image_kind: str = "sif") -> str:
+    """The default image of one kind: a path in the images dir, or `dlaunch/<stack>-<framework>:<arch>`."""
+    if image_kind == "name":
+        image_name(framework, stack, arch)
+        return f"dlaunch/{stack}-{framework}:{arch}"
+    if image_kind not in IMAGE_EXTENSIONS:
+        raise ValueError(f"unknown image kind {image_kind!r}")
+    return str(images_dir() / (image_name(framework, stack, arch) + IMAGE_EXTENSIONS[image_kind]))
+
+
+def default_image(framework: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH) -> Path:
+    """The Apptainer image (`.sif`) of `framework` in `stack` for `arch`."""
+    return Path(image_reference(framework, stack, arch, "sif"))
+
+
+def container_kind(site: "Site") -> str:
+    """The site's `[container]` kind (`kind` in schema v2, `runtime` in v1 profiles)."""
+    container = site.container
+    return getattr(container, "kind", None) or getattr(container, "runtime", "none")
 
 
 def stack_of(site: "Site") -> Optional[str]:
-    """The image stack a site runs: its `[container] stack`; None without a container, and on
-    non-NVIDIA GPUs, since every stack here is a CUDA build."""
-    if site.container.runtime == "none" or site.gpu_vendor != "nvidia":
+    """The image stack a site runs (its `[container] stack`); None without a container."""
+    if container_kind(site) == "none":
         return None
     return site.container.stack
 
 
-def default_image_for_site(site: "Site", framework: str) -> Path:
-    """The image a containerized site runs for `framework` unless `--image` says otherwise."""
+def site_arch(site: "Site") -> str:
+    return getattr(site, "arch", None) or DEFAULT_ARCH
+
+
+@lru_cache(maxsize=4)
+def _lock_stacks(path: Path) -> Dict[str, dict]:
+    try:
+        return tomllib.loads(path.read_text()).get("stacks", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise DlaunchError(f"{path}: {exc}") from None
+
+
+def stack_facts(stack: str) -> dict:
+    """A stack's table in the lock (architectures, gpu_vendor, min_driver, ...); DlaunchError if absent."""
+    stacks = _lock_stacks(LOCK_PATH)
+    if stack not in stacks:
+        raise DlaunchError(f"{LOCK_PATH}: no image stack {stack!r} (stacks: {', '.join(stacks)})")
+    return stacks[stack]
+
+
+def check_site_stack(site: "Site", stack: str) -> None:
+    """DlaunchError (exit 2) when `stack` does not exist for the site's architecture or GPU vendor."""
+    facts = stack_facts(stack)
+    arch = site_arch(site)
+    archs = facts.get("architectures", [DEFAULT_ARCH])
+    if arch not in archs:
+        raise DlaunchError(f"site {site.name} is {arch}, and image stack {stack!r} exists only for "
+                           f"{', '.join(archs)}; set [container] stack to one built for {arch} or give --image")
+    vendor = facts.get("gpu_vendor", "nvidia")
+    if vendor != "none" and site.gpu_vendor not in ("none", vendor):
+        builds = {"nvidia": "CUDA", "amd": "ROCm"}[vendor]
+        raise DlaunchError(f"site {site.name} has {site.gpu_vendor} GPUs, and image stack {stack!r} is a {builds} "
+                           f"build; set [container] stack to one for {site.gpu_vendor} GPUs or give --image")
+
+
+def default_image_for_site(site: "Site", framework: str, image_kind: Optional[str] = None) -> str:
+    """The image a containerized site runs for `framework` unless `--image` says otherwise.
+
+    `image_kind` is the runtime's (sif, sqsh, dir, name, edf); by default the one of its container kind."""
     stack = stack_of(site)
     if stack is None:
-        raise DlaunchError("--image: site %s has %s GPUs and dlaunch's images are CUDA builds; give --image PATH "
-                           "(e.g. a ROCm PyTorch image with the trainer installed)" % (site.name, site.gpu_vendor))
-    return default_image(framework, stack)
+        raise DlaunchError(f"--image: site {site.name} runs without a container")
+    check_site_stack(site, stack)
+    kind = image_kind or IMAGE_KIND_OF_CONTAINER.get(container_kind(site), "sif")
+    return image_reference(framework, stack, site_arch(site), kind)
+
+
+def _driver_tuple(version: str) -> tuple:
+    return tuple(int(part) for part in re.findall(r"[0-9]+", version)[:2])
+
+
+def driver_warning(site: "Site", stack: Optional[str] = None) -> Optional[str]:
+    """A warning when the site's profile states a GPU driver older than its stack's `min_driver`."""
+    stack = stack or stack_of(site)
+    driver = getattr(site, "driver", None)
+    if stack is None or not driver:
+        return None
+    needed = stack_facts(stack).get("min_driver", "")
+    if needed and _driver_tuple(driver) < _driver_tuple(needed):
+        return (f"site {site.name} states driver {driver}, and image stack {stack!r} needs R{needed} or newer "
+                f"(its CUDA); jobs fail at CUDA initialization unless the nodes have NVIDIA's forward-compatibility "
+                f"package")
+    return None
+
+
+def check_loader(site: "Site", loader: str) -> None:
+    """DlaunchError (exit 2) for `--loader dali` on a site without NVIDIA GPUs (DALI is NVIDIA-only)."""
+    if loader == "dali" and site.gpu_vendor == "amd":
+        raise DlaunchError(f"--loader dali: site {site.name} has AMD GPUs, and NVIDIA DALI runs only on NVIDIA "
+                           f"GPUs; use --loader native")

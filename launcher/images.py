@@ -2,7 +2,8 @@
 
 `containers/versions.toml` holds every pinned version of every stack (one source of truth);
 `containers/<stack>/<framework>.def` are generated from it (`dlaunch images --render`) and built by
-`make image-<framework> STACK=<stack>` into `images/<stack>-<framework>.sif`.
+`make image-<framework> STACK=<stack>` into `images/<stack>-<framework>-<arch>.sif` (or, for debootstrap
+stacks without Apptainer, `make rootfs-<framework>` into an unpacked root file system for Charliecloud).
 """
 import json
 import re
@@ -20,7 +21,7 @@ from rich.table import Table
 
 from launcher.atomic import write_atomic
 from launcher.errors import DlaunchError
-from launcher.imagepaths import REPO, default_image, stack_of
+from launcher.imagepaths import REPO, default_image, image_reference, site_arch, stack_of
 from launcher.sites import available_sites, load_site, resolve_site
 from train.config import FRAMEWORKS
 
@@ -48,9 +49,10 @@ _PROVIDED_CHECKS = {
 # What each image imports in its %test, beyond torch, torchvision and DALI.
 _FRAMEWORK_IMPORTS = {"ddp": "torch.distributed", "horovod": "horovod.torch", "deepspeed": "deepspeed"}
 _HOROVOD_BUILD_ENV = (
-    "HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 "
-    "HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1"
+    "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1"
 )
+# Horovod's GPU operations per stack (`horovod_gpu`); RCCL is NCCL's API on ROCm.
+_HOROVOD_GPU_ENV = {"": "", "cuda": "HOROVOD_GPU_OPERATIONS=NCCL ", "rocm": "HOROVOD_GPU=ROCM HOROVOD_GPU_OPERATIONS=NCCL "}
 
 
 class LockError(DlaunchError):
@@ -73,22 +75,48 @@ class Stack(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     description: str
+    bootstrap: Literal["docker", "debootstrap"] = "docker"
     base: str
     base_digest: str = ""
+    mirror: str = ""
+    architectures: List[Literal["x86_64", "aarch64"]] = Field(min_length=1)
+    gpu_vendor: Literal["nvidia", "amd", "none"]
+    min_driver: str = Field("", pattern=r"^([0-9]+(\.[0-9]+)?)?$")
+    dali_package: str = Field("", pattern=r"^(nvidia-dali-cuda[0-9]+)?$")
     python: str = Field(pattern=r"^3\.[0-9]+$")
     python_source: Literal["apt", "base"]
+    horovod_gpu: Literal["", "cuda", "rocm"]
     horovod_cxx_std: Literal["", "c++17", "c++20"]
     pip_index: List[str] = []
     provided: Dict[str, str] = {}
+    apt: Dict[Literal["common", "ddp", "horovod", "deepspeed"], List[str]] = {}
     build: Dict[Literal["common", "ddp", "horovod", "deepspeed"], Dict[Literal["openmpi"], str]] = {}
     pip: Dict[Literal["common", "ddp", "horovod", "deepspeed"], Dict[str, str]]
 
-    @field_validator("base")
+    @model_validator(mode="after")
+    def _pinned_base(self) -> "Stack":
+        if self.bootstrap == "docker":
+            if not _IMAGE.match(self.base) or self.base.endswith(":latest"):
+                raise ValueError(f"base: {self.base!r} is not a registry/repository:tag reference with a fixed tag")
+            if self.mirror:
+                raise ValueError("mirror: only for bootstrap = \"debootstrap\"")
+        else:
+            if not re.match(r"^[a-z]+$", self.base):
+                raise ValueError(f"base: {self.base!r} is not a Debian suite name (bootstrap = \"debootstrap\")")
+            if not re.match(r"^https?://[A-Za-z0-9./_-]+$", self.mirror):
+                raise ValueError(f"mirror: {self.mirror!r} is not an archive URL (bootstrap = \"debootstrap\")")
+            if self.base_digest:
+                raise ValueError("base_digest: a debootstrap base has no digest")
+        return self
+
+    @field_validator("apt")
     @classmethod
-    def _pinned_base(cls, base: str) -> str:
-        if not _IMAGE.match(base) or base.endswith(":latest"):
-            raise ValueError(f"{base!r} is not a registry/repository:tag reference with a fixed tag")
-        return base
+    def _package_names(cls, groups: Dict[str, List[str]]) -> Dict[str, List[str]]:
+        for group, names in groups.items():
+            for name in names:
+                if not re.match(r"^[a-z0-9][a-z0-9.+-]+$", name):
+                    raise ValueError(f"{group}: {name!r} is not a distribution package name")
+        return groups
 
     @field_validator("base_digest")
     @classmethod
@@ -131,7 +159,16 @@ class Stack(BaseModel):
 
     @property
     def base_reference(self) -> str:
+        if self.bootstrap == "debootstrap":
+            return f"{self.base} {self.mirror}"
         return f"{self.base}@{self.base_digest}" if self.base_digest else self.base
+
+    @property
+    def has_dali(self) -> bool:
+        return bool(self.dali_package)
+
+    def apt_packages(self, framework: str) -> List[str]:
+        return list(dict.fromkeys(self.apt.get("common", []) + self.apt.get(framework, [])))
 
     def pip_pins(self, framework: str) -> Dict[str, str]:
         return {**self.pip["common"], **self.pip[framework]}
@@ -222,18 +259,24 @@ def _cxx_standard_lines(std: str) -> List[str]:
     ]
 
 
+def _apt_lines(packages: List[str]) -> List[str]:
+    return [
+        "export DEBIAN_FRONTEND=noninteractive",
+        "apt-get update",
+        f"apt-get install -y --no-install-recommends {' '.join(packages)}",
+        "rm -rf /var/lib/apt/lists/*",
+    ]
+
+
 def _post(stack: Stack, framework: str) -> List[str]:
     lines = ["set -eu"]
+    extra_apt = stack.apt_packages(framework)
     if stack.python_source == "apt":
         py = f"python{stack.python}"
-        lines += [
-            "export DEBIAN_FRONTEND=noninteractive",
-            "apt-get update",
-            f"apt-get install -y --no-install-recommends {py} {py}-dev {py}-venv ca-certificates curl bzip2 build-essential",
-            "rm -rf /var/lib/apt/lists/*",
-            f"{py} -m venv /opt/venv",
-            'export PATH="/opt/venv/bin:$PATH"',
-        ]
+        lines += _apt_lines([py, f"{py}-dev", f"{py}-venv", "ca-certificates", "curl", "bzip2", "build-essential"] + extra_apt)
+        lines += [f"{py} -m venv /opt/venv", 'export PATH="/opt/venv/bin:$PATH"']
+    elif extra_apt:
+        lines += _apt_lines(extra_apt)
     openmpi = stack.build_pins(framework).get("openmpi")
     if openmpi:
         lines += _openmpi_lines(openmpi)
@@ -242,7 +285,7 @@ def _post(stack: Stack, framework: str) -> List[str]:
     if pip:
         lines.append(_pip_install(stack, pip))
     if horovod:
-        env = _HOROVOD_BUILD_ENV
+        env = _HOROVOD_GPU_ENV[stack.horovod_gpu] + _HOROVOD_BUILD_ENV
         if stack.horovod_cxx_std:
             lines += _cxx_standard_lines(stack.horovod_cxx_std)
             env = f"CMAKE_TOOLCHAIN_FILE=/opt/dlaunch/cmake/toolchain.cmake {env}"
@@ -275,15 +318,23 @@ def _test(stack: Stack, framework: str) -> List[str]:
             f"from importlib.metadata import version; pins = {json.dumps(pip)}; "
             "bad = {n: version(n) for n in pins if version(n) != pins[n]}; assert not bad, bad"
         ))
-    lines.append(_python_check(f"import torch, torchvision, nvidia.dali, {_FRAMEWORK_IMPORTS[framework]}"))
+    dali = "nvidia.dali, " if stack.has_dali else ""
+    lines.append(_python_check(f"import torch, torchvision, {dali}{_FRAMEWORK_IMPORTS[framework]}"))
     if framework == "horovod":
-        lines.append(_python_check(
-            "import horovod.torch as hvd; "
-            "assert hvd.nccl_built() and hvd.mpi_built() and hvd.gloo_built(), \"Horovod lacks NCCL, MPI or Gloo\""
-        ))
+        if stack.horovod_gpu:
+            built, lacks = "hvd.nccl_built() and hvd.mpi_built() and hvd.gloo_built()", "NCCL, MPI or Gloo"
+        else:
+            built, lacks = "hvd.mpi_built() and hvd.gloo_built()", "MPI or Gloo"
+        lines.append(_python_check(f"import horovod.torch as hvd; assert {built}, \"Horovod lacks {lacks}\""))
         lines.append("horovodrun --check-build")
     lines.append("python -m train --help > /dev/null")
     return lines
+
+
+def _header(stack: Stack) -> List[str]:
+    if stack.bootstrap == "debootstrap":
+        return ["Bootstrap: debootstrap", f"OSVersion: {stack.base}", f"MirrorURL: {stack.mirror}"]
+    return ["Bootstrap: docker", f"From: {stack.base_reference}"]
 
 
 def render_definition(stack_name: str, stack: Stack, framework: str) -> str:
@@ -298,15 +349,15 @@ def render_definition(stack_name: str, stack: Stack, framework: str) -> str:
         f"{LABEL_PREFIX}framework {framework}",
         f"{LABEL_PREFIX}git-revision {{{{ GIT_REVISION }}}}",
         f"{LABEL_PREFIX}base {stack.base_reference}",
-    ] + [f"{PIN_LABEL_PREFIX}{name} {version}" for name, version in stack.pins(framework).items()]
+        f"{LABEL_PREFIX}architectures {' '.join(stack.architectures)}",
+    ] + ([f"{LABEL_PREFIX}min-driver {stack.min_driver}"] if stack.min_driver else []) + [
+        f"{PIN_LABEL_PREFIX}{name} {version}" for name, version in stack.pins(framework).items()
+    ]
     text = [
         "# Generated by `dlaunch images --render` from containers/versions.toml: edit that, not this.",
         f"# Stack {stack_name}: {stack.description}.",
         f"# Build from the repository root: make image-{framework} STACK={stack_name}",
-        "Bootstrap: docker",
-        f"From: {stack.base_reference}",
-        "",
-    ]
+    ] + _header(stack) + [""]
     text += _section("arguments", ["GIT_REVISION=unknown"])
     text += _section("files", ["pyproject.toml /opt/dlaunch/pyproject.toml", "train /opt/dlaunch/train"])
     text += _section("labels", labels)
@@ -330,14 +381,14 @@ def render_all(lock: Lock) -> Dict[Path, str]:
 # What each site uses
 
 
-def site_stacks() -> Dict[str, str]:
-    """Site name -> image stack, for every known site profile that runs in a container."""
+def site_stacks() -> Dict[str, Tuple[str, str]]:
+    """Site name -> (image stack, architecture), for every known site profile that runs in a container."""
     stacks = {}
     for path in available_sites().values():
         site = load_site(path)
         stack = stack_of(site)
         if stack is not None:
-            stacks[site.name] = stack
+            stacks[site.name] = (stack, site_arch(site))
     return stacks
 
 
@@ -354,18 +405,31 @@ def image_labels(image: Path, binary: str) -> Dict[str, str]:
     return json.loads(out)["data"]["attributes"]["labels"]
 
 
-def _pins_of(image: Path, stack: Optional[Stack], framework: str, binary: Optional[str]) -> Tuple[Dict[str, str], str]:
-    """An image's pins and where they were read: the image's labels, else the lock."""
-    if image.is_file() and binary:
+def rootfs_labels(image_dir: Path) -> Dict[str, str]:
+    """The labels of an unpacked image (`/.singularity.d/labels.json`, written by scripts/build-rootfs.py)."""
+    return json.loads((image_dir / ".singularity.d" / "labels.json").read_text())
+
+
+def _pins_of(sif: Path, rootfs: Path, stack: Optional[Stack], framework: str,
+             binary: Optional[str]) -> Tuple[Dict[str, str], str]:
+    """An image's pins and where they were read: the built image's labels, else the lock."""
+    labels, where = None, ""
+    if sif.is_file() and binary:
         try:
-            labels = image_labels(image, binary)
+            labels, where = image_labels(sif, binary), "image"
         except (subprocess.CalledProcessError, ValueError, KeyError) as exc:
             return {}, f"unreadable labels ({exc.__class__.__name__})"
+    elif rootfs.is_dir():
+        try:
+            labels, where = rootfs_labels(rootfs), "root fs"
+        except (OSError, ValueError) as exc:
+            return {}, f"unreadable labels ({exc.__class__.__name__})"
+    if labels is not None:
         pins = {k[len(PIN_LABEL_PREFIX):]: v for k, v in labels.items() if k.startswith(PIN_LABEL_PREFIX)}
-        return pins, f"image (rev {labels.get(LABEL_PREFIX + 'git-revision', '?')})"
+        return pins, f"{where} (rev {labels.get(LABEL_PREFIX + 'git-revision', '?')})"
     if stack is None:
         return {}, "stack not in lock"
-    why = "lock" if not image.is_file() else "lock (no apptainer to inspect)"
+    why = "lock" if not sif.is_file() else "lock (no apptainer to inspect)"
     return stack.pins(framework), why
 
 
@@ -375,7 +439,7 @@ def images_command(
         bool, typer.Option("--render", help="Regenerate containers/<stack>/<framework>.def from containers/versions.toml.")
     ] = False,
 ) -> None:
-    """List the container images (per stack and framework), the sites using them, whether they are built and their pins."""
+    """List the container images (per stack, framework and architecture), the sites using them, whether they are built and their pins."""
     console = Console()
     try:
         lock = load_lock()
@@ -386,28 +450,30 @@ def images_command(
             return
         if site is None:
             users = site_stacks()
-            shown = list(lock.stacks)
+            shown = [(name, arch) for name, stack in lock.stacks.items() for arch in stack.architectures]
         else:
             chosen = resolve_site(site)
             stack = stack_of(chosen)
             if stack is None:
-                raise DlaunchError(f"--site: site {chosen.name} runs without a container (container.runtime = none)")
-            users = {chosen.name: stack}
-            shown = [stack]
+                raise DlaunchError(f"--site: site {chosen.name} runs without a container")
+            users = {chosen.name: (stack, site_arch(chosen))}
+            shown = [(stack, site_arch(chosen))]
     except DlaunchError as exc:
         typer.echo(f"dlaunch: error: {exc}", err=True)
         raise typer.Exit(2)
     binary = container_binary()
     table = Table(title="dlaunch images" + ("" if binary else " (no apptainer/singularity on PATH)"))
-    for column in ("stack", "framework", "sites", "image", "built", "pins from", "pins"):
+    for column in ("stack", "framework", "arch", "sites", "image", "built", "pins from", "pins"):
         table.add_column(column, overflow="fold")
-    for stack_name in shown:
-        sites_text = ", ".join(name for name, used in users.items() if used == stack_name) or "-"
+    for stack_name, arch in shown:
+        sites_text = ", ".join(name for name, used in users.items() if used == (stack_name, arch)) or "-"
         for framework in FRAMEWORKS:
-            image = default_image(framework, stack_name)
-            pins, source = _pins_of(image, lock.stacks.get(stack_name), framework, binary)
+            sif = default_image(framework, stack_name, arch)
+            rootfs = Path(image_reference(framework, stack_name, arch, "dir"))
+            pins, source = _pins_of(sif, rootfs, lock.stacks.get(stack_name), framework, binary)
+            built = [kind for kind, there in (("sif", sif.is_file()), ("root fs", rootfs.is_dir())) if there]
             table.add_row(
-                stack_name, framework, sites_text, str(image), "yes" if image.is_file() else "missing",
-                source, " ".join(f"{name}={version}" for name, version in pins.items()),
+                stack_name, framework, arch, sites_text, str(sif.with_suffix("")),
+                ", ".join(built) or "missing", source, " ".join(f"{name}={version}" for name, version in pins.items()),
             )
     console.print(table)

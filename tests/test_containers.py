@@ -1,17 +1,22 @@
 """The container definition files, the version lock they are rendered from, and the Makefile fragment."""
 import os
+import platform
 import re
 import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
+import importlib.util
+
 import pytest
-from spython.main.parse.parsers import SingularityParser
 
 from launcher import images
 
 REPO = images.REPO
+_spec = importlib.util.spec_from_file_location("build_rootfs", REPO / "scripts" / "build-rootfs.py")
+build_rootfs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build_rootfs)
 LOCK = images.load_lock()
 CASES = [(stack, fw) for stack in LOCK.stacks for fw in images.FRAMEWORKS]
 IDS = [f"{stack}-{fw}" for stack, fw in CASES]
@@ -45,17 +50,28 @@ def test_committed_definition_files_equal_the_rendered_ones():
 
 @pytest.mark.parametrize("stack,framework", CASES, ids=IDS)
 def test_definition_parses_with_spython_and_has_every_section(stack, framework):
+    """spython (with build-rootfs.py's two overrides: debootstrap accepted, %test kept apart) reads every
+    section as written: a body line with `bootstrap` or `from:` in it would cut a section short."""
     path = images.definition_path(stack, framework)
-    recipe = SingularityParser(str(path)).recipe
-    layer = recipe[max(recipe)] if isinstance(recipe, dict) else recipe
-    assert layer.fromHeader == LOCK.stacks[stack].base_reference
+    text = path.read_text()
+    recipe = build_rootfs.Recipe(str(path)).recipe
+    assert len(recipe) == 1
+    layer = next(iter(recipe.values()))
+    lock_stack = LOCK.stacks[stack]
+    if lock_stack.bootstrap == "docker":
+        assert layer.fromHeader == lock_stack.base_reference
+    else:
+        header, _ = build_rootfs.parse(build_rootfs.substitute(text, path, {}), path)
+        assert (header["osversion"], header["mirrorurl"]) == (lock_stack.base, lock_stack.mirror)
+    body = sections(text)
+    assert layer.install == [line.strip() for line in body["post"] if line.strip()]
+    assert layer.test == [line.strip() for line in body["test"] if line.strip()]
     assert "train /opt/dlaunch/train" in layer.files
-    assert layer.install and layer.test
     assert layer.cmd == 'exec python -m train "$@"'
     assert f"DLAUNCH_STACK={stack}" in layer.environ
     assert f"org.dlaunch.framework {framework}" in layer.labels
     assert "org.dlaunch.git-revision {{ GIT_REVISION }}" in layer.labels
-    assert REQUIRED_SECTIONS <= set(sections(path.read_text()))
+    assert REQUIRED_SECTIONS <= set(body)
 
 
 @pytest.mark.parametrize("stack,framework", CASES, ids=IDS)
@@ -77,7 +93,10 @@ def test_pip_installs_only_exact_pins_and_nothing_is_latest(stack, framework):
     text = definition(stack, framework)
     assert "latest" not in text.lower()
     base = LOCK.stacks[stack].base
-    assert re.match(r"^[^@]+:[A-Za-z0-9._-]+$", base), "base image must be pinned by tag"
+    if LOCK.stacks[stack].bootstrap == "docker":
+        assert re.match(r"^[^@]+:[A-Za-z0-9._-]+$", base), "base image must be pinned by tag"
+    else:
+        assert base == "bookworm" and "Bootstrap: debootstrap" in text
     pins = LOCK.stacks[stack].pip_pins(framework)
     installs = [line for line in sections(text)["post"] if "pip install" in line]
     assert bool(installs) == bool(pins)
@@ -107,16 +126,50 @@ def test_scripts_pass_syntax_check(stack, framework, section, shell, tmp_path):
     assert result.returncode == 0, result.stderr
 
 
-def test_horovod_cxx_standard_is_forced_only_where_the_lock_says():
+def test_horovod_gpu_operations_and_cxx_standard_follow_the_lock():
     for stack_name, stack in LOCK.stacks.items():
         post = "\n".join(sections(definition(stack_name, "horovod"))["post"])
-        assert "HOROVOD_GPU_OPERATIONS=NCCL" in post and "--no-build-isolation" in post
+        test = "\n".join(sections(definition(stack_name, "horovod"))["test"])
+        assert "HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1" in post and "--no-build-isolation" in post
+        assert ("HOROVOD_GPU_OPERATIONS=NCCL" in post) == bool(stack.horovod_gpu)
+        assert ("HOROVOD_GPU=ROCM" in post) == (stack.horovod_gpu == "rocm")
+        assert ("hvd.nccl_built()" in test) == bool(stack.horovod_gpu)
         assert ("CMAKE_TOOLCHAIN_FILE" in post) == bool(stack.horovod_cxx_std)
         if stack.horovod_cxx_std:
             assert f'-std={stack.horovod_cxx_std}' in post
 
 
+def test_dali_is_imported_only_by_stacks_that_have_it():
+    for stack_name, stack in LOCK.stacks.items():
+        for framework in images.FRAMEWORKS:
+            test = "\n".join(sections(definition(stack_name, framework))["test"])
+            assert ("nvidia.dali" in test) == bool(stack.dali_package), (stack_name, framework)
+    assert not LOCK.stacks["rocm"].dali_package and not LOCK.stacks["cpu"].dali_package
+
+
+def test_cpu_stack_is_a_debian_bootstrap_with_the_launchers_torch():
+    """The cpu image runs the torch the launcher's tests run (pyproject.toml's pin), so CI tests one build."""
+    cpu = LOCK.stacks["cpu"]
+    pyproject = (REPO / "pyproject.toml").read_text()
+    for name in ("torch", "torchvision", "numpy", "pillow", "nvidia-ml-py"):
+        assert f'"{name}=={cpu.pip["common"][name]}"' in pyproject, name
+    text = definition("cpu", "horovod")
+    assert text.count("Bootstrap: debootstrap") == 1 and "OSVersion: bookworm" in text
+    assert "openmpi-bin libopenmpi-dev" in text and "python3.11 -m venv /opt/venv" in text
+
+
+def test_current_stack_records_its_driver_floor_and_architectures():
+    current = LOCK.stacks["current"]
+    assert current.base == "nvcr.io/nvidia/pytorch:25.12-py3" and current.min_driver == "580"
+    assert current.architectures == ["x86_64", "aarch64"] and LOCK.stacks["paper"].architectures == ["x86_64"]
+    assert "org.dlaunch.min-driver 580" in definition("current", "ddp")
+
+
 @pytest.mark.parametrize("bad,field", [
+    ('base = "bookworm"', 'base = "docker.io/debian:bookworm"'),
+    ('mirror = "http://deb.debian.org/debian"', 'mirror = "ftp://x"'),
+    ('architectures = ["x86_64"]', 'architectures = ["riscv64"]'),
+    ('min_driver = "580"', 'min_driver = "R580"'),
     ('torch = "1.11.0+cu115"', 'torch = "latest"'),
     ('torch = "1.11.0+cu115"', 'torch = ">=1.11"'),
     ('base = "docker.io/nvidia/cuda:11.5.2-cudnn8-devel-ubuntu20.04"', 'base = "docker.io/nvidia/cuda:latest"'),
@@ -168,7 +221,8 @@ def test_fake_apptainer_make_dry_run_prints_the_build_command(stack, framework, 
     words = shlex.split(build[0])
     assert words[0].endswith("fakebin/apptainer") and "--fakeroot" in words
     assert re.match(r"^GIT_REVISION=[0-9a-f]{40}(-dirty)?$", words[words.index("--build-arg") + 1])
-    assert words[-2:] == [str(tmp_path / "images" / f"{stack}-{framework}.sif"), f"containers/{stack}/{framework}.def"]
+    sif = tmp_path / "images" / f"{stack}-{framework}-{platform.machine()}.sif"
+    assert words[-2:] == [str(sif), f"containers/{stack}/{framework}.def"]
     assert not (tmp_path / "images").exists()
 
 
@@ -176,14 +230,36 @@ def test_fake_apptainer_make_images_builds_all_three(fake_apptainer, tmp_path):
     result = _make(["images", "STACK=paper"], fake_apptainer, tmp_path)
     assert result.returncode == 0, result.stderr
     built = re.findall(r"^fake-apptainer build .* (\S+\.sif) (\S+\.def)$", result.stdout, re.M)
-    assert [Path(sif).name for sif, _ in built] == ["paper-ddp.sif", "paper-horovod.sif", "paper-deepspeed.sif"]
+    arch = platform.machine()
+    assert [Path(sif).name for sif, _ in built] == [f"paper-{fw}-{arch}.sif" for fw in ("ddp", "horovod", "deepspeed")]
 
 
 def test_fake_apptainer_make_rejects_an_unknown_stack(fake_apptainer, tmp_path):
     result = _make(["image-ddp", "STACK=nope"], fake_apptainer, tmp_path)
     assert result.returncode != 0
-    assert "unknown STACK (one of: current paper)" in result.stderr
+    assert "unknown STACK (one of: cpu current paper rocm)" in result.stderr
     assert "fake-apptainer" not in result.stdout and not (tmp_path / "images").exists()
+
+
+def test_git_revision_outside_a_git_checkout_is_unknown(fake_apptainer, tmp_path):
+    """A source archive (no .git): the label says `unknown`, not `unknown-dirty`."""
+    tree = tmp_path / "tree"
+    (tree / "containers" / "cpu").mkdir(parents=True)
+    shutil.copy(REPO / "containers" / "images.mk", tree / "containers")
+    shutil.copy(images.definition_path("cpu", "ddp"), tree / "containers" / "cpu")
+    (tree / "Makefile").write_text("include containers/images.mk\n")
+    env = {**os.environ, "PATH": fake_apptainer, "GIT_CEILING_DIRECTORIES": str(tmp_path)}
+    result = subprocess.run(["make", "-n", "image-ddp", "STACK=cpu"], cwd=tree, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert '"GIT_REVISION=unknown"' in result.stdout
+
+
+def test_make_rootfs_runs_the_emulated_build_with_the_revision(tmp_path):
+    result = _make(["-n", "rootfs-ddp", "STACK=cpu"], os.environ["PATH"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    words = shlex.split(result.stdout.strip().splitlines()[-1])
+    assert words[1] == "scripts/build-rootfs.py" and words[-1] == "containers/cpu/ddp.def"
+    assert words[words.index("--output") + 1] == str(tmp_path / "images" / f"cpu-ddp-{platform.machine()}")
 
 
 def test_make_without_apptainer_says_so_and_fails(tmp_path):
@@ -203,7 +279,7 @@ def test_build_the_smallest_image_and_run_its_test_section(tmp_path):
     """Builds current-ddp (the NGC base plus the trainer) and runs its %test inside the image."""
     result = subprocess.run(["make", "image-ddp", f"IMAGES_DIR={tmp_path}"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-4000:]
-    image = tmp_path / "current-ddp.sif"
+    image = tmp_path / f"current-ddp-{platform.machine()}.sif"
     tested = subprocess.run([images.container_binary(), "test", str(image)], capture_output=True, text=True)
     assert tested.returncode == 0, tested.stderr[-4000:]
     labels = images.image_labels(image, images.container_binary())

@@ -8,7 +8,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from launcher import images
+from types import SimpleNamespace
+
+from launcher import imagepaths, images
+from launcher.errors import DlaunchError
 
 app = typer.Typer()
 app.command("images")(images.images_command)
@@ -57,42 +60,136 @@ def sites_dir(tmp_path, monkeypatch):
     return folder
 
 
-def test_default_image_is_repo_images_stack_framework(monkeypatch):
+def test_default_image_is_repo_images_stack_framework_arch(monkeypatch):
     monkeypatch.delenv("DLAUNCH_IMAGES_DIR", raising=False)
-    assert images.default_image("horovod") == images.REPO / "images" / "current-horovod.sif"
-    assert images.default_image("ddp", "paper") == images.REPO / "images" / "paper-ddp.sif"
+    assert images.default_image("horovod") == images.REPO / "images" / "current-horovod-x86_64.sif"
+    assert images.default_image("ddp", "paper") == images.REPO / "images" / "paper-ddp-x86_64.sif"
+    assert images.default_image("ddp", "current", "aarch64") == images.REPO / "images" / "current-ddp-aarch64.sif"
 
 
 def test_default_image_honours_dlaunch_images_dir(images_dir):
-    assert images.default_image("deepspeed", "paper") == images_dir / "paper-deepspeed.sif"
+    assert images.default_image("deepspeed", "paper") == images_dir / "paper-deepspeed-x86_64.sif"
 
 
-@pytest.mark.parametrize("framework,stack", [("tensorflow", "current"), ("ddp", "../x")])
-def test_default_image_rejects_bad_names(framework, stack):
-    with pytest.raises(ValueError, match="framework|stack"):
-        images.default_image(framework, stack)
+@pytest.mark.parametrize("kind,expected", [
+    ("sif", "{dir}/cpu-ddp-aarch64.sif"), ("sqsh", "{dir}/cpu-ddp-aarch64.sqsh"), ("dir", "{dir}/cpu-ddp-aarch64"),
+    ("edf", "{dir}/cpu-ddp-aarch64.toml"), ("name", "dlaunch/cpu-ddp:aarch64"),
+])
+def test_image_reference_per_runtime_image_kind(kind, expected, images_dir):
+    assert imagepaths.image_reference("ddp", "cpu", "aarch64", kind) == expected.format(dir=images_dir)
 
 
-def test_lists_missing_images_with_pins_from_the_lock(images_dir, sites_dir):
+@pytest.mark.parametrize("framework,stack,arch", [("tensorflow", "current", "x86_64"), ("ddp", "../x", "x86_64"),
+                                                  ("ddp", "current", "ppc64le")])
+def test_default_image_rejects_bad_names(framework, stack, arch):
+    with pytest.raises(ValueError, match="framework|stack|architecture"):
+        images.default_image(framework, stack, arch)
+
+
+def fake_site(name="s", arch=None, gpu_vendor="nvidia", stack="current", kind="apptainer", driver=None):
+    """A stand-in with the attributes imagepaths reads (schema v2 names; v1 sites have no arch/driver)."""
+    site = SimpleNamespace(name=name, gpu_vendor=gpu_vendor, container=SimpleNamespace(kind=kind, stack=stack))
+    if arch:
+        site.arch = arch
+    if driver:
+        site.driver = driver
+    return site
+
+
+@pytest.mark.parametrize("arch,vendor,stack,kind,image", [
+    (None, "nvidia", "current", "apptainer", "{dir}/current-ddp-x86_64.sif"),
+    ("aarch64", "nvidia", "current", "pyxis", "{dir}/current-ddp-aarch64.sqsh"),
+    ("aarch64", "none", "cpu", "charliecloud", "{dir}/cpu-ddp-aarch64"),
+    ("x86_64", "amd", "rocm", "apptainer", "{dir}/rocm-ddp-x86_64.sif"),
+    ("x86_64", "nvidia", "cpu", "podman-hpc", "dlaunch/cpu-ddp:x86_64"),
+])
+def test_default_image_for_site_names_the_architecture_and_kind(arch, vendor, stack, kind, image, images_dir):
+    site = fake_site(arch=arch, gpu_vendor=vendor, stack=stack, kind=kind)
+    assert imagepaths.default_image_for_site(site, "ddp") == image.format(dir=images_dir)
+
+
+def test_default_image_for_site_takes_the_runtimes_image_kind(images_dir):
+    site = fake_site(kind="pyxis", arch="aarch64")
+    assert imagepaths.default_image_for_site(site, "horovod", "edf") == str(images_dir / "current-horovod-aarch64.toml")
+
+
+def test_v1_site_reads_runtime_and_defaults_to_x86_64(images_dir):
+    site = SimpleNamespace(name="old", gpu_vendor="nvidia", container=SimpleNamespace(runtime="apptainer", stack="paper"))
+    assert imagepaths.default_image_for_site(site, "ddp") == str(images_dir / "paper-ddp-x86_64.sif")
+
+
+@pytest.mark.parametrize("arch,vendor,stack,message", [
+    ("aarch64", "nvidia", "paper", "site s is aarch64, and image stack 'paper' exists only for x86_64"),
+    ("aarch64", "amd", "rocm", "site s is aarch64, and image stack 'rocm' exists only for x86_64"),
+    ("x86_64", "amd", "current", "site s has amd GPUs, and image stack 'current' is a CUDA build"),
+    ("x86_64", "nvidia", "rocm", "site s has nvidia GPUs, and image stack 'rocm' is a ROCm build"),
+    ("x86_64", "nvidia", "nope", "no image stack 'nope'"),
+])
+def test_wrong_stack_for_the_site_is_a_dlaunch_error(arch, vendor, stack, message):
+    with pytest.raises(DlaunchError) as err:
+        imagepaths.default_image_for_site(fake_site(arch=arch, gpu_vendor=vendor, stack=stack), "ddp")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_site_without_a_container_has_no_default_image():
+    with pytest.raises(DlaunchError, match="runs without a container"):
+        imagepaths.default_image_for_site(fake_site(kind="none"), "ddp")
+
+
+@pytest.mark.parametrize("driver,warns", [("535.104", True), ("575.57", True), ("580.65", False), ("590", False),
+                                          (None, False)])
+def test_driver_older_than_the_stacks_floor_warns(driver, warns):
+    warning = imagepaths.driver_warning(fake_site(driver=driver))
+    assert bool(warning) == warns
+    if warns:
+        assert f"states driver {driver}" in warning and "R580" in warning
+
+
+def test_paper_stack_states_no_driver_floor():
+    assert imagepaths.driver_warning(fake_site(driver="470.57", stack="paper")) is None
+
+
+@pytest.mark.parametrize("vendor,loader,refused", [("amd", "dali", True), ("amd", "native", False),
+                                                   ("nvidia", "dali", False), ("none", "native", False)])
+def test_dali_loader_is_refused_on_amd_sites(vendor, loader, refused):
+    site = fake_site(gpu_vendor=vendor)
+    if refused:
+        with pytest.raises(DlaunchError, match="--loader dali: site s has AMD GPUs"):
+            imagepaths.check_loader(site, loader)
+    else:
+        imagepaths.check_loader(site, loader)
+
+
+def rows_of(output, marker="images/"):
+    return [line for line in output.splitlines() if marker in line]
+
+
+def test_lists_every_stack_per_architecture_with_pins_from_the_lock(images_dir, sites_dir):
     result = invoke(PATH="/nonexistent")
     assert result.exit_code == 0, result.output
-    rows = [line for line in result.output.splitlines() if ".sif" in line]
-    assert len(rows) == 2 * len(images.FRAMEWORKS)
+    rows = rows_of(result.output, str(images_dir))
+    lock = images.load_lock()
+    assert len(rows) == sum(len(stack.architectures) for stack in lock.stacks.values()) * len(images.FRAMEWORKS)
     assert all("missing" in row and " lock " in row for row in rows)
-    paper_horovod = next(row for row in rows if "paper-horovod.sif" in row)
+    for name in ("cpu-ddp-x86_64", "cpu-ddp-aarch64", "current-ddp-aarch64", "rocm-horovod-x86_64", "paper-ddp-x86_64"):
+        assert any(f"{name} " in row for row in rows), name
+    assert not any("paper-ddp-aarch64" in row or "rocm-ddp-aarch64" in row for row in rows)
+    paper_horovod = next(row for row in rows if "paper-horovod-x86_64" in row)
     for pin in ("torch=1.11.0+cu115", "horovod=0.24.3", "openmpi=4.1.2", "python=3.9", "nvidia-dali-cuda110=1.12.0"):
         assert pin in paper_horovod
-    current_deepspeed = next(row for row in rows if "current-deepspeed.sif" in row)
-    assert "deepspeed=0.19.8" in current_deepspeed and "horovod=" not in current_deepspeed
+    current_deepspeed = next(row for row in rows if "current-deepspeed-aarch64" in row)
+    assert "deepspeed=0.19.8" in current_deepspeed and "torch=2.10.0a0+b4e4ee81d3" in current_deepspeed
+    assert "horovod=" not in current_deepspeed
+    assert "torch=2.14.1" in next(row for row in rows if "cpu-ddp-x86_64" in row)
 
 
 def test_lists_the_sites_using_each_stack(images_dir, sites_dir):
-    rows = [line for line in invoke().output.splitlines() if ".sif" in line]
-    assert all(("booster" in row) == ("current-" in row) and "bare" not in row for row in rows)
+    rows = rows_of(invoke().output, str(images_dir))
+    assert all(("booster" in row) == ("current-" in row and "x86_64" in row) and "bare" not in row for row in rows)
     result = invoke("--site", "booster")
     assert result.exit_code == 0, result.output
-    rows = [line for line in result.output.splitlines() if ".sif" in line]
-    assert len(rows) == 3 and all("booster" in row and "current-" in row for row in rows)
+    rows = rows_of(result.output, str(images_dir))
+    assert len(rows) == 3 and all("booster" in row and "current-" in row and "x86_64" in row for row in rows)
 
 
 @pytest.mark.parametrize("site,message", [
@@ -108,15 +205,15 @@ def test_bad_site_is_a_one_line_error_with_exit_2(site, message, images_dir, sit
 
 def test_existing_image_without_apptainer_shows_lock_pins(images_dir, sites_dir):
     images_dir.mkdir()
-    (images_dir / "paper-ddp.sif").write_bytes(b"not really an image")
+    (images_dir / "paper-ddp-x86_64.sif").write_bytes(b"not really an image")
     result = invoke(PATH="/nonexistent")
-    row = next(line for line in result.output.splitlines() if "paper-ddp.sif" in line)
-    assert " yes " in row and "no apptainer to inspect" in row and "torch=1.11.0+cu115" in row
+    row = next(line for line in result.output.splitlines() if "paper-ddp-x86_64 " in line)
+    assert " sif " in row and "no apptainer to inspect" in row and "torch=1.11.0+cu115" in row
 
 
 def test_fake_apptainer_inspect_labels_are_the_pins_of_a_built_image(images_dir, sites_dir, tmp_path):
     images_dir.mkdir()
-    (images_dir / "current-ddp.sif").write_bytes(b"sif")
+    (images_dir / "current-ddp-x86_64.sif").write_bytes(b"sif")
     labels = {"org.dlaunch.pin.torch": "2.4.0a0+07cecf4168", "org.dlaunch.git-revision": "abc123", "other": "x"}
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -125,8 +222,18 @@ def test_fake_apptainer_inspect_labels_are_the_pins_of_a_built_image(images_dir,
     fake.write_text(f"#!/bin/sh\n[ \"$1 $2 $3\" = 'inspect --labels --json' ] || exit 9\necho '{reply}'\n")
     fake.chmod(0o755)
     result = invoke(PATH=f"{bin_dir}:{os.environ['PATH']}")
-    row = next(line for line in result.output.splitlines() if "current-ddp.sif" in line)
+    row = next(line for line in result.output.splitlines() if "current-ddp-x86_64 " in line)
     assert "image (rev abc123)" in row and "torch=2.4.0a0+07cecf4168" in row and "other" not in row
+
+
+def test_an_unpacked_root_fs_shows_the_pins_of_its_labels(images_dir, sites_dir):
+    """scripts/build-rootfs.py's images (Charliecloud directories) carry Apptainer's labels.json."""
+    meta = images_dir / "cpu-ddp-x86_64" / ".singularity.d"
+    meta.mkdir(parents=True)
+    (meta / "labels.json").write_text(json.dumps({"org.dlaunch.pin.torch": "2.14.1", "org.dlaunch.git-revision": "f00"}))
+    result = invoke(PATH="/nonexistent")
+    row = next(line for line in result.output.splitlines() if "cpu-ddp-x86_64 " in line)
+    assert " root fs " in row and "root fs (rev f00)" in row and "torch=2.14.1" in row and "numpy" not in row
 
 
 def test_bad_lock_is_a_one_line_error_with_exit_2(images_dir, sites_dir, tmp_path, monkeypatch):
@@ -144,7 +251,7 @@ def test_render_writes_the_definition_files(tmp_path, monkeypatch):
     result = invoke("--render")
     assert result.exit_code == 0, result.output
     expected = images.render_all(images.load_lock())
-    assert len(expected) == 2 * len(images.FRAMEWORKS)
+    assert len(expected) == 4 * len(images.FRAMEWORKS)
     for path, text in expected.items():
         assert path.parent.parent == tmp_path and path.read_text() == text
 
