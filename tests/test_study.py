@@ -166,3 +166,66 @@ def test_smoke_study_runs_here_reports_against_published_and_resubmits_only_fail
     refused = dlaunch(tmp_path, "study", "run", STUDIES / "smoke.toml", "--site", "generic-slurm", "--output", runs,
                       "--account", "x")
     assert refused.returncode == 2 and "was run on site local" in refused.stderr
+
+
+# `dlaunch run --repeat N` (launcher/repeat.py; cli.py hands --repeat to run_repeats): the same tiny
+# request as the smoke study, on this machine.
+SMOKE_TRAINER = (("model", "resnet44"), ("data", "synthetic"), ("num-classes", 10), ("image-size", 32),
+                 ("batch-size", 8), ("steps", 6), ("steps-per-epoch", 3), ("warmup-steps", 1), ("threads", 1),
+                 ("device", "cpu"), ("workers", 0))
+
+
+def _repeat_request(output: Path, **fields):
+    from launcher.request import LaunchRequest
+
+    return LaunchRequest(**dict(dict(site="local", framework="ddp", gpus=1, output=str(output), experiment="rep",
+                                     run_name="x", trainer=SMOKE_TRAINER), **fields))
+
+
+def test_repeat_names_are_deterministic_and_sort_in_submission_order():
+    from launcher.repeat import repeat_names
+
+    assert repeat_names("g4", 3) == ["g4-r1", "g4-r2", "g4-r3"]
+    assert repeat_names("g4", 10)[:2] == ["g4-r01", "g4-r02"] and repeat_names("g4", 10)[-1] == "g4-r10"
+    assert sorted(repeat_names("g4", 12)) == repeat_names("g4", 12)
+
+
+def test_repeat_dry_run_prints_every_job_and_writes_nothing(tmp_path, capsys):
+    from launcher.repeat import run_repeats
+
+    assert run_repeats(_repeat_request(tmp_path / "runs"), 3, dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert out.count("#!/bin/bash") == 3 and "3 runs of one request (--repeat 3)" in out
+    for name in ("x-r1", "x-r2", "x-r3"):
+        assert str(tmp_path / "runs" / "rep" / name) in out
+    assert not (tmp_path / "runs").exists()
+
+
+def test_repeat_refuses_a_taken_run_name_before_submitting_any(tmp_path):
+    from launcher.errors import DlaunchError
+    from launcher.repeat import run_repeats
+
+    (tmp_path / "runs" / "rep" / "x-r2").mkdir(parents=True)
+    with pytest.raises(DlaunchError, match="--repeat: run directory .*x-r2 exists"):
+        run_repeats(_repeat_request(tmp_path / "runs"), 2)
+    assert sorted(p.name for p in (tmp_path / "runs" / "rep").iterdir()) == ["x-r2"]  # x-r1 not submitted
+
+
+@pytest.mark.slow
+def test_repeat_runs_here_and_the_report_gives_their_median_and_spread(tmp_path, monkeypatch):
+    from launcher.repeat import run_repeats
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.chdir(tmp_path)
+    assert run_repeats(_repeat_request(tmp_path / "runs"), 2) == 0
+    runs = sorted((tmp_path / "runs" / "rep").iterdir())
+    assert [r.name for r in runs] == ["x-r1", "x-r2"]
+    assert [read_metrics(str(r / "metrics.jsonl")).status for r in runs] == ["ok", "ok"]
+    report = dlaunch(tmp_path, "report", tmp_path / "runs", "-o", tmp_path / "report")
+    assert report.returncode == 0, report.stderr
+    text = (tmp_path / "report" / "report.md").read_text()
+    (row,) = [line for line in text.split("## Scaling", 1)[1].split("## Runs")[0].splitlines() if line.startswith("| rep/local/resnet44")]
+    cells = [c.strip() for c in row.strip("|").split(" | ")]
+    assert cells[1:5] == ["1", "1", "2", "min-max"]  # GPUs, nodes, runs, spread
+    low, high = (float(v) for v in cells[6].split("-"))
+    assert low <= float(cells[5]) <= high
