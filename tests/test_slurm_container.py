@@ -1,0 +1,98 @@
+"""`dlaunch` on the throw-away Slurm cluster with a Charliecloud site profile: the trainer runs inside the
+cpu image (built from containers/cpu/*.def by scripts/build-rootfs.py) on two nodes, and Slurm's signals
+reach it through `ch-run`."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import slurm
+from prerequisites import require
+from test_slurm_dlaunch import DLAUNCH, JOB_TIMEOUT_S, TINY, dlaunch, epochs_written, job_id, log_text, wait_for
+from train.metrics_schema import read_metrics
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+ARCH = os.uname().machine
+
+
+@pytest.fixture(scope="module")
+def images_dir(tmp_path_factory) -> Path:
+    """DLAUNCH_IMAGES_DIR with cpu-ddp-<arch> and cpu-horovod-<arch> (links to the cached root fs builds)."""
+    require(os.geteuid() == 0 and shutil.which("mmdebstrap") is not None and shutil.which("ch-run") is not None,
+            "root, mmdebstrap and ch-run are needed (scripts/bootstrap-containers.sh)")
+    folder = tmp_path_factory.mktemp("images")
+    revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    for framework in ("ddp", "horovod"):
+        built = subprocess.run([sys.executable, str(REPO / "scripts" / "build-rootfs.py"),
+                                str(REPO / "containers" / "cpu" / f"{framework}.def"), "--build-arg",
+                                f"GIT_REVISION={revision}", "--output", str(folder / f"cpu-{framework}-{ARCH}")],
+                               cwd=REPO, capture_output=True, text=True, timeout=3000)
+        assert built.returncode == 0, built.stderr[-5000:]
+    return folder
+
+
+@pytest.fixture(scope="module")
+def charliecloud_site(slurm_cluster: slurm.Cluster, tmp_path_factory) -> Path:
+    """The cluster's profile with `[container] kind = "charliecloud"`, stack cpu: `--set-env` applies the
+    image's /ch/environment (its PATH, over the job's); /tmp holds the run directories and Slurm's spool."""
+    path = slurm_cluster.site_profile(tmp_path_factory.mktemp("sites") / "slurm-charliecloud.toml")
+    text = path.read_text()
+    container = '[container]\nkind = "charliecloud"\nstack = "cpu"\nflags = ["--set-env"]\nbinds = ["/tmp"]\n'
+    path.write_text(re.sub(r"(?ms)^\[container\].*\Z", container, text))
+    return path
+
+
+def run_in_container(cluster, cwd: Path, site: Path, images: Path, name: str, *args: str) -> Path:
+    ran = subprocess.run([DLAUNCH, "run", "--site", str(site),
+                          "--experiment", "tests", "--run-name", name, "--time", "00:10:00", *TINY, *args],
+                         cwd=cwd, capture_output=True, text=True, timeout=120,
+                         env=cluster.env(COLUMNS="300", DLAUNCH_IMAGES_DIR=str(images)))
+    assert ran.returncode == 0, ran.stderr
+    return cwd / "runs" / "tests" / name
+
+
+def assert_ran_in_the_image(run_dir: Path, framework: str, images: Path) -> None:
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    assert metrics.header["argv"][0] == "/opt/venv/bin/python", "the trainer ran outside the image"
+    assert metrics.header["image"] == str(images / f"cpu-{framework}-{ARCH}")
+
+
+@pytest.mark.parametrize("framework", ["ddp", "horovod"])
+def test_two_node_job_runs_inside_the_cpu_image(framework, two_nodes, charliecloud_site, images_dir, tmp_path):
+    run_dir = run_in_container(two_nodes, tmp_path, charliecloud_site, images_dir, framework,
+                               "--framework", framework, "--nodes", "2", "--steps", "4")
+    assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "COMPLETED", log_text(run_dir)
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    assert metrics.status == "ok" and metrics.header["world_size"] == 2 and len(metrics.epochs) == 2
+    assert len(set(metrics.header["hosts"])) == 2
+    assert_ran_in_the_image(run_dir, framework, images_dir)
+
+
+def test_usr1_reaches_the_trainer_inside_the_container(two_nodes, charliecloud_site, images_dir, tmp_path):
+    run_dir = run_in_container(two_nodes, tmp_path, charliecloud_site, images_dir, "warned", "--nodes", "2",
+                               "--steps", "100000")
+    wait_for(lambda: epochs_written(run_dir) >= 1, "a first epoch")
+    assert two_nodes.run(["scancel", "--signal=USR1", job_id(run_dir)]).returncode == 0
+    assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "FAILED"  # exit 75: resumable
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    assert metrics.status == "interrupted", log_text(run_dir)
+    assert (run_dir / "checkpoints" / "last.pt").is_file()
+    assert_ran_in_the_image(run_dir, "ddp", images_dir)
+
+
+def test_scancel_reaches_the_trainer_inside_the_container(two_nodes, charliecloud_site, images_dir, tmp_path):
+    run_dir = run_in_container(two_nodes, tmp_path, charliecloud_site, images_dir, "cancelled", "--nodes", "2",
+                               "--steps", "100000")
+    wait_for(lambda: epochs_written(run_dir) >= 1, "a first epoch")
+    cancelled = dlaunch(two_nodes, tmp_path, "cancel", str(run_dir))
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert two_nodes.wait_job(job_id(run_dir), 60) == "CANCELLED"
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    assert metrics.status == "cancelled", log_text(run_dir)
+    assert_ran_in_the_image(run_dir, "ddp", images_dir)
