@@ -8,6 +8,7 @@ Standard library only (sockets, ioctl, ELF and SIF headers): the login node has 
 import fcntl
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -21,16 +22,16 @@ import typer
 from launcher.cli import Account, Framework, Image, Partition, complete_site, out, prepare
 from launcher.errors import DlaunchError
 from launcher.request import LaunchRequest
+from launcher.schedulers import scheduler_for
 from launcher.sites import Site, resolve_site
 from launcher.tables import fit_table
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 COMMAND_TIMEOUT_S = 30
 SCHEDULER_COMMANDS = {"slurm": ("sbatch", "squeue", "scontrol", "scancel"), "pbs": ("qsub", "qstat", "qdel"), "local": ()}
-# Container kind -> (the binary a node needs, what an image reference is: see CONTRACTS.md section 2).
+# Container kind -> the command a node needs (pyxis: srun with the pyxis plugin).
 RUNTIME_BINARIES = {"apptainer": "apptainer", "singularity": "singularity", "pyxis": "srun", "podman-hpc": "podman-hpc",
                     "charliecloud": "ch-run"}
-IMAGE_KINDS = {"apptainer": "sif", "singularity": "sif", "pyxis": "sqsh", "podman-hpc": "name", "charliecloud": "dir"}
 # `uname -m` names of ELF e_machine values (the ELF specification's EM_* numbers).
 ELF_MACHINES = {3: "i686", 40: "arm", 62: "x86_64", 183: "aarch64", 21: "ppc64le", 243: "riscv64"}
 # SIF global header (github.com/sylabs/sif, pkg/sif/sif.go): 32-byte launch line, "SIF_MAGIC\0", a 3-byte
@@ -69,17 +70,21 @@ def short(host: str) -> str:
 
 
 def allocation_hosts(site: Site, environ: Mapping[str, str]) -> List[str]:
-    """The hosts of the allocation this process runs in (Slurm or PBS), in order; [] outside one."""
-    if site.scheduler.kind == "slurm" and environ.get("SLURM_JOB_ID") and environ.get("SLURM_JOB_NODELIST"):
-        listed = subprocess.run(["scontrol", "show", "hostnames", environ["SLURM_JOB_NODELIST"]], capture_output=True,
-                                text=True, timeout=COMMAND_TIMEOUT_S)
-        return listed.stdout.split() if listed.returncode == 0 else []
-    if site.scheduler.kind == "pbs" and environ.get("PBS_NODEFILE"):
-        try:
-            return list(dict.fromkeys(Path(environ["PBS_NODEFILE"]).read_text().split()))
-        except OSError:
-            return []
-    return []
+    """The hosts of the allocation this process runs in, in order ([] outside one), listed by the
+    scheduler's own hosts command (`scontrol show hostnames $SLURM_JOB_NODELIST`, `cat $PBS_NODEFILE`)."""
+    scheduler = scheduler_for(site.scheduler.kind)
+
+    def expand(word: str) -> str:
+        return re.sub(r"\$\{?(\w+)\}?", lambda m: environ.get(m.group(1), ""), word)
+
+    argv = [expand(word) for word in scheduler.hosts_command()]
+    if not expand(scheduler.job_id_word()) or not all(argv):
+        return []
+    try:
+        listed = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, env=dict(environ))
+    except OSError:  # e.g. no scontrol on this host
+        return []
+    return list(dict.fromkeys(listed.stdout.split())) if listed.returncode == 0 else []
 
 
 def where(site: Site, environ: Mapping[str, str]) -> Node:
@@ -254,13 +259,13 @@ def sif_arch(path: Path) -> str:
     return SIF_ARCHES.get(head[45:47], "SIF code %s" % head[45:47].decode(errors="replace"))
 
 
-def image_arch(kind: str, image: str) -> Optional[str]:
-    """The image's CPU architecture; None where it cannot be read here (an enroot squashfs)."""
-    if kind == "dir":
+def image_arch(image_kind: str, image: str) -> Optional[str]:
+    """The image's CPU architecture; None where it cannot be read here (a squashfs or EDF file)."""
+    if image_kind == "dir":
         return elf_machine(resolve_in_root(Path(image), "/bin/sh"))
-    if kind == "sif":
+    if image.endswith(".sif"):
         return sif_arch(Path(image))
-    if kind == "name":
+    if image_kind == "name":
         shown = subprocess.run(["podman-hpc", "image", "inspect", "--format", "{{.Architecture}}", image],
                                capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
         if shown.returncode != 0:
@@ -269,37 +274,33 @@ def image_arch(kind: str, image: str) -> Optional[str]:
     return None
 
 
-def default_image(site: Site, framework: str) -> str:
-    from launcher.imagepaths import default_image_for_site
-
-    return str(default_image_for_site(site, framework))
-
-
 def check_image(site: Site, image: Optional[str], framework: str) -> List[Check]:
-    """The image exists and is built for the site's architecture."""
-    kind = site.container.kind
-    if kind == "none":
+    """The image exists and is built for the site's architecture (`image`: checked by the runtime already)."""
+    runtime = site.container
+    if runtime.kind == "none":
         return [Check("image", SKIP, "no container", "the site runs without one")]
-    image_kind = "edf" if kind == "pyxis" and site.container.environment else IMAGE_KINDS[kind]
     if image is None:
+        from launcher.imagepaths import default_image_for_site
+
         try:
-            image = default_image(site, framework)
+            image = default_image_for_site(site, framework)
         except DlaunchError as e:
             return [Check("image", FAIL, str(e), "give --image")]
-    if kind == "pyxis" and not image.startswith("/"):
-        return [Check("image", SKIP, image, "a registry reference: enroot pulls it when the job starts")]
-    if image_kind in ("sif", "sqsh", "edf") and not os.path.isfile(image) or image_kind == "dir" and not os.path.isdir(image):
+    if runtime.image_kind == "name":
+        if shutil.which("podman-hpc") is None:
+            return [Check("image", SKIP, image, "no podman-hpc here to ask for the image")]
+    elif not image.startswith("/"):
+        return [Check("image", SKIP, image, "not a file: %s resolves it when the job starts" % runtime.kind)]
+    elif runtime.missing(image):
         return [Check("image", FAIL, "%s does not exist" % image, "build it (`dlaunch images` lists them) or give --image")]
-    if image_kind == "name" and shutil.which("podman-hpc") is None:
-        return [Check("image", SKIP, image, "no podman-hpc here to ask for the image")]
     try:
-        arch = image_arch(image_kind, image)
+        arch = image_arch(runtime.image_kind, image)
     except (OSError, ValueError) as e:
-        return [Check("image", FAIL, "%s: %s" % (image, e), "give --image of a %s image" % image_kind)]
-    if arch is None:
-        return [Check("image", PASS, "%s exists" % image), Check("image architecture", SKIP, image, "a %s image's architecture is not read here" % image_kind)]
+        return [Check("image", FAIL, "%s: %s" % (image, e), "give --image of a %s image" % runtime.kind)]
     checks = [Check("image", PASS, "%s exists" % image)]
-    if arch != site.arch:
+    if arch is None:
+        checks.append(Check("image architecture", SKIP, image, "the architecture of a %s image is not read here" % runtime.image_kind))
+    elif arch != site.arch:
         checks.append(Check("image architecture", FAIL, "%s image on %s nodes (site arch)" % (arch, site.arch),
                             "use an image built for %s (default image names end in -%s)" % (site.arch, site.arch)))
     else:
@@ -405,6 +406,8 @@ def doctor_command(
     profile = resolve_site(site)
     if partition is not None:
         profile.partition(partition)  # an unknown partition is bad input
+    if image is not None:
+        profile.container.check_image(image)  # so is an image reference the runtime cannot take
     node = where(profile, os.environ)
     checks = run_checks(profile, site, partition, account, image, framework, node)
     place = "%s %s" % ("node" if node.on_node else "login node (no compute node checks)", socket.gethostname())

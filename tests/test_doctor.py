@@ -5,6 +5,7 @@ skip until the lead's "backends:" commit makes load_site accept them). Fakes, na
 header and a SIF header (no aarch64 binary and no apptainer here).
 """
 import json
+import os
 import platform
 import shutil
 import socket
@@ -184,6 +185,22 @@ def test_rendezvous_is_skipped_outside_an_allocation(tmp_path, outside_allocatio
 
 
 @needs_v2
+@pytest.mark.skipif(shutil.which("scontrol") is None, reason="no scontrol here")
+def test_inside_an_allocation_this_host_is_its_first_node(tmp_path):
+    """Slurm's own `scontrol show hostnames` (a slurm.conf, no controller) expands the job's node list."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=%s CPUs=1\n" % socket.gethostname())
+    site = load_site(write_site(tmp_path, "slurm"))
+    here = socket.gethostname().split(".")[0]
+    environ = {"PATH": os.environ["PATH"], "SLURM_CONF": str(conf), "SLURM_JOB_ID": "7"}
+    node = doctor.where(site, {**environ, "SLURM_JOB_NODELIST": "%s,other[1-2]" % here})
+    assert node == doctor.Node([here, "other1", "other2"], on_node=True, first=True)
+    node = doctor.where(site, {**environ, "SLURM_JOB_NODELIST": "other[1-2],%s" % here})
+    assert node.on_node and not node.first
+    assert not doctor.where(site, {**environ, "SLURM_JOB_NODELIST": "other[1-2]"}).on_node  # salloc's shell on a login node
+
+
+@needs_v2
 def test_interfaces_of_the_profile_exist_on_this_node(tmp_path):
     site = load_site(write_site(tmp_path, env={"NCCL_SOCKET_IFNAME": "^=nosuchif0", "GLOO_SOCKET_IFNAME": "lo,nosuchif0"}))
     nccl, gloo = doctor.check_interfaces(site, doctor.Node((), on_node=True, first=True))
@@ -238,3 +255,10 @@ def test_architecture_mismatch_fails_exit_1(tmp_path, monkeypatch, capsys, outsi
 def test_bad_input_exit_2(args, monkeypatch, capsys):
     assert run_doctor(monkeypatch, *args) == 2
     assert capsys.readouterr().err.count("\n") == 1  # one line naming what was wrong
+
+
+@needs_v2
+def test_an_image_reference_the_runtime_refuses_is_bad_input(tmp_path, monkeypatch, capsys):
+    site = write_site(tmp_path, "slurm", "charliecloud")
+    assert run_doctor(monkeypatch, "--site", str(site), "--image", "relative/dir") == 2
+    assert "--image" in capsys.readouterr().err
