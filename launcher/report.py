@@ -44,7 +44,7 @@ DEFINITIONS = """\
 - Time shares: comm, compute and data time per step from the trainer's `profile` record
   (`--profile-steps`), each divided by their sum.
 - Reference verdict (per run): PASS when X is at least (1 - tolerance) x the site's reference
-  images/s for the model, GPU count and precision (`--amp`), else FAIL (a regression), with X's
+  images/s for the model, GPU count and precision (`--amp`), else REGRESSION, with X's
   deviation from the reference in percent; `no reference` where the site's profile has none for
   them (listed under Notes), `no profile` where the run's site has no profile here.
 - Predicted E_G: the performance model (`dlaunch predict`: NCCL ring/tree per bucket, nominal
@@ -152,7 +152,7 @@ def scaling_rows(g: GroupResult, columns: Columns) -> List[List[str]]:
 
 
 def verdict_cell(run: Run, site: Optional[Site]) -> str:
-    """PASS/FAIL and the deviation; else why there is no verdict."""
+    """PASS or REGRESSION and the deviation; else why there is no verdict."""
     if run.throughput is None:
         return "-"
     if site is None:
@@ -160,7 +160,7 @@ def verdict_cell(run: Run, site: Optional[Site]) -> str:
     v = verdict(run, site.reference)
     if v is None:
         return "no reference"
-    return "%s %+.1f%%" % ("PASS" if v.passed else "FAIL", 100 * v.deviation)
+    return "%s %+.1f%%" % ("PASS" if v.passed else "REGRESSION", 100 * v.deviation)
 
 
 def missing_references(results: Sequence[GroupResult], sites: Dict[str, Site]) -> List[str]:

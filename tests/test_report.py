@@ -60,12 +60,12 @@ def test_report_writes_tables_markdown_and_every_plot(tmp_path, sweep):
     assert scaling[b8, "16"][11:] == ["16.7", "66.7", "16.7"]  # comm/compute/data shares of PROFILE
     assert scaling["scaling/testsite/resnet50/ddp/native b16", "4"][8] == "1.000"  # its own reference
     verdicts = {row[1]: row[-2] for row in table_rows(text, "## Runs")}
-    assert verdicts == {"g4": "PASS -5.0%", "g8": "FAIL -15.0%", "g16": "no reference", "cosine-g4": "PASS -4.0%"}
+    assert verdicts == {"g4": "PASS -5.0%", "g8": "REGRESSION -15.0%", "g16": "no reference", "cosine-g4": "PASS -4.0%"}
     notes = text.split("## Notes\n\n", 1)[1]
     assert "site testsite has no [[reference]] for resnet50 on 16 GPUs: no verdict for 1 run(s)" in notes
     assert str(runs / "scaling" / "g8" / "metrics.jsonl") in text
     assert "E_G = S_G / (G / G_ref)" in text
-    assert "scaling/testsite/resnet50/ddp/native b8: runs" in result.output and "FAIL -15.0%" in result.output
+    assert "scaling/testsite/resnet50/ddp/native b8: runs" in result.output and "REGRESSION -15.0%" in result.output
 
 
 def test_report_overlays_the_model_when_the_site_has_a_network(tmp_path, sweep):
@@ -253,7 +253,8 @@ def test_repeats_are_reported_as_medians_with_their_spread_and_drawn_as_error_ba
 
     fig, (ax_x, ax_e) = plt.subplots(1, 2)
     plot_scaling(ax_x, ax_e, build_results(load_runs([str(runs)]).runs, {}))
-    for ax, low, high in ((ax_x, [900.0, 1500.0], [1100.0, 1700.0]), (ax_e, [900 / x_ref, 1500 / x_ref / 2], [1100 / x_ref, 1700 / x_ref / 2])):
+    expected = {ax_x: ([900.0, 1500.0], [1100.0, 1700.0]), ax_e: ([900 / x_ref, 1500 / x_ref / 2], [1100 / x_ref, 1700 / x_ref / 2])}
+    for ax, (low, high) in expected.items():
         (bars,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
         segments = bars.lines[2][0].get_segments()
         assert [s[0][1] for s in segments] == pytest.approx(low) and [s[1][1] for s in segments] == pytest.approx(high)
@@ -272,5 +273,5 @@ def test_juwels_booster_reference_gives_verdicts_for_one_a100(tmp_path):
     assert result.exit_code == 0, result.output
     runs = {row[1]: row for row in table_rows((tmp_path / "report" / "report.md").read_text(), "## Runs")}
     assert runs["fast"][8] == "PASS %+.1f%%" % (100 * (800 / 938 - 1))  # within 25 % of 938
-    assert runs["slow"][8] == "FAIL %+.1f%%" % (100 * (600 / 938 - 1))
+    assert runs["slow"][8] == "REGRESSION %+.1f%%" % (100 * (600 / 938 - 1))
     assert runs["g4"][8] == "no reference"  # none for 4 GPUs

@@ -61,6 +61,13 @@ def test_a_study_with_repeats_survives_a_killed_job_and_reports_medians(two_node
     section = (tmp_path / "report" / "report.md").read_text().split("## Published vs this run", 1)[1]
     rows = {row[1]: row for row in ([c.strip() for c in line.strip("|").split(" | ")]
                                     for line in section.splitlines() if line.startswith("| Mahon"))}
-    for gpus in ("1", "2"):  # this run: median, min, max over the 2 repeats
+    for gpus in ("1", "2"):  # this run: median, low, high over the 2 repeats (min-max: fewer than 6)
         low, mid, high = (float(v) for v in (rows[gpus][5], rows[gpus][4], rows[gpus][6]))
-        assert low <= mid <= high and rows[gpus][7] == "2", rows
+        assert low <= mid <= high and rows[gpus][7:9] == ["2", "min-max"], rows
+    text = (tmp_path / "report" / "report.md").read_text()
+    section = text.split("## Scaling", 1)[1].split("## Runs", 1)[0]
+    scaling = [[c.strip() for c in line.strip("|").split(" | ")] for line in section.splitlines() if line.startswith("| cluster.scaling/")]
+    assert [row[3:5] for row in scaling] == [["2", "min-max"], ["2", "min-max"]], scaling  # runs, spread per node count
+    for row in scaling:  # images/s: the median inside its min-max range
+        low, high = (float(v) for v in row[6].split("-"))
+        assert low <= float(row[5]) <= high, row

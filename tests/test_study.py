@@ -224,7 +224,8 @@ def test_repeat_runs_here_and_the_report_gives_their_median_and_spread(tmp_path,
     report = dlaunch(tmp_path, "report", tmp_path / "runs", "-o", tmp_path / "report")
     assert report.returncode == 0, report.stderr
     text = (tmp_path / "report" / "report.md").read_text()
-    (row,) = [line for line in text.split("## Scaling", 1)[1].split("## Runs")[0].splitlines() if line.startswith("| rep/local/resnet44")]
+    scaling = text.split("## Scaling", 1)[1].split("## Runs")[0]
+    (row,) = [line for line in scaling.splitlines() if line.startswith("| rep/local/resnet44")]
     cells = [c.strip() for c in row.strip("|").split(" | ")]
     assert cells[1:5] == ["1", "1", "2", "min-max"]  # GPUs, nodes, runs, spread
     low, high = (float(v) for v in cells[6].split("-"))
