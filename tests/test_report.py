@@ -275,3 +275,25 @@ def test_juwels_booster_reference_gives_verdicts_for_one_a100(tmp_path):
     assert runs["fast"][8] == "PASS %+.1f%%" % (100 * (800 / 938 - 1))  # within 25 % of 938
     assert runs["slow"][8] == "REGRESSION %+.1f%%" % (100 * (600 / 938 - 1))
     assert runs["g4"][8] == "no reference"  # none for 4 GPUs
+
+
+def test_every_shipped_reference_is_a_published_figure():
+    """Each [[reference]] of sites/*.toml is a row of data/published/nvidia_resnet50_a100.csv (model resnet50,
+    GPU count, precision: `amp = "fp16"` is NVIDIA's AMP, none is TF32); a site's figure can't drift from its source."""
+    import csv
+    import tomllib
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    with open(repo / "data" / "published" / "nvidia_resnet50_a100.csv", newline="") as f:
+        published = {(int(r["gpus"]), r["precision"]): float(r["images_per_s"])
+                     for r in csv.DictReader(line for line in f if not line.startswith("#"))}
+    checked = 0
+    for path in sorted((repo / "sites").glob("*.toml")):
+        site = tomllib.loads(path.read_text())
+        for ref in site.get("reference", []):
+            precision = "amp" if ref.get("amp") == "fp16" else "tf32"
+            assert ref["model"] == "resnet50" and "A100" in site["gpu_model"], path
+            assert ref["images_per_s"] == published[ref["gpus"], precision], (path, ref)
+            checked += 1
+    assert checked >= 1  # juwels-booster's one-GPU TF32 figure at least
