@@ -21,7 +21,6 @@ from train.metrics_schema import MetricsError, read_metrics
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
-DEFINITION = REPO / "containers" / "cpu" / "ddp.def"
 TINY = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--batch-size", "4", "--threads", "1",
         "--device", "cpu", "--data", "synthetic", "--workers", "0", "--warmup-steps", "1", "--steps-per-epoch", "2"]
 BUILD_TIMEOUT_S = 3000
@@ -31,17 +30,27 @@ def git_revision() -> str:
     return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
 
 
-@pytest.fixture(scope="module")
-def image() -> Path:
-    """The cpu-ddp root file system (built, or reused from the cache)."""
+def build(framework: str) -> Path:
+    """The cpu stack's root file system for `framework` (built, or reused from the cache)."""
     require(os.geteuid() == 0, "building a root file system needs root (mmdebstrap --mode=root, chroot)")
     require(shutil.which("mmdebstrap") is not None and shutil.which("ch-run") is not None,
             "mmdebstrap or ch-run is not installed (scripts/bootstrap-containers.sh)")
-    built = subprocess.run([sys.executable, str(REPO / "scripts" / "build-rootfs.py"), str(DEFINITION),
+    definition = REPO / "containers" / "cpu" / f"{framework}.def"
+    built = subprocess.run([sys.executable, str(REPO / "scripts" / "build-rootfs.py"), str(definition),
                             "--build-arg", f"GIT_REVISION={git_revision()}"],
                            cwd=REPO, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-5000:]
     return Path(built.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def image() -> Path:
+    return build("ddp")
+
+
+@pytest.fixture(scope="module")
+def horovod_image() -> Path:
+    return build("horovod")
 
 
 def ch_run(image: Path, *command: str, binds=()) -> list:
@@ -52,7 +61,8 @@ def ch_run(image: Path, *command: str, binds=()) -> list:
 
 def container_env(**extra) -> dict:
     """The host environment as a job has it (ch-run passes it in), with the host venv first on PATH."""
-    env = dict(os.environ, USER=os.environ.get("USER", "root"), OMP_NUM_THREADS="1", **extra)
+    env = dict(os.environ, USER=os.environ.get("USER", "root"), OMP_NUM_THREADS="1")
+    env.update(extra)
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     env.pop("PYTHONPATH", None)
     return env
@@ -90,7 +100,23 @@ def test_local_ddp_job_in_the_container_ends_ok(image, tmp_path):
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-4000:]
     metrics = read_metrics(str(run_dir / "metrics.jsonl"))
     assert metrics.status == "ok" and metrics.header["world_size"] == 2 and len(metrics.epochs) == 2
-    assert (run_dir / "checkpoints" / "last.pt").is_file() or any(run_dir.rglob("*.pt"))
+    assert metrics.header["argv"][0] == "/opt/venv/bin/python"
+
+
+@pytest.mark.parametrize("launcher", [
+    ["horovodrun", "--gloo", "-np", "2"],
+    ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"],  # the image's Debian Open MPI
+], ids=["gloo", "mpi"])
+def test_horovod_job_in_the_container_ends_ok(horovod_image, tmp_path, launcher):
+    run_dir = tmp_path / "run"
+    command = ch_run(horovod_image, *launcher, "python", "-m", "train", "--framework", "horovod", *TINY,
+                     "--steps", "4", "--checkpoint-dir", str(run_dir), binds=[tmp_path])
+    # HOME: horovodrun keeps a cache in ~/.horovod, and the image's /root is read-only.
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=600, env=container_env(HOME=str(tmp_path)))
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-4000:]
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    assert metrics.status == "ok" and metrics.header["world_size"] == 2 and metrics.header["framework"] == "horovod"
+    assert metrics.header["argv"][0] == "/opt/venv/bin/python"
 
 
 def epochs_written(path: Path) -> int:
