@@ -40,6 +40,7 @@ LAZY_COMMANDS = {
     "predict": ("launcher.perfmodel", "predict_command"),
     "rerun": ("launcher.rerun", "rerun_command"),
     "archive": ("launcher.archive", "archive_command"),
+    "doctor": ("launcher.doctor", "doctor_command"),
 }
 # Command groups defined in heavy modules: name -> (module, typer.Typer attribute, one-line help).
 LAZY_GROUPS = {
@@ -195,11 +196,16 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
         raise DlaunchError("--site: required (see `dlaunch sites`)")
     site = resolve_site(request.site)
     experiment = request.experiment or "%s-%s-%s" % (site.name, request.framework, request.option("model", "resnet50"))
-    image = request.image
-    if site.container.runtime != "none" and not image:
-        from launcher.imagepaths import default_image_for_site
+    from launcher.imagepaths import check_loader, default_image_for_site, driver_warning
 
-        image = str(default_image_for_site(site, request.framework))
+    check_loader(site, request.option("loader", "native"))
+    image = request.image
+    if site.container.kind != "none":
+        if not image:
+            image = default_image_for_site(site, request.framework, site.container.image_kind)
+        warning = driver_warning(site)
+        if warning:
+            err.print("dlaunch: warning: %s" % warning)
     request = dataclasses.replace(request, experiment=experiment, image=image).normalized()
     if run_dir is None:
         run_dir = Path(request.output) / experiment / (request.run_name or default_run_name())
@@ -244,7 +250,10 @@ def submit(request: LaunchRequest, plan: "LaunchPlan", script: str, run: RunDir)
 
 
 def check_image(plan: "LaunchPlan", dry_run: bool) -> None:
-    if plan.image and not os.path.isfile(plan.image):
+    """A missing image stops a submission (a dry run warns)."""
+    from launcher.runtimes import runtime_class
+
+    if plan.image and runtime_class(plan.runtime).missing(plan.image):
         message = "--image: %s does not exist (build it with `make image-%s`; `dlaunch images` lists them)" % (plan.image, plan.framework)
         if not dry_run:
             raise DlaunchError(message)
@@ -286,13 +295,13 @@ def run(site: Site_ = None, framework: Framework = "ddp",
 
 def _refuse_if_active(run: RunDir) -> None:
     """A second job must not append to the metrics and checkpoints of one that still runs."""
-    from launcher.runstate import ACTIVE_STATES
-    from launcher.schedulers import SlurmScheduler
+    from launcher.schedulers import scheduler_for
 
-    if run.plan()["plan"]["scheduler"] == "slurm" and run.job_id:
-        state = SlurmScheduler().state(run.job_id)
-        if state.startswith(ACTIVE_STATES):
-            raise DlaunchError("--resume: job %s of %s is still %s (dlaunch cancel it first)" % (run.job_id, run.path, state))
+    kind = run.plan()["plan"]["scheduler"]
+    if kind != "local" and run.job_id:
+        job = scheduler_for(kind).jobs([run.job_id])[run.job_id]
+        if job.kind.active:
+            raise DlaunchError("--resume: job %s of %s is still %s (dlaunch cancel it first)" % (run.job_id, run.path, job.state))
 
 
 def _counts(flag: str, text: str) -> List[int]:
@@ -366,12 +375,13 @@ def why_failed(snapshot: "Snapshot") -> str:
     reason = failure_reason(snapshot.run)
     if reason:
         return reason
-    if snapshot.job != "-" and snapshot.run.plan()["plan"]["scheduler"] == "slurm":
-        from launcher.schedulers import SlurmScheduler
+    kind = snapshot.run.plan()["plan"]["scheduler"]
+    if snapshot.job != "-" and kind != "local":
+        from launcher.schedulers import scheduler_for
 
-        ended = SlurmScheduler().end_reason(snapshot.job)
+        ended = scheduler_for(kind).end_reason(snapshot.job)
         if ended:
-            return "Slurm ended the job (%s); its log says nothing (was the run directory visible on the nodes?)" % ended
+            return "%s ended the job (%s); its log says nothing (was the run directory visible on the nodes?)" % (scheduler_for(kind).label, ended)
     return "%s, metrics %s" % (snapshot.state, snapshot.progress.status)
 
 
@@ -531,8 +541,8 @@ def sites(ctx: typer.Context) -> None:
         except DlaunchError as e:  # listed, not fatal: `dlaunch sites check FILE` says more
             rows.append((name, "", "unreadable", "", "", str(e)))
             continue
-        rows.append((site.name, ", ".join(site.aliases), site.scheduler, str(site.gpus_per_node),
-                     site.container.runtime, display_path(path)))
+        rows.append((site.name, ", ".join(site.aliases), site.scheduler.kind, str(site.gpus_per_node),
+                     site.container.kind, display_path(path)))
     out.print(fit_table("sites", SITES_HEADERS, rows, out.width, leave_out=SITES_LEAVE_OUT))
 
 

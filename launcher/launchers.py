@@ -27,53 +27,54 @@ from dataclasses import dataclass
 from typing import Tuple
 
 from launcher.errors import DlaunchError
+from launcher.jobspec import Export, FirstHost, PreludeItem, ShellWord
+from launcher.schedulers import Scheduler
 from launcher.sites import Site
-
-
-class ShellWord(str):
-    """An argument that expands shell variables of the batch script; rendered in double quotes."""
+from train.framework_table import FRAMEWORKS
 
 
 @dataclass(frozen=True)
 class LaunchSpec:
     tasks_per_node: int
     cpus_per_task: int
-    prelude: Tuple[str, ...]  # shell lines run on the batch host before srun
-    srun_args: Tuple[str, ...]
+    prelude: Tuple[PreludeItem, ...]  # run on the batch host before the step
+    mpi: bool  # the tasks are MPI ranks (the scheduler wires them)
+    whole_node: bool  # one task owns its node's CPUs (not bound)
     launch_prefix: Tuple[str, ...]  # the program and its arguments in front of the trainer's
 
 
-def rendezvous_prelude(site: Site) -> Tuple[str, ...]:
+def rendezvous_prelude(site: Site, scheduler: Scheduler) -> Tuple[PreludeItem, ...]:
     """MASTER_ADDR: the first host of the allocation (+ the site's suffix, e.g. `i` for InfiniBand)."""
     return (
-        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)%s"' % site.rendezvous_host_suffix,
-        "export MASTER_ADDR",
-        "export MASTER_PORT=%d" % site.master_port,
+        FirstHost("MASTER_ADDR", scheduler.hosts_command(), site.rendezvous_host_suffix),
+        Export("MASTER_PORT", str(site.master_port)),
     )
 
 
-# One failed task (a crashed node's torchrun, a dead MPI rank) ends the whole step instead of leaving
-# the other nodes waiting in a collective until the time limit.
-KILL_ON_BAD_EXIT = "--kill-on-bad-exit=1"
+def _option(name: str, value: str) -> str:
+    """`--name=value`, still a ShellWord when the value expands a variable."""
+    return ShellWord(name + value) if isinstance(value, ShellWord) else name + value
+
 
 # `bash -c 'trap "" USR1; exec "$@"' ignore-usr1 PROGRAM ARGS...`: PROGRAM runs with SIGUSR1 ignored.
 IGNORE_USR1 = ("bash", "-c", 'trap "" USR1; exec "$@"', "ignore-usr1")
 
 
 class TorchrunPerNode:
-    def spec(self, site: Site, nproc_per_node: int) -> LaunchSpec:
+    def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
         torchrun = ("python", "-m", "torchrun_jsc") if site.rendezvous_host_suffix else ("torchrun",)
         return LaunchSpec(
             tasks_per_node=1,
             cpus_per_task=site.cpus_per_node,
-            prelude=rendezvous_prelude(site),
-            srun_args=("--ntasks-per-node=1", "--cpu-bind=none", KILL_ON_BAD_EXIT),
+            prelude=rendezvous_prelude(site, scheduler),
+            mpi=False,
+            whole_node=True,
             launch_prefix=IGNORE_USR1 + torchrun + (
-                ShellWord("--nnodes=$SLURM_JOB_NUM_NODES"),
+                _option("--nnodes=", scheduler.node_count_word(nodes)),
                 "--nproc_per_node=%d" % nproc_per_node,
                 "--rdzv_backend=c10d",
                 ShellWord("--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT"),
-                ShellWord("--rdzv_id=$SLURM_JOB_ID"),
+                _option("--rdzv_id=", scheduler.job_id_word()),
                 "-m",
                 "train",
             ),
@@ -81,33 +82,40 @@ class TorchrunPerNode:
 
 
 class MpiPerGpu:
-    def spec(self, site: Site, nproc_per_node: int) -> LaunchSpec:
-        if not site.mpi_plugin:
-            raise DlaunchError("--framework horovod: site %s has no mpi_plugin for srun --mpi" % site.name)
+    def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
         return LaunchSpec(
             tasks_per_node=nproc_per_node,
             cpus_per_task=max(1, site.cpus_per_node // nproc_per_node),
             prelude=(),
-            srun_args=("--ntasks-per-node=%d" % nproc_per_node, "--mpi=%s" % site.mpi_plugin, KILL_ON_BAD_EXIT),
+            mpi=True,
+            whole_node=False,
             launch_prefix=("python", "-m", "train"),
         )
 
 
 class LocalTorchrun:
-    def spec(self, site: Site, nproc_per_node: int) -> LaunchSpec:
+    def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
         prefix = ("torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=%d" % nproc_per_node, "-m", "train")
-        return LaunchSpec(1, site.cpus_per_node, (), (), prefix)
+        return LaunchSpec(1, site.cpus_per_node, (), False, True, prefix)
 
 
 class LocalHorovod:
-    def spec(self, site: Site, nproc_per_node: int) -> LaunchSpec:
+    def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
         prefix = ("horovodrun", "--gloo", "-np", str(nproc_per_node), "python", "-m", "train")
-        return LaunchSpec(nproc_per_node, max(1, site.cpus_per_node // nproc_per_node), (), (), prefix)
+        return LaunchSpec(nproc_per_node, max(1, site.cpus_per_node // nproc_per_node), (), False, False, prefix)
 
 
-def launch_mode(scheduler: str, framework: str):
+# (the framework table's launch style, on a batch system | on this machine)
+LAUNCH_STYLES = {
+    "torchrun-per-node": (TorchrunPerNode, LocalTorchrun),
+    "mpi-per-gpu": (MpiPerGpu, LocalHorovod),
+}
+
+
+def launch_mode(scheduler_kind: str, framework: str):
     """The launch mode of a framework under a scheduler."""
-    per_gpu = framework == "horovod"
-    if scheduler == "local":
-        return LocalHorovod() if per_gpu else LocalTorchrun()
-    return MpiPerGpu() if per_gpu else TorchrunPerNode()
+    style = FRAMEWORKS[framework].launch
+    if style not in LAUNCH_STYLES:
+        raise DlaunchError("--framework %s: launch style %r has no launcher" % (framework, style))
+    batch, local = LAUNCH_STYLES[style]
+    return local() if scheduler_kind == "local" else batch()

@@ -1,52 +1,58 @@
-"""Profile + request -> `LaunchPlan`: every decision about a job, before any text is rendered."""
+"""Profile + request -> `LaunchPlan`: every decision about a job, before any text is rendered.
+
+The site's scheduler, container runtime and the framework's launch style each contribute their part
+(launcher/schedulers/, launcher/runtimes/, launcher/launchers.py); `render.py` writes the text.
+"""
 import dataclasses
 import os
 import re
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from launcher.errors import DlaunchError
+from launcher.errors import DlaunchError, SchedulerError
+from launcher.jobspec import JobSpec, PreludeItem, Prepend
 from launcher.launchers import launch_mode
 from launcher.request import SAFE_NAME, LaunchRequest, trainer_arguments
-from launcher.runtimes import runtime_for
-from launcher.sites import BIND_PATH, Site, format_time, parse_time
+from launcher.schedulers import scheduler_for
+from launcher.schema import BIND_PATH, format_time, parse_time
+from launcher.sites import Site
 from train.config import ConfigError, parse_config
 
-SIGNAL_LEAD_S = 120  # seconds before the time limit at which the job is told to checkpoint
-# The first line of every attempt in the job's log (a requeued job appends to the same file).
-ATTEMPT_BANNER = ('echo "dlaunch: job $SLURM_JOB_ID attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) on '
-                  '$SLURM_JOB_NODELIST at $(date -u +%Y-%m-%dT%H:%M:%SZ)"')
+SIGNAL_LEAD_S = 120  # seconds before the time limit at which the job is told to checkpoint (Slurm)
 BINDABLE = re.compile(BIND_PATH)
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
     site: str
-    scheduler: str
+    scheduler: str  # the scheduler's kind (launcher/schedulers/)
+    runtime: str  # the container runtime's kind (launcher/runtimes/)
     framework: str
     nodes: int
     nproc_per_node: int
     run_dir: str
     image: Optional[str]
-    sbatch: Tuple[str, ...]  # directives, without `#SBATCH `
+    directives: Tuple[str, ...]  # without the scheduler's prefix (`#SBATCH `)
+    module_purge: bool
+    module_use: Tuple[str, ...]
     modules: Tuple[str, ...]
     env: Tuple[Tuple[str, str], ...]
-    prelude: Tuple[str, ...]
-    srun_args: Tuple[str, ...]
-    container_prefix: Tuple[str, ...]
-    launch_prefix: Tuple[str, ...]
+    prelude: Tuple[PreludeItem, ...]
+    command: Tuple[Tuple[str, ...], ...]  # lines in front of the trainer's flags: step, container, launch
     trainer_argv: Tuple[str, ...]
     warnings: Tuple[str, ...] = ()  # for the user, before submission; nothing in the script
 
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["prelude"] = [dict(type=type(item).__name__, **dataclasses.asdict(item)) for item in self.prelude]
+        return data
 
 
 def resolve_account(site: Site, account: Optional[str], environ: Mapping[str, str], required: bool = True) -> Optional[str]:
     """`--account`, else the site's account variable (e.g. $BUDGET); never hard-coded."""
     if account is None and site.account_env:
         account = environ.get(site.account_env) or None
-    if site.scheduler != "slurm":
+    if site.scheduler.kind == "local":
         return None
     if account is None and site.account_required and required:
         hint = " or set $%s" % site.account_env if site.account_env else ""
@@ -64,7 +70,7 @@ def _bindable(flag: str, path: str) -> str:
 
 def _shape(site: Site, request: LaunchRequest) -> Tuple[int, int]:
     """(nodes, processes per node) from --nodes or --gpus."""
-    if site.scheduler == "local":
+    if site.scheduler.kind == "local":
         if request.nodes not in (None, 1):
             raise DlaunchError("--nodes: site %s runs on this machine only (1 node), got %d" % (site.name, request.nodes))
         return 1, request.gpus or site.gpus_per_node
@@ -83,6 +89,33 @@ def _shape(site: Site, request: LaunchRequest) -> Tuple[int, int]:
     return request.nodes or 1, site.gpus_per_node
 
 
+def _queue_and_time(site: Site, request: LaunchRequest, nodes: int):
+    """The partition the job goes to and its time limit in seconds, checked against the partition."""
+    partition = site.partition(request.partition)
+    if nodes > partition.max_nodes:
+        raise DlaunchError("--nodes: %d exceeds the %d nodes of partition %s (site %s)" % (nodes, partition.max_nodes, partition.name, site.name))
+    if nodes < partition.min_nodes:
+        raise DlaunchError("--nodes: partition %s of site %s takes jobs of %d nodes or more, not %d"
+                           % (partition.name, site.name, partition.min_nodes, nodes))
+    try:
+        seconds = parse_time(request.time)
+    except ValueError as e:
+        raise DlaunchError("--time: %s" % e) from None
+    if seconds > partition.max_seconds:
+        raise DlaunchError("--time: %s exceeds the limit %s of partition %s (site %s)" % (format_time(seconds), partition.max_time, partition.name, site.name))
+    return partition, seconds
+
+
+def _environment(site: Site) -> Tuple[Prepend, ...]:
+    """Path lists the site extends (`env_prepend`, the NCCL network plugin's folder first)."""
+    prepend = dict(site.env_prepend)
+    plugin = site.nccl_net_plugin
+    if plugin and plugin.library_dir:
+        rest = prepend.get("LD_LIBRARY_PATH")
+        prepend["LD_LIBRARY_PATH"] = plugin.library_dir + (":" + rest if rest else "")
+    return tuple(Prepend(name, value) for name, value in prepend.items())
+
+
 def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision: Optional[str],
                image: Optional[str], environ: Mapping[str, str], require_account: bool = True) -> LaunchPlan:
     """Validate the request against the site and decide everything the script will contain.
@@ -90,68 +123,50 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     `require_account=False` (dry runs) renders a script without `--account` where none is known.
     """
     nodes, nproc = _shape(site, request)
-    spec = launch_mode(site.scheduler, request.framework).spec(site, nproc)
-    runtime = runtime_for(site.container)
+    scheduler = scheduler_for(site.scheduler.kind)
+    on_batch_system = site.scheduler.kind != "local"
+    spec = launch_mode(site.scheduler.kind, request.framework).spec(site, scheduler, nodes, nproc)
+    runtime = site.container
     experiment = request.experiment or "default"
     data = request.option("data")
-    sbatch: Tuple[str, ...] = ()
-    binds: Tuple[str, ...] = ()
     warnings: Tuple[str, ...] = ()
-    if site.scheduler == "slurm":
+    queue, seconds, account, binds = None, 0, None, ()
+    if on_batch_system:
         _bindable("--output", run_dir)
-        partition = site.partition(request.partition)
-        if nodes > partition.max_nodes:
-            raise DlaunchError("--nodes: %d exceeds the %d nodes of partition %s (site %s)" % (nodes, partition.max_nodes, partition.name, site.name))
-        try:
-            seconds = parse_time(request.time)
-        except ValueError as e:
-            raise DlaunchError("--time: %s" % e) from None
-        if seconds > partition.max_seconds:
-            raise DlaunchError("--time: %s exceeds the limit %s of partition %s (site %s)" % (format_time(seconds), partition.max_time, partition.name, site.name))
+        queue, seconds = _queue_and_time(site, request, nodes)
         account = resolve_account(site, request.account, environ, required=require_account)
         if seconds < 2 * SIGNAL_LEAD_S:
             warnings += ("--time %s leaves less than twice the %d s warning before the limit: the job may get no "
                          "checkpoint warning (Slurm sends it up to a minute early or late)" % (format_time(seconds), SIGNAL_LEAD_S),)
-        requeue = site.requeue if request.requeue is None else request.requeue
-        sbatch = (
-            "--job-name=%s" % experiment,
-            "--nodes=%d" % nodes,
-            "--ntasks-per-node=%d" % spec.tasks_per_node,
-            "--cpus-per-task=%d" % spec.cpus_per_task,
-            "--%s=%s" % (site.partition_directive, partition.name),
-            "--time=%s" % format_time(seconds),
-            *(("--account=%s" % account,) if account else ()),
-            *(("--gres=%s" % site.gres,) if site.gres else ()),
-            "--output=%s/slurm-%%j.out" % run_dir,
-            "--open-mode=append",  # a requeued attempt adds to the log instead of replacing it
-            "--requeue" if requeue else "--no-requeue",
-            # To every process of the steps (no `B:`); see launchers.py for torchrun.
-            "--signal=USR1@%d" % SIGNAL_LEAD_S,
-            *site.sbatch_directives,
-        )
-        binds = (run_dir,) + ((_bindable("--data", data),) if data not in (None, "synthetic") else ())
-    container_prefix = ()
-    if site.container.runtime != "none":
+        plugin_dir = site.nccl_net_plugin.library_dir if site.nccl_net_plugin else None
+        binds = (run_dir,) + ((_bindable("--data", data),) if data not in (None, "synthetic") else ()) + ((plugin_dir,) if plugin_dir else ())
+    requeue = site.requeue if request.requeue is None else request.requeue
+    job = JobSpec(name=experiment, nodes=nodes, tasks_per_node=spec.tasks_per_node, cpus_per_task=spec.cpus_per_task,
+                  gpus_per_node=nproc, seconds=seconds, queue=queue, account=account, run_dir=run_dir, requeue=requeue)
+    container_options: Tuple[str, ...] = ()
+    container_prefix: Tuple[str, ...] = ()
+    if runtime.kind != "none":
         if not image:
-            raise DlaunchError("--image: site %s runs in a container; give --image PATH" % site.name)
-        container_prefix = runtime.prefix(_bindable("--image", image), binds)
+            raise DlaunchError("--image: site %s runs in a container; give --image" % site.name)
+        image = runtime.check_image(image)
+        container_options = runtime.step_options(image, binds)
+        container_prefix = runtime.prefix(image, binds)
+        warnings += runtime.warnings(binds)
+    else:
+        image = None
+    try:
+        step = scheduler.step(site.scheduler, job, spec.mpi, spec.whole_node, container_options)
+    except SchedulerError as e:
+        raise DlaunchError("--framework %s: site %s: %s" % (request.framework, site.name, e)) from None
+    environment = _environment(site)
     provenance = tuple((name, value) for name, value in (
         ("DLAUNCH_SITE", site.name),
-        ("DLAUNCH_IMAGE", image if site.container.runtime != "none" else None),
+        ("DLAUNCH_IMAGE", image),
         ("DLAUNCH_GIT_REVISION", git_revision),
         ("DLAUNCH_EXPERIMENT", experiment),
         ("DLAUNCH_RUN_DIR", run_dir),
         ("DLAUNCH_PARENT_RUN", environ.get("DLAUNCH_PARENT_RUN")),  # set by `dlaunch rerun`
     ) if value)
-    slurm_lines: Tuple[str, ...] = ()
-    if site.scheduler == "slurm":
-        slurm_lines = (
-            ATTEMPT_BANNER,
-            # Slurm >= 22.05 no longer hands sbatch's --cpus-per-task to srun; this variable does.
-            'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"',
-            # The trainer tells the time limit's SIGTERM from a cancel by it (train/signals.py).
-            "export DLAUNCH_JOB_END_TIME=$(( $(date +%%s) + %d ))" % seconds,
-        )
     trainer_argv = ("--framework", request.framework) + trainer_arguments(request) + (
         "--metrics", os.path.join(run_dir, "metrics.jsonl"),
         "--checkpoint-dir", os.path.join(run_dir, "checkpoints"),
@@ -160,7 +175,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     # too where this machine sees it (a node-local path is checked on the nodes only).
     data_here = data not in (None, "synthetic") and os.path.exists(data)
     if data not in (None, "synthetic") and not data_here:
-        if site.scheduler == "local":
+        if not on_batch_system:
             raise DlaunchError("--data: %s does not exist" % data)
         warnings += ("--data %s is not visible here; it is checked on the nodes only" % data,)
     try:
@@ -169,19 +184,20 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         raise DlaunchError("trainer options: %s" % e) from None
     return LaunchPlan(
         site=site.name,
-        scheduler=site.scheduler,
+        scheduler=site.scheduler.kind,
+        runtime=runtime.kind,
         framework=request.framework,
         nodes=nodes,
         nproc_per_node=nproc,
         run_dir=run_dir,
-        image=image if site.container.runtime != "none" else None,
-        sbatch=sbatch,
+        image=image,
+        directives=scheduler.directives(site.scheduler, job) if on_batch_system else (),
+        module_purge=site.module_purge,
+        module_use=tuple(site.module_use),
         modules=tuple(site.modules),
         env=tuple(site.env.items()) + provenance,
-        prelude=slurm_lines + spec.prelude,
-        srun_args=spec.srun_args + tuple(site.srun_args),
-        container_prefix=container_prefix,
-        launch_prefix=spec.launch_prefix,
+        prelude=environment + runtime.exports(environment) + (scheduler.prelude(site.scheduler, job) if on_batch_system else ()) + spec.prelude,
+        command=scheduler.command(step, container_prefix, spec.launch_prefix),
         trainer_argv=trainer_argv,
         warnings=warnings,
     )

@@ -1,12 +1,17 @@
 """`LaunchPlan` -> batch script text. Every value is quoted here; nothing else writes shell."""
 import re
 import shlex
+from functools import singledispatch
 from typing import List, Sequence
 
-from launcher.launchers import ShellWord
+from launcher.jobspec import Banner, EndTime, Export, FirstHost, Prepend, ShellWord
 from launcher.plan import LaunchPlan
+from launcher.schedulers import scheduler_for
+from launcher.schema import ENV_NAME, HOST_SUFFIX
 
 _SHELL_WORD = re.compile(r"^[A-Za-z0-9_=:.,/@+$-]*$")
+_NAME = re.compile(ENV_NAME)
+_SUFFIX = re.compile(HOST_SUFFIX)
 
 
 def quote(arg: str) -> str:
@@ -16,6 +21,49 @@ def quote(arg: str) -> str:
             raise ValueError("not a plain shell word: %r" % arg)
         return '"%s"' % arg
     return shlex.quote(arg)
+
+
+def _name(name: str) -> str:
+    if not _NAME.match(name):
+        raise ValueError("not a variable name: %r" % name)
+    return name
+
+
+@singledispatch
+def render_item(item: object) -> str:
+    """One typed prelude item as shell lines."""
+    raise TypeError("no shell for %r" % (item,))
+
+
+@render_item.register
+def _(item: Export) -> str:
+    return "export %s=%s\n" % (_name(item.name), quote(item.value))
+
+
+@render_item.register
+def _(item: Prepend) -> str:
+    name = _name(item.name)
+    return 'export %s=%s"${%s:+:$%s}"\n' % (name, quote(item.value), name, name)
+
+
+@render_item.register
+def _(item: FirstHost) -> str:
+    if not _SUFFIX.match(item.suffix):
+        raise ValueError("not a host-name suffix: %r" % item.suffix)
+    command = " ".join(quote(a) for a in item.hosts_command)
+    return '%s="$(%s | sed -n 1p)%s"\nexport %s\n' % (_name(item.name), command, item.suffix, item.name)
+
+
+@render_item.register
+def _(item: Banner) -> str:
+    job, count, hosts = _name(item.job_id), _name(item.restart_count), _name(item.hosts)
+    return ('echo "dlaunch: job $%s attempt $(( ${%s:-0} + 1 )) on $%s at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)"\n'
+            % (job, count, hosts))
+
+
+@render_item.register
+def _(item: EndTime) -> str:
+    return "export %s=$(( $(date +%%s) + %d ))\n" % (_name(item.name), int(item.seconds))
 
 
 def _command(segments: Sequence[Sequence[str]]) -> str:
@@ -35,20 +83,19 @@ def _flag_groups(argv: Sequence[str]) -> List[List[str]]:
 
 def render_script(plan: LaunchPlan, header: str) -> str:
     """The job script; `header` is a comment line saying where it came from."""
+    prefix = scheduler_for(plan.scheduler).directive_prefix
     out: List[str] = ["#!/bin/bash\n"]
-    out += ["#SBATCH %s\n" % directive for directive in plan.sbatch]
+    out += ["%s %s\n" % (prefix, directive) for directive in plan.directives]
     out.append("# %s\n" % header.replace("\n", " "))
     out.append("set -eo pipefail\n\n")
+    if plan.module_purge:
+        out.append("module purge\n")
+    if plan.module_use:
+        out.append("module use %s\n" % " ".join(quote(m) for m in plan.module_use))
     if plan.modules:
         out.append("module load %s\n" % " ".join(quote(m) for m in plan.modules))
-    out += ["export %s=%s\n" % (name, quote(value)) for name, value in plan.env]
-    out += ["%s\n" % line for line in plan.prelude]
+    out += [render_item(Export(name, value)) for name, value in plan.env]
+    out += [render_item(item) for item in plan.prelude]
     out.append("\n")
-    trainer = _flag_groups(plan.trainer_argv)
-    if plan.scheduler == "slurm":
-        segments = [("srun",) + plan.srun_args, plan.container_prefix, plan.launch_prefix] + trainer
-        out.append(_command(segments))
-    else:
-        segments = [("exec",) + plan.container_prefix + plan.launch_prefix] + trainer
-        out.append(_command(segments))
+    out.append(_command(list(plan.command) + _flag_groups(plan.trainer_argv)))
     return "".join(out)

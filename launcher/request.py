@@ -59,7 +59,9 @@ class LaunchRequest:
         site = absolute(self.site) if self.site.endswith(".toml") or os.sep in self.site else self.site
         data = self.option("data")
         trainer = tuple((k, absolute(v) if k == "data" and v != "synthetic" else v) for k, v in self.trainer)
-        return dataclasses.replace(self, site=site, image=absolute(self.image), output=absolute(self.output),
+        # An image given as a path (not a registry or store name: pyxis, podman-hpc) is made absolute.
+        image = absolute(self.image) if self.image and (self.image.startswith((".", "/")) or os.path.exists(self.image)) else self.image
+        return dataclasses.replace(self, site=site, image=image, output=absolute(self.output),
                                    trainer=trainer if data else self.trainer)
 
     def to_dict(self) -> Dict[str, Any]:

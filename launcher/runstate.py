@@ -1,28 +1,23 @@
 """A run at one moment: the scheduler's word on its job and the progress its metrics file shows.
 
-`observe(runs)` asks Slurm once for all jobs still queued or running (one `squeue`), and reads
-each metrics file; `dlaunch status`, `runs` and `watch` show what it returns.
+`observe(runs)` asks each scheduler once for all of its jobs (Slurm: one `squeue`), and reads each
+metrics file; `dlaunch status`, `runs` and `watch` show what it returns.
 """
 import dataclasses
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
-from launcher.errors import SchedulerError
 from launcher.failures import reconcile
 from launcher.rundir import RunDir, display_path
-from launcher.schedulers import SlurmScheduler
+from launcher.schedulers import Job, JobState, scheduler_for
 from train.metrics_schema import Metrics, MetricsError, read_metrics
 
-# Slurm job states in which a job may still write into its run directory.
-ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STOPPED")
-# Job states and metrics statuses that say a run went wrong (or stopped before its end).
-FAILED_STATES = ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
-GONE = "unknown (not in Slurm any more)"
-# A run succeeded when its job did (and its metrics end `ok`); a job Slurm forgot is judged by its metrics.
-SUCCEEDED_STATES = ("COMPLETED", "finished (exit 0)", GONE)
+# A run succeeded when its job did (and its metrics end `ok`); a job the scheduler forgot is judged by its metrics.
+SUCCEEDED = (JobState.COMPLETED, JobState.GONE)
+LOCAL_OK = "finished (exit 0)"
 LOCAL_RUNNING = "running here (dlaunch pid %d)"
 # A run directory with neither job id nor state this long after its plan was written was never submitted.
 SUBMIT_GRACE_S = 60.0
@@ -100,70 +95,6 @@ def read_progress(path: Path) -> Progress:
 
 
 @dataclass(frozen=True)
-class Job:
-    """Slurm's view of a job: state, and for a pending one why, where in the queue and when it may start."""
-
-    state: str
-    reason: str = ""
-    position: Optional[int] = None
-    start: str = ""
-
-    @property
-    def queue(self) -> str:
-        """e.g. 'Priority, 3rd in queue, start about 2026-11-22T10:42:00' ('' unless pending)."""
-        if self.state != "PENDING":
-            return ""
-        parts = [self.reason] if self.reason and self.reason != "None" else []
-        if self.position:
-            parts.append("%s in queue" % _ordinal(self.position))
-        if self.start and self.start not in ("N/A", "Unknown"):
-            parts.append("start about %s" % self.start)
-        return ", ".join(parts)
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return "%d%s" % (n, suffix)
-
-
-class SlurmQueue(SlurmScheduler):
-    """Slurm's view of many jobs at once (one `squeue` for all; `scontrol` only for jobs that left the queue)."""
-
-    def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
-        if not job_ids:
-            return {}
-        try:
-            listed = self._run(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%S|%P"])
-        except SchedulerError as e:
-            return {job_id: Job("unknown (%s)" % e) for job_id in job_ids}
-        rows = {}
-        for line in listed.stdout.splitlines() if listed.returncode == 0 else ():
-            fields = line.strip().split("|")
-            if len(fields) == 5:
-                rows[fields[0]] = fields
-        positions = self._pending_positions(sorted({row[4] for row in rows.values() if row[1] == "PENDING"}))
-        found = {}
-        for job_id in job_ids:
-            if job_id in rows:
-                _, state, reason, start, _ = rows[job_id]
-                found[job_id] = Job(state, reason, positions.get(job_id), start)
-            else:  # ended and out of squeue (or squeue refused an id it no longer knows)
-                found[job_id] = Job(self.state(job_id))
-        return found
-
-    def _pending_positions(self, partitions: Sequence[str]) -> Dict[str, int]:
-        """Job id -> place among the pending jobs of its partitions, highest priority first."""
-        if not partitions:
-            return {}
-        try:
-            listed = self._run(["squeue", "-h", "-t", "PENDING", "-p", ",".join(partitions), "-o", "%i", "--sort=-p,i"])
-        except SchedulerError:
-            return {}
-        ids = [line.strip() for line in listed.stdout.splitlines() if line.strip()]
-        return {job_id: place for place, job_id in enumerate(ids, 1)}
-
-
-@dataclass(frozen=True)
 class Snapshot:
     """One run at one moment."""
 
@@ -171,22 +102,23 @@ class Snapshot:
     name: str  # the run directory as shown
     site: str
     job: str
-    state: str  # Slurm's job state, or the local run's ('finished (exit 0)', 'running here ...')
+    state: str  # the scheduler's word for the job's state, or the local run's ('finished (exit 0)', 'running here ...')
     queue: str  # for a pending job: reason, place in the queue, expected start
     progress: Progress
     ended: bool  # nothing more will happen to this run (until it is resumed)
+    meaning: Optional[JobState] = None  # what the scheduler's state means (None: local or not submitted)
 
     @property
     def ok(self) -> bool:
         """Ended with a successful job and an `ok` end record."""
-        return self.ended and self.progress.status == "ok" and self.state in SUCCEEDED_STATES
+        return self.ended and self.progress.status == "ok" and (self.state == LOCAL_OK or self.meaning in SUCCEEDED)
 
     @property
     def failed(self) -> bool:
         """Ended otherwise than ok, or already known to fail (job state or end record) while it ends."""
         status = self.progress.status
         stopped = status not in ("ok", "running", "no metrics yet") and not status.startswith("unreadable")
-        return (self.ended and not self.ok) or stopped or self.state.startswith(FAILED_STATES)
+        return (self.ended and not self.ok) or stopped or (self.meaning is not None and self.meaning.failed)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -220,26 +152,28 @@ def _local_state(run: RunDir, now: float) -> Tuple[str, bool]:
     return _unsubmitted_state(run, now)
 
 
-def observe(runs: Iterable[RunDir], queue: Optional[SlurmQueue] = None, now: Optional[float] = None) -> List[Snapshot]:
-    """A snapshot of every run (Slurm asked once for all of their jobs)."""
+def observe(runs: Iterable[RunDir], now: Optional[float] = None) -> List[Snapshot]:
+    """A snapshot of every run (each scheduler asked once for all of its jobs)."""
     runs = list(runs)
     now = time.time() if now is None else now
     plans = {run.path: run.plan()["plan"] for run in runs}
-    slurm_ids = [run.job_id for run in runs if plans[run.path]["scheduler"] == "slurm" and run.job_id]
-    jobs = (queue or SlurmQueue()).jobs(slurm_ids) if slurm_ids else {}
+    jobs: Dict[str, Job] = {}
+    for kind in {plan["scheduler"] for plan in plans.values()} - {"local"}:
+        ids = [run.job_id for run in runs if plans[run.path]["scheduler"] == kind and run.job_id]
+        jobs.update(scheduler_for(kind).jobs(ids) if ids else {})
     snapshots = []
     for run in runs:
         plan = plans[run.path]
         progress = read_progress(run.metrics_path)
         job_id = run.job_id
-        queue_text = ""
-        if plan["scheduler"] != "slurm":
+        queue_text, meaning = "", None
+        if plan["scheduler"] == "local":
             state, ended = _local_state(run, now)
         elif job_id:
             job = jobs[job_id]
-            state, queue_text = job.state, job.queue
-            # Still active, or Slurm did not answer: not ended. Slurm forgot the job: it ended long ago.
-            ended = not state.startswith(ACTIVE_STATES) and (not state.startswith("unknown") or state == GONE)
+            state, queue_text, meaning = job.state, job.queue, job.kind
+            # Still active, or the scheduler did not answer: not ended. It forgot the job: it ended long ago.
+            ended = not meaning.active and meaning is not JobState.UNKNOWN
         else:
             state, ended = _unsubmitted_state(run, now)
         started = bool(job_id) or (run.state or "").startswith(("running here", "finished"))
@@ -247,5 +181,5 @@ def observe(runs: Iterable[RunDir], queue: Optional[SlurmQueue] = None, now: Opt
         if status != progress.status:
             progress = dataclasses.replace(progress, status=status)
         snapshots.append(Snapshot(run, display_path(run.path), plan["site"], job_id or "-", state, queue_text,
-                                  progress, ended))
+                                  progress, ended, meaning))
     return snapshots

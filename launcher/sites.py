@@ -1,97 +1,44 @@
-"""Site profiles: TOML files validated by pydantic, found by name, alias or path."""
+"""Site profiles: TOML files validated by pydantic, found by name, alias or path (schema: docs/sites.md)."""
 import os
-import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Dict, List, Literal, Optional, Type, TypeVar
+from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Type, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from launcher.errors import DlaunchError
 from launcher.rundir import display_path
+from launcher.runtimes import NoContainer
+from launcher.runtimes import config_union as runtime_configs
+from launcher.schedulers import config_union as scheduler_configs
+from launcher.schema import SAFE_NAME, parse_time  # noqa: F401 (study files use them through this module)
+from launcher.schema import HOST_SUFFIX, AbsPath, EnvName, ModuleName, Partition, SafeName, StrictModel
 
 SHIPPED_SITES_DIR = Path(__file__).resolve().parents[1] / "sites"
 
-# Patterns for every profile value that reaches a batch script unquoted or inside an #SBATCH line.
-SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
-ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # Open MPI's OMPI_MCA_btl etc. are lowercase
-OPTION = r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@+=-]+)?$"
-MODULE = r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$"
-BIND_PATH = r"^/[A-Za-z0-9_./+@=-]*$"
-GRES = r"^[A-Za-z0-9_:,.-]+$"
-HOST_SUFFIX = r"^[A-Za-z0-9.-]*$"
-
-SafeName = Annotated[str, StringConstraints(pattern=SAFE_NAME)]
-EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME)]
-Option = Annotated[str, StringConstraints(pattern=OPTION)]
-ModuleName = Annotated[str, StringConstraints(pattern=MODULE)]
-BindPath = Annotated[str, StringConstraints(pattern=BIND_PATH)]
-
-_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+# Environment values with a documented range; a value outside it is refused with the source.
+ENV_RANGES = {
+    # NCCL env docs: "Values can be 1-31" (1-22 before NCCL 2.14); larger ones lose their high bits.
+    "NCCL_IB_TIMEOUT": (1, 31, "NCCL's documentation (docs.nvidia.com/deeplearning/nccl, env.html)"),
+    "NCCL_IB_RETRY_CNT": (0, 7, "NCCL's documentation (docs.nvidia.com/deeplearning/nccl, env.html)"),
+}
+DRIVER = r"^[0-9]+(\.[0-9]+)*$"
 
 
-def parse_time(text: str) -> int:
-    """Seconds of a Slurm time limit (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`)."""
-    m = _TIME.match(text.strip())
-    if not m:
-        raise ValueError("%r is not a Slurm time (HH:MM:SS or D-HH:MM:SS)" % text)
-    days, a, b, c = m.groups()
-    a, b, c = int(a), int(b or 0), int(c or 0)
-    if days is not None:
-        seconds = int(days) * 86400 + a * 3600 + b * 60 + c
-    elif m.group(4) is not None:
-        seconds = a * 3600 + b * 60 + c
-    elif m.group(3) is not None:
-        seconds = a * 60 + b
-    else:
-        seconds = a * 60
-    if seconds <= 0:
-        raise ValueError("time limit %r is not positive" % text)
-    return seconds
-
-
-def format_time(seconds: int) -> str:
-    """`D-HH:MM:SS` or `HH:MM:SS`, the way Slurm prints limits."""
-    days, rest = divmod(seconds, 86400)
-    hms = "%02d:%02d:%02d" % (rest // 3600, rest % 3600 // 60, rest % 60)
-    return "%d-%s" % (days, hms) if days else hms
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Partition(_Model):
-    name: SafeName
-    max_nodes: int = Field(gt=0)
-    max_time: str
-    default: bool = False
-
-    @field_validator("max_time")
-    @classmethod
-    def _time(cls, value: str) -> str:
-        return format_time(parse_time(value))
-
-    @property
-    def max_seconds(self) -> int:
-        return parse_time(self.max_time)
-
-
-class Container(_Model):
-    runtime: Literal["apptainer", "singularity", "none"] = "none"
-    flags: List[Option] = []
-    binds: List[BindPath] = []
-    stack: SafeName = "current"  # the default image stack (containers/versions.toml): current or paper
-
-
-class Network(_Model):
+class Network(StrictModel):
     """Interconnect figures for the performance model (per node)."""
 
     latency_us: float = Field(gt=0)
     bandwidth_gbps_per_node: float = Field(gt=0)
 
 
-class Reference(_Model):
+class Storage(StrictModel):
+    """The shared file system, for the performance model."""
+
+    loader_images_per_s: float = Field(gt=0)  # what a loader reading each image as a file gets in all
+
+
+class Reference(StrictModel):
     """A reference throughput measured on this site (`tolerance`: accepted relative deviation)."""
 
     model: str
@@ -100,24 +47,47 @@ class Reference(_Model):
     tolerance: float = Field(gt=0, lt=1)
 
 
-# Environment values with a documented range; a value outside it is refused with the source.
-ENV_RANGES = {
-    # NCCL env docs: "Values can be 1-31" (1-22 before NCCL 2.14); larger ones lose their high bits.
-    "NCCL_IB_TIMEOUT": (1, 31, "NCCL's documentation (docs.nvidia.com/deeplearning/nccl, env.html)"),
-    "NCCL_IB_RETRY_CNT": (0, 7, "NCCL's documentation (docs.nvidia.com/deeplearning/nccl, env.html)"),
-}
+class NcclNetPlugin(StrictModel):
+    """A NCCL/RCCL network plugin (aws-ofi-nccl on Slingshot). `library_dir` (on the nodes) goes first
+    on LD_LIBRARY_PATH, where NCCL looks for libnccl-net*.so, and into the container's binds; without
+    it the plugin comes with the image or the site's container hooks (CSCS EDF annotations)."""
+
+    name: SafeName
+    library_dir: Optional[AbsPath] = None
 
 
-class Site(_Model):
+def _from_v1(data: Any) -> Any:
+    """A profile of the first schema (flat `scheduler = "slurm"`, `[container] runtime`) in the current one."""
+    if not isinstance(data, dict) or not isinstance(data.get("scheduler"), str):
+        return data
+    data = dict(data)
+    scheduler: Dict[str, Any] = {"kind": data.pop("scheduler")}
+    by_qos = data.pop("partition_directive", "partition") == "qos"
+    if "partitions" in data:
+        scheduler["partitions"] = [dict(p, partition="", qos=p.get("name")) if by_qos and isinstance(p, dict) else p
+                                   for p in data.pop("partitions")]
+    for old, new in (("mpi_plugin", "mpi_plugin"), ("gres", "gres"), ("srun_args", "step_options"),
+                     ("sbatch_directives", "directives")):
+        if old in data:
+            scheduler[new] = data.pop(old)
+    data["scheduler"] = scheduler
+    container = data.get("container")
+    if isinstance(container, dict) and "runtime" in container:
+        container = dict(container)
+        container["kind"] = container.pop("runtime")
+        data["container"] = container
+    return data
+
+
+class Site(StrictModel):
+    """A site profile; the schema reference for users is docs/sites.md."""
+
     name: SafeName
     description: str
     based_on: List[str] = Field(min_length=1)
     aliases: List[SafeName] = []
-    scheduler: Literal["slurm", "local"]
-    # Perlmutter selects node pools by QOS (`--qos`), most sites by partition.
-    partition_directive: Literal["partition", "qos"] = "partition"
-    partitions: List[Partition] = []
-    gres: Optional[Annotated[str, StringConstraints(pattern=GRES)]] = None
+    arch: Literal["x86_64", "aarch64"] = "x86_64"  # of the compute nodes: picks the image
+    scheduler: scheduler_configs()  # type: ignore[valid-type]
     gpus_per_node: int = Field(gt=0)
     cores_per_node: int = Field(gt=0)
     # Hardware threads per core that the site's Slurm counts as CPUs (`--cpus-per-task` counts these):
@@ -125,20 +95,27 @@ class Site(_Model):
     threads_per_core: int = Field(default=1, gt=0)
     gpu_vendor: Literal["nvidia", "amd", "none"]
     gpu_model: Optional[SafeName] = None  # e.g. A100-40GB: lets `dlaunch predict` pick published compute times
+    driver: Optional[Annotated[str, StringConstraints(pattern=DRIVER)]] = None  # GPU driver the site states
     account_env: Optional[EnvName] = None
     account_required: bool = False
+    module_purge: bool = False  # `module purge` first
+    module_use: List[AbsPath] = []  # `module use PATH` before `module load`
     modules: List[ModuleName] = []
     env: Dict[EnvName, str] = {}
-    container: Container = Container()
-    mpi_plugin: Optional[SafeName] = None
+    env_prepend: Dict[EnvName, str] = {}  # NAME = "/x" -> NAME=/x:$NAME (or /x when NAME is unset)
+    nccl_net_plugin: Optional[NcclNetPlugin] = None
+    # Python per engine where the site runs without containers (e.g. tensorflow = "/opt/tf/bin/python").
+    interpreters: Dict[Literal["torch", "tensorflow", "mxnet"], AbsPath] = {}
+    container: runtime_configs() = NoContainer()  # type: ignore[valid-type]
     rendezvous_host_suffix: Annotated[str, StringConstraints(pattern=HOST_SUFFIX)] = ""
     master_port: int = Field(default=29500, ge=1024, le=65535)
-    srun_args: List[Option] = []
-    sbatch_directives: List[Option] = []
     # Run a job again when its node fails (Slurm's own default, JobRequeue=1); the trainer resumes.
     requeue: bool = True
     network: Optional[Network] = None
+    storage: Optional[Storage] = None
     reference: List[Reference] = []
+
+    _v1 = model_validator(mode="before")(_from_v1)
 
     @field_validator("env")
     @classmethod
@@ -150,19 +127,21 @@ class Site(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Site":
-        if self.scheduler == "slurm":
-            if not self.partitions:
-                raise ValueError("a slurm site needs at least one partition")
-            if sum(p.default for p in self.partitions) != 1:
-                raise ValueError("exactly one partition must have default = true")
-        elif self.partitions or self.container.runtime != "none":
-            raise ValueError("a local site has no partitions and no container runtime")
+        if self.scheduler.kind == "local" and self.container.kind != "none":
+            raise ValueError("a local site has no container runtime")
+        both = set(self.env) & set(self.env_prepend)
+        if both:
+            raise ValueError("env and env_prepend both set %s" % sorted(both)[0])
         return self
 
     @property
     def cpus_per_node(self) -> int:
         """What Slurm counts as a node's CPUs."""
         return self.cores_per_node * self.threads_per_core
+
+    @property
+    def partitions(self) -> List[Partition]:
+        return list(getattr(self.scheduler, "partitions", []))
 
     def partition(self, name: Optional[str]) -> Partition:
         """The partition called `name` (None: the default one)."""
@@ -189,9 +168,21 @@ def load_toml(path: Path, model: Type[ModelT]) -> ModelT:
         return model.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
+        where = ".".join(str(part) for part in _in_file(data, first["loc"]))
         message = first["msg"].replace("Value error, ", "")
         raise DlaunchError("%s: %s%s" % (shown, where + ": " if where else "", message)) from None
+
+
+def _in_file(data: Any, loc: Tuple[Any, ...]) -> List[Any]:
+    """An error location as the file spells it: without the tags pydantic adds for a union's member
+    (`scheduler.slurm.partitions.0` is `scheduler.partitions.0` in the file)."""
+    shown = []
+    for part in loc:
+        if (isinstance(data, dict) and data.get("kind") == part) or data == part:  # the member's tag
+            continue
+        shown.append(part)
+        data = data[part] if isinstance(data, (dict, list)) and (isinstance(data, list) or part in data) else None
+    return shown
 
 
 def load_site(path: Path) -> Site:

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from launcher.errors import DlaunchError, SchedulerError
 from launcher.rundir import find_runs
-from launcher.runstate import SlurmQueue, Snapshot, observe
+from launcher.runstate import Snapshot, observe
 
 BAR_WIDTH = 20
 _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
@@ -69,7 +69,6 @@ class Watcher:
     def __init__(self, targets: Sequence[Path], explain: Callable[[Snapshot], str]):
         self.targets = list(targets)
         self.explain = explain
-        self.queue = SlurmQueue()
         self.ended: Dict[Path, Snapshot] = {}
         self.reasons: Dict[Path, Tuple[bool, str]] = {}  # path -> (ended when explained, reason)
 
@@ -77,7 +76,7 @@ class Watcher:
         runs = find_runs(self.targets)  # every time: a sweep being submitted adds runs
         if not runs:
             raise DlaunchError("no run directories under %s" % ", ".join(str(t) for t in self.targets))
-        fresh = {s.run.path: s for s in observe([r for r in runs if r.path not in self.ended], self.queue)}
+        fresh = {s.run.path: s for s in observe([r for r in runs if r.path not in self.ended])}
         self.ended.update((path, s) for path, s in fresh.items() if s.ended)
         return [self.ended.get(run.path) or fresh[run.path] for run in runs]
 

@@ -8,7 +8,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -79,11 +79,15 @@ class Cluster:
         pytest.fail("job %s still %s after %g s" % (job_id, self.job_state(job_id), timeout))
 
     def site_profile(self, path: Path, max_nodes: Optional[int] = None, sbatch_directives: Sequence[str] = (),
-                     second_network: bool = False) -> Path:
-        """Write a launcher site profile for this cluster (no container, gloo on CPU, one worker slot per node).
+                     second_network: bool = False, container: Optional[Dict[str, Any]] = None,
+                     extra: Optional[Dict[str, Any]] = None) -> Path:
+        """Write a launcher site profile for this cluster (gloo on CPU, one worker slot per node; no
+        container unless `container` gives the `[container]` section).
 
         `second_network`: rendezvous and collectives on the nodes' second network, the way JSC's profiles
-        use InfiniBand (host-name suffix, NCCL/Gloo interface)."""
+        use InfiniBand (host-name suffix, NCCL/Gloo interface). `extra`: more top-level keys
+        (e.g. `interpreters`)."""
+        extra = extra or {}
         venv_bin = os.path.dirname(sys.executable)
         if second_network and not self.second_suffix:
             pytest.skip("the cluster given by $SLURM_CONF has no second network")
@@ -98,16 +102,19 @@ class Cluster:
             "name = %s" % json.dumps(path.stem),
             'description = "The throw-away Slurm cluster of scripts/slurm-cluster.sh (%d nodes, CPU only)"' % self.nodes,
             'based_on = ["scripts/slurm-cluster.sh", %s]' % json.dumps(str(self.conf)),
-            'scheduler = "slurm"',
             "gpus_per_node = 1",
             "cores_per_node = %d" % self.cpus_per_node,
             "threads_per_core = 1",
             'gpu_vendor = "none"',
-            'mpi_plugin = "pmix"',
             "rendezvous_host_suffix = %s" % json.dumps(self.second_suffix if second_network else ""),
-            "sbatch_directives = %s" % json.dumps(list(sbatch_directives)),
+            *("%s = %s" % (key, toml_value(value)) for key, value in extra.items()),
             "",
-            "[[partitions]]",
+            "[scheduler]",
+            'kind = "slurm"',
+            'mpi_plugin = "pmix"',
+            "directives = %s" % json.dumps(list(sbatch_directives)),
+            "",
+            "[[scheduler.partitions]]",
             "name = %s" % json.dumps(self.partition),
             "max_nodes = %d" % (max_nodes or self.nodes),
             'max_time = "04:00:00"',
@@ -117,10 +124,17 @@ class Cluster:
             *("%s = %s" % (name, json.dumps(value)) for name, value in env.items()),
             "",
             "[container]",
-            'runtime = "none"',
+            *("%s = %s" % (key, toml_value(value)) for key, value in (container or {"kind": "none"}).items()),
         ]
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         return path
+
+
+def toml_value(value: Any) -> str:
+    """A TOML value: strings, numbers, booleans and lists as JSON spells them, tables inline."""
+    if isinstance(value, dict):
+        return "{ %s }" % ", ".join("%s = %s" % (k, toml_value(v)) for k, v in value.items())
+    return json.dumps(value)
 
 
 def read_cluster_env(path: Path) -> Dict[str, str]:

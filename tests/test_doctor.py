@@ -60,9 +60,8 @@ def outside_allocation(monkeypatch):
 
 
 def run_doctor(monkeypatch, *args: str) -> int:
-    """`dlaunch doctor ...` through the real CLI (registered here until cli.py lists it)."""
-    monkeypatch.setitem(cli.LAZY_COMMANDS, "doctor", ("launcher.doctor", "doctor_command"))
-    monkeypatch.setenv("COLUMNS", "200")
+    """`dlaunch doctor ...` through the real CLI, on a console wide enough that no cell wraps."""
+    monkeypatch.setattr(cli.out, "width", 200)
     return cli.main(["doctor", *args])
 
 

@@ -11,7 +11,7 @@ import pytest
 import launcher.cli
 from launcher.cli import main
 from launcher.errors import SchedulerError
-from launcher.schedulers import SlurmScheduler
+from launcher.schedulers.slurm import Slurm
 from test_launcher_fakes import install_fakes, read_args
 from train.metrics_schema import make_record
 
@@ -82,7 +82,8 @@ def test_bad_input_exits_2_with_one_line_as_a_process(tmp_path):
     (["--site", "juwels", "--account", "p", "--epochs", "2", "--steps", "10"],
      "dlaunch: error: trainer options: argument --steps: not allowed with argument --epochs"),
     (["--site", "juwels", "--account", "p", "--gamma", "2"], "dlaunch: error: trainer options: --gamma 2.0 must be in (0, 1]"),
-    (["--site", "lumi", "--account", "p"], "dlaunch: error: --image: site lumi-g has amd GPUs"),
+    (["--site", "lumi", "--account", "p", "--loader", "dali", "--data", "/scratch/imagenet"],
+     "dlaunch: error: --loader dali: site lumi-g has AMD GPUs"),
     (["sweep", "--site", "juwels", "--account", "p", "--image", "img.sif", "--nodes", "1,2,1"],
      "dlaunch: error: --nodes: 1,2,1 lists a count twice"),
 ])
@@ -111,7 +112,7 @@ def test_bad_profile_names_file_and_field(fake_slurm, capsys):
     text = (Path(__file__).parents[1] / "sites" / "generic-slurm.toml").read_text()
     Path("bad.toml").write_text(text.replace("max_nodes = 64", 'max_nodes = "many"'))
     assert main(["sites", "check", "bad.toml"]) == 2
-    assert error_line(capsys) == "dlaunch: error: bad.toml: partitions.0.max_nodes: Input should be a valid integer, unable to parse string as an integer"
+    assert error_line(capsys) == "dlaunch: error: bad.toml: scheduler.partitions.0.max_nodes: Input should be a valid integer, unable to parse string as an integer"
     Path("bad.toml").write_text(text.replace('gpu_vendor = "nvidia"\n', ""))
     assert main(["run", "--site", "bad.toml", "--dry-run"]) == 2
     assert error_line(capsys) == "dlaunch: error: bad.toml: gpu_vendor: Field required"
@@ -143,7 +144,7 @@ def test_refused_submission_shows_reason_and_is_recorded(fake_slurm, capsys):
 def test_slurm_commands_time_out(fake_slurm):
     install_fakes(fake_slurm / "bin", {"sbatch": "sleep 5\n"})
     with pytest.raises(SchedulerError, match="sbatch did not answer within 0.2 s .*/tmp/throwaway/slurm.conf"):
-        SlurmScheduler(timeout_s=0.2).submit(fake_slurm / "job.sh", fake_slurm)
+        Slurm(timeout_s=0.2).submit(fake_slurm / "job.sh", fake_slurm)
 
 
 def test_status_logs_cancel_and_resume(fake_slurm, capsys):
@@ -261,7 +262,7 @@ def test_runs_at_80_columns_through_a_pipe_cuts_no_run_path(fake_slurm):
 
 
 def test_completion_functions_complete_sites_aliases_and_run_directories(fake_slurm):
-    assert launcher.cli.complete_site("ju") == ["jureca", "jureca-dc", "juwels", "juwels-booster"]
+    assert launcher.cli.complete_site("jur") == ["jureca", "jureca-dc"]
     assert "localhost" in launcher.cli.complete_site("")
     for name in ("exp/r1", "exp/r2", "study/exp2/n0001"):
         (fake_slurm / "runs" / name).mkdir(parents=True)
@@ -294,7 +295,7 @@ def test_install_completion_for_bash_and_complete_through_bash(fake_slurm):
     (fake_slurm / "runs" / "exp" / "r1").mkdir(parents=True)
     (fake_slurm / "runs" / "exp" / "r1" / "plan.json").write_text("{}")
     assert bash_complete('dlaunch run --framework ""', fake_slurm, home) == ["ddp", "horovod", "deepspeed"]
-    assert bash_complete("dlaunch --site juw", fake_slurm, home) == ["juwels", "juwels-booster"]  # no sub-command = run
+    assert bash_complete("dlaunch --site jure", fake_slurm, home) == ["jureca", "jureca-dc"]  # no sub-command = run
     assert bash_complete("dlaunch watch runs/", fake_slurm, home) == ["runs/exp", "runs/exp/r1"]
     assert bash_complete("dlaunch wa", fake_slurm, home) == ["watch"]
 

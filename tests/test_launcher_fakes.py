@@ -2,8 +2,10 @@
 import os
 import stat
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
+from unittest import mock
 
+from launcher.imagepaths import default_image_for_site
 from launcher.plan import LaunchPlan, build_plan
 from launcher.render import render_script
 from launcher.request import LaunchRequest
@@ -45,8 +47,16 @@ def read_args(path: Path):
     return path.read_bytes().decode().split("\0")[:-1]
 
 
+def default_image(site: Site, framework: str) -> Optional[str]:
+    """The image `dlaunch` picks for the site, in an images folder /images."""
+    if site.container.kind == "none":
+        return None
+    with mock.patch.dict(os.environ, {"DLAUNCH_IMAGES_DIR": "/images"}):
+        return default_image_for_site(site, framework, site.container.image_kind)
+
+
 def plan_for(site: Site, request: LaunchRequest, run_dir: str = RUN_DIR) -> LaunchPlan:
-    image = None if site.container.runtime == "none" else "/images/current-%s.sif" % request.framework
+    image = request.image or default_image(site, request.framework)
     return build_plan(site, request, run_dir=run_dir, git_revision=REVISION, image=image, environ={})
 
 

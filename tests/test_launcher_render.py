@@ -48,7 +48,7 @@ def test_shipped_sites_cover_the_issue():
     names = {site(n).name for n in SITES}
     assert {"juwels-booster", "jureca-dc", "perlmutter", "lumi-g", "generic-slurm", "local"} <= names
     juwels = site("juwels-booster")
-    assert "juwels" in juwels.aliases and juwels.rendezvous_host_suffix == "i" and juwels.mpi_plugin == "pspmix"
+    assert "juwels" in juwels.aliases and juwels.rendezvous_host_suffix == "i" and juwels.scheduler.mpi_plugin == "pspmix"
 
 
 def test_juwels_script_has_the_known_good_settings():
@@ -109,7 +109,7 @@ def test_torchrun_gets_rendezvous_from_the_host(tmp_path):
     subprocess.run(["bash", str(tmp_path / "job.sh")], env=fake_env(fakes, tmp_path), check=True)
     args = read_args(tmp_path / "srun.args")
     assert "--rdzv_endpoint=node1i:29500" in args and "--nnodes=2" in args and "--rdzv_id=42" in args
-    assert args[args.index("exec") + 1:][:4] == ["--nv", "--bind", "/scratch/runs/exp/run", "/images/current-ddp.sif"]
+    assert args[args.index("exec") + 1:][:4] == ["--nv", "--bind", "/scratch/runs/exp/run", "/images/current-ddp-x86_64.sif"]
 
 
 @pytest.mark.parametrize("change, message", [
@@ -171,7 +171,7 @@ def _hostile_case(field: str, value: str, site_name: str):
     elif field == "module":
         profile["modules"] = [value]
     elif field == "srun_arg":
-        profile["srun_args"] = [value]
+        profile["scheduler"]["step_options"] = [value]
     image = "/images/" + value + ".sif" if field == "image" else None
     return Site.model_validate(profile), LaunchRequest(**request), run_dir, image
 
@@ -190,7 +190,7 @@ def test_hostile_values_fake_cluster_refused_or_inert(sandbox, site_name, field,
     root, fakes = sandbox
     try:
         site_obj, request, run_dir, image = _hostile_case(field, value, site_name)
-        if image is None and site_obj.container.runtime != "none":
+        if image is None and site_obj.container.kind != "none":
             image = "/images/current-ddp.sif"
         plan = build_plan(site_obj, request, run_dir=run_dir, git_revision="0" * 40, image=image, environ={})
         script = render_script(plan, "hostile test")
@@ -205,7 +205,7 @@ def test_hostile_values_fake_cluster_refused_or_inert(sandbox, site_name, field,
     result = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True, cwd=root)
     assert not os.path.exists(MARK), (field, value, script)
     assert result.returncode == 0, result.stderr
-    launcher = "srun" if site_obj.scheduler == "slurm" else "torchrun"
+    launcher = "srun" if site_obj.scheduler.kind == "slurm" else "torchrun"
     argv = read_args(root / ("%s.args" % launcher))
     if field in ("data", "schedule", "model"):
         expected = "/data/" + value if field == "data" else value
@@ -261,5 +261,5 @@ def test_a_data_folder_seen_here_gets_the_trainers_full_check_before_submission(
 
 
 def test_jobs_are_requeued_after_a_node_failure_unless_told_not_to():
-    assert "--requeue" in juwels_plan().sbatch and "--open-mode=append" in juwels_plan().sbatch
-    assert "--no-requeue" in juwels_plan(requeue=False).sbatch and "--requeue" not in juwels_plan(requeue=False).sbatch
+    assert "--requeue" in juwels_plan().directives and "--open-mode=append" in juwels_plan().directives
+    assert "--no-requeue" in juwels_plan(requeue=False).directives and "--requeue" not in juwels_plan(requeue=False).directives

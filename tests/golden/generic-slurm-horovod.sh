@@ -16,7 +16,7 @@ set -eo pipefail
 
 export NCCL_DEBUG=WARN
 export DLAUNCH_SITE=generic-slurm
-export DLAUNCH_IMAGE=/images/current-horovod.sif
+export DLAUNCH_IMAGE=/images/current-horovod-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
@@ -25,7 +25,7 @@ export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 
 srun --ntasks-per-node=4 --mpi=pmix --kill-on-bad-exit=1 \
-  apptainer exec --nv --bind /scratch/runs/exp/run /images/current-horovod.sif \
+  apptainer exec --nv --bind /scratch/runs/exp/run /images/current-horovod-x86_64.sif \
   python -m train \
   --framework horovod \
   --model resnet50 \

@@ -20,7 +20,7 @@ export NCCL_IB_TIMEOUT=22
 export NCCL_IB_RETRY_CNT=7
 export UCX_RC_TIMEOUT=4s
 export DLAUNCH_SITE=juwels-booster
-export DLAUNCH_IMAGE=/images/current-deepspeed.sif
+export DLAUNCH_IMAGE=/images/current-deepspeed-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
@@ -32,7 +32,7 @@ export MASTER_ADDR
 export MASTER_PORT=29500
 
 srun --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 \
-  apptainer exec --nv --bind /scratch/runs/exp/run /images/current-deepspeed.sif \
+  apptainer exec --nv --bind /scratch/runs/exp/run /images/current-deepspeed-x86_64.sif \
   bash -c 'trap "" USR1; exec "$@"' ignore-usr1 python -m torchrun_jsc "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=4 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m train \
   --framework deepspeed \
   --model resnet50 \

@@ -20,7 +20,7 @@ export NCCL_IB_TIMEOUT=22
 export NCCL_IB_RETRY_CNT=7
 export UCX_RC_TIMEOUT=4s
 export DLAUNCH_SITE=juwels-booster
-export DLAUNCH_IMAGE=/images/current-horovod.sif
+export DLAUNCH_IMAGE=/images/current-horovod-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
@@ -29,7 +29,7 @@ export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 
 srun --ntasks-per-node=4 --mpi=pspmix --kill-on-bad-exit=1 \
-  apptainer exec --nv --bind /scratch/runs/exp/run /images/current-horovod.sif \
+  apptainer exec --nv --bind /scratch/runs/exp/run /images/current-horovod-x86_64.sif \
   python -m train \
   --framework horovod \
   --model resnet50 \

@@ -22,7 +22,7 @@ export CXI_FORK_SAFE=1
 export CXI_FORK_SAFE_HP=1
 export FI_CXI_DISABLE_CQ_HUGETLB=1
 export DLAUNCH_SITE=lumi-g
-export DLAUNCH_IMAGE=/images/current-deepspeed.sif
+export DLAUNCH_IMAGE=/images/rocm-deepspeed-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
@@ -34,7 +34,7 @@ export MASTER_ADDR
 export MASTER_PORT=29500
 
 srun --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 \
-  singularity exec --rocm --bind /var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run /images/current-deepspeed.sif \
+  singularity exec --rocm --bind /var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run /images/rocm-deepspeed-x86_64.sif \
   bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=8 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m train \
   --framework deepspeed \
   --model resnet50 \

@@ -22,7 +22,7 @@ export CXI_FORK_SAFE=1
 export CXI_FORK_SAFE_HP=1
 export FI_CXI_DISABLE_CQ_HUGETLB=1
 export DLAUNCH_SITE=lumi-g
-export DLAUNCH_IMAGE=/images/current-horovod.sif
+export DLAUNCH_IMAGE=/images/rocm-horovod-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
@@ -31,7 +31,7 @@ export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 
 srun --ntasks-per-node=8 --mpi=pmix --kill-on-bad-exit=1 \
-  singularity exec --rocm --bind /var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run /images/current-horovod.sif \
+  singularity exec --rocm --bind /var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run /images/rocm-horovod-x86_64.sif \
   python -m train \
   --framework horovod \
   --model resnet50 \

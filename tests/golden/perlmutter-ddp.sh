@@ -22,7 +22,7 @@ export NCCL_CROSS_NIC=1
 export FI_CXI_DISABLE_HOST_REGISTER=1
 export FI_MR_CACHE_MONITOR=userfaultfd
 export DLAUNCH_SITE=perlmutter
-export DLAUNCH_IMAGE=/images/current-ddp.sif
+export DLAUNCH_IMAGE=dlaunch/current-ddp:x86_64
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
@@ -34,7 +34,7 @@ export MASTER_ADDR
 export MASTER_PORT=29500
 
 srun --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 \
-  apptainer exec --nv --bind /scratch/runs/exp/run /images/current-ddp.sif \
+  podman-hpc run --rm --gpu --openmpi-pmix --env-host --net=host -v /pscratch:/pscratch -v /scratch/runs/exp/run:/scratch/runs/exp/run dlaunch/current-ddp:x86_64 \
   bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=4 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m train \
   --framework ddp \
   --model resnet50 \

@@ -22,7 +22,7 @@ export NCCL_CROSS_NIC=1
 export FI_CXI_DISABLE_HOST_REGISTER=1
 export FI_MR_CACHE_MONITOR=userfaultfd
 export DLAUNCH_SITE=perlmutter
-export DLAUNCH_IMAGE=/images/current-horovod.sif
+export DLAUNCH_IMAGE=dlaunch/current-horovod:x86_64
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
@@ -31,7 +31,7 @@ export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 
 srun --ntasks-per-node=4 --mpi=pmix --kill-on-bad-exit=1 \
-  apptainer exec --nv --bind /scratch/runs/exp/run /images/current-horovod.sif \
+  podman-hpc run --rm --gpu --openmpi-pmix --env-host --net=host -v /pscratch:/pscratch -v /scratch/runs/exp/run:/scratch/runs/exp/run dlaunch/current-horovod:x86_64 \
   python -m train \
   --framework horovod \
   --model resnet50 \

@@ -1,0 +1,74 @@
+"""The neutral job: what every scheduler, container runtime and launch style reads or contributes.
+
+`JobSpec` is the job's shape (nodes, tasks, CPUs, time, queue); the prelude items are the typed
+shell lines that run on the batch host before the step. None of these classes writes shell:
+`render.py` turns each item into text and quotes every value.
+"""
+from dataclasses import dataclass
+from typing import Optional, Tuple, Union
+
+from launcher.schema import Partition
+
+
+class ShellWord(str):
+    """An argument that expands shell variables of the batch script (`$SLURM_JOB_ID`); rendered in
+    double quotes, and only plain words with `$NAME` references are accepted (render.quote)."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str  # the experiment: the scheduler's job name
+    nodes: int
+    tasks_per_node: int
+    cpus_per_task: int
+    gpus_per_node: int
+    seconds: int  # time limit
+    queue: Optional[Partition]  # None on the local scheduler
+    account: Optional[str]
+    run_dir: str
+    requeue: bool
+
+
+@dataclass(frozen=True)
+class Export:
+    """`export NAME=value`."""
+
+    name: str
+    value: str  # a ShellWord expands variables; anything else is single-quoted
+
+
+@dataclass(frozen=True)
+class Prepend:
+    """`export NAME=value"${NAME:+:$NAME}"`: extends a path list without dropping what is there."""
+
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
+class FirstHost:
+    """`NAME="$(<hosts command> | sed -n 1p)<suffix>"; export NAME`: the job's first host."""
+
+    name: str
+    hosts_command: Tuple[str, ...]  # prints one host per line
+    suffix: str = ""
+
+
+@dataclass(frozen=True)
+class Banner:
+    """`echo "dlaunch: job <id> attempt <n> on <hosts> at <UTC time>"`: the first line of each attempt."""
+
+    job_id: str  # variable names, without `$`
+    restart_count: str
+    hosts: str
+
+
+@dataclass(frozen=True)
+class EndTime:
+    """`export NAME=$(( $(date +%s) + seconds ))`: when the time limit ends (train/signals.py)."""
+
+    name: str
+    seconds: int
+
+
+PreludeItem = Union[Export, Prepend, FirstHost, Banner, EndTime]

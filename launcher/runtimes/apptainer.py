@@ -1,0 +1,24 @@
+"""Apptainer and Singularity: `apptainer exec [flags] --bind a,b IMAGE` (the same command line).
+
+Apptainer passes the host's environment into the container except LD_LIBRARY_PATH, which it sets
+itself; a site's library folders (a NCCL network plugin) go in through `APPTAINERENV_LD_LIBRARY_PATH`
+(`SINGULARITYENV_` for Singularity), as ALCF's and OLCF's container guides do.
+"""
+from typing import List, Literal, Sequence, Tuple
+
+from launcher.jobspec import PreludeItem, Prepend
+from launcher.runtimes import Runtime
+from launcher.schema import Option
+
+
+class Apptainer(Runtime):
+    kind: Literal["apptainer", "singularity"]
+    flags: List[Option] = []  # e.g. --nv (NVIDIA GPUs), --rocm (AMD GPUs)
+
+    def exports(self, prepends: Sequence[Prepend]) -> Tuple[PreludeItem, ...]:
+        inside = "%sENV_LD_LIBRARY_PATH" % self.kind.upper()
+        return tuple(Prepend(inside, p.value) for p in prepends if p.name == "LD_LIBRARY_PATH")
+
+    def prefix(self, image: str, binds: Sequence[str]) -> Tuple[str, ...]:
+        every = self.every_bind(binds)
+        return (self.kind, "exec") + tuple(self.flags) + (("--bind", ",".join(every)) if every else ()) + (image,)

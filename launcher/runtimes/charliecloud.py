@@ -1,0 +1,30 @@
+"""Charliecloud: `ch-run [flags] -b src:dst ... IMAGE_DIR -- COMMAND`.
+
+The image is an unpacked root file system (a directory). ch-run passes the environment through and
+binds read-write; it cannot create a bind's target inside the image, so images carry the targets
+(`scripts/build-rootfs.py` creates them). A `:ro` bind is refused: ch-run has no such option.
+"""
+from typing import List, Literal, Sequence, Tuple
+
+from pydantic import field_validator
+
+from launcher.runtimes import Runtime
+from launcher.schema import Option
+
+
+class Charliecloud(Runtime):
+    kind: Literal["charliecloud"]
+    flags: List[Option] = []  # e.g. --set-env (the image's /ch/environment)
+    image_kind = "dir"
+
+    @field_validator("binds")
+    @classmethod
+    def _writable(cls, binds: List[str]) -> List[str]:
+        for bind in binds:
+            if bind.endswith(":ro"):
+                raise ValueError("%s: ch-run binds cannot be read-only (drop :ro)" % bind)
+        return binds
+
+    def prefix(self, image: str, binds: Sequence[str]) -> Tuple[str, ...]:
+        mounts = tuple(arg for bind in self.every_bind(binds) for arg in ("-b", bind))
+        return ("ch-run",) + tuple(self.flags) + mounts + (image, "--")

@@ -1,0 +1,119 @@
+"""PBS Professional (e.g. ALCF Polaris): `#PBS` directives, `mpiexec` steps; qsub/qstat/qdel.
+
+Rendered after the PBS Professional Reference Guide (qsub: -N -l -q -A -o -j -r; `-l select=N` chunks,
+`-l walltime`) and ALCF's Polaris job scripts (`mpiexec -n TOTAL --ppn PER_NODE --depth D --cpu-bind
+depth`, hosts in `$PBS_NODEFILE`). PBS cannot run here: tests check the script against those
+documents and drive qsub/qstat/qdel through fakes named as such.
+
+PBS has no equivalent of Slurm's `SLURM_RESTART_COUNT` that the trainer could resume by, so jobs are
+not rerunnable (`-r n`); resume with `dlaunch run --resume RUN_DIR`.
+"""
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Dict, List, Literal, Sequence, Tuple
+
+from pydantic import Field, StringConstraints, field_validator
+
+from launcher.errors import SchedulerError
+from launcher.jobspec import EndTime, JobSpec, PreludeItem, ShellWord
+from launcher.schedulers import Job, JobState, Scheduler, Submission
+from launcher.schema import PBS_DIRECTIVE, PBS_RESOURCES, Partition, StrictModel, Word, check_partitions
+
+_JOB_ID = re.compile(r"^\d+(\[\d*\])?(\.[A-Za-z0-9.-]+)?$")
+# qstat's job_state letters (Reference Guide, "Job States").
+_STATES = {"Q": JobState.PENDING, "H": JobState.PENDING, "W": JobState.PENDING, "T": JobState.PENDING,
+           "B": JobState.RUNNING, "R": JobState.RUNNING, "E": JobState.COMPLETING, "S": JobState.SUSPENDED,
+           "U": JobState.SUSPENDED, "M": JobState.PENDING}
+EXIT_DELETED = 271  # Exit_status of a job killed by qdel: 256 + SIGTERM (Reference Guide, "Job Exit Status")
+
+
+class PbsConfig(StrictModel):
+    kind: Literal["pbs"]
+    partitions: List[Partition] = Field(min_length=1)  # queues (`-q`)
+    select_resources: Annotated[str, StringConstraints(pattern=PBS_RESOURCES)] = ""  # e.g. ":system=polaris"
+    directives: List[Annotated[str, StringConstraints(pattern=PBS_DIRECTIVE)]] = []  # e.g. "-l filesystems=home:eagle"
+    mpiexec_options: List[Word] = []
+
+    _partitions = field_validator("partitions")(check_partitions)
+
+
+def classify(state: str, exit_status: object = None) -> JobState:
+    if state in ("F", "X"):
+        if exit_status in (0, "0"):
+            return JobState.COMPLETED
+        return JobState.CANCELLED if str(exit_status) == str(EXIT_DELETED) else JobState.FAILED
+    return _STATES.get(state, JobState.UNKNOWN)
+
+
+class Pbs(Scheduler):
+    kind = "pbs"
+    label = "PBS"
+    directive_prefix = "#PBS"
+    Config = PbsConfig
+
+    def directives(self, cfg: PbsConfig, job: JobSpec) -> Tuple[str, ...]:
+        return (
+            "-N %s" % job.name,
+            "-l select=%d%s" % (job.nodes, cfg.select_resources),
+            "-l walltime=%d:%02d:%02d" % (job.seconds // 3600, job.seconds % 3600 // 60, job.seconds % 60),
+            "-q %s" % job.queue.name,
+            *(("-A %s" % job.account,) if job.account else ()),
+            "-o %s/pbs.out" % job.run_dir,
+            "-j oe",  # the error stream into the same file
+            "-r n",  # see the module docstring
+            *cfg.directives,
+        )
+
+    def prelude(self, cfg: PbsConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
+        return (EndTime("DLAUNCH_JOB_END_TIME", job.seconds),)
+
+    def step(self, cfg: PbsConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]) -> Tuple[str, ...]:
+        binding = ("--cpu-bind", "none") if whole_node else ("--depth=%d" % job.cpus_per_task, "--cpu-bind", "depth")
+        return ("mpiexec", "-n", str(job.nodes * job.tasks_per_node), "--ppn", str(job.tasks_per_node),
+                *binding, *cfg.mpiexec_options, *options)
+
+    def job_id_word(self) -> str:
+        return ShellWord("$PBS_JOBID")
+
+    def hosts_command(self) -> Tuple[str, ...]:
+        return ("cat", ShellWord("$PBS_NODEFILE"))
+
+    def submit(self, script: Path, run_dir: Path) -> Submission:
+        result = self._run(["qsub", str(script)])
+        job_id = result.stdout.strip()
+        if result.returncode != 0 or not _JOB_ID.match(job_id):
+            reason = (result.stderr.strip() or job_id or "no reason given").splitlines()[-1]
+            raise SchedulerError("qsub refused the job: %s" % reason)
+        return Submission(job_id)
+
+    def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
+        """One `qstat -x -f -F json` for all (finished jobs too, while the server keeps their history)."""
+        if not job_ids:
+            return {}
+        try:
+            listed = self._run(["qstat", "-x", "-f", "-F", "json", *job_ids])
+        except SchedulerError as e:
+            return {job_id: Job("unknown (%s)" % e, JobState.UNKNOWN) for job_id in job_ids}
+        try:
+            known = json.loads(listed.stdout or "{}").get("Jobs", {})
+        except ValueError:
+            known = {}
+        found = {}
+        for job_id in job_ids:
+            fields = known.get(job_id)
+            if fields is None:
+                found[job_id] = Job("unknown (not in PBS any more)", JobState.GONE)
+                continue
+            state = fields.get("job_state", "?")
+            found[job_id] = Job(state, classify(state, fields.get("Exit_status")), fields.get("comment", ""))
+        return found
+
+    def end_reason(self, job_id: str) -> str:
+        job = self.jobs([job_id])[job_id]
+        return "%s (%s)" % (job.kind.value, job.reason) if job.reason else job.kind.value
+
+    def cancel(self, job_id: str) -> None:
+        result = self._run(["qdel", job_id])
+        if result.returncode != 0:
+            raise SchedulerError("qdel %s failed: %s" % (job_id, result.stderr.strip() or result.returncode))

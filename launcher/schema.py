@@ -1,0 +1,111 @@
+"""Validated building blocks of site profiles (pydantic), shared by `sites.py` and the backends.
+
+Every pattern here is a promise to `render.py`: a value that matches it may appear in a batch
+script (quoted or inside a directive line) without changing the script's meaning.
+"""
+import re
+from typing import Annotated, List, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # Open MPI's OMPI_MCA_btl etc. are lowercase
+OPTION = r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@+=-]+)?$"
+MODULE = r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$"
+PATH = r"^/[A-Za-z0-9_./+@=-]*$"
+BIND_PATH = PATH  # kept for existing callers: a path a container bind or Slurm option can carry
+BIND = r"^/[A-Za-z0-9_./+@=-]*(:/[A-Za-z0-9_./+@=-]*)?(:ro)?$"  # src[:dst][:ro]
+GRES = r"^[A-Za-z0-9_:,.-]+$"
+HOST_SUFFIX = r"^[A-Za-z0-9.-]*$"
+# A PBS directive line after `#PBS `: one option letter and one value (`-l filesystems=home:eagle`).
+PBS_DIRECTIVE = r"^-[A-Za-z] [A-Za-z0-9_.,:/@+=-]+$"
+PBS_RESOURCES = r"^(:[A-Za-z0-9_]+=[A-Za-z0-9_.+-]+)*$"  # `:system=polaris:ngpus=4`
+WORD = r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.,:/@+=-]*$"  # one option word of a command (`--cpu-bind`, `depth`)
+
+SafeName = Annotated[str, StringConstraints(pattern=SAFE_NAME)]
+EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME)]
+Option = Annotated[str, StringConstraints(pattern=OPTION)]
+ModuleName = Annotated[str, StringConstraints(pattern=MODULE)]
+AbsPath = Annotated[str, StringConstraints(pattern=PATH)]
+Bind = Annotated[str, StringConstraints(pattern=BIND)]
+Word = Annotated[str, StringConstraints(pattern=WORD)]
+
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def parse_time(text: str) -> int:
+    """Seconds of a Slurm time limit (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`)."""
+    m = _TIME.match(text.strip())
+    if not m:
+        raise ValueError("%r is not a Slurm time (HH:MM:SS or D-HH:MM:SS)" % text)
+    days, a, b, c = m.groups()
+    a, b, c = int(a), int(b or 0), int(c or 0)
+    if days is not None:
+        seconds = int(days) * 86400 + a * 3600 + b * 60 + c
+    elif m.group(4) is not None:
+        seconds = a * 3600 + b * 60 + c
+    elif m.group(3) is not None:
+        seconds = a * 60 + b
+    else:
+        seconds = a * 60
+    if seconds <= 0:
+        raise ValueError("time limit %r is not positive" % text)
+    return seconds
+
+
+def format_time(seconds: int) -> str:
+    """`D-HH:MM:SS` or `HH:MM:SS`, the way Slurm prints limits."""
+    days, rest = divmod(seconds, 86400)
+    hms = "%02d:%02d:%02d" % (rest // 3600, rest % 3600 // 60, rest % 60)
+    return "%d-%s" % (days, hms) if days else hms
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors (a typo in a profile must not pass silently); values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Partition(StrictModel):
+    """A queue a job can go to: `--partition NAME` selects it. Slurm renders `partition` (default:
+    `name`; "" for none) and `qos`; PBS renders `name` as the queue (`-q`)."""
+
+    name: SafeName
+    partition: Optional[Annotated[str, StringConstraints(pattern=r"^([A-Za-z0-9][A-Za-z0-9_.+-]*)?$")]] = None
+    qos: Optional[SafeName] = None
+    min_nodes: int = Field(default=1, gt=0)
+    max_nodes: int = Field(gt=0)
+    max_time: str
+    default: bool = False
+
+    @field_validator("max_time")
+    @classmethod
+    def _time(cls, value: str) -> str:
+        return format_time(parse_time(value))
+
+    @model_validator(mode="after")
+    def _nodes(self) -> "Partition":
+        if self.min_nodes > self.max_nodes:
+            raise ValueError("min_nodes %d exceeds max_nodes %d" % (self.min_nodes, self.max_nodes))
+        if self.partition == "" and not self.qos:
+            raise ValueError("partition = \"\" needs a qos (the job must go somewhere)")
+        return self
+
+    @property
+    def max_seconds(self) -> int:
+        return parse_time(self.max_time)
+
+    @property
+    def slurm_partition(self) -> Optional[str]:
+        """The `--partition` value, None when the queue is chosen by QOS alone."""
+        return self.name if self.partition is None else (self.partition or None)
+
+
+def check_partitions(cls: type, partitions: List[Partition]) -> List[Partition]:
+    """Partition names are unique and exactly one is the default (a pydantic field validator)."""
+    names = [p.name for p in partitions]
+    if len(set(names)) != len(names):
+        raise ValueError("a partition name appears twice")
+    if partitions and sum(p.default for p in partitions) != 1:
+        raise ValueError("exactly one partition must have default = true")
+    return partitions

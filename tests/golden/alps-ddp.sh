@@ -1,0 +1,50 @@
+#!/bin/bash
+#SBATCH --job-name=exp
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=288
+#SBATCH --partition=normal
+#SBATCH --time=01:00:00
+#SBATCH --account=proj42
+#SBATCH --output=/scratch/runs/exp/run/slurm-%j.out
+#SBATCH --open-mode=append
+#SBATCH --requeue
+#SBATCH --signal=USR1@120
+# rendered by the tests
+set -eo pipefail
+
+export NCCL_NET='AWS Libfabric'
+export NCCL_NET_GDR_LEVEL=PHB
+export NCCL_CROSS_NIC=1
+export NCCL_PROTO='^LL128'
+export FI_CXI_DEFAULT_CQ_SIZE=131072
+export FI_CXI_DEFAULT_TX_SIZE=32768
+export FI_CXI_DISABLE_HOST_REGISTER=1
+export FI_CXI_RX_MATCH_MODE=software
+export FI_MR_CACHE_MONITOR=userfaultfd
+export PMIX_MCA_psec='^munge'
+export MPICH_GPU_SUPPORT_ENABLED=0
+export CUDA_CACHE_DISABLE=1
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+export DLAUNCH_SITE=alps
+export DLAUNCH_IMAGE=/images/current-ddp-aarch64.toml
+export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
+export DLAUNCH_EXPERIMENT=exp
+export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+echo "dlaunch: job $SLURM_JOB_ID attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) on $SLURM_JOB_NODELIST at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
+MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"
+export MASTER_ADDR
+export MASTER_PORT=29500
+
+srun --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 --environment=/images/current-ddp-aarch64.toml \
+  bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=4 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m train \
+  --framework ddp \
+  --model resnet50 \
+  --batch-size 64 \
+  --steps 200 \
+  --warmup-steps 20 \
+  --channels-last \
+  --metrics /scratch/runs/exp/run/metrics.jsonl \
+  --checkpoint-dir /scratch/runs/exp/run/checkpoints

@@ -1,0 +1,45 @@
+#!/bin/bash
+#SBATCH --job-name=exp
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=8
+#SBATCH --cpus-per-task=7
+#SBATCH --partition=batch
+#SBATCH --time=01:00:00
+#SBATCH --account=proj42
+#SBATCH --output=/scratch/runs/exp/run/slurm-%j.out
+#SBATCH --open-mode=append
+#SBATCH --requeue
+#SBATCH --signal=USR1@120
+#SBATCH --gpus-per-node=8
+# rendered by the tests
+set -eo pipefail
+
+module load rocm/6.2.4 olcf-container-tools apptainer-enable-mpi
+export NCCL_SOCKET_IFNAME=hsn0
+export GLOO_SOCKET_IFNAME=hsn0
+export NCCL_NET_GDR_LEVEL=3
+export NCCL_CROSS_NIC=1
+export MIOPEN_USER_DB_PATH=/tmp/miopen-cache
+export MIOPEN_CUSTOM_CACHE_DIR=/tmp/miopen-cache
+export DLAUNCH_SITE=frontier
+export DLAUNCH_IMAGE=/images/rocm-horovod-x86_64.sif
+export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
+export DLAUNCH_EXPERIMENT=exp
+export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+export LD_LIBRARY_PATH=/ccs/sw/crusher/amdsw/aws-ofi-nccl/aws-ofi-nccl/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export APPTAINERENV_LD_LIBRARY_PATH=/ccs/sw/crusher/amdsw/aws-ofi-nccl/aws-ofi-nccl/lib"${APPTAINERENV_LD_LIBRARY_PATH:+:$APPTAINERENV_LD_LIBRARY_PATH}"
+echo "dlaunch: job $SLURM_JOB_ID attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) on $SLURM_JOB_NODELIST at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
+
+srun --ntasks-per-node=8 --mpi=pmix --kill-on-bad-exit=1 \
+  apptainer exec --rocm --bind /scratch/runs/exp/run,/ccs/sw/crusher/amdsw/aws-ofi-nccl/aws-ofi-nccl/lib /images/rocm-horovod-x86_64.sif \
+  python -m train \
+  --framework horovod \
+  --model resnet50 \
+  --batch-size 64 \
+  --steps 200 \
+  --warmup-steps 20 \
+  --channels-last \
+  --metrics /scratch/runs/exp/run/metrics.jsonl \
+  --checkpoint-dir /scratch/runs/exp/run/checkpoints

@@ -1,0 +1,39 @@
+#!/bin/bash
+#SBATCH --job-name=exp
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=288
+#SBATCH --partition=booster
+#SBATCH --time=01:00:00
+#SBATCH --account=proj42
+#SBATCH --gres=gpu:4
+#SBATCH --output=/scratch/runs/exp/run/slurm-%j.out
+#SBATCH --open-mode=append
+#SBATCH --requeue
+#SBATCH --signal=USR1@120
+# rendered by the tests
+set -eo pipefail
+
+export DLAUNCH_SITE=jupiter
+export DLAUNCH_IMAGE=/images/current-deepspeed-aarch64.sif
+export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
+export DLAUNCH_EXPERIMENT=exp
+export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+echo "dlaunch: job $SLURM_JOB_ID attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) on $SLURM_JOB_NODELIST at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
+MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"
+export MASTER_ADDR
+export MASTER_PORT=29500
+
+srun --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 \
+  apptainer exec --nv --bind /scratch/runs/exp/run /images/current-deepspeed-aarch64.sif \
+  bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=4 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m train \
+  --framework deepspeed \
+  --model resnet50 \
+  --batch-size 64 \
+  --steps 200 \
+  --warmup-steps 20 \
+  --channels-last \
+  --metrics /scratch/runs/exp/run/metrics.jsonl \
+  --checkpoint-dir /scratch/runs/exp/run/checkpoints

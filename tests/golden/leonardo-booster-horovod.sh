@@ -1,0 +1,36 @@
+#!/bin/bash
+#SBATCH --job-name=exp
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=8
+#SBATCH --partition=boost_usr_prod
+#SBATCH --time=01:00:00
+#SBATCH --account=proj42
+#SBATCH --gres=gpu:4
+#SBATCH --output=/scratch/runs/exp/run/slurm-%j.out
+#SBATCH --open-mode=append
+#SBATCH --requeue
+#SBATCH --signal=USR1@120
+# rendered by the tests
+set -eo pipefail
+
+export DLAUNCH_SITE=leonardo-booster
+export DLAUNCH_IMAGE=/images/current-horovod-x86_64.sif
+export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
+export DLAUNCH_EXPERIMENT=exp
+export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+echo "dlaunch: job $SLURM_JOB_ID attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) on $SLURM_JOB_NODELIST at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
+
+srun --ntasks-per-node=4 --mpi=pmix --kill-on-bad-exit=1 \
+  apptainer exec --nv --bind /scratch/runs/exp/run /images/current-horovod-x86_64.sif \
+  python -m train \
+  --framework horovod \
+  --model resnet50 \
+  --batch-size 64 \
+  --steps 200 \
+  --warmup-steps 20 \
+  --channels-last \
+  --metrics /scratch/runs/exp/run/metrics.jsonl \
+  --checkpoint-dir /scratch/runs/exp/run/checkpoints

@@ -1,0 +1,46 @@
+#!/bin/bash
+#PBS -N exp
+#PBS -l select=2:system=polaris
+#PBS -l walltime=1:00:00
+#PBS -q debug
+#PBS -A proj42
+#PBS -o /scratch/runs/exp/run/pbs.out
+#PBS -j oe
+#PBS -r n
+#PBS -l filesystems=home:eagle
+#PBS -l place=scatter
+# rendered by the tests
+set -eo pipefail
+
+module use /soft/modulefiles
+module load spack-pe-base/0.6.2 apptainer
+export NCCL_NET='AWS Libfabric'
+export NCCL_NET_GDR_LEVEL=PHB
+export NCCL_CROSS_NIC=1
+export NCCL_COLLNET_ENABLE=1
+export FI_CXI_DISABLE_HOST_REGISTER=1
+export FI_MR_CACHE_MONITOR=userfaultfd
+export FI_CXI_DEFAULT_CQ_SIZE=131072
+export DLAUNCH_SITE=polaris
+export DLAUNCH_IMAGE=/images/current-ddp-x86_64.sif
+export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
+export DLAUNCH_EXPERIMENT=exp
+export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+export LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export APPTAINERENV_LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib"${APPTAINERENV_LD_LIBRARY_PATH:+:$APPTAINERENV_LD_LIBRARY_PATH}"
+export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
+MASTER_ADDR="$(cat "$PBS_NODEFILE" | sed -n 1p)"
+export MASTER_ADDR
+export MASTER_PORT=29500
+
+mpiexec -n 2 --ppn 1 --cpu-bind none \
+  apptainer exec --nv --bind /opt,/var/run/palsd,/soft/libraries/hwloc/lib,/scratch/runs/exp/run,/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib /images/current-ddp-x86_64.sif \
+  bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$PBS_JOBID" -m train \
+  --framework ddp \
+  --model resnet50 \
+  --batch-size 64 \
+  --steps 200 \
+  --warmup-steps 20 \
+  --channels-last \
+  --metrics /scratch/runs/exp/run/metrics.jsonl \
+  --checkpoint-dir /scratch/runs/exp/run/checkpoints

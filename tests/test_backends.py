@@ -1,0 +1,237 @@
+"""Scheduler and container-runtime backends: PBS (rendered after PBS Professional's documentation, driven
+through fake qsub/qstat/qdel: PBS cannot run here), pyxis step options, Apptainer's library path,
+architecture- and vendor-aware images, and profiles of the first schema."""
+import json
+import os
+import stat
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from launcher.cli import main
+from launcher.errors import DlaunchError
+from launcher.request import LaunchRequest
+from launcher.schedulers import JobState, scheduler_for
+from launcher.schedulers.pbs import Pbs
+from launcher.schedulers.slurm import classify
+from launcher.sites import SHIPPED_SITES_DIR, Site, load_site
+from test_launcher_fakes import plan_for, script_for
+
+REQUEST = dict(nodes=2, account="proj42", experiment="exp", trainer=(("steps", 20),))
+
+
+def shipped(name: str) -> Site:
+    return load_site(SHIPPED_SITES_DIR / ("%s.toml" % name))
+
+
+def lines(script: str):
+    return [line.strip().rstrip("\\").strip() for line in script.splitlines()]
+
+
+# -- PBS ---------------------------------------------------------------------------------------------
+
+def test_pbs_script_follows_the_pbs_and_polaris_documentation():
+    """qsub directives (-N, -l select/walltime, -q, -A, -o, -j oe, -r n) and Polaris' mpiexec line."""
+    site = shipped("polaris")
+    ddp = lines(script_for(site, LaunchRequest(site="polaris", framework="ddp", **REQUEST)))
+    assert "#PBS -N exp" in ddp and "#PBS -q %s" % site.partition(None).name in ddp
+    assert any(line.startswith("#PBS -l select=2") for line in ddp)
+    assert "#PBS -l walltime=1:00:00" in ddp and "#PBS -A proj42" in ddp and "#PBS -j oe" in ddp and "#PBS -r n" in ddp
+    assert not any(line.startswith("#SBATCH") or "srun" in line or "SLURM" in line for line in ddp)
+    assert 'MASTER_ADDR="$(cat "$PBS_NODEFILE" | sed -n 1p)"' in ddp
+    assert "mpiexec -n 2 --ppn 1 --cpu-bind none" in " ".join(ddp)
+    assert '"--rdzv_id=$PBS_JOBID"' in " ".join(ddp) and "--nnodes=2" in " ".join(ddp)
+    horovod = " ".join(lines(script_for(site, LaunchRequest(site="polaris", framework="horovod", **REQUEST))))
+    per_rank = site.cpus_per_node // site.gpus_per_node
+    assert "mpiexec -n 8 --ppn 4 --depth=%d --cpu-bind depth" % per_rank in horovod
+
+
+def fake_pbs(bin_dir: Path, qstat_json: dict) -> Path:
+    """Fake qsub/qstat/qdel (PBS cannot run here): qsub prints a Polaris-style id, qstat the given JSON."""
+    bin_dir.mkdir(exist_ok=True)
+    log = bin_dir / "calls"
+    scripts = {
+        "qsub": 'echo "qsub $*" >> %s; echo 4711.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov' % log,
+        "qstat": "echo \"qstat $*\" >> %s; cat <<'EOF'\n%s\nEOF" % (log, json.dumps(qstat_json)),
+        "qdel": 'echo "qdel $*" >> %s' % log,
+    }
+    for name, body in scripts.items():
+        path = bin_dir / name
+        path.write_text("#!/bin/bash\n%s\n" % body)
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return log
+
+
+def test_pbs_submit_state_and_cancel_through_the_protocol(tmp_path):
+    job = "4711.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"
+    log = fake_pbs(tmp_path / "bin", {"Jobs": {job: {"job_state": "F", "Exit_status": 271}}})
+    pbs = Pbs(environ=dict(os.environ, PATH="%s:%s" % (tmp_path / "bin", os.environ["PATH"])))
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n")
+    assert pbs.submit(script, tmp_path).job_id == job
+    state = pbs.jobs([job, "99.gone"])
+    assert state[job].kind is JobState.CANCELLED and state["99.gone"].kind is JobState.GONE
+    pbs.cancel(job)
+    assert log.read_text().splitlines() == ["qsub %s" % script, "qstat -x -f -F json %s 99.gone" % job, "qdel %s" % job]
+
+
+@pytest.mark.parametrize("letter, exit_status, meaning", [
+    ("Q", None, JobState.PENDING), ("R", None, JobState.RUNNING), ("E", None, JobState.COMPLETING),
+    ("F", 0, JobState.COMPLETED), ("F", 1, JobState.FAILED), ("F", 271, JobState.CANCELLED)])
+def test_pbs_states_mean_what_the_reference_guide_says(letter, exit_status, meaning):
+    from launcher.schedulers.pbs import classify as pbs_classify
+
+    assert pbs_classify(letter, exit_status) is meaning
+
+
+@pytest.mark.parametrize("word, meaning", [("PENDING", JobState.PENDING), ("CANCELLED by 0", JobState.CANCELLED),
+                                           ("REQUEUE_HOLD", JobState.REQUEUED), ("NODE_FAIL", JobState.NODE_FAIL),
+                                           ("unknown (not in Slurm any more)", JobState.GONE), ("???", JobState.UNKNOWN)])
+def test_slurm_states(word, meaning):
+    assert classify(word) is meaning and meaning.active == (meaning in (JobState.PENDING, JobState.REQUEUED))
+
+
+def test_unknown_scheduler_kind_is_named():
+    with pytest.raises(DlaunchError, match="scheduler 'lsf' is not one of slurm, pbs, local"):
+        scheduler_for("lsf")
+
+
+# -- container runtimes ------------------------------------------------------------------------------
+
+def test_pyxis_puts_the_container_into_srun_options_not_in_front_of_the_command():
+    site = Site.model_validate(dict(shipped("generic-slurm").model_dump(), container={"kind": "pyxis", "binds": ["/p/data:/data:ro"]}))
+    plan = plan_for(site, LaunchRequest(site="generic-slurm", framework="ddp", image="nvcr.io#nvidia/pytorch:25.12-py3", **REQUEST))
+    step = plan.command[0]
+    assert step[0] == "srun" and "--container-image=nvcr.io#nvidia/pytorch:25.12-py3" in step
+    assert "--container-mounts=/p/data:/data:ro,/scratch/runs/exp/run" in step
+    assert plan.command[1] == ()  # nothing in front of torchrun
+    with pytest.raises(DlaunchError, match="--image: 'nvcr.io/nvidia/pytorch' is neither"):
+        plan_for(site, LaunchRequest(site="generic-slurm", framework="ddp", image="nvcr.io/nvidia/pytorch", **REQUEST))
+
+
+def test_alps_environment_definition_file_and_its_mounts_warning():
+    plan = plan_for(shipped("alps"), LaunchRequest(site="alps", framework="ddp", **REQUEST))
+    assert [o for o in plan.command[0] if o.startswith("--environment=")]
+    assert any("must mount /scratch/runs/exp/run" in w for w in plan.warnings)
+
+
+def test_apptainer_gets_the_plugin_library_path_through_apptainerenv():
+    data = shipped("generic-slurm").model_dump()
+    data["nccl_net_plugin"] = {"name": "aws-ofi-nccl", "library_dir": "/opt/aws-ofi-nccl/lib"}
+    script = script_for(Site.model_validate(data), LaunchRequest(site="generic-slurm", framework="ddp", **REQUEST))
+    assert "export LD_LIBRARY_PATH=/opt/aws-ofi-nccl/lib\"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"" in script
+    assert "export APPTAINERENV_LD_LIBRARY_PATH=/opt/aws-ofi-nccl/lib" in script
+    assert "--bind /scratch/runs/exp/run,/opt/aws-ofi-nccl/lib" in script
+
+
+def test_charliecloud_refuses_read_only_binds():
+    data = dict(shipped("generic-slurm").model_dump(), container={"kind": "charliecloud", "binds": ["/p:/p:ro"]})
+    with pytest.raises(ValueError, match="ch-run binds cannot be read-only"):
+        Site.model_validate(data)
+
+
+# -- architectures and vendors ----------------------------------------------------------------------
+
+def test_aarch64_site_gets_the_aarch64_image_and_refuses_an_x86_only_stack(tmp_path, capsys):
+    assert main(["run", "--site", "jupiter", "--nodes", "2", "--account", "p", "--dry-run"]) == 0
+    assert "-aarch64" in capsys.readouterr().out
+    profile = (SHIPPED_SITES_DIR / "jupiter.toml").read_text()
+    data = tomllib.loads(profile)
+    assert data["arch"] == "aarch64"
+    paper = tmp_path / "jupiter-paper.toml"
+    paper.write_text(profile.replace("[container]\n", '[container]\nstack = "paper"\n', 1) if "stack =" not in profile
+                     else profile.replace('stack = "%s"' % data["container"]["stack"], 'stack = "paper"'))
+    capsys.readouterr()
+    assert main(["run", "--site", str(paper), "--nodes", "2", "--account", "p", "--dry-run"]) == 2
+    assert "aarch64" in capsys.readouterr().err and "paper" in paper.read_text()
+
+
+def test_amd_site_gets_a_rocm_image_and_refuses_dali(capsys):
+    assert main(["run", "--site", "frontier", "--nodes", "2", "--account", "p", "--dry-run"]) == 0
+    assert "rocm-ddp-x86_64" in capsys.readouterr().out
+    assert main(["run", "--site", "frontier", "--nodes", "2", "--account", "p", "--loader", "dali",
+                 "--data", "/lustre/imagenet", "--dry-run"]) == 2
+    assert "--loader dali" in capsys.readouterr().err
+
+
+# -- profiles ----------------------------------------------------------------------------------------
+
+V1 = '''name = "old"
+description = "a profile of the first schema"
+based_on = ["x"]
+scheduler = "slurm"
+partition_directive = "qos"
+gres = "gpu:4"
+gpus_per_node = 4
+cores_per_node = 32
+gpu_vendor = "nvidia"
+mpi_plugin = "pmix"
+srun_args = ["--gpu-bind=closest"]
+sbatch_directives = ["--constraint=gpu"]
+
+[[partitions]]
+name = "regular"
+max_nodes = 8
+max_time = "01:00:00"
+default = true
+
+[container]
+runtime = "apptainer"
+flags = ["--nv"]
+'''
+V2 = '''name = "old"
+description = "a profile of the first schema"
+based_on = ["x"]
+gpus_per_node = 4
+cores_per_node = 32
+gpu_vendor = "nvidia"
+
+[scheduler]
+kind = "slurm"
+gres = "gpu:4"
+mpi_plugin = "pmix"
+step_options = ["--gpu-bind=closest"]
+directives = ["--constraint=gpu"]
+
+[[scheduler.partitions]]
+name = "regular"
+partition = ""
+qos = "regular"
+max_nodes = 8
+max_time = "01:00:00"
+default = true
+
+[container]
+kind = "apptainer"
+flags = ["--nv"]
+'''
+
+
+def test_profiles_of_the_first_schema_still_read(tmp_path):
+    (tmp_path / "v1.toml").write_text(V1)
+    (tmp_path / "v2.toml").write_text(V2)
+    assert load_site(tmp_path / "v1.toml") == load_site(tmp_path / "v2.toml")
+    script = script_for(load_site(tmp_path / "v1.toml"), LaunchRequest(site="old", framework="ddp", **REQUEST))
+    assert "#SBATCH --qos=regular" in script and "--partition" not in script
+
+
+def test_minimum_nodes_of_a_partition(tmp_path):
+    leonardo = shipped("leonardo-booster")
+    big = [p for p in leonardo.partitions if p.min_nodes > 1]
+    assert big, "Leonardo's production QOS has a minimum node count"
+    with pytest.raises(DlaunchError, match="takes jobs of %d nodes or more" % big[0].min_nodes):
+        plan_for(leonardo, LaunchRequest(site="leonardo-booster", framework="ddp", partition=big[0].name,
+                                         **dict(REQUEST, nodes=2)))
+
+
+def test_every_shipped_profile_renders_for_every_framework_and_passes_bash_n():
+    names = sorted(p.stem for p in SHIPPED_SITES_DIR.glob("*.toml"))
+    assert len(names) >= 12
+    for name in names:
+        site = shipped(name)
+        for framework in ("ddp", "horovod", "deepspeed"):
+            nodes = None if site.scheduler.kind == "local" else max(2, site.partition(None).min_nodes)
+            request = LaunchRequest(site=name, framework=framework, nodes=nodes, account="proj42", experiment="exp")
+            subprocess.run(["bash", "-n"], input=script_for(site, request), text=True, check=True)
