@@ -23,7 +23,7 @@ import os
 import re
 import subprocess
 from dataclasses import dataclass, replace
-from typing import List, Mapping, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 from train.config import IMAGE_EXTENSIONS, ConfigError, TrainConfig, count_image_folder_classes, parse_config
 
@@ -88,6 +88,13 @@ class TaskLayout:
     @property
     def num_workers(self) -> int:
         return len(self.ids(WORKER))
+
+    def threads(self, requested: Optional[int]) -> int:
+        """--threads, else this node's CPUs shared by its tasks."""
+        if requested:
+            return requested
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return max(1, cpus // self.hosts.count(self.hosts[self.task]))
 
     @property
     def worker_hosts(self) -> List[str]:

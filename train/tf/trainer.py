@@ -90,7 +90,7 @@ class Step:
 
 def run(cfg: TrainConfig, argv: List[str], mode: EngineMode, layout: TaskLayout) -> int:
     os.environ["TF_CONFIG"] = json.dumps(tf_config(layout, mode))
-    threads = cfg.threads or max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
+    threads = layout.threads(cfg.threads)
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(min(2, threads))
     if layout.role != (WORKER if mode.architecture == "allreduce" else COORDINATOR):

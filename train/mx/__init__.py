@@ -1,0 +1,10 @@
+"""The MXNet (Gluon) trainer (`python -m train.mx`, own environment: scripts/bootstrap-engines.sh; mxnet
+1.9.1 needs numpy < 1.24).
+
+Modes (train/engines.py): `mx-ps-sync` and `mx-ps-async`, MXNet's key-value store `dist_sync` /
+`dist_async`: task 0 is the scheduler, one server per node, the other tasks workers (DMLC_* variables
+set by train/mx/__main__.py from the task's role). The optimizer runs on the servers
+(update_on_kvstore): synchronous, a server applies the sum of all workers' gradients once per step;
+asynchronous, each worker's gradients as they arrive (staleness unbounded). `mx-allreduce` (Horovod)
+is refused: see `HOROVOD_FAILURE`.
+"""
