@@ -270,8 +270,11 @@ def run(site: Site_ = None, framework: Framework = "ddp",
         run_name: Annotated[Optional[str], typer.Option(help="run directory name (default: a time stamp)")] = None,
         resume: Annotated[Optional[Path], typer.Option(help="resubmit this run directory from its checkpoint (all other options come from its plan.json)", autocompletion=complete_run_dir)] = None,
         requeue: Requeue = None, dry_run: DryRun = False, follow: Follow = False,
+        repeat: Annotated[int, typer.Option(min=1, help="N runs of this request in one experiment (RUN_NAME-r1..-rN): `dlaunch report` gives their median and spread")] = 1,
         trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
     """Render a job for a site and submit it (or run it here with --site local)."""
+    if repeat > 1 and resume is not None:
+        raise DlaunchError("--repeat: not with --resume (resume each run directory on its own)")
     if resume is not None:
         existing = RunDir.open(resume)
         _refuse_if_active(existing)
@@ -281,6 +284,10 @@ def run(site: Site_ = None, framework: Framework = "ddp",
         request = LaunchRequest(site=site, framework=framework, nodes=nodes, gpus=gpus, partition=partition,
                                time=time_limit, account=account, image=image, output=output, experiment=experiment,
                                run_name=run_name, trainer=trainer, requeue=requeue)
+        if repeat > 1:
+            from launcher.repeat import run_repeats
+
+            return run_repeats(request, repeat, dry_run=dry_run, follow=follow)
         request, plan, script = prepare(request, dry_run=dry_run)
     check_image(plan, dry_run)
     if dry_run:

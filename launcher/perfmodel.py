@@ -604,7 +604,7 @@ def predict_command(
     from_run: Annotated[Optional[Path], typer.Option(help="Run directory or metrics file with a profile record (the workload only).")] = None,
     from_runs: Annotated[Optional[List[Path]], typer.Option(help="Calibrate machine and workload on your own small sweep: run directories or a sweep folder (repeat the flag), >= 2 GPU counts, each run made with --profile-steps N (e.g. `dlaunch sweep --nodes 1,2,4 --steps 60 --warmup-steps 10 --profile-steps 20`). Prints each run's leave-one-out error.")] = None,
     calibrated: Annotated[Optional[str], typer.Option(help="Machine noise fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs: 'dali' (loader keeps up) or 'native' (adds the native loader's fitted data wait unless --data-ms is given, and the storage ceiling if --storage-images-per-s is given).")] = None,
-    storage_images_per_s: Annotated[Optional[float], typer.Option(help="Images/s the site's shared file system sustains for a loader that reads every sample as a file (native): p GPUs cannot step faster than p * batch / this. Default: no ceiling (unknown).")] = None,
+    storage_images_per_s: Annotated[Optional[float], typer.Option(help="Images/s the site's shared file system sustains for a loader that reads every sample as a file (native): p GPUs cannot step faster than p * batch / this. Default: the site's [storage] loader_images_per_s, else no ceiling (unknown).")] = None,
 ) -> None:
     """Predict step time, throughput and E_G over GPU counts (NCCL ring/tree cost model, buckets, stragglers)."""
     profile = resolve_site(site)
@@ -640,6 +640,8 @@ def predict_command(
                 if data_ms is None:
                     workload = replace(workload, data_s=fit.native_data_fraction * workload.compute_s)
     workload = replace(workload, framework=framework, zero_stage=zero_stage if framework == "deepspeed" else 0)
+    if storage_images_per_s is None and profile.storage is not None:  # the site's [storage] fact
+        storage_images_per_s = profile.storage.loader_images_per_s
     machine = replace(machine, storage_images_per_s=storage_images_per_s)
     storage = ("no ceiling" if not (workload.reads_files and machine.storage_images_per_s)
                else "%.0f images/s for a loader reading files" % machine.storage_images_per_s)

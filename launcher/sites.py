@@ -43,6 +43,7 @@ class Reference(StrictModel):
 
     model: str
     gpus: int = Field(gt=0)
+    amp: Literal["none", "bf16", "fp16"] = "none"  # the trainer's --amp the figure was measured with (none: FP32/TF32)
     images_per_s: float = Field(gt=0)
     tolerance: float = Field(gt=0, lt=1)
 

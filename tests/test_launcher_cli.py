@@ -321,3 +321,14 @@ def test_run_follow_submits_then_watches_to_the_end_with_fake_slurm(fake_slurm, 
     monkeypatch.setenv("FAKE_STATE", "FAILED")
     assert main(["run"] + JUWELS + ["--image", "img.sif", "--run-name", "r2", "--follow"]) == 1
     assert "runs/exp/r2: FAILED; ok; steps 10/10" in capsys.readouterr().out
+
+
+def test_run_repeat_dry_run_prints_n_scripts_named_r1_to_rn(tmp_path, capsys):
+    assert main(["run", "--site", "local", "--gpus", "1", "--model", "resnet44", "--data", "synthetic",
+                 "--output", str(tmp_path), "--experiment", "e", "--run-name", "x", "--repeat", "3", "--dry-run"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.count("#!/bin/bash") == 3 and "3 runs of one request (--repeat 3)" in shown
+    assert all(str(tmp_path / "e" / name) in shown for name in ("x-r1", "x-r2", "x-r3"))
+    assert not list(tmp_path.iterdir())  # a dry run writes nothing
+    assert main(["run", "--site", "local", "--repeat", "2", "--resume", str(tmp_path)]) == 2
+    assert "--repeat: not with --resume" in capsys.readouterr().err
