@@ -114,11 +114,11 @@ def test_srun_pmix_runs_an_mpi_program_across_nodes(slurm_cluster, mpi_hello):
 
 def test_site_profile_describes_the_cluster(slurm_cluster, slurm_site):
     site = load_site(slurm_site)
-    assert site.scheduler == "slurm" and site.container.runtime == "none"
+    assert site.scheduler.kind == "slurm" and site.container.kind == "none"
     assert site.partition(None).name == slurm_cluster.partition
     assert site.partition(None).max_nodes == slurm_cluster.nodes
     assert site.cores_per_node == slurm_cluster.cpus_per_node
-    assert site.mpi_plugin == "pmix"
+    assert site.scheduler.mpi_plugin == "pmix"
     assert site.env["GLOO_SOCKET_IFNAME"] == slurm_cluster.ifname
 
 
