@@ -65,3 +65,9 @@ set(CMAKE_CXX14_EXTENSION_COMPILE_OPTION "-std=gnu++20")' > "$tmp/cxx20.cmake"
   "${PIP[@]}" --no-deps "$wheel"
   "${PIP[@]}" cloudpickle psutil pyyaml packaging
 fi
+
+if [ "$MODE" = full ]; then
+  # After the Horovod wheel: the cpu image installs it from the wheel cache instead of compiling Horovod.
+  "$ROOT/scripts/bootstrap-containers.sh"   # mmdebstrap, charliecloud-runtime, spython
+  "$ROOT/scripts/bootstrap-engines.sh"      # .venv-tf (TensorFlow, tf-keras), .venv-mx (MXNet)
+fi
