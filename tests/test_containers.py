@@ -285,3 +285,37 @@ def test_build_the_smallest_image_and_run_its_test_section(tmp_path):
     labels = images.image_labels(image, images.container_binary())
     assert labels["org.dlaunch.stack"] == "current"
     assert re.match(r"^[0-9a-f]{40}", labels["org.dlaunch.git-revision"])
+
+
+# scripts/build-rootfs.py's parts that need no build (the build itself: tests/test_container_build.py)
+
+
+def test_build_rootfs_refuses_what_it_does_not_emulate():
+    path = images.definition_path("current", "ddp")
+    with pytest.raises(build_rootfs.BuildError, match="only debootstrap recipes are emulated"):
+        build_rootfs.parse(path.read_text(), path)
+
+
+def test_build_arguments_take_the_given_value_else_the_default_else_fail(tmp_path):
+    path = images.definition_path("cpu", "ddp")
+    text = path.read_text()
+    assert "org.dlaunch.git-revision abc" in build_rootfs.substitute(text, path, {"GIT_REVISION": "abc"})
+    assert "org.dlaunch.git-revision unknown" in build_rootfs.substitute(text, path, {})
+    with pytest.raises(build_rootfs.BuildError, match="build argument OTHER has no value"):
+        build_rootfs.substitute(text + "\n%post\n    echo {{ OTHER }}\n", path, {})
+
+
+def test_cache_key_follows_the_recipe_but_not_its_labels():
+    text = definition("cpu", "ddp")
+    key = build_rootfs.cache_key(text, "x86_64")
+    assert build_rootfs.cache_key(text.replace("{{ GIT_REVISION }}", "abc"), "x86_64") == key
+    assert build_rootfs.cache_key(text.replace("numpy==2.4.6", "numpy==2.4.5"), "x86_64") != key
+    assert build_rootfs.cache_key(text, "aarch64") != key
+
+
+def test_bind_targets_are_the_destinations_of_the_site_profiles_binds(tmp_path, monkeypatch):
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "a.toml").write_text('[container]\nbinds = ["/p/scratch", "/src:/dst:ro", "/usr/lib64/libcxi.so.1"]\n')
+    monkeypatch.setattr(build_rootfs, "REPO", tmp_path)
+    assert build_rootfs.site_bind_targets() == ["/p/scratch", "/dst", "/usr/lib64/libcxi.so.1"]
