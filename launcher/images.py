@@ -21,7 +21,7 @@ from rich.table import Table
 
 from launcher.atomic import write_atomic
 from launcher.errors import DlaunchError
-from launcher.imagepaths import REPO, default_image, image_reference, site_arch, stack_of
+from launcher.imagepaths import REPO, default_image, image_reference, images_dir, site_arch, stack_of
 from launcher.sites import available_sites, load_site, resolve_site
 from train.config import FRAMEWORKS
 
@@ -462,9 +462,11 @@ def images_command(
         typer.echo(f"dlaunch: error: {exc}", err=True)
         raise typer.Exit(2)
     binary = container_binary()
-    table = Table(title="dlaunch images" + ("" if binary else " (no apptainer/singularity on PATH)"))
-    for column in ("stack", "framework", "arch", "sites", "image", "built", "pins from", "pins"):
-        table.add_column(column, overflow="fold")
+    title = f"dlaunch images in {images_dir()}" + ("" if binary else " (no apptainer/singularity on PATH)")
+    table = Table(title=title, caption="image: NAME.sif (Apptainer) or NAME/ (unpacked root fs, Charliecloud)")
+    # The image name is <stack>-<framework>-<arch>: no separate columns for them (80 columns).
+    for column in ("image", "sites", "built", "pins from", "pins"):
+        table.add_column(column, overflow="fold", no_wrap=column == "image")
     for stack_name, arch in shown:
         sites_text = ", ".join(name for name, used in users.items() if used == (stack_name, arch)) or "-"
         for framework in FRAMEWORKS:
@@ -473,7 +475,7 @@ def images_command(
             pins, source = _pins_of(sif, rootfs, lock.stacks.get(stack_name), framework, binary)
             built = [kind for kind, there in (("sif", sif.is_file()), ("root fs", rootfs.is_dir())) if there]
             table.add_row(
-                stack_name, framework, arch, sites_text, str(sif.with_suffix("")),
+                sif.stem, sites_text,
                 ", ".join(built) or "missing", source, " ".join(f"{name}={version}" for name, version in pins.items()),
             )
     console.print(table)
