@@ -1,6 +1,6 @@
 """What the task-per-worker engines (train/tf, train/mx, train/frameworks/torch_ps.py) share, torch-free.
 
-- the modes (`MODES`) and the trainer's flags for an engine (`engine_config`: train/config.py's flags
+- the task-per-worker modes (rows of train/framework_table.py) and the trainer's flags for an engine (`engine_config`: train/config.py's flags
   and validation, with `--framework` one of the engine's modes and the flags it cannot honour refused);
 - each task's role from Slurm's allocation alone (`task_layout`, no hand-written cluster spec);
 - the image folder's files and labels (`folder_files`), in the order torchvision's ImageFolder uses.
@@ -23,9 +23,10 @@ import os
 import re
 import subprocess
 from dataclasses import dataclass, replace
-from typing import List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from train.config import IMAGE_EXTENSIONS, ConfigError, TrainConfig, count_image_folder_classes, parse_config
+from train.framework_table import FRAMEWORKS, TASK_PER_WORKER, FrameworkInfo
 
 COORDINATOR, SERVER, WORKER = "coordinator", "server", "worker"
 DEFAULT_PORT = 29600
@@ -144,47 +145,22 @@ def task_layout(environ: Mapping[str, str], coordinators: int = 0, servers_per_n
     return TaskLayout(tuple(task_hosts), tuple(ports), tuple(roles), task)
 
 
-@dataclass(frozen=True)
-class EngineMode:
-    """A distribution mode of a task-per-worker trainer (moves into train/framework_table.py)."""
-
-    name: str
-    engine: str  # torch | tensorflow | mxnet
-    entry: str  # python -m <entry>
-    architecture: str  # allreduce | parameter-server
-    synchronous: bool
-    coordinators: int = 0  # extra tasks on the first node: TensorFlow's chief, MXNet's scheduler
-    servers_per_node: int = 0  # extra tasks on every node: parameter servers
-    refused: str = ""  # non-empty: the mode exists in the studies but cannot run, and why
-    writer: str = "worker"  # the role whose first task writes the metrics file (TensorFlow's chief trains)
-
-    def settings(self) -> dict:
-        """What the metrics header's framework_settings records about the mode."""
-        return {"engine": self.engine, "mode": self.name, "architecture": self.architecture,
-                "asynchronous": not self.synchronous, "coordinators": self.coordinators,
-                "servers_per_node": self.servers_per_node}
+def mode_settings(mode: FrameworkInfo) -> Dict[str, Any]:
+    """What the metrics header's framework_settings records about a task-per-worker mode."""
+    return {"engine": mode.engine, "mode": mode.name, "architecture": mode.architecture,
+            "asynchronous": not mode.synchronous, "coordinators": mode.coordinators,
+            "servers_per_node": mode.servers_per_node}
 
 
-MODES = {m.name: m for m in (
-    EngineMode("tf-allreduce", "tensorflow", "train.tf", "allreduce", True),
-    EngineMode("tf-ps-async", "tensorflow", "train.tf", "parameter-server", False, coordinators=1,
-               servers_per_node=1, writer=COORDINATOR),
-    EngineMode("tf-ps-sync", "tensorflow", "train.tf", "parameter-server", True, coordinators=1, servers_per_node=1,
-               refused="TensorFlow 2's ParameterServerStrategy is asynchronous only (synchronous replicas, "
-                       "SyncReplicasOptimizer, were TensorFlow 1 and are not in the TF2 API)"),
-    EngineMode("mx-ps-sync", "mxnet", "train.mx", "parameter-server", True, coordinators=1, servers_per_node=1),
-    EngineMode("mx-ps-async", "mxnet", "train.mx", "parameter-server", False, coordinators=1, servers_per_node=1),
-    EngineMode("mx-allreduce", "mxnet", "train.mx", "allreduce", True,
-               refused="Horovod 0.28.1 does not build against MXNet 1.9.1 here (see train/mx/__init__.py)"),
-    EngineMode("torch-ps-sync", "torch", "train", "parameter-server", True, servers_per_node=0, coordinators=1),
-    EngineMode("torch-ps-async", "torch", "train", "parameter-server", False, servers_per_node=0, coordinators=1),
-)}
+def engine_modes() -> Dict[str, FrameworkInfo]:
+    return dict(TASK_PER_WORKER, **{n: r for n, r in FRAMEWORKS.items() if r.launch == "task-per-worker"})
 
 
-def engine_mode(name: str, engine: str) -> EngineMode:
+def engine_mode(name: str, engine: str) -> FrameworkInfo:
     """The mode `--framework name` of `engine`; ConfigError naming the flag when unknown or refused."""
-    mode = MODES.get(name)
-    choices = ", ".join(n for n, m in MODES.items() if m.engine == engine and not m.refused)
+    modes = engine_modes()
+    mode = modes.get(name)
+    choices = ", ".join(n for n, m in modes.items() if m.engine == engine and not m.refused)
     if mode is None or mode.engine != engine:
         raise ConfigError("--framework %s: not a %s mode (choose from %s)" % (name, engine, choices))
     if mode.refused:
@@ -193,7 +169,7 @@ def engine_mode(name: str, engine: str) -> EngineMode:
 
 
 def engine_config(argv: List[str], engine: str,
-                  environ: Mapping[str, str]) -> Tuple[TrainConfig, EngineMode, TaskLayout]:
+                  environ: Mapping[str, str]) -> Tuple[TrainConfig, FrameworkInfo, TaskLayout]:
     """train/config.py's parsing and validation for a TensorFlow or MXNet task, whose `--framework` is
     one of the engine's modes, and the task's place; flags those trainers do not implement are refused,
     naming the flag. Only the task that writes the metrics file refuses an existing one (the others may
@@ -211,7 +187,7 @@ def engine_config(argv: List[str], engine: str,
             break
     if name is None:
         raise ConfigError("--framework is required (choose from %s)"
-                          % ", ".join(n for n, m in MODES.items() if m.engine == engine and not m.refused))
+                          % ", ".join(n for n, m in engine_modes().items() if m.engine == engine and not m.refused))
     mode = engine_mode(name, engine)
     layout = task_layout(environ, mode.coordinators, mode.servers_per_node)
     writes = layout.task == layout.ids(mode.writer)[0]
@@ -224,9 +200,9 @@ def engine_config(argv: List[str], engine: str,
                    "--sync-bn": cfg.sync_bn, "--checkpoint-dir": bool(cfg.checkpoint_dir), "--resume": cfg.resume,
                    "--profile-steps": cfg.profile_steps > 0, "--fp16-allreduce": cfg.fp16_allreduce}
     for flag, given in unsupported.items():
-        if given:
+        if given and engine != "torch":
             raise ConfigError("%s: not supported by the %s trainer (CPU, no checkpoints, no profiler)" % (flag, engine))
-    if cfg.model not in ("resnet44", "resnet50"):
+    if engine != "torch" and cfg.model not in ("resnet44", "resnet50"):
         raise ConfigError("--model %s: the %s trainer has resnet44 and resnet50" % (cfg.model, engine))
     return cfg, mode, layout
 

@@ -12,7 +12,11 @@ from typing import Dict, Tuple
 # How processes start (launcher/launchers.py has one class per style):
 #   torchrun-per-node  one torchrun per node, c10d rendezvous at the first host (DDP, DeepSpeed)
 #   mpi-per-gpu        one MPI rank per GPU through the scheduler's MPI wiring (Horovod)
-LAUNCH_STYLES = ("torchrun-per-node", "mpi-per-gpu")
+#   task-per-worker    one scheduler task per process (`srun --ntasks=N python -m <entry>`); each task
+#                      takes its role from its task id (train/engines.py): tasks 0..coordinators-1 the
+#                      coordinators, then servers_per_node servers on every node, the rest workers.
+#                      Tasks in all: nodes x (workers per node + servers_per_node) + coordinators.
+LAUNCH_STYLES = ("torchrun-per-node", "mpi-per-gpu", "task-per-worker")
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,12 @@ class FrameworkInfo:
     install_hint: str  # what to install when the import fails
     description: str
     entry: str = "train"  # `python -m <entry>`
+    architecture: str = "allreduce"  # allreduce | parameter-server
+    synchronous: bool = True  # False: workers update without waiting for each other
+    coordinators: int = 0  # task-per-worker: extra tasks (TensorFlow's chief, MXNet's scheduler, torch's server)
+    servers_per_node: int = 0  # task-per-worker: parameter-server tasks on every node
+    writer: str = "worker"  # task-per-worker: the role whose first task writes the metrics file
+    refused: str = ""  # non-empty: the combination cannot run here, and why (one line)
 
 
 _ROWS = (
@@ -36,7 +46,47 @@ _ROWS = (
     FrameworkInfo("deepspeed", "torch", "train.frameworks.deepspeed:DeepSpeed", "torchrun-per-node", "deepspeed", "deepspeed",
                   "DeepSpeed (pip install deepspeed)", "DeepSpeed engine, ZeRO stages 0-3"),
 )
+
+_TF_HINT = "the TensorFlow environment: scripts/bootstrap-engines.sh tf (tensorflow-cpu==2.21.0, tf-keras==2.21.0)"
+_MX_HINT = "the MXNet environment: scripts/bootstrap-engines.sh mx (mxnet==1.9.1, numpy==1.23.5)"
+_PS = dict(architecture="parameter-server", coordinators=1, servers_per_node=1)
+# The task-per-worker engines (train/tf, train/mx, train/frameworks/torch_ps.py).
+_TASK_ROWS = (
+    FrameworkInfo("tf-allreduce", "tensorflow", "train.tf.trainer:AllReduceTrainer", "task-per-worker", "tensorflow",
+                  "tensorflow", _TF_HINT, "TensorFlow MultiWorkerMirroredStrategy, synchronous collective all-reduce",
+                  entry="train.tf"),
+    FrameworkInfo("tf-ps-async", "tensorflow", "train.tf.trainer:ParameterServerTrainer", "task-per-worker",
+                  "tensorflow", "tensorflow", _TF_HINT,
+                  "TensorFlow ParameterServerStrategy: chief, one server per node, asynchronous workers",
+                  entry="train.tf", synchronous=False, writer="coordinator", **_PS),
+    FrameworkInfo("tf-ps-sync", "tensorflow", "train.tf.trainer:ParameterServerTrainer", "task-per-worker",
+                  "tensorflow", "tensorflow", _TF_HINT, "TensorFlow synchronous parameter server",
+                  entry="train.tf", writer="coordinator",
+                  refused="TensorFlow 2's ParameterServerStrategy is asynchronous only (synchronous replicas, "
+                          "SyncReplicasOptimizer, were TensorFlow 1 and are not in the TF2 API)", **_PS),
+    FrameworkInfo("mx-ps-sync", "mxnet", "train.mx.trainer:Worker", "task-per-worker", "mxnet", "mxnet", _MX_HINT,
+                  "MXNet key-value store dist_sync: scheduler, one server per node, synchronous workers",
+                  entry="train.mx", **_PS),
+    FrameworkInfo("mx-ps-async", "mxnet", "train.mx.trainer:Worker", "task-per-worker", "mxnet", "mxnet", _MX_HINT,
+                  "MXNet key-value store dist_async: scheduler, one server per node, asynchronous workers",
+                  entry="train.mx", synchronous=False, **_PS),
+    FrameworkInfo("mx-allreduce", "mxnet", "train.mx.trainer:Worker", "task-per-worker", "mxnet", "horovod.mxnet",
+                  _MX_HINT, "Horovod (MXNet), ring all-reduce", entry="train.mx",
+                  refused="Horovod 0.28.1 does not build against MXNet 1.9.1 (see train/mx/__init__.py)"),
+    FrameworkInfo("torch-ps-sync", "torch", "train.frameworks.torch_ps:TorchParameterServer", "task-per-worker",
+                  "ddp", "torch.distributed.rpc", "torch with torch.distributed.rpc",
+                  "PyTorch parameter server (torch.distributed.rpc): task 0 the server, synchronous workers",
+                  entry="train.frameworks.torch_ps", architecture="parameter-server", coordinators=1),
+    FrameworkInfo("torch-ps-async", "torch", "train.frameworks.torch_ps:TorchParameterServerAsync", "task-per-worker",
+                  "ddp", "torch.distributed.rpc", "torch with torch.distributed.rpc",
+                  "PyTorch parameter server (torch.distributed.rpc): task 0 the server, asynchronous workers",
+                  entry="train.frameworks.torch_ps", architecture="parameter-server", coordinators=1, synchronous=False),
+)
+# The launcher and the image renderer read FRAMEWORKS. The task-per-worker rows join it once
+# launcher/launchers.py has the task-per-worker style and launcher/images.py renders images per
+# engine (requests-engines.md); until then they are in TASK_PER_WORKER, which their trainers read.
 FRAMEWORKS: Dict[str, FrameworkInfo] = {row.name: row for row in _ROWS}
+TASK_PER_WORKER: Dict[str, FrameworkInfo] = {row.name: row for row in _TASK_ROWS}
 NAMES: Tuple[str, ...] = tuple(FRAMEWORKS)
 
 

@@ -23,7 +23,8 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from train.config import EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, TrainConfig
-from train.engines import EngineMode, TaskLayout, folder_files
+from train.engines import TaskLayout, folder_files, mode_settings
+from train.framework_table import FrameworkInfo
 from train.metrics_core import RunRecorder
 from train.mx.models import build_model
 from train.mx.schedule import ScheduleOnServer
@@ -76,7 +77,7 @@ def param_digest(net: gluon.Block) -> str:
 
 
 class Worker:
-    def __init__(self, cfg: TrainConfig, argv: List[str], mode: EngineMode, layout: TaskLayout, signals: StopSignals):
+    def __init__(self, cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout, signals: StopSignals):
         self.cfg, self.mode, self.layout, self.signals = cfg, mode, layout, signals
         self.kv = mx.kv.create("dist_sync" if mode.synchronous else "dist_async")
         self.rank, self.workers = self.kv.rank, self.kv.num_workers
@@ -159,7 +160,7 @@ class Worker:
         self.recorder.header(device="cpu", world_size=self.workers, hosts=hosts,
                              global_batch=cfg.batch_size * self.workers, lr_scaled=self.schedule.lr_max,
                              versions=versions(),
-                             framework_settings=dict(self.mode.settings(), kvstore=self.kv.type,
+                             framework_settings=dict(mode_settings(self.mode), kvstore=self.kv.type,
                                                      servers=len(self.layout.ids("server")), update_on_kvstore=True,
                                                      **staleness),
                              loader_settings={"data": cfg.data, "pipeline": "gluon" if self.train else "synthetic",
@@ -216,5 +217,5 @@ class Worker:
         return None
 
 
-def run(cfg: TrainConfig, argv: List[str], mode: EngineMode, layout: TaskLayout) -> int:
+def run(cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout) -> int:
     return Worker(cfg, argv, mode, layout, StopSignals().install()).run()

@@ -24,7 +24,8 @@ import tensorflow as tf
 import tf_keras as keras
 
 from train.config import EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, TrainConfig
-from train.engines import COORDINATOR, SERVER, WORKER, EngineMode, TaskLayout
+from train.engines import COORDINATOR, SERVER, WORKER, TaskLayout, mode_settings
+from train.framework_table import FrameworkInfo
 from train.metrics_core import RunRecorder
 from train.schedule import LRSchedule
 from train.signals import StopSignals
@@ -37,7 +38,7 @@ EXIT_CODES = {"ok": EXIT_OK, "interrupted": EXIT_INTERRUPTED, "cancelled": EXIT_
 CHIEF_START_TIMEOUT_S = 600.0
 
 
-def tf_config(layout: TaskLayout, mode: EngineMode) -> Dict[str, Any]:
+def tf_config(layout: TaskLayout, mode: FrameworkInfo) -> Dict[str, Any]:
     """TF_CONFIG for this task: workers only (all-reduce), or chief + workers + ps."""
     if mode.architecture == "allreduce":
         return {"cluster": {"worker": layout.addresses(WORKER)}, "task": {"type": "worker", "index": layout.worker_index}}
@@ -88,7 +89,7 @@ class Step:
         return loss
 
 
-def run(cfg: TrainConfig, argv: List[str], mode: EngineMode, layout: TaskLayout) -> int:
+def run(cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout) -> int:
     os.environ["TF_CONFIG"] = json.dumps(tf_config(layout, mode))
     threads = layout.threads(cfg.threads)
     tf.config.threading.set_intra_op_parallelism_threads(threads)
@@ -101,7 +102,7 @@ def run(cfg: TrainConfig, argv: List[str], mode: EngineMode, layout: TaskLayout)
     return ParameterServerTrainer(cfg, argv, mode, layout, signals).run()
 
 
-def serve(mode: EngineMode, layout: TaskLayout) -> int:
+def serve(mode: FrameworkInfo, layout: TaskLayout) -> int:
     """A parameter server or a worker of ParameterServerStrategy: serve until the chief's port closes."""
     config = tf_config(layout, mode)
     tf.distribute.Server(tf.train.ClusterSpec(config["cluster"]), job_name=config["task"]["type"],
@@ -126,7 +127,7 @@ def serve(mode: EngineMode, layout: TaskLayout) -> int:
 class _Trainer:
     """What both loops share: the schedule, the records, the end."""
 
-    def __init__(self, cfg: TrainConfig, argv: List[str], mode: EngineMode, layout: TaskLayout,
+    def __init__(self, cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout,
                  signals: StopSignals, writes: bool):
         self.cfg, self.mode, self.layout, self.signals = cfg, mode, layout, signals
         self.workers = layout.num_workers
@@ -147,7 +148,7 @@ class _Trainer:
         cfg = self.cfg
         self.recorder.header(device="cpu", world_size=self.workers, hosts=self.layout.worker_hosts,
                              global_batch=cfg.batch_size * self.workers, lr_scaled=self.schedule.lr_max,
-                             versions=versions(), framework_settings=dict(self.mode.settings(), **settings),
+                             versions=versions(), framework_settings=dict(mode_settings(self.mode), **settings),
                              loader_settings={"data": cfg.data, "pipeline": "tf.data", "steps_per_epoch":
                                               self.steps_per_epoch, "total_steps": self.total_steps, **loader})
 
@@ -176,7 +177,7 @@ class _Trainer:
 class AllReduceTrainer(_Trainer):
     """MultiWorkerMirroredStrategy: every worker a replica, gradients summed by collective all-reduce."""
 
-    def __init__(self, cfg: TrainConfig, argv: List[str], mode: EngineMode, layout: TaskLayout,
+    def __init__(self, cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout,
                  signals: StopSignals):
         super().__init__(cfg, argv, mode, layout, signals, writes=layout.worker_index == 0)
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -258,7 +259,7 @@ class AllReduceTrainer(_Trainer):
 class ParameterServerTrainer(_Trainer):
     """ParameterServerStrategy on the chief: steps scheduled onto whichever worker is free."""
 
-    def __init__(self, cfg: TrainConfig, argv: List[str], mode: EngineMode, layout: TaskLayout,
+    def __init__(self, cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout,
                  signals: StopSignals):
         super().__init__(cfg, argv, mode, layout, signals, writes=True)
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
