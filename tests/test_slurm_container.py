@@ -2,7 +2,6 @@
 cpu image (built from containers/cpu/*.def by scripts/build-rootfs.py) on two nodes, and Slurm's signals
 reach it through `ch-run`."""
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -41,11 +40,8 @@ def images_dir(tmp_path_factory) -> Path:
 def charliecloud_site(slurm_cluster: slurm.Cluster, tmp_path_factory) -> Path:
     """The cluster's profile with `[container] kind = "charliecloud"`, stack cpu: `--set-env` applies the
     image's /ch/environment (its PATH, over the job's); /tmp holds the run directories and Slurm's spool."""
-    path = slurm_cluster.site_profile(tmp_path_factory.mktemp("sites") / "slurm-charliecloud.toml")
-    text = path.read_text()
-    container = '[container]\nkind = "charliecloud"\nstack = "cpu"\nflags = ["--set-env"]\nbinds = ["/tmp"]\n'
-    path.write_text(re.sub(r"(?ms)^\[container\].*\Z", container, text))
-    return path
+    return slurm_cluster.site_profile(tmp_path_factory.mktemp("sites") / "slurm-charliecloud.toml",
+                                      container={"kind": "charliecloud", "stack": "cpu", "flags": ["--set-env"], "binds": ["/tmp"]})
 
 
 def run_in_container(cluster, cwd: Path, site: Path, images: Path, name: str, *args: str) -> Path:
