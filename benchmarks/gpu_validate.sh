@@ -7,19 +7,25 @@
 # Environment:
 #   GPU_VALIDATE_BUDGET_S   wall-clock budget of the whole script (default 540); checks that would run past
 #                           it are cut short (timeout) or skipped, the summary is always written
-#   GPU_VALIDATE_ONLY       comma list of groups (default all): env,bench,loader,paths,deepspeed,horovod
-#   GPU_VALIDATE_ROUNDS     trainer/bare rounds of the throughput benchmark (default 1)
+#   GPU_VALIDATE_ONLY       comma list of groups (default all): env,bench,loader,folder,paths,deepspeed,horovod
+#   GPU_VALIDATE_CONFIGS    BATCH:AMP configurations of the throughput benchmark (default "256:fp16 256:bf16
+#                           64:fp16 64:bf16"); GPU_VALIDATE_ROUNDS rounds of them (default 1)
+#   GPU_VALIDATE_DIAG       configurations also run with the trainer's every-10-step stop check and energy
+#                           poll switched off (a diagnostic, monkeypatched: train.loop.STOP_CHECK_STEPS)
 #   GPU_VALIDATE_REVISION   the repository revision, for the record (the device copy has no .git)
-# Carried Python packages: .whl/*.whl are installed into /tmp/site, used by the DeepSpeed checks only
-# (deepspeed, hjson, pydantic...); .whl/src/horovod-*.tar.gz is built with NCCL operations in the background.
+# Carried files: .whl/*.whl are installed into /tmp/site and used by the DeepSpeed checks and the Horovod
+# build only (deepspeed, hjson, pydantic, cffi...); .whl/src/horovod-*.tar.gz is built with NCCL operations;
+# .whl/fixes/*.diff (proposed fixes of train/) are applied to a copy of the repository, which then runs
+# every check (the summary names them).
 #
 # Groups:
 #   env        GPU, driver, CUDA, cuDNN, NCCL, torch, nvcc (nvidia-smi and torch; read-only queries)
-#   bench      ResNet-50, synthetic data, channels-last, batch 256 and 64, AMP fp16 and bf16: the trainer
-#              (python -m train) and benchmarks/bare_loop_gpu.py (before and after the trainer runs);
-#              nvidia-smi samples power during the batch-256 trainer runs (cross-check of NVML energy)
+#   bench      ResNet-50, synthetic data, channels-last, per configuration (batch, AMP) a pair of runs:
+#              benchmarks/bare_loop_gpu.py, then the trainer (python -m train), each in a fresh process;
+#              nvidia-smi samples power during the trainer runs (cross-check of NVML energy)
 #   loader     a generated JPEG folder (train/data/make_folder.py): the native loader alone (images/s into
-#              GPU memory) and training on it; DALI where importable
+#              GPU memory)
+#   folder     training on that folder: native loader, DALI CPU and GPU where DALI is importable
 #   paths      NCCL process group (torchrun --standalone, one rank) with sync-BN and fp16 loss scaling,
 #              --profile-steps with bf16, fp32 without AMP
 #   deepspeed  DeepSpeed fp16/bf16 x ZeRO 1/2 (torchrun, one rank)
@@ -39,10 +45,24 @@ START=$SECONDS
 WORK=/tmp/gpu-validate
 LOGS=$WORK/logs
 TSV=$LOGS/checks.tsv
+rm -rf "$LOGS"
 mkdir -p "$OUT_DIR" "$LOGS"
 : > "$TSV"
-export PYTHONPATH=$ROOT PYTHONUNBUFFERED=1
 PY=python3
+
+# Proposed fixes: every check runs from a patched copy of train/ and benchmarks/.
+RUN_ROOT=$ROOT
+FIXES=$(ls "$ROOT"/.whl/fixes/*.diff 2>/dev/null)
+if [ -n "$FIXES" ]; then
+  RUN_ROOT=$WORK/src
+  rm -rf "$RUN_ROOT" && mkdir -p "$RUN_ROOT" && cp -r "$ROOT/train" "$ROOT/benchmarks" "$RUN_ROOT/"
+  for fix in $FIXES; do
+    patch -p1 -d "$RUN_ROOT" < "$fix" > "$LOGS/fix-$(basename "$fix").log" 2>&1 || echo "fix $fix did not apply"
+    basename "$fix" >> "$LOGS/fixes.txt"
+  done
+fi
+cd "$RUN_ROOT"
+export PYTHONPATH=$RUN_ROOT PYTHONUNBUFFERED=1
 
 wanted() { [ "$ONLY" = all ] || [[ ",$ONLY," == *",$1,"* ]]; }
 left() { echo $(( BUDGET - (SECONDS - START) - RESERVE )); }
@@ -68,9 +88,9 @@ check() {
   return 0
 }
 
-TRAIN=($PY -m train --device cuda --model resnet50 --image-size 224 --num-classes 1000)
+TRAIN=($PY -m train --device cuda --model resnet50 --image-size 224)
 TORCHRUN=($PY -m torch.distributed.run --standalone --nproc_per_node=1 -m train --device cuda --model resnet50
-          --image-size 224 --num-classes 1000)
+          --image-size 224)
 
 # trainer NAME LIMIT_S ARGS...: the trainer (one process) with its metrics in $LOGS/NAME.jsonl
 trainer() { local name=$1 limit=$2; shift 2; check "$name" "$limit" "${TRAIN[@]}" --metrics "$LOGS/$name.jsonl" "$@"; }
@@ -123,34 +143,42 @@ print(json.dumps(env))
 EOF
 fi
 
-# Carried wheels (DeepSpeed and what it needs that the image lacks), on their own path.
+# Carried wheels (DeepSpeed, Horovod's build needs, what they need that the image lacks), on their own path.
 SITE=/tmp/site
-if ls .whl/*.whl > /dev/null 2>&1 && (wanted deepspeed); then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
-    > "$LOGS/wheels.log" 2>&1 || echo "wheel install failed (see wheels.log)"
+if ls "$ROOT"/.whl/*.whl > /dev/null 2>&1 && (wanted deepspeed || wanted horovod); then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+    "$ROOT"/.whl/*.whl > "$LOGS/wheels.log" 2>&1 || echo "wheel install failed (see wheels.log)"
 fi
 
 # -------------------------------------------------------------------------------------------------- bench
-BENCH_CONFIGS=("256:fp16" "256:bf16" "64:fp16" "64:bf16")
+read -r -a BENCH_CONFIGS <<< "${GPU_VALIDATE_CONFIGS:-256:fp16 256:bf16 64:fp16 64:bf16}"
+DIAG=" ${GPU_VALIDATE_DIAG:-} "
+# steps and warm-up steps per batch size (the same for the bare loop: bare_loop_gpu.py's defaults)
 steps_for() { if [ "${1%%:*}" -le 64 ]; then echo "230 30"; else echo "80 20"; fi; }
+NOCHECK='import sys, train.loop as loop; loop.STOP_CHECK_STEPS = 10 ** 9
+from train.__main__ import main; sys.exit(main(sys.argv[1:]))'
 if wanted bench; then
   for round in $(seq 1 "$ROUNDS"); do
-    check "bare-r$round-a" 150 $PY benchmarks/bare_loop_gpu.py --channels-last --configs "${BENCH_CONFIGS[@]}"
     for config in "${BENCH_CONFIGS[@]}"; do
       read -r steps warmup <<< "$(steps_for "$config")"
       batch=${config%%:*} amp=${config##*:}
-      name="trainer-r$round-$batch-$amp"
-      sampled "$name" 120 --batch-size "$batch" --amp "$amp" --channels-last --steps "$steps" \
-        --steps-per-epoch "$steps" --warmup-steps "$warmup"
+      check "bare-r$round-$batch-$amp" 120 $PY benchmarks/bare_loop_gpu.py --channels-last --configs "$config"
+      sampled "trainer-r$round-$batch-$amp" 120 --batch-size "$batch" --amp "$amp" --channels-last \
+        --steps "$steps" --steps-per-epoch "$steps" --warmup-steps "$warmup"
+      if [[ "$DIAG" == *" $config "* ]]; then
+        check "diag-nocheck-r$round-$batch-$amp" 120 $PY -c "$NOCHECK" --device cuda --model resnet50 \
+          --metrics "$LOGS/diag-nocheck-r$round-$batch-$amp.jsonl" --batch-size "$batch" --amp "$amp" \
+          --channels-last --steps "$steps" --steps-per-epoch "$steps" --warmup-steps "$warmup"
+      fi
     done
-    check "bare-r$round-b" 150 $PY benchmarks/bare_loop_gpu.py --channels-last --configs "${BENCH_CONFIGS[@]}"
   done
 fi
 
 # ------------------------------------------------------------------------------------------------- loader
 DATA=$WORK/jpeg
 if wanted loader; then
-  [ -d "$DATA" ] || check make-folder 90 $PY -m train.data.make_folder "$DATA" --classes 16 --images-per-class 128 \
+  rm -rf "$DATA"
+  check make-folder 90 $PY -m train.data.make_folder "$DATA" --classes 16 --images-per-class 128 \
     --val-per-class 16 --size 256
   check loader-native-alone 90 $PY - "$DATA" "$LOGS/loader-native-alone.json" <<'EOF'
 """The native loader alone: training batches (decode, crop, flip, normalise) delivered into GPU memory."""
@@ -178,6 +206,10 @@ for workers in (6, 12):
     print(json.dumps(results[-1]))
 json.dump(results, open(out, "w"), indent=1)
 EOF
+fi
+if wanted folder; then
+  [ -d "$DATA" ] || check make-folder 90 $PY -m train.data.make_folder "$DATA" --classes 16 --images-per-class 128 \
+    --val-per-class 16 --size 256
   trainer train-native-folder 150 --data "$DATA" --workers 12 --batch-size 64 --amp bf16 --channels-last \
     --epochs 2 --warmup-steps 8
   if $PY -c "import nvidia.dali" > /dev/null 2>&1; then
@@ -195,7 +227,7 @@ fi
 # while the path checks run, tested at the end.
 build_horovod() {
   local src nvcc cuda nccl_pkg header library
-  src=$(ls .whl/src/horovod-*.tar.gz 2>/dev/null | head -n1)
+  src=$(ls "$ROOT"/.whl/src/horovod-*.tar.gz 2>/dev/null | head -n1)
   [ -n "$src" ] || { echo "no .whl/src/horovod-*.tar.gz carried"; return 2; }
   nvcc=$(command -v nvcc) || { echo "no nvcc on PATH"; return 2; }
   cuda=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
@@ -215,17 +247,19 @@ build_horovod() {
     > /tmp/hvd/cuda.cmake
   printf 'set(CMAKE_USER_MAKE_RULES_OVERRIDE_CXX "/tmp/hvd/cxx.cmake")\nset(CMAKE_USER_MAKE_RULES_OVERRIDE_CUDA "/tmp/hvd/cuda.cmake")\n' \
     > /tmp/hvd/toolchain.cmake
-  CMAKE_TOOLCHAIN_FILE=/tmp/hvd/toolchain.cmake CMAKE_POLICY_VERSION_MINIMUM=3.5 \
+  # GCC 13's libstdc++ no longer pulls in <string> through other headers; horovod/common/group_table.h
+  # uses std::string without including it ("'string' in namespace 'std' does not name a type").
+  CXXFLAGS="-include string" CMAKE_TOOLCHAIN_FILE=/tmp/hvd/toolchain.cmake CMAKE_POLICY_VERSION_MINIMUM=3.5 \
     CUDA_HOME="$cuda" CUDAToolkit_ROOT="$cuda" HOROVOD_CUDA_HOME="$cuda" HOROVOD_BUILD_CUDA_CC_LIST=90 \
     HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_HOME=/tmp/hvd/nccl HOROVOD_NCCL_LINK=SHARED \
     HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 \
-    HOROVOD_WITHOUT_MPI=1 MAKEFLAGS=-j"$(nproc)" \
+    HOROVOD_WITHOUT_MPI=1 MAKEFLAGS=-j"$(nproc)" PYTHONPATH="$SITE" \
     $PY -m pip wheel -v --no-build-isolation --no-deps -w /tmp/hvd/dist "$src" || return 1
   $PY -m pip install -q --no-deps --no-compile --target /tmp/hvd/site /tmp/hvd/dist/horovod-*.whl
 }
 if wanted horovod; then
   export -f build_horovod
-  export PY
+  export PY ROOT SITE
   # leave a minute after the build for the Horovod checks
   check horovod-build $(( $(left) - 60 )) nice -n 5 bash -c build_horovod &
   HOROVOD_BUILD=$!
@@ -255,7 +289,7 @@ fi
 if wanted horovod; then
   wait "$HOROVOD_BUILD"
   if [ -d /tmp/hvd/site/horovod ]; then
-    HVD_PATH=$ROOT:/tmp/hvd/site
+    HVD_PATH=$RUN_ROOT:/tmp/hvd/site
     PYTHONPATH=$HVD_PATH check horovod-built 60 $PY -c "import horovod, horovod.torch as hvd; hvd.init(); \
 print('horovod', horovod.__version__, 'nccl_built', hvd.nccl_built(), 'gloo', hvd.gloo_built(), 'mpi', hvd.mpi_built(), \
 'cuda', hvd.cuda_built(), 'size', hvd.size())"
@@ -274,6 +308,8 @@ from train.metrics_schema import MetricsError, read_metrics
 logs, out, revision = sys.argv[1:4]
 env = json.load(open(os.path.join(logs, "env.json"))) if os.path.exists(os.path.join(logs, "env.json")) else {}
 env["revision"] = revision
+fixes = os.path.join(logs, "fixes.txt")
+env["fixes_applied"] = open(fixes).read().split() if os.path.exists(fixes) else []
 
 
 def metrics_of(name):
