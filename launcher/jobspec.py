@@ -27,6 +27,11 @@ class JobSpec:
     account: Optional[str]
     run_dir: str
     requeue: bool
+    extra_tasks: int = 0  # tasks beyond tasks_per_node on every node (coordinators; the scheduler places them)
+
+    @property
+    def tasks(self) -> int:
+        return self.nodes * self.tasks_per_node + self.extra_tasks
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,14 @@ class FirstHost:
 
 
 @dataclass(frozen=True)
+class HostList:
+    """`NAME="$(<hosts command> | paste -sd, -)"; export NAME`: the job's hosts, comma-separated."""
+
+    name: str
+    hosts_command: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Banner:
     """`echo "dlaunch: job <id> attempt <n> on <hosts> at <UTC time>"`: the first line of each attempt."""
 
@@ -71,4 +84,4 @@ class EndTime:
     seconds: int
 
 
-PreludeItem = Union[Export, Prepend, FirstHost, Banner, EndTime]
+PreludeItem = Union[Export, Prepend, FirstHost, HostList, Banner, EndTime]

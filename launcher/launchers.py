@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Tuple
 
 from launcher.errors import DlaunchError
-from launcher.jobspec import Export, FirstHost, PreludeItem, ShellWord
+from launcher.jobspec import Export, FirstHost, HostList, PreludeItem, ShellWord
 from launcher.schedulers import Scheduler
 from launcher.sites import Site
-from train.framework_table import FRAMEWORKS
+from train.framework_table import FRAMEWORKS, FrameworkInfo
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class LaunchSpec:
     mpi: bool  # the tasks are MPI ranks (the scheduler wires them)
     whole_node: bool  # one task owns its node's CPUs (not bound)
     launch_prefix: Tuple[str, ...]  # the program and its arguments in front of the trainer's
+    extra_tasks: int = 0  # tasks beyond tasks_per_node x nodes (coordinators), placed by the scheduler
 
 
 def rendezvous_prelude(site: Site, scheduler: Scheduler) -> Tuple[PreludeItem, ...]:
@@ -60,7 +61,17 @@ def _option(name: str, value: str) -> str:
 IGNORE_USR1 = ("bash", "-c", 'trap "" USR1; exec "$@"', "ignore-usr1")
 
 
-class TorchrunPerNode:
+class LaunchStyle:
+    """How a framework's processes start (its row's `launch`)."""
+
+    def __init__(self, info: FrameworkInfo):
+        self.info = info
+
+    def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
+        raise NotImplementedError
+
+
+class TorchrunPerNode(LaunchStyle):
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
         torchrun = ("python", "-m", "torchrun_jsc") if site.rendezvous_host_suffix else ("torchrun",)
         return LaunchSpec(
@@ -81,7 +92,7 @@ class TorchrunPerNode:
         )
 
 
-class MpiPerGpu:
+class MpiPerGpu(LaunchStyle):
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
         return LaunchSpec(
             tasks_per_node=nproc_per_node,
@@ -93,29 +104,57 @@ class MpiPerGpu:
         )
 
 
-class LocalTorchrun:
+class LocalTorchrun(LaunchStyle):
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
         prefix = ("torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=%d" % nproc_per_node, "-m", "train")
         return LaunchSpec(1, site.cpus_per_node, (), False, True, prefix)
 
 
-class LocalHorovod:
+class LocalHorovod(LaunchStyle):
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
         prefix = ("horovodrun", "--gloo", "-np", str(nproc_per_node), "python", "-m", "train")
         return LaunchSpec(nproc_per_node, max(1, site.cpus_per_node // nproc_per_node), (), False, False, prefix)
+
+
+class TaskPerWorker(LaunchStyle):
+    """One task per process: workers (`--gpus` per node), the row's servers on every node and its
+    coordinators; each task takes its role from its task id (train/engines.py), and finds the others
+    through DLAUNCH_HOSTS and MASTER_PORT. The interpreter is the site's for the engine (`interpreters`)."""
+
+    def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
+        info = self.info
+        per_node = nproc_per_node + info.servers_per_node
+        slots = per_node + (1 if info.coordinators else 0)  # the first node also holds the coordinators
+        python = site.interpreters.get(info.engine, "python")
+        return LaunchSpec(
+            tasks_per_node=per_node,
+            cpus_per_task=max(1, site.cpus_per_node // slots),
+            prelude=rendezvous_prelude(site, scheduler) + (HostList("DLAUNCH_HOSTS", scheduler.hosts_command()),),
+            mpi=False,
+            whole_node=False,
+            launch_prefix=(python, "-m", info.entry),
+            extra_tasks=info.coordinators,
+        )
+
+
+class NotHere(LaunchStyle):
+    def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
+        raise DlaunchError("--framework %s: starts one scheduler task per process (roles from Slurm's task ids); "
+                           "run it on a Slurm site, not on %s" % (self.info.name, site.name))
 
 
 # (the framework table's launch style, on a batch system | on this machine)
 LAUNCH_STYLES = {
     "torchrun-per-node": (TorchrunPerNode, LocalTorchrun),
     "mpi-per-gpu": (MpiPerGpu, LocalHorovod),
+    "task-per-worker": (TaskPerWorker, NotHere),
 }
 
 
-def launch_mode(scheduler_kind: str, framework: str):
+def launch_mode(scheduler_kind: str, framework: str) -> LaunchStyle:
     """The launch mode of a framework under a scheduler."""
-    style = FRAMEWORKS[framework].launch
-    if style not in LAUNCH_STYLES:
-        raise DlaunchError("--framework %s: launch style %r has no launcher" % (framework, style))
-    batch, local = LAUNCH_STYLES[style]
-    return local() if scheduler_kind == "local" else batch()
+    info = FRAMEWORKS[framework]
+    if info.launch not in LAUNCH_STYLES:
+        raise DlaunchError("--framework %s: launch style %r has no launcher" % (framework, info.launch))
+    batch, local = LAUNCH_STYLES[info.launch]
+    return local(info) if scheduler_kind == "local" else batch(info)

@@ -142,7 +142,8 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         binds = (run_dir,) + ((_bindable("--data", data),) if data not in (None, "synthetic") else ()) + ((plugin_dir,) if plugin_dir else ())
     requeue = site.requeue if request.requeue is None else request.requeue
     job = JobSpec(name=experiment, nodes=nodes, tasks_per_node=spec.tasks_per_node, cpus_per_task=spec.cpus_per_task,
-                  gpus_per_node=nproc, seconds=seconds, queue=queue, account=account, run_dir=run_dir, requeue=requeue)
+                  gpus_per_node=nproc, seconds=seconds, queue=queue, account=account, run_dir=run_dir, requeue=requeue,
+                  extra_tasks=spec.extra_tasks)
     container_options: Tuple[str, ...] = ()
     container_prefix: Tuple[str, ...] = ()
     if runtime.kind != "none":

@@ -4,7 +4,7 @@ import shlex
 from functools import singledispatch
 from typing import List, Sequence
 
-from launcher.jobspec import Banner, EndTime, Export, FirstHost, Prepend, ShellWord
+from launcher.jobspec import Banner, EndTime, Export, FirstHost, HostList, Prepend, ShellWord
 from launcher.plan import LaunchPlan
 from launcher.schedulers import scheduler_for
 from launcher.schema import ENV_NAME, HOST_SUFFIX
@@ -52,6 +52,12 @@ def _(item: FirstHost) -> str:
         raise ValueError("not a host-name suffix: %r" % item.suffix)
     command = " ".join(quote(a) for a in item.hosts_command)
     return '%s="$(%s | sed -n 1p)%s"\nexport %s\n' % (_name(item.name), command, item.suffix, item.name)
+
+
+@render_item.register
+def _(item: HostList) -> str:
+    command = " ".join(quote(a) for a in item.hosts_command)
+    return '%s="$(%s | paste -sd, -)"\nexport %s\n' % (_name(item.name), command, item.name)
 
 
 @render_item.register

@@ -7,6 +7,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from launcher.errors import DlaunchError
 from train.config import FLAGS, FRAMEWORKS, Flag  # the trainer's own definitions (torch-free module)
+from train.framework_table import FRAMEWORKS as FRAMEWORK_TABLE
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -39,6 +40,8 @@ class LaunchRequest:
     def __post_init__(self) -> None:
         if self.framework not in FRAMEWORKS:
             raise DlaunchError("--framework: %r is not one of %s" % (self.framework, ", ".join(FRAMEWORKS)))
+        if FRAMEWORK_TABLE[self.framework].refused:
+            raise DlaunchError("--framework %s: %s" % (self.framework, FRAMEWORK_TABLE[self.framework].refused))
         for name, value in self.trainer:
             check_trainer_value(name, value)
         for flag, value in (("--nodes", self.nodes), ("--gpus", self.gpus)):

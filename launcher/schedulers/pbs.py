@@ -70,7 +70,9 @@ class Pbs(Scheduler):
 
     def step(self, cfg: PbsConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]) -> Tuple[str, ...]:
         binding = ("--cpu-bind", "none") if whole_node else ("--depth=%d" % job.cpus_per_task, "--cpu-bind", "depth")
-        return ("mpiexec", "-n", str(job.nodes * job.tasks_per_node), "--ppn", str(job.tasks_per_node),
+        if job.extra_tasks:
+            raise SchedulerError("mpiexec starts the same number of tasks on every node; coordinator tasks are not placed")
+        return ("mpiexec", "-n", str(job.tasks), "--ppn", str(job.tasks_per_node),
                 *binding, *cfg.mpiexec_options, *options)
 
     def job_id_word(self) -> str:

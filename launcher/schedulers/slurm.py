@@ -67,7 +67,8 @@ class Slurm(Scheduler):
         return (
             "--job-name=%s" % job.name,
             "--nodes=%d" % job.nodes,
-            "--ntasks-per-node=%d" % job.tasks_per_node,
+            # Coordinator tasks make the count uneven: Slurm places --ntasks over the nodes.
+            "--ntasks-per-node=%d" % job.tasks_per_node if not job.extra_tasks else "--ntasks=%d" % job.tasks,
             "--cpus-per-task=%d" % job.cpus_per_task,
             *(("--partition=%s" % queue.slurm_partition,) if queue.slurm_partition else ()),
             *(("--qos=%s" % queue.qos,) if queue.qos else ()),
@@ -94,7 +95,8 @@ class Slurm(Scheduler):
     def step(self, cfg: SlurmConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]) -> Tuple[str, ...]:
         if mpi and not cfg.mpi_plugin:
             raise SchedulerError("no [scheduler] mpi_plugin for srun --mpi (an MPI-launched framework needs one)")
-        return ("srun", "--ntasks-per-node=%d" % job.tasks_per_node,
+        tasks = "--ntasks-per-node=%d" % job.tasks_per_node if not job.extra_tasks else "--ntasks=%d" % job.tasks
+        return ("srun", tasks,
                 *(("--cpu-bind=none",) if whole_node else ()),
                 *(("--mpi=%s" % cfg.mpi_plugin,) if mpi else ()),
                 KILL_ON_BAD_EXIT, *cfg.step_options, *options)
