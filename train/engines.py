@@ -225,3 +225,41 @@ def local_task_env(task: int, ntasks: int, port: int) -> dict:
     """The Slurm variables one task of a single-node step on this machine would see."""
     return {"SLURM_PROCID": str(task), "SLURM_NTASKS": str(ntasks), "SLURM_LOCALID": str(task),
             "SLURM_TASKS_PER_NODE": str(ntasks), "DLAUNCH_HOSTS": "localhost", "DLAUNCH_ENGINE_PORT": str(port)}
+
+
+def free_port_base(count: int) -> int:
+    """A port with `count` free ports from it on (each task of a local step listens on base + its index)."""
+    import random
+    import socket
+    for _ in range(50):
+        base = random.randint(20000, 60000)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no %d consecutive free ports" % count)
+
+
+def run_local_step(command: List[str], ntasks: int, env: Mapping[str, str], cwd: str,
+                   timeout: float) -> List[Tuple[int, str]]:
+    """Run `command` as every task of a one-node step on this machine (what srun would start, without
+    Slurm: tests and benchmarks); (exit code, output) per task id. All tasks are killed on a timeout."""
+    import subprocess
+    base = free_port_base(ntasks)
+    procs = [subprocess.Popen(command, cwd=cwd, env=dict(env, **local_task_env(task, ntasks, base)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+             for task in range(ntasks)]
+    results = []
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=timeout)
+            results.append((proc.returncode, out))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results

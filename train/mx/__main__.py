@@ -5,29 +5,15 @@ scheduler and the servers run inside `import mxnet` and return when the workers 
 The metrics file is written by worker 0.
 """
 import os
-import socket
 import sys
-from typing import Dict
 
 from train.signals import StopSignals
 
 StopSignals().install()  # before the slow imports (see train/signals.py)
 
 from train.config import EXIT_BAD_INPUT, EXIT_OK, ConfigError  # noqa: E402
-from train.engines import COORDINATOR, SERVER, WORKER, TaskLayout, engine_config  # noqa: E402
-
-DMLC_ROLES = {COORDINATOR: "scheduler", SERVER: "server", WORKER: "worker"}
-
-
-def dmlc_environment(layout: TaskLayout) -> Dict[str, str]:
-    """ps-lite's variables: the scheduler's address (task 0), the counts, this task's role and address."""
-    scheduler = layout.ids(COORDINATOR)[0]
-    return {"DMLC_ROLE": DMLC_ROLES[layout.role],
-            "DMLC_PS_ROOT_URI": socket.gethostbyname(layout.hosts[scheduler]),
-            "DMLC_PS_ROOT_PORT": str(layout.ports[scheduler]),
-            "DMLC_NUM_SERVER": str(len(layout.ids(SERVER))), "DMLC_NUM_WORKER": str(layout.num_workers),
-            "DMLC_NODE_HOST": socket.gethostbyname(layout.hosts[layout.task])}
-
+from train.engines import WORKER, engine_config  # noqa: E402
+from train.mx.roles import dmlc_environment  # noqa: E402
 
 def main() -> int:
     try:

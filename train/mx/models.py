@@ -1,5 +1,6 @@
 """ResNet-44 (CIFAR layout, option-A shortcuts, as train/models.py) and ResNet-50 (Gluon model zoo v1,
 random init), Gluon hybrid blocks, NCHW."""
+import mxnet as mx
 from mxnet import gluon
 from mxnet.gluon import nn
 
@@ -33,7 +34,8 @@ def resnet44(num_classes: int) -> gluon.HybridBlock:
             for i in range(7):
                 net.add(BasicBlock(channels, 2 if stage > 0 and i == 0 else 1, channels - in_channels))
                 in_channels = channels
-        net.add(nn.GlobalAvgPool2D(), nn.Flatten(), nn.Dense(num_classes))
+        # Glorot-initialised classifier (as Keras; the MSRA init of the convolutions would make the first logits large).
+        net.add(nn.GlobalAvgPool2D(), nn.Flatten(), nn.Dense(num_classes, weight_initializer=mx.init.Xavier()))
     return net
 
 
