@@ -273,8 +273,7 @@ def test_make_without_apptainer_says_so_and_fails(tmp_path):
     assert not (tmp_path / "images").exists()
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(images.container_binary() is None, reason="no apptainer or singularity binary on this machine")
+@pytest.mark.apptainer
 def test_build_the_smallest_image_and_run_its_test_section(tmp_path):
     """Builds current-ddp (the NGC base plus the trainer) and runs its %test inside the image."""
     result = subprocess.run(["make", "image-ddp", f"IMAGES_DIR={tmp_path}"], cwd=REPO, capture_output=True, text=True)
