@@ -70,7 +70,7 @@ left() { echo $(( BUDGET - (SECONDS - START) - RESERVE )); }
 # check NAME LIMIT_S COMMAND...: run COMMAND (output in $LOGS/NAME.log) under min(LIMIT_S, time left);
 # one line in checks.tsv: name, exit code (124: timed out; "skipped"), seconds, command.
 check() {
-  local name=$1 limit=$2 t0 rc available
+  local name=$1 limit=$2 t0 rc available command
   shift 2
   available=$(left)
   if (( available < 15 )); then
@@ -83,7 +83,8 @@ check() {
   echo "== $name (limit ${limit}s, t=$((SECONDS - START))s)"
   timeout -k 10 "$limit" "$@" > "$LOGS/$name.log" 2>&1
   rc=$?
-  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" "$*" >> "$TSV"
+  command="$*"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" "${command//$'\n'/ }" >> "$TSV"
   echo "   exit $rc after $((SECONDS - t0))s"
   return 0
 }
