@@ -57,7 +57,7 @@ if [ -n "$FIXES" ]; then
   RUN_ROOT=$WORK/src
   rm -rf "$RUN_ROOT" && mkdir -p "$RUN_ROOT" && cp -r "$ROOT/train" "$ROOT/benchmarks" "$RUN_ROOT/"
   for fix in $FIXES; do
-    patch -p1 -d "$RUN_ROOT" < "$fix" > "$LOGS/fix-$(basename "$fix").log" 2>&1 || echo "fix $fix did not apply"
+    patch --forward --batch -p1 -d "$RUN_ROOT" < "$fix" > "$LOGS/fix-$(basename "$fix").log" 2>&1 || echo "fix $fix did not apply"
     basename "$fix" >> "$LOGS/fixes.txt"
   done
 fi
