@@ -188,6 +188,49 @@ def test_every_framework_and_loader_writes_valid_metrics(framework, loader, imag
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("framework", [pytest.param("deepspeed", marks=pytest.mark.deepspeed),
+                                       pytest.param("horovod", marks=pytest.mark.horovod)])
+def test_channels_last_trains_under_deepspeed_and_horovod(framework, tmp_path):
+    """Both broadcast the parameters at start-up and refused channels-last weights (DeepSpeed views each as
+    bytes, Horovod wants contiguous tensors): first seen on an H100, the same on the CPU."""
+    require_library(LIBRARIES[framework])
+    metrics_path = str(tmp_path / "metrics.jsonl")
+    assert_ok(run_trainer(TINY + ["--data", "synthetic", "--steps", "2", "--framework", framework,
+                                  "--channels-last", "--metrics", metrics_path]))
+    assert read_metrics(metrics_path).status == "ok"
+
+
+ENGINE_DTYPE = """
+import sys, torch
+from train.config import parse_config
+from train.frameworks.deepspeed import DeepSpeed
+from train.loop import build_optimizer
+from train.models import build_model
+cfg = parse_config(sys.argv[1:])
+framework = DeepSpeed()
+framework.init(cfg)
+model = build_model(cfg.model, cfg.num_classes)
+engine, _ = framework.wrap(model, build_optimizer(model, cfg), cfg)
+print(engine(torch.randn(2, 3, 32, 32)).dtype)
+framework.shutdown()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.deepspeed
+def test_deepspeed_engine_takes_float32_batches(tmp_path):
+    """DeepSpeed's bf16/fp16 modes cast the module, not its inputs, and switch off the loop's autocast
+    inside the engine on CUDA (seen on an H100: "Input type (torch.cuda.FloatTensor) and weight type ...
+    should be the same"). Here the engine gets a float32 batch without autocast, on the CPU."""
+    require_library("deepspeed")
+    result = subprocess.run([sys.executable, "-c", ENGINE_DTYPE] + TINY + [
+        "--framework", "deepspeed", "--amp", "bf16", "--steps", "1", "--metrics", str(tmp_path / "m.jsonl")],
+        cwd=REPO, env=trainer_env(None), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "torch.bfloat16"
+
+
+@pytest.mark.slow
 @pytest.mark.deepspeed
 def test_deepspeed_bf16_trains_and_closes(tmp_path):
     """bf16 parameters (DeepSpeed casts the model) reach the end record's digests too."""

@@ -7,7 +7,10 @@ whose partitioned optimizer steps that same SGD).
 
 Precision: `--amp bf16` uses DeepSpeed's bf16 mode (module cast to bf16 before `initialize`, so
 BatchNorm buffers are bf16 too; fp32 master weights in the optimizer); `--amp fp16` its fp16 mode
-with dynamic loss scaling (CUDA only). DeepSpeed 0.19 on a machine without GPUs picks its CPU
+with dynamic loss scaling (CUDA only). The engine casts floating-point inputs to the module's dtype (a
+forward pre-hook): DeepSpeed switches off the loop's autocast inside the engine on CUDA. Weights are made
+contiguous before `initialize` (DeepSpeed broadcasts them as bytes; channels-last ones cannot be viewed
+so); channels-last input batches keep cuDNN on its channels-last kernels. DeepSpeed 0.19 on a machine without GPUs picks its CPU
 accelerator; its first use compiles a small communication op (ninja, about 1.5 minutes), cached in
 TORCH_EXTENSIONS_DIR.
 
@@ -52,6 +55,13 @@ def deepspeed_config(cfg: Any, world_size: int) -> Dict[str, Any]:
     return config
 
 
+def cast_floating_inputs(dtype: torch.dtype) -> Any:
+    """A forward pre-hook that casts the floating-point tensor arguments of a module to `dtype`."""
+    def hook(module: torch.nn.Module, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
+        return tuple(x.to(dtype) if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs)
+    return hook
+
+
 class DeepSpeed(DDP):
     """DDP's process group and collectives; DeepSpeed's engine for model, backward and step."""
 
@@ -82,9 +92,20 @@ class DeepSpeed(DDP):
             raise ConfigError("--sync-bn is implemented for --framework ddp only")
         if cfg.amp == "bf16":
             model = model.to(torch.bfloat16)  # in place: the optimizer keeps the same Parameter objects
+        # DeepSpeed broadcasts every parameter as bytes (`p.data.view(torch.uint8)`), which fails on
+        # channels-last conv weights ("self.stride(-1) must be 1 to view Half as Byte"), and ZeRO copies
+        # parameters into contiguous flat buffers anyway. Contiguous weights (in place, same Parameter
+        # objects); with channels-last input batches cuDNN still runs its channels-last kernels.
+        model = model.to(memory_format=torch.contiguous_format)
         self.config = deepspeed_config(cfg, self.world_size)
         self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.config,
                                                     dist_init_required=False)
+        if cfg.amp != "none":
+            # DeepSpeed's fp16/bf16 modes cast the module but not its inputs, and inside the engine they
+            # switch off the loop's torch.autocast on CUDA (DeepSpeed >= 0.16, runtime/torch_autocast.py):
+            # without this, "Input type (torch.cuda.FloatTensor) and weight type (torch.cuda.HalfTensor)".
+            self.engine.module.register_forward_pre_hook(
+                cast_floating_inputs(torch.float16 if cfg.amp == "fp16" else torch.bfloat16))
         self.optimizer = optimizer
         self.model = self.engine
         return self.engine, optimizer

@@ -79,6 +79,10 @@ class Horovod(Framework):
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
         self.passes_per_step = cfg.backward_passes_per_step
         self.fp16_allreduce = cfg.fp16_allreduce
+        # Horovod's collectives refuse non-contiguous tensors ("Tensor is required to be contiguous."), and
+        # channels-last conv weights and their gradients are not: contiguous weights, in place (the same
+        # Parameter objects); with channels-last input batches cuDNN still runs its channels-last kernels.
+        model = model.to(memory_format=torch.contiguous_format)
         self.optimizer = hvd.DistributedOptimizer(
             optimizer, named_parameters=model.named_parameters(),
             compression=hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none,
