@@ -87,6 +87,9 @@ class Stack(BaseModel):
     python_source: Literal["apt", "base"]
     horovod_gpu: Literal["", "cuda", "rocm"]
     horovod_cxx_std: Literal["", "c++17", "c++20"]
+    # Headers force-included into Horovod's C++ (GCC >= 13's libstdc++ no longer includes <string>
+    # through other headers: "'string' in namespace 'std' does not name a type", seen on an NGC 25.x base)
+    horovod_include: List[Literal["string"]] = []
     pip_index: List[str] = []
     provided: Dict[str, str] = {}
     apt: Dict[Literal["common", "ddp", "horovod", "deepspeed"], List[str]] = {}
@@ -289,6 +292,8 @@ def _post(stack: Stack, framework: str) -> List[str]:
         if stack.horovod_cxx_std:
             lines += _cxx_standard_lines(stack.horovod_cxx_std)
             env = f"CMAKE_TOOLCHAIN_FILE=/opt/dlaunch/cmake/toolchain.cmake {env}"
+        if stack.horovod_include:
+            env = "CXXFLAGS='%s' %s" % (" ".join("-include " + h for h in stack.horovod_include), env)
         lines.append(f"{env} {_pip_install(stack, {'horovod': horovod}, '--no-build-isolation')}")
     lines += [
         "# The trainer from this commit (train/ is Python 3.9 compatible; the launcher is not installed).",
