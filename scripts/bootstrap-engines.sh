@@ -2,6 +2,9 @@
 # The TensorFlow and MXNet trainers' environments (train/tf, train/mx), idempotently:
 #   .venv-tf  tensorflow-cpu + tf-keras (Keras 2: MultiWorkerMirroredStrategy's model.fit fails with Keras 3)
 #   .venv-mx  mxnet 1.9.1 + numpy 1.23.5 (mxnet uses np.bool, removed in numpy 1.24: its own environment)
+#             + Horovod 0.28.1 built against it (gloo, CPU; about 4 minutes once, then from the wheel cache)
+# Horovod 0.28.1 does not build against TensorFlow 2.21 (its xla_mpi_ops.cc includes TF's xla/printer.h,
+# which needs highwayhash/arch_specific.h, a header the tensorflow wheel does not ship).
 # Each gets a .pth file that puts this repository on sys.path, so `python -m train.tf` / `python -m train.mx`
 # import the torch-free shared modules (train/config.py, schedule.py, metrics_core.py, signals.py) from
 # any working directory, without installing dlaunch's torch dependencies.
@@ -14,6 +17,10 @@ TF_VENV=${DLAUNCH_VENV_TF:-$ROOT/.venv-tf}
 MX_VENV=${DLAUNCH_VENV_MX:-$ROOT/.venv-mx}
 TF_PINS=(tensorflow-cpu==2.21.0 tf-keras==2.21.0)
 MX_PINS=(mxnet==1.9.1 numpy==1.23.5)
+HOROVOD_VERSION=0.28.1
+HOROVOD_DEPS=(cloudpickle==3.1.2 psutil==7.2.2 pyyaml==6.0.3 packaging==26.3 wheel==0.48.0)
+# Beside, not in, bootstrap.sh's cache: that wheel (same file name) is built against torch.
+MX_WHEELS=${DLAUNCH_WHEEL_CACHE:-$HOME/.cache/dlaunch/wheels}/mxnet-1.9.1
 
 case "$WHICH" in tf|mx|all) ;; *) echo "bootstrap-engines.sh: unknown engine '$WHICH' (tf|mx|all)" >&2; exit 2 ;; esac
 
@@ -35,4 +42,18 @@ if [ "$WHICH" = tf ] || [ "$WHICH" = all ]; then
 fi
 if [ "$WHICH" = mx ] || [ "$WHICH" = all ]; then
   make_env "$MX_VENV" "import mxnet, numpy; assert mxnet.__version__ == '1.9.1' and numpy.__version__ == '1.23.5'" "${MX_PINS[@]}"
+  if ! "$MX_VENV/bin/python" -c "import horovod.mxnet" 2>/dev/null; then
+    "$MX_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${HOROVOD_DEPS[@]}"
+    wheel=$(ls "$MX_WHEELS"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n1 || true)
+    if [ -z "$wheel" ]; then
+      echo "bootstrap-engines.sh: building Horovod $HOROVOD_VERSION against MXNet (about 4 minutes, once)" >&2
+      mkdir -p "$MX_WHEELS"
+      HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 \
+        HOROVOD_WITHOUT_MPI=1 HOROVOD_GPU_OPERATIONS= MAKEFLAGS=-j"$(nproc)" \
+        "$MX_VENV/bin/python" -m pip wheel --quiet --no-binary horovod --no-cache-dir --no-deps \
+        --no-build-isolation -w "$MX_WHEELS" "horovod==$HOROVOD_VERSION"
+      wheel=$(ls "$MX_WHEELS"/horovod-"$HOROVOD_VERSION"-*.whl)
+    fi
+    "$MX_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "$wheel"
+  fi
 fi

@@ -2,6 +2,7 @@
 
 The task's role (train/engines.py) becomes ps-lite's DMLC_* variables before mxnet is imported: the
 scheduler and the servers run inside `import mxnet` and return when the workers have finished.
+`mx-allreduce` (Horovod over gloo) has workers only; train/mx/trainer.py sets Horovod's variables.
 The metrics file is written by worker 0.
 """
 import os
@@ -21,7 +22,12 @@ def main() -> int:
     except ConfigError as e:
         print("train.mx: error: %s" % e, file=sys.stderr)
         return EXIT_BAD_INPUT
-    os.environ.update(dmlc_environment(layout))
+    if mode.architecture == "parameter-server":
+        os.environ.update(dmlc_environment(layout))
+    else:
+        # Horovod 0.28.1 cannot allreduce MXNet's oneDNN (MKLDNN) arrays: "Check failed: !IsMKLDNNData():
+        # We can't generate TBlob for MKLDNN data" on the first gradient. MXNet's plain CPU kernels then.
+        os.environ["MXNET_MKLDNN_ENABLED"] = "0"
     os.environ["OMP_NUM_THREADS"] = str(layout.threads(cfg.threads))
     if layout.role != WORKER:
         import mxnet  # noqa: F401  (runs the scheduler or server until the workers finish)

@@ -1,4 +1,5 @@
-"""The MXNet worker loop: Gluon model, key-value store `dist_sync` or `dist_async`, optimizer on the servers.
+"""The MXNet worker loop: Gluon model; key-value store `dist_sync` or `dist_async` with the optimizer on the
+servers, or Horovod's all-reduce with the optimizer on every worker (`mx-allreduce`).
 
 The servers' SGD (momentum, weight decay on weights only: BatchNorm and biases have wd_mult 0) takes
 its LR from `ScheduleOnServer`, train/schedule.py indexed by the server's update count: one update
@@ -13,6 +14,7 @@ dist_sync every worker holds the same weights after each step. Stop signals are 
 same step.
 """
 import hashlib
+import os
 import platform
 import socket
 import time
@@ -27,11 +29,13 @@ from train.engines import TaskLayout, folder_files, mode_settings
 from train.framework_table import FrameworkInfo
 from train.metrics_core import RunRecorder
 from train.mx.models import build_model
+from train.mx.roles import horovod_environment, host_interface
 from train.mx.schedule import ScheduleOnServer
 from train.schedule import LRSchedule
 from train.signals import StopSignals
 
 STOP_CHECK_STEPS = 10
+RENDEZVOUS_TIMEOUT_S = 600.0
 EXIT_CODES = {"ok": EXIT_OK, "interrupted": EXIT_INTERRUPTED, "cancelled": EXIT_CANCELLED, "diverged": EXIT_DIVERGED}
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -76,11 +80,51 @@ def param_digest(net: gluon.Block) -> str:
     return digest.hexdigest()
 
 
+def start_horovod(layout: TaskLayout) -> Any:
+    """horovod.mxnet, initialised over gloo without horovodrun: the first worker serves the rendezvous
+    (Horovod's own HTTP server) at its port, the others wait for that port before `hvd.init()`."""
+    import threading
+
+    import horovod.mxnet as hvd
+    from horovod.runner.common.util.hosts import SlotInfo
+    from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+
+    env = horovod_environment(layout)
+    os.environ.update(env, HOROVOD_GLOO_IFACE=host_interface(layout.hosts[layout.task]))
+    address = (env["HOROVOD_GLOO_RENDEZVOUS_ADDR"], int(env["HOROVOD_GLOO_RENDEZVOUS_PORT"]))
+    if layout.worker_index == 0:
+        plan = []
+        for t in layout.ids("worker"):
+            slot = horovod_environment(TaskLayout(layout.hosts, layout.ports, layout.roles, t))
+            plan.append(SlotInfo(slot["HOROVOD_HOSTNAME"], *(int(slot["HOROVOD_" + k]) for k in (
+                "RANK", "LOCAL_RANK", "CROSS_RANK", "SIZE", "LOCAL_SIZE", "CROSS_SIZE"))))
+        server = RendezvousHTTPServer(("", address[1]), RendezvousHandler, 0)
+        server.init(plan)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    else:
+        deadline = time.monotonic() + RENDEZVOUS_TIMEOUT_S
+        while True:
+            try:
+                socket.create_connection(address, timeout=5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    hvd.init()
+    return hvd
+
+
 class Worker:
     def __init__(self, cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout, signals: StopSignals):
         self.cfg, self.mode, self.layout, self.signals = cfg, mode, layout, signals
-        self.kv = mx.kv.create("dist_sync" if mode.synchronous else "dist_async")
-        self.rank, self.workers = self.kv.rank, self.kv.num_workers
+        self.hvd = self.kv = None
+        if mode.architecture == "allreduce":
+            self.hvd = start_horovod(layout)
+            self.rank, self.workers = self.hvd.rank(), self.hvd.size()
+        else:
+            self.kv = mx.kv.create("dist_sync" if mode.synchronous else "dist_async")
+            self.rank, self.workers = self.kv.rank, self.kv.num_workers
         mx.random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         if cfg.synthetic:
@@ -106,10 +150,19 @@ class Worker:
         self.net.initialize(mx.init.MSRAPrelu(factor_type="out", slope=0.0), ctx=mx.cpu())
         self.net.collect_params(".*gamma|.*beta|.*bias").setattr("wd_mult", 0.0)
         self.net.hybridize(static_alloc=True, static_shape=True)
-        scheduler = ScheduleOnServer(self.schedule, 1 if mode.synchronous else self.workers)
-        self.trainer = gluon.Trainer(self.net.collect_params(), "sgd",
-                                     {"momentum": cfg.momentum, "wd": cfg.weight_decay, "lr_scheduler": scheduler},
-                                     kvstore=self.kv, update_on_kvstore=True)
+        if self.hvd:
+            self.net(mx.nd.zeros((1, 3, cfg.image_size, cfg.image_size)))  # deferred shapes, before the broadcast
+            self.hvd.broadcast_parameters(self.net.collect_params(), root_rank=0)
+            # Horovod sums the workers' gradients and divides by their number: rescale by one worker's batch.
+            self.trainer = self.hvd.DistributedTrainer(self.net.collect_params(), "sgd", {
+                "momentum": cfg.momentum, "wd": cfg.weight_decay, "learning_rate": self.schedule(0)})
+            self.step_images = cfg.batch_size
+        else:
+            scheduler = ScheduleOnServer(self.schedule, 1 if mode.synchronous else self.workers)
+            self.trainer = gluon.Trainer(self.net.collect_params(), "sgd",
+                                         {"momentum": cfg.momentum, "wd": cfg.weight_decay, "lr_scheduler": scheduler},
+                                         kvstore=self.kv, update_on_kvstore=True)
+            self.step_images = self.update_images
         self.loss = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=False)
         self.recorder = RunRecorder(cfg, argv, "python -m train.mx", self.rank == 0)
         self.global_step = self.session_steps = 0
@@ -130,7 +183,9 @@ class Worker:
         with autograd.record():
             loss = self.loss(self.net(images), target)
         loss.backward()
-        self.trainer.step(self.update_images)
+        if self.hvd:
+            self.trainer.set_learning_rate(self.schedule(self.global_step))
+        self.trainer.step(self.step_images)
         return float(loss.mean().asscalar())
 
     def validate(self) -> dict:
@@ -143,13 +198,33 @@ class Worker:
                        float(mx.nd.softmax_cross_entropy(logits, labels.astype("float32")).asscalar()), len(labels_np))
         return {"top1": totals[0] / totals[3], "top5": totals[1] / totals[3], "val_loss": totals[2] / totals[3]}
 
+    def barrier(self) -> None:
+        if self.hvd:
+            self.hvd.allreduce(mx.nd.zeros((1,)), average=False, name="barrier").asnumpy()
+        else:
+            self.kv._barrier()
+
     def stop_status(self) -> Optional[str]:
+        """Horovod: all workers agree (a sum of their flags); the key-value store has no such collective, so
+        each worker reads its own flags right after a barrier."""
         usr1, term = self.signals.flags()
+        if self.hvd:
+            usr1, term = self.hvd.allreduce(mx.nd.array([usr1, term]), average=False, name="stop").asnumpy()
         if self.nonfinite_longest >= self.cfg.max_nonfinite_steps:
             return "diverged"
         if term > 0:
             return "cancelled"
         return "interrupted" if usr1 > 0 else None
+
+    def transport(self) -> dict:
+        if self.hvd:
+            return {"horovod": "gloo (rendezvous at the first worker)", "horovod_version": self.hvd_version()}
+        return {"kvstore": self.kv.type, "servers": len(self.layout.ids("server")), "update_on_kvstore": True}
+
+    @staticmethod
+    def hvd_version() -> str:
+        import horovod
+        return horovod.__version__
 
     def run(self) -> int:
         cfg = self.cfg
@@ -160,9 +235,7 @@ class Worker:
         self.recorder.header(device="cpu", world_size=self.workers, hosts=hosts,
                              global_batch=cfg.batch_size * self.workers, lr_scaled=self.schedule.lr_max,
                              versions=versions(),
-                             framework_settings=dict(mode_settings(self.mode), kvstore=self.kv.type,
-                                                     servers=len(self.layout.ids("server")), update_on_kvstore=True,
-                                                     **staleness),
+                             framework_settings=dict(mode_settings(self.mode), **self.transport(), **staleness),
                              loader_settings={"data": cfg.data, "pipeline": "gluon" if self.train else "synthetic",
                                               "steps_per_epoch": self.steps_per_epoch, "total_steps": self.total_steps,
                                               "loss_and_data_wait": "rank 0's"})
@@ -178,7 +251,7 @@ class Worker:
         elif status != "ok":
             reason = "stopped by a signal at step %d; the MXNet trainer writes no checkpoint" % self.global_step
         self.recorder.end(status, reason, [param_digest(self.net)] if status != "diverged" else None)
-        self.kv._barrier()
+        self.barrier()
         return EXIT_CODES[status]
 
     def train_epoch(self, epoch: int) -> Optional[str]:
@@ -189,7 +262,7 @@ class Worker:
         batches = self.batches(epoch)
         while steps < self.steps_per_epoch and self.global_step < self.total_steps:
             if self.session_steps >= cfg.warmup_steps and window_start is None:
-                self.kv._barrier()
+                self.barrier()
                 window_start = time.perf_counter()
             requested = time.perf_counter()
             images, labels = next(batches)
@@ -203,12 +276,12 @@ class Worker:
             self.global_step += 1
             self.session_steps += 1
             if self.global_step % STOP_CHECK_STEPS == 0:
-                self.kv._barrier()
+                self.barrier()
                 status = self.stop_status()
                 if status:
                     return status
         mx.nd.waitall()
-        self.kv._barrier()
+        self.barrier()
         now = time.perf_counter()
         validation = self.validate() if self.val is not None else None
         self.recorder.epoch(epoch, steps, measured * cfg.batch_size * self.workers,

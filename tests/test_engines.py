@@ -1,0 +1,173 @@
+"""The TensorFlow, MXNet and PyTorch parameter-server trainers as real multi-process jobs on this machine.
+
+Every mode runs 2 workers plus the coordinator and server tasks its row asks for, one process per task
+with the variables one node of a Slurm step would give it (SLURM_PROCID, SLURM_NTASKS,
+SLURM_TASKS_PER_NODE) and DLAUNCH_HOSTS=localhost (Slurm itself: tests/test_slurm_engines.py). The
+TensorFlow and MXNet runs use their own environments (scripts/bootstrap-engines.sh) and are skipped,
+saying so, where those are missing.
+"""
+import os
+import subprocess
+import sys
+from typing import List, Tuple
+
+import pytest
+
+from train.config import ConfigError
+from train.engines import engine_config, expand_tasks_per_node, local_task_env, run_local_step, task_layout
+from train.framework_table import TASK_PER_WORKER
+from train.metrics_schema import read_metrics
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHONS = {"tensorflow": os.path.join(REPO, ".venv-tf", "bin", "python"),
+           "mxnet": os.path.join(REPO, ".venv-mx", "bin", "python"), "torch": sys.executable}
+RUNNABLE = [name for name, row in TASK_PER_WORKER.items() if not row.refused]
+SYNC_MODES = ["tf-allreduce", "mx-ps-sync", "torch-ps-sync"]  # one per engine
+TINY = ["--model", "resnet44", "--image-size", "32", "--num-classes", "10", "--batch-size", "8", "--threads", "1",
+        "--device", "cpu", "--workers", "1", "--warmup-steps", "2", "--steps-per-epoch", "6", "--steps", "12"]
+
+
+def python_for(mode: str) -> str:
+    python = PYTHONS[TASK_PER_WORKER[mode].engine]
+    if not os.path.exists(python):
+        pytest.skip("%s is missing: run scripts/bootstrap-engines.sh" % python)
+    return python
+
+
+def run_job(mode: str, args: List[str], workers: int = 2, timeout: float = 600) -> List[Tuple[int, str]]:
+    """Every task of a one-node step of `mode`; (exit code, output) per task id."""
+    row = TASK_PER_WORKER[mode]
+    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
+    for name in ("WORLD_SIZE", "RANK", "MASTER_PORT", "TF_CONFIG"):
+        env.pop(name, None)
+    return run_local_step([python_for(mode), "-m", row.entry, "--framework", mode] + args,
+                          workers + row.coordinators + row.servers_per_node, env, REPO, timeout)
+
+
+def assert_all_ok(results: List[Tuple[int, str]]) -> None:
+    for task, (code, out) in enumerate(results):
+        assert code == 0, "task %d exited %d:\n%s" % (task, code, out[-4000:])
+
+
+# -- roles from the allocation (no engine needed) ------------------------------------------------
+
+
+def test_slurm_tasks_per_node_forms_expand():
+    assert expand_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    assert expand_tasks_per_node("4") == [4]
+    with pytest.raises(ConfigError, match="SLURM_TASKS_PER_NODE"):
+        expand_tasks_per_node("2(3)")
+
+
+def test_two_node_parameter_server_step_places_coordinator_servers_and_workers():
+    # 2 nodes, 2 workers + 1 server each, 1 coordinator: Slurm puts 4 tasks on the first node, 3 on the second.
+    env = {"SLURM_NTASKS": "7", "SLURM_TASKS_PER_NODE": "4,3", "DLAUNCH_HOSTS": "n1,n2", "MASTER_PORT": "29500"}
+    layouts = [task_layout(dict(env, SLURM_PROCID=str(t)), coordinators=1, servers_per_node=1) for t in range(7)]
+    assert layouts[0].roles == ("coordinator", "server", "worker", "worker", "server", "worker", "worker")
+    assert layouts[0].addresses("server") == ["n1:29502", "n2:29501"]
+    assert layouts[0].worker_hosts == ["n1", "n1", "n2", "n2"]
+    assert [layouts[t].worker_index for t in (2, 3, 5, 6)] == [0, 1, 2, 3]
+
+
+def test_layout_errors_name_the_variable():
+    with pytest.raises(ConfigError, match="SLURM_PROCID"):
+        task_layout({"SLURM_NTASKS": "2", "DLAUNCH_HOSTS": "a"})
+    with pytest.raises(ConfigError, match="do not match"):
+        task_layout({"SLURM_PROCID": "0", "SLURM_NTASKS": "3", "SLURM_TASKS_PER_NODE": "2", "DLAUNCH_HOSTS": "a"})
+    with pytest.raises(ConfigError, match="no worker"):
+        task_layout({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "DLAUNCH_HOSTS": "a"}, coordinators=1,
+                    servers_per_node=1)
+
+
+@pytest.mark.parametrize("mode, engine, message", [
+    ("tf-ps-sync", "tensorflow", "asynchronous only"),
+    ("ddp", "tensorflow", "not a tensorflow mode"),
+    ("mx-ps-sync", "tensorflow", "not a tensorflow mode"),
+])
+def test_modes_that_cannot_run_are_refused_with_their_reason(mode, engine, message):
+    with pytest.raises(ConfigError, match=message):
+        engine_config(["--framework", mode], engine, local_task_env(0, 3, 29600))
+
+
+@pytest.mark.parametrize("flag", [["--checkpoint-dir", "/tmp/x"], ["--model", "resnet18"], ["--amp", "bf16"]])
+def test_flags_the_tensorflow_trainer_lacks_are_refused(flag):
+    with pytest.raises(ConfigError, match=flag[0]):
+        engine_config(["--framework", "tf-allreduce"] + flag, "tensorflow", local_task_env(0, 2, 29600))
+
+
+def test_refused_mode_exits_2_with_one_line_before_importing_tensorflow():
+    ran = subprocess.run([sys.executable, "-m", "train.tf", "--framework", "tf-ps-sync"], cwd=REPO,
+                         env=dict(os.environ, PYTHONPATH=REPO, **local_task_env(0, 3, 29600)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    assert ran.returncode == 2
+    assert ran.stderr.count("\n") == 1 and "tf-ps-sync: refused" in ran.stderr
+
+
+def test_mxnet_roles_become_ps_lite_variables():
+    from train.mx.roles import dmlc_environment
+    env = {"SLURM_NTASKS": "4", "SLURM_TASKS_PER_NODE": "4", "DLAUNCH_HOSTS": "localhost", "DLAUNCH_ENGINE_PORT": "9000"}
+    layout = task_layout(dict(env, SLURM_PROCID="3"), coordinators=1, servers_per_node=1)
+    assert dmlc_environment(layout) == {
+        "DMLC_ROLE": "worker", "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9000", "DMLC_NUM_SERVER": "1",
+        "DMLC_NUM_WORKER": "2", "DMLC_NODE_HOST": "127.0.0.1"}
+
+
+# -- real jobs ------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", RUNNABLE)
+def test_each_mode_completes_with_valid_metrics_and_records_its_architecture(mode, tmp_path):
+    metrics_path = str(tmp_path / "metrics.jsonl")
+    assert_all_ok(run_job(mode, TINY + ["--metrics", metrics_path]))
+    metrics = read_metrics(metrics_path)  # validates every record
+    row = TASK_PER_WORKER[mode]
+    header, settings = metrics.header, metrics.header["framework_settings"]
+    assert metrics.status == "ok" and len(metrics.epochs) == 2
+    assert header["framework"] == mode and header["world_size"] == 2 and header["global_batch"] == 16
+    assert settings["engine"] == row.engine and settings["architecture"] == row.architecture
+    assert all(e["images_per_s"] > 0 and e["steps"] == 6 for e in metrics.epochs)
+    assert metrics.epochs[1]["images"] == 6 * 16
+    if row.synchronous:
+        assert settings["asynchronous"] is False and settings["staleness_bound"] == 0
+        digests = metrics.end["param_digests"]
+        assert len(set(digests)) == 1, "workers of a synchronous run disagree: %s" % digests
+    else:
+        assert settings["asynchronous"] is True
+        assert settings["staleness_bound"] is None and settings["staleness"].startswith("unbounded")
+        assert header["lr_scaled"] == pytest.approx(0.025 * 8 / 64)  # one worker's batch per update
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["tf-allreduce", "mx-ps-sync"])
+def test_resnet50_trains_in_the_engine(mode, tmp_path):
+    metrics_path = str(tmp_path / "metrics.jsonl")
+    args = ["--model", "resnet50", "--image-size", "32", "--num-classes", "10", "--batch-size", "2", "--threads", "1",
+            "--warmup-steps", "1", "--steps-per-epoch", "2", "--steps", "2", "--metrics", metrics_path]
+    assert_all_ok(run_job(mode, args))
+    metrics = read_metrics(metrics_path)
+    assert metrics.status == "ok" and metrics.header["model"] == "resnet50"
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    from train.data.make_folder import make_digits_folder
+    root = str(tmp_path_factory.mktemp("digits") / "digits")
+    make_digits_folder(root, size=32)
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", SYNC_MODES)
+def test_two_worker_synchronous_run_learns_digits(mode, digits, tmp_path):
+    metrics_path = str(tmp_path / "metrics.jsonl")
+    args = ["--model", "resnet44", "--image-size", "32", "--data", digits, "--batch-size", "32", "--epochs", "4",
+            "--lr", "0.05", "--warmup-epochs", "0", "--schedule", "exponential", "--gamma", "0.8",
+            "--label-smoothing", "0", "--threads", "1", "--workers", "1", "--device", "cpu", "--metrics", metrics_path]
+    assert_all_ok(run_job(mode, args, timeout=900))
+    metrics = read_metrics(metrics_path)
+    assert metrics.header["config"]["num_classes"] == 10  # from the folder
+    epochs = metrics.epochs
+    assert len(epochs) == 4 and epochs[-1]["loss"] < epochs[0]["loss"]
+    assert epochs[-1]["top1"] > 0.5, [e["top1"] for e in epochs]  # chance is 0.1
+    assert metrics.end["best_top1"] == max(e["top1"] for e in epochs)

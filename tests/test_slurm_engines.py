@@ -1,0 +1,60 @@
+"""`dlaunch run --framework <mode> --nodes 2` for every TensorFlow, MXNet and PyTorch parameter-server mode
+on the real throw-away Slurm cluster: one task per process, roles from Slurm's task ids, the engine's
+interpreter from the site profile's `interpreters` (the environments of scripts/bootstrap-engines.sh)."""
+import os
+from pathlib import Path
+
+import pytest
+
+import slurm
+from test_slurm_dlaunch import JOB_TIMEOUT_S, dlaunch, job_id, log_text
+from train.framework_table import FRAMEWORKS, TASK_PER_WORKER
+from train.metrics_schema import read_metrics
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+INTERPRETERS = {"tensorflow": str(REPO / ".venv-tf" / "bin" / "python"), "mxnet": str(REPO / ".venv-mx" / "bin" / "python")}
+ROWS = dict(TASK_PER_WORKER, **FRAMEWORKS)
+RUNNABLE = [name for name, row in ROWS.items() if row.launch == "task-per-worker" and not row.refused]
+REFUSED = [name for name, row in ROWS.items() if row.launch == "task-per-worker" and row.refused]
+# ResNet-44 at 32 px, batch 4 per worker, one thread per task.
+ARGS = ["--model", "resnet44", "--image-size", "32", "--num-classes", "10", "--batch-size", "4", "--threads", "1",
+        "--device", "cpu", "--data", "synthetic", "--workers", "1", "--warmup-steps", "1", "--steps-per-epoch", "2",
+        "--steps", "4"]
+
+
+@pytest.fixture(scope="module")
+def engines_site(slurm_cluster: slurm.Cluster, tmp_path_factory) -> Path:
+    missing = [python for python in INTERPRETERS.values() if not os.path.exists(python)]
+    if missing:
+        pytest.skip("%s missing: run scripts/bootstrap-engines.sh" % ", ".join(missing))
+    return slurm_cluster.site_profile(tmp_path_factory.mktemp("sites") / "slurm-engines.toml",
+                                      extra={"interpreters": INTERPRETERS})
+
+
+@pytest.mark.parametrize("mode", RUNNABLE)
+def test_mode_completes_on_two_nodes(mode, two_nodes, engines_site, tmp_path):
+    ran = dlaunch(two_nodes, tmp_path, "run", "--site", str(engines_site), "--experiment", "engines", "--run-name", mode,
+                  "--time", "00:10:00", "--framework", mode, "--nodes", "2", *ARGS)
+    assert ran.returncode == 0, ran.stderr
+    run_dir = tmp_path / "runs" / "engines" / mode
+    assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "COMPLETED", log_text(run_dir)
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    row = ROWS[mode]
+    assert metrics.status == "ok" and len(metrics.epochs) == 2
+    assert metrics.header["framework"] == mode and metrics.header["world_size"] == 2
+    hosts = set(metrics.header["hosts"])  # one worker on each node
+    assert len(hosts) == 2 and hosts <= set(two_nodes.node_names)
+    assert metrics.header["slurm_job_id"] == job_id(run_dir)
+    settings = metrics.header["framework_settings"]
+    assert settings["engine"] == row.engine and settings["asynchronous"] is (not row.synchronous)
+    assert "staleness_bound" in settings
+
+
+@pytest.mark.parametrize("mode", REFUSED)
+def test_refused_mode_exits_2_with_its_reason_and_submits_nothing(mode, slurm_cluster, engines_site, tmp_path):
+    ran = dlaunch(slurm_cluster, tmp_path, "run", "--site", str(engines_site), "--experiment", "engines",
+                  "--framework", mode, "--nodes", "2", *ARGS)
+    assert ran.returncode == 2 and ROWS[mode].refused.split(" (")[0] in ran.stderr, ran.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("job_id"))
