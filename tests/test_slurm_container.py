@@ -48,7 +48,9 @@ def run_in_container(cluster, cwd: Path, site: Path, images: Path, name: str, *a
     ran = subprocess.run([DLAUNCH, "run", "--site", str(site),
                           "--experiment", "tests", "--run-name", name, "--time", "00:10:00", *TINY, *args],
                          cwd=cwd, capture_output=True, text=True, timeout=120,
-                         env=cluster.env(COLUMNS="300", DLAUNCH_IMAGES_DIR=str(images)))
+                         # ch-run refuses to start without $USER, which a login shell always has and this
+                         # test's environment may not
+                         env=cluster.env(COLUMNS="300", DLAUNCH_IMAGES_DIR=str(images), USER=os.environ.get("USER", "root")))
     assert ran.returncode == 0, ran.stderr
     return cwd / "runs" / "tests" / name
 
