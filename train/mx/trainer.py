@@ -173,8 +173,8 @@ class Worker:
             while True:
                 yield self.batch
         self.sampler.epoch = epoch
-        for images, labels in self.train:
-            yield images, labels.astype("float32")
+        for images, labels in self.train:  # worker processes hand over shared-memory arrays
+            yield images.as_in_context(mx.cpu()), labels.astype("float32").as_in_context(mx.cpu())
 
     def step(self, images: mx.nd.NDArray, labels: mx.nd.NDArray) -> float:
         cfg = self.cfg
@@ -191,7 +191,7 @@ class Worker:
     def validate(self) -> dict:
         totals = np.zeros(4)
         for images, labels in self.val:
-            logits = self.net(images)
+            logits = self.net(images.as_in_context(mx.cpu()))
             labels_np = labels.asnumpy()
             top = np.argsort(-logits.asnumpy(), axis=1)[:, :5]
             totals += (np.sum(top[:, 0] == labels_np), np.sum(np.any(top == labels_np[:, None], axis=1)),
