@@ -9,11 +9,17 @@ import slurm
 from prerequisites import require
 
 
-def pytest_collection_modifyitems(items) -> None:
-    """Every test that uses the cluster carries the `slurm` marker (`-m "not slurm"` deselects them)."""
+def pytest_collection_modifyitems(config, items) -> None:
+    """Every test that uses the cluster carries the `slurm` marker (`-m "not slurm"` deselects them).
+    Tests marked `apptainer` run only when `-m` names them: Apptainer cannot be installed here."""
     for item in items:
         if "slurm_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slurm)
+    if "apptainer" not in (config.option.markexpr or ""):
+        deselected = [item for item in items if item.get_closest_marker("apptainer")]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = [item for item in items if not item.get_closest_marker("apptainer")]
 
 
 @pytest.fixture(scope="session")
