@@ -35,7 +35,8 @@ WORKERS = 2
 PYTHONS = {"tensorflow": os.path.join(ROOT, ".venv-tf", "bin", "python"),
            "mxnet": os.path.join(ROOT, ".venv-mx", "bin", "python"), "torch": sys.executable}
 ROWS = dict(FRAMEWORKS, **TASK_PER_WORKER)
-MODES = ("ddp", "tf-allreduce", "torch-ps-sync", "mx-ps-sync", "tf-ps-async", "torch-ps-async", "mx-ps-async")
+MODES = ("ddp", "tf-allreduce", "mx-allreduce", "torch-ps-sync", "mx-ps-sync", "tf-ps-async", "torch-ps-async",
+         "mx-ps-async")
 # Seed 003's published ratios, and the pair of our modes each compares (numerator is the slower one's
 # time, i.e. faster images/s over slower images/s). TensorFlow has no synchronous parameter server.
 SEED_RATIOS = (

@@ -18,7 +18,7 @@ import os
 import platform
 import socket
 import time
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional
 
 import mxnet as mx
 import numpy as np
