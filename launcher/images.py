@@ -23,10 +23,11 @@ from launcher.atomic import write_atomic
 from launcher.errors import DlaunchError
 from launcher.imagepaths import REPO, default_image, image_reference, images_dir, site_arch, stack_of
 from launcher.sites import available_sites, load_site, resolve_site
-from train.config import FRAMEWORKS
+from train.framework_table import image_frameworks
 
 CONTAINERS = REPO / "containers"
 LOCK_PATH = CONTAINERS / "versions.toml"
+FRAMEWORKS = image_frameworks("torch")  # images exist for the torch trainer's frameworks only
 PIP_GROUPS = ("common",) + FRAMEWORKS
 LABEL_PREFIX = "org.dlaunch."
 PIN_LABEL_PREFIX = LABEL_PREFIX + "pin."

@@ -47,7 +47,7 @@ from launcher.analysis import Run, load_runs, rich_table
 from launcher.errors import DlaunchError
 from launcher.perfmodel_nccl import DEFAULT_INTRA_NODE_GBPS, RING_PLATEAU, Machine, straggler_factor
 from launcher.sites import Site, resolve_site
-from train.config import FRAMEWORKS
+from train.framework_table import image_frameworks
 
 # Parameter counts in millions (torchvision ResNets; ResNet-44 is the CIFAR 6n+2 net).
 MODEL_PARAMS_M: Dict[str, float] = {
@@ -155,7 +155,7 @@ def messages(workload: Workload) -> List[Message]:
         if workload.zero_stage in (1, 2):
             return [Message("reduce_scatter", total, 1.0), Message("all_gather", total, 1.0)]
         raise ValueError("ZeRO stage %r is not modelled (0, 1, 2)" % workload.zero_stage)
-    raise ValueError("unknown framework %r (known: %s)" % (workload.framework, ", ".join(FRAMEWORKS)))
+    raise ValueError("unknown framework %r (known: %s)" % (workload.framework, ", ".join(MODELLED)))
 
 
 def network_timeline(workload: Workload, machine: Machine, gpus: int) -> Tuple[float, float, str]:
@@ -589,7 +589,8 @@ def _from_runs(paths: Sequence[Path], profile: Site,
     return reference.key.model, workload_of_run(reference), machine, "measured in %s" % reference.path, left_out
 
 
-Framework = Annotated[Literal[FRAMEWORKS], typer.Option(help="Framework: how gradients travel (DDP buckets, Horovod fusion, DeepSpeed ZeRO).")]
+MODELLED = image_frameworks("torch")  # DDP buckets, Horovod fusion, DeepSpeed ZeRO
+Framework = Annotated[Literal[MODELLED], typer.Option(help="Framework: how gradients travel (DDP buckets, Horovod fusion, DeepSpeed ZeRO).")]
 
 
 def predict_command(

@@ -235,3 +235,26 @@ def test_every_shipped_profile_renders_for_every_framework_and_passes_bash_n():
             nodes = None if site.scheduler.kind == "local" else max(2, site.partition(None).min_nodes)
             request = LaunchRequest(site=name, framework=framework, nodes=nodes, account="proj42", experiment="exp")
             subprocess.run(["bash", "-n"], input=script_for(site, request), text=True, check=True)
+
+
+# -- task-per-worker engines ------------------------------------------------------------------------
+
+def test_parameter_server_job_places_coordinator_servers_and_workers():
+    """2 nodes x (1 worker + 1 server) + 1 coordinator = 5 tasks that Slurm places; the engine's own
+    interpreter; every task learns the hosts and the port base from the batch script."""
+    data = shipped("generic-slurm").model_dump()
+    data.update(container={"kind": "none"}, gpus_per_node=1, interpreters={"mxnet": "/opt/mx/bin/python"})
+    site = Site.model_validate(data)
+    script = script_for(site, LaunchRequest(site="generic-slurm", framework="mx-ps-async", **REQUEST))
+    assert "#SBATCH --ntasks=5" in script and "--ntasks-per-node" not in script
+    assert 'DLAUNCH_HOSTS="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)"' in script
+    assert "srun --ntasks=5 --kill-on-bad-exit=1 \\\n  /opt/mx/bin/python -m train.mx \\\n  --framework mx-ps-async" in script
+    allreduce = script_for(site, LaunchRequest(site="generic-slurm", framework="tf-allreduce", **REQUEST))
+    assert "#SBATCH --ntasks-per-node=1" in allreduce and "python -m train.tf" in allreduce
+
+
+def test_engine_modes_that_cannot_run_are_refused_with_the_reason(capsys):
+    assert main(["run", "--site", "generic-slurm", "--framework", "tf-ps-sync", "--nodes", "2", "--dry-run"]) == 2
+    assert "dlaunch: error: --framework tf-ps-sync: TensorFlow 2's ParameterServerStrategy is asynchronous only" in capsys.readouterr().err
+    assert main(["run", "--site", "local", "--framework", "mx-ps-sync", "--dry-run"]) == 2
+    assert "run it on a Slurm site" in capsys.readouterr().err

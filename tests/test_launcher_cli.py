@@ -13,6 +13,7 @@ from launcher.cli import main
 from launcher.errors import SchedulerError
 from launcher.schedulers.slurm import Slurm
 from test_launcher_fakes import install_fakes, read_args
+from train.framework_table import FRAMEWORKS
 from train.metrics_schema import make_record
 
 JUWELS = ["--site", "juwels", "--nodes", "2", "--account", "proj42", "--experiment", "exp"]
@@ -294,7 +295,7 @@ def test_install_completion_for_bash_and_complete_through_bash(fake_slurm):
     assert "source '%s/.bash_completions/dlaunch.sh'" % home in (home / ".bashrc").read_text()
     (fake_slurm / "runs" / "exp" / "r1").mkdir(parents=True)
     (fake_slurm / "runs" / "exp" / "r1" / "plan.json").write_text("{}")
-    assert bash_complete('dlaunch run --framework ""', fake_slurm, home) == ["ddp", "horovod", "deepspeed"]
+    assert bash_complete('dlaunch run --framework ""', fake_slurm, home) == list(FRAMEWORKS)
     assert bash_complete("dlaunch --site jure", fake_slurm, home) == ["jureca", "jureca-dc"]  # no sub-command = run
     assert bash_complete("dlaunch watch runs/", fake_slurm, home) == ["runs/exp", "runs/exp/r1"]
     assert bash_complete("dlaunch wa", fake_slurm, home) == ["watch"]

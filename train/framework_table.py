@@ -83,10 +83,8 @@ _TASK_ROWS = (
                   "PyTorch parameter server (torch.distributed.rpc): task 0 the server, asynchronous workers",
                   entry="train.frameworks.torch_ps", architecture="parameter-server", coordinators=1, synchronous=False),
 )
-# The launcher and the image renderer read FRAMEWORKS. The task-per-worker rows join it once
-# launcher/launchers.py has the task-per-worker style and launcher/images.py renders images per
-# engine (requests-engines.md); until then they are in TASK_PER_WORKER, which their trainers read.
-FRAMEWORKS: Dict[str, FrameworkInfo] = {row.name: row for row in _ROWS}
+# Every row; TASK_PER_WORKER: the rows the task-per-worker trainers (train/engines.py) read.
+FRAMEWORKS: Dict[str, FrameworkInfo] = {row.name: row for row in _ROWS + _TASK_ROWS}
 TASK_PER_WORKER: Dict[str, FrameworkInfo] = {row.name: row for row in _TASK_ROWS}
 NAMES: Tuple[str, ...] = tuple(FRAMEWORKS)
 

@@ -37,7 +37,8 @@ from train.config import (EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_DIVERGED, EXIT_IN
 from train.data import build_loaders
 from train.energy import EnergyMeter, Figure
 from train.frameworks.base import DistInfo, Framework
-from train.metrics import MetricsWriter, git_revision, library_versions, print_summary, run_id
+from train.metrics import library_versions
+from train.metrics_core import MetricsWriter, git_revision, print_summary, run_id
 from train.metrics_schema import energy_total, is_number
 from train.models import build_model
 from train.profiling import StepProfiler
