@@ -28,6 +28,7 @@ class JobSpec:
     run_dir: str
     requeue: bool
     extra_tasks: int = 0  # tasks beyond tasks_per_node on every node (coordinators; the scheduler places them)
+    overcommit: bool = False  # more tasks than CPUs on a node
 
     @property
     def tasks(self) -> int:

@@ -42,6 +42,7 @@ class LaunchSpec:
     whole_node: bool  # one task owns its node's CPUs (not bound)
     launch_prefix: Tuple[str, ...]  # the program and its arguments in front of the trainer's
     extra_tasks: int = 0  # tasks beyond tasks_per_node x nodes (coordinators), placed by the scheduler
+    overcommit: bool = False  # more tasks than CPUs on a node (light server and coordinator tasks share)
 
 
 def rendezvous_prelude(site: Site, scheduler: Scheduler) -> Tuple[PreludeItem, ...]:
@@ -134,6 +135,7 @@ class TaskPerWorker(LaunchStyle):
             whole_node=False,
             launch_prefix=(python, "-m", info.entry),
             extra_tasks=info.coordinators,
+            overcommit=slots > site.cpus_per_node,
         )
 
 

@@ -17,6 +17,8 @@ from launcher.schedulers import scheduler_for
 from launcher.schema import BIND_PATH, format_time, parse_time
 from launcher.sites import Site
 from train.config import ConfigError, parse_config
+from train.engines import check_engine_flags
+from train.framework_table import FRAMEWORKS as FRAMEWORK_TABLE
 
 SIGNAL_LEAD_S = 120  # seconds before the time limit at which the job is told to checkpoint (Slurm)
 BINDABLE = re.compile(BIND_PATH)
@@ -143,7 +145,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     requeue = site.requeue if request.requeue is None else request.requeue
     job = JobSpec(name=experiment, nodes=nodes, tasks_per_node=spec.tasks_per_node, cpus_per_task=spec.cpus_per_task,
                   gpus_per_node=nproc, seconds=seconds, queue=queue, account=account, run_dir=run_dir, requeue=requeue,
-                  extra_tasks=spec.extra_tasks)
+                  extra_tasks=spec.extra_tasks, overcommit=spec.overcommit)
     container_options: Tuple[str, ...] = ()
     container_prefix: Tuple[str, ...] = ()
     if runtime.kind != "none":
@@ -168,10 +170,12 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         ("DLAUNCH_RUN_DIR", run_dir),
         ("DLAUNCH_PARENT_RUN", environ.get("DLAUNCH_PARENT_RUN")),  # set by `dlaunch rerun`
     ) if value)
+    engine = FRAMEWORK_TABLE[request.framework].engine
+    checkpoints = engine == "torch"  # the TensorFlow and MXNet trainers keep none
     trainer_argv = ("--framework", request.framework) + trainer_arguments(request) + (
         "--metrics", os.path.join(run_dir, "metrics.jsonl"),
-        "--checkpoint-dir", os.path.join(run_dir, "checkpoints"),
-    ) + (("--resume",) if request.resume else ())
+    ) + (("--checkpoint-dir", os.path.join(run_dir, "checkpoints")) if checkpoints else ()) + (
+        ("--resume",) if request.resume and checkpoints else ())
     # The trainer's own checks (torch-free), so that no job is submitted only to exit 2; the data folder
     # too where this machine sees it (a node-local path is checked on the nodes only).
     data_here = data not in (None, "synthetic") and os.path.exists(data)
@@ -180,7 +184,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
             raise DlaunchError("--data: %s does not exist" % data)
         warnings += ("--data %s is not visible here; it is checked on the nodes only" % data,)
     try:
-        parse_config(list(trainer_argv), check_paths=data_here)
+        check_engine_flags(parse_config(list(trainer_argv), check_paths=data_here), engine)
     except ConfigError as e:
         raise DlaunchError("trainer options: %s" % e) from None
     return LaunchPlan(

@@ -11,7 +11,6 @@ from launcher.rundir import display_path
 from launcher.runtimes import NoContainer
 from launcher.runtimes import config_union as runtime_configs
 from launcher.schedulers import config_union as scheduler_configs
-from launcher.schema import SAFE_NAME, parse_time  # noqa: F401 (study files use them through this module)
 from launcher.schema import HOST_SUFFIX, AbsPath, EnvName, ModuleName, Partition, SafeName, StrictModel
 
 SHIPPED_SITES_DIR = Path(__file__).resolve().parents[1] / "sites"

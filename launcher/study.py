@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from launcher.errors import DlaunchError
 from launcher.request import FRAMEWORKS, LaunchRequest, check_trainer_value
 from launcher.rundir import RunDir, display_path, find_runs
-from launcher.sites import SAFE_NAME, load_toml, parse_time
+from launcher.schema import SAFE_NAME, parse_time
+from launcher.sites import load_toml
 from train.config import MODELS, SCHEDULES
 
 PUBLISHED_DIR = Path(__file__).resolve().parents[1] / "data" / "published"

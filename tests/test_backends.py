@@ -249,8 +249,13 @@ def test_parameter_server_job_places_coordinator_servers_and_workers():
     assert "#SBATCH --ntasks=5" in script and "--ntasks-per-node" not in script
     assert 'DLAUNCH_HOSTS="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)"' in script
     assert "srun --ntasks=5 --kill-on-bad-exit=1 \\\n  /opt/mx/bin/python -m train.mx \\\n  --framework mx-ps-async" in script
+    assert "--checkpoint-dir" not in script and "--overcommit" not in script  # no checkpoints; 32 cores per node
     allreduce = script_for(site, LaunchRequest(site="generic-slurm", framework="tf-allreduce", **REQUEST))
     assert "#SBATCH --ntasks-per-node=1" in allreduce and "python -m train.tf" in allreduce
+    small = Site.model_validate(dict(data, cores_per_node=2))  # 2 x (1 + 1) + 1 tasks on 2-CPU nodes
+    assert script_for(small, LaunchRequest(site="generic-slurm", framework="mx-ps-sync", **REQUEST)).count("--overcommit") == 2
+    with pytest.raises(DlaunchError, match="--amp bf16: not supported by the tensorflow trainer"):
+        plan_for(site, LaunchRequest(site="generic-slurm", framework="tf-allreduce", **dict(REQUEST, trainer=(("amp", "bf16"),))))
 
 
 def test_engine_modes_that_cannot_run_are_refused_with_the_reason(capsys):

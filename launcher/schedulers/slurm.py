@@ -69,6 +69,7 @@ class Slurm(Scheduler):
             "--nodes=%d" % job.nodes,
             # Coordinator tasks make the count uneven: Slurm places --ntasks over the nodes.
             "--ntasks-per-node=%d" % job.tasks_per_node if not job.extra_tasks else "--ntasks=%d" % job.tasks,
+            *(("--overcommit",) if job.overcommit else ()),
             "--cpus-per-task=%d" % job.cpus_per_task,
             *(("--partition=%s" % queue.slurm_partition,) if queue.slurm_partition else ()),
             *(("--qos=%s" % queue.qos,) if queue.qos else ()),
@@ -96,7 +97,7 @@ class Slurm(Scheduler):
         if mpi and not cfg.mpi_plugin:
             raise SchedulerError("no [scheduler] mpi_plugin for srun --mpi (an MPI-launched framework needs one)")
         tasks = "--ntasks-per-node=%d" % job.tasks_per_node if not job.extra_tasks else "--ntasks=%d" % job.tasks
-        return ("srun", tasks,
+        return ("srun", tasks, *(("--overcommit",) if job.overcommit else ()),
                 *(("--cpu-bind=none",) if whole_node else ()),
                 *(("--mpi=%s" % cfg.mpi_plugin,) if mpi else ()),
                 KILL_ON_BAD_EXIT, *cfg.step_options, *options)
