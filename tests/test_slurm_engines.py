@@ -33,8 +33,15 @@ def engines_site(slurm_cluster: slurm.Cluster, tmp_path_factory) -> Path:
                                       extra={"interpreters": INTERPRETERS})
 
 
+@pytest.fixture(scope="module")
+def runs_home(tmp_path_factory) -> Path:
+    """Where every mode's run goes (runs/engines/<mode>), so that one report covers them all."""
+    return tmp_path_factory.mktemp("engines")
+
+
 @pytest.mark.parametrize("mode", RUNNABLE)
-def test_mode_completes_on_two_nodes(mode, two_nodes, engines_site, tmp_path):
+def test_mode_completes_on_two_nodes(mode, two_nodes, engines_site, runs_home):
+    tmp_path = runs_home
     ran = dlaunch(two_nodes, tmp_path, "run", "--site", str(engines_site), "--experiment", "engines", "--run-name", mode,
                   "--time", "00:10:00", "--framework", mode, "--nodes", "2", *ARGS)
     assert ran.returncode == 0, ran.stderr
@@ -58,3 +65,14 @@ def test_refused_mode_exits_2_with_its_reason_and_submits_nothing(mode, slurm_cl
                   "--framework", mode, "--nodes", "2", *ARGS)
     assert ran.returncode == 2 and ROWS[mode].refused.split(" (")[0] in ran.stderr, ran.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("job_id"))
+
+
+def test_report_draws_every_engine_side_by_side(slurm_cluster, runs_home):
+    """`dlaunch report` over the runs above: one group per engine mode in the tables and the plots."""
+    missing = [mode for mode in RUNNABLE if not (runs_home / "runs" / "engines" / mode / "metrics.jsonl").exists()]
+    assert not missing, "runs of the test above are missing: %s" % missing
+    ran = dlaunch(slurm_cluster, runs_home, "report", "runs/engines", "--output", "report")
+    assert ran.returncode == 0, ran.stderr
+    text = (runs_home / "report" / "report.md").read_text()
+    assert all(mode in text for mode in RUNNABLE), text
+    assert list((runs_home / "report").glob("*.png"))
