@@ -258,8 +258,14 @@ def test_parameter_server_job_places_coordinator_servers_and_workers():
         plan_for(site, LaunchRequest(site="generic-slurm", framework="tf-allreduce", **dict(REQUEST, trainer=(("amp", "bf16"),))))
 
 
-def test_engine_modes_that_cannot_run_are_refused_with_the_reason(capsys):
-    assert main(["run", "--site", "generic-slurm", "--framework", "tf-ps-sync", "--nodes", "2", "--dry-run"]) == 2
-    assert "dlaunch: error: --framework tf-ps-sync: TensorFlow 2's ParameterServerStrategy is asynchronous only" in capsys.readouterr().err
+def test_engine_modes_that_cannot_run_are_refused_with_the_reason(capsys, monkeypatch):
+    import dataclasses
+
+    from train.framework_table import FRAMEWORKS
+
+    row = dataclasses.replace(FRAMEWORKS["mx-allreduce"], refused="Horovod does not build against this MXNet")
+    monkeypatch.setitem(FRAMEWORKS, "mx-allreduce", row)  # a row as the table marks a combination that cannot run
+    assert main(["run", "--site", "generic-slurm", "--framework", "mx-allreduce", "--nodes", "2", "--dry-run"]) == 2
+    assert "dlaunch: error: --framework mx-allreduce: Horovod does not build against this MXNet" in capsys.readouterr().err
     assert main(["run", "--site", "local", "--framework", "mx-ps-sync", "--dry-run"]) == 2
     assert "run it on a Slurm site" in capsys.readouterr().err

@@ -17,7 +17,6 @@ REPO = Path(__file__).resolve().parent.parent
 INTERPRETERS = {"tensorflow": str(REPO / ".venv-tf" / "bin" / "python"), "mxnet": str(REPO / ".venv-mx" / "bin" / "python")}
 ROWS = dict(TASK_PER_WORKER, **FRAMEWORKS)
 RUNNABLE = [name for name, row in ROWS.items() if row.launch == "task-per-worker" and not row.refused]
-REFUSED = [name for name, row in ROWS.items() if row.launch == "task-per-worker" and row.refused]
 # ResNet-44 at 32 px, batch 4 per worker, one thread per task.
 ARGS = ["--model", "resnet44", "--image-size", "32", "--num-classes", "10", "--batch-size", "4", "--threads", "1",
         "--device", "cpu", "--data", "synthetic", "--workers", "1", "--warmup-steps", "1", "--steps-per-epoch", "2",
@@ -57,14 +56,6 @@ def test_mode_completes_on_two_nodes(mode, two_nodes, engines_site, runs_home):
     settings = metrics.header["framework_settings"]
     assert settings["engine"] == row.engine and settings["asynchronous"] is (not row.synchronous)
     assert "staleness_bound" in settings
-
-
-@pytest.mark.parametrize("mode", REFUSED)
-def test_refused_mode_exits_2_with_its_reason_and_submits_nothing(mode, slurm_cluster, engines_site, tmp_path):
-    ran = dlaunch(slurm_cluster, tmp_path, "run", "--site", str(engines_site), "--experiment", "engines",
-                  "--framework", mode, "--nodes", "2", *ARGS)
-    assert ran.returncode == 2 and ROWS[mode].refused.split(" (")[0] in ran.stderr, ran.stderr
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("job_id"))
 
 
 def test_report_draws_every_engine_side_by_side(slurm_cluster, runs_home):

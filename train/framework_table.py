@@ -60,10 +60,10 @@ _TASK_ROWS = (
                   "TensorFlow ParameterServerStrategy: chief, one server per node, asynchronous workers",
                   entry="train.tf", synchronous=False, writer="coordinator", **_PS),
     FrameworkInfo("tf-ps-sync", "tensorflow", "train.tf.trainer:ParameterServerTrainer", "task-per-worker",
-                  "tensorflow", "tensorflow", _TF_HINT, "TensorFlow synchronous parameter server",
-                  entry="train.tf", writer="coordinator",
-                  refused="TensorFlow 2's ParameterServerStrategy is asynchronous only (synchronous replicas, "
-                          "SyncReplicasOptimizer, were TensorFlow 1 and are not in the TF2 API)", **_PS),
+                  "tensorflow", "tensorflow", _TF_HINT,
+                  "TensorFlow ParameterServerStrategy, synchronous: the chief averages one gradient per worker "
+                  "and applies it to the servers' variables (TF2 has no SyncReplicasOptimizer)",
+                  entry="train.tf", writer="coordinator", **_PS),
     FrameworkInfo("mx-ps-sync", "mxnet", "train.mx.trainer:Worker", "task-per-worker", "mxnet", "mxnet", _MX_HINT,
                   "MXNet key-value store dist_sync: scheduler, one server per node, synchronous workers",
                   entry="train.mx", **_PS),

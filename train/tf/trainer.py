@@ -1,5 +1,5 @@
 """The TensorFlow training loops: MultiWorkerMirroredStrategy (`tf-allreduce`) and ParameterServerStrategy
-(`tf-ps-async`), custom loops so that the LR follows train/schedule.py per step and stop signals are
+(`tf-ps-async`; `tf-ps-sync`: the chief averages one gradient per worker and applies it), custom loops so that the LR follows train/schedule.py per step and stop signals are
 checked as in the PyTorch trainer.
 
 SGD with momentum is Keras's (velocity = momentum * velocity - lr * gradient) with the optimizer's rate
@@ -273,6 +273,10 @@ class ParameterServerTrainer(_Trainer):
 
         self.iterator = iter(self.coordinator.create_per_worker_dataset(per_worker_dataset))
         self.val = data.val_dataset(cfg, 0, 1)
+        if mode.synchronous:  # SGD momentum buffers of the chief's updates, on the servers beside the variables
+            with self.strategy.scope():
+                self.velocity = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False)
+                                 for v in self.step.model.trainable_variables]
 
     @tf.function
     def remote_step(self, iterator: Any, lr: tf.Tensor) -> tf.Tensor:
@@ -280,8 +284,48 @@ class ParameterServerTrainer(_Trainer):
         losses = self.strategy.run(self.step.replica, args=(images, labels, lr))
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
+    @tf.function
+    def remote_gradients(self, iterator: Any) -> Any:
+        """One worker's batch: its mean loss and gradients, sent back to the chief (synchronous mode)."""
+        images, labels = next(iterator)
+        step = self.step
+
+        def replica(images: tf.Tensor, labels: tf.Tensor) -> Any:
+            with tf.GradientTape() as tape:
+                logits = step.model(images, training=True)
+                per_image = step.loss(tf.one_hot(labels, self.cfg.num_classes), logits)
+                loss = tf.nn.compute_average_loss(per_image, global_batch_size=self.cfg.batch_size)
+            return loss, tape.gradient(loss, step.model.trainable_variables)
+
+        loss, grads = self.strategy.run(replica, args=(images, labels))
+        reduce = lambda value: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)  # noqa: E731
+        return reduce(loss), [reduce(g) for g in grads]
+
+    def synchronous_rounds(self, count: int) -> List[float]:
+        """`count` updates, each with the mean gradient of one batch per worker: the chief waits for every
+        worker's gradients, then applies their mean to the servers' variables (staleness 0)."""
+        losses = []
+        variables = self.step.model.trainable_variables
+        for r in range(count):
+            lr = self.schedule(self.global_step + r)
+            results = [self.coordinator.schedule(self.remote_gradients, args=(self.iterator,)) for _ in range(self.workers)]
+            self.coordinator.join()
+            fetched = [result.fetch() for result in results]
+            losses.append(sum(float(loss) for loss, _ in fetched) / self.workers)
+            mean = [sum(grads[i] for _, grads in fetched) / self.workers for i in range(len(variables))]
+            update = [lr * (g + self.cfg.weight_decay * v if v.ref() in self.step.decayed else g)
+                      for g, v in zip(mean, variables)]
+            # Keras's SGD, applied from the chief (its apply_gradients needs a replica context, which the
+            # chief has not): velocity = momentum x velocity - update; variable += velocity.
+            for variable, velocity, step in zip(variables, self.velocity, update):
+                velocity.assign(self.cfg.momentum * velocity - step)
+                variable.assign_add(velocity)
+        return losses
+
     def rounds(self, count: int) -> List[float]:
         """Schedule `count` rounds (one update per worker each) and wait for all; their losses."""
+        if self.mode.synchronous:
+            return self.synchronous_rounds(count)
         results = []
         for r in range(count):
             lr = tf.constant(self.schedule(self.global_step + r), tf.float32)
@@ -291,10 +335,14 @@ class ParameterServerTrainer(_Trainer):
         return [float(r.fetch()) for r in results]
 
     def run(self) -> int:
-        self.header({"strategy": "ParameterServerStrategy", "staleness_bound": None,
-                     "staleness": "unbounded: each step reads the servers' current variables and applies its "
-                                  "gradients without waiting for other workers",
-                     "servers": len(self.layout.ids(SERVER)), "chief_joins_every_rounds": STOP_CHECK_STEPS},
+        if self.mode.synchronous:
+            staleness = {"staleness_bound": 0, "staleness": "none: every update is the mean gradient of one batch "
+                         "per worker, all computed on the same variables (the chief waits for all, then applies)"}
+        else:
+            staleness = {"staleness_bound": None, "staleness": "unbounded: each step reads the servers' current "
+                         "variables and applies its gradients without waiting for other workers",
+                         "chief_joins_every_rounds": STOP_CHECK_STEPS}
+        self.header(dict({"strategy": "ParameterServerStrategy", "servers": len(self.layout.ids(SERVER))}, **staleness),
                     data_wait="not observable on the chief: the workers read their data (recorded as 0)")
         status = "ok"
         for epoch in range(self.epochs):
