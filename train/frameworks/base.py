@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, ContextManager, Dict, Iterable, List, Tuple
 
 import torch
+import torch.distributed as dist
 
 
 @dataclass(frozen=True)
@@ -118,3 +119,31 @@ class Framework:
 
     def shutdown(self) -> None:
         """Tear down the process group; safe to call after a failure."""
+
+
+class ProcessGroupFramework(Framework):
+    """The loop's collectives over torch.distributed's default process group of `world_size` ranks, and
+    the optimizer's parameter groups (DDP, DeepSpeed, the PyTorch parameter server's workers)."""
+
+    world_size = 1
+    optimizer: Any = None
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.all_reduce_sum(tensor).div_(self.world_size)
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        result = tensor.clone()
+        dist.all_reduce(result)
+        return result
+
+    def all_gather_object(self, obj: Any) -> list:
+        gathered = [None] * self.world_size
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
+    def barrier(self) -> None:
+        dist.barrier()

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from train.config import ConfigError
-from train.frameworks.base import DistInfo, Framework
+from train.frameworks.base import DistInfo, ProcessGroupFramework
 
 
 def resolve_device(cfg: Any, local_rank: int) -> torch.device:
@@ -34,7 +34,7 @@ def _cuda_grad_scaler() -> Any:
     return torch.cuda.amp.GradScaler()
 
 
-class DDP(Framework):
+class DDP(ProcessGroupFramework):
     name = "ddp"
 
     def __init__(self) -> None:
@@ -98,26 +98,6 @@ class DDP(Framework):
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
-
-    def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.all_reduce_sum(tensor).div_(self.world_size)
-
-    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        result = tensor.clone()
-        dist.all_reduce(result)
-        return result
-
-    def all_gather_object(self, obj: Any) -> list:
-        gathered = [None] * self.world_size
-        dist.all_gather_object(gathered, obj)
-        return gathered
-
-    def barrier(self) -> None:
-        dist.barrier()
 
     def state_dict(self) -> Dict[str, Any]:
         state = {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}

@@ -29,7 +29,7 @@ import torch.distributed.rpc as rpc
 
 from train.config import EXIT_BAD_INPUT, ConfigError
 from train.engines import COORDINATOR, engine_config, engine_mode, mode_settings, task_layout
-from train.frameworks.base import DistInfo, Framework
+from train.frameworks.base import DistInfo, ProcessGroupFramework
 
 SERVER_NAME = "ps"
 RPC_TIMEOUT_S = 600.0
@@ -97,7 +97,7 @@ def _load(parameters: List[torch.Tensor]) -> None:
             p.data.copy_(value)
 
 
-class TorchParameterServer(Framework):
+class TorchParameterServer(ProcessGroupFramework):
     name = "torch-ps"
     synchronous = True
 
@@ -106,14 +106,14 @@ class TorchParameterServer(Framework):
         self.optimizer: Any = None
         self.params: List[torch.nn.Parameter] = []
         self.version = 0
-        self.workers = 1
+        self.world_size = 1
 
     def init(self, cfg: Any) -> DistInfo:
         mode = engine_mode(cfg.framework, "torch")
         layout = task_layout(os.environ, mode.coordinators, mode.servers_per_node)
         torch.set_num_threads(layout.threads(cfg.threads))
         server = layout.ids(COORDINATOR)[0]
-        self.workers = layout.num_workers
+        self.world_size = layout.num_workers
         options = rpc.TensorPipeRpcBackendOptions(
             init_method="tcp://%s:%d" % (layout.hosts[server], layout.ports[server]), rpc_timeout=RPC_TIMEOUT_S)
         if layout.role == COORDINATOR:
@@ -123,9 +123,9 @@ class TorchParameterServer(Framework):
         rpc.init_rpc("worker%d" % worker, rank=layout.task, world_size=len(layout.hosts), rpc_backend_options=options)
         first = layout.ids("worker")[0]
         dist.init_process_group("gloo", init_method="tcp://%s:%d" % (layout.hosts[first], layout.ports[first]),
-                                rank=worker, world_size=self.workers)
+                                rank=worker, world_size=self.world_size)
         local = [t for t in layout.ids("worker") if layout.hosts[t] == layout.hosts[layout.task]]
-        return DistInfo(worker, self.workers, local.index(layout.task), len(local), torch.device("cpu"))
+        return DistInfo(worker, self.world_size, local.index(layout.task), len(local), torch.device("cpu"))
 
     def serve(self, cfg: Any, task: int, world_size: int, options: Any) -> None:
         """The server's whole life: build the model as the workers do, answer until they shut down."""
@@ -134,13 +134,13 @@ class TorchParameterServer(Framework):
         from train.models import build_model
         torch.manual_seed(cfg.seed)
         model = build_model(cfg.model, cfg.num_classes)
-        _server = ParameterServer(list(model.parameters()), build_optimizer(model, cfg), self.workers,
+        _server = ParameterServer(list(model.parameters()), build_optimizer(model, cfg), self.world_size,
                                   self.synchronous)
         rpc.init_rpc(SERVER_NAME, rank=task, world_size=world_size, rpc_backend_options=options)
         rpc.shutdown()  # waits for every worker's shutdown
 
     def batches_per_update(self, cfg: Any) -> Any:
-        return 1 if self.synchronous else 1.0 / self.workers
+        return 1 if self.synchronous else 1.0 / self.world_size
 
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any):
         self.model, self.optimizer = model, optimizer
@@ -161,26 +161,6 @@ class TorchParameterServer(Framework):
 
     def zero_grad(self) -> None:
         self.model.zero_grad(set_to_none=True)
-
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
-
-    def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.all_reduce_sum(tensor).div_(self.workers)
-
-    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        result = tensor.clone()
-        dist.all_reduce(result)
-        return result
-
-    def all_gather_object(self, obj: Any) -> list:
-        gathered = [None] * self.workers
-        dist.all_gather_object(gathered, obj)
-        return gathered
-
-    def barrier(self) -> None:
-        dist.barrier()
 
     def state_dict(self) -> Dict[str, Any]:
         return {"model": self.model.state_dict()}
