@@ -19,6 +19,7 @@ numbered node by node (srun's default block distribution). Each task's port is
 `DLAUNCH_ENGINE_PORT` (default `MASTER_PORT` + 1, else 29600) + its index on its node.
 Torch-free, stdlib-only.
 """
+import math
 import os
 import re
 import subprocess
@@ -213,6 +214,29 @@ def check_engine_flags(cfg: TrainConfig, engine: str) -> None:
             raise ConfigError("%s: not supported by the %s trainer (CPU, no checkpoints, no profiler)" % (flag, engine))
     if cfg.model not in ("resnet44", "resnet50"):
         raise ConfigError("--model %s: the %s trainer has resnet44 and resnet50" % (cfg.model, engine))
+
+
+class NonfiniteStreak:
+    """Consecutive non-finite losses; the run diverged once `--max-nonfinite-steps` of them came in a row."""
+
+    def __init__(self) -> None:
+        self.current = self.longest = 0
+
+    def count(self, loss: float) -> None:
+        self.current = 0 if math.isfinite(loss) else self.current + 1
+        self.longest = max(self.longest, self.current)
+
+    def diverged(self, cfg: TrainConfig) -> bool:
+        return self.longest >= cfg.max_nonfinite_steps
+
+
+def end_reason(status: str, cfg: TrainConfig, step: int, trainer: str) -> Optional[str]:
+    """The end record's reason of a run that did not end `ok` (these trainers keep no checkpoints)."""
+    if status == "diverged":
+        return "the loss was not finite for %d consecutive steps (by step %d)" % (cfg.max_nonfinite_steps, step)
+    if status in ("interrupted", "cancelled"):
+        return "stopped by a signal at step %d; the %s trainer writes no checkpoint" % (step, trainer)
+    return None
 
 
 def folder_files(root: str, split: str) -> Tuple[List[str], List[int]]:

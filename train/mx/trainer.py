@@ -25,7 +25,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from train.config import EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, TrainConfig
-from train.engines import TaskLayout, folder_files, mode_settings
+from train.engines import NonfiniteStreak, TaskLayout, end_reason, folder_files, mode_settings
 from train.framework_table import FrameworkInfo
 from train.metrics_core import RunRecorder
 from train.mx.models import build_model
@@ -166,7 +166,7 @@ class Worker:
         self.loss = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=False)
         self.recorder = RunRecorder(cfg, argv, "python -m train.mx", self.rank == 0)
         self.global_step = self.session_steps = 0
-        self.nonfinite_streak = self.nonfinite_longest = 0
+        self.nonfinite = NonfiniteStreak()
 
     def batches(self, epoch: int):
         if self.train is None:
@@ -210,7 +210,7 @@ class Worker:
         usr1, term = self.signals.flags()
         if self.hvd:
             usr1, term = self.hvd.allreduce(mx.nd.array([usr1, term]), average=False, name="stop").asnumpy()
-        if self.nonfinite_longest >= self.cfg.max_nonfinite_steps:
+        if self.nonfinite.diverged(self.cfg):
             return "diverged"
         if term > 0:
             return "cancelled"
@@ -244,13 +244,7 @@ class Worker:
             status = self.train_epoch(epoch) or "ok"
             if status != "ok":
                 break
-        reason = None
-        if status == "diverged":
-            reason = "the loss was not finite for %d consecutive steps (by step %d)" % (
-                cfg.max_nonfinite_steps, self.global_step)
-        elif status != "ok":
-            reason = "stopped by a signal at step %d; the MXNet trainer writes no checkpoint" % self.global_step
-        self.recorder.end(status, reason, [param_digest(self.net)] if status != "diverged" else None)
+        self.recorder.end(status, end_reason(status, cfg, self.global_step, "MXNet"), [param_digest(self.net)] if status != "diverged" else None)
         self.barrier()
         return EXIT_CODES[status]
 
@@ -268,8 +262,7 @@ class Worker:
             images, labels = next(batches)
             data_wait += time.perf_counter() - requested
             loss = self.step(images, labels)
-            self.nonfinite_streak = 0 if np.isfinite(loss) else self.nonfinite_streak + 1
-            self.nonfinite_longest = max(self.nonfinite_longest, self.nonfinite_streak)
+            self.nonfinite.count(loss)
             loss_sum += loss
             steps += 1
             measured += int(window_start is not None)

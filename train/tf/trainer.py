@@ -24,7 +24,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from train.config import EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, TrainConfig
-from train.engines import COORDINATOR, SERVER, WORKER, TaskLayout, mode_settings
+from train.engines import COORDINATOR, SERVER, WORKER, NonfiniteStreak, TaskLayout, end_reason, mode_settings
 from train.framework_table import FrameworkInfo
 from train.metrics_core import RunRecorder
 from train.schedule import LRSchedule
@@ -141,8 +141,7 @@ class _Trainer:
         self.recorder = RunRecorder(cfg, argv, "python -m train.tf", writes)
         self.global_step = 0
         self.session_steps = 0
-        self.nonfinite_streak = 0
-        self.nonfinite_longest = 0
+        self.nonfinite = NonfiniteStreak()
 
     def header(self, settings: Dict[str, Any], **loader: Any) -> None:
         cfg = self.cfg
@@ -152,10 +151,6 @@ class _Trainer:
                              loader_settings={"data": cfg.data, "pipeline": "tf.data", "steps_per_epoch":
                                               self.steps_per_epoch, "total_steps": self.total_steps, **loader})
 
-    def count_loss(self, loss: float) -> None:
-        self.nonfinite_streak = 0 if tf.math.is_finite(loss) else self.nonfinite_streak + 1
-        self.nonfinite_longest = max(self.nonfinite_longest, self.nonfinite_streak)
-
     def stop_status(self, usr1: float, term: float, diverged: float) -> Optional[str]:
         if diverged > 0:
             return "diverged"
@@ -164,13 +159,7 @@ class _Trainer:
         return "interrupted" if usr1 > 0 else None
 
     def finish(self, status: str, digests: List[str]) -> int:
-        reason = None
-        if status == "diverged":
-            reason = "the loss was not finite for %d consecutive steps (by step %d)" % (
-                self.cfg.max_nonfinite_steps, self.global_step)
-        elif status in ("interrupted", "cancelled"):
-            reason = "stopped by a signal at step %d; the TensorFlow trainer writes no checkpoint" % self.global_step
-        self.recorder.end(status, reason, digests)
+        self.recorder.end(status, end_reason(status, self.cfg, self.global_step, "TensorFlow"), digests)
         return EXIT_CODES[status]
 
 
@@ -231,14 +220,14 @@ class AllReduceTrainer(_Trainer):
             images, labels = next(self.iterator)
             data_wait += time.perf_counter() - requested
             loss = float(self.train_step(images, labels, tf.constant(self.schedule(self.global_step), tf.float32)))
-            self.count_loss(loss)
+            self.nonfinite.count(loss)
             loss_sum += loss
             steps += 1
             measured += int(window_start is not None)
             self.global_step += 1
             self.session_steps += 1
             if self.global_step % STOP_CHECK_STEPS == 0:
-                diverged = float(self.nonfinite_longest >= cfg.max_nonfinite_steps)
+                diverged = float(self.nonfinite.diverged(cfg))
                 status = self.stop_status(*self.sum_list(self.signals.flags() + [diverged]))
                 if status:
                     break
@@ -365,13 +354,13 @@ class ParameterServerTrainer(_Trainer):
             if window_start is None:
                 chunk = min(chunk, cfg.warmup_steps - self.session_steps)
             for loss in self.rounds(chunk):
-                self.count_loss(loss)
+                self.nonfinite.count(loss)
                 losses.append(loss)
             steps += chunk
             measured += chunk if window_start is not None else 0
             self.global_step += chunk
             self.session_steps += chunk
-            status = self.stop_status(*self.signals.flags(), float(self.nonfinite_longest >= cfg.max_nonfinite_steps))
+            status = self.stop_status(*self.signals.flags(), float(self.nonfinite.diverged(cfg)))
             if status:
                 return status
         now = time.perf_counter()
