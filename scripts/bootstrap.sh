@@ -16,15 +16,9 @@ apt_packages=()
 if [ "$MODE" = full ]; then
   apt_packages=(slurmctld slurmd slurm-client munge libpmix-dev openmpi-bin libopenmpi-dev iproute2 util-linux procps psmisc tmux)
 fi
-missing=()
-for p in "${apt_packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  if [ "$(id -u)" -ne 0 ]; then echo "bootstrap.sh: need root to apt-get install ${missing[*]}" >&2; exit 1; fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+source "$ROOT/scripts/apt-install.sh"
+apt_install bootstrap.sh "${apt_packages[@]}"
+if [ "$APT_INSTALLED" = 1 ]; then
   # Debian starts the daemons on install; tests run their own throw-away cluster.
   for s in slurmctld slurmd munge; do systemctl stop "$s" 2>/dev/null || service "$s" stop 2>/dev/null || true; done
 fi
