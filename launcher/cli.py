@@ -202,7 +202,7 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
     image = request.image
     if site.container.kind != "none":
         if not image:
-            image = default_image_for_site(site, request.framework, site.container.image_kind)
+            image = default_image_for_site(site, request.framework)
         warning = driver_warning(site)
         if warning:
             err.print("dlaunch: warning: %s" % warning)

@@ -21,6 +21,7 @@ import typer
 
 from launcher.cli import Account, Framework, Image, Partition, complete_site, out, prepare
 from launcher.errors import DlaunchError
+from launcher.imagepaths import version_tuple
 from launcher.request import LaunchRequest
 from launcher.schedulers import scheduler_for
 from launcher.sites import Site, resolve_site
@@ -28,10 +29,6 @@ from launcher.tables import fit_table
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 COMMAND_TIMEOUT_S = 30
-SCHEDULER_COMMANDS = {"slurm": ("sbatch", "squeue", "scontrol", "scancel"), "pbs": ("qsub", "qstat", "qdel"), "local": ()}
-# Container kind -> the command a node needs (pyxis: srun with the pyxis plugin).
-RUNTIME_BINARIES = {"apptainer": "apptainer", "singularity": "singularity", "pyxis": "srun", "podman-hpc": "podman-hpc",
-                    "charliecloud": "ch-run"}
 # `uname -m` names of ELF e_machine values (the ELF specification's EM_* numbers).
 ELF_MACHINES = {3: "i686", 40: "arm", 62: "x86_64", 183: "aarch64", 21: "ppc64le", 243: "riscv64"}
 # SIF global header (github.com/sylabs/sif, pkg/sif/sif.go): 32-byte launch line, "SIF_MAGIC\0", a 3-byte
@@ -162,7 +159,7 @@ def check_interfaces(site: Site, node: Node) -> List[Check]:
 
 def check_scheduler_commands(site: Site) -> Check:
     kind = site.scheduler.kind
-    needed = SCHEDULER_COMMANDS[kind]
+    needed = scheduler_for(kind).commands
     if not needed:
         return Check("scheduler commands", PASS, "%s site: none needed" % kind)
     missing = [command for command in needed if shutil.which(command) is None]
@@ -204,7 +201,7 @@ def check_runtime(site: Site) -> Check:
     kind = site.container.kind
     if kind == "none":
         return Check("container runtime", SKIP, "no container", "the site runs without one")
-    binary = RUNTIME_BINARIES[kind]
+    binary = site.container.binary
     path = shutil.which(binary)
     if path is None:
         return Check("container runtime", FAIL, "%s: no %s on PATH" % (kind, binary),
@@ -338,10 +335,6 @@ def check_rendezvous(site: Site, node: Node) -> Check:
     if not mine:
         return Check(name, FAIL, "%s -> %s: no address of this node (the first)" % (host, ", ".join(resolved)), fix)
     return Check(name, PASS, "%s -> %s (%s, this node)" % (host, ", ".join(mine), ", ".join(own[a] for a in mine)))
-
-
-def version_tuple(text: str) -> tuple:
-    return tuple(int(part) for part in text.strip().split(".") if part.isdigit())
 
 
 def image_cuda(site: Site, image: Optional[str], framework: str) -> Optional[str]:

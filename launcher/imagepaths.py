@@ -24,9 +24,6 @@ DEFAULT_ARCH = "x86_64"
 ARCHITECTURES = ("x86_64", "aarch64")
 # File name extension per runtime image kind (CONTRACTS.md section 2); "name" images are registry names.
 IMAGE_EXTENSIONS = {"sif": ".sif", "sqsh": ".sqsh", "dir": "", "edf": ".toml"}
-# The image kind of each `[container]` kind, for callers that do not pass the runtime's own.
-IMAGE_KIND_OF_CONTAINER = {"apptainer": "sif", "singularity": "sif", "pyxis": "sqsh", "podman-hpc": "name",
-                           "charliecloud": "dir"}
 
 
 def images_dir() -> Path:
@@ -60,21 +57,11 @@ def default_image(framework: str, stack: str = DEFAULT_STACK, arch: str = DEFAUL
     return Path(image_reference(framework, stack, arch, "sif"))
 
 
-def container_kind(site: "Site") -> str:
-    """The site's `[container]` kind (`kind` in schema v2, `runtime` in v1 profiles)."""
-    container = site.container
-    return getattr(container, "kind", None) or getattr(container, "runtime", "none")
-
-
 def stack_of(site: "Site") -> Optional[str]:
     """The image stack a site runs (its `[container] stack`); None without a container."""
-    if container_kind(site) == "none":
+    if site.container.kind == "none":
         return None
     return site.container.stack
-
-
-def site_arch(site: "Site") -> str:
-    return getattr(site, "arch", None) or DEFAULT_ARCH
 
 
 @lru_cache(maxsize=4)
@@ -96,7 +83,7 @@ def stack_facts(stack: str) -> dict:
 def check_site_stack(site: "Site", stack: str) -> None:
     """DlaunchError (exit 2) when `stack` does not exist for the site's architecture or GPU vendor."""
     facts = stack_facts(stack)
-    arch = site_arch(site)
+    arch = site.arch
     archs = facts.get("architectures", [DEFAULT_ARCH])
     if arch not in archs:
         raise DlaunchError(f"site {site.name} is {arch}, and image stack {stack!r} exists only for "
@@ -108,30 +95,29 @@ def check_site_stack(site: "Site", stack: str) -> None:
                            f"build; set [container] stack to one for {site.gpu_vendor} GPUs or give --image")
 
 
-def default_image_for_site(site: "Site", framework: str, image_kind: Optional[str] = None) -> str:
-    """The image a containerized site runs for `framework` unless `--image` says otherwise.
-
-    `image_kind` is the runtime's (sif, sqsh, dir, name, edf); by default the one of its container kind."""
+def default_image_for_site(site: "Site", framework: str) -> str:
+    """The image a containerized site runs for `framework` unless `--image` says otherwise, in the form
+    its runtime takes (`image_kind`: sif, sqsh, dir, name, edf)."""
     stack = stack_of(site)
     if stack is None:
         raise DlaunchError(f"--image: site {site.name} runs without a container")
     check_site_stack(site, stack)
-    kind = image_kind or IMAGE_KIND_OF_CONTAINER.get(container_kind(site), "sif")
-    return image_reference(framework, stack, site_arch(site), kind)
+    return image_reference(framework, stack, site.arch, site.container.image_kind)
 
 
-def _driver_tuple(version: str) -> tuple:
-    return tuple(int(part) for part in re.findall(r"[0-9]+", version)[:2])
+def version_tuple(version: str) -> tuple:
+    """`580.65.06` -> (580, 65, 6): versions compare as tuples."""
+    return tuple(int(part) for part in re.findall(r"[0-9]+", version))
 
 
 def driver_warning(site: "Site", stack: Optional[str] = None) -> Optional[str]:
     """A warning when the site's profile states a GPU driver older than its stack's `min_driver`."""
     stack = stack or stack_of(site)
-    driver = getattr(site, "driver", None)
+    driver = site.driver
     if stack is None or not driver:
         return None
     needed = stack_facts(stack).get("min_driver", "")
-    if needed and _driver_tuple(driver) < _driver_tuple(needed):
+    if needed and version_tuple(driver) < version_tuple(needed):
         return (f"site {site.name} states driver {driver}, and image stack {stack!r} needs R{needed} or newer "
                 f"(its CUDA); jobs fail at CUDA initialization unless the nodes have NVIDIA's forward-compatibility "
                 f"package")

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from launcher.atomic import write_atomic
 from launcher.errors import DlaunchError
-from launcher.imagepaths import REPO, default_image, image_reference, images_dir, site_arch, stack_of
+from launcher.imagepaths import REPO, default_image, image_reference, images_dir, stack_of
 from launcher.sites import available_sites, load_site, resolve_site
 from train.framework_table import image_frameworks
 
@@ -394,7 +394,7 @@ def site_stacks() -> Dict[str, Tuple[str, str]]:
         site = load_site(path)
         stack = stack_of(site)
         if stack is not None:
-            stacks[site.name] = (stack, site_arch(site))
+            stacks[site.name] = (stack, site.arch)
     return stacks
 
 
@@ -462,8 +462,8 @@ def images_command(
             stack = stack_of(chosen)
             if stack is None:
                 raise DlaunchError(f"--site: site {chosen.name} runs without a container")
-            users = {chosen.name: (stack, site_arch(chosen))}
-            shown = [(stack, site_arch(chosen))]
+            users = {chosen.name: (stack, chosen.arch)}
+            shown = [(stack, chosen.arch)]
     except DlaunchError as exc:
         typer.echo(f"dlaunch: error: {exc}", err=True)
         raise typer.Exit(2)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from launcher import cli, doctor
+from launcher.schedulers import scheduler_for
 from launcher.sites import Site, load_site
 
 needs_v2 = pytest.mark.skipif("arch" not in Site.model_fields, reason="site schema v2 (lead's 'backends:' commit) not landed")
@@ -142,7 +143,7 @@ def test_charliecloud_image_of_another_architecture_fails_with_the_fix(tmp_path)
 @needs_v2
 def test_scheduler_commands_are_looked_up_on_path(tmp_path):
     slurm = doctor.check_scheduler_commands(load_site(write_site(tmp_path, "slurm")))
-    assert slurm.result == ("pass" if all(shutil.which(c) for c in doctor.SCHEDULER_COMMANDS["slurm"]) else "fail")
+    assert slurm.result == ("pass" if all(shutil.which(c) for c in scheduler_for("slurm").commands) else "fail")
     if shutil.which("qsub") is None:  # no PBS here: the check must say so
         pbs = doctor.check_scheduler_commands(load_site(write_site(tmp_path, "pbs")))
         assert pbs.result == "fail" and "qsub" in pbs.found

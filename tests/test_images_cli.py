@@ -9,10 +9,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from types import SimpleNamespace
 
 from launcher import imagepaths, images
 from launcher.errors import DlaunchError
+from launcher.sites import Site
 
 app = typer.Typer()
 app.command("images")(images.images_command)
@@ -87,14 +87,17 @@ def test_default_image_rejects_bad_names(framework, stack, arch):
         images.default_image(framework, stack, arch)
 
 
-def fake_site(name="s", arch=None, gpu_vendor="nvidia", stack="current", kind="apptainer", driver=None):
-    """A stand-in with the attributes imagepaths reads (schema v2 names; v1 sites have no arch/driver)."""
-    site = SimpleNamespace(name=name, gpu_vendor=gpu_vendor, container=SimpleNamespace(kind=kind, stack=stack))
+def fake_site(name="s", arch=None, gpu_vendor="nvidia", stack="current", kind="apptainer", driver=None, **container):
+    """A site profile (validated as `sites.py` reads one) with what imagepaths reads; defaults x86_64, no driver."""
+    profile = dict(name=name, description="test", based_on=["test"], gpus_per_node=4, cores_per_node=8,
+                   gpu_vendor=gpu_vendor, scheduler={"kind": "slurm", "partitions": [
+                       {"name": "p", "max_nodes": 2, "max_time": "01:00:00", "default": True}]},
+                   container=dict({"kind": kind}, **({} if kind == "none" else dict(stack=stack, **container))))
     if arch:
-        site.arch = arch
+        profile["arch"] = arch
     if driver:
-        site.driver = driver
-    return site
+        profile["driver"] = driver
+    return Site.model_validate(profile)
 
 
 @pytest.mark.parametrize("arch,vendor,stack,kind,image", [
@@ -110,12 +113,15 @@ def test_default_image_for_site_names_the_architecture_and_kind(arch, vendor, st
 
 
 def test_default_image_for_site_takes_the_runtimes_image_kind(images_dir):
-    site = fake_site(kind="pyxis", arch="aarch64")
-    assert imagepaths.default_image_for_site(site, "horovod", "edf") == str(images_dir / "current-horovod-aarch64.toml")
+    site = fake_site(kind="pyxis", arch="aarch64", environment=True)  # CSCS: an environment definition file
+    assert imagepaths.default_image_for_site(site, "horovod") == str(images_dir / "current-horovod-aarch64.toml")
 
 
 def test_v1_site_reads_runtime_and_defaults_to_x86_64(images_dir):
-    site = SimpleNamespace(name="old", gpu_vendor="nvidia", container=SimpleNamespace(runtime="apptainer", stack="paper"))
+    site = Site.model_validate(dict(name="old", description="v1", based_on=["test"], scheduler="slurm",
+                                    partitions=[{"name": "p", "max_nodes": 2, "max_time": "01:00:00", "default": True}],
+                                    gpus_per_node=4, cores_per_node=8, gpu_vendor="nvidia",
+                                    container={"runtime": "apptainer", "stack": "paper"}))
     assert imagepaths.default_image_for_site(site, "ddp") == str(images_dir / "paper-ddp-x86_64.sif")
 
 

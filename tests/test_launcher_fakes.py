@@ -52,7 +52,7 @@ def default_image(site: Site, framework: str) -> Optional[str]:
     if site.container.kind == "none":
         return None
     with mock.patch.dict(os.environ, {"DLAUNCH_IMAGES_DIR": "/images"}):
-        return default_image_for_site(site, framework, site.container.image_kind)
+        return default_image_for_site(site, framework)
 
 
 def plan_for(site: Site, request: LaunchRequest, run_dir: str = RUN_DIR) -> LaunchPlan:

@@ -7,6 +7,7 @@ Binds are `src[:dst][:ro]`; the job adds its run directory and data folder.
 """
 import importlib
 import os
+import re
 from typing import Annotated, ClassVar, List, Literal, Sequence, Tuple, Union
 
 from pydantic import Field
@@ -33,6 +34,7 @@ class Runtime(StrictModel):
     binds: List[Bind] = []
     stack: SafeName = "current"  # the default image stack (containers/versions.toml)
     image_kind: ClassVar[str] = "sif"  # sif | sqsh | dir | name | edf: how an image is named (launcher/imagepaths.py)
+    binary: ClassVar[str] = ""  # the command a node needs to start the container (`dlaunch doctor`)
 
     def check_image(self, image: str) -> str:
         """The image reference, or DlaunchError naming --image."""
@@ -65,8 +67,6 @@ class Runtime(StrictModel):
 
 
 def _is_path(image: str) -> bool:
-    import re
-
     return bool(re.match(PATH, image))
 
 

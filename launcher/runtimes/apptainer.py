@@ -15,10 +15,14 @@ class Apptainer(Runtime):
     kind: Literal["apptainer", "singularity"]
     flags: List[Option] = []  # e.g. --nv (NVIDIA GPUs), --rocm (AMD GPUs)
 
+    @property
+    def binary(self) -> str:  # type: ignore[override]
+        return self.kind
+
     def exports(self, prepends: Sequence[Prepend]) -> Tuple[PreludeItem, ...]:
         inside = "%sENV_LD_LIBRARY_PATH" % self.kind.upper()
         return tuple(Prepend(inside, p.value) for p in prepends if p.name == "LD_LIBRARY_PATH")
 
     def prefix(self, image: str, binds: Sequence[str]) -> Tuple[str, ...]:
         every = self.every_bind(binds)
-        return (self.kind, "exec") + tuple(self.flags) + (("--bind", ",".join(every)) if every else ()) + (image,)
+        return (self.binary, "exec") + tuple(self.flags) + (("--bind", ",".join(every)) if every else ()) + (image,)

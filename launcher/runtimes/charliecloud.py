@@ -16,6 +16,7 @@ class Charliecloud(Runtime):
     kind: Literal["charliecloud"]
     flags: List[Option] = []  # e.g. --set-env (the image's /ch/environment)
     image_kind = "dir"
+    binary = "ch-run"
 
     @field_validator("binds")
     @classmethod
@@ -27,4 +28,4 @@ class Charliecloud(Runtime):
 
     def prefix(self, image: str, binds: Sequence[str]) -> Tuple[str, ...]:
         mounts = tuple(arg for bind in self.every_bind(binds) for arg in ("-b", bind))
-        return ("ch-run",) + tuple(self.flags) + mounts + (image, "--")
+        return (self.binary,) + tuple(self.flags) + mounts + (image, "--")

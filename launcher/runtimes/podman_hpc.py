@@ -20,6 +20,7 @@ class PodmanHpc(Runtime):
     kind: Literal["podman-hpc"]
     flags: List[Option] = []  # e.g. --gpu, --mpi
     image_kind = "name"
+    binary = "podman-hpc"
 
     def check_image(self, image: str) -> str:
         if not _IMAGE_NAME.match(image):
@@ -32,4 +33,4 @@ class PodmanHpc(Runtime):
 
     def prefix(self, image: str, binds: Sequence[str]) -> Tuple[str, ...]:
         volumes = tuple(arg for bind in self.every_bind(binds) for arg in ("-v", bind if ":" in bind else "%s:%s" % (bind, bind)))
-        return ("podman-hpc", "run", "--rm") + tuple(self.flags) + ("--env-host", "--net=host") + volumes + (image,)
+        return (self.binary, "run", "--rm") + tuple(self.flags) + ("--env-host", "--net=host") + volumes + (image,)

@@ -19,6 +19,7 @@ _REGISTRY_REF = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?#[a-z0-9._/-]+(:[A-Za-z0-9._-
 class Pyxis(Runtime):
     kind: Literal["pyxis"]
     environment: bool = False  # CSCS: the image is an EDF (path or name), rendered --environment=
+    binary = "srun"  # with the pyxis SPANK plugin
 
     @property
     def image_kind(self) -> str:  # type: ignore[override]

@@ -50,6 +50,7 @@ class Pbs(Scheduler):
     kind = "pbs"
     label = "PBS"
     directive_prefix = "#PBS"
+    commands = ("qsub", "qstat", "qdel")
     Config = PbsConfig
 
     def directives(self, cfg: PbsConfig, job: JobSpec) -> Tuple[str, ...]:

@@ -60,6 +60,7 @@ class Slurm(Scheduler):
     kind = "slurm"
     label = "Slurm"
     directive_prefix = "#SBATCH"
+    commands = ("sbatch", "squeue", "scontrol", "scancel")
     Config = SlurmConfig
 
     def directives(self, cfg: SlurmConfig, job: JobSpec) -> Tuple[str, ...]:
