@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_perfmodel.py
 
 Fits only on the counts up to 64 GPUs and predicts 128-1024 (the question before a large allocation):
-- new model (launcher.perfmodel): one machine fit (timing noise, NCCL kernels beside back-propagation)
+- new model (launcher.analysis.perfmodel): one machine fit (timing noise, NCCL kernels beside back-propagation)
   on the DALI column, the site's nominal network (800 Gbit/s per node, 1.5 us) unchanged; the native
   loader's data wait fitted on the native column with that machine; no storage ceiling (JUWELS
   Booster's is not known: see the sensitivity table, which is NOT out of sample);
@@ -18,7 +18,7 @@ from dataclasses import replace
 from statistics import mean
 from typing import List, Sequence
 
-from launcher.perfmodel import (
+from launcher.analysis.perfmodel import (
     CALIBRATION_MAX_GPUS,
     PublishedRow,
     Workload,

@@ -23,28 +23,28 @@ from typer.core import TyperCommand, TyperGroup
 from typer.models import CommandInfo
 
 from launcher.errors import DlaunchError, SchedulerError
-from launcher.request import FRAMEWORKS, TRAINER_FLAGS, LaunchRequest
-from launcher.rundir import RunDir, default_run_name, display_path, find_runs, newest_first
+from launcher.jobs.request import FRAMEWORKS, TRAINER_FLAGS, LaunchRequest
+from launcher.runs.rundir import RunDir, default_run_name, display_path, find_runs, newest_first
+from launcher.paths import REPO
 
 if TYPE_CHECKING:
-    from launcher.plan import LaunchPlan
-    from launcher.runstate import Snapshot
+    from launcher.jobs.plan import LaunchPlan
+    from launcher.runs.runstate import Snapshot
 
-REPO = Path(__file__).resolve().parents[1]
 # Options of the whole program, not of `run` (which `dlaunch <run options>` stands for).
 TOP_LEVEL_OPTIONS = ("--help", "-h", "--install-completion", "--show-completion")
 # Commands defined in modules too heavy to import for every command: name -> (module, function).
 LAZY_COMMANDS = {
-    "images": ("launcher.images", "images_command"),
-    "report": ("launcher.report", "report_command"),
-    "predict": ("launcher.perfmodel", "predict_command"),
-    "rerun": ("launcher.rerun", "rerun_command"),
-    "archive": ("launcher.archive", "archive_command"),
+    "images": ("launcher.jobs.images", "images_command"),
+    "report": ("launcher.analysis.report", "report_command"),
+    "predict": ("launcher.analysis.perfmodel", "predict_command"),
+    "rerun": ("launcher.runs.rerun", "rerun_command"),
+    "archive": ("launcher.runs.archive", "archive_command"),
     "doctor": ("launcher.doctor", "doctor_command"),
 }
 # Command groups defined in heavy modules: name -> (module, typer.Typer attribute, one-line help).
 LAZY_GROUPS = {
-    "study": ("launcher.study", "study_app", "Studies: run a study file's matrix, its status, its report."),
+    "study": ("launcher.runs.study", "study_app", "Studies: run a study file's matrix, its status, its report."),
 }
 
 
@@ -108,7 +108,7 @@ def complete_site(incomplete: str) -> List[str]:
     """Site profile names and aliases starting with `incomplete` (TAB after --site)."""
     import tomllib
 
-    from launcher.sites import available_sites
+    from launcher.jobs.sites import available_sites
 
     names = []
     for name, path in available_sites().items():
@@ -188,15 +188,15 @@ RunDirArg = Annotated[Path, typer.Argument(help="run directory", autocompletion=
 def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
             dry_run: bool = False) -> Tuple[LaunchRequest, "LaunchPlan", str]:
     """Resolve the site, complete and check the request, render the script (nothing is written)."""
-    from launcher.plan import build_plan, resolve_account
-    from launcher.render import render_script
-    from launcher.sites import resolve_site
+    from launcher.jobs.plan import build_plan, resolve_account
+    from launcher.jobs.render import render_script
+    from launcher.jobs.sites import resolve_site
 
     if not request.site:
         raise DlaunchError("--site: required (see `dlaunch sites`)")
     site = resolve_site(request.site)
     experiment = request.experiment or "%s-%s-%s" % (site.name, request.framework, request.option("model", "resnet50"))
-    from launcher.imagepaths import check_loader, default_image_for_site, driver_warning
+    from launcher.jobs.imagepaths import check_loader, default_image_for_site, driver_warning
 
     check_loader(site, request.option("loader", "native"))
     image = request.image
@@ -226,7 +226,7 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
 
 def submit(request: LaunchRequest, plan: "LaunchPlan", script: str, run: RunDir) -> int:
     """Write the run directory, hand the script to the scheduler, record the outcome."""
-    from launcher.runstate import LOCAL_RUNNING
+    from launcher.runs.runstate import LOCAL_RUNNING
     from launcher.schedulers import scheduler_for
 
     run.write("job.sh", script, mode=0o755)
@@ -285,7 +285,7 @@ def run(site: Site_ = None, framework: Framework = "ddp",
                                time=time_limit, account=account, image=image, output=output, experiment=experiment,
                                run_name=run_name, trainer=trainer, requeue=requeue)
         if repeat > 1:
-            from launcher.repeat import run_repeats
+            from launcher.runs.repeat import run_repeats
 
             return run_repeats(request, repeat, dry_run=dry_run, follow=follow)
         request, plan, script = prepare(request, dry_run=dry_run)
@@ -362,8 +362,8 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
 
 
 def failure_reason(run: RunDir) -> Optional[str]:
-    """The line that explains a failed run (launcher/failures.py ranks them), else the end record's reason."""
-    from launcher.failures import explain
+    """The line that explains a failed run (launcher/runs/failures.py ranks them), else the end record's reason."""
+    from launcher.runs.failures import explain
 
     cause = explain(run.log_files())
     if cause:
@@ -399,8 +399,8 @@ STATUS_LEAVE_OUT = ("results", "site", "job", "images/s", "epochs")
 
 def show_status(runs: List[RunDir]) -> None:
     """A table of the runs (scheduler state, metrics status, epochs done, images/s), then why any failed."""
-    from launcher.failures import scheduler_label
-    from launcher.runstate import observe
+    from launcher.runs.failures import scheduler_label
+    from launcher.runs.runstate import observe
     from launcher.tables import fit_table
 
     rows, reasons = [], []
@@ -422,8 +422,8 @@ def show_status(runs: List[RunDir]) -> None:
 
 def run_figures(snapshot: "Snapshot") -> str:
     """Time and energy to accuracy, the trainer's energy and Slurm's (`sacct`), each named; '' when none is known."""
-    from launcher.analysis import status_figures
-    from launcher.energy_accounting import slurm_job_energy
+    from launcher.analysis.scaling import status_figures
+    from launcher.runs.energy_accounting import slurm_job_energy
     from train.metrics_schema import MetricsError, read_metrics
 
     try:
@@ -472,8 +472,8 @@ def runs(directory: Annotated[Path, typer.Argument(help="folder holding run dire
 
 
 def watch_runs(targets: List[Path], interval: float = 5.0, once: bool = False) -> int:
-    """Follow runs to their end (see launcher/watch.py); 1 when one failed."""
-    from launcher.watch import follow
+    """Follow runs to their end (see launcher/runs/watch.py); 1 when one failed."""
+    from launcher.runs.watch import follow
 
     try:
         return follow(targets, why_failed, out, interval=interval, once=once)
@@ -491,7 +491,7 @@ def watch(targets: Annotated[List[Path], typer.Argument(help="run, experiment or
 
     Live in a terminal; through a pipe one plain line per change. Ends when every run has ended;
     exit code 1 when one failed."""
-    from launcher.watch import resolve_targets
+    from launcher.runs.watch import resolve_targets
 
     return watch_runs(resolve_targets(targets), interval=interval, once=once)
 
@@ -502,7 +502,7 @@ def logs(run_dir: RunDirArg) -> int:
     run = RunDir.open(run_dir)
     files = run.log_files()
     if not files:
-        from launcher.runstate import observe
+        from launcher.runs.runstate import observe
 
         (snapshot,) = observe([run])
         if snapshot.failed:  # a job that ended without writing its log (e.g. a launch failure)
@@ -538,7 +538,7 @@ def sites(ctx: typer.Context) -> None:
     """List the profiles."""
     if ctx.invoked_subcommand is not None:
         return
-    from launcher.sites import available_sites, load_site
+    from launcher.jobs.sites import available_sites, load_site
     from launcher.tables import fit_table
 
     rows = []
@@ -556,7 +556,7 @@ def sites(ctx: typer.Context) -> None:
 @sites_app.command("show")
 def sites_show(name: Annotated[str, typer.Argument(help="profile name, alias or path", autocompletion=complete_site)]) -> int:
     """Print one profile, resolved and with defaults filled in."""
-    from launcher.sites import resolve_site
+    from launcher.jobs.sites import resolve_site
 
     out.print_json(resolve_site(name).model_dump_json())
     return 0
@@ -565,7 +565,7 @@ def sites_show(name: Annotated[str, typer.Argument(help="profile name, alias or 
 @sites_app.command("check")
 def sites_check(path: Annotated[Path, typer.Argument(help="profile file")]) -> int:
     """Validate one profile file."""
-    from launcher.sites import load_site
+    from launcher.jobs.sites import load_site
 
     site = load_site(path)
     out.print("%s: ok (site %s)" % (path, site.name))

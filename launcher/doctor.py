@@ -21,10 +21,10 @@ import typer
 
 from launcher.cli import Account, Framework, Image, Partition, complete_site, out, prepare
 from launcher.errors import DlaunchError
-from launcher.imagepaths import version_tuple
-from launcher.request import LaunchRequest
+from launcher.jobs.imagepaths import version_tuple
+from launcher.jobs.request import LaunchRequest
 from launcher.schedulers import scheduler_for
-from launcher.sites import Site, resolve_site
+from launcher.jobs.sites import Site, resolve_site
 from launcher.tables import fit_table
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -277,7 +277,7 @@ def check_image(site: Site, image: Optional[str], framework: str) -> List[Check]
     if runtime.kind == "none":
         return [Check("image", SKIP, "no container", "the site runs without one")]
     if image is None:
-        from launcher.imagepaths import default_image_for_site
+        from launcher.jobs.imagepaths import default_image_for_site
 
         try:
             image = default_image_for_site(site, framework)
@@ -340,7 +340,7 @@ def check_rendezvous(site: Site, node: Node) -> Check:
 def image_cuda(site: Site, image: Optional[str], framework: str) -> Optional[str]:
     """The image's CUDA version: its label (org.dlaunch.pin.cuda, asked of apptainer), else the version lock's
     for the site's default image."""
-    from launcher import images
+    from launcher.jobs import images
 
     binary = images.container_binary()
     if image and image.endswith(".sif") and os.path.isfile(image) and binary:

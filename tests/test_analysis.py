@@ -1,13 +1,13 @@
-"""launcher/analysis.py on hand-made metrics files: throughput, S_G, E_G, grouping, rejects, verdicts."""
+"""launcher/analysis/scaling.py on hand-made metrics files: throughput, S_G, E_G, grouping, rejects, verdicts."""
 import json
 from pathlib import Path
 from typing import Optional, Sequence
 
 import pytest
 
-from launcher.analysis import Spread, find_metrics_files, group_runs, load_runs, scaling, status_figures, verdict
+from launcher.analysis.scaling import Spread, find_metrics_files, group_runs, load_runs, scaling, status_figures, verdict
 from launcher.errors import DlaunchError
-from launcher.sites import Reference
+from launcher.jobs.sites import Reference
 from train.metrics_schema import MetricsError, energy_total, make_record, read_metrics, unavailable, validate_record
 
 NO_GPU = unavailable("this run uses no GPU (device cpu)")

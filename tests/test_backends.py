@@ -12,11 +12,11 @@ import pytest
 
 from launcher.cli import main
 from launcher.errors import DlaunchError
-from launcher.request import LaunchRequest
+from launcher.jobs.request import LaunchRequest
 from launcher.schedulers import JobState, scheduler_for
 from launcher.schedulers.pbs import Pbs
 from launcher.schedulers.slurm import classify
-from launcher.sites import SHIPPED_SITES_DIR, Site, load_site
+from launcher.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
 from test_launcher_fakes import plan_for, script_for
 
 REQUEST = dict(nodes=2, account="proj42", experiment="exp", trainer=(("steps", 20),))

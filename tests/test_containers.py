@@ -11,7 +11,7 @@ import importlib.util
 
 import pytest
 
-from launcher import images
+from launcher.jobs import images
 
 REPO = images.REPO
 _spec = importlib.util.spec_from_file_location("build_rootfs", REPO / "scripts" / "build-rootfs.py")

@@ -296,12 +296,12 @@ def test_two_process_run_writes_energy_fields_in_header_epochs_and_end(tmp_path)
     ("", "unavailable: sacct knows no job 4711"),
 ])
 def test_consumed_energy_parses_fake_sacct_output(output, expected):
-    from launcher.energy_accounting import parse_consumed_energy
+    from launcher.runs.energy_accounting import parse_consumed_energy
     assert parse_consumed_energy(output, "4711") == expected
 
 
 def test_slurm_job_energy_runs_sacct_and_turns_failures_into_reasons(tmp_path):
-    from launcher.energy_accounting import sacct_command, slurm_job_energy
+    from launcher.runs.energy_accounting import sacct_command, slurm_job_energy
 
     def fake_sacct(argv, **kwargs):
         assert argv == sacct_command("42") and argv[-1] == "JobID,ConsumedEnergyRaw"

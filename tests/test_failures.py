@@ -1,10 +1,10 @@
-"""The failure explainer (launcher/failures.py) on logs the tests write, shaped like real ones."""
+"""The failure explainer (launcher/runs/failures.py) on logs the tests write, shaped like real ones."""
 from pathlib import Path
 
 import pytest
 
-from launcher.failures import explain, reconcile, scheduler_label
-from launcher.rundir import RunDir
+from launcher.runs.failures import explain, reconcile, scheduler_label
+from launcher.runs.rundir import RunDir
 
 TORCHRUN_NOISE = [
     "[W1122 14:18:06 socket.cpp:1028] [c10d] some warning",

@@ -1,4 +1,4 @@
-"""`dlaunch images` (launcher/images.py) and `default_image` (launcher/imagepaths.py), run through typer on a tiny app."""
+"""`dlaunch images` (launcher/jobs/images.py) and `default_image` (launcher/jobs/imagepaths.py), run through typer on a tiny app."""
 import json
 import os
 import re
@@ -10,9 +10,10 @@ import typer
 from typer.testing import CliRunner
 
 
-from launcher import imagepaths, images
+from launcher.jobs import imagepaths
+from launcher.jobs import images
 from launcher.errors import DlaunchError
-from launcher.sites import Site
+from launcher.jobs.sites import Site
 
 app = typer.Typer()
 app.command("images")(images.images_command)
@@ -266,5 +267,5 @@ def test_render_writes_the_definition_files(tmp_path, monkeypatch):
 
 
 def test_launcher_images_does_not_import_torch():
-    code = "import sys, launcher.images; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, launcher.jobs.images; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=images.REPO)

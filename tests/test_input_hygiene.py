@@ -8,7 +8,7 @@ import pytest
 
 import launcher.cli
 from launcher.cli import main
-from launcher.request import TRAINER_FLAGS
+from launcher.jobs.request import TRAINER_FLAGS
 
 FLOAT_FLAGS = sorted("--" + flag.name for flag in TRAINER_FLAGS if flag.kind is float)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.launchers import IGNORE_USR1
+from launcher.jobs.launchers import IGNORE_USR1
 from train.metrics_schema import read_metrics
 
 TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "4", "--threads", "1", "--device", "cpu",

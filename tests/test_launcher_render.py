@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from launcher.errors import DlaunchError
-from launcher.plan import build_plan
-from launcher.render import render_script
-from launcher.request import FRAMEWORK_TABLE, FRAMEWORKS, LaunchRequest
-from launcher.sites import SHIPPED_SITES_DIR, Site, load_site
+from launcher.jobs.plan import build_plan
+from launcher.jobs.render import render_script
+from launcher.jobs.request import FRAMEWORK_TABLE, FRAMEWORKS, LaunchRequest
+from launcher.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
 from test_launcher_fakes import fake_env, install_fakes, plan_for, read_args, script_for
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -1,4 +1,4 @@
-"""launcher/perfmodel.py (+ perfmodel_nccl.py): NCCL cost model, buckets, stragglers, fits against Aach et al.
+"""launcher/analysis/perfmodel.py (+ perfmodel_nccl.py): NCCL cost model, buckets, stragglers, fits against Aach et al.
 2023 and the user's runs, `dlaunch predict`."""
 import math
 import subprocess
@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from launcher.cli import app
 from launcher.errors import DlaunchError
-from launcher.perfmodel import (
+from launcher.analysis.perfmodel import (
     AACH2023_MACHINE,
     CALIBRATION_MAX_GPUS,
     Workload,
@@ -27,7 +27,7 @@ from launcher.perfmodel import (
     published_workload,
     workload_from_options,
 )
-from launcher.perfmodel_nccl import Machine, harmonic, straggler_factor
+from launcher.analysis.perfmodel_nccl import Machine, harmonic, straggler_factor
 from test_analysis import write_run
 
 # Extrapolated from Table 2a's 4-64 GPUs to 128-1024: the errors recorded in benchmarks/README.md
@@ -411,13 +411,13 @@ def test_predict_without_a_published_figure_asks_for_a_measurement():
 
 
 def test_importing_the_model_does_not_import_numpy():
-    shown = subprocess.run([sys.executable, "-c", "import sys, launcher.perfmodel; print('numpy' in sys.modules)"],
+    shown = subprocess.run([sys.executable, "-c", "import sys, launcher.analysis.perfmodel; print('numpy' in sys.modules)"],
                            capture_output=True, text=True, timeout=60)
     assert shown.stdout.strip() == "False", shown.stderr
 
 
 def test_published_machine_is_juwels_booster():
-    from launcher.sites import resolve_site
+    from launcher.jobs.sites import resolve_site
 
     site = resolve_site("juwels-booster")
     assert (AACH2023_MACHINE.gpus_per_node, AACH2023_MACHINE.latency_us, AACH2023_MACHINE.bandwidth_gbps_per_node) == (

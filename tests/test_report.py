@@ -5,7 +5,7 @@ from typer.testing import CliRunner
 
 from helpers_train import TINY, assert_ok, run_trainer
 from launcher.cli import app, main
-from launcher.report import ENERGY_PLOT, PLOTS
+from launcher.analysis.report import ENERGY_PLOT, PLOTS
 from test_analysis import write_run
 from train.metrics_schema import read_metrics
 
@@ -248,8 +248,8 @@ def test_repeats_are_reported_as_medians_with_their_spread_and_drawn_as_error_ba
     import matplotlib.pyplot as plt
     from matplotlib.container import ErrorbarContainer
 
-    from launcher.analysis import load_runs
-    from launcher.report import build_results, plot_scaling
+    from launcher.analysis.scaling import load_runs
+    from launcher.analysis.report import build_results, plot_scaling
 
     fig, (ax_x, ax_e) = plt.subplots(1, 2)
     plot_scaling(ax_x, ax_e, build_results(load_runs([str(runs)]).runs, {}))

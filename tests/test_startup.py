@@ -11,7 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("numpy", "matplotlib", "torch")
-MODELS = ("launcher.sites", "launcher.images")  # the site profiles' and the image lock's pydantic models
+MODELS = ("launcher.jobs.sites", "launcher.jobs.images")  # the site profiles' and the image lock's pydantic models
 
 
 def modules_after(code: str, cwd: Path) -> set:
@@ -36,10 +36,10 @@ def dlaunch(*argv: str) -> str:
 
 @pytest.mark.parametrize("argv, absent", [
     (["--help"], HEAVY + MODELS + ("pydantic",)),  # typer converts given values with pydantic, --help has none
-    (["run", "--site", "juwels", "--account", "p", "--dry-run"], HEAVY + ("launcher.images", "rich.table")),
+    (["run", "--site", "juwels", "--account", "p", "--dry-run"], HEAVY + ("launcher.jobs.images", "rich.table")),
     (["runs"], HEAVY + MODELS),
     (["watch", "--once", "runs"], HEAVY + MODELS),
-    (["sites"], HEAVY + ("launcher.images",)),
+    (["sites"], HEAVY + ("launcher.jobs.images",)),
 ])
 def test_commands_import_only_what_they_use(tmp_path, argv, absent):
     run = tmp_path / "runs" / "e" / "r"

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from launcher.study import expand, load_study
+from launcher.runs.study import expand, load_study
 from train.metrics_schema import make_record, read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = REPO / "studies"
 # `dlaunch` with the study group registered (as cli.py's lazy registration will do), through cli.main's
 # error handling: bad input is one line and exit code 2.
-DLAUNCH = ("import sys; from launcher.cli import app, main; from launcher.study import study_app; "
+DLAUNCH = ("import sys; from launcher.cli import app, main; from launcher.runs.study import study_app; "
            "app.add_typer(study_app, name='study'); sys.exit(main(sys.argv[1:]))")
 
 
@@ -168,7 +168,7 @@ def test_smoke_study_runs_here_reports_against_published_and_resubmits_only_fail
     assert refused.returncode == 2 and "was run on site local" in refused.stderr
 
 
-# `dlaunch run --repeat N` (launcher/repeat.py; cli.py hands --repeat to run_repeats): the same tiny
+# `dlaunch run --repeat N` (launcher/runs/repeat.py; cli.py hands --repeat to run_repeats): the same tiny
 # request as the smoke study, on this machine.
 SMOKE_TRAINER = (("model", "resnet44"), ("data", "synthetic"), ("num-classes", 10), ("image-size", 32),
                  ("batch-size", 8), ("steps", 6), ("steps-per-epoch", 3), ("warmup-steps", 1), ("threads", 1),
@@ -176,14 +176,14 @@ SMOKE_TRAINER = (("model", "resnet44"), ("data", "synthetic"), ("num-classes", 1
 
 
 def _repeat_request(output: Path, **fields):
-    from launcher.request import LaunchRequest
+    from launcher.jobs.request import LaunchRequest
 
     return LaunchRequest(**dict(dict(site="local", framework="ddp", gpus=1, output=str(output), experiment="rep",
                                      run_name="x", trainer=SMOKE_TRAINER), **fields))
 
 
 def test_repeat_names_are_deterministic_and_sort_in_submission_order():
-    from launcher.repeat import repeat_names
+    from launcher.runs.repeat import repeat_names
 
     assert repeat_names("g4", 3) == ["g4-r1", "g4-r2", "g4-r3"]
     assert repeat_names("g4", 10)[:2] == ["g4-r01", "g4-r02"] and repeat_names("g4", 10)[-1] == "g4-r10"
@@ -191,7 +191,7 @@ def test_repeat_names_are_deterministic_and_sort_in_submission_order():
 
 
 def test_repeat_dry_run_prints_every_job_and_writes_nothing(tmp_path, capsys):
-    from launcher.repeat import run_repeats
+    from launcher.runs.repeat import run_repeats
 
     assert run_repeats(_repeat_request(tmp_path / "runs"), 3, dry_run=True) == 0
     out = capsys.readouterr().out
@@ -203,7 +203,7 @@ def test_repeat_dry_run_prints_every_job_and_writes_nothing(tmp_path, capsys):
 
 def test_repeat_refuses_a_taken_run_name_before_submitting_any(tmp_path):
     from launcher.errors import DlaunchError
-    from launcher.repeat import run_repeats
+    from launcher.runs.repeat import run_repeats
 
     (tmp_path / "runs" / "rep" / "x-r2").mkdir(parents=True)
     with pytest.raises(DlaunchError, match="--repeat: run directory .*x-r2 exists"):
@@ -213,7 +213,7 @@ def test_repeat_refuses_a_taken_run_name_before_submitting_any(tmp_path):
 
 @pytest.mark.slow
 def test_repeat_runs_here_and_the_report_gives_their_median_and_spread(tmp_path, monkeypatch):
-    from launcher.repeat import run_repeats
+    from launcher.runs.repeat import run_repeats
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.chdir(tmp_path)

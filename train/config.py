@@ -118,7 +118,7 @@ def finite_float(text: str) -> float:
 @dataclass(frozen=True)
 class Flag:
     """One flag of the trainer's command line, defined once: the trainer's parser and the launcher's
-    options (`launcher/request.py`) are both built from `FLAGS`; the default is `TrainConfig`'s field."""
+    options (`launcher/jobs/request.py`) are both built from `FLAGS`; the default is `TrainConfig`'s field."""
 
     name: str
     kind: type  # int, float (finite), str, or bool for a switch

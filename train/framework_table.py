@@ -1,15 +1,15 @@
 """The frameworks dlaunch can launch, one row each (torch-free, standard library only, Python 3.9).
 
 Read by the trainer (`train/frameworks/__init__.py`: which class), its flags (`train/config.py`:
-`--framework` choices), the launcher (`launcher/launchers.py`: how processes start; `request.py`),
-the image renderer (`launcher/images.py`: pip group, import check) and `containers/images.mk`
+`--framework` choices), the launcher (`launcher/jobs/launchers.py`: how processes start; `request.py`),
+the image renderer (`launcher/jobs/images.py`: pip group, import check) and `containers/images.mk`
 (`python3 -c 'import train.framework_table as t; print(*t.image_frameworks())'`).
 Adding a framework: its implementation file plus one row here.
 """
 from dataclasses import dataclass
 from typing import Dict, Tuple
 
-# How processes start (launcher/launchers.py has one class per style):
+# How processes start (launcher/jobs/launchers.py has one class per style):
 #   torchrun-per-node  one torchrun per node, c10d rendezvous at the first host (DDP, DeepSpeed)
 #   mpi-per-gpu        one MPI rank per GPU through the scheduler's MPI wiring (Horovod)
 #   task-per-worker    one scheduler task per process (`srun --ntasks=N python -m <entry>`); each task

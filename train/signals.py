@@ -7,7 +7,7 @@ job's time limit is Slurm ending the job for its limit: that is an interruption 
 tell a job its end time (SLURM_JOB_END_TIME exists from 23.02 on), so the batch script exports
 `DLAUNCH_JOB_END_TIME` (Unix seconds). The handlers only record; the loop asks all ranks every few steps.
 
-A worker under torchrun starts with SIGUSR1 ignored (inherited from torchrun, see launcher/launchers.py):
+A worker under torchrun starts with SIGUSR1 ignored (inherited from torchrun, see launcher/jobs/launchers.py):
 a warning sent before `install()` is lost, which is why it is the first thing `python -m train` does.
 """
 import os

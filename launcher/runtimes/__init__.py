@@ -13,8 +13,8 @@ from typing import Annotated, ClassVar, List, Literal, Sequence, Tuple, Union
 from pydantic import Field
 
 from launcher.errors import DlaunchError
-from launcher.jobspec import PreludeItem, Prepend
-from launcher.schema import PATH, Bind, SafeName, StrictModel
+from launcher.jobs.jobspec import PreludeItem, Prepend
+from launcher.jobs.schema import PATH, Bind, SafeName, StrictModel
 
 # kind -> "module:Class"; adding a runtime is its file plus one row here.
 RUNTIMES = {
@@ -33,7 +33,7 @@ class Runtime(StrictModel):
     kind: str
     binds: List[Bind] = []
     stack: SafeName = "current"  # the default image stack (containers/versions.toml)
-    image_kind: ClassVar[str] = "sif"  # sif | sqsh | dir | name | edf: how an image is named (launcher/imagepaths.py)
+    image_kind: ClassVar[str] = "sif"  # sif | sqsh | dir | name | edf: how an image is named (launcher/jobs/imagepaths.py)
     binary: ClassVar[str] = ""  # the command a node needs to start the container (`dlaunch doctor`)
 
     def check_image(self, image: str) -> str:

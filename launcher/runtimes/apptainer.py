@@ -6,9 +6,9 @@ itself; a site's library folders (a NCCL network plugin) go in through `APPTAINE
 """
 from typing import List, Literal, Sequence, Tuple
 
-from launcher.jobspec import PreludeItem, Prepend
+from launcher.jobs.jobspec import PreludeItem, Prepend
 from launcher.runtimes import Runtime
-from launcher.schema import Option
+from launcher.jobs.schema import Option
 
 
 class Apptainer(Runtime):

@@ -9,7 +9,7 @@ from typing import List, Literal, Sequence, Tuple
 from pydantic import field_validator
 
 from launcher.runtimes import Runtime
-from launcher.schema import Option
+from launcher.jobs.schema import Option
 
 
 class Charliecloud(Runtime):

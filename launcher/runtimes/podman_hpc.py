@@ -11,7 +11,7 @@ from typing import List, Literal, Sequence, Tuple
 
 from launcher.errors import DlaunchError
 from launcher.runtimes import Runtime
-from launcher.schema import Option
+from launcher.jobs.schema import Option
 
 _IMAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?$")
 

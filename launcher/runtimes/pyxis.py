@@ -11,7 +11,7 @@ from typing import Literal, Sequence, Tuple
 
 from launcher.errors import DlaunchError
 from launcher.runtimes import Runtime
-from launcher.schema import PATH, SAFE_NAME
+from launcher.jobs.schema import PATH, SAFE_NAME
 
 _REGISTRY_REF = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?#[a-z0-9._/-]+(:[A-Za-z0-9._-]+)?$")
 

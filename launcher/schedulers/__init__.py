@@ -15,8 +15,8 @@ from typing import Annotated, Dict, List, Mapping, Optional, Sequence, Tuple, Ty
 from pydantic import Field
 
 from launcher.errors import DlaunchError, SchedulerError
-from launcher.jobspec import JobSpec, PreludeItem, ShellWord
-from launcher.schema import StrictModel
+from launcher.jobs.jobspec import JobSpec, PreludeItem, ShellWord
+from launcher.jobs.schema import StrictModel
 
 # kind -> "module:Class"; adding a scheduler is its file plus one row here.
 BACKENDS = {

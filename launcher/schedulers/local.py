@@ -8,10 +8,10 @@ from typing import Dict, Literal, Optional, Sequence, TextIO, Tuple
 from rich.console import Console
 
 from launcher.errors import SchedulerError
-from launcher.jobspec import JobSpec
-from launcher.rundir import LOCAL_LOG
+from launcher.jobs.jobspec import JobSpec
+from launcher.runs.rundir import LOCAL_LOG
 from launcher.schedulers import Job, JobState, Scheduler, Submission
-from launcher.schema import StrictModel
+from launcher.jobs.schema import StrictModel
 
 
 class LocalConfig(StrictModel):

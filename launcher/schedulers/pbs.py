@@ -16,9 +16,9 @@ from typing import Annotated, Dict, List, Literal, Sequence, Tuple
 from pydantic import Field, StringConstraints, field_validator
 
 from launcher.errors import SchedulerError
-from launcher.jobspec import EndTime, JobSpec, PreludeItem, ShellWord
+from launcher.jobs.jobspec import EndTime, JobSpec, PreludeItem, ShellWord
 from launcher.schedulers import Job, JobState, Scheduler, Submission
-from launcher.schema import PBS_DIRECTIVE, PBS_RESOURCES, Partition, StrictModel, Word, check_partitions
+from launcher.jobs.schema import PBS_DIRECTIVE, PBS_RESOURCES, Partition, StrictModel, Word, check_partitions
 
 _JOB_ID = re.compile(r"^\d+(\[\d*\])?(\.[A-Za-z0-9.-]+)?$")
 # qstat's job_state letters (Reference Guide, "Job States").

@@ -7,10 +7,10 @@ from typing import Annotated, Dict, List, Literal, Optional, Sequence, Tuple
 from pydantic import Field, StringConstraints, field_validator
 
 from launcher.errors import SchedulerError
-from launcher.jobspec import Banner, EndTime, Export, JobSpec, PreludeItem, ShellWord
+from launcher.jobs.jobspec import Banner, EndTime, Export, JobSpec, PreludeItem, ShellWord
 from launcher.schedulers import Job, JobState, Scheduler, Submission
-from launcher.schema import GRES, Option, Partition, SafeName, StrictModel, format_time
-from launcher.schema import check_partitions
+from launcher.jobs.schema import GRES, Option, Partition, SafeName, StrictModel, format_time
+from launcher.jobs.schema import check_partitions
 
 SIGNAL_LEAD_S = 120  # seconds before the time limit at which the job is told to checkpoint
 # One failed task (a crashed node's torchrun, a dead MPI rank) ends the whole step instead of leaving

@@ -10,12 +10,12 @@ from typing import Annotated, Dict, List, Optional, Sequence, Tuple
 import typer
 from rich.console import Console
 
-from launcher.analysis import (Comparison, GroupKey, Run, ScalingPoint, Spread, group_runs, load_runs, reference_for,
+from launcher.analysis.scaling import (Comparison, GroupKey, Run, ScalingPoint, Spread, group_runs, load_runs, reference_for,
                                rich_table, scaling, verdict)
 from launcher.atomic import atomic_file, write_atomic
 from launcher.errors import DlaunchError
-from launcher.perfmodel import MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site, predict
-from launcher.sites import Site, resolve_site
+from launcher.analysis.perfmodel import MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site, predict
+from launcher.jobs.sites import Site, resolve_site
 
 DPI = 100
 PLOTS = {

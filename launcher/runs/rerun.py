@@ -15,8 +15,8 @@ from typing import Annotated, Any, List, Optional, Tuple
 import typer
 
 from launcher.errors import DlaunchError
-from launcher.request import FLAGS_BY_NAME, LaunchRequest
-from launcher.rundir import RunDir
+from launcher.jobs.request import FLAGS_BY_NAME, LaunchRequest
+from launcher.runs.rundir import RunDir
 from train.metrics_schema import Metrics, MetricsError, abstract_request, read_metrics
 
 METRICS_FILE = "metrics.jsonl"
@@ -27,7 +27,7 @@ def read_result(result: Path) -> Tuple[Metrics, str]:
     """(metrics, what it is called) of a metrics file, a run directory, or ARCHIVE.tar.gz:RUN/metrics.jsonl."""
     text = str(result)
     if ".tar.gz:" in text:
-        from launcher.archive import read_member
+        from launcher.runs.archive import read_member
 
         archive, member = text.split(".tar.gz:", 1)
         bundle = Path(archive + ".tar.gz")

@@ -18,8 +18,8 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from launcher.errors import DlaunchError, SchedulerError
-from launcher.rundir import find_runs
-from launcher.runstate import Snapshot, observe
+from launcher.runs.rundir import find_runs
+from launcher.runs.runstate import Snapshot, observe
 
 BAR_WIDTH = 20
 _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")

@@ -4,10 +4,10 @@ import shlex
 from functools import singledispatch
 from typing import List, Sequence
 
-from launcher.jobspec import Banner, EndTime, Export, FirstHost, HostList, Prepend, ShellWord
-from launcher.plan import LaunchPlan
+from launcher.jobs.jobspec import Banner, EndTime, Export, FirstHost, HostList, Prepend, ShellWord
+from launcher.jobs.plan import LaunchPlan
 from launcher.schedulers import scheduler_for
-from launcher.schema import ENV_NAME, HOST_SUFFIX
+from launcher.jobs.schema import ENV_NAME, HOST_SUFFIX
 
 _SHELL_WORD = re.compile(r"^[A-Za-z0-9_=:.,/@+$-]*$")
 _NAME = re.compile(ENV_NAME)

@@ -7,7 +7,7 @@ ended ok or still run and resubmits (with `--resume`, as `dlaunch run --resume`)
 otherwise (`runstate.observe` decides). The study file is copied into the study directory
 (`study.toml`) with the site it runs on (`study.json`); `study report` reads the comparisons from it.
 
-Pydantic validates the files (as `launcher/sites.py` does site profiles): a schema library gives
+Pydantic validates the files (as `launcher/jobs/sites.py` does site profiles): a schema library gives
 field-named errors and typed values without hand-written checks.
 """
 import dataclasses
@@ -23,13 +23,13 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from launcher.errors import DlaunchError
-from launcher.request import FRAMEWORKS, LaunchRequest, check_trainer_value
-from launcher.rundir import RunDir, display_path, find_runs
-from launcher.schema import SAFE_NAME, parse_time
-from launcher.sites import load_toml
+from launcher.jobs.request import FRAMEWORKS, LaunchRequest, check_trainer_value
+from launcher.runs.rundir import RunDir, display_path, find_runs
+from launcher.jobs.schema import SAFE_NAME, parse_time
+from launcher.jobs.sites import load_toml
+from launcher.paths import PUBLISHED_DIR
 from train.config import MODELS, SCHEDULES
 
-PUBLISHED_DIR = Path(__file__).resolve().parents[1] / "data" / "published"
 STUDY_COPY = "study.toml"
 STUDY_INFO = "study.json"
 # Matrix dimensions: set by the matrix, never by a recipe.
@@ -251,7 +251,7 @@ def run_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool 
     """Render (--dry-run: print) or submit the jobs of a study that are missing or failed; exit code 1
     when a run here failed."""
     from launcher import cli
-    from launcher.runstate import observe
+    from launcher.runs.runstate import observe
 
     study = load_study(path)
     data, data_warning = _data(study, data, dry_run)
@@ -321,8 +321,8 @@ def recorded_study(folder: Path) -> Study:
 
 def report_study(folder: Path, output: Path) -> int:
     """`dlaunch report` of the study directory, plus the published values beside this run's."""
-    from launcher.analysis import compare_published, load_runs
-    from launcher.report import report_command, write_comparison
+    from launcher.analysis.scaling import compare_published, load_runs
+    from launcher.analysis.report import report_command, write_comparison
 
     study = recorded_study(folder)
     code = 0

@@ -42,8 +42,8 @@ from rich.table import Table
 from launcher.errors import DlaunchError
 
 if TYPE_CHECKING:  # the site and study models (pydantic) stay out of `dlaunch status`'s start-up
-    from launcher.sites import Reference
-    from launcher.study import Compare
+    from launcher.jobs.sites import Reference
+    from launcher.runs.study import Compare
 from train.metrics_schema import Metrics, MetricsError, energy_total, read_metrics
 
 METRICS_FILE = "metrics.jsonl"

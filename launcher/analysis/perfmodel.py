@@ -1,6 +1,6 @@
 """Performance model v2: step time, throughput and E_G for any GPU count; `dlaunch predict`.
 
-The machine (launcher/perfmodel_nccl.py: NCCL's cost model, the ranks' timing noise, the storage) is kept apart from the
+The machine (launcher/analysis/perfmodel_nccl.py: NCCL's cost model, the ranks' timing noise, the storage) is kept apart from the
 workload (compute, data and other time per step, gradient bytes, framework). A machine is fitted once
 per site, from published data (`--calibrated`) or the user's own runs (`--from-runs`), and then applied
 unchanged to every model, batch and framework. Per step on p GPUs:
@@ -43,10 +43,11 @@ from typing import Annotated, Callable, Dict, List, Literal, Optional, Sequence,
 import typer
 from rich.console import Console
 
-from launcher.analysis import Run, load_runs, rich_table
+from launcher.analysis.scaling import Run, load_runs, rich_table
 from launcher.errors import DlaunchError
-from launcher.perfmodel_nccl import DEFAULT_INTRA_NODE_GBPS, RING_PLATEAU, Machine, straggler_factor
-from launcher.sites import Site, resolve_site
+from launcher.analysis.perfmodel_nccl import DEFAULT_INTRA_NODE_GBPS, RING_PLATEAU, Machine, straggler_factor
+from launcher.jobs.sites import Site, resolve_site
+from launcher.paths import PUBLISHED_DIR
 from train.framework_table import image_frameworks
 
 # Parameter counts in millions (torchvision ResNets; ResNet-44 is the CIFAR 6n+2 net).
@@ -79,7 +80,6 @@ DDP_BUCKET_BYTES = 25 * 1024.0 ** 2  # DistributedDataParallel(bucket_cap_mb=25)
 DEFAULT_FUSION_MB = 64.0  # HOROVOD_FUSION_THRESHOLD's default (the trainer's --fusion-threshold-mb)
 DEEPSPEED_BUCKET_BYTES = 4 * 5e8  # reduce_bucket_size: 5e8 fp32 elements
 
-PUBLISHED_DIR = Path(__file__).resolve().parent.parent / "data" / "published"
 AACH2023_TABLE2A = PUBLISHED_DIR / "aach2023_table2a.csv"
 # The machine of Table 2a, JUWELS Booster (sites/juwels-booster.toml): 4 A100 per node, 4x HDR200.
 AACH2023_MACHINE = Machine(gpus_per_node=4, latency_us=1.5, bandwidth_gbps_per_node=800.0)

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Tuple
 
 from launcher.errors import DlaunchError
-from launcher.jobspec import Export, FirstHost, HostList, PreludeItem, ShellWord
+from launcher.jobs.jobspec import Export, FirstHost, HostList, PreludeItem, ShellWord
 from launcher.schedulers import Scheduler
-from launcher.sites import Site
+from launcher.jobs.sites import Site
 from train.framework_table import FRAMEWORKS, FrameworkInfo
 
 

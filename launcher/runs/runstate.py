@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from launcher.failures import reconcile
-from launcher.rundir import RunDir, display_path
+from launcher.runs.failures import reconcile
+from launcher.runs.rundir import RunDir, display_path
 from launcher.schedulers import Job, JobState, scheduler_for
 from train.metrics_schema import Metrics, MetricsError, read_metrics
 

@@ -7,7 +7,7 @@ shell lines that run on the batch host before the step. None of these classes wr
 from dataclasses import dataclass
 from typing import Optional, Tuple, Union
 
-from launcher.schema import Partition
+from launcher.jobs.schema import Partition
 
 
 class ShellWord(str):

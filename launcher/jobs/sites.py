@@ -7,13 +7,13 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Type, T
 from pydantic import BaseModel, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from launcher.errors import DlaunchError
-from launcher.rundir import display_path
+from launcher.runs.rundir import display_path
 from launcher.runtimes import NoContainer
 from launcher.runtimes import config_union as runtime_configs
 from launcher.schedulers import config_union as scheduler_configs
-from launcher.schema import HOST_SUFFIX, AbsPath, EnvName, ModuleName, Partition, SafeName, StrictModel
+from launcher.jobs.schema import HOST_SUFFIX, AbsPath, EnvName, ModuleName, Partition, SafeName, StrictModel
+from launcher.paths import SHIPPED_SITES_DIR
 
-SHIPPED_SITES_DIR = Path(__file__).resolve().parents[1] / "sites"
 
 # Environment values with a documented range; a value outside it is refused with the source.
 ENV_RANGES = {

@@ -1,7 +1,7 @@
 """Which image a site runs: `<images dir>/<stack>-<framework>-<arch>` plus the runtime's extension, and
 the checks of a site against its stack (architecture, GPU vendor, driver, DALI).
 
-Kept apart from `launcher.images` (the version lock's pydantic models, definition files, `dlaunch
+Kept apart from `launcher.jobs.images` (the version lock's pydantic models, definition files, `dlaunch
 images`): `dlaunch run` reads only the few facts it needs from the lock, with tomllib.
 """
 import os
@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional
 
 from launcher.errors import DlaunchError
+from launcher.paths import REPO
 from train.config import FRAMEWORKS
 
 if TYPE_CHECKING:
-    from launcher.sites import Site
+    from launcher.jobs.sites import Site
 
-REPO = Path(__file__).resolve().parent.parent
 LOCK_PATH = REPO / "containers" / "versions.toml"
 DEFAULT_STACK = "current"
 DEFAULT_ARCH = "x86_64"

@@ -17,7 +17,7 @@ import typer
 
 from launcher.atomic import atomic_file
 from launcher.errors import DlaunchError
-from launcher.rundir import RunDir, display_path, find_runs
+from launcher.runs.rundir import RunDir, display_path, find_runs
 from train.metrics_schema import Metrics, MetricsError, read_metrics
 
 MANIFEST = "manifest.json"
@@ -26,7 +26,7 @@ SKIPPED_FOLDERS = ("checkpoints",)  # model weights: large, and not a result
 
 def _profiles(runs: List[RunDir]) -> Dict[str, Path]:
     """Site profile file per name, for the sites the runs' requests named."""
-    from launcher.sites import available_sites
+    from launcher.jobs.sites import available_sites
 
     found = {}
     known = available_sites()

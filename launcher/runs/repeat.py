@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, List, Tuple
 
 from launcher.errors import DlaunchError
-from launcher.request import LaunchRequest
-from launcher.rundir import RunDir, default_run_name
+from launcher.jobs.request import LaunchRequest
+from launcher.runs.rundir import RunDir, default_run_name
 
 if TYPE_CHECKING:
-    from launcher.plan import LaunchPlan
+    from launcher.jobs.plan import LaunchPlan
 
 
 def repeat_names(base: str, repeats: int) -> List[str]:

@@ -21,8 +21,8 @@ from rich.table import Table
 
 from launcher.atomic import write_atomic
 from launcher.errors import DlaunchError
-from launcher.imagepaths import REPO, default_image, image_reference, images_dir, stack_of
-from launcher.sites import available_sites, load_site, resolve_site
+from launcher.jobs.imagepaths import REPO, default_image, image_reference, images_dir, stack_of
+from launcher.jobs.sites import available_sites, load_site, resolve_site
 from train.framework_table import image_frameworks
 
 CONTAINERS = REPO / "containers"

@@ -1,7 +1,7 @@
 """Profile + request -> `LaunchPlan`: every decision about a job, before any text is rendered.
 
 The site's scheduler, container runtime and the framework's launch style each contribute their part
-(launcher/schedulers/, launcher/runtimes/, launcher/launchers.py); `render.py` writes the text.
+(launcher/schedulers/, launcher/runtimes/, launcher/jobs/launchers.py); `render.py` writes the text.
 """
 import dataclasses
 import os
@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from launcher.errors import DlaunchError, SchedulerError
-from launcher.jobspec import JobSpec, PreludeItem, Prepend
-from launcher.launchers import launch_mode
-from launcher.request import SAFE_NAME, LaunchRequest, trainer_arguments
+from launcher.jobs.jobspec import JobSpec, PreludeItem, Prepend
+from launcher.jobs.launchers import launch_mode
+from launcher.jobs.request import SAFE_NAME, LaunchRequest, trainer_arguments
 from launcher.schedulers import scheduler_for
-from launcher.schema import BIND_PATH, format_time, parse_time
-from launcher.sites import Site
+from launcher.jobs.schema import BIND_PATH, format_time, parse_time
+from launcher.jobs.sites import Site
 from train.config import ConfigError, parse_config
 from train.engines import check_engine_flags
 from train.framework_table import FRAMEWORKS as FRAMEWORK_TABLE
