@@ -511,7 +511,8 @@ def test_predict_shows_kernel_share_and_efficiency_beside_the_papers_values_with
 
 def test_predict_compares_with_the_paper_only_for_its_workload_and_machine():
     for args in (["--site", "jureca-dc"], ["--site", "juwels-booster", "--batch", "128"],
-                 ["--site", "juwels-booster", "--gpus", "8,16"], ["--site", "juwels-booster", "--model", "resnet152"]):
+                 ["--site", "juwels-booster", "--gpus", "8,16"], ["--site", "juwels-booster", "--model", "resnet152"],
+                 ["--site", "juwels-booster", "--framework", "deepspeed"]):  # DeepSpeed cannot use DALI: no value
         result = _predict(*(["--model", "resnet50", "--calibrated", "dali"] + args))
         assert result.exit_code == 0, result.output
         assert "paper" not in result.output and "fitted" in result.output
@@ -608,3 +609,10 @@ def test_predict_by_default_goes_up_to_what_the_site_has():
     assert result.exit_code == 0, result.output
     rows = [line.split()[0] for line in result.output.splitlines() if line.split() and line.split()[0].isdigit()]
     assert rows == ["4", "8", "16", "32", "64", "128", "256", "512"]
+
+
+def test_predict_calibrated_native_keeps_a_measured_data_wait_of_zero(site_file):
+    result = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--data-ms", "0", "--batch", "64",
+                      "--gpus", "4,8", "--calibrated", "native")
+    assert result.exit_code == 0, result.output
+    assert "compute 200.00 ms + data 0.00 ms" in result.output

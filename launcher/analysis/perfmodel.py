@@ -28,9 +28,10 @@ together):
               so a wait ends at the latest when the next message is ready), plus beside_compute x
               the back-propagation the messages overlap (kernels waiting for the next bucket and
               slowed by sharing the GPU). comm share = kernel / (kernel + compute).
-    exposed   what the step waits for after back-propagation: the transfers left over and the last
-              message's wait, lag(busy). The earlier waits are hidden behind back-propagation: kernel
-              time counts every message's wait, the step only the last one.
+    exposed   what the step waits for beyond its work: the transfers left over after
+              back-propagation and the last message's wait, lag(busy) (and a storage stall, below).
+              The earlier waits are hidden behind back-propagation: kernel time counts every
+              message's wait, the step only the last one.
     step      busy + exposed;  X = p * batch / step;  E_G = (X_G / X_ref) / (G / G_ref).
     storage   a loader that reads every sample as a file (native) on a file system that sustains R
               images/s: p GPUs cannot step faster than p * batch / R. The stall is every rank's extra
@@ -209,7 +210,7 @@ class StepTimes:
 
     step: float
     network: float  # transfers of the step's collectives
-    exposed: float  # what the step waits for after back-propagation: transfers left over + the last wait
+    exposed: float  # what the step waits for beyond its work: transfers left over, the last wait, the storage stall
     waits: float  # the slowest rank's lag at the end of the step (noise, loader) and the storage stall
     hidden_waits: float  # the kernels' waits for their peers that back-propagation hides
     kernel: float  # NCCL kernel time
@@ -247,7 +248,7 @@ def step_times(workload: Workload, machine: Machine, gpus: int) -> StepTimes:
     overlapped = workload.backward_s * (1.0 - msgs[0].ready)
     kernel = network + math.fsum(waits) + end_lag + machine.beside_compute * overlapped
     profiled = machine.ring_allreduce_s(gpus, workload.gradient_bytes) + end_lag
-    return StepTimes(workload.busy_s + stall + left_over + end_lag, network, left_over + end_lag, end_lag + stall,
+    return StepTimes(workload.busy_s + stall + left_over + end_lag, network, stall + left_over + end_lag, end_lag + stall,
                      math.fsum(waits), kernel, stall, profiled, algorithm)
 
 
@@ -257,8 +258,8 @@ class Prediction:
     nodes: int
     step_s: float
     comm_s: float  # network time of the step's collectives
-    exposed_comm_s: float  # what the step waits for after compute: network left over + the last wait
-    wait_s: float  # the last wait (noise, loader, storage stall): exposed
+    exposed_comm_s: float  # what the step waits for beyond its work: transfers left over + wait_s
+    wait_s: float  # the last message's wait for the slowest rank (noise, loader) + the storage stall
     hidden_wait_s: float  # the earlier kernels' waits for their peers: NCCL kernel time, not step time
     kernel_comm_s: float  # NCCL kernel time, as profiles count it
     algorithm: str
@@ -518,12 +519,13 @@ def fit_published(max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TA
     return PublishedFit(replace(machine, storage_images_per_s=storage), native.data_s / native.compute_s, floor)
 
 
-def calibrated_workload(workload: Workload, fit: PublishedFit, loader: str) -> Workload:
-    """`workload` as on Table 2a's machine with `loader`: the native loader reads files and, without a
-    measured data wait, waits the fitted one."""
+def calibrated_workload(workload: Workload, fit: PublishedFit, loader: str, measured_data: bool = False) -> Workload:
+    """`workload` as on Table 2a's machine with `loader`: the native loader reads files and, unless the
+    data wait is `measured_data`, waits the fitted one."""
     if loader != "native":
         return workload
-    return replace(workload, reads_files=True, data_s=workload.data_s or fit.native_data_fraction * workload.compute_s)
+    return replace(workload, reads_files=True,
+                   data_s=workload.data_s if measured_data else fit.native_data_fraction * workload.compute_s)
 
 
 # --- The user's runs ------------------------------------------------------------------------------
@@ -937,7 +939,7 @@ def predict_command(
             if published:  # the paper's workload: its loader's I/O kernels run on the GPU too
                 workload = replace(workload, compute_s=workload.compute_s * io_kernel_factor(calibrated))
                 source += ", plus Table 2a's %s I/O kernels" % calibrated
-            workload = calibrated_workload(workload, fit, calibrated)
+            workload = calibrated_workload(workload, fit, calibrated, data_ms is not None or from_run is not None)
             basis = _basis([g for g in counts if g <= CALIBRATION_MAX_GPUS], CALIBRATION_MAX_GPUS)
             if calibrated == "native" and storage_images_per_s is None and profile.storage is None:
                 storage_images_per_s = fit.machine.storage_images_per_s
@@ -947,6 +949,8 @@ def predict_command(
             if (published and model_name == "resnet50" and workload.batch == DEFAULT_BATCH and data_ms is None
                     and counts[0] == AACH2023_REFERENCE_GPUS and _paper_machine(profile)):
                 checks = paper_checks(model_name, calibrated, framework, counts)
+                if not any(c.comm_share is not None or c.statement is not None for c in checks.values()):
+                    checks = None  # e.g. DeepSpeed with DALI: the paper has nothing
     workload = replace(workload, framework=framework, zero_stage=zero_stage if framework == "deepspeed" else 0)
     if storage_images_per_s is None and profile.storage is not None:  # the site's [storage] fact
         storage_images_per_s, storage_source = profile.storage.loader_images_per_s, "site profile [storage]"
@@ -968,8 +972,9 @@ def predict_command(
     console.print(fit_table("", prediction_headers(profiled, checks is not None),
                             prediction_rows(predictions, basis, profiled, checks), console.width,
                             leave_out=["nodes", "exposed ms", "images/s", "step ms"]))
-    say("exposed: what a step waits for after back-propagation (transfers left over, the slowest rank); the "
-        "kernels' earlier waits for their peers are NCCL kernel time but hidden behind back-propagation")
+    say("exposed: what a step waits for beyond its own work (transfers left over after back-propagation, the "
+        "slowest rank, the file system); the kernels' earlier waits for their peers are NCCL kernel time, hidden "
+        "behind back-propagation")
     if from_runs:
         say("basis: fitted = a GPU count of your runs (profiled comm %% as --profile-steps measures it); in range = "
             "between them; predicted = beyond %d GPUs" % max(fitted))
