@@ -786,33 +786,39 @@ def _signed(value: float, digits: int) -> str:
     return text[1:] if float(text) == 0 else text
 
 
+def _published_columns(checks: Optional[Dict[int, PaperCheck]]) -> Tuple[bool, bool]:
+    """Whether the paper has any E_G statement, any comm share for the rows."""
+    values = list(checks.values()) if checks else []
+    return any(c.statement is not None for c in values), any(c.comm_share is not None for c in values)
+
+
 def prediction_rows(predictions: Sequence[Prediction], basis: Callable[[int], str], profiled: bool = False,
                     checks: Optional[Dict[int, PaperCheck]] = None) -> List[List[str]]:
     """Table rows: step, exposed time, images/s, E_G and the comm share, with the paper's values and the
     model's errors where `checks` has them, and whether each count is fitted or predicted."""
+    paper_eg, paper_share = _published_columns(checks)
     out = []
     for p in predictions:
         share = p.profiled_comm_share if profiled else p.comm_share
         row = [str(p.gpus), str(p.nodes), "%.2f" % (1e3 * p.step_s), "%.2f" % (1e3 * p.exposed_comm_s),
                "%.1f" % p.images_per_s, "%.3f" % p.efficiency]
-        if checks is not None:
-            check = checks[p.gpus]
-            s = check.statement
+        if paper_eg:
+            s = checks[p.gpus].statement
             row += ["-", "-"] if s is None else [s.text, "holds" if s.relation != "=" and s.holds(p.efficiency)
                                                  else _signed(s.error(p.efficiency), 2)]
         row.append("%.1f" % (100 * share))
-        if checks is not None:
+        if paper_share:
             paper = checks[p.gpus].comm_share
             row += ["-", "-"] if paper is None else ["%.1f" % (100 * paper), _signed(100 * (share - paper), 1)]
         out.append(row + [basis(p.gpus)])
     return out
 
 
-def prediction_headers(profiled: bool, checks: bool) -> List[str]:
-    paper_eg = ["paper E_G", "E_G error"] if checks else []
-    paper_share = ["paper %", "error pp"] if checks else []
+def prediction_headers(profiled: bool, checks: Optional[Dict[int, PaperCheck]] = None) -> List[str]:
+    paper_eg, paper_share = _published_columns(checks)
     share = "profiled comm %" if profiled else "NCCL kernel %"
-    return ["GPUs", "nodes", "step ms", "exposed ms", "images/s", "E_G"] + paper_eg + [share] + paper_share + ["basis"]
+    return (["GPUs", "nodes", "step ms", "exposed ms", "images/s", "E_G"] + (["paper E_G", "E_G error"] if paper_eg else [])
+            + [share] + (["paper %", "error pp"] if paper_share else []) + ["basis"])
 
 
 STORAGE_FIT = ("fitted on the paper's E_G values for the native loader (%s), at least what Table 2a's native rows "
@@ -949,8 +955,6 @@ def predict_command(
             if (published and model_name == "resnet50" and workload.batch == DEFAULT_BATCH and data_ms is None
                     and counts[0] == AACH2023_REFERENCE_GPUS and _paper_machine(profile)):
                 checks = paper_checks(model_name, calibrated, framework, counts)
-                if not any(c.comm_share is not None or c.statement is not None for c in checks.values()):
-                    checks = None  # e.g. DeepSpeed with DALI: the paper has nothing
     workload = replace(workload, framework=framework, zero_stage=zero_stage if framework == "deepspeed" else 0)
     if storage_images_per_s is None and profile.storage is not None:  # the site's [storage] fact
         storage_images_per_s, storage_source = profile.storage.loader_images_per_s, "site profile [storage]"
@@ -969,7 +973,7 @@ def predict_command(
            machine.beside_compute, storage, source))
     predictions = predict(workload, machine, counts)
     profiled = bool(from_runs)
-    console.print(fit_table("", prediction_headers(profiled, checks is not None),
+    console.print(fit_table("", prediction_headers(profiled, checks),
                             prediction_rows(predictions, basis, profiled, checks), console.width,
                             leave_out=["nodes", "exposed ms", "images/s", "step ms"]))
     say("exposed: what a step waits for beyond its own work (transfers left over after back-propagation, the "
