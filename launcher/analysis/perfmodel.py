@@ -477,8 +477,8 @@ def load_statements(path: Path = AACH2023_STATEMENTS) -> List[Statement]:
 
 
 def io_kernel_factor(loader: str, max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TABLE2A) -> float:
-    """GPU kernel time per step over a whole training step's (cuDNN + other kernels): 1 + the loader's
-    I/O kernels, in Table 2a's proportion on its rows up to `max_gpus`."""
+    """A step's kernel time other than NCCL's over that of a training step without the loader's I/O
+    kernels (cuDNN and other kernels): 1 + I/O / (cuDNN + other), Table 2a's rows up to `max_gpus`."""
     rows = [r for r in load_published(path)[loader] if r.gpus <= max_gpus]
     io = math.fsum(r.io for r in rows)
     return 1.0 + io / math.fsum(100.0 - r.comm - r.io for r in rows)
