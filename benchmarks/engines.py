@@ -6,7 +6,8 @@ images/s of the same model, batch and steps with 2 worker processes on this mach
       [--steps 30] [--warmup-steps 5] [--threads 1] [--repeats 1] [--modes ddp,tf-allreduce,...]
 
 Every mode is a real trainer run: `ddp` through torchrun, the task-per-worker modes as one process per
-task (coordinator and server tasks beside the 2 workers, as srun would start them; train/engines.py).
+task (coordinator and server tasks beside the 2 workers, as srun would start them; the local scheduler's
+step, launcher/schedulers/local.py).
 images/s is the trainer's own whole-job figure (after the warm-up steps) from its metrics file; with
 --repeats > 1 runs are interleaved and the fastest counts (other processes share the machine).
 Coordinator and server processes share the same CPUs as the workers: on one machine a parameter
@@ -27,7 +28,7 @@ sys.path.insert(0, ROOT)
 
 from benchlib import save_results  # noqa: E402
 
-from train.engines import run_local_step  # noqa: E402
+from launcher.schedulers.local import run_step  # noqa: E402
 from train.framework_table import FRAMEWORKS, TASK_PER_WORKER  # noqa: E402
 from train.metrics_schema import read_metrics  # noqa: E402
 
@@ -53,18 +54,18 @@ def run_mode(mode: str, args: List[str], timeout: float) -> Optional[float]:
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     for name in ("WORLD_SIZE", "RANK", "MASTER_PORT", "TF_CONFIG"):
         env.pop(name, None)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, open(os.path.join(tmp, "output"), "w+") as output:
         metrics = os.path.join(tmp, "metrics.jsonl")
         flags = ["--framework", mode] + args + ["--metrics", metrics]
         if row.launch == "task-per-worker":
-            results = run_local_step([python, "-m", row.entry] + flags,
-                                     WORKERS + row.coordinators + row.servers_per_node, env, ROOT, timeout)
+            codes = run_step([python, "-m", row.entry] + flags, WORKERS + row.coordinators + row.servers_per_node,
+                             env, output, ROOT, timeout)
         else:
-            results = run_local_step([python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                                      str(WORKERS), "-m", "train"] + flags, 1, env, ROOT, timeout)
-        failed = [(task, out) for task, (code, out) in enumerate(results) if code != 0]
-        if failed:
-            print("%s: task %d failed:\n%s" % (mode, failed[0][0], failed[0][1][-2000:]), file=sys.stderr)
+            codes = run_step([python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                              str(WORKERS), "-m", "train"] + flags, 1, env, output, ROOT, timeout)
+        if any(codes):
+            output.seek(0)
+            print("%s: exit codes %s:\n%s" % (mode, codes, output.read()[-2000:]), file=sys.stderr)
             return None
         epochs = read_metrics(metrics).epochs
         images = sum(e["images"] for e in epochs)

@@ -200,7 +200,7 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
 
     check_loader(site, request.option("loader", "native"))
     image = request.image
-    if site.container.kind != "none":
+    if site.container.containerized:
         if not image:
             image = default_image_for_site(site, request.framework)
         warning = driver_warning(site)
@@ -227,12 +227,12 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
 def submit(request: LaunchRequest, plan: "LaunchPlan", script: str, run: RunDir) -> int:
     """Write the run directory, hand the script to the scheduler, record the outcome."""
     from launcher.runs.runstate import LOCAL_RUNNING
-    from launcher.schedulers import scheduler_for
+    from launcher.schedulers import registration, scheduler_for
 
     run.write("job.sh", script, mode=0o755)
     run.write_plan(plan.to_dict(), request.to_dict())
     scheduler = scheduler_for(plan.scheduler)
-    if plan.scheduler == "local":  # runs in this process's child: `dlaunch watch` checks that it lives
+    if registration(plan.scheduler).foreground:  # runs in this process's child: `dlaunch watch` checks that it lives
         run.set_state(LOCAL_RUNNING % os.getpid())
     try:
         submission = scheduler.submit(run.path / "job.sh", run.path)
@@ -295,18 +295,23 @@ def run(site: Site_ = None, framework: Framework = "ddp",
         return 0
     run_dir = RunDir.open(Path(plan.run_dir)) if resume is not None else RunDir.create(Path(plan.run_dir))
     code = submit(request, plan, script, run_dir)
-    if follow and plan.scheduler != "local":  # a local run was followed in the foreground already
+    if follow and not _foreground(plan.scheduler):  # a foreground run was followed already
         return watch_runs([run_dir.path])
     return code
 
 
+def _foreground(kind: str) -> bool:
+    """The scheduler runs its jobs in the foreground (the run was followed while it ran)."""
+    from launcher.schedulers import registration
+
+    return registration(kind).foreground
+
+
 def _refuse_if_active(run: RunDir) -> None:
     """A second job must not append to the metrics and checkpoints of one that still runs."""
-    from launcher.schedulers import scheduler_for
-
     kind = run.plan()["plan"]["scheduler"]
-    if kind != "local" and run.job_id:
-        job = scheduler_for(kind).jobs([run.job_id])[run.job_id]
+    if not _foreground(kind) and run.job_id:
+        job = run.scheduler.jobs([run.job_id])[run.job_id]
         if job.kind.active:
             raise DlaunchError("--resume: job %s of %s is still %s (dlaunch cancel it first)" % (run.job_id, run.path, job.state))
 
@@ -356,7 +361,7 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
         code = submit(request, plan, script, RunDir.create(Path(plan.run_dir)))
         if code:
             return code
-    if follow and jobs[0][1].scheduler != "local":
+    if follow and not _foreground(jobs[0][1].scheduler):
         return watch_runs([Path(jobs[0][1].run_dir).parent])
     return 0
 
@@ -365,7 +370,8 @@ def failure_reason(run: RunDir) -> Optional[str]:
     """The line that explains a failed run (launcher/runs/failures.py ranks them), else the end record's reason."""
     from launcher.runs.failures import explain
 
-    cause = explain(run.log_files())
+    scheduler = run.scheduler
+    cause = explain(scheduler.log_files(run.path), scheduler.log_verdicts, scheduler.log_noise)
     if cause:
         return str(cause)
     from train.metrics_schema import MetricsError, read_metrics
@@ -382,13 +388,11 @@ def why_failed(snapshot: "Snapshot") -> str:
     reason = failure_reason(snapshot.run)
     if reason:
         return reason
-    kind = snapshot.run.plan()["plan"]["scheduler"]
-    if snapshot.job != "-" and kind != "local":
-        from launcher.schedulers import scheduler_for
-
-        ended = scheduler_for(kind).end_reason(snapshot.job)
+    if snapshot.job != "-" and not _foreground(snapshot.scheduler):
+        scheduler = snapshot.run.scheduler
+        ended = scheduler.end_reason(snapshot.job)
         if ended:
-            return "%s ended the job (%s); its log says nothing (was the run directory visible on the nodes?)" % (scheduler_for(kind).label, ended)
+            return "%s ended the job (%s); its log says nothing (was the run directory visible on the nodes?)" % (scheduler.label, ended)
     return "%s, metrics %s" % (snapshot.state, snapshot.progress.status)
 
 
@@ -408,7 +412,7 @@ def show_status(runs: List[RunDir]) -> None:
         p = snapshot.progress
         epochs = "%d/%d" % (p.epochs_done, p.epochs_total) if p.epochs_total else (str(p.epochs_done) if p.epochs_done else "-")
         speed = "%.1f" % p.images_per_s if p.images_per_s is not None else "-"
-        rows.append((snapshot.name, snapshot.site, snapshot.job, scheduler_label(snapshot.state, p.status), p.status, epochs, speed,
+        rows.append((snapshot.name, snapshot.site, snapshot.job, scheduler_label(snapshot.state, snapshot.meaning, p.status), p.status, epochs, speed,
                      display_path(snapshot.run.metrics_path)))
         if snapshot.failed:
             reasons.append("%s: %s" % (snapshot.name, why_failed(snapshot)))
@@ -421,9 +425,9 @@ def show_status(runs: List[RunDir]) -> None:
 
 
 def run_figures(snapshot: "Snapshot") -> str:
-    """Time and energy to accuracy, the trainer's energy and Slurm's (`sacct`), each named; '' when none is known."""
+    """Time and energy to accuracy, the trainer's energy and the scheduler's accounting (Slurm's `sacct`),
+    each named; '' when none is known."""
     from launcher.analysis.scaling import status_figures
-    from launcher.runs.energy_accounting import slurm_job_energy
     from train.metrics_schema import MetricsError, read_metrics
 
     try:
@@ -438,10 +442,11 @@ def run_figures(snapshot: "Snapshot") -> str:
     if f.energy_j is not None:
         per_image = ", %.3g J/image" % f.joules_per_image if f.joules_per_image is not None else ""
         parts.append("energy %.1f kJ (trainer: %s)%s" % (f.energy_j / 1e3, f.energy_domains, per_image))
-    if snapshot.ended and snapshot.job != "-" and snapshot.run.plan()["plan"]["scheduler"] == "slurm":
-        accounted = slurm_job_energy(snapshot.job)
+    if snapshot.ended and snapshot.job != "-" and not _foreground(snapshot.scheduler):
+        scheduler = snapshot.run.scheduler
+        accounted = scheduler.job_energy(snapshot.job)
         if not isinstance(accounted, str):
-            parts.append("energy %.1f kJ (Slurm sacct ConsumedEnergy: the job's nodes)" % (accounted / 1e3))
+            parts.append("energy %.1f kJ (%s accounting: the job's nodes)" % (accounted / 1e3, scheduler.label))
     return "; ".join(parts)
 
 
@@ -517,13 +522,11 @@ def logs(run_dir: RunDirArg) -> int:
 
 @app.command()
 def cancel(run_dir: RunDirArg) -> int:
-    """Cancel a run's Slurm job."""
-    from launcher.schedulers import scheduler_for
-
+    """Cancel a run's job."""
     run = RunDir.open(run_dir)
     if not run.job_id:
         raise DlaunchError("%s: no job id (state: %s)" % (run.path, run.state))
-    scheduler_for(run.plan()["plan"]["scheduler"]).cancel(run.job_id)
+    run.scheduler.cancel(run.job_id)
     run.set_state("cancel requested")
     err.print("cancelled job %s" % run.job_id)
     return 0

@@ -20,10 +20,11 @@ from typing import Annotated, Dict, List, Mapping, Optional, Sequence
 import typer
 
 from launcher.cli import Account, Framework, Image, Partition, complete_site, out, prepare
-from launcher.errors import DlaunchError
+from launcher.errors import DlaunchError, SchedulerError
 from launcher.jobs.imagepaths import version_tuple
 from launcher.jobs.request import LaunchRequest
-from launcher.schedulers import scheduler_for
+from launcher.runtimes import Runtime
+from launcher.schedulers import registration, scheduler_for
 from launcher.jobs.sites import Site, resolve_site
 from launcher.tables import fit_table
 
@@ -85,9 +86,9 @@ def allocation_hosts(site: Site, environ: Mapping[str, str]) -> List[str]:
 
 
 def where(site: Site, environ: Mapping[str, str]) -> Node:
-    """A local site's node is this machine; a batch site's only inside the allocation, on one of its hosts
-    (an `salloc` shell on the login node is not)."""
-    if site.scheduler.kind == "local":
+    """A foreground site's node is this machine; a batch site's only inside the allocation, on one of its
+    hosts (an `salloc` shell on the login node is not)."""
+    if registration(site.scheduler.kind).foreground:
         return Node((), on_node=True, first=True)
     hosts = allocation_hosts(site, environ)
     here = short(socket.gethostname())
@@ -170,14 +171,15 @@ def check_scheduler_commands(site: Site) -> Check:
 
 
 def check_submission(site: Site, site_arg: str, partition: Optional[str], account: Optional[str], image: Optional[str]) -> Check:
-    """`sbatch --test-only` of the job script `dlaunch run` would submit for one node: Slurm validates its
-    account, partition, QOS and options without submitting anything."""
+    """The batch system's test-only submission of the job script `dlaunch run` would submit for one node
+    (Slurm: `sbatch --test-only`): it validates the account, partition, QOS and options, submits nothing."""
     name = "account and partition"
-    if site.scheduler.kind != "slurm":
-        return Check(name, SKIP, "%s site" % site.scheduler.kind,
-                     "PBS has no test-only submission; `qsub` checks the queue at submission" if site.scheduler.kind == "pbs" else "no scheduler")
-    if shutil.which("sbatch") is None:
-        return Check(name, SKIP, "no sbatch here", "run doctor where sbatch is")
+    kind = site.scheduler.kind
+    scheduler = scheduler_for(kind)
+    if registration(kind).foreground:
+        return Check(name, SKIP, "%s site" % kind, "no scheduler")
+    if scheduler.no_test_submission:
+        return Check(name, SKIP, "%s site" % kind, scheduler.no_test_submission)
     with tempfile.TemporaryDirectory(prefix="dlaunch-doctor-") as scratch:
         request = LaunchRequest(site=site_arg, nodes=1, partition=partition, account=account, image=image,
                                 time="00:10:00", experiment="doctor", run_name="doctor")
@@ -187,30 +189,32 @@ def check_submission(site: Site, site_arg: str, partition: Optional[str], accoun
             return Check(name, FAIL, str(e), "give the flag or set the variable it names")
         path = Path(scratch) / "job.sh"
         path.write_text(script, encoding="utf-8")
-        tested = subprocess.run(["sbatch", "--test-only", str(path)], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
-    said = " ".join((tested.stderr + tested.stdout).split()).replace("sbatch: ", "")
-    chosen = " ".join(line.split(None, 1)[1] for line in script.splitlines()
-                      if line.startswith(("#SBATCH --account", "#SBATCH --partition", "#SBATCH --qos"))) or "no account or partition"
-    if tested.returncode != 0:
-        return Check(name, FAIL, "%s: %s" % (chosen, said),
-                     "pass --account/--partition that `sacctmgr show assoc user=$USER` lists, or fix the profile's partitions")
-    return Check(name, PASS, "%s: sbatch --test-only accepted (%s)" % (chosen, said))
+        try:
+            accepted, found = scheduler.check_script(path)
+        except SchedulerError as e:
+            return Check(name, SKIP, str(e), "run doctor where the %s commands are" % scheduler.label)
+    if not accepted:
+        listed = "that `%s` lists" % scheduler.accounts_command if scheduler.accounts_command else "you may use"
+        return Check(name, FAIL, found, "pass --account/--partition %s, or fix the profile's partitions" % listed)
+    return Check(name, PASS, found)
 
 
 def check_runtime(site: Site) -> Check:
-    kind = site.container.kind
-    if kind == "none":
+    runtime = site.container
+    kind = runtime.kind
+    if not runtime.containerized:
         return Check("container runtime", SKIP, "no container", "the site runs without one")
-    binary = site.container.binary
+    binary = runtime.binary
     path = shutil.which(binary)
     if path is None:
         return Check("container runtime", FAIL, "%s: no %s on PATH" % (kind, binary),
                      "load the module that provides %s (the profile loads: %s)" % (binary, " ".join(site.modules) or "none"))
-    if kind == "pyxis":
-        option = "--environment" if site.container.environment else "--container-image"
+    option = runtime.required_option
+    if option:
         helped = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
         if option not in helped.stdout:
-            return Check("container runtime", FAIL, "srun has no %s option" % option, "the pyxis SPANK plugin is not loaded on this host")
+            return Check("container runtime", FAIL, "%s has no %s option" % (binary, option),
+                         "the plugin %s needs is not loaded on this host" % kind)
     return Check("container runtime", PASS, "%s: %s" % (kind, path))
 
 
@@ -256,17 +260,17 @@ def sif_arch(path: Path) -> str:
     return SIF_ARCHES.get(head[45:47], "SIF code %s" % head[45:47].decode(errors="replace"))
 
 
-def image_arch(image_kind: str, image: str) -> Optional[str]:
+def image_arch(runtime: Runtime, image: str) -> Optional[str]:
     """The image's CPU architecture; None where it cannot be read here (a squashfs or EDF file)."""
-    if image_kind == "dir":
+    if runtime.image_kind == "dir":
         return elf_machine(resolve_in_root(Path(image), "/bin/sh"))
     if image.endswith(".sif"):
         return sif_arch(Path(image))
-    if image_kind == "name":
-        shown = subprocess.run(["podman-hpc", "image", "inspect", "--format", "{{.Architecture}}", image],
-                               capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    command = runtime.arch_command(image)
+    if command:
+        shown = subprocess.run(list(command), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
         if shown.returncode != 0:
-            raise FileNotFoundError(" ".join(shown.stderr.split()) or "podman-hpc does not know the image")
+            raise FileNotFoundError(" ".join(shown.stderr.split()) or "%s does not know the image" % runtime.binary)
         return ARCH_ALIASES.get(shown.stdout.strip(), shown.stdout.strip())
     return None
 
@@ -274,7 +278,7 @@ def image_arch(image_kind: str, image: str) -> Optional[str]:
 def check_image(site: Site, image: Optional[str], framework: str) -> List[Check]:
     """The image exists and is built for the site's architecture (`image`: checked by the runtime already)."""
     runtime = site.container
-    if runtime.kind == "none":
+    if not runtime.containerized:
         return [Check("image", SKIP, "no container", "the site runs without one")]
     if image is None:
         from launcher.jobs.imagepaths import default_image_for_site
@@ -283,15 +287,15 @@ def check_image(site: Site, image: Optional[str], framework: str) -> List[Check]
             image = default_image_for_site(site, framework)
         except DlaunchError as e:
             return [Check("image", FAIL, str(e), "give --image")]
-    if runtime.image_kind == "name":
-        if shutil.which("podman-hpc") is None:
-            return [Check("image", SKIP, image, "no podman-hpc here to ask for the image")]
+    if runtime.arch_command(image):
+        if shutil.which(runtime.binary) is None:
+            return [Check("image", SKIP, image, "no %s here to ask for the image" % runtime.binary)]
     elif not image.startswith("/"):
         return [Check("image", SKIP, image, "not a file: %s resolves it when the job starts" % runtime.kind)]
     elif runtime.missing(image):
         return [Check("image", FAIL, "%s does not exist" % image, "build it (`dlaunch images` lists them) or give --image")]
     try:
-        arch = image_arch(runtime.image_kind, image)
+        arch = image_arch(runtime, image)
     except (OSError, ValueError) as e:
         return [Check("image", FAIL, "%s: %s" % (image, e), "give --image of a %s image" % runtime.kind)]
     checks = [Check("image", PASS, "%s exists" % image)]
@@ -317,8 +321,8 @@ def check_node_arch(site: Site, node: Node) -> Check:
 def check_rendezvous(site: Site, node: Node) -> Check:
     """The first host's name with the site's suffix resolves; on the first host, to one of its own addresses."""
     name = "rendezvous host"
-    if site.scheduler.kind == "local":
-        return Check(name, SKIP, "local site", "torchrun --standalone needs no host name")
+    if registration(site.scheduler.kind).foreground:
+        return Check(name, SKIP, "%s site" % site.scheduler.kind, "one machine: torchrun --standalone needs no host name")
     if not node.hosts:
         return Check(name, SKIP, "suffix %r" % site.rendezvous_host_suffix, "run inside an allocation (srun dlaunch doctor ...)")
     host = short(node.hosts[0]) + site.rendezvous_host_suffix
@@ -348,7 +352,7 @@ def image_cuda(site: Site, image: Optional[str], framework: str) -> Optional[str
             return images.image_labels(Path(image), binary).get(images.PIN_LABEL_PREFIX + "cuda")
         except (subprocess.CalledProcessError, ValueError, KeyError):
             return None
-    if image is None and site.container.kind != "none":
+    if image is None and site.container.containerized:
         stack = images.load_lock().stacks.get(site.container.stack)
         return stack.pins(framework).get("cuda") if stack else None
     return None

@@ -59,7 +59,7 @@ def default_image(framework: str, stack: str = DEFAULT_STACK, arch: str = DEFAUL
 
 def stack_of(site: "Site") -> Optional[str]:
     """The image stack a site runs (its `[container] stack`); None without a container."""
-    if site.container.kind == "none":
+    if not site.container.containerized:
         return None
     return site.container.stack
 

@@ -112,9 +112,11 @@ class LocalTorchrun(LaunchStyle):
 
 
 class LocalHorovod(LaunchStyle):
+    """horovodrun is the one task; it starts the ranks."""
+
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
         prefix = ("horovodrun", "--gloo", "-np", str(nproc_per_node), "python", "-m", "train")
-        return LaunchSpec(nproc_per_node, max(1, site.cpus_per_node // nproc_per_node), (), False, False, prefix)
+        return LaunchSpec(1, site.cpus_per_node, (), False, True, prefix)
 
 
 class TaskPerWorker(LaunchStyle):
@@ -140,24 +142,18 @@ class TaskPerWorker(LaunchStyle):
         )
 
 
-class NotHere(LaunchStyle):
-    def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
-        raise DlaunchError("--framework %s: starts one scheduler task per process (roles from Slurm's task ids); "
-                           "run it on a Slurm site, not on %s" % (self.info.name, site.name))
-
-
-# (the framework table's launch style, on a batch system | on this machine)
+# (the framework table's launch style, on a batch system | in the foreground on this machine)
 LAUNCH_STYLES = {
     "torchrun-per-node": (TorchrunPerNode, LocalTorchrun),
     "mpi-per-gpu": (MpiPerGpu, LocalHorovod),
-    "task-per-worker": (TaskPerWorker, NotHere),
+    "task-per-worker": (TaskPerWorker, TaskPerWorker),  # the local scheduler starts the tasks itself
 }
 
 
-def launch_mode(scheduler_kind: str, framework: str) -> LaunchStyle:
-    """The launch mode of a framework under a scheduler."""
+def launch_mode(foreground: bool, framework: str) -> LaunchStyle:
+    """The launch mode of a framework under a batch scheduler or one that runs the job in the foreground."""
     info = FRAMEWORKS[framework]
     if info.launch not in LAUNCH_STYLES:
         raise DlaunchError("--framework %s: launch style %r has no launcher" % (framework, info.launch))
-    batch, local = LAUNCH_STYLES[info.launch]
-    return local(info) if scheduler_kind == "local" else batch(info)
+    batch, foreground_style = LAUNCH_STYLES[info.launch]
+    return foreground_style(info) if foreground else batch(info)

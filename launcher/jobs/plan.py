@@ -13,10 +13,11 @@ from launcher.errors import DlaunchError, SchedulerError
 from launcher.jobs.jobspec import JobSpec, PreludeItem, Prepend, TaskEnv
 from launcher.jobs.launchers import launch_mode
 from launcher.jobs.request import SAFE_NAME, LaunchRequest, trainer_arguments
-from launcher.schedulers import scheduler_for
+from launcher.schedulers import registration, scheduler_for
 from launcher.jobs.schema import BIND_PATH, format_time, parse_time
 from launcher.jobs.sites import Site
 from train.config import ConfigError, parse_config
+from train import jobenv
 from train.engines import check_engine_flags
 from train.framework_table import FRAMEWORKS as FRAMEWORK_TABLE
 
@@ -54,7 +55,7 @@ def resolve_account(site: Site, account: Optional[str], environ: Mapping[str, st
     """`--account`, else the site's account variable (e.g. $BUDGET); never hard-coded."""
     if account is None and site.account_env:
         account = environ.get(site.account_env) or None
-    if site.scheduler.kind == "local":
+    if registration(site.scheduler.kind).foreground:
         return None
     if account is None and site.account_required and required:
         hint = " or set $%s" % site.account_env if site.account_env else ""
@@ -72,7 +73,7 @@ def _bindable(flag: str, path: str) -> str:
 
 def _shape(site: Site, request: LaunchRequest) -> Tuple[int, int]:
     """(nodes, processes per node) from --nodes or --gpus."""
-    if site.scheduler.kind == "local":
+    if registration(site.scheduler.kind).foreground:
         if request.nodes not in (None, 1):
             raise DlaunchError("--nodes: site %s runs on this machine only (1 node), got %d" % (site.name, request.nodes))
         return 1, request.gpus or site.gpus_per_node
@@ -126,8 +127,8 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     """
     nodes, nproc = _shape(site, request)
     scheduler = scheduler_for(site.scheduler.kind)
-    on_batch_system = site.scheduler.kind != "local"
-    spec = launch_mode(site.scheduler.kind, request.framework).spec(site, scheduler, nodes, nproc)
+    on_batch_system = not registration(site.scheduler.kind).foreground
+    spec = launch_mode(not on_batch_system, request.framework).spec(site, scheduler, nodes, nproc)
     runtime = site.container
     experiment = request.experiment or "default"
     data = request.option("data")
@@ -148,7 +149,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
                   extra_tasks=spec.extra_tasks, overcommit=spec.overcommit)
     container_options: Tuple[str, ...] = ()
     container_prefix: Tuple[str, ...] = ()
-    if runtime.kind != "none":
+    if runtime.containerized:
         if not image:
             raise DlaunchError("--image: site %s runs in a container; give --image" % site.name)
         image = runtime.check_image(image)
@@ -165,6 +166,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     task_env = (TaskEnv(scheduler.task_variables),) if scheduler.task_variables else ()
     provenance = tuple((name, value) for name, value in (
         ("DLAUNCH_SITE", site.name),
+        (jobenv.SCHEDULER, site.scheduler.kind),
         ("DLAUNCH_IMAGE", image),
         ("DLAUNCH_GIT_REVISION", git_revision),
         ("DLAUNCH_EXPERIMENT", experiment),

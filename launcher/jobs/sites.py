@@ -4,13 +4,14 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Type, TypeVar
 
-from pydantic import BaseModel, Field, StringConstraints, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, SerializeAsAny, StringConstraints, ValidationError, field_validator, model_validator
 
 from launcher.errors import DlaunchError
 from launcher.runs.rundir import display_path
-from launcher.runtimes import NoContainer
-from launcher.runtimes import config_union as runtime_configs
-from launcher.schedulers import config_union as scheduler_configs
+from launcher.runtimes import NoContainer, Runtime
+from launcher.runtimes import validate_config as runtime_config
+from launcher.schedulers import registration
+from launcher.schedulers import validate_config as scheduler_config
 from launcher.jobs.schema import HOST_SUFFIX, AbsPath, EnvName, ModuleName, Partition, SafeName, StrictModel
 from launcher.paths import SHIPPED_SITES_DIR
 
@@ -87,7 +88,7 @@ class Site(StrictModel):
     based_on: List[str] = Field(min_length=1)
     aliases: List[SafeName] = []
     arch: Literal["x86_64", "aarch64"] = "x86_64"  # of the compute nodes: picks the image
-    scheduler: scheduler_configs()  # type: ignore[valid-type]
+    scheduler: SerializeAsAny[StrictModel]  # the backend's Config (launcher/schedulers/), by `kind`
     gpus_per_node: int = Field(gt=0)
     cores_per_node: int = Field(gt=0)
     # Hardware threads per core that the site's Slurm counts as CPUs (`--cpus-per-task` counts these):
@@ -106,7 +107,7 @@ class Site(StrictModel):
     nccl_net_plugin: Optional[NcclNetPlugin] = None
     # Python per engine where the site runs without containers (e.g. tensorflow = "/opt/tf/bin/python").
     interpreters: Dict[Literal["torch", "tensorflow", "mxnet"], AbsPath] = {}
-    container: runtime_configs() = NoContainer()  # type: ignore[valid-type]
+    container: SerializeAsAny[Runtime] = NoContainer()  # the runtime's model (launcher/runtimes/), by `kind`
     rendezvous_host_suffix: Annotated[str, StringConstraints(pattern=HOST_SUFFIX)] = ""
     master_port: int = Field(default=29500, ge=1024, le=65535)
     # Run a job again when its node fails (Slurm's own default, JobRequeue=1); the trainer resumes.
@@ -116,6 +117,8 @@ class Site(StrictModel):
     reference: List[Reference] = []
 
     _v1 = model_validator(mode="before")(_from_v1)
+    _scheduler = field_validator("scheduler", mode="before")(scheduler_config)
+    _container = field_validator("container", mode="before")(runtime_config)
 
     @field_validator("env")
     @classmethod
@@ -127,8 +130,8 @@ class Site(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Site":
-        if self.scheduler.kind == "local" and self.container.kind != "none":
-            raise ValueError("a local site has no container runtime")
+        if registration(self.scheduler.kind).foreground and self.container.containerized:
+            raise ValueError("a site whose jobs run in the foreground on this machine has no container runtime")
         both = set(self.env) & set(self.env_prepend)
         if both:
             raise ValueError("env and env_prepend both set %s" % sorted(both)[0])
@@ -168,21 +171,9 @@ def load_toml(path: Path, model: Type[ModelT]) -> ModelT:
         return model.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(str(part) for part in _in_file(data, first["loc"]))
+        where = ".".join(str(part) for part in first["loc"])
         message = first["msg"].replace("Value error, ", "")
         raise DlaunchError("%s: %s%s" % (shown, where + ": " if where else "", message)) from None
-
-
-def _in_file(data: Any, loc: Tuple[Any, ...]) -> List[Any]:
-    """An error location as the file spells it: without the tags pydantic adds for a union's member
-    (`scheduler.slurm.partitions.0` is `scheduler.partitions.0` in the file)."""
-    shown = []
-    for part in loc:
-        if (isinstance(data, dict) and data.get("kind") == part) or data == part:  # the member's tag
-            continue
-        shown.append(part)
-        data = data[part] if isinstance(data, (dict, list)) and (isinstance(data, list) or part in data) else None
-    return shown
 
 
 def load_site(path: Path) -> Site:

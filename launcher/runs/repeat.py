@@ -51,6 +51,6 @@ def run_repeats(request: LaunchRequest, repeats: int, dry_run: bool = False, fol
         code = cli.submit(prepared, plan, script, RunDir.create(Path(plan.run_dir)))
         if code:
             return code
-    if follow and jobs[0][1].scheduler != "local":  # local runs were followed in the foreground already
+    if follow and not cli._foreground(jobs[0][1].scheduler):  # foreground runs were followed already
         return cli.watch_runs([Path(plan.run_dir) for _, plan, _ in jobs])
     return 0

@@ -67,7 +67,7 @@ def differences(metrics: Metrics, request: LaunchRequest, plan: Any) -> List[Tup
     per_node = max(1, h["world_size"] // max(1, h["nodes"]))
     pairs: List[Tuple[str, Any, Any]] = [
         ("site", h.get("site"), plan.site),
-        ("scheduler", "slurm" if h.get("slurm_job_id") else "local", plan.scheduler),
+        ("scheduler", h.get("scheduler"), plan.scheduler),
         ("nodes", h["nodes"], plan.nodes),
         ("processes per node", per_node, plan.nproc_per_node),
         ("GPUs (world size)", h["world_size"], plan.nodes * plan.nproc_per_node),

@@ -4,12 +4,13 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
 
 from launcher.atomic import write_atomic
 from launcher.errors import DlaunchError
 
-LOCAL_LOG = "local.log"
+if TYPE_CHECKING:
+    from launcher.schedulers import Scheduler
 
 
 def display_path(path: Path) -> str:
@@ -80,12 +81,16 @@ class RunDir:
     def metrics_path(self) -> Path:
         return self.path / "metrics.jsonl"
 
+    @property
+    def scheduler(self) -> "Scheduler":
+        """The backend that ran the job (plan.json's `scheduler`)."""
+        from launcher.schedulers import scheduler_for  # pydantic: not for every command's start-up
+
+        return scheduler_for(self.plan()["plan"]["scheduler"])
+
     def log_files(self) -> List[Path]:
-        """Oldest first: Slurm's logs in job order (`slurm-9.out` before `slurm-10.out`), then the local log."""
-        def job_number(path: Path) -> int:
-            digits = path.stem[len("slurm-"):]
-            return int(digits) if digits.isdigit() else -1
-        return sorted(self.path.glob("slurm-*.out"), key=job_number) + [p for p in [self.path / LOCAL_LOG] if p.is_file()]
+        """The job's logs, oldest first, as its scheduler names them."""
+        return self.scheduler.log_files(self.path)
 
 
 def find_runs(paths: Iterable[Path]) -> List[RunDir]:
