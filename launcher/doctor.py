@@ -19,14 +19,15 @@ from typing import Annotated, Dict, List, Mapping, Optional, Sequence
 
 import typer
 
-from launcher.cli import Account, Framework, Image, Partition, complete_site, out, prepare
 from launcher.errors import DlaunchError, SchedulerError
 from launcher.jobs.imagepaths import version_tuple
 from launcher.jobs.request import LaunchRequest
+from launcher.runs import service
 from launcher.runtimes import Runtime
 from launcher.schedulers import registration, scheduler_for
 from launcher.jobs.sites import Site, resolve_site
 from launcher.tables import fit_table
+from launcher.terminal import Account, Framework, Image, Partition, complete_site, out
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 COMMAND_TIMEOUT_S = 30
@@ -184,7 +185,7 @@ def check_submission(site: Site, site_arg: str, partition: Optional[str], accoun
         request = LaunchRequest(site=site_arg, nodes=1, partition=partition, account=account, image=image,
                                 time="00:10:00", experiment="doctor", run_name="doctor")
         try:
-            script = prepare(request, run_dir=Path(scratch) / "run")[2]
+            script = service.prepare(request, run_dir=Path(scratch) / "run", require_image=False).script
         except DlaunchError as e:
             return Check(name, FAIL, str(e), "give the flag or set the variable it names")
         path = Path(scratch) / "job.sh"

@@ -18,6 +18,7 @@ import typer
 from launcher.atomic import atomic_file
 from launcher.errors import DlaunchError
 from launcher.runs.rundir import RunDir, display_path, find_runs
+from launcher.terminal import out
 from train.metrics_schema import Metrics, MetricsError, read_metrics
 
 MANIFEST = "manifest.json"
@@ -108,8 +109,6 @@ def archive_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="the bundle, FILE.tar.gz")],
 ) -> int:
     """Bundle an experiment's scripts, plans, profiles, metrics, logs and report with a sha256 manifest."""
-    from launcher.cli import out
-
     manifest = write_archive(experiment, output)
     size = sum(int(entry["bytes"]) for entry in manifest.values())
     out.print("wrote %s: %d files, %d bytes before compression, manifest %s/%s"

@@ -1,7 +1,7 @@
 """Study files (`studies/*.toml`): a recipe, a matrix of runs and the published data it is compared with.
 
-`dlaunch study run FILE --site S` renders every job of the matrix through `cli.prepare` and submits
-it through `cli.submit` into one study directory (`OUTPUT/<study name>/<matrix name>/<run name>`).
+`dlaunch study run FILE --site S` renders every job of the matrix and submits them through the run
+service (launcher/runs/service.py) into one study directory (`OUTPUT/<study name>/<matrix name>/<run name>`).
 Run names are deterministic, so a second `study run` finds the runs it made: it leaves those that
 ended ok or still run and resubmits (with `--resume`, as `dlaunch run --resume`) those that ended
 otherwise (`runstate.observe` decides). The study file is copied into the study directory
@@ -28,6 +28,7 @@ from launcher.runs.rundir import RunDir, display_path, find_runs
 from launcher.jobs.schema import SAFE_NAME, parse_time
 from launcher.jobs.sites import load_toml
 from launcher.paths import PUBLISHED_DIR
+from launcher.terminal import err, out, show_status
 from train.config import MODELS, SCHEDULES
 
 STUDY_COPY = "study.toml"
@@ -248,10 +249,9 @@ def _data(study: Study, data: Optional[str], dry_run: bool) -> Tuple[Optional[st
 
 def run_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool = False, only: Sequence[str] = (),
               data: Optional[str] = None, account: Optional[str] = None, image: Optional[str] = None) -> int:
-    """Render (--dry-run: print) or submit the jobs of a study that are missing or failed; exit code 1
-    when a run here failed."""
-    from launcher import cli
-    from launcher.runs.runstate import observe
+    """Render (--dry-run: print) or submit the jobs of a study that are missing or failed; exit code as
+    the run service's (1 for a refusal, a failed run's here)."""
+    from launcher.runs import service
 
     study = load_study(path)
     data, data_warning = _data(study, data, dry_run)
@@ -262,7 +262,7 @@ def run_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool 
     if not dry_run:
         _check_site(folder, site)
     existing = [RunDir(folder / j.matrix / j.name) for j in jobs if (folder / j.matrix / j.name / "plan.json").is_file()]
-    snapshots = {s.run.path: s for s in observe(existing)} if existing else {}
+    snapshots = {s.run.path: s for s in service.observe(existing)} if existing else {}
     todo, ok, active = [], 0, 0
     for job in jobs:
         snapshot = snapshots.get(folder / job.matrix / job.name)
@@ -274,35 +274,27 @@ def run_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool 
             active += 1
         else:
             todo.append((job, True))  # ended otherwise than ok: resumed from its checkpoint, if any
-    rendered, warnings = [], Counter()
+    rendered = [service.prepare(dataclasses.replace(job.request, resume=resume), run_dir=folder / job.matrix / job.name,
+                                dry_run=dry_run) for job, resume in todo]
+    warnings = Counter("dlaunch: warning: %s" % line for job in rendered for line in job.warnings)  # one line per distinct one
     if data_warning:
         warnings[data_warning] += 1
-    for job, resume in todo:
-        request = dataclasses.replace(job.request, resume=resume)
-        with cli.err.capture() as captured:  # one line per distinct warning, not one per job
-            request, plan, script = cli.prepare(request, run_dir=folder / job.matrix / job.name, dry_run=dry_run)
-            cli.check_image(plan, dry_run)
-        warnings.update(line for line in captured.get().splitlines() if line)
-        rendered.append((job, resume, request, plan, script))
     for line, n in sorted(warnings.items()):
-        cli.err.print(line if n == 1 else "%s (%d jobs)" % (line, n))
+        err.print(line if n == 1 else "%s (%d jobs)" % (line, n))
     summary = "%d jobs" % len(rendered)
     skipped = ["%d ended ok" % ok] * bool(ok) + ["%d still active" % active] * bool(active)
     if skipped:
         summary += " (left alone: %s)" % ", ".join(skipped)
     if dry_run:
-        for _, _, _, _, script in rendered:
-            cli.out.out(script)
-        cli.out.out(summary)
+        for job in rendered:
+            out.out(job.script)
+        out.out(summary)
         return 0
     _record_study(Path(path), folder, site)
-    failed = 0
-    for i, (job, resume, request, plan, script) in enumerate(rendered, 1):
-        cli.err.print("[%d/%d] %s %s/%s" % (i, len(rendered), "resubmitting" if resume else "submitting", job.matrix, job.name))
-        run = RunDir.open(Path(plan.run_dir)) if resume else RunDir.create(Path(plan.run_dir))
-        failed += bool(cli.submit(request, plan, script, run))
-    cli.out.out("study %s: %s submitted%s" % (study.name, summary, ", %d failed here" % failed if failed else ""))
-    return 1 if failed else 0
+    submitted = service.submit_all(rendered, err.print)
+    failed = sum(bool(code) for code in submitted.codes)
+    out.out("study %s: %s submitted%s" % (study.name, summary, ", %d failed here" % failed if failed else ""))
+    return submitted.exit_code
 
 
 def study_runs(folder: Path) -> List[RunDir]:
@@ -332,8 +324,6 @@ def report_study(folder: Path, output: Path) -> int:
         code = e.exit_code
     comparisons = [compare_published(c, PUBLISHED_DIR / c.file, load_runs([str(folder)]).runs) for c in study.compare]
     write_comparison(output, comparisons, study.based_on)
-    from launcher.cli import out
-
     out.print("wrote %s" % (output / "published_vs_this_run.png"), markup=False, highlight=False)
     return code
 
@@ -359,8 +349,6 @@ def study_run_command(
 @study_app.command("status")
 def study_status_command(folder: Annotated[Path, typer.Argument(help="study directory")]) -> int:
     """State and figures of every run of a study directory."""
-    from launcher.cli import show_status
-
     show_status(study_runs(folder))
     return 0
 
