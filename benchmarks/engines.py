@@ -29,13 +29,12 @@ sys.path.insert(0, ROOT)
 from benchlib import save_results  # noqa: E402
 
 from launcher.schedulers.local import run_step  # noqa: E402
-from train.framework_table import FRAMEWORKS, TASK_PER_WORKER  # noqa: E402
+from train.framework_table import FRAMEWORKS  # noqa: E402
 from train.metrics_schema import read_metrics  # noqa: E402
 
 WORKERS = 2
 PYTHONS = {"tensorflow": os.path.join(ROOT, ".venv-tf", "bin", "python"),
            "mxnet": os.path.join(ROOT, ".venv-mx", "bin", "python"), "torch": sys.executable}
-ROWS = dict(FRAMEWORKS, **TASK_PER_WORKER)
 MODES = ("ddp", "tf-allreduce", "mx-allreduce", "torch-ps-sync", "mx-ps-sync", "tf-ps-async", "torch-ps-async",
          "mx-ps-async")
 # Seed 003's published ratios, and the pair of our modes each compares (numerator is the slower one's
@@ -49,7 +48,7 @@ SEED_RATIOS = (
 
 def run_mode(mode: str, args: List[str], timeout: float) -> Optional[float]:
     """images/s of one run (None, with the reason printed, when it failed)."""
-    row = ROWS[mode]
+    row = FRAMEWORKS[mode]
     python = PYTHONS[row.engine]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     for name in ("WORLD_SIZE", "RANK", "MASTER_PORT", "TF_CONFIG"):
@@ -86,7 +85,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--timeout", type=float, default=900)
     a = p.parse_args(argv)
     modes = [m for m in a.modes.split(",") if m]
-    unknown = [m for m in modes if m not in ROWS]
+    unknown = [m for m in modes if m not in FRAMEWORKS]
     if unknown:
         p.error("--modes: unknown %s" % ", ".join(unknown))
     args = ["--model", a.model, "--image-size", str(a.image_size), "--num-classes", "10", "--batch-size",
@@ -106,7 +105,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for column in ("mode", "engine", "architecture", "sync", "images/s"):
         table.add_column(column, justify="right" if column == "images/s" else "left")
     for mode in modes:
-        row = ROWS[mode]
+        row = FRAMEWORKS[mode]
         table.add_row(mode, row.engine, row.architecture, "sync" if row.synchronous else "async",
                       "failed" if best[mode] is None else "%.1f" % best[mode])
     console.print(table)

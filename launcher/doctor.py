@@ -21,13 +21,14 @@ import typer
 
 from launcher.errors import DlaunchError, SchedulerError
 from launcher.jobs.imagepaths import version_tuple
-from launcher.jobs.request import LaunchRequest
+from launcher.jobs.request import LaunchRequest, check_framework
 from launcher.runs import service
 from launcher.runtimes import Runtime
 from launcher.schedulers import registration, scheduler_for
 from launcher.jobs.sites import Site, resolve_site
 from launcher.tables import fit_table
 from launcher.terminal import Account, Framework, Image, Partition, complete_site, out
+from train.framework_table import image_group
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 COMMAND_TIMEOUT_S = 30
@@ -355,7 +356,8 @@ def image_cuda(site: Site, image: Optional[str], framework: str) -> Optional[str
             return None
     if image is None and site.container.containerized:
         stack = images.load_lock().stacks.get(site.container.stack)
-        return stack.pins(framework).get("cuda") if stack else None
+        group = image_group(framework)
+        return stack.pins(group).get("cuda") if stack and group else None
     return None
 
 
@@ -401,6 +403,7 @@ def doctor_command(
     Run it on the login node, and inside an allocation (`srun -N2 dlaunch doctor --site S`) for the
     node's checks. Exit code 0 when no check fails, 1 when one does, 2 on bad input.
     """
+    check_framework(framework)
     profile = resolve_site(site)
     if partition is not None:
         profile.partition(partition)  # an unknown partition is bad input

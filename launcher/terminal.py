@@ -13,7 +13,7 @@ from typing import Annotated, Any, Callable, List, Literal, Optional
 import typer
 from rich.console import Console
 
-from launcher.jobs.request import FRAMEWORKS, TRAINER_FLAGS
+from launcher.jobs.request import TRAINER_FLAGS
 from launcher.runs.rundir import RunDir, display_path, find_runs
 
 out = Console(soft_wrap=True, markup=False)
@@ -37,6 +37,13 @@ def complete_site(incomplete: str) -> List[str]:
     return sorted(name for name in set(names) if name.startswith(incomplete))
 
 
+def complete_framework(incomplete: str) -> List[str]:
+    """The framework table's names starting with `incomplete` (TAB after --framework)."""
+    from train.framework_table import FRAMEWORKS
+
+    return [name for name in FRAMEWORKS if name.startswith(incomplete)]
+
+
 def complete_run_dir(incomplete: str) -> List[str]:
     """Run directories (and the experiment and study folders above them) starting with `incomplete`:
     those under ./runs, or under the folder typed so far."""
@@ -54,7 +61,7 @@ def _trainer_parameters() -> List[inspect.Parameter]:
             annotation: Any = Annotated[bool, typer.Option("--" + flag.name, help=flag.help, rich_help_panel="Trainer")]
             default: Any = False
         else:
-            kind = Literal[flag.choices] if flag.choices and flag.kind is str else flag.kind  # int choices: checked by the request
+            kind = Literal[flag.values] if flag.values and flag.kind is str else flag.kind  # int choices: checked by the request
             option = typer.Option("--" + flag.name, help=flag.help, rich_help_panel="Trainer")
             annotation, default = Annotated[Optional[kind], option], None
         params.append(inspect.Parameter(flag.attr, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
@@ -78,7 +85,9 @@ def with_trainer_options(command: Callable) -> Callable:
 
 
 Site_ = Annotated[Optional[str], typer.Option("--site", help="profile name, alias or path to a .toml", autocompletion=complete_site)]
-Framework = Annotated[Literal[FRAMEWORKS], typer.Option(help="training framework")]
+# Checked against the framework table when the request is made (a row added later counts too).
+Framework = Annotated[str, typer.Option(help="training framework (train/framework_table.py; TAB lists them)",
+                                        autocompletion=complete_framework)]
 Partition = Annotated[Optional[str], typer.Option(help="partition (or QOS); default: the site's default")]
 TimeLimit = Annotated[str, typer.Option("--time", help="time limit (HH:MM:SS or D-HH:MM:SS)")]
 Account = Annotated[Optional[str], typer.Option(help="account/budget; default: the site's account variable")]

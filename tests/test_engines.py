@@ -19,21 +19,21 @@ import pytest
 from train.config import ConfigError
 from launcher.jobs.sites import SHIPPED_SITES_DIR
 from train.engines import engine_config, task_layout
-from train.framework_table import TASK_PER_WORKER
+from train.framework_table import task_per_worker
 from train.jobenv import expand_tasks_per_node, step_environment
 from train.metrics_schema import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHONS = {"tensorflow": os.path.join(REPO, ".venv-tf", "bin", "python"),
            "mxnet": os.path.join(REPO, ".venv-mx", "bin", "python"), "torch": sys.executable}
-RUNNABLE = [name for name, row in TASK_PER_WORKER.items() if not row.refused]
+RUNNABLE = [name for name, row in task_per_worker().items() if not row.refused]
 SYNC_MODES = ["tf-allreduce", "mx-ps-sync", "torch-ps-sync"]  # one per engine
 TINY = ["--model", "resnet44", "--image-size", "32", "--num-classes", "10", "--batch-size", "8", "--threads", "1",
         "--device", "cpu", "--workers", "1", "--warmup-steps", "2", "--steps-per-epoch", "6", "--steps", "12"]
 
 
 def python_for(mode: str) -> str:
-    python = PYTHONS[TASK_PER_WORKER[mode].engine]
+    python = PYTHONS[task_per_worker()[mode].engine]
     if not os.path.exists(python):
         pytest.skip("%s is missing: run scripts/bootstrap-engines.sh" % python)
     return python
@@ -143,7 +143,7 @@ def test_mxnet_roles_become_ps_lite_variables():
 def test_each_mode_completes_with_valid_metrics_and_records_its_architecture(mode, tmp_path):
     """`dlaunch run --site local --gpus 2 --framework MODE` ends ok for every engine mode."""
     metrics = read_metrics(str(run_job(mode, TINY, tmp_path)))  # validates every record
-    row = TASK_PER_WORKER[mode]
+    row = task_per_worker()[mode]
     header, settings = metrics.header, metrics.header["framework_settings"]
     assert metrics.status == "ok" and len(metrics.epochs) == 2
     assert header["framework"] == mode and header["world_size"] == 2 and header["global_batch"] == 16

@@ -14,6 +14,7 @@ from launcher.jobs import imagepaths
 from launcher.jobs import images
 from launcher.errors import DlaunchError
 from launcher.jobs.sites import Site
+from train.framework_table import image_groups
 
 app = typer.Typer()
 app.command("images")(images.images_command)
@@ -84,7 +85,7 @@ def test_image_reference_per_runtime_image_kind(kind, expected, images_dir):
 @pytest.mark.parametrize("framework,stack,arch", [("tensorflow", "current", "x86_64"), ("ddp", "../x", "x86_64"),
                                                   ("ddp", "current", "ppc64le")])
 def test_default_image_rejects_bad_names(framework, stack, arch):
-    with pytest.raises(ValueError, match="framework|stack|architecture"):
+    with pytest.raises(ValueError, match="image|stack|architecture"):
         images.default_image(framework, stack, arch)
 
 
@@ -178,7 +179,7 @@ def test_lists_every_stack_per_architecture_with_pins_from_the_lock(images_dir, 
     assert result.exit_code == 0, result.output
     rows = rows_of(result.output)
     lock = images.load_lock()
-    assert len(rows) == sum(len(stack.architectures) for stack in lock.stacks.values()) * len(images.FRAMEWORKS)
+    assert len(rows) == sum(len(stack.architectures) for stack in lock.stacks.values()) * len(image_groups())
     assert f"dlaunch images in {images_dir}" in result.output
     assert all("missing" in row and " lock " in row for row in rows)
     for name in ("cpu-ddp-x86_64", "cpu-ddp-aarch64", "current-ddp-aarch64", "rocm-horovod-x86_64", "paper-ddp-x86_64"):
@@ -261,7 +262,7 @@ def test_render_writes_the_definition_files(tmp_path, monkeypatch):
     result = invoke("--render")
     assert result.exit_code == 0, result.output
     expected = images.render_all(images.load_lock())
-    assert len(expected) == 4 * len(images.FRAMEWORKS)
+    assert len(expected) == 4 * len(image_groups())
     for path, text in expected.items():
         assert path.parent.parent == tmp_path and path.read_text() == text
 

@@ -13,9 +13,9 @@ import argparse
 import math
 import os
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from train.framework_table import FRAMEWORKS as FRAMEWORK_TABLE
+from train.framework_table import FRAMEWORKS
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -25,7 +25,6 @@ EXIT_DIVERGED = 65  # EX_DATAERR: the run's settings or data make the loss non-f
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet44")
 SCHEDULES = ("step", "cosine", "exponential")
-FRAMEWORKS = tuple(FRAMEWORK_TABLE)  # names; the rows are in train/framework_table.py
 # The extensions torchvision's ImageFolder accepts.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -123,7 +122,7 @@ class Flag:
     name: str
     kind: type  # int, float (finite), str, or bool for a switch
     help: str = ""
-    choices: Tuple[Any, ...] = ()
+    choices: Union[Tuple[Any, ...], Callable[[], Tuple[Any, ...]]] = ()  # a callable: asked when the parser is built
     launcher: bool = True  # users set it through dlaunch (False: the launcher sets it itself)
     default_none: bool = False  # the parser's default is None (decided later), not TrainConfig's
 
@@ -131,9 +130,14 @@ class Flag:
     def attr(self) -> str:
         return self.name.replace("-", "_")
 
+    @property
+    def values(self) -> Tuple[Any, ...]:
+        """The choices (asked now where they are a callable)."""
+        return self.choices() if callable(self.choices) else self.choices
+
 
 FLAGS: Tuple[Flag, ...] = (
-    Flag("framework", str, "training framework", FRAMEWORKS, launcher=False),
+    Flag("framework", str, "training framework", lambda: tuple(FRAMEWORKS), launcher=False),  # the table's rows
     Flag("model", str, "network", MODELS),
     Flag("loader", str, "input pipeline", ("native", "dali")),
     Flag("dali-device", str, "where DALI decodes", ("cpu", "gpu")),
@@ -193,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         default = None if flag.default_none else getattr(defaults, flag.attr)
         kind = finite_float if flag.kind is float else flag.kind
-        add("--" + flag.name, type=kind, choices=flag.choices or None, default=default, help=flag.help)
+        add("--" + flag.name, type=kind, choices=flag.values or None, default=default, help=flag.help)
     return p
 
 

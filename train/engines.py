@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from train import jobenv
 from train.config import IMAGE_EXTENSIONS, ConfigError, TrainConfig, count_image_folder_classes, parse_config
-from train.framework_table import FRAMEWORKS, TASK_PER_WORKER, FrameworkInfo
+from train.framework_table import FrameworkInfo, task_per_worker
 
 COORDINATOR, SERVER, WORKER = "coordinator", "server", "worker"
 DEFAULT_PORT = 29600
@@ -115,13 +115,9 @@ def mode_settings(mode: FrameworkInfo) -> Dict[str, Any]:
             "servers_per_node": mode.servers_per_node}
 
 
-def engine_modes() -> Dict[str, FrameworkInfo]:
-    return dict(TASK_PER_WORKER, **{n: r for n, r in FRAMEWORKS.items() if r.launch == "task-per-worker"})
-
-
 def engine_mode(name: str, engine: str) -> FrameworkInfo:
     """The mode `--framework name` of `engine`; ConfigError naming the flag when unknown or refused."""
-    modes = engine_modes()
+    modes = task_per_worker()
     mode = modes.get(name)
     choices = ", ".join(n for n, m in modes.items() if m.engine == engine and not m.refused)
     if mode is None or mode.engine != engine:
@@ -150,7 +146,7 @@ def engine_config(argv: List[str], engine: str,
             break
     if name is None:
         raise ConfigError("--framework is required (choose from %s)"
-                          % ", ".join(n for n, m in engine_modes().items() if m.engine == engine and not m.refused))
+                          % ", ".join(n for n, m in task_per_worker().items() if m.engine == engine and not m.refused))
     mode = engine_mode(name, engine)
     layout = task_layout(environ, mode.coordinators, mode.servers_per_node)
     writes = layout.task == layout.ids(mode.writer)[0]

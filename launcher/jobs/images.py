@@ -1,9 +1,11 @@
 """Container images: the version lock, the definition files rendered from it, and `dlaunch images`.
 
-`containers/versions.toml` holds every pinned version of every stack (one source of truth);
-`containers/<stack>/<framework>.def` are generated from it (`dlaunch images --render`) and built by
-`make image-<framework> STACK=<stack>` into `images/<stack>-<framework>-<arch>.sif` (or, for debootstrap
-stacks without Apptainer, `make rootfs-<framework>` into an unpacked root file system for Charliecloud).
+`containers/versions.toml` holds every pinned version of every stack (one source of truth); a stack
+has one image per image group of the framework table (train/framework_table.py: a row's pip group,
+for the engines images exist for), each with the lock's `pip.common` and `pip.<group>` pins.
+`containers/<stack>/<group>.def` are generated from it (`dlaunch images --render`) and built by
+`make image-<group> STACK=<stack>` into `images/<stack>-<group>-<arch>.sif` (or, for debootstrap
+stacks without Apptainer, `make rootfs-<group>` into an unpacked root file system for Charliecloud).
 """
 import json
 import re
@@ -23,12 +25,11 @@ from launcher.atomic import write_atomic
 from launcher.errors import DlaunchError
 from launcher.jobs.imagepaths import REPO, default_image, image_reference, images_dir, stack_of
 from launcher.jobs.sites import available_sites, load_site, resolve_site
-from train.framework_table import image_frameworks
+from train.framework_table import image_groups, import_checks
 
 CONTAINERS = REPO / "containers"
 LOCK_PATH = CONTAINERS / "versions.toml"
-FRAMEWORKS = image_frameworks("torch")  # images exist for the torch trainer's frameworks only
-PIP_GROUPS = ("common",) + FRAMEWORKS
+COMMON = "common"  # the lock's group that goes into every image
 LABEL_PREFIX = "org.dlaunch."
 PIN_LABEL_PREFIX = LABEL_PREFIX + "pin."
 
@@ -47,8 +48,6 @@ _PROVIDED_CHECKS = {
     "dali": ("import nvidia.dali", "nvidia.dali.__version__"),
     "cuda": ("import torch", "torch.version.cuda"),
 }
-# What each image imports in its %test, beyond torch, torchvision and DALI.
-_FRAMEWORK_IMPORTS = {"ddp": "torch.distributed", "horovod": "horovod.torch", "deepspeed": "deepspeed"}
 _HOROVOD_BUILD_ENV = (
     "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1"
 )
@@ -93,9 +92,10 @@ class Stack(BaseModel):
     horovod_include: List[Literal["string"]] = []
     pip_index: List[str] = []
     provided: Dict[str, str] = {}
-    apt: Dict[Literal["common", "ddp", "horovod", "deepspeed"], List[str]] = {}
-    build: Dict[Literal["common", "ddp", "horovod", "deepspeed"], Dict[Literal["openmpi"], str]] = {}
-    pip: Dict[Literal["common", "ddp", "horovod", "deepspeed"], Dict[str, str]]
+    # Per group: `common` (every image) or an image group of the framework table; a group may be absent.
+    apt: Dict[str, List[str]] = {}
+    build: Dict[str, Dict[Literal["openmpi"], str]] = {}
+    pip: Dict[str, Dict[str, str]]
 
     @model_validator(mode="after")
     def _pinned_base(self) -> "Stack":
@@ -112,6 +112,15 @@ class Stack(BaseModel):
             if self.base_digest:
                 raise ValueError("base_digest: a debootstrap base has no digest")
         return self
+
+    @field_validator("apt", "build", "pip")
+    @classmethod
+    def _known_groups(cls, groups: Dict[str, object]) -> Dict[str, object]:
+        known = (COMMON,) + image_groups()
+        unknown = [group for group in groups if group not in known]
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a group (one of {', '.join(known)}: train/framework_table.py)")
+        return groups
 
     @field_validator("apt")
     @classmethod
@@ -151,11 +160,10 @@ class Stack(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Stack":
-        missing = [group for group in PIP_GROUPS if group not in self.pip]
-        if missing:
-            raise ValueError(f"pip: missing group(s) {', '.join(missing)}")
+        if COMMON not in self.pip:
+            raise ValueError(f"pip: missing group {COMMON}")
         seen: Dict[str, str] = {}
-        for group in PIP_GROUPS:
+        for group in self.pip:
             for name, version in self.pip[group].items():
                 if seen.setdefault(name, version) != version:
                     raise ValueError(f"pip.{group}.{name}: {version} differs from {seen[name]} in another group")
@@ -171,18 +179,18 @@ class Stack(BaseModel):
     def has_dali(self) -> bool:
         return bool(self.dali_package)
 
-    def apt_packages(self, framework: str) -> List[str]:
-        return list(dict.fromkeys(self.apt.get("common", []) + self.apt.get(framework, [])))
+    def apt_packages(self, group: str) -> List[str]:
+        return list(dict.fromkeys(self.apt.get(COMMON, []) + self.apt.get(group, [])))
 
-    def pip_pins(self, framework: str) -> Dict[str, str]:
-        return {**self.pip["common"], **self.pip[framework]}
+    def pip_pins(self, group: str) -> Dict[str, str]:
+        return {**self.pip[COMMON], **self.pip.get(group, {})}
 
-    def build_pins(self, framework: str) -> Dict[str, str]:
-        return {**self.build.get("common", {}), **self.build.get(framework, {})}
+    def build_pins(self, group: str) -> Dict[str, str]:
+        return {**self.build.get(COMMON, {}), **self.build.get(group, {})}
 
-    def pins(self, framework: str) -> Dict[str, str]:
-        """Every pinned version in `framework`'s image (the image's `org.dlaunch.pin.*` labels)."""
-        return {"python": self.python, **self.provided, **self.build_pins(framework), **self.pip_pins(framework)}
+    def pins(self, group: str) -> Dict[str, str]:
+        """Every pinned version in an image group's image (the image's `org.dlaunch.pin.*` labels)."""
+        return {"python": self.python, **self.provided, **self.build_pins(group), **self.pip_pins(group)}
 
 
 class Lock(BaseModel):
@@ -215,8 +223,8 @@ def load_lock(path: Optional[Path] = None) -> Lock:
         raise LockError(f"{path}: {where}: {message}") from None
 
 
-def definition_path(stack: str, framework: str) -> Path:
-    return CONTAINERS / stack / f"{framework}.def"
+def definition_path(stack: str, group: str) -> Path:
+    return CONTAINERS / stack / f"{group}.def"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -272,19 +280,19 @@ def _apt_lines(packages: List[str]) -> List[str]:
     ]
 
 
-def _post(stack: Stack, framework: str) -> List[str]:
+def _post(stack: Stack, group: str) -> List[str]:
     lines = ["set -eu"]
-    extra_apt = stack.apt_packages(framework)
+    extra_apt = stack.apt_packages(group)
     if stack.python_source == "apt":
         py = f"python{stack.python}"
         lines += _apt_lines([py, f"{py}-dev", f"{py}-venv", "ca-certificates", "curl", "bzip2", "build-essential"] + extra_apt)
         lines += [f"{py} -m venv /opt/venv", 'export PATH="/opt/venv/bin:$PATH"']
     elif extra_apt:
         lines += _apt_lines(extra_apt)
-    openmpi = stack.build_pins(framework).get("openmpi")
+    openmpi = stack.build_pins(group).get("openmpi")
     if openmpi:
         lines += _openmpi_lines(openmpi)
-    pip = dict(stack.pip_pins(framework))
+    pip = dict(stack.pip_pins(group))
     horovod = pip.pop("horovod", None)
     if pip:
         lines.append(_pip_install(stack, pip))
@@ -308,7 +316,7 @@ def _python_check(code: str) -> str:
     return f"python -c {shlex.quote(code)}"
 
 
-def _test(stack: Stack, framework: str) -> List[str]:
+def _test(stack: Stack, group: str) -> List[str]:
     lines = ["set -eu"]
     provided = {"python": stack.python, **stack.provided}
     for name, version in provided.items():
@@ -318,15 +326,15 @@ def _test(stack: Stack, framework: str) -> List[str]:
                 f"{imp}; v = str({expr}); pin = {json.dumps(version)}; a, b = sorted([v, pin], key=len); "
                 f"assert b.startswith(a) and not b[len(a):len(a) + 1].isdigit(), ({json.dumps(name)}, v, pin)"
             ))
-    pip = stack.pip_pins(framework)
+    pip = stack.pip_pins(group)
     if pip:
         lines.append(_python_check(
             f"from importlib.metadata import version; pins = {json.dumps(pip)}; "
             "bad = {n: version(n) for n in pins if version(n) != pins[n]}; assert not bad, bad"
         ))
     dali = "nvidia.dali, " if stack.has_dali else ""
-    lines.append(_python_check(f"import torch, torchvision, {dali}{_FRAMEWORK_IMPORTS[framework]}"))
-    if framework == "horovod":
+    lines.append(_python_check(f"import torch, torchvision, {dali}{', '.join(import_checks(group))}"))
+    if "horovod" in pip:  # the image builds Horovod: with the operations the stack asks for
         if stack.horovod_gpu:
             built, lacks = "hvd.nccl_built() and hvd.mpi_built() and hvd.gloo_built()", "NCCL, MPI or Gloo"
         else:
@@ -343,43 +351,43 @@ def _header(stack: Stack) -> List[str]:
     return ["Bootstrap: docker", f"From: {stack.base_reference}"]
 
 
-def render_definition(stack_name: str, stack: Stack, framework: str) -> str:
-    """The Apptainer definition file of `framework`'s image in `stack` (exact text, committed)."""
+def render_definition(stack_name: str, stack: Stack, group: str) -> str:
+    """The Apptainer definition file of an image group's image in `stack` (exact text, committed)."""
     environment = [f"export DLAUNCH_STACK={stack_name}"]
     if stack.python_source == "apt":
         environment.append('export PATH="/opt/venv/bin:$PATH"')
-    if stack.build_pins(framework).get("openmpi"):
+    if stack.build_pins(group).get("openmpi"):
         environment.append('export PATH="$PATH:/opt/openmpi/bin"')
     labels = [
         f"{LABEL_PREFIX}stack {stack_name}",
-        f"{LABEL_PREFIX}framework {framework}",
+        f"{LABEL_PREFIX}framework {group}",
         f"{LABEL_PREFIX}git-revision {{{{ GIT_REVISION }}}}",
         f"{LABEL_PREFIX}base {stack.base_reference}",
         f"{LABEL_PREFIX}architectures {' '.join(stack.architectures)}",
     ] + ([f"{LABEL_PREFIX}min-driver {stack.min_driver}"] if stack.min_driver else []) + [
-        f"{PIN_LABEL_PREFIX}{name} {version}" for name, version in stack.pins(framework).items()
+        f"{PIN_LABEL_PREFIX}{name} {version}" for name, version in stack.pins(group).items()
     ]
     text = [
         "# Generated by `dlaunch images --render` from containers/versions.toml: edit that, not this.",
         f"# Stack {stack_name}: {stack.description}.",
-        f"# Build from the repository root: make image-{framework} STACK={stack_name}",
+        f"# Build from the repository root: make image-{group} STACK={stack_name}",
     ] + _header(stack) + [""]
     text += _section("arguments", ["GIT_REVISION=unknown"])
     text += _section("files", ["pyproject.toml /opt/dlaunch/pyproject.toml", "train /opt/dlaunch/train"])
     text += _section("labels", labels)
     text += _section("environment", environment)
-    text += _section("post", _post(stack, framework))
+    text += _section("post", _post(stack, group))
     text += _section("runscript", ['exec python -m train "$@"'])
-    text += _section("test", _test(stack, framework))
+    text += _section("test", _test(stack, group))
     return "\n".join(text).rstrip("\n") + "\n"
 
 
 def render_all(lock: Lock) -> Dict[Path, str]:
     """Every definition file's path and text."""
     return {
-        definition_path(name, fw): render_definition(name, stack, fw)
+        definition_path(name, group): render_definition(name, stack, group)
         for name, stack in lock.stacks.items()
-        for fw in FRAMEWORKS
+        for group in image_groups()
     }
 
 
@@ -416,7 +424,7 @@ def rootfs_labels(image_dir: Path) -> Dict[str, str]:
     return json.loads((image_dir / ".singularity.d" / "labels.json").read_text())
 
 
-def _pins_of(sif: Path, rootfs: Path, stack: Optional[Stack], framework: str,
+def _pins_of(sif: Path, rootfs: Path, stack: Optional[Stack], group: str,
              binary: Optional[str]) -> Tuple[Dict[str, str], str]:
     """An image's pins and where they were read: the built image's labels, else the lock."""
     labels, where = None, ""
@@ -436,16 +444,16 @@ def _pins_of(sif: Path, rootfs: Path, stack: Optional[Stack], framework: str,
     if stack is None:
         return {}, "stack not in lock"
     why = "lock" if not sif.is_file() else "lock (no apptainer to inspect)"
-    return stack.pins(framework), why
+    return stack.pins(group), why
 
 
 def images_command(
     site: Annotated[Optional[str], typer.Option("--site", help="Only the images this site uses (name, alias or file).")] = None,
     render: Annotated[
-        bool, typer.Option("--render", help="Regenerate containers/<stack>/<framework>.def from containers/versions.toml.")
+        bool, typer.Option("--render", help="Regenerate containers/<stack>/<image>.def from containers/versions.toml.")
     ] = False,
 ) -> None:
-    """List the container images (per stack, framework and architecture), the sites using them, whether they are built and their pins."""
+    """List the container images (per stack, framework image and architecture), the sites using them, whether they are built and their pins."""
     console = Console()
     try:
         lock = load_lock()
@@ -470,15 +478,15 @@ def images_command(
     binary = container_binary()
     title = f"dlaunch images in {images_dir()}" + ("" if binary else " (no apptainer/singularity on PATH)")
     table = Table(title=title, caption="image: NAME.sif (Apptainer) or NAME/ (unpacked root fs, Charliecloud)")
-    # The image name is <stack>-<framework>-<arch>: no separate columns for them (80 columns).
+    # The image name is <stack>-<image group>-<arch>: no separate columns for them (80 columns).
     for column in ("image", "sites", "built", "pins from", "pins"):
         table.add_column(column, overflow="fold", no_wrap=column == "image")
     for stack_name, arch in shown:
         sites_text = ", ".join(name for name, used in users.items() if used == (stack_name, arch)) or "-"
-        for framework in FRAMEWORKS:
-            sif = default_image(framework, stack_name, arch)
-            rootfs = Path(image_reference(framework, stack_name, arch, "dir"))
-            pins, source = _pins_of(sif, rootfs, lock.stacks.get(stack_name), framework, binary)
+        for group in image_groups():
+            sif = default_image(group, stack_name, arch)
+            rootfs = Path(image_reference(group, stack_name, arch, "dir"))
+            pins, source = _pins_of(sif, rootfs, lock.stacks.get(stack_name), group, binary)
             built = [kind for kind, there in (("sif", sif.is_file()), ("root fs", rootfs.is_dir())) if there]
             table.add_row(
                 sif.stem, sites_text,

@@ -88,7 +88,7 @@ class TorchrunPerNode(LaunchStyle):
                 ShellWord("--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT"),
                 _option("--rdzv_id=", scheduler.job_id_word()),
                 "-m",
-                "train",
+                self.info.entry,
             ),
         )
 
@@ -101,13 +101,13 @@ class MpiPerGpu(LaunchStyle):
             prelude=(),
             mpi=True,
             whole_node=False,
-            launch_prefix=("python", "-m", "train"),
+            launch_prefix=("python", "-m", self.info.entry),
         )
 
 
 class LocalTorchrun(LaunchStyle):
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
-        prefix = ("torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=%d" % nproc_per_node, "-m", "train")
+        prefix = ("torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=%d" % nproc_per_node, "-m", self.info.entry)
         return LaunchSpec(1, site.cpus_per_node, (), False, True, prefix)
 
 
@@ -115,7 +115,7 @@ class LocalHorovod(LaunchStyle):
     """horovodrun is the one task; it starts the ranks."""
 
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
-        prefix = ("horovodrun", "--gloo", "-np", str(nproc_per_node), "python", "-m", "train")
+        prefix = ("horovodrun", "--gloo", "-np", str(nproc_per_node), "python", "-m", self.info.entry)
         return LaunchSpec(1, site.cpus_per_node, (), False, True, prefix)
 
 

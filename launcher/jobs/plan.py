@@ -19,7 +19,7 @@ from launcher.jobs.sites import Site
 from train.config import ConfigError, parse_config
 from train import jobenv
 from train.engines import check_engine_flags
-from train.framework_table import FRAMEWORKS as FRAMEWORK_TABLE
+from train.framework_table import FRAMEWORKS
 
 SIGNAL_LEAD_S = 120  # seconds before the time limit at which the job is told to checkpoint (Slurm)
 BINDABLE = re.compile(BIND_PATH)
@@ -173,7 +173,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         ("DLAUNCH_RUN_DIR", run_dir),
         ("DLAUNCH_PARENT_RUN", environ.get("DLAUNCH_PARENT_RUN")),  # set by `dlaunch rerun`
     ) if value)
-    engine = FRAMEWORK_TABLE[request.framework].engine
+    engine = FRAMEWORKS[request.framework].engine
     checkpoints = engine == "torch"  # the TensorFlow and MXNet trainers keep none
     trainer_argv = ("--framework", request.framework) + trainer_arguments(request) + (
         "--metrics", os.path.join(run_dir, "metrics.jsonl"),

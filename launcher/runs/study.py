@@ -23,13 +23,14 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from launcher.errors import DlaunchError
-from launcher.jobs.request import FRAMEWORKS, LaunchRequest, check_trainer_value
+from launcher.jobs.request import LaunchRequest, check_trainer_value
 from launcher.runs.rundir import RunDir, display_path, find_runs
 from launcher.jobs.schema import SAFE_NAME, parse_time
 from launcher.jobs.sites import load_toml
 from launcher.paths import PUBLISHED_DIR
 from launcher.terminal import err, out, show_status
 from train.config import MODELS, SCHEDULES
+from train.framework_table import FRAMEWORKS
 
 STUDY_COPY = "study.toml"
 STUDY_INFO = "study.json"
@@ -103,7 +104,7 @@ class Matrix(_WithRecipe):
 
     name: SafeName
     description: str = ""
-    frameworks: List[Literal[FRAMEWORKS]] = Field(default=["ddp"], min_length=1)
+    frameworks: List[str] = Field(default=["ddp"], min_length=1)  # rows of train/framework_table.py
     loaders: List[Literal["native", "dali"]] = Field(default=["native"], min_length=1)
     models: List[Literal[MODELS]] = Field(min_length=1)
     gpus: Optional[List[Count]] = None
@@ -114,6 +115,14 @@ class Matrix(_WithRecipe):
     recipe: Dict[str, Any] = {}
     time: Optional[str] = None
     partition: Optional[SafeName] = None
+
+    @field_validator("frameworks")
+    @classmethod
+    def _known(cls, frameworks: List[str]) -> List[str]:
+        unknown = [name for name in frameworks if name not in FRAMEWORKS]
+        if unknown:
+            raise ValueError("%r is not one of %s" % (unknown[0], ", ".join(FRAMEWORKS)))
+        return frameworks
 
     @model_validator(mode="after")
     def _counts(self) -> "Matrix":
