@@ -270,3 +270,18 @@ def test_render_writes_the_definition_files(tmp_path, monkeypatch):
 def test_launcher_images_does_not_import_torch():
     code = "import sys, launcher.jobs.images; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=images.REPO)
+
+
+def test_bootstrap_builds_horovod_with_the_cpu_stacks_pin_and_cxx_standard(tmp_path):
+    """scripts/bootstrap*.sh take Horovod's pin and CMake workaround from the lock's cpu stack (that image
+    reuses their wheel), through launcher/jobs/horovod_build.py: no copy in the scripts."""
+    from launcher.jobs import horovod_build
+
+    cpu = images.load_lock().stacks["cpu"]
+    assignments = dict(line.split("=", 1) for line in horovod_build.settings("cpu", tmp_path))
+    assert assignments["HOROVOD_VERSION"] == cpu.pip["horovod"]["horovod"]
+    assert "CMAKE_TOOLCHAIN_FILE=%s/toolchain.cmake HOROVOD_WITH_PYTORCH=1" % tmp_path in assignments["HOROVOD_BUILD_ENV"]
+    assert '"-std=%s"' % cpu.horovod_cxx_std in (tmp_path / "cxx-standard.cmake").read_text()
+    for script in ("bootstrap.sh", "bootstrap-engines.sh"):
+        text = (images.REPO / "scripts" / script).read_text()
+        assert not re.search(r"HOROVOD_VERSION=[0-9]|CMAKE_CXX14|HOROVOD_WITH_PYTORCH", text), script

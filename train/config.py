@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from train.framework_table import FRAMEWORKS
+from train.metrics_schema import METRICS_FILE
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -90,7 +91,7 @@ class TrainConfig:
     @property
     def metrics_path(self) -> str:
         """`--metrics`, else `<--checkpoint-dir or cwd>/metrics.jsonl`."""
-        return self.metrics or os.path.join(self.checkpoint_dir or os.getcwd(), "metrics.jsonl")
+        return self.metrics or os.path.join(self.checkpoint_dir or os.getcwd(), METRICS_FILE)
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)

@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 SCHEMA = "dlaunch.metrics"
 VERSION = 2
+METRICS_FILE = "metrics.jsonl"  # a run directory's metrics file
 READABLE_VERSIONS = (1, 2)
 
 # Closing statuses: `interrupted` is a run stopped by a signal after checkpointing (resumable);

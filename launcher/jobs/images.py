@@ -48,7 +48,8 @@ _PROVIDED_CHECKS = {
     "dali": ("import nvidia.dali", "nvidia.dali.__version__"),
     "cuda": ("import torch", "torch.version.cuda"),
 }
-_HOROVOD_BUILD_ENV = (
+# How Horovod is built for the torch trainer, here and by scripts/bootstrap.sh (launcher/jobs/horovod_build.py).
+HOROVOD_BUILD_ENV = (
     "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1"
 )
 # Horovod's GPU operations per stack (`horovod_gpu`); RCCL is NCCL's API on ROCm.
@@ -260,15 +261,24 @@ def _openmpi_lines(version: str) -> List[str]:
     ]
 
 
-def _cxx_standard_lines(std: str) -> List[str]:
+def cxx_standard_files(std: str, folder: str) -> Dict[str, str]:
+    """Horovod's CMake asks for C++14, and a -std= in CXXFLAGS is dropped; a torch that needs a newer
+    standard builds with these files: path -> text, the toolchain file (CMAKE_TOOLCHAIN_FILE) last."""
     flag = std.replace("c++", "")
-    return [
-        f"# Horovod's CMake asks for C++14; this torch needs {std} (a -std= in CXXFLAGS is dropped).",
-        "mkdir -p /opt/dlaunch/cmake",
-        f"echo 'set(CMAKE_CXX14_STANDARD_COMPILE_OPTION \"-std=c++{flag}\")' > /opt/dlaunch/cmake/cxx-standard.cmake",
-        f"echo 'set(CMAKE_CXX14_EXTENSION_COMPILE_OPTION \"-std=gnu++{flag}\")' >> /opt/dlaunch/cmake/cxx-standard.cmake",
-        "echo 'set(CMAKE_USER_MAKE_RULES_OVERRIDE_CXX \"/opt/dlaunch/cmake/cxx-standard.cmake\")' > /opt/dlaunch/cmake/toolchain.cmake",
-    ]
+    override = f"{folder}/cxx-standard.cmake"
+    return {
+        override: f'set(CMAKE_CXX14_STANDARD_COMPILE_OPTION "-std=c++{flag}")\n'
+                  f'set(CMAKE_CXX14_EXTENSION_COMPILE_OPTION "-std=gnu++{flag}")\n',
+        f"{folder}/toolchain.cmake": f'set(CMAKE_USER_MAKE_RULES_OVERRIDE_CXX "{override}")\n',
+    }
+
+
+def _cxx_standard_lines(std: str) -> List[str]:
+    lines = [f"# Horovod's CMake asks for C++14; this torch needs {std} (a -std= in CXXFLAGS is dropped).",
+             "mkdir -p /opt/dlaunch/cmake"]
+    for path, text in cxx_standard_files(std, "/opt/dlaunch/cmake").items():
+        lines += [f"echo {shlex.quote(line)} {'>>' if i else '>'} {path}" for i, line in enumerate(text.splitlines())]
+    return lines
 
 
 def _apt_lines(packages: List[str]) -> List[str]:
@@ -297,7 +307,7 @@ def _post(stack: Stack, group: str) -> List[str]:
     if pip:
         lines.append(_pip_install(stack, pip))
     if horovod:
-        env = _HOROVOD_GPU_ENV[stack.horovod_gpu] + _HOROVOD_BUILD_ENV
+        env = _HOROVOD_GPU_ENV[stack.horovod_gpu] + HOROVOD_BUILD_ENV
         if stack.horovod_cxx_std:
             lines += _cxx_standard_lines(stack.horovod_cxx_std)
             env = f"CMAKE_TOOLCHAIN_FILE=/opt/dlaunch/cmake/toolchain.cmake {env}"

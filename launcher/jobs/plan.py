@@ -12,16 +12,16 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from launcher.errors import DlaunchError, SchedulerError
 from launcher.jobs.jobspec import JobSpec, PreludeItem, Prepend, TaskEnv
 from launcher.jobs.launchers import launch_mode
-from launcher.jobs.request import SAFE_NAME, LaunchRequest, trainer_arguments
+from launcher.jobs.request import LaunchRequest, trainer_arguments
 from launcher.schedulers import registration, scheduler_for
-from launcher.jobs.schema import BIND_PATH, format_time, parse_time
+from launcher.jobs.schema import BIND_PATH, SAFE_NAME, format_time, parse_time
 from launcher.jobs.sites import Site
 from train.config import ConfigError, parse_config
 from train import jobenv
 from train.engines import check_engine_flags
+from train.metrics_schema import METRICS_FILE
 from train.framework_table import FRAMEWORKS
 
-SIGNAL_LEAD_S = 120  # seconds before the time limit at which the job is told to checkpoint (Slurm)
 BINDABLE = re.compile(BIND_PATH)
 
 
@@ -60,7 +60,7 @@ def resolve_account(site: Site, account: Optional[str], environ: Mapping[str, st
     if account is None and site.account_required and required:
         hint = " or set $%s" % site.account_env if site.account_env else ""
         raise DlaunchError("--account: site %s needs an account: pass --account%s" % (site.name, hint))
-    if account is not None and not SAFE_NAME.match(account):
+    if account is not None and not re.match(SAFE_NAME, account):
         raise DlaunchError("--account: %r may only contain letters, digits and _.+-" % account)
     return account
 
@@ -138,9 +138,10 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         _bindable("--output", run_dir)
         queue, seconds = _queue_and_time(site, request, nodes)
         account = resolve_account(site, request.account, environ, required=require_account)
-        if seconds < 2 * SIGNAL_LEAD_S:
+        lead = scheduler.signal_lead_s
+        if lead and seconds < 2 * lead:
             warnings += ("--time %s leaves less than twice the %d s warning before the limit: the job may get no "
-                         "checkpoint warning (Slurm sends it up to a minute early or late)" % (format_time(seconds), SIGNAL_LEAD_S),)
+                         "checkpoint warning (%s sends it up to a minute early or late)" % (format_time(seconds), lead, scheduler.label),)
         plugin_dir = site.nccl_net_plugin.library_dir if site.nccl_net_plugin else None
         binds = (run_dir,) + ((_bindable("--data", data),) if data not in (None, "synthetic") else ()) + ((plugin_dir,) if plugin_dir else ())
     requeue = site.requeue if request.requeue is None else request.requeue
@@ -176,7 +177,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     engine = FRAMEWORKS[request.framework].engine
     checkpoints = engine == "torch"  # the TensorFlow and MXNet trainers keep none
     trainer_argv = ("--framework", request.framework) + trainer_arguments(request) + (
-        "--metrics", os.path.join(run_dir, "metrics.jsonl"),
+        "--metrics", os.path.join(run_dir, METRICS_FILE),
     ) + (("--checkpoint-dir", os.path.join(run_dir, "checkpoints")) if checkpoints else ()) + (
         ("--resume",) if request.resume and checkpoints else ())
     # The trainer's own checks (torch-free), so that no job is submitted only to exit 2; the data folder

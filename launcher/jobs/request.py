@@ -9,7 +9,6 @@ from launcher.errors import DlaunchError
 from train.config import FLAGS, Flag  # the trainer's own definitions (torch-free module)
 from train.framework_table import FRAMEWORKS
 
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
 # The trainer's flags that users set through dlaunch (the rest come from the run directory and the
@@ -44,8 +43,10 @@ class LaunchRequest:
         for flag, value in (("--nodes", self.nodes), ("--gpus", self.gpus)):
             if value is not None and value < 1:
                 raise DlaunchError("%s: must be at least 1, got %d" % (flag, value))
+        from launcher.jobs.schema import SAFE_NAME  # pydantic's module: not for every command's start-up
+
         for flag, value in (("--experiment", self.experiment), ("--run-name", self.run_name)):
-            if value is not None and not SAFE_NAME.match(value):
+            if value is not None and not re.match(SAFE_NAME, value):
                 raise DlaunchError("%s: %r may only contain letters, digits and _.+- (not first)" % (flag, value))
 
     def option(self, name: str, default: Any = None) -> Any:

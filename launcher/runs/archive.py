@@ -19,7 +19,7 @@ from launcher.atomic import atomic_file
 from launcher.errors import DlaunchError
 from launcher.runs.rundir import RunDir, display_path, find_runs
 from launcher.terminal import out
-from train.metrics_schema import Metrics, MetricsError, read_metrics
+from train.metrics_schema import METRICS_FILE, Metrics, MetricsError, read_metrics
 
 MANIFEST = "manifest.json"
 SKIPPED_FOLDERS = ("checkpoints",)  # model weights: large, and not a result
@@ -81,12 +81,12 @@ def write_archive(folder: Path, output: Path) -> Dict[str, Dict[str, object]]:
 
 def read_member(archive: Path, member: str) -> Metrics:
     """The metrics of run `member` (EXPERIMENT/RUN..., or its metrics.jsonl) in an archive, hash checked."""
-    name = member if member.endswith("metrics.jsonl") else member.rstrip("/") + "/metrics.jsonl"
+    name = member if member.endswith(METRICS_FILE) else member.rstrip("/") + "/" + METRICS_FILE
     try:
         with tarfile.open(archive, "r:gz") as tar:
             manifest = json.load(tar.extractfile("%s/%s" % (name.split("/", 1)[0], MANIFEST)))["files"]
             if name not in manifest:
-                runs = sorted(n.rsplit("/", 1)[0] for n in manifest if n.endswith("/metrics.jsonl"))
+                runs = sorted(n.rsplit("/", 1)[0] for n in manifest if n.endswith("/" + METRICS_FILE))
                 raise DlaunchError("%s: no run %s (runs: %s)" % (archive, member, ", ".join(runs)))
             data = tar.extractfile(name).read()
     except (OSError, tarfile.TarError, KeyError) as e:

@@ -18,9 +18,8 @@ import typer
 from launcher.errors import DlaunchError
 from launcher.jobs.request import FLAGS_BY_NAME, LaunchRequest
 from launcher.terminal import err, out
-from train.metrics_schema import Metrics, MetricsError, abstract_request, read_metrics
+from train.metrics_schema import METRICS_FILE, Metrics, MetricsError, abstract_request, read_metrics
 
-METRICS_FILE = "metrics.jsonl"
 PARENT_FILE = "parent.json"
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
 
 from launcher.atomic import write_atomic
 from launcher.errors import DlaunchError
+from train.metrics_schema import METRICS_FILE
 
 if TYPE_CHECKING:
     from launcher.schedulers import Scheduler
@@ -79,7 +80,7 @@ class RunDir:
 
     @property
     def metrics_path(self) -> Path:
-        return self.path / "metrics.jsonl"
+        return self.path / METRICS_FILE
 
     @property
     def scheduler(self) -> "Scheduler":

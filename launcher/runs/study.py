@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Annotated, Any, Dict, List, Literal, Optional, Sequence, Tuple
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from launcher.errors import DlaunchError
 from launcher.jobs.request import LaunchRequest, check_trainer_value
 from launcher.runs.rundir import RunDir, display_path, find_runs
-from launcher.jobs.schema import SAFE_NAME, parse_time
+from launcher.jobs.schema import EnvName, SafeName, parse_time
 from launcher.jobs.sites import load_toml
 from launcher.paths import PUBLISHED_DIR
 from launcher.terminal import err, out, show_status
@@ -38,7 +38,6 @@ STUDY_INFO = "study.json"
 DIMENSIONS = ("framework", "loader", "model", "gpus", "nodes", "schedule")
 METRICS = ("images_per_s", "speedup", "efficiency", "comm_share")
 
-SafeName = Annotated[str, StringConstraints(pattern=SAFE_NAME)]
 Count = Annotated[int, Field(gt=0)]
 
 
@@ -61,7 +60,7 @@ class Dataset(_Model):
     """Data the study needs that this file cannot name (a path on the user's cluster)."""
 
     description: str
-    env: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    env: EnvName
 
 
 class Compare(_Model):

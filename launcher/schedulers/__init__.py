@@ -115,6 +115,8 @@ class Scheduler:
     directive_prefix = ""  # `#SBATCH`, `#PBS`; "" = no directives
     commands: Tuple[str, ...] = ()  # the batch system's commands a login node needs (`dlaunch doctor`)
     status_command = ""  # the one that answers `jobs()` (`dlaunch watch` needs it)
+    # Seconds before the time limit at which the scheduler signals the job to checkpoint (None: it does not).
+    signal_lead_s: Optional[int] = None
     Config: Type[StrictModel] = StrictModel
     # Regular expressions of the lines the batch system writes into a job's log (launcher/runs/failures.py):
     # its verdict on the job (time limit, cancel, node failure), and its launcher's noise around a failure.

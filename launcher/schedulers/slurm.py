@@ -25,7 +25,6 @@ from launcher.jobs.schema import GRES, Option, Partition, SafeName, StrictModel,
 from launcher.jobs.schema import check_partitions
 from train import jobenv
 
-SIGNAL_LEAD_S = 120  # seconds before the time limit at which the job is told to checkpoint
 # One failed task (a crashed node's torchrun, a dead MPI rank) ends the whole step instead of leaving
 # the other nodes waiting in a collective until the time limit.
 KILL_ON_BAD_EXIT = "--kill-on-bad-exit=1"
@@ -78,6 +77,7 @@ class Slurm(Scheduler):
     directive_prefix = "#SBATCH"
     commands = ("sbatch", "squeue", "scontrol", "scancel")
     status_command = "squeue"
+    signal_lead_s = 120  # `--signal=USR1@120`: the trainer checkpoints (train/signals.py)
     Config = SlurmConfig
     # slurmstepd's words when it ends a job (`*** JOB 12 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***`) or
     # requeues it; srun's and slurmstepd's messages around a task that failed.
@@ -108,7 +108,7 @@ class Slurm(Scheduler):
             "--open-mode=append",  # a requeued attempt adds to the log instead of replacing it
             "--requeue" if job.requeue else "--no-requeue",
             # To every process of the steps (no `B:`); see launchers.py for torchrun.
-            "--signal=USR1@%d" % SIGNAL_LEAD_S,
+            "--signal=USR1@%d" % self.signal_lead_s,
             *cfg.directives,
         )
 
