@@ -16,11 +16,11 @@ from launcher.jobs.request import LaunchRequest, trainer_arguments
 from launcher.schedulers import registration, scheduler_for
 from launcher.jobs.schema import BIND_PATH, SAFE_NAME, format_time, parse_time
 from launcher.jobs.sites import Site
-from train.config import ConfigError, parse_config
 from train import jobenv
+from train.config import ConfigError, parse_config
 from train.engines import check_engine_flags
-from train.metrics_schema import METRICS_FILE
 from train.framework_table import FRAMEWORKS
+from train.metrics_schema import METRICS_FILE
 
 BINDABLE = re.compile(BIND_PATH)
 
