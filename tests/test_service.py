@@ -49,4 +49,4 @@ def test_a_failed_foreground_run_does_not_stop_the_others(here, monkeypatch, cap
                  "--steps", "2"]) == 3
     assert (here / "runs/e/x-r1/state").read_text() == "finished (exit 3)\n"
     assert (here / "runs/e/x-r2/state").read_text() == "finished (exit 0)\n"
-    assert "[2/2] submitting x-r2" in capsys.readouterr().err
+    assert "[2/2] submitting e/x-r2" in capsys.readouterr().err

@@ -170,8 +170,9 @@ def submit_all(jobs: Sequence[Prepared], say: Callable[[str], None]) -> Submitte
     runs: List[RunDir] = []
     codes: List[int] = []
     for i, job in enumerate(jobs, 1):
-        if len(jobs) > 1:
-            say("[%d/%d] %s %s" % (i, len(jobs), "resubmitting" if job.resume else "submitting", job.run_dir.name))
+        if len(jobs) > 1 or job.resume:  # which one, as experiment (or matrix)/run
+            say("[%d/%d] %s %s/%s" % (i, len(jobs), "resubmitting" if job.resume else "submitting",
+                                      job.run_dir.parent.name, job.run_dir.name))
         try:
             run, code = _submit(job)
         except SchedulerError:
