@@ -219,8 +219,11 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
                       environ=os.environ, require_account=not dry_run)
     for warning in plan.warnings:
         err.print("dlaunch: warning: %s" % warning)
-    header = "dlaunch %s: site %s, %s, %d node(s) x %d processes" % (
-        (revision or "unknown")[:12], site.name, plan.framework, plan.nodes, plan.nproc_per_node)
+    for note in plan.notes:
+        err.print("dlaunch: note: %s" % note)
+    header = "dlaunch %s: site %s, %s, %d node(s) x %d processes%s" % (
+        (revision or "unknown")[:12], site.name, plan.framework, plan.nodes, plan.nproc_per_node,
+        ", partition %s" % plan.partition if plan.partition else "")
     return request, plan, render_script(plan, header)
 
 

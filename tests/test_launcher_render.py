@@ -115,8 +115,10 @@ def test_torchrun_gets_rendezvous_from_the_host(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(nodes=385), "--nodes: 385 exceeds the 384 nodes of partition booster"),
-    (dict(time="24:00:01"), "--time: 1-00:00:01 exceeds the limit 1-00:00:00 of partition booster"),
+    (dict(nodes=385), "--nodes: no partition of site juwels-booster takes 385 node(s) for 01:00:00; its partitions: "
+                      "booster (1-384 nodes, up to 1-00:00:00), develbooster (1-4 nodes, up to 02:00:00)"),
+    (dict(time="24:00:01"), "--time: no partition of site juwels-booster takes 2 node(s) for 1-00:00:01"),
+    (dict(partition="booster", time="24:00:01"), "--time: 1-00:00:01 exceeds the limit 1-00:00:00 of partition booster"),
     (dict(partition="develbooster", nodes=5), "--nodes: 5 exceeds the 4 nodes of partition develbooster"),
     (dict(partition="gpus"), "--partition: 'gpus' is not a partition of site juwels-booster"),
     (dict(time="soon"), "--time: 'soon' is not a Slurm time"),

@@ -14,7 +14,7 @@ from launcher.jobs.jobspec import JobSpec, PreludeItem, Prepend
 from launcher.jobs.launchers import launch_mode
 from launcher.jobs.request import SAFE_NAME, LaunchRequest, trainer_arguments
 from launcher.schedulers import scheduler_for
-from launcher.jobs.schema import BIND_PATH, format_time, parse_time
+from launcher.jobs.schema import BIND_PATH, Partition, format_time, parse_time
 from launcher.jobs.sites import Site
 from train.config import ConfigError, parse_config
 from train.engines import check_engine_flags
@@ -43,6 +43,8 @@ class LaunchPlan:
     command: Tuple[Tuple[str, ...], ...]  # lines in front of the trainer's flags: step, container, launch
     trainer_argv: Tuple[str, ...]
     warnings: Tuple[str, ...] = ()  # for the user, before submission; nothing in the script
+    partition: Optional[str] = None  # the profile's partition row the job goes to (None: local)
+    notes: Tuple[str, ...] = ()  # decisions the user did not ask for by name (a row picked by size)
 
     def to_dict(self) -> Dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -91,21 +93,36 @@ def _shape(site: Site, request: LaunchRequest) -> Tuple[int, int]:
     return request.nodes or 1, site.gpus_per_node
 
 
-def _queue_and_time(site: Site, request: LaunchRequest, nodes: int):
-    """The partition the job goes to and its time limit in seconds, checked against the partition."""
-    partition = site.partition(request.partition)
-    if nodes > partition.max_nodes:
-        raise DlaunchError("--nodes: %d exceeds the %d nodes of partition %s (site %s)" % (nodes, partition.max_nodes, partition.name, site.name))
-    if nodes < partition.min_nodes:
-        raise DlaunchError("--nodes: partition %s of site %s takes jobs of %d nodes or more, not %d"
-                           % (partition.name, site.name, partition.min_nodes, nodes))
+def _queue_and_time(site: Site, request: LaunchRequest, nodes: int) -> Tuple[Partition, int, Tuple[str, ...]]:
+    """The partition row the job goes to, its time limit in seconds, and a note when the row was picked
+    by the job's size. A row the user named is checked against its limits; without one, the default
+    row takes the job if it fits, else the first row (in the profile's order, `auto` rows only) that does."""
     try:
         seconds = parse_time(request.time)
     except ValueError as e:
         raise DlaunchError("--time: %s" % e) from None
-    if seconds > partition.max_seconds:
-        raise DlaunchError("--time: %s exceeds the limit %s of partition %s (site %s)" % (format_time(seconds), partition.max_time, partition.name, site.name))
-    return partition, seconds
+    if request.partition is not None:
+        partition = site.partition(request.partition)
+        if nodes > partition.max_nodes:
+            raise DlaunchError("--nodes: %d exceeds the %d nodes of partition %s (site %s)" % (nodes, partition.max_nodes, partition.name, site.name))
+        if nodes < partition.min_nodes:
+            raise DlaunchError("--nodes: partition %s of site %s takes jobs of %d nodes or more, not %d"
+                               % (partition.name, site.name, partition.min_nodes, nodes))
+        if seconds > partition.max_seconds:
+            raise DlaunchError("--time: %s exceeds the limit %s of partition %s (site %s)" % (format_time(seconds), partition.max_time, partition.name, site.name))
+        return partition, seconds, ()
+    default = site.partition(None)
+    if default.fits(nodes, seconds):
+        return default, seconds, ()
+    fitting = [p for p in site.partitions if p.auto and p.fits(nodes, seconds)]
+    if not fitting:
+        by_size = any(p.min_nodes <= nodes <= p.max_nodes for p in site.partitions)
+        raise DlaunchError("%s: no partition of site %s takes %d node(s) for %s; its partitions: %s"
+                           % ("--time" if by_size else "--nodes", site.name, nodes, format_time(seconds),
+                              ", ".join(p.limits() for p in site.partitions)))
+    chosen = fitting[0]
+    return chosen, seconds, ("partition %s chosen for %d node(s) and %s: the default, %s, does not take the job"
+                             % (chosen.limits(), nodes, format_time(seconds), default.limits()),)
 
 
 def _environment(site: Site) -> Tuple[Prepend, ...]:
@@ -132,10 +149,10 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     experiment = request.experiment or "default"
     data = request.option("data")
     warnings: Tuple[str, ...] = ()
-    queue, seconds, account, binds = None, 0, None, ()
+    queue, seconds, account, binds, notes = None, 0, None, (), ()
     if on_batch_system:
         _bindable("--output", run_dir)
-        queue, seconds = _queue_and_time(site, request, nodes)
+        queue, seconds, notes = _queue_and_time(site, request, nodes)
         account = resolve_account(site, request.account, environ, required=require_account)
         if seconds < 2 * SIGNAL_LEAD_S:
             warnings += ("--time %s leaves less than twice the %d s warning before the limit: the job may get no "
@@ -205,4 +222,6 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         command=scheduler.command(step, container_prefix, spec.launch_prefix),
         trainer_argv=trainer_argv,
         warnings=warnings,
+        partition=queue.name if queue else None,
+        notes=notes,
     )

@@ -9,7 +9,7 @@ from pydantic import Field, StringConstraints, field_validator
 from launcher.errors import SchedulerError
 from launcher.jobs.jobspec import Banner, EndTime, Export, JobSpec, PreludeItem, ShellWord
 from launcher.schedulers import Job, JobState, Scheduler, Submission
-from launcher.jobs.schema import GRES, Option, Partition, SafeName, StrictModel, format_time
+from launcher.jobs.schema import GRES, OPTION, Option, Partition, SafeName, StrictModel, format_time
 from launcher.jobs.schema import check_partitions
 
 SIGNAL_LEAD_S = 120  # seconds before the time limit at which the job is told to checkpoint
@@ -51,7 +51,10 @@ class SlurmConfig(StrictModel):
     directives: List[Option] = []  # extra #SBATCH options
     step_options: List[Option] = []  # extra srun options
 
-    _partitions = field_validator("partitions")(check_partitions)
+    @field_validator("partitions")
+    @classmethod
+    def _partitions(cls, partitions: List[Partition]) -> List[Partition]:
+        return check_partitions(partitions, OPTION, "--name or --name=value")
 
 
 class Slurm(Scheduler):
@@ -83,6 +86,7 @@ class Slurm(Scheduler):
             # To every process of the steps (no `B:`); see launchers.py for torchrun.
             "--signal=USR1@%d" % SIGNAL_LEAD_S,
             *cfg.directives,
+            *queue.directives,
         )
 
     def prelude(self, cfg: SlurmConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
