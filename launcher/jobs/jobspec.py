@@ -61,6 +61,15 @@ class FirstHost:
 
 
 @dataclass(frozen=True)
+class CommandOutput:
+    """`NAME="$(command)"; NAME="${NAME%% *}"; export NAME`: the first word a command prints on the batch
+    host (the job's first node), e.g. MASTER_ADDR from `hostname -i`."""
+
+    name: str
+    command: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class HostList:
     """`NAME="$(<hosts command> | paste -sd, -)"; export NAME`: the job's hosts, comma-separated."""
 
@@ -85,4 +94,4 @@ class EndTime:
     seconds: int
 
 
-PreludeItem = Union[Export, Prepend, FirstHost, HostList, Banner, EndTime]
+PreludeItem = Union[Export, Prepend, FirstHost, CommandOutput, HostList, Banner, EndTime]

@@ -144,7 +144,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     nodes, nproc = _shape(site, request)
     scheduler = scheduler_for(site.scheduler.kind)
     on_batch_system = site.scheduler.kind != "local"
-    spec = launch_mode(site.scheduler.kind, request.framework).spec(site, scheduler, nodes, nproc)
+    spec = launch_mode(site, request.framework).spec(site, scheduler, nodes, nproc)
     runtime = site.container
     experiment = request.experiment or "default"
     data = request.option("data")
@@ -174,10 +174,17 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         warnings += runtime.warnings(binds)
     else:
         image = None
-    try:
-        step = scheduler.step(site.scheduler, job, spec.mpi, spec.whole_node, container_options)
-    except SchedulerError as e:
-        raise DlaunchError("--framework %s: site %s: %s" % (request.framework, site.name, e)) from None
+    if spec.own_step:
+        if container_options:
+            raise DlaunchError("--framework %s: site %s starts it with %s, which cannot pass the %s runtime's step options"
+                               % (request.framework, site.name, spec.own_step[0], runtime.kind))
+        step = spec.own_step
+    else:
+        step_options = tuple(site.launch.framework(request.framework).step_options) + container_options
+        try:
+            step = scheduler.step(site.scheduler, job, spec.mpi, spec.whole_node, step_options)
+        except SchedulerError as e:
+            raise DlaunchError("--framework %s: site %s: %s" % (request.framework, site.name, e)) from None
     environment = _environment(site)
     provenance = tuple((name, value) for name, value in (
         ("DLAUNCH_SITE", site.name),
@@ -217,7 +224,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         module_purge=site.module_purge,
         module_use=tuple(site.module_use),
         modules=tuple(site.modules),
-        env=tuple(site.env.items()) + provenance,
+        env=tuple(site.env_for(nodes).items()) + provenance,
         prelude=environment + runtime.exports(environment) + scheduler.prelude(site.scheduler, job) + spec.prelude,
         command=scheduler.command(step, container_prefix, spec.launch_prefix),
         trainer_argv=trainer_argv,

@@ -4,7 +4,7 @@ import shlex
 from functools import singledispatch
 from typing import List, Sequence
 
-from launcher.jobs.jobspec import Banner, EndTime, Export, FirstHost, HostList, Prepend, ShellWord
+from launcher.jobs.jobspec import Banner, CommandOutput, EndTime, Export, FirstHost, HostList, Prepend, ShellWord
 from launcher.jobs.plan import LaunchPlan
 from launcher.schedulers import scheduler_for
 from launcher.jobs.schema import ENV_NAME, HOST_SUFFIX
@@ -52,6 +52,12 @@ def _(item: FirstHost) -> str:
         raise ValueError("not a host-name suffix: %r" % item.suffix)
     command = " ".join(quote(a) for a in item.hosts_command)
     return '%s="$(%s | sed -n 1p)%s"\nexport %s\n' % (_name(item.name), command, item.suffix, item.name)
+
+
+@render_item.register
+def _(item: CommandOutput) -> str:
+    name, command = _name(item.name), " ".join(quote(a) for a in item.command)
+    return '%s="$(%s)"\n%s="${%s%%%% *}"\nexport %s\n' % (name, command, name, name, name)
 
 
 @render_item.register

@@ -48,6 +48,9 @@ class SlurmConfig(StrictModel):
     partitions: List[Partition] = Field(min_length=1)
     mpi_plugin: Optional[SafeName] = None  # srun --mpi=... for MPI-launched frameworks
     gres: Optional[Annotated[str, StringConstraints(pattern=GRES)]] = None
+    # How the job asks for its GPUs, following the GPUs per node it uses (--gpus): `--gres=gpu:N` or
+    # `--gpus-per-node=N`; "none": the site's directives (or nothing) ask.
+    gpu_request: Literal["none", "gres", "gpus-per-node"] = "none"
     directives: List[Option] = []  # extra #SBATCH options
     step_options: List[Option] = []  # extra srun options
 
@@ -80,6 +83,8 @@ class Slurm(Scheduler):
             "--time=%s" % format_time(job.seconds),
             *(("--account=%s" % job.account,) if job.account else ()),
             *(("--gres=%s" % cfg.gres,) if cfg.gres else ()),
+            *(("--gres=gpu:%d" % job.gpus_per_node,) if cfg.gpu_request == "gres" else ()),
+            *(("--gpus-per-node=%d" % job.gpus_per_node,) if cfg.gpu_request == "gpus-per-node" else ()),
             "--output=%s/slurm-%%j.out" % job.run_dir,
             "--open-mode=append",  # a requeued attempt adds to the log instead of replacing it
             "--requeue" if job.requeue else "--no-requeue",
