@@ -132,3 +132,21 @@ def test_mpirun_cannot_carry_pyxis_step_options(tmp_path):
     site = profile(tmp_path, text + '\n[launch.horovod]\nmode = "mpirun"\n')
     with pytest.raises(DlaunchError, match="starts it with mpirun, which cannot pass the pyxis runtime's step options"):
         plan_for(site, request("horovod", image="/images/h.sqsh"))
+
+
+def test_a_plugin_directory_named_by_a_module_variable_reaches_the_container(tmp_path):
+    """OLCF's rccl-net-plugin module names its directory in a variable: bound and on the library path when
+    the job runs, and the job stops with the field named when the module did not set it."""
+    text = BASE.replace('account_required = false', 'account_required = false\n'
+                        'nccl_net_plugin = { name = "aws-ofi-rccl", library_dir = "$OLCF_OFI_NCCL_ROOT/lib" }')
+    script = script_for(profile(tmp_path, text), request())
+    assert ': "${OLCF_OFI_NCCL_ROOT:?is not set: nccl_net_plugin.library_dir needs it' in script
+    assert 'export APPTAINERENV_LD_LIBRARY_PATH="$OLCF_OFI_NCCL_ROOT/lib""${APPTAINERENV_LD_LIBRARY_PATH:+' in script
+    env_root = dict(OLCF_OFI_NCCL_ROOT="/opt/plugin")
+    (tmp_path / "job.sh").write_text(script)
+    bin_dir = install_fakes(tmp_path / "bin")
+    subprocess.run(["bash", str(tmp_path / "job.sh")], env=dict(fake_env(bin_dir, tmp_path), **env_root), check=True)
+    args = read_args(tmp_path / "srun.args")  # the fake srun records the step's argv, the container's included
+    assert args[args.index("--bind") + 1] == "/scratch/runs/exp/run,/opt/plugin/lib"
+    unset = subprocess.run(["bash", str(tmp_path / "job.sh")], env=fake_env(bin_dir, tmp_path), capture_output=True, text=True)
+    assert unset.returncode != 0 and "OLCF_OFI_NCCL_ROOT: is not set: nccl_net_plugin.library_dir needs it" in unset.stderr

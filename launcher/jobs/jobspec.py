@@ -5,7 +5,7 @@ shell lines that run on the batch host before the step. None of these classes wr
 `render.py` turns each item into text and quotes every value.
 """
 from dataclasses import dataclass
-from typing import Optional, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 from launcher.jobs.schema import Partition
 
@@ -13,6 +13,12 @@ from launcher.jobs.schema import Partition
 class ShellWord(str):
     """An argument that expands shell variables of the batch script (`$SLURM_JOB_ID`); rendered in
     double quotes, and only plain words with `$NAME` references are accepted (render.quote)."""
+
+
+def joined(separator: str, words: Sequence[str]) -> str:
+    """`separator`.join(words), still a ShellWord when one of them is."""
+    text = separator.join(words)
+    return ShellWord(text) if any(isinstance(w, ShellWord) for w in words) else text
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,14 @@ class Export:
 
     name: str
     value: str  # a ShellWord expands variables; anything else is single-quoted
+
+
+@dataclass(frozen=True)
+class RequireVariable:
+    """`: "${NAME:?...}"`: stop the job when a variable the profile relies on (set by a module) is unset."""
+
+    name: str
+    needed_by: str  # the profile field that uses it (a name: shown in the error)
 
 
 @dataclass(frozen=True)
@@ -94,4 +108,4 @@ class EndTime:
     seconds: int
 
 
-PreludeItem = Union[Export, Prepend, FirstHost, CommandOutput, HostList, Banner, EndTime]
+PreludeItem = Union[Export, RequireVariable, Prepend, FirstHost, CommandOutput, HostList, Banner, EndTime]

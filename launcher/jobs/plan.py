@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from launcher.errors import DlaunchError, SchedulerError
-from launcher.jobs.jobspec import JobSpec, PreludeItem, Prepend
+from launcher.jobs.jobspec import JobSpec, PreludeItem, Prepend, RequireVariable, joined
 from launcher.jobs.launchers import launch_mode
 from launcher.jobs.request import SAFE_NAME, LaunchRequest, trainer_arguments
 from launcher.schedulers import scheduler_for
@@ -127,12 +127,13 @@ def _queue_and_time(site: Site, request: LaunchRequest, nodes: int) -> Tuple[Par
 
 def _environment(site: Site) -> Tuple[Prepend, ...]:
     """Path lists the site extends (`env_prepend`, the NCCL network plugin's folder first)."""
-    prepend = dict(site.env_prepend)
+    prepend: Dict[str, str] = dict(site.env_prepend)
     plugin = site.nccl_net_plugin
     if plugin and plugin.library_dir:
         rest = prepend.get("LD_LIBRARY_PATH")
-        prepend["LD_LIBRARY_PATH"] = plugin.library_dir + (":" + rest if rest else "")
-    return tuple(Prepend(name, value) for name, value in prepend.items())
+        prepend["LD_LIBRARY_PATH"] = joined(":", (plugin.directory,) + ((rest,) if rest else ()))
+    required = (RequireVariable(plugin.variable, "nccl_net_plugin.library_dir"),) if plugin and plugin.variable else ()
+    return required + tuple(Prepend(name, value) for name, value in prepend.items())
 
 
 def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision: Optional[str],
@@ -157,7 +158,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         if seconds < 2 * SIGNAL_LEAD_S:
             warnings += ("--time %s leaves less than twice the %d s warning before the limit: the job may get no "
                          "checkpoint warning (Slurm sends it up to a minute early or late)" % (format_time(seconds), SIGNAL_LEAD_S),)
-        plugin_dir = site.nccl_net_plugin.library_dir if site.nccl_net_plugin else None
+        plugin_dir = site.nccl_net_plugin.directory if site.nccl_net_plugin else None
         binds = (run_dir,) + ((_bindable("--data", data),) if data not in (None, "synthetic") else ()) + ((plugin_dir,) if plugin_dir else ())
     requeue = site.requeue if request.requeue is None else request.requeue
     job = JobSpec(name=experiment, nodes=nodes, tasks_per_node=spec.tasks_per_node, cpus_per_task=spec.cpus_per_task,
@@ -225,7 +226,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         module_use=tuple(site.module_use),
         modules=tuple(site.modules),
         env=tuple(site.env_for(nodes).items()) + provenance,
-        prelude=environment + runtime.exports(environment) + scheduler.prelude(site.scheduler, job) + spec.prelude,
+        prelude=environment + runtime.exports([p for p in environment if isinstance(p, Prepend)]) + scheduler.prelude(site.scheduler, job) + spec.prelude,
         command=scheduler.command(step, container_prefix, spec.launch_prefix),
         trainer_argv=trainer_argv,
         warnings=warnings,

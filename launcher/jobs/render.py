@@ -4,7 +4,7 @@ import shlex
 from functools import singledispatch
 from typing import List, Sequence
 
-from launcher.jobs.jobspec import Banner, CommandOutput, EndTime, Export, FirstHost, HostList, Prepend, ShellWord
+from launcher.jobs.jobspec import Banner, CommandOutput, EndTime, Export, FirstHost, HostList, Prepend, RequireVariable, ShellWord
 from launcher.jobs.plan import LaunchPlan
 from launcher.schedulers import scheduler_for
 from launcher.jobs.schema import ENV_NAME, HOST_SUFFIX
@@ -38,6 +38,13 @@ def render_item(item: object) -> str:
 @render_item.register
 def _(item: Export) -> str:
     return "export %s=%s\n" % (_name(item.name), quote(item.value))
+
+
+@render_item.register
+def _(item: RequireVariable) -> str:
+    if not re.match(r"^[a-z_.]+$", item.needed_by):
+        raise ValueError("not a profile field: %r" % item.needed_by)
+    return ': "${%s:?is not set: %s needs it (load the module that sets it)}"\n' % (_name(item.name), item.needed_by)
 
 
 @render_item.register

@@ -14,6 +14,9 @@ OPTION = r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@+=-]+)?$"
 MODULE = r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$"
 PATH = r"^/[A-Za-z0-9_./+@=-]*$"
 BIND_PATH = PATH  # kept for existing callers: a path a container bind or Slurm option can carry
+# An absolute path, or one under a directory a module names in a variable (`$OLCF_OFI_NCCL_ROOT/lib`),
+# expanded when the job runs.
+VAR_PATH = r"^(/|\$[A-Za-z_][A-Za-z0-9_]*(/|$))[A-Za-z0-9_./+@=-]*$"
 BIND = r"^/[A-Za-z0-9_./+@=-]*(:/[A-Za-z0-9_./+@=-]*)?(:ro)?$"  # src[:dst][:ro]
 GRES = r"^[A-Za-z0-9_:,.-]+$"
 HOST_SUFFIX = r"^[A-Za-z0-9.-]*$"
@@ -29,6 +32,7 @@ ModuleName = Annotated[str, StringConstraints(pattern=MODULE)]
 AbsPath = Annotated[str, StringConstraints(pattern=PATH)]
 Bind = Annotated[str, StringConstraints(pattern=BIND)]
 Word = Annotated[str, StringConstraints(pattern=WORD)]
+VarPath = Annotated[str, StringConstraints(pattern=VAR_PATH)]
 
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 

@@ -12,7 +12,8 @@ from launcher.runs.rundir import display_path
 from launcher.runtimes import NoContainer
 from launcher.runtimes import config_union as runtime_configs
 from launcher.schedulers import config_union as scheduler_configs
-from launcher.jobs.schema import HOST_SUFFIX, OPTION, AbsPath, EnvName, ModuleName, Partition, SafeName, StrictModel, Word
+from launcher.jobs.jobspec import ShellWord
+from launcher.jobs.schema import HOST_SUFFIX, OPTION, AbsPath, EnvName, ModuleName, Partition, SafeName, StrictModel, VarPath, Word
 from launcher.paths import SHIPPED_SITES_DIR
 from train.framework_table import FRAMEWORKS
 
@@ -58,11 +59,25 @@ class Reference(StrictModel):
 
 class NcclNetPlugin(StrictModel):
     """A NCCL/RCCL network plugin (aws-ofi-nccl on Slingshot). `library_dir` (on the nodes) goes first
-    on LD_LIBRARY_PATH, where NCCL looks for libnccl-net*.so, and into the container's binds; without
-    it the plugin comes with the image or the site's container hooks (CSCS EDF annotations)."""
+    on LD_LIBRARY_PATH, where NCCL looks for libnccl-net*.so, and into the container's binds; it may
+    start with a variable a module of the profile sets (`$OLCF_OFI_NCCL_ROOT/lib`). Without it the
+    plugin comes with the image or the site's container hooks (CSCS EDF annotations, podman-hpc --nccl)."""
 
     name: SafeName
-    library_dir: Optional[AbsPath] = None
+    library_dir: Optional[VarPath] = None
+
+    @property
+    def directory(self) -> Optional[str]:
+        """`library_dir` as the script carries it: a ShellWord when a variable names it."""
+        if self.library_dir and self.library_dir.startswith("$"):
+            return ShellWord(self.library_dir)
+        return self.library_dir
+
+    @property
+    def variable(self) -> Optional[str]:
+        """The variable `library_dir` starts with (None: a plain path)."""
+        m = re.match(r"^\$([A-Za-z_][A-Za-z0-9_]*)", self.library_dir or "")
+        return m.group(1) if m else None
 
 
 # The launch modes a profile may choose per framework, by the framework table's launch style (the first:
