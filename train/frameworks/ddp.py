@@ -16,14 +16,17 @@ from torch.nn.parallel import DistributedDataParallel
 
 from train.config import ConfigError
 from train.frameworks.base import DistInfo, ProcessGroupFramework
+from train.gpus import device_index, started_by_torchrun
 
 
-def resolve_device(cfg: Any, local_rank: int) -> torch.device:
-    """`--device auto|cpu|cuda` -> this rank's device (ConfigError when CUDA is asked for but absent)."""
+def resolve_device(cfg: Any, local_rank: int, local_workers: int, one_launcher: bool) -> torch.device:
+    """`--device auto|cpu|cuda` -> this rank's device (ConfigError when CUDA is asked for but absent, or when
+    the node's workers outnumber the GPUs they see: train/gpus.py), before any process group starts."""
     if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise ConfigError("--device cuda: no CUDA device is available")
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
+        index = device_index(local_rank, local_workers, torch.cuda.device_count(), one_launcher, os.environ)
+        return torch.device("cuda", index)
     return torch.device("cpu")
 
 
@@ -52,7 +55,7 @@ class DDP(ProcessGroupFramework):
         world_size = int(env.get("WORLD_SIZE", "1"))
         local_rank = int(env.get("LOCAL_RANK", "0"))
         local_world_size = int(env.get("LOCAL_WORLD_SIZE", "1"))
-        device = resolve_device(cfg, local_rank)
+        device = resolve_device(cfg, local_rank, local_world_size, started_by_torchrun(env))
         if cfg.sync_bn and device.type != "cuda":
             raise ConfigError("--sync-bn needs a CUDA device (torch's SyncBatchNorm is GPU-only)")
         if cfg.amp == "fp16" and device.type != "cuda":
