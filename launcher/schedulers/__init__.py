@@ -100,6 +100,7 @@ class Scheduler:
     label = ""  # for people: "Slurm", "PBS"
     directive_prefix = ""  # `#SBATCH`, `#PBS`; "" = no directives
     commands: Tuple[str, ...] = ()  # the batch system's commands a login node needs (`dlaunch doctor`)
+    ping_command: Tuple[str, ...] = ()  # exits 0 when the batch system's server answers (`dlaunch doctor`)
     Config: Type[StrictModel] = StrictModel
 
     def __init__(self, timeout_s: float = 30.0, environ: Optional[Mapping[str, str]] = None):

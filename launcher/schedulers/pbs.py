@@ -54,6 +54,7 @@ class Pbs(Scheduler):
     label = "PBS"
     directive_prefix = "#PBS"
     commands = ("qsub", "qstat", "qdel")
+    ping_command = ("qstat", "-B")  # the server's status line, an error when it does not answer
     Config = PbsConfig
 
     def directives(self, cfg: PbsConfig, job: JobSpec) -> Tuple[str, ...]:

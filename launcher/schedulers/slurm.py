@@ -67,6 +67,7 @@ class Slurm(Scheduler):
     label = "Slurm"
     directive_prefix = "#SBATCH"
     commands = ("sbatch", "squeue", "scontrol", "scancel")
+    ping_command = ("scontrol", "ping")  # "Slurmctld(primary) at HOST is UP", exit 1 when down
     Config = SlurmConfig
 
     def directives(self, cfg: SlurmConfig, job: JobSpec) -> Tuple[str, ...]:
