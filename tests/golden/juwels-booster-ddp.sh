@@ -30,6 +30,7 @@ export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)i"
 export MASTER_ADDR
 export MASTER_PORT=29500
+export CUDA_VISIBLE_DEVICES=0,1,2,3
 
 srun --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 \
   apptainer exec --nv --bind /scratch/runs/exp/run /images/current-ddp-x86_64.sif \
