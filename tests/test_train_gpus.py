@@ -63,3 +63,13 @@ def test_the_trainer_exits_2_before_nccl_when_torchrun_workers_share_one_visible
     assert ran.returncode == 2, ran.stderr
     assert "train: error: this node's launcher starts 4 workers, but they see 1 GPU(s) (CUDA_VISIBLE_DEVICES=0)" in ran.stderr
     assert "init_process_group reached" not in ran.stderr and not (tmp_path / "m.jsonl").exists()
+
+
+def test_one_task_per_gpu_takes_its_rank_from_the_tasks_neutral_variables():
+    from train.frameworks.ddp import rank_environment
+
+    task = {"DLAUNCH_NTASKS": "8", "DLAUNCH_TASK_ID": "5", "DLAUNCH_LOCAL_TASK_ID": "1", "DLAUNCH_NODE_ID": "1",
+            "DLAUNCH_NODELIST": "n1,n2", "DLAUNCH_TASKS_PER_NODE": "4(x2)"}
+    assert rank_environment(task) == {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}
+    assert rank_environment(dict(task, RANK="3")) == {}  # torchrun's workers keep torchrun's
+    assert rank_environment({}) == {}  # outside a job step: a job of one
