@@ -150,3 +150,39 @@ def test_a_plugin_directory_named_by_a_module_variable_reaches_the_container(tmp
     assert args[args.index("--bind") + 1] == "/scratch/runs/exp/run,/opt/plugin/lib"
     unset = subprocess.run(["bash", str(tmp_path / "job.sh")], env=fake_env(bin_dir, tmp_path), capture_output=True, text=True)
     assert unset.returncode != 0 and "OLCF_OFI_NCCL_ROOT: is not set: nccl_net_plugin.library_dir needs it" in unset.stderr
+
+
+# -- what issue 32 asks of the shipped profiles ------------------------------------------------------------
+def shipped(name: str):
+    return load_site(SHIPPED_SITES_DIR / ("%s.toml" % name))
+
+
+def test_frontier_ddp_runs_one_task_per_gcd_without_torchrun():
+    """OLCF: srun -N N -n 8N -c7 --gpus-per-task=1 --gpu-bind=closest, MASTER_ADDR=$(hostname -i), no torchrun."""
+    script = script_for(shipped("frontier"), LaunchRequest(site="frontier", framework="ddp", nodes=2, account="p",
+                                                           experiment="exp"))
+    lines = script.splitlines()
+    assert "#SBATCH --ntasks-per-node=8" in lines and "#SBATCH --cpus-per-task=7" in lines
+    assert "srun --ntasks-per-node=8 --kill-on-bad-exit=1 --gpus-per-task=1 --gpu-bind=closest \\" in lines
+    assert "torchrun" not in script and 'MASTER_ADDR="$(hostname -i)"' in lines
+    assert "module load rocm/6.4.2 rccl-net-plugin olcf-container-tools apptainer-enable-mpi" in lines
+
+
+def test_perlmutter_uses_podman_hpcs_nccl_plugin_module():
+    script = script_for(shipped("perlmutter"), LaunchRequest(site="perlmutter", framework="ddp", nodes=2, experiment="exp"))
+    assert "podman-hpc run --rm --gpu --openmpi-pmix --nccl " in script
+
+
+def test_polaris_picks_its_prod_size_rows():
+    for nodes, row, time in ((12, "prod", "03:00:00"), (30, "prod-medium", "06:00:00"), (200, "prod-large", "24:00:00")):
+        plan = plan_for(shipped("polaris"), LaunchRequest(site="polaris", nodes=nodes, time=time, account="p", experiment="exp"))
+        assert plan.partition == row and "-q prod" in plan.directives
+    with pytest.raises(DlaunchError, match="^--time: no partition of site polaris takes 12 node"):
+        plan_for(shipped("polaris"), LaunchRequest(site="polaris", nodes=12, time="06:00:00", account="p", experiment="exp"))
+
+
+@pytest.mark.parametrize("name", ["juwels-booster", "jureca-dc", "jupiter"])
+@pytest.mark.parametrize("framework", ["ddp", "deepspeed"])
+def test_jsc_jobs_make_the_nodes_gpus_visible_to_the_per_node_launcher(name, framework):
+    script = script_for(shipped(name), LaunchRequest(site=name, framework=framework, nodes=2, account="p", experiment="exp"))
+    assert "export CUDA_VISIBLE_DEVICES=0,1,2,3\n" in script and "--nproc_per_node=4" in script

@@ -153,12 +153,13 @@ PAYLOADS = ["$(touch %s)" % MARK, "`touch %s`" % MARK, "'; touch %s; '" % MARK, 
 hostile = st.builds(lambda a, p, b: a + p + b, st.text(string.printable, max_size=6), st.sampled_from(PAYLOADS),
                     st.text(string.printable, max_size=6))
 FIELDS = ["account", "partition", "time", "experiment", "run_name", "output", "image", "data", "env", "bind",
-          "module", "srun_arg", "schedule", "model"]
+          "module", "srun_arg", "schedule", "model", "rendezvous_command", "framework_step_option", "row_directive",
+          "env_by_nodes", "plugin_dir"]
 
 
 def _hostile_case(field: str, value: str, site_name: str):
     """(site, request, run_dir) with `value` in `field`."""
-    profile = load_site(SHIPPED_SITES_DIR / ("%s.toml" % site_name)).model_dump()
+    profile = load_site(SHIPPED_SITES_DIR / ("%s.toml" % site_name)).model_dump(by_alias=True)
     request = dict(site=site_name, framework="ddp", account="proj42", experiment="exp", run_name="run",
                    trainer=(("data", "/data/imagenet"),))
     run_dir = "/scratch/runs/exp/run"
@@ -176,6 +177,17 @@ def _hostile_case(field: str, value: str, site_name: str):
         profile["modules"] = [value]
     elif field == "srun_arg":
         profile["scheduler"]["step_options"] = [value]
+    elif field == "rendezvous_command":
+        profile["rendezvous_host_suffix"] = ""
+        profile["launch"] = {"rendezvous_command": ["hostname", value]}
+    elif field == "framework_step_option":
+        profile["launch"] = {"ddp": {"step_options": [value]}}
+    elif field == "row_directive" and profile["scheduler"]["kind"] != "local":
+        profile["scheduler"]["partitions"][0]["directives"] = [value]
+    elif field == "env_by_nodes":
+        profile["env_by_nodes"] = [{"env": {"HOSTILE": value}}]
+    elif field == "plugin_dir":
+        profile["nccl_net_plugin"] = {"name": "x", "library_dir": "$PLUGIN/" + value}
     image = "/images/" + value + ".sif" if field == "image" else None
     return Site.model_validate(profile), LaunchRequest(**request), run_dir, image
 
@@ -205,7 +217,7 @@ def test_hostile_values_fake_cluster_refused_or_inert(sandbox, site_name, field,
     assert subprocess.run(["bash", "-n", str(job)]).returncode == 0
     for stale in root.glob("*.args"):
         stale.unlink()
-    env = fake_env(fakes, root)
+    env = dict(fake_env(fakes, root), PLUGIN="/opt/plugin")  # the variable a plugin module would set
     result = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True, cwd=root)
     assert not os.path.exists(MARK), (field, value, script)
     assert result.returncode == 0, result.stderr
