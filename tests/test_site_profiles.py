@@ -1,10 +1,17 @@
 """Site profiles beyond rendering: partition rows picked by the job's size, source dates, `sites check`
 warnings, `sites migrate` (first schema -> current)."""
+import datetime
+import tomllib
+from pathlib import Path
+
 import pytest
 
+from launcher.cli import main
 from launcher.errors import DlaunchError
 from launcher.jobs.request import LaunchRequest
+from launcher.jobs.sitecheck import age_warnings, check_warnings, migrate, source_dates
 from launcher.jobs.sites import SHIPPED_SITES_DIR, load_site
+from test_backends import V1
 from test_launcher_fakes import plan_for
 
 
@@ -49,13 +56,6 @@ def test_rows_marked_auto_false_are_used_only_when_named(tmp_path):
 
 
 # -- sources, `sites check`, `sites show`, `sites migrate` ------------------------------------------------
-import datetime  # noqa: E402
-import tomllib  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from launcher.cli import main  # noqa: E402
-from launcher.jobs.sitecheck import age_warnings, check_warnings, migrate, source_dates  # noqa: E402
-from test_backends import V1  # noqa: E402
 
 V1_FILES = sorted((Path(__file__).parent / "sites-v1").glob("*.toml"))
 TODAY = datetime.date(2026, 11, 24)
