@@ -512,8 +512,10 @@ def plot_comparisons(fig, comparisons: Sequence[Comparison]) -> None:
         ax.legend(fontsize="x-small")
 
 
-def write_comparison(output: Path, comparisons: Sequence[Comparison], sources: Sequence[str]) -> None:
-    """The published-vs-this-run plot into `output`, and its table appended to `output`/report.md."""
+def write_comparison(output: Path, comparisons: Sequence[Comparison], sources: Sequence[str],
+                     design: Sequence[str] = (), assumptions: Sequence[str] = ()) -> None:
+    """The published-vs-this-run plot into `output`, and its table appended to `output`/report.md, after
+    the study's design lines (protocol, stack) and its assumptions (what the sources leave unstated)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -528,6 +530,9 @@ def write_comparison(output: Path, comparisons: Sequence[Comparison], sources: S
     section = "\n\n".join([
         "## Published vs this run",
         "Sources:\n" + "\n".join("- %s" % s for s in sources),
+        *(["\n".join(design)] if design else []),
+        *(["Assumptions (values the sources leave unstated, fixed by this study):\n" + "\n".join("- %s" % a for a in assumptions)]
+          if assumptions else []),
         markdown_table(COMPARISON_HEADERS[1:], [(row[0], [row[1:]]) for row in comparison_rows(comparisons)]).replace(
             "| group |", "| comparison |", 1),
         "![Published values (markers) and this run (lines)](%s)" % COMPARISON_PLOT,
