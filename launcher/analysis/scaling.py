@@ -12,6 +12,10 @@ Definitions (also printed in the report):
   T = work / X, so E_G = (T_ref / T_G) / (G / G_ref), the textbook definition.
 - Time shares (from `profile` records, un-overlapped timers): comm_s, compute_s and data_s
   each divided by their sum.
+- Kernel shares (from `kernel_profile` records, `--kernel-profile-steps`; Table 2's measure): CUDA
+  kernel time in NCCL (comm), cuDNN/cuBLAS (compute) and I/O kernels, each divided by all kernel time
+  of all ranks (the rest is other kernels, so they do not sum to 1). Runs that only profile count here
+  without a throughput.
 - Energy (metrics schema version 2; `metrics_schema.energy_total`: the node counter where measured,
   else GPU + CPU + DRAM as far as measured): joules per image J/img = the energy of the same epochs
   that give X divided by the images trained in them (steps x global batch; an epoch's energy
@@ -63,6 +67,24 @@ class Shares:
         if total <= 0:
             return None
         return cls(comm_s / total, compute_s / total, data_s / total)
+
+
+@dataclass(frozen=True)
+class KernelShares:
+    """Fractions of all CUDA kernel time in NCCL, cuDNN/cuBLAS and I/O kernels (the rest: other kernels)."""
+
+    comm: float
+    compute: float
+    io: float
+
+    @classmethod
+    def from_record(cls, record: Dict) -> Optional["KernelShares"]:
+        """None when the record's figures are unavailable (a CPU run) or no kernel ran."""
+        values = [record[k] for k in ("kernel_s", "comm_s", "compute_s", "io_s")]
+        if not all(isinstance(v, (int, float)) for v in values) or values[0] <= 0:
+            return None
+        total, comm, compute, io = values
+        return cls(comm / total, compute / total, io / total)
 
 
 @dataclass(frozen=True)
@@ -118,6 +140,7 @@ class Run:
     energy_to_accuracy_j: Optional[float] = None
     reason: Optional[str] = None  # the end record's reason (failed or diverged runs)
     amp: str = "none"  # the trainer's --amp (none: FP32/TF32)
+    kernel_shares: Optional[KernelShares] = None  # the last kernel_profile record's
 
     @property
     def measured_epochs(self) -> List[EpochPoint]:
@@ -290,6 +313,7 @@ def run_from_metrics(metrics: Metrics) -> Run:
         energy_to_accuracy_j=end.get("energy_to_accuracy_j"),
         reason=end.get("reason"),
         amp=str(h["config"].get("amp") or "none"),
+        kernel_shares=KernelShares.from_record(metrics.kernel_profiles[-1]) if metrics.kernel_profiles else None,
     )
 
 
@@ -408,7 +432,14 @@ def _measured(runs: Sequence[Run]) -> List[Run]:
 
 def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
     """Per GPU count, each run's value of `metric` (images_per_s, speedup, efficiency, comm_share,
-    joules_per_image) in one group; runs without it (no epochs, no profile, no energy, diverged) are left out."""
+    kernel_comm_share, kernel_compute_share, kernel_io_share, joules_per_image) in one group; runs without it (no epochs, no profile, no energy, diverged) are left out."""
+    if metric.startswith("kernel_"):  # runs that only profile have no throughput
+        part = metric[len("kernel_"):-len("_share")]
+        shares: Dict[int, List[float]] = {}
+        for r in runs:
+            if r.kernel_shares is not None and not r.diverged:
+                shares.setdefault(r.world_size, []).append(getattr(r.kernel_shares, part))
+        return dict(sorted(shares.items()))
     measured = _measured(runs)
     if not measured:
         return {}
