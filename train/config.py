@@ -271,15 +271,29 @@ def _validate(cfg: TrainConfig, check_paths: bool) -> None:
         raise ConfigError("--sync-bn needs --device cuda (torch's SyncBatchNorm is GPU-only)")
     if cfg.loader == "dali" and cfg.synthetic:
         raise ConfigError("--loader dali needs --data PATH (synthetic data has no loader)")
+    if check_paths and cfg.loader != "dali" and not cfg.synthetic and _is_tfrecord_dir(cfg.data):
+        raise ConfigError("--data %s holds TFRecords, which only --loader dali reads (the native loader reads an "
+                          "image folder)" % cfg.data)
     if check_paths and os.path.exists(cfg.metrics_path) and os.path.getsize(cfg.metrics_path) > 0 and not cfg.resume:
         raise ConfigError("metrics file %s exists; pass --resume to append or choose another --metrics"
                           % cfg.metrics_path)
 
 
+def _is_tfrecord_dir(root: str) -> bool:
+    from train.data.tfrecords import is_tfrecord_dir  # here: train.data imports this module
+
+    return is_tfrecord_dir(root)
+
+
 def count_image_folder_classes(root: str) -> int:
-    """Check an ImageNet-layout folder (train/ and val/ with the same non-empty class folders)."""
+    """Check an ImageNet-layout folder (train/ and val/ with the same non-empty class folders), or the
+    TFRecord form of one (its manifest and files: train/data/tfrecords.py)."""
     if not os.path.isdir(root):
         raise ConfigError("--data %s: no such directory" % root)
+    if _is_tfrecord_dir(root):
+        from train.data.tfrecords import read_manifest
+
+        return len(read_manifest(root)["classes"])
     classes = None
     for split in ("train", "val"):
         split_dir = os.path.join(root, split)
