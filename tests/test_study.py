@@ -201,6 +201,7 @@ def test_smoke_study_runs_here_reports_against_published_and_resubmits_only_fail
     assert (tmp_path / "report" / "published_vs_this_run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = (tmp_path / "report" / "report.md").read_text()
     section = text.split("## Published vs this run", 1)[1]
+    assert "Assumptions (values the sources leave unstated, fixed by this study):\n- batch 8 per process" in section
     rows = [[c.strip() for c in line.strip("|").split(" | ")] for line in section.splitlines() if line.startswith("| Mahon")]
     by_gpus = {row[1]: row for row in rows}
     assert by_gpus["12"][2] == "10.1" and by_gpus["12"][4] == "-"  # published only
@@ -339,3 +340,33 @@ def test_every_shipped_study_renders_on_every_shipped_site_of_its_kind(path):
             assert not r.failures, (r.site, r.failures[:3])
         else:
             assert len(r.failures) == gap[1] and all(gap[0] in why for _, why in r.failures), (r.site, r.failures[:3])
+
+
+def _engine_run(root: Path, framework: str, name: str, workers: int, images_per_s: float) -> None:
+    """A hand-made metrics file of one run (two epochs, the second measured)."""
+    records = [make_record("header", 1.0, run_id=name, argv=["python", "-m", "train.tf"], config={}, framework=framework,
+                           loader="native", model="resnet44", device="cpu", world_size=workers, nodes=workers,
+                           hosts=["n%d" % i for i in range(workers)], batch_per_worker=128, global_batch=128 * workers,
+                           lr_scaled=0.1, versions={}, slurm_job_id=None, site="juwels-cluster",
+                           experiment="cpu-ps.all-reduce", image=None, git_revision=None)]
+    records += [make_record("epoch", 2.0 + e, epoch=e, steps=10, images=1280 * workers, images_per_s=images_per_s,
+                            epoch_time_s=1.0, data_wait_s=0.0, loss=1.0, lr=0.1) for e in range(2)]
+    records.append(make_record("end", 9.0, status="ok", total_time_s=9.0, epochs_completed=2))
+    (root / name).mkdir(parents=True)
+    (root / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_throughput_ratio_comparison_draws_the_published_ratio_beside_this_runs(tmp_path):
+    from launcher.analysis.scaling import compare_published, load_runs
+    from launcher.paths import PUBLISHED_DIR
+
+    for repeat, (torch_x, tf_x) in enumerate([(300.0, 100.0), (330.0, 110.0)], 1):
+        _engine_run(tmp_path, "ddp", "ddp-n2-r%d" % repeat, 2, torch_x)
+        _engine_run(tmp_path, "tf-allreduce", "tf-n2-r%d" % repeat, 2, tf_x)
+    _engine_run(tmp_path, "ddp", "ddp-n4-r1", 4, 500.0)  # no TensorFlow run at 4: no ratio there
+    compare = load_study(STUDIES / "cpu-ps.toml").compare[0]
+    c = compare_published(compare, PUBLISHED_DIR / compare.file, load_runs([str(tmp_path)]).runs)
+    assert c.published == [(2, 2.65)]  # the paper's average ratio, drawn at each measured count
+    [(workers, spread)] = c.measured["ddp / tf-allreduce"]
+    assert workers == 2 and spread.median == pytest.approx(315.0 / 105.0)
+    assert (spread.low, spread.high) == (pytest.approx(300.0 / 110.0), pytest.approx(330.0 / 100.0))

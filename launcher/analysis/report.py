@@ -480,7 +480,9 @@ def report_command(
 COMPARISON_PLOT = "published_vs_this_run.png"
 COMPARISON_HEADERS = ["comparison", "GPUs", "published", "this run: group", "median", "low", "high", "runs", "spread"]
 METRIC_LABELS = {"images_per_s": "images/s", "speedup": "speed-up S_G", "efficiency": "E_G",
-                 "comm_share": "comm share of comm + compute + data"}
+                 "comm_share": "comm share of comm + compute + data",
+                 "kernel_comm_share": "NCCL share of kernel time", "kernel_compute_share": "cuDNN share of kernel time",
+                 "kernel_io_share": "I/O share of kernel time", "throughput_ratio": "images/s ratio"}
 
 
 def comparison_rows(comparisons: Sequence[Comparison]) -> List[List[str]]:
