@@ -585,7 +585,7 @@ def check_study_on_site(study: Study, site: str, protocol: Optional[str], stack:
                       protocol=protocol, stack=stack)
     except DlaunchError as e:
         return CheckResult(resolved.name, 0, (("every job", str(e)),))
-    largest = max(job_nodes(job, resolved.gpus_per_node) for job in jobs)
+    largest = max((job_nodes(job, resolved.gpus_per_node) for job in jobs), default=0)
     capacity = max((p.max_nodes for p in resolved.partitions), default=largest)
     if skip_too_small and largest > capacity:
         return CheckResult(resolved.name, len(jobs), (), skipped="too small: the study's largest jobs take %d nodes, the "
