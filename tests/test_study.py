@@ -169,6 +169,13 @@ def test_a_study_may_name_its_stack_and_the_site_may_keep_its_own():
     assert [j.request.image for j in own] == [None, None, None]  # prepare gives the site's default
 
 
+def test_later_recipes_win_and_a_run_length_replaces_the_other():
+    from launcher.runs.study import merge_recipes
+
+    assert merge_recipes({"epochs": 90, "lr": 0.1}, {"lr": 0.2}, {"steps": 500}) == {"lr": 0.2, "steps": 500}
+    assert merge_recipes({"steps": 5}, {"epochs": 3, "steps": 4}) == {"epochs": 3, "steps": 4}  # one recipe: both kept
+
+
 def test_gpu_counts_above_a_node_spread_evenly_over_the_fewest_nodes():
     from launcher.runs.study import spread_nodes
 

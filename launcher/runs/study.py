@@ -300,6 +300,17 @@ def spread_nodes(gpus: int, per_node: int) -> Optional[int]:
     return next(n for n in range(-(-gpus // per_node), gpus + 1) if gpus % n == 0 and gpus // n <= per_node)
 
 
+def merge_recipes(*recipes: Dict[str, Any]) -> Dict[str, Any]:
+    """Later recipes win; a run length (`epochs` or `steps`) replaces the other one of an earlier recipe."""
+    merged: Dict[str, Any] = {}
+    for recipe in recipes:
+        for length, other in (("epochs", "steps"), ("steps", "epochs")):
+            if length in recipe:
+                merged.pop(other, None)
+        merged.update(recipe)
+    return merged
+
+
 def _overlays(study: Study, m: Matrix, protocol: Optional[str], point: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[str]]:
     """(recipe, time) a protocol adds at one point of a matrix block."""
     if protocol is None or m.part is None:
@@ -334,7 +345,7 @@ def expand(study: Study, site: str, output: Path, data: Optional[Dict[str, str]]
             if _excluded(point, m.exclude):
                 continue
             extra_recipe, extra_time = _overlays(study, m, protocol, point)
-            recipe = dict(study.recipe, **m.recipe, **extra_recipe)
+            recipe = merge_recipes(study.recipe, m.recipe, extra_recipe)
             if data and loader in data:
                 recipe["data"] = data[loader]
             nodes = spread_nodes(count, resolved.gpus_per_node) if key == "gpus" and resolved.scheduler.kind != "local" else None
