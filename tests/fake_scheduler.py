@@ -17,7 +17,7 @@ from pydantic import Field, field_validator
 
 from launcher.errors import SchedulerError
 from launcher.jobs.jobspec import Export, HostList, JobSpec, PreludeItem, ShellWord
-from launcher.jobs.schema import Partition, StrictModel, check_partitions
+from launcher.jobs.schema import OPTION, Partition, StrictModel, check_partitions
 from launcher.schedulers import Job, JobState, Scheduler, Submission
 from train import jobenv
 
@@ -26,7 +26,10 @@ class FakeBatchConfig(StrictModel):
     kind: Literal["fakebatch"]
     partitions: List[Partition] = Field(min_length=1)
 
-    _partitions = field_validator("partitions")(check_partitions)
+    @field_validator("partitions")
+    @classmethod
+    def _partitions(cls, partitions: List[Partition]) -> List[Partition]:
+        return check_partitions(partitions, OPTION, "--name or --name=value")
 
 
 class FakeBatch(Scheduler):

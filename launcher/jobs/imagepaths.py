@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Dict, Optional
 
 from launcher.errors import DlaunchError
 from launcher.paths import REPO
-from train.framework_table import image_group, image_groups
+from train.framework_table import FRAMEWORKS, image_group, image_groups
 
 if TYPE_CHECKING:
     from launcher.jobs.sites import Site
@@ -96,16 +96,17 @@ def check_site_stack(site: "Site", stack: str) -> None:
                            f"build; set [container] stack to one for {site.gpu_vendor} GPUs or give --image")
 
 
-def default_image_for_site(site: "Site", framework: str) -> str:
+def default_image_for_site(site: "Site", framework: str, stack: Optional[str] = None) -> str:
     """The image a containerized site runs for `framework` unless `--image` says otherwise, in the form
-    its runtime takes (`image_kind`: sif, sqsh, dir, name, edf)."""
-    stack = stack_of(site)
+    its runtime takes (`image_kind`: sif, sqsh, dir, name, edf); `stack`: another than the site's."""
+    stack = stack or stack_of(site)
     if stack is None:
         raise DlaunchError(f"--image: site {site.name} runs without a container")
     group = image_group(framework)
     if group is None:
-        raise DlaunchError(f"--image: no image stack builds --framework {framework}'s engine; give --image "
-                           f"(or run it without a container, naming the engine's Python in the site's `interpreters`)")
+        raise DlaunchError(f"--framework {framework}: no image stack builds the {FRAMEWORKS[framework].engine} trainer "
+                           f"(containers/versions.toml has images for {', '.join(image_groups())}); give --image with its "
+                           f"environment, or use a profile without containers whose `interpreters` name its Python")
     check_site_stack(site, stack)
     return image_reference(group, stack, site.arch, site.container.image_kind)
 

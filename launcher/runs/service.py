@@ -52,6 +52,7 @@ class Prepared:
     plan: "LaunchPlan"
     script: str
     warnings: Tuple[str, ...] = ()
+    notes: Tuple[str, ...] = ()  # what the plan decided for the user (e.g. the partition row picked by size)
     resume: bool = False  # the run directory exists: the job continues it
     files: Tuple[Tuple[str, str], ...] = ()  # (name, text) the run directory gets beside the job (parent.json)
 
@@ -104,9 +105,10 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None, dry_run: boo
         if not dry_run:
             raise DlaunchError(message)
         warnings.append(message)
-    header = "dlaunch %s: site %s, %s, %d node(s) x %d processes" % (
-        (revision or "unknown")[:12], site.name, plan.framework, plan.nodes, plan.nproc_per_node)
-    return Prepared(request, plan, render_script(plan, header), tuple(warnings), request.resume)
+    header = "dlaunch %s: site %s, %s, %d node(s) x %d processes%s" % (
+        (revision or "unknown")[:12], site.name, plan.framework, plan.nodes, plan.nproc_per_node,
+        ", partition %s" % plan.partition if plan.partition else "")
+    return Prepared(request, plan, render_script(plan, header), tuple(warnings), tuple(plan.notes), request.resume)
 
 
 def resume(run_dir: Path, dry_run: bool = False) -> Prepared:

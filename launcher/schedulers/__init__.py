@@ -76,6 +76,15 @@ class Submission:
 
 
 @dataclass(frozen=True)
+class ScriptCheck:
+    """A test-only submission's answer (`dlaunch doctor`)."""
+
+    accepted: bool
+    found: str  # the account and queue the script asks for, and what the batch system said
+    fix: str = ""  # for a refusal: what to do about it
+
+
+@dataclass(frozen=True)
 class Job:
     """A scheduler's view of a job: its own state word, and for a pending one why, where in the
     queue and when it may start."""
@@ -115,8 +124,12 @@ class Scheduler:
     directive_prefix = ""  # `#SBATCH`, `#PBS`; "" = no directives
     commands: Tuple[str, ...] = ()  # the batch system's commands a login node needs (`dlaunch doctor`)
     status_command = ""  # the one that answers `jobs()` (`dlaunch watch` needs it)
+    ping_command: Tuple[str, ...] = ()  # exits 0 when the batch system's server answers (`dlaunch doctor`)
     # Seconds before the time limit at which the scheduler signals the job to checkpoint (None: it does not).
     signal_lead_s: Optional[int] = None
+    # (pattern, what it is) the profile's per-framework options of its step must match (`[launch.<fw>]`);
+    # () = words of the step command
+    step_option_form: Tuple[str, str] = ()
     Config: Type[StrictModel] = StrictModel
     # Regular expressions of the lines the batch system writes into a job's log (launcher/runs/failures.py):
     # its verdict on the job (time limit, cancel, node failure), and its launcher's noise around a failure.
@@ -124,7 +137,6 @@ class Scheduler:
     log_noise: Tuple[str, ...] = ()
     # Why `check_script` cannot answer, where the batch system has no test-only submission ("": it can).
     no_test_submission = "no test-only submission"
-    accounts_command = ""  # what lists the accounts and queues a user may submit to (`dlaunch doctor`'s fix)
     # (neutral task variable of train/jobenv.py, this scheduler's variable that each task of a step has)
     task_variables: Tuple[Tuple[str, str], ...] = ()
 
@@ -179,10 +191,14 @@ class Scheduler:
     def submit(self, script: Path, run_dir: Path) -> Submission:
         raise NotImplementedError
 
-    def check_script(self, script: Path) -> Tuple[bool, str]:
-        """Whether the batch system would take `script`, asked without submitting it: (accepted, the
-        account and queue it chose and what the batch system said); only where `no_test_submission` is ""."""
+    def check_script(self, script: Path) -> ScriptCheck:
+        """Whether the batch system would take `script`, asked without submitting it; only where
+        `no_test_submission` is ""."""
         raise NotImplementedError
+
+    def mpi_plugins(self) -> List[str]:
+        """The MPI wirings its step offers (a profile's `mpi_plugin` must be one of them)."""
+        return []
 
     def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
         """The state of each job (one call for all where the batch system allows), with the place of a
@@ -230,5 +246,5 @@ def validate_config(data: Any) -> Any:
     return scheduler_for(kind).Config.model_validate(data)
 
 
-__all__ = ["BACKENDS", "Figure", "Job", "JobState", "Registration", "Scheduler", "ShellWord", "Submission",
+__all__ = ["BACKENDS", "Figure", "Job", "JobState", "Registration", "Scheduler", "ScriptCheck", "ShellWord", "Submission",
            "registration", "scheduler_for", "validate_config"]

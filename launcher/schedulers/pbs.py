@@ -44,7 +44,10 @@ class PbsConfig(StrictModel):
     directives: List[Annotated[str, StringConstraints(pattern=PBS_DIRECTIVE)]] = []  # e.g. "-l filesystems=home:eagle"
     mpiexec_options: List[Word] = []
 
-    _partitions = field_validator("partitions")(check_partitions)
+    @field_validator("partitions")
+    @classmethod
+    def _partitions(cls, partitions: List[Partition]) -> List[Partition]:
+        return check_partitions(partitions, PBS_DIRECTIVE, "'-X value'")
 
 
 def classify(state: str, exit_status: object = None) -> JobState:
@@ -61,6 +64,7 @@ class Pbs(Scheduler):
     directive_prefix = "#PBS"
     commands = ("qsub", "qstat", "qdel")
     status_command = "qstat"
+    ping_command = ("qstat", "-B")  # the server's status line, an error when it does not answer
     Config = PbsConfig
     # What Cray PALS' mpiexec gives every rank (HPE's pals.h, "Environment variables available for
     # applications"; PALS runs Polaris' mpiexec).
@@ -76,13 +80,14 @@ class Pbs(Scheduler):
             "-N %s" % job.name,
             "-l select=%d%s" % (job.nodes, cfg.select_resources),
             "-l walltime=%d:%02d:%02d" % (job.seconds // 3600, job.seconds % 3600 // 60, job.seconds % 60),
-            "-q %s" % job.queue.name,
+            "-q %s" % job.queue.queue,
             *(("-A %s" % job.account,) if job.account else ()),
             "-o %s/%s" % (job.run_dir, LOG),
             "-j oe",  # the error stream into the same file
             "-k doe",  # written directly into the run directory while the job runs, appended by a rerun
             "-r y" if job.requeue else "-r n",  # see the module docstring
             *cfg.directives,
+            *job.queue.directives,
         )
 
     def prelude(self, cfg: PbsConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:

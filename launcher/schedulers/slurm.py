@@ -20,8 +20,8 @@ from pydantic import Field, StringConstraints, field_validator
 
 from launcher.errors import SchedulerError
 from launcher.jobs.jobspec import Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
-from launcher.schedulers import Figure, Job, JobState, Scheduler, Submission
-from launcher.jobs.schema import GRES, Option, Partition, SafeName, StrictModel, format_time
+from launcher.schedulers import Figure, Job, JobState, Scheduler, ScriptCheck, Submission
+from launcher.jobs.schema import GRES, OPTION, Option, Partition, SafeName, StrictModel, format_time
 from launcher.jobs.schema import check_partitions
 from train import jobenv
 
@@ -44,6 +44,17 @@ _STATES = (
     (("SUSPENDED", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"), JobState.SUSPENDED),
 )
 GONE = "unknown (not in Slurm any more)"
+# What `sbatch --test-only`'s refusal names, and what to do about it (first match wins; `dlaunch doctor`).
+_REFUSALS = (
+    ("account", "pass --account that `sacctmgr show assoc user=$USER` lists (or set the profile's account_env variable)"),
+    ("qos", "the partition row's qos is not one the account may use: fix the row or pass --partition"),
+    ("partition", "fix the profile's partition names (`sinfo -s` lists the site's) or pass --partition"),
+    ("time limit", "the partition row's max_time is above the site's limit: lower it in the profile"),
+    ("node count", "the job's node count is outside the partition's limits: fix the row's min_nodes/max_nodes"),
+    ("node configuration", "the job asks a node for more CPUs, GPUs or features than it has: fix cores_per_node, "
+                           "threads_per_core, gpus_per_node or the directives"),
+    ("feature", "a --constraint of the profile's directives names a feature the nodes lack"),
+)
 # sacct prints ConsumedEnergy with a unit prefix in steps of 1000 (`convert_num_unit2(..., 1000, ...)`).
 PREFIXES = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 NO_VALUE = 2 ** 64 - 2  # Slurm's NO_VAL64, printed by some versions for "not recorded"
@@ -63,10 +74,16 @@ class SlurmConfig(StrictModel):
     partitions: List[Partition] = Field(min_length=1)
     mpi_plugin: Optional[SafeName] = None  # srun --mpi=... for MPI-launched frameworks
     gres: Optional[Annotated[str, StringConstraints(pattern=GRES)]] = None
+    # How the job asks for its GPUs, following the GPUs per node it uses (--gpus): `--gres=gpu:N` or
+    # `--gpus-per-node=N`; "none": the site's directives (or nothing) ask.
+    gpu_request: Literal["none", "gres", "gpus-per-node"] = "none"
     directives: List[Option] = []  # extra #SBATCH options
     step_options: List[Option] = []  # extra srun options
 
-    _partitions = field_validator("partitions")(check_partitions)
+    @field_validator("partitions")
+    @classmethod
+    def _partitions(cls, partitions: List[Partition]) -> List[Partition]:
+        return check_partitions(partitions, OPTION, "--name or --name=value")
 
 
 class Slurm(Scheduler):
@@ -77,14 +94,15 @@ class Slurm(Scheduler):
     directive_prefix = "#SBATCH"
     commands = ("sbatch", "squeue", "scontrol", "scancel")
     status_command = "squeue"
+    ping_command = ("scontrol", "ping")  # "Slurmctld(primary) at HOST is UP", exit 1 when down
     signal_lead_s = 120  # `--signal=USR1@120`: the trainer checkpoints (train/signals.py)
+    step_option_form = (OPTION, "an srun option (--name or --name=value)")
     Config = SlurmConfig
     # slurmstepd's words when it ends a job (`*** JOB 12 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***`) or
     # requeues it; srun's and slurmstepd's messages around a task that failed.
     log_verdicts = (r"DUE TO (TIME LIMIT|NODE FAILURE|PREEMPTION)|CANCELLED AT|JOB REQUEUE",)
     log_noise = (r"srun: error:", r"slurmstepd: error:.*(Exited|task \d+)")
     no_test_submission = ""
-    accounts_command = "sacctmgr show assoc user=$USER"
     # What srun gives every task of a step (sbatch/srun manual pages, "OUTPUT ENVIRONMENT VARIABLES").
     task_variables = ((jobenv.NTASKS, "SLURM_NTASKS"), (jobenv.TASK_ID, "SLURM_PROCID"),
                       (jobenv.LOCAL_TASK_ID, "SLURM_LOCALID"), (jobenv.NODE_ID, "SLURM_NODEID"),
@@ -104,12 +122,15 @@ class Slurm(Scheduler):
             "--time=%s" % format_time(job.seconds),
             *(("--account=%s" % job.account,) if job.account else ()),
             *(("--gres=%s" % cfg.gres,) if cfg.gres else ()),
+            *(("--gres=gpu:%d" % job.gpus_per_node,) if cfg.gpu_request == "gres" else ()),
+            *(("--gpus-per-node=%d" % job.gpus_per_node,) if cfg.gpu_request == "gpus-per-node" else ()),
             "--output=%s/slurm-%%j.out" % job.run_dir,
             "--open-mode=append",  # a requeued attempt adds to the log instead of replacing it
             "--requeue" if job.requeue else "--no-requeue",
             # To every process of the steps (no `B:`); see launchers.py for torchrun.
             "--signal=USR1@%d" % self.signal_lead_s,
             *cfg.directives,
+            *queue.directives,
         )
 
     def prelude(self, cfg: SlurmConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
@@ -248,14 +269,24 @@ class Slurm(Scheduler):
             return "unavailable: sacct: %s" % (message[-1] if message else "exit %d" % result.returncode)
         return parse_consumed_energy(result.stdout, job_id)
 
-    def check_script(self, script: Path) -> Tuple[bool, str]:
+    def check_script(self, script: Path) -> ScriptCheck:
         """`sbatch --test-only`: Slurm validates the account, partition, QOS and options, submits nothing."""
         chosen = " ".join(line.split(None, 1)[1] for line in script.read_text(encoding="utf-8").splitlines()
-                          if line.startswith(("#SBATCH --account", "#SBATCH --partition", "#SBATCH --qos")))
+                          if line.startswith(("#SBATCH --account", "#SBATCH --partition", "#SBATCH --qos"))) or "no account or partition"
         tested = self._run(["sbatch", "--test-only", str(script)])
         said = " ".join((tested.stderr + tested.stdout).split()).replace("sbatch: ", "")
-        accepted = tested.returncode == 0
-        return accepted, "%s: %s" % (chosen or "no account or partition", "sbatch --test-only accepted (%s)" % said if accepted else said)
+        if tested.returncode == 0:
+            return ScriptCheck(True, "%s: sbatch --test-only accepted (%s)" % (chosen, said))
+        fix = next((fix for word, fix in _REFUSALS if word in said.lower()),
+                   "pass --account/--partition that `sacctmgr show assoc user=$USER` lists, or fix the profile's partitions")
+        return ScriptCheck(False, "%s: %s" % (chosen, said), fix)
+
+    def mpi_plugins(self) -> List[str]:
+        """`srun --mpi=list` (no allocation needed): one plugin per line, indented (older Slurm: prefixed
+        `srun: `); headers are sentences."""
+        listed = self._run(["srun", "--mpi=list"])
+        words = [line.replace("srun: ", "").strip() for line in (listed.stdout + listed.stderr).splitlines()]
+        return [word for word in words if re.match(r"^[a-z][a-z0-9_]*$", word)]
 
     def log_files(self, run_dir: Path) -> List[Path]:
         """`slurm-<job>.out` of every submission, in job order (`slurm-9.out` before `slurm-10.out`)."""
