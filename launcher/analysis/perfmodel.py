@@ -122,11 +122,12 @@ CALIBRATION_MAX_GPUS = 64
 # How far a point statement ("Horovod 0.50 at 128 GPUs") may be from the model and still hold: the
 # spread of E_G values the paper gives for one GPU count and loader (Horovod 0.50, DeepSpeed 0.33).
 STATEMENT_TOLERANCE = 0.10
-# What the paper leaves unstated about its DeepSpeed runs, assumed as DeepSpeedExamples' CIFAR example
-# of 2022-03 (cifar/ds_config.json at 6bd444a: fp16 enabled, ZeRO stage 0; the example DeepSpeed 0.6's
-# CIFAR tutorial trains, through DeepSpeed's own training_data loader, hence "DeepSpeed cannot use the
-# DALI data loader"): fp16 compute. DDP and Horovod: TF32, PyTorch's default, as Table 2a's kernel
-# times (DDP) say.
+# What the paper leaves unstated about its DeepSpeed runs (precision, ZeRO stage), assumed as in
+# DeepSpeedExamples' CIFAR example of 2022-03 (cifar/ds_config.json at 6bd444a: fp16 enabled, ZeRO
+# stage 0; its data go through DeepSpeed's own `training_data` loader, which would explain "DeepSpeed
+# cannot use the DALI data loader"; the v0.6.3 tutorial page's config has no fp16): fp16 compute. DDP
+# and Horovod: TF32, PyTorch's default, as Table 2a's kernel times (DDP) say. benchmarks/README.md
+# has the mechanisms of DeepSpeed 0.6.3 this was chosen over.
 PAPER_DEEPSPEED_SOURCE = "not stated there; as in DeepSpeedExamples' CIFAR config of 2022-03"
 CALIBRATION_HOWTO = ("make calibration runs with the trainer's profiler, e.g. `dlaunch sweep --site SITE --nodes 1,2,4 "
                      "--model resnet50 --steps 60 --warmup-steps 10 --profile-steps 20`, then pass their run "
@@ -965,7 +966,7 @@ def predict_command(
     precision: Precision = None,
     from_run: Annotated[Optional[Path], typer.Option(help="Run directory or metrics file with a profile record (the workload only).")] = None,
     from_runs: Annotated[Optional[List[Path]], typer.Option(help="Calibrate machine and workload on your own small sweep: run directories or a sweep folder (repeat the flag), >= 2 GPU counts, each run made with --profile-steps N (e.g. `dlaunch sweep --nodes 1,2,4 --steps 60 --warmup-steps 10 --profile-steps 20`). Prints each run's leave-one-out error of step time and profiled comm share.")] = None,
-    calibrated: Annotated[Optional[str], typer.Option(help="Machine fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs: 'dali' (loader keeps up) or 'native' (adds the native loader's fitted data wait unless --data-ms is given, and the file system's images/s fitted on the paper's E_G statements unless --storage-images-per-s or the site's [storage] gives one). On JUWELS Booster, ResNet-50, batch 64, shows the paper's values beside the model's.")] = None,
+    calibrated: Annotated[Optional[str], typer.Option(help="Machine fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs: 'dali' (loader keeps up) or 'native' (adds the native loader's fitted data wait unless --data-ms is given, and the file system's images/s fitted on the paper's E_G statements unless --storage-images-per-s or the site's [storage] gives one; a GPU faster than the loader's 8 workers waits for them). On JUWELS Booster, ResNet-50, batch 64, shows the paper's values beside the model's.")] = None,
     storage_images_per_s: Annotated[Optional[float], typer.Option(help="Images/s the site's shared file system sustains for a loader that reads every sample as a file (native): p GPUs cannot step faster than p * batch / this. Default: the site's [storage] loader_images_per_s, else no ceiling (unknown).")] = None,
 ) -> None:
     """Predict step time, throughput, E_G and NCCL kernel share over GPU counts (NCCL ring/tree cost model, buckets, stragglers)."""
