@@ -22,6 +22,15 @@ def pytest_collection_modifyitems(config, items) -> None:
             items[:] = [item for item in items if not item.get_closest_marker("apptainer")]
 
 
+@pytest.fixture(autouse=True)
+def results_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's own results database ($DLAUNCH_RESULTS_DB, inherited by the dlaunch and Slurm
+    processes it starts): runs a test ends never reach the working directory's runs/results.sqlite."""
+    path = tmp_path / "results.sqlite"
+    monkeypatch.setenv("DLAUNCH_RESULTS_DB", str(path))
+    return path
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[slurm.Cluster]:
     """A 2-node cluster with a second network started once per session, or the one $SLURM_CONF names (left running)."""

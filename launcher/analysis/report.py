@@ -16,6 +16,7 @@ from launcher.atomic import atomic_file, write_atomic
 from launcher.errors import DlaunchError
 from launcher.analysis.perfmodel import MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site, predict
 from launcher.jobs.sites import Site, resolve_site
+from launcher.tables import markdown
 
 DPI = 100
 PLOTS = {
@@ -201,11 +202,7 @@ def diverged_rows(runs: Sequence[Run]) -> List[List[str]]:
 
 def markdown_table(headers: Sequence[str], groups: Sequence[Tuple[str, List[List[str]]]]) -> str:
     """One table, the group label as first column."""
-    headers = ["group", *headers]
-    rows = [[label, *row] for label, group_rows in groups for row in group_rows]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return markdown(["group", *headers], [[label, *row] for label, group_rows in groups for row in group_rows])
 
 
 def _note(ax, text: str) -> None:

@@ -73,6 +73,14 @@ class EpochPoint:
     top1: Optional[float]
     trained_images: int = 0  # every image trained in the epoch (steps x global batch)
     energy_j: Optional[float] = None  # energy_total of the epoch (None: not measured)
+    epoch_time_s: float = 0.0
+
+
+def epochs_to(epochs: Sequence[EpochPoint], target: Optional[float]) -> Optional[int]:
+    """Epochs trained (epoch index + 1) at the first validation whose top-1 is at least `target`."""
+    if target is None:
+        return None
+    return next((e.epoch + 1 for e in epochs if e.top1 is not None and e.top1 >= target), None)
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,9 @@ class Run:
     energy_to_accuracy_j: Optional[float] = None
     reason: Optional[str] = None  # the end record's reason (failed or diverged runs)
     amp: str = "none"  # the trainer's --amp (none: FP32/TF32)
+    target_accuracy: Optional[float] = None  # the trainer's --target-accuracy
+    data: str = "synthetic"  # the trainer's --data
+    num_classes: Optional[int] = None
 
     @property
     def measured_epochs(self) -> List[EpochPoint]:
@@ -130,6 +141,17 @@ class Run:
         """Mean images/s over the measured epochs."""
         measured = self.measured_epochs
         return mean(e.images_per_s for e in measured) if measured else None
+
+    @property
+    def epoch_time_s(self) -> Optional[float]:
+        """Mean training time of the measured epochs (the epochs that give X)."""
+        measured = self.measured_epochs
+        return mean(e.epoch_time_s for e in measured) if measured else None
+
+    @property
+    def epochs_to_target(self) -> Optional[int]:
+        """Epochs trained up to the first validation at or above --target-accuracy (None: not reached)."""
+        return epochs_to(self.epochs, self.target_accuracy)
 
     @property
     def diverged(self) -> bool:
@@ -266,7 +288,8 @@ def run_from_metrics(metrics: Metrics) -> Run:
         joules, counted = _total(e.get("energy_j"))
         domains = counted or domains
         epochs.append(EpochPoint(e["epoch"], float(e["images_per_s"]), e["images"], e.get("top1"),
-                                 trained_images=e["steps"] * h["global_batch"], energy_j=joules))
+                                 trained_images=e["steps"] * h["global_batch"], energy_j=joules,
+                                 epoch_time_s=float(e["epoch_time_s"])))
     end = metrics.end or {}
     end_energy, end_domains = _total(end.get("energy_j"))
     profile = None
@@ -290,6 +313,9 @@ def run_from_metrics(metrics: Metrics) -> Run:
         energy_to_accuracy_j=end.get("energy_to_accuracy_j"),
         reason=end.get("reason"),
         amp=str(h["config"].get("amp") or "none"),
+        target_accuracy=end.get("target_accuracy", h["config"].get("target_accuracy")),
+        data=str(h["config"].get("data") or "synthetic"),
+        num_classes=h["config"].get("num_classes"),
     )
 
 
@@ -375,10 +401,14 @@ class Verdict:
 
 
 def reference_for(run: Run, references: Sequence["Reference"]) -> Optional["Reference"]:
-    """The site's reference for the run's model, GPU count and precision (a reference without `amp`
-    is one of full precision, --amp none)."""
+    """The site's reference for the run's model, GPU count and precision."""
+    return matching_reference(run.key.model, run.world_size, run.amp, references)
+
+
+def matching_reference(model: str, gpus: int, amp: str, references: Sequence["Reference"]) -> Optional["Reference"]:
+    """The reference for a model, GPU count and precision (one without `amp` is of full precision, --amp none)."""
     for ref in references:
-        if ref.model == run.key.model and ref.gpus == run.world_size and getattr(ref, "amp", "none") == run.amp:
+        if ref.model == model and ref.gpus == gpus and getattr(ref, "amp", "none") == amp:
             return ref
     return None
 
@@ -406,14 +436,19 @@ def _measured(runs: Sequence[Run]) -> List[Run]:
     return [r for r in runs if r.throughput is not None and not r.diverged]
 
 
+def reference_point(points: Sequence[Tuple[int, float]]) -> Tuple[int, float]:
+    """(G_ref, X_ref) of a group's (GPUs, X) points: the smallest GPU count and the median X there."""
+    g_ref = min(g for g, _ in points)
+    return g_ref, median(x for g, x in points if g == g_ref)
+
+
 def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
     """Per GPU count, each run's value of `metric` (images_per_s, speedup, efficiency, comm_share,
     joules_per_image) in one group; runs without it (no epochs, no profile, no energy, diverged) are left out."""
     measured = _measured(runs)
     if not measured:
         return {}
-    g_ref = min(r.world_size for r in measured)
-    x_ref = median(r.throughput for r in measured if r.world_size == g_ref)  # type: ignore[type-var]
+    g_ref, x_ref = reference_point([(r.world_size, r.throughput) for r in measured])  # type: ignore[misc]
     values: Dict[int, List[float]] = {}
     for r in measured:
         if metric == "comm_share":
