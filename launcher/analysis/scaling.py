@@ -17,8 +17,8 @@ Definitions (also printed in the report):
   that give X divided by the images trained in them (steps x global batch; an epoch's energy
   includes its validation); energy per epoch = their mean. Energy-to-accuracy (Zeus's definition)
   and time-to-accuracy: the run's energy and time at the first validation that reached
-  `--target-accuracy`, from the `end` record. Runs without energy figures (version 1 files, or no
-  source) have none; they are never counted as zero.
+  `--target-accuracy`, from the `end` record; epochs to target: the epochs trained by then. Runs
+  without energy figures (version 1 files, or no source) have none; they are never counted as zero.
 - Diverged runs (end status `diverged`) enter no throughput, speed-up, E_G or energy figure.
 - Repeats (several runs at one GPU count: `dlaunch run --repeat N`, a study's `repeats`): per GPU count
   the median of the runs' values and their spread (`Spread`): the distribution-free 95% confidence
@@ -232,6 +232,8 @@ class ScalingPoint:
     efficiencies: Spread
     shares: Optional[Shares]  # the runs' mean
     energy: Optional[Spread] = None  # J/img of the runs that measured energy
+    epochs_to_target: Optional[Spread] = None  # of the runs that reached --target-accuracy
+    time_to_target: Optional[Spread] = None  # seconds, of the runs that reached it
 
     @property
     def images_per_s(self) -> float:
@@ -348,11 +350,16 @@ def _mean_shares(shares: Sequence[Shares]) -> Optional[Shares]:
 def scaling(runs: Sequence[Run]) -> List[ScalingPoint]:
     """Throughput, S_G, E_G and J/img per GPU count of one group (median and spread over the runs);
     diverged runs and runs without epochs are left out."""
-    values = {metric: run_values(runs, metric) for metric in ("images_per_s", "speedup", "efficiency", "joules_per_image")}
+    metrics = ("images_per_s", "speedup", "efficiency", "joules_per_image", "epochs_to_target", "time_to_target_s")
+    values = {metric: run_values(runs, metric) for metric in metrics}
+
+    def spread(metric: str, gpus: int) -> Optional[Spread]:
+        found = values[metric].get(gpus)
+        return Spread.of(found) if found else None
+
     points = []
     for gpus, throughputs in values["images_per_s"].items():
         group = [r for r in _measured(runs) if r.world_size == gpus]
-        energies = values["joules_per_image"].get(gpus)
         points.append(ScalingPoint(
             gpus=gpus,
             nodes=max(r.nodes for r in group),
@@ -361,7 +368,9 @@ def scaling(runs: Sequence[Run]) -> List[ScalingPoint]:
             speedups=Spread.of(values["speedup"][gpus]),
             efficiencies=Spread.of(values["efficiency"][gpus]),
             shares=_mean_shares([r.shares for r in group if r.shares is not None]),
-            energy=Spread.of(energies) if energies else None,
+            energy=spread("joules_per_image", gpus),
+            epochs_to_target=spread("epochs_to_target", gpus),
+            time_to_target=spread("time_to_target_s", gpus),
         ))
     return points
 
@@ -444,7 +453,8 @@ def reference_point(points: Sequence[Tuple[int, float]]) -> Tuple[int, float]:
 
 def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
     """Per GPU count, each run's value of `metric` (images_per_s, speedup, efficiency, comm_share,
-    joules_per_image) in one group; runs without it (no epochs, no profile, no energy, diverged) are left out."""
+    joules_per_image, epochs_to_target, time_to_target_s) in one group; runs without it (no epochs, no
+    profile, no energy, target not reached, diverged) are left out."""
     measured = _measured(runs)
     if not measured:
         return {}
@@ -453,8 +463,9 @@ def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
     for r in measured:
         if metric == "comm_share":
             value = r.shares.comm if r.shares else None
-        elif metric in ("images_per_s", "joules_per_image"):
-            value = r.throughput if metric == "images_per_s" else r.joules_per_image
+        elif metric in ("images_per_s", "joules_per_image", "epochs_to_target", "time_to_target_s"):
+            value = {"images_per_s": r.throughput, "joules_per_image": r.joules_per_image,
+                     "epochs_to_target": r.epochs_to_target, "time_to_target_s": r.time_to_accuracy_s}[metric]
         else:
             value = r.throughput / x_ref  # type: ignore[operator]
             value = value / (r.world_size / g_ref) if metric == "efficiency" else value

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from launcher.errors import DlaunchError
-from launcher.results.compare import METRICS, Comparison, compare, history_verdict, select, with_scaling
+from launcher.results.compare import METRICS, Comparison, compare, select, with_history, with_scaling
 from launcher.results.store import NAMES, ResultsDB, db_path, read_rows
 from launcher.tables import fit_table, markdown
 
@@ -42,32 +42,6 @@ def _open(db: Optional[Path]) -> ResultsDB:
         raise DlaunchError("%s: no results database (runs are recorded when they end; `dlaunch results rebuild` "
                            "reads run directories)" % path)
     return ResultsDB(path)
-
-
-def _tolerances(rows: Sequence[Dict[str, Any]]) -> Dict[Tuple[str, str, int, str], Optional[float]]:
-    """The tolerance of each row's site reference for its model, GPU count and precision (None: none)."""
-    from launcher.analysis.scaling import matching_reference
-    from launcher.jobs.sites import resolve_site
-
-    sites: Dict[str, Any] = {}
-    found = {}
-    for row in rows:
-        if row["site"] not in sites:
-            try:
-                sites[row["site"]] = resolve_site(row["site"]) if row["site"] != "-" else None
-            except DlaunchError:
-                sites[row["site"]] = None
-        site = sites[row["site"]]
-        ref = matching_reference(row["model"], row["gpus"], row["amp"], site.reference) if site else None
-        found[row["site"], row["model"], row["gpus"], row["amp"]] = ref.tolerance if ref else None
-    return found
-
-
-def with_history(rows: Sequence[Dict[str, Any]], history: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The rows with their history verdict against `history` (every row of the database)."""
-    tolerances = _tolerances(rows)
-    return [dict(row, history=history_verdict(row, history, tolerances[row["site"], row["model"], row["gpus"], row["amp"]]))
-            for row in rows]
 
 
 def emit(fmt: str, title: str, headers: Sequence[str], cells: Sequence[Sequence[str]], records: Sequence[Dict[str, Any]],

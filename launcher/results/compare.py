@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from launcher.analysis.scaling import Spread, reference_point
+from launcher.analysis.scaling import Spread, matching_reference, reference_point
 from launcher.errors import DlaunchError
 
 SELECTOR_KEYS = ("experiment", "site", "stack", "framework", "loader", "model", "gpus", "nodes", "batch_per_gpu",
@@ -230,3 +230,28 @@ def history_verdict(row: Dict[str, Any], rows: Sequence[Dict[str, Any]], toleran
     deviation = row["images_per_s"] / recent - 1
     return "%s %+.1f%% vs last %d (tol. %.0f%%%s)" % ("PASS" if deviation >= -tol else "REGRESSION", 100 * deviation,
                                                       len(earlier), 100 * tol, "" if tolerance is not None else ", default")
+
+
+def _tolerances(rows: Sequence[Dict[str, Any]]) -> Dict[Tuple[str, str, int, str], Optional[float]]:
+    """The tolerance of each row's site reference for its model, GPU count and precision (None: none)."""
+    from launcher.jobs.sites import resolve_site  # pydantic: only when rows are judged
+
+    sites: Dict[str, Any] = {}
+    found = {}
+    for row in rows:
+        if row["site"] not in sites:
+            try:
+                sites[row["site"]] = resolve_site(row["site"]) if row["site"] != "-" else None
+            except DlaunchError:
+                sites[row["site"]] = None
+        site = sites[row["site"]]
+        ref = matching_reference(row["model"], row["gpus"], row["amp"], site.reference) if site else None
+        found[row["site"], row["model"], row["gpus"], row["amp"]] = ref.tolerance if ref else None
+    return found
+
+
+def with_history(rows: Sequence[Dict[str, Any]], history: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The rows with their history verdict against `history` (every row of the database)."""
+    tolerances = _tolerances(rows)
+    return [dict(row, history=history_verdict(row, history, tolerances[row["site"], row["model"], row["gpus"], row["amp"]]))
+            for row in rows]
