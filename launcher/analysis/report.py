@@ -456,7 +456,7 @@ def build_results(runs: Sequence[Run], sites: Dict[str, Site]) -> List[GroupResu
 def run_history(metrics_files: Sequence[str]) -> Dict[str, str]:
     """Record the ended runs among `metrics_files` in the results database, and their history
     verdicts (metrics file -> verdict, where a run has enough history)."""
-    from launcher.results.compare import with_history, with_scaling
+    from launcher.results.compare import with_history
     from launcher.results.store import ResultsDB, db_path, record
 
     recorded = record([Path(f) for f in metrics_files])
@@ -466,7 +466,7 @@ def run_history(metrics_files: Sequence[str]) -> Dict[str, str]:
     with ResultsDB(db_path()) as store:
         everything = store.rows()
     wanted = {os.path.abspath(f): f for f in metrics_files}
-    mine = [r for r in with_scaling(everything) if r["provenance"]["metrics_file"] in wanted]
+    mine = [r for r in everything if r["provenance"]["metrics_file"] in wanted]
     return {wanted[r["provenance"]["metrics_file"]]: r["history"] for r in with_history(mine, everything) if r["history"]}
 
 

@@ -27,6 +27,7 @@ site's `[[reference]]` for the model, GPU count and precision (DEFAULT_TOLERANCE
 """
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from statistics import median
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -150,7 +151,7 @@ class Match:
             return None
         return median(self.b) / median(self.a) - 1
 
-    @property
+    @cached_property
     def p_value(self) -> Optional[float]:
         return mann_whitney(self.a, self.b)[1] if self.a and self.b else None
 

@@ -257,9 +257,13 @@ def record(metrics_files: Iterable[Path], db: Optional[Path] = None) -> Recorded
     run directories keep everything, and `dlaunch results rebuild` recovers the rows."""
     path = db_path(db)
     try:
-        with ResultsDB(path) as store:
-            rows, _ = read_rows(metrics_files, store.sources())  # `status` and `report` name unreadable files
-            if rows:
+        known = {}
+        if path.is_file():  # no database is created while no run has ended
+            with ResultsDB(path) as store:
+                known = store.sources()
+        rows, _ = read_rows(metrics_files, known)  # `status` and `report` name unreadable files
+        if rows:
+            with ResultsDB(path) as store:
                 store.upsert(rows)
         return Recorded(len(rows))
     except (sqlite3.Error, OSError, DlaunchError) as e:
