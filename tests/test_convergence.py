@@ -86,9 +86,10 @@ def test_report_states_the_rcp_verdict_per_global_batch_and_time_to_target_besid
     assert "convergence against MLPerf's RCPs" in result.output
 
 
-def test_epochs_to_target_reaches_the_results_database(tmp_path, results_db):
+def test_epochs_to_target_and_the_rcp_verdict_reach_the_results_database(tmp_path, results_db):
     imagenet_run(tmp_path, "g4", 4, 34)
     CliRunner().invoke(app, ["report", str(tmp_path), "-o", str(tmp_path / "report")])
     shown = CliRunner().invoke(app, ["results", "--format", "json"])
     (row,) = json.loads(shown.stdout)
     assert (row["epochs_to_target"], row["time_to_target_s"], row["target_accuracy"]) == (34, 3400.0, 0.759)
+    assert (row["epochs_to_mlperf_target"], row["rcp"]) == (34, "PASS (0.97x the RCP mean)")  # batch 256

@@ -158,6 +158,11 @@ class RCPVerdict:
         return "FAIL (faster than MLPerf accepts)"
 
 
+def run_rcp_verdict(global_batch: int, epochs: Optional[int], rcps: Sequence[RCP]) -> str:
+    """The RCP verdict of one run that reached 75.9% after `epochs` epochs (None: it did not)."""
+    return RCPVerdict("", global_batch, 1, int(epochs is not None), epochs, rcp_at(global_batch, rcps)).verdict
+
+
 def rcp_verdicts(groups: Dict[str, Sequence[Run]], rcps: Optional[Sequence[RCP]] = None) -> List[RCPVerdict]:
     """Per group label and global batch, the RCP verdict of the runs the RCPs apply to."""
     rcps = load_rcps() if rcps is None else rcps

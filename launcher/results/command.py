@@ -12,6 +12,7 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Sequence, Tupl
 import typer
 from rich.console import Console
 
+from launcher.analysis.convergence import load_rcps, run_rcp_verdict
 from launcher.errors import DlaunchError
 from launcher.results.compare import METRICS, Comparison, compare, select, with_history, with_scaling
 from launcher.results.store import NAMES, ResultsDB, db_path, read_rows
@@ -26,10 +27,10 @@ Db = Annotated[Optional[Path], typer.Option("--db", help="results database (defa
 Format = Annotated[Literal["table", "csv", "json", "markdown"], typer.Option("--format", help="output format")]
 
 LIST_HEADERS = ("run", "experiment", "site", "ended", "GPUs", "framework", "model", "status", "images/s", "S_G", "E_G",
-                "epochs to target", "time to target s", "history")
-LIST_LEAVE_OUT = ("history", "time to target s", "epochs to target", "S_G", "ended", "site", "experiment", "model",
+                "epochs to target", "time to target s", "RCP", "history")
+LIST_LEAVE_OUT = ("history", "RCP", "time to target s", "epochs to target", "S_G", "ended", "site", "experiment", "model",
                   "framework")
-EXTRA = ("speedup", "efficiency", "history")  # derived when read
+EXTRA = ("speedup", "efficiency", "history", "rcp")  # derived when read
 
 
 def _number(value: Optional[float], fmt: str) -> str:
@@ -74,9 +75,12 @@ def results(ctx: typer.Context,
     with _open(db) as store:
         everything = with_scaling(store.rows())
     rows = with_history(select(everything, where or []), everything)
+    rcps = load_rcps()
+    rows = [dict(r, rcp=None if r["epochs_to_mlperf_target"] is None else
+                 run_rcp_verdict(r["global_batch"], r["epochs_to_mlperf_target"], rcps)) for r in rows]
     cells = [[r["run"], r["experiment"], r["site"], r["ended"][:10], str(r["gpus"]), r["framework"], r["model"], r["status"],
               _number(r["images_per_s"], "%.1f"), _number(r["speedup"], "%.2f"), _number(r["efficiency"], "%.3f"),
-              _number(r["epochs_to_target"], "%d"), _number(r["time_to_target_s"], "%.1f"), r["history"] or "-"]
+              _number(r["epochs_to_target"], "%d"), _number(r["time_to_target_s"], "%.1f"), r["rcp"] or "-", r["history"] or "-"]
              for r in rows]
     records = [{k: r[k] for k in NAMES + EXTRA} for r in rows]
     emit(fmt, "dlaunch results: %d run(s)" % len(rows), LIST_HEADERS, cells, records, LIST_LEAVE_OUT,
