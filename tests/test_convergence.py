@@ -1,12 +1,14 @@
 """Convergence-aware scaling: MLPerf's RCPs as its checker computes them, epochs and time to target in
 the report, the RCP verdict per global batch over runs with recorded accuracy curves."""
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from launcher.analysis.convergence import RCP_FILE, load_rcps, rcp_at, t_cdf, t_quantile
 from launcher.cli import app
+from prerequisites import require_library
 from test_analysis import write_run
 from test_report import table_rows
 
@@ -15,7 +17,8 @@ RCP_PACKAGE_FILE = "rcp_checker/training_4.0.0/rcps_resnet.json"
 
 
 def test_t_distribution_agrees_with_scipy():
-    stats = pytest.importorskip("scipy.stats")
+    require_library("scipy")
+    import scipy.stats as stats
     for df in (1, 2, 3, 6, 11, 15, 26):
         for t in (-3.0, -0.4, 0.0, 1.2, 2.7):
             assert t_cdf(t, df) == pytest.approx(stats.t.cdf(t, df), abs=1e-12)
@@ -25,10 +28,11 @@ def test_t_distribution_agrees_with_scipy():
 def test_the_rcps_are_mlperf_loggings_and_give_its_checkers_min_epochs():
     """The copy in data/published is the package's file; pruning, means, min epochs and the RCP at
     any global batch (own, interpolated, below the smallest, none above the largest) as its checker."""
-    mlperf_logging = pytest.importorskip("mlperf_logging")
+    require_library("mlperf_logging")
+    import mlperf_logging
     from mlperf_logging.rcp_checker.rcp_checker import RCP_Checker
 
-    package_file = __import__("pathlib").Path(mlperf_logging.__file__).parent / RCP_PACKAGE_FILE
+    package_file = Path(mlperf_logging.__file__).parent / RCP_PACKAGE_FILE
     assert RCP_FILE.read_bytes() == package_file.read_bytes()
     checker = RCP_Checker("training", "4.0.0", "resnet", False)
     rcps = load_rcps()

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from helpers_train import assert_ok, run_trainer
+from prerequisites import require_library
 from train.mllog import MLLOG_FILE, MLPerfLog
 
 # What a dlaunch run cannot meet of the closed ResNet rules (training 4.0.0), each listed in README.md
@@ -44,7 +45,7 @@ def pattern_folder(tmp_path_factory):
 
 
 def test_a_real_runs_log_passes_mlperfs_checker_but_for_the_listed_exceptions(pattern_folder, tmp_path):
-    pytest.importorskip("mlperf_logging")
+    require_library("mlperf_logging")
     run_dir = tmp_path / "run"
     # base LR 0.064 x 8 / 64 = 0.008 (a multiple of 0.001), cosine down to MLPerf's end LR 0.0001, weight decay 1e-4
     result = run_trainer(["--model", "resnet18", "--image-size", "32", "--data", pattern_folder, "--workers", "0",

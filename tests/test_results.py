@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from launcher.cli import app, main
+from prerequisites import require_library
 from launcher.results.compare import mann_whitney, smallest_p
 from launcher.results.store import NETWORK_FILESYSTEMS, ResultsDB, filesystem_type, journal_mode, record
 from test_analysis import write_run
@@ -231,7 +232,8 @@ def test_wal_on_local_file_systems_rollback_journal_on_shared_ones(tmp_path):
 
 
 def test_exact_mann_whitney_agrees_with_scipy():
-    scipy_stats = pytest.importorskip("scipy.stats")
+    require_library("scipy")
+    import scipy.stats as scipy_stats
     rng = random.Random(4)
     for n, m in ((3, 3), (4, 5), (6, 2), (7, 7)):
         a = [rng.uniform(90, 110) for _ in range(n)]
