@@ -1,4 +1,5 @@
 """The trainer's MLPerf-format log (train/mllog.py), checked by mlperf-logging's own compliance checker."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -103,3 +104,20 @@ def test_an_interrupted_run_writes_no_run_stop_and_its_resumption_continues_the_
     assert keys.count("run_start") == 1 and keys.count("run_stop") == 1 and keys[-2:] == ["epoch_start", "run_stop"]
     assert lines(tmp_path / MLLOG_FILE)[-1]["metadata"] == {"status": "aborted"}
     assert {e["value"] for e in lines(tmp_path / MLLOG_FILE) if e["key"] == "submission_platform"} == {"1xn1"}
+
+
+def test_batch_keys_follow_the_optimizer_update():
+    """Horovod's gradient accumulation: 4 steps of 16 images per update; an asynchronous parameter server
+    with 4 workers: one worker's 4 images per update."""
+    from train.config import TrainConfig
+    from train.mllog import hyperparameters
+    from train.schedule import LRSchedule
+
+    cfg = TrainConfig(batch_size=4, schedule="exponential", lr=0.064, warmup_epochs=1)
+    accumulated = hyperparameters(cfg, LRSchedule(0.064, 64, 64, 10, 30, "exponential", 1.0), 16, 64, 10)
+    assert [accumulated[k] for k in ("global_batch_size", "gradient_accumulation_steps", "train_samples")] == [64, 4, 160]
+    assert (accumulated["sgd_opt_learning_rate_decay_steps"], accumulated["opt_learning_rate_decay_factor"]) == (20, 0.95)
+    step = dataclasses.replace(cfg, schedule="step")
+    asynchronous = hyperparameters(step, LRSchedule(0.064, 64, 4, 10, 30), 16, 16 / 4, 10)
+    assert [asynchronous[k] for k in ("global_batch_size", "gradient_accumulation_steps", "model_bn_span")] == [4, 1, 4]
+    assert asynchronous["opt_learning_rate_decay_boundary_epochs"] == [1, 2, 3]  # 30, 60, 80 of 90 on 3 epochs

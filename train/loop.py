@@ -196,10 +196,8 @@ class Trainer:
                 self.mllog.resume()
             else:
                 header = self.writer.write("header", **self.header_fields(hosts))
-                accumulation = self.update_batch // self.global_batch
-                self.mllog.run_start(header, hyperparameters(cfg, self.schedule, self.update_batch, accumulation,
-                                                             self.steps_per_epoch * self.global_batch),
-                                     self.init_started)
+                self.mllog.run_start(header, hyperparameters(cfg, self.schedule, self.global_batch, self.update_batch,
+                                                             self.steps_per_epoch), self.init_started)
         for epoch in range(start_epoch, self.epochs):
             status = self.train_epoch(epoch, skip, progress)
             if status is not None:

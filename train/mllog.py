@@ -133,19 +133,22 @@ class MLPerfLog:
             self._file = None
 
 
-def hyperparameters(cfg: Any, schedule: Any, global_batch: int, accumulation: int, train_samples: int) -> Dict[str, Any]:
-    """MLPerf's optimizer, schedule and batch keys of a run: `schedule` is the trainer's LRSchedule
-    (`global_batch` images per optimizer update, over `accumulation` batches)."""
+def hyperparameters(cfg: Any, schedule: Any, step_batch: int, update_batch: float, steps_per_epoch: int) -> Dict[str, Any]:
+    """MLPerf's optimizer, schedule and batch keys of a run: `schedule` is the trainer's LRSchedule,
+    `step_batch` the images of one loop step (all ranks), `update_batch` those of one optimizer update
+    (several steps with Horovod's gradient accumulation, one worker's batch with an asynchronous
+    parameter server)."""
     values: Dict[str, Any] = {
-        "seed": cfg.seed, "global_batch_size": global_batch, "gradient_accumulation_steps": accumulation,
-        "train_samples": train_samples, "opt_name": "sgd",
+        "seed": cfg.seed, "global_batch_size": int(round(update_batch)),
+        "gradient_accumulation_steps": max(1, int(round(update_batch / step_batch))),
+        "train_samples": steps_per_epoch * step_batch, "opt_name": "sgd",
         "sgd_opt_base_learning_rate": schedule.lr_max,
         "sgd_opt_end_learning_rate": schedule(schedule.total_steps),  # the schedule's value at its end
         "sgd_opt_learning_rate_decay_steps": schedule.total_steps - schedule.warmup_steps,
         "sgd_opt_weight_decay": cfg.weight_decay, "sgd_opt_momentum": cfg.momentum,
         "opt_learning_rate_warmup_epochs": cfg.warmup_epochs,
         "opt_learning_rate_decay_schedule": cfg.schedule,
-        "model_bn_span": global_batch // accumulation if cfg.sync_bn else cfg.batch_size,
+        "model_bn_span": step_batch if cfg.sync_bn else cfg.batch_size,
     }
     if cfg.schedule == "step":
         values.update(opt_learning_rate_decay_boundary_epochs=list(schedule.milestones), opt_learning_rate_decay_factor=0.1)
