@@ -37,7 +37,9 @@ def test_two_experiments_compare_and_the_database_rebuilds_the_same(two_nodes, s
     compared = dlaunch(two_nodes, tmp_path, "results", "compare", "results-ddp", "results-hvd", "--format", "markdown")
     assert compared.returncode == 0, compared.stderr
     assert "changed: experiment results-ddp -> results-hvd; framework ddp -> horovod" in compared.stdout
-    assert "| 1 | " in compared.stdout and "| 2 | " in compared.stdout  # GPUs 1: both sides' run counts
+    (row_line,) = [line for line in compared.stdout.splitlines() if line.startswith("| resnet18 | ")]
+    assert row_line.count("| 2 |") == 2  # both sides' run counts
+    assert "same in every row: loader native, gpus 1, batch_per_gpu 4, amp none" in compared.stdout
 
     listed = dlaunch(two_nodes, tmp_path, "results", "--format", "json")
     before = json.loads(listed.stdout)
