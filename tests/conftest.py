@@ -23,10 +23,11 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 @pytest.fixture(autouse=True)
-def results_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def results_db(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test's own results database ($DLAUNCH_RESULTS_DB, inherited by the dlaunch and Slurm
-    processes it starts): runs a test ends never reach the working directory's runs/results.sqlite."""
-    path = tmp_path / "results.sqlite"
+    processes it starts), outside its tmp_path: runs a test ends never reach the working directory's
+    runs/results.sqlite, and tests that look at their tmp_path see only their own files."""
+    path = tmp_path_factory.mktemp("results-db") / "results.sqlite"
     monkeypatch.setenv("DLAUNCH_RESULTS_DB", str(path))
     return path
 
