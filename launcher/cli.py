@@ -22,7 +22,7 @@ from launcher.jobs.request import LaunchRequest
 from launcher.runs.rundir import RunDir, default_run_name, display_path, find_runs, newest_first
 from launcher.terminal import (Account, DryRun, Experiment, Follow, Framework, Image, Output, Partition, Requeue,
                                RunDirArg, RunDirs, Site_, TimeLimit, complete_run_dir, complete_site, err, out,
-                               show_status, with_trainer_options)
+                               record_results, show_status, with_trainer_options)
 
 if TYPE_CHECKING:
     from launcher.runs.service import Prepared
@@ -41,6 +41,7 @@ LAZY_COMMANDS = {
 # Command groups defined in heavy modules: name -> (module, typer.Typer attribute, one-line help).
 LAZY_GROUPS = {
     "study": ("launcher.runs.study", "study_app", "Studies: run a study file's matrix, its status, its report."),
+    "results": ("launcher.results.command", "results_app", "The results database: list runs, compare, rebuild."),
 }
 
 
@@ -216,10 +217,12 @@ def watch_runs(targets: List[Path], interval: float = 5.0, once: bool = False) -
     from launcher.runs.watch import follow
 
     try:
-        return follow(targets, why_failed, out, interval=interval, once=once)
+        code = follow(targets, why_failed, out, interval=interval, once=once)
     except KeyboardInterrupt:
         err.print("dlaunch: stopped watching; the runs go on (dlaunch watch %s)" % " ".join(str(t) for t in targets))
         return 130
+    record_results(find_runs(targets))
+    return code
 
 
 @app.command()

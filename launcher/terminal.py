@@ -128,3 +128,14 @@ def show_status(runs: List[RunDir]) -> None:
     out.print(fit_table("dlaunch runs", STATUS_HEADERS, rows, out.width, leave_out=STATUS_LEAVE_OUT))
     for line in notes:
         out.print(line, markup=False, highlight=False)
+    record_results(runs)
+
+
+def record_results(runs: List[RunDir]) -> None:
+    """Rows for the runs that ended into the results database (launcher/results/store.py); a database
+    that cannot be written is a warning."""
+    from launcher.results.store import record
+
+    warning = record([run.metrics_path for run in runs]).warning
+    if warning:
+        err.print("dlaunch: warning: %s" % warning)
