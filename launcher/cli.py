@@ -412,6 +412,7 @@ def show_status(runs: List[RunDir]) -> None:
                      display_path(snapshot.run.metrics_path)))
         if snapshot.failed:
             reasons.append("%s: %s" % (snapshot.name, why_failed(snapshot)))
+        reasons += ["%s: network: %s" % (snapshot.name, problem) for problem in snapshot.network]
         figures = run_figures(snapshot)
         if figures:
             reasons.append("%s: %s" % (snapshot.name, figures))

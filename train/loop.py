@@ -41,6 +41,7 @@ from train.metrics import library_versions
 from train.metrics_core import MetricsWriter, git_revision, print_summary, run_id
 from train.metrics_schema import energy_total, is_number
 from train.models import build_model
+from train.network import NCCL_LOG_DIR, by_node, nccl_warnings, observe, route_nccl_debug
 from train.profiling import StepProfiler
 from train.schedule import LRSchedule
 from train.signals import StopSignals
@@ -179,14 +180,15 @@ class Trainer:
         if state is not None:
             start_epoch, skip, progress = self.restore(state)
         hosts = self.fw.all_gather_object(socket.gethostname())
+        network = self.network_records()
         if self.dist.is_main:
             continuing = os.path.exists(cfg.metrics_path) and os.path.getsize(cfg.metrics_path) > 0
             self.writer = MetricsWriter(cfg.metrics_path)
             if state is not None and continuing:
                 self.writer.write("resume", epoch=start_epoch, step=self.global_step,
-                                  checkpoint=checkpoint_path(cfg.checkpoint_dir))
+                                  checkpoint=checkpoint_path(cfg.checkpoint_dir), network=network)
             else:
-                self.writer.write("header", **self.header_fields(hosts))
+                self.writer.write("header", network=network, **self.header_fields(hosts))
         for epoch in range(start_epoch, self.epochs):
             status = self.train_epoch(epoch, skip, progress)
             if status is not None:
@@ -351,6 +353,14 @@ class Trainer:
         return state["epoch"], state["step_in_epoch"], EpochProgress(**state["progress"])
 
     # -- records -------------------------------------------------------------------------------------
+    def network_records(self) -> List[Dict[str, Any]]:
+        """What the collective libraries selected, one record per node and library: every rank reads
+        its own (after the first collectives, which start NCCL), one gather (train/network.py)."""
+        port = os.environ.get("MASTER_PORT", "")
+        mine = observe(self.fw.collective_libraries(), os.environ.get("NCCL_DEBUG_FILE"),
+                       int(port) if port.isdigit() else None)
+        return by_node(record for records in self.fw.all_gather_object(mine) for record in records)
+
     def header_fields(self, hosts: List[str]) -> Dict[str, Any]:
         cfg = self.cfg
         versions = library_versions()
@@ -390,6 +400,9 @@ def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
     """Run the trainer in this process; return the exit code (see train/config.py)."""
     signals = StopSignals().install()
     trainer: Optional[Trainer] = None
+    nccl_log = None
+    if cfg.device != "cpu" and torch.cuda.is_available():  # before NCCL/RCCL start: they read it once
+        nccl_log = route_nccl_debug(os.environ, os.path.join(os.path.dirname(os.path.abspath(cfg.metrics_path)), NCCL_LOG_DIR))
     try:
         dist = framework.init(cfg)
         trainer = Trainer(cfg, argv, framework, dist, signals)
@@ -407,6 +420,8 @@ def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
                                  epochs_completed=trainer.epochs_completed, best_top1=trainer.best_top1,
                                  target_accuracy=cfg.target_accuracy, time_to_accuracy_s=trainer.time_to_accuracy,
                                  reason=("%s: %s" % (type(e).__name__, e))[:2000])
+        for line in nccl_warnings(nccl_log) if nccl_log else ():  # they went to the debug file, not the log
+            print(line, file=sys.stderr)
         raise
     finally:
         if trainer is not None and trainer.writer:

@@ -30,11 +30,11 @@ Definitions (also printed in the report):
 Metrics files are read only through `train.metrics_schema` (torch-free).
 """
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import comb
 from pathlib import Path
 from statistics import mean, median
-from typing import TYPE_CHECKING, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from rich import box
 from rich.table import Table
@@ -118,6 +118,7 @@ class Run:
     energy_to_accuracy_j: Optional[float] = None
     reason: Optional[str] = None  # the end record's reason (failed or diverged runs)
     amp: str = "none"  # the trainer's --amp (none: FP32/TF32)
+    network: Optional[List[Dict[str, Any]]] = field(default=None, hash=False)  # what its collective libraries selected
 
     @property
     def measured_epochs(self) -> List[EpochPoint]:
@@ -290,6 +291,7 @@ def run_from_metrics(metrics: Metrics) -> Run:
         energy_to_accuracy_j=end.get("energy_to_accuracy_j"),
         reason=end.get("reason"),
         amp=str(h["config"].get("amp") or "none"),
+        network=metrics.network,
     )
 
 

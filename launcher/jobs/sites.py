@@ -11,6 +11,7 @@ from launcher.runs.rundir import display_path
 from launcher.runtimes import NoContainer
 from launcher.runtimes import config_union as runtime_configs
 from launcher.schedulers import config_union as scheduler_configs
+from launcher.jobs.network import Network
 from launcher.jobs.schema import HOST_SUFFIX, AbsPath, EnvName, ModuleName, Partition, SafeName, StrictModel
 from launcher.paths import SHIPPED_SITES_DIR
 
@@ -22,13 +23,6 @@ ENV_RANGES = {
     "NCCL_IB_RETRY_CNT": (0, 7, "NCCL's documentation (docs.nvidia.com/deeplearning/nccl, env.html)"),
 }
 DRIVER = r"^[0-9]+(\.[0-9]+)*$"
-
-
-class Network(StrictModel):
-    """Interconnect figures for the performance model (per node)."""
-
-    latency_us: float = Field(gt=0)
-    bandwidth_gbps_per_node: float = Field(gt=0)
 
 
 class Storage(StrictModel):

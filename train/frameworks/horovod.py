@@ -56,6 +56,7 @@ class Horovod(Framework):
         self.passes = 0
         self.skip_synchronize = False
         self.fp16_allreduce = False
+        self.on_gpu = False
 
     def init(self, cfg: Any) -> DistInfo:
         check_controller(dict(os.environ))
@@ -72,6 +73,7 @@ class Horovod(Framework):
             raise ConfigError("--framework horovod: Horovod sees %d process(es) but %s=%d; start with "
                               "horovodrun or srun --mpi=pmix (not torchrun)" % (size, expected[0], expected[1]))
         device = resolve_device(cfg, hvd.local_rank())
+        self.on_gpu = device.type == "cuda"
         if device.type == "cuda":
             torch.cuda.set_device(device)
         return DistInfo(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device)
@@ -164,6 +166,11 @@ class Horovod(Framework):
 
     def versions(self) -> Dict[str, str]:
         return {"horovod": horovod.__version__}
+
+    def collective_libraries(self) -> Tuple[str, ...]:
+        """NCCL for GPU tensors where Horovod has it; the controller (MPI or Gloo) for the rest."""
+        controller = "mpi" if hvd.mpi_enabled() else "gloo"
+        return ("nccl", controller) if self.on_gpu and hvd.nccl_built() else (controller,)
 
     def settings(self) -> Dict[str, Any]:
         return {"controller": "mpi" if hvd.mpi_enabled() else "gloo",
