@@ -6,7 +6,10 @@ was lent, so they are NCCL's documented and source formats and the lines operato
 TCP sockets of this process. The Slurm cluster's runs: tests/test_slurm_network.py.
 """
 import json
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -22,7 +25,8 @@ from launcher.runs.rundir import display_path
 from test_analysis import write_run as write_metrics
 from test_watch import finished, header, write_run
 from train.metrics_schema import MetricsError, make_record, read_metrics, validate_record
-from train.network import (by_node, interfaces_match, nccl_debug_path, nccl_record, parse_nccl_debug, route_nccl_debug,
+from train.network import (by_node, interfaces_match, mpi_components, nccl_debug_path, nccl_record, parse_nccl_debug,
+                           route_nccl_debug,
                            socket_record, tcp_sockets, transport_kind)
 
 SAMPLES = sorted((Path(__file__).parent / "nccl_logs").glob("*.log"))
@@ -171,7 +175,7 @@ def test_gloo_over_another_interface_is_off_the_network():
 def test_nccl_on_sockets_where_the_profile_expects_libfabric_is_off_the_network():
     (problem,) = network_problems(NCCL_SOCKET, SLINGSHOT)
     assert problem == ("NCCL ran on TCP sockets (Socket) on nid001, nid002; the profile expects libfabric "
-                       "(an OFI net plugin such as aws-ofi-nccl): not the fabric's throughput")
+                       "(aws-ofi-nccl): not the fabric's throughput")
     on_fabric = [dict(r, transport="ofi", network="AWS Libfabric", plugin="aws-ofi-nccl 1.9.1-aws", provider="cxi",
                       interfaces=[]) for r in NCCL_SOCKET]
     assert network_problems(on_fabric, SLINGSHOT) == []
@@ -259,3 +263,82 @@ def test_report_leaves_runs_off_their_network_out_of_scaling_unless_asked(tmp_pa
     text = (out / "report.md").read_text()
     assert "| 4 |" in text.split("## Scaling", 1)[1].split("## Runs", 1)[0]
     assert "are kept in the tables and plots (--include-network-mismatches)" in text
+
+
+# doctor's all-reduce
+
+
+def test_doctor_measures_only_inside_an_allocation_of_several_nodes(tmp_path):
+    from launcher import doctor
+    from test_doctor import write_site
+
+    site = load_site(write_site(tmp_path, "slurm"))
+    outside = doctor.check_allreduce(site, "x", doctor.Node((), on_node=False, first=False), None, "ddp", None)
+    assert (outside.result, outside.found) == ("skip", "nominal unknown (no [network])")
+    assert "srun -N2 --ntasks-per-node=1 dlaunch doctor" in outside.fix
+    one = doctor.check_allreduce(site, "x", doctor.Node((socket.gethostname(),), on_node=True, first=True), None, "ddp", None)
+    assert one.result == "skip"
+    local = doctor.check_allreduce(load_site(write_site(tmp_path)), "x", doctor.Node((), True, True), None, "ddp", None)
+    assert (local.result, local.found) == ("skip", "local site")
+
+
+def test_the_all_reduce_runs_in_the_jobs_environment_without_its_step(tmp_path):
+    """Modules, the site's variables and path prepends as in the job script, then the command; no srun."""
+    from launcher.jobs.plan import build_plan
+    from launcher.jobs.render import render_in_job_environment
+    from launcher.jobs.request import LaunchRequest
+    from test_doctor import write_site
+
+    path = write_site(tmp_path, "slurm", env={"GLOO_SOCKET_IFNAME": "ib0"})
+    path.write_text(path.read_text().replace('gpu_vendor = "none"', 'gpu_vendor = "none"\nmodules = ["Stages/2026"]\n'
+                                             'env_prepend = { LD_LIBRARY_PATH = "/opt/plugin/lib" }'))
+    site = load_site(path)
+    plan = build_plan(site, LaunchRequest(site=str(path), nodes=2, time="00:10:00"), run_dir=str(tmp_path / "run"),
+                      git_revision=None, image=None, environ={}, require_account=False)
+    script = render_in_job_environment(plan, ("python", "-m", "train.netcheck", "--node-rank", "1", "--nodes", "2"))
+    assert script.splitlines()[:3] == ["set -eo pipefail", "module load Stages/2026", "export GLOO_SOCKET_IFNAME=ib0"]
+    assert 'export LD_LIBRARY_PATH=/opt/plugin/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"' in script
+    assert script.endswith("python -m train.netcheck --node-rank 1 --nodes 2\n")
+    assert "srun" not in script and "MASTER_ADDR" not in script and "echo" not in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+@pytest.mark.slow
+def test_netcheck_on_two_processes_prints_transport_and_bus_bandwidth_on_each_node(tmp_path):
+    """Two `python -m train.netcheck` as two nodes of one machine (Gloo over loopback); every node prints
+    the same line. No assertion on the bandwidth's value: it is timing."""
+    environ = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), GLOO_SOCKET_IFNAME="lo")
+    started = [subprocess.Popen([sys.executable, "-m", "train.netcheck", "--node-rank", str(n), "--nodes", "2",
+                                 "--megabytes", "1", "--iterations", "2"], stdout=subprocess.PIPE, text=True, env=environ)
+               for n in (0, 1)]
+    outputs = [p.communicate(timeout=240)[0] for p in started]
+    assert [p.returncode for p in started] == [0, 0]
+    first, second = (json.loads(out.strip().splitlines()[-1]) for out in outputs)
+    assert first == second and (first["nodes"], first["ranks"], first["bytes"]) == (2, 2, 2 ** 20)
+    assert first["busbw_gbps"] > 0 and first["device"] == "cpu"
+    (record,) = first["network"]
+    assert (record["library"], record["transport"], record["interfaces"]) == ("gloo", "socket", ["lo"])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_describe_a_fabric_run():
+    record = dict(NCCL_SOCKET[0], transport="ofi", network="AWS Libfabric", plugin="aws-ofi-nccl 1.9.1-aws", provider="cxi",
+                  gpudirect="GPUDirect RDMA on 2 of 2 network connections", interfaces=[])
+    assert describe([record]) == ("NCCL 2.21.5+cuda12.4: libfabric (AWS Libfabric; aws-ofi-nccl 1.9.1-aws; provider cxi; "
+                                  "GPUDirect RDMA on 2 of 2 network connections) on nid001")
+
+
+def test_open_mpi_components_kept_loaded_name_its_transport(tmp_path):
+    """/proc/<pid>/maps lines of a process that selected Open MPI's UCX pml (paths as Debian's openmpi packages lay them out)."""
+    maps = tmp_path / "maps"
+    maps.write_text("\n".join("7f00%02d000000-7f00%02d100000 r-xp 00000000 08:01 %d /usr/lib/x86_64-linux-gnu/%s" % (i, i, i, lib)
+                              for i, lib in enumerate(["openmpi/lib/openmpi3/mca_pml_ucx.so", "openmpi/lib/openmpi3/mca_btl_tcp.so",
+                                                       "openmpi/lib/openmpi3/mca_btl_tcp.so", "openmpi/lib/openmpi3/mca_coll_tuned.so",
+                                                       "libucp.so.0.0.0", "libmpi.so.40.30.4"])))
+    assert mpi_components(str(maps)) == ["pml ucx", "btl tcp", "lib ucx"]
+    assert mpi_components(str(tmp_path / "absent")) == []

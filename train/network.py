@@ -29,7 +29,7 @@ from typing import Any, Dict, Iterable, List, MutableMapping, NamedTuple, Option
 # What each transport word means, for people (the profile's `[network] transport` takes these words).
 TRANSPORTS = {
     "ib": "InfiniBand verbs",
-    "ofi": "libfabric (an OFI net plugin such as aws-ofi-nccl)",
+    "ofi": "libfabric",  # through an OFI net plugin: aws-ofi-nccl, aws-ofi-rccl
     "socket": "TCP sockets",
     "ucx": "UCX",
 }
