@@ -18,7 +18,8 @@ def trainer_command(args: List[str], nproc: Optional[int] = None) -> List[str]:
 
 
 def trainer_env(extra: Optional[dict] = None) -> dict:
-    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1", **(extra or {}))
+    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
+    env.update(extra or {})
     env.pop("WORLD_SIZE", None)
     return env
 
@@ -29,8 +30,8 @@ def run_trainer(args: List[str], nproc: Optional[int] = None, timeout: float = 6
                           stderr=subprocess.PIPE, text=True, timeout=timeout)
 
 
-def start_trainer(args: List[str], nproc: Optional[int] = None) -> subprocess.Popen:
-    return subprocess.Popen(trainer_command(args, nproc), cwd=REPO, env=trainer_env(), stdout=subprocess.PIPE,
+def start_trainer(args: List[str], nproc: Optional[int] = None, env: Optional[dict] = None) -> subprocess.Popen:
+    return subprocess.Popen(trainer_command(args, nproc), cwd=REPO, env=trainer_env(env), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 

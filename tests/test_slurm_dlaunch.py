@@ -11,6 +11,7 @@ from typing import List
 import pytest
 
 import slurm
+from holds import Hold
 from prerequisites import require_library
 from train.metrics_schema import MetricsError, read_metrics
 
@@ -23,16 +24,16 @@ TINY = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--b
 JOB_TIMEOUT_S = 180
 
 
-def dlaunch(cluster: slurm.Cluster, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def dlaunch(cluster: slurm.Cluster, cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     """The dlaunch CLI of this environment, in `cwd`, talking to the cluster (wide tables for assertions)."""
     return subprocess.run([DLAUNCH, *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env=cluster.env(COLUMNS="300"))
+                          env=cluster.env(COLUMNS="300", **env))
 
 
-def submit(cluster: slurm.Cluster, cwd: Path, site: Path, run_name: str, *args: str) -> Path:
-    """`dlaunch run` on the cluster; the run directory."""
+def submit(cluster: slurm.Cluster, cwd: Path, site: Path, run_name: str, *args: str, **env: str) -> Path:
+    """`dlaunch run` on the cluster (`env`: more variables for it and the job); the run directory."""
     ran = dlaunch(cluster, cwd, "run", "--site", str(site), "--experiment", "tests", "--run-name", run_name,
-                  "--time", "00:10:00", *TINY, *args)
+                  "--time", "00:10:00", *TINY, *args, **env)
     assert ran.returncode == 0, ran.stderr
     return cwd / "runs" / "tests" / run_name
 
@@ -110,7 +111,8 @@ def test_sweep_groups_one_run_per_node_count(two_nodes, slurm_site, tmp_path):
 
 
 def test_cancel_keeps_finished_epochs_and_resume_continues(two_nodes, slurm_site, tmp_path):
-    run_dir = submit(two_nodes, tmp_path, slurm_site, "cancelled", "--nodes", "2", "--steps", "24")
+    hold = Hold(tmp_path)  # the job holds after its first epoch: the cancel comes mid-run on any machine
+    run_dir = submit(two_nodes, tmp_path, slurm_site, "cancelled", "--nodes", "2", "--steps", "24", **hold.env())
     wait_for(lambda: epochs_written(run_dir) >= 1 and (run_dir / "checkpoints" / "last.pt").is_file(), "a first epoch")
     cancelled = dlaunch(two_nodes, tmp_path, "cancel", str(run_dir))
     assert cancelled.returncode == 0, cancelled.stderr
@@ -122,6 +124,7 @@ def test_cancel_keeps_finished_epochs_and_resume_continues(two_nodes, slurm_site
     assert (run_dir / "checkpoints" / "last.pt").is_file()
     assert "CANCELLED" in dlaunch(two_nodes, tmp_path, "status", str(run_dir)).stdout
 
+    hold.release()
     resumed = dlaunch(two_nodes, tmp_path, "run", "--resume", str(run_dir))
     assert resumed.returncode == 0, resumed.stderr
     assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "COMPLETED", log_text(run_dir)

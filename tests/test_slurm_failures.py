@@ -11,6 +11,7 @@ from typing import List, Optional
 import pytest
 
 import slurm
+from holds import Hold
 from test_slurm_dlaunch import JOB_TIMEOUT_S, TINY, dlaunch, epochs_written, job_id, log_text, submit, trainer_pids, wait_for
 from train.data.make_folder import make_pattern_folder
 from train.metrics_schema import read_metrics
@@ -124,9 +125,11 @@ def test_rank_0_killed_as_the_oom_killer_does_reads_died_with_the_signal(two_nod
 def test_a_failed_node_requeues_the_job_which_finishes_by_itself_with_every_epoch_once(two_nodes, slurm_site, tmp_path):
     if two_nodes.dir is None:
         pytest.skip("failing a node needs a cluster started by slurm-cluster.sh here")
-    # About 7 steps/s here: the job outlasts Slurm's failure detection (SlurmdTimeout 30 s) with margin.
-    run_dir = submit(two_nodes, tmp_path, slurm_site, "node-failure", "--nodes", "2", "--steps", "1000",
-                     "--steps-per-epoch", "50")
+    # The first attempt holds after its first epoch (tests/holds.py), so it still runs when Slurm notices the
+    # failure, however fast the machine; the second attempt resumes after that epoch and does not hold.
+    hold = Hold(tmp_path)
+    run_dir = submit(two_nodes, tmp_path, slurm_site, "node-failure", "--nodes", "2", "--steps", "8",
+                     "--steps-per-epoch", "2", **hold.env())
     job = job_id(run_dir)
     wait_for(lambda: epochs_written(run_dir) >= 1, "a first epoch")
     node = two_nodes.node_names[-1]
@@ -136,11 +139,12 @@ def test_a_failed_node_requeues_the_job_which_finishes_by_itself_with_every_epoc
         wait_for(lambda: "Restarts=1" in two_nodes.run(["scontrol", "show", "job", "-o", job]).stdout,
                  "a requeue after the node failure", timeout=150)
     finally:
+        hold.release()
         up = slurm.cluster_script("node-up", node, "--dir", str(two_nodes.dir))
         assert up.returncode == 0, up.stderr
     assert two_nodes.wait_job(job, 300) == "COMPLETED", log_text(run_dir)
     metrics = read_metrics(str(run_dir / "metrics.jsonl"))
-    assert metrics.status == "ok" and [e["epoch"] for e in metrics.epochs] == list(range(20)), log_text(run_dir)
+    assert metrics.status == "ok" and [e["epoch"] for e in metrics.epochs] == list(range(4)), log_text(run_dir)
     log = (run_dir / ("slurm-%s.out" % job)).read_text()
     assert "attempt 1 on" in log and "attempt 2 on" in log  # one log, both attempts
 

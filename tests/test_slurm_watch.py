@@ -7,6 +7,7 @@ from typing import List
 
 import pytest
 
+from holds import Hold, run_until_released
 from test_slurm_dlaunch import DLAUNCH, JOB_TIMEOUT_S, TINY, job_id, log_text, submit
 from test_watch import watch_in_tmux
 
@@ -30,9 +31,12 @@ def shown(stdout: str) -> List[tuple]:
 
 
 def test_run_follow_watches_a_two_node_run_to_its_end_through_a_pipe(two_nodes, slurm_site, tmp_path):
-    ran = watch_through_a_pipe(two_nodes, tmp_path, "run", "--site", str(slurm_site), "--experiment", "tests",
-                               "--run-name", "followed", "--time", "00:10:00", "--nodes", "2", *TINY,
-                               "--steps", "24", "--follow")
+    """The job holds after its first epoch until the watcher has shown it running (tests/holds.py)."""
+    hold = Hold(tmp_path)
+    ran = run_until_released([DLAUNCH, "run", "--site", str(slurm_site), "--experiment", "tests", "--run-name", "followed",
+                              "--time", "00:10:00", "--nodes", "2", *TINY, "--steps", "24", "--follow"], hold,
+                             r"RUNNING; running; steps \d+/24, epoch \d+/12", 2 * JOB_TIMEOUT_S, cwd=tmp_path,
+                             env=two_nodes.env(COLUMNS="80", **hold.env()))
     run_dir = tmp_path / "runs" / "tests" / "followed"
     assert ran.returncode == 0, ran.stdout + ran.stderr + log_text(run_dir)
     assert "submitted job %s" % job_id(run_dir) in ran.stderr
@@ -44,14 +48,24 @@ def test_run_follow_watches_a_two_node_run_to_its_end_through_a_pipe(two_nodes, 
 
 
 def test_watch_in_a_terminal_shows_the_queue_bars_and_the_end(two_nodes, slurm_site, tmp_path):
-    """Two runs on all nodes in one experiment: the second waits in the queue while the first runs."""
+    """Two runs on all nodes in one experiment: the second waits in the queue while the first runs, held
+    after its first epoch until the terminal has shown both (tests/holds.py)."""
     nodes = str(two_nodes.nodes)
-    first = submit(two_nodes, tmp_path, slurm_site, "first", "--nodes", nodes, "--steps", "24")
-    second = submit(two_nodes, tmp_path, slurm_site, "second", "--nodes", nodes, "--steps", "8")
+    hold = Hold(tmp_path)
+    first = submit(two_nodes, tmp_path, slurm_site, "first", "--nodes", nodes, "--steps", "24", **hold.env())
+    second = submit(two_nodes, tmp_path, slurm_site, "second", "--nodes", nodes, "--steps", "8", **hold.env())
+
+    def release_once_both_shown(screen: str) -> None:
+        if ("runs/tests/first  RUNNING" in screen and "━" in screen and "ETA" in screen
+                and "runs/tests/second  PENDING" in screen and "1st in queue" in screen):
+            hold.release()
+
     try:
         code, screens, final = watch_in_tmux(tmp_path, [DLAUNCH, "watch", "--interval", "1", "runs/tests"],
-                                             {"SLURM_CONF": str(two_nodes.conf)}, 2 * JOB_TIMEOUT_S)
+                                             {"SLURM_CONF": str(two_nodes.conf)}, 2 * JOB_TIMEOUT_S,
+                                             on_screen=release_once_both_shown)
     finally:
+        hold.release()
         two_nodes.run(["scancel", job_id(first), job_id(second)])
     seen = "\n---\n".join(screens[-5:])
     assert code == 0, final + log_text(first) + log_text(second)

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from helpers_train import TINY, assert_ok, load_model_state, run_trainer, start_trainer, worker_pids
+from helpers_train import REPO, TINY, assert_ok, load_model_state, run_trainer, start_trainer, worker_pids
+from holds import Hold
 from train.checkpoint import checkpoint_path, load_checkpoint
 from train.config import EXIT_INTERRUPTED
 from train.data.make_folder import make_pattern_folder
@@ -36,7 +37,8 @@ def test_sigusr1_then_resume_equals_an_uninterrupted_run(tmp_path):
     reference, resumed = str(tmp_path / "reference"), str(tmp_path / "resumed")
     assert_ok(run_trainer(ARGS + ["--checkpoint-dir", reference]))
 
-    proc = start_trainer(ARGS + ["--checkpoint-dir", resumed])
+    # held after its first epoch (tests/holds.py) until the signal: it comes mid-run on any machine
+    proc = start_trainer(ARGS + ["--checkpoint-dir", resumed], env=Hold(tmp_path).env(REPO))
     metrics_path = os.path.join(resumed, "metrics.jsonl")
     wait_for_epoch_record(metrics_path, proc)
     proc.send_signal(signal.SIGUSR1)
@@ -66,10 +68,12 @@ def test_sigusr1_then_resume_equals_an_uninterrupted_run(tmp_path):
 
 def test_sigterm_to_one_rank_cancels_all_ranks_at_the_same_step(tmp_path):
     run_dir = str(tmp_path / "run")
-    proc = start_trainer(ARGS + ["--checkpoint-dir", run_dir], nproc=2)
+    hold = Hold(tmp_path)  # both ranks hold after their first epoch; rank 1 leaves on the signal, rank 0 when released
+    proc = start_trainer(ARGS + ["--checkpoint-dir", run_dir], nproc=2, env=hold.env(REPO))
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
     wait_for_epoch_record(metrics_path, proc)
     os.kill(worker_pids(proc.pid)[1], signal.SIGTERM)
+    hold.release(rank=0)
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode != 0
     end = read_metrics(metrics_path).end
@@ -91,17 +95,17 @@ def test_unreadable_image_ends_failed_with_the_reason(tmp_path):
     assert end["status"] == "failed" and "UnidentifiedImageError" in end["reason"]
 
 
-def test_a_job_restarted_by_slurm_resumes_without_being_told(tmp_path):
-    """A requeued job runs its script again unchanged: SLURM_RESTART_COUNT >= 1 makes it a resume."""
+def test_a_job_restarted_by_its_scheduler_resumes_without_being_told(tmp_path):
+    """A requeued job runs its script again unchanged: DLAUNCH_RESTART_COUNT >= 1 makes it a resume."""
     run_dir = str(tmp_path / "run")
-    proc = start_trainer(ARGS + ["--checkpoint-dir", run_dir])
+    proc = start_trainer(ARGS + ["--checkpoint-dir", run_dir], env=Hold(tmp_path).env(REPO))  # held until the signal
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
     wait_for_epoch_record(metrics_path, proc)
     proc.send_signal(signal.SIGUSR1)  # stands in for the node that failed: a checkpoint to come back to
     proc.communicate(timeout=300)
     again = run_trainer(ARGS + ["--checkpoint-dir", run_dir])  # the same command line, not restarted
     assert again.returncode == 2 and "pass --resume" in again.stderr
-    assert_ok(run_trainer(ARGS + ["--checkpoint-dir", run_dir], env={"SLURM_RESTART_COUNT": "1"}))
+    assert_ok(run_trainer(ARGS + ["--checkpoint-dir", run_dir], env={"DLAUNCH_RESTART_COUNT": "1"}))
     metrics = read_metrics(metrics_path)
     assert metrics.status == "ok" and [e["epoch"] for e in metrics.epochs] == [0, 1, 2]
     assert [json.loads(line)["type"] for line in open(metrics_path)].count("resume") == 1

@@ -13,7 +13,7 @@ import threading
 import time
 from io import StringIO
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import pytest
 
@@ -24,6 +24,7 @@ from launcher.cli import STATUS_HEADERS, STATUS_LEAVE_OUT, main
 from launcher.runs.runstate import LOCAL_RUNNING, SUBMIT_GRACE_S, Progress, read_progress
 from launcher.tables import fit_table
 from launcher.runs.watch import duration
+from holds import Hold, run_until_released
 from prerequisites import require
 from test_launcher_fakes import install_fakes
 from test_launcher_local import step_processes
@@ -159,17 +160,46 @@ def test_run_directory_never_submitted_ends_after_the_grace_time(tmp_path, monke
     assert "runs/r: not submitted; no metrics yet" in watch_lines(capsys)[0]
 
 
+class Looks:
+    """Counts the watcher's looks at the runs (`launcher.runs.watch.observe`), so that a writer thread can wait
+    for them instead of sleeping and hoping the watcher keeps up."""
+
+    def __init__(self, monkeypatch) -> None:
+        import launcher.runs.watch
+
+        self.count = 0
+        self.changed = threading.Condition()
+        observe = launcher.runs.watch.observe
+
+        def counted(runs):
+            snapshots = observe(runs)
+            with self.changed:
+                self.count += 1
+                self.changed.notify_all()
+            return snapshots
+
+        monkeypatch.setattr(launcher.runs.watch, "observe", counted)
+
+    def wait_for_two_more(self, timeout: float = 60) -> None:
+        with self.changed:
+            target = self.count + 2
+            assert self.changed.wait_for(lambda: self.count >= target, timeout), "the watcher stopped looking"
+
+
 def test_watch_follows_a_written_run_as_records_arrive_one_line_per_change(tmp_path, monkeypatch, capsys):
-    """A writer thread plays the trainer and `dlaunch run`: epochs, the end record, the finished state."""
+    """A writer thread plays the trainer and `dlaunch run`: epochs, the end record, the finished state. After
+    each write it waits until the watcher has looked at the run twice (so once after the write, whatever the
+    machine's speed): every state is seen."""
     monkeypatch.chdir(tmp_path)
     run = write_run(tmp_path / "runs", "r", [header()], state=LOCAL_RUNNING % os.getpid())
+    looks = Looks(monkeypatch)
 
     def trainer() -> None:
         for record in [epoch(0), epoch(1), epoch(2), end()]:
-            time.sleep(0.4)
+            looks.wait_for_two_more()
             with open(run / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(record) + "\n")
-        time.sleep(0.4)
+        looks.wait_for_two_more()
         (run / "state").write_text("finished (exit 0)\n")
 
     writer = threading.Thread(target=trainer)
@@ -181,7 +211,7 @@ def test_watch_follows_a_written_run_as_records_arrive_one_line_per_change(tmp_p
     shown = [LINE.match(line).group(2) for line in watch_lines(capsys)]
     assert len(shown) == len(set(shown))  # a line only when something changed
     steps = [int(m.group(1)) for m in (re.search(r"steps (\d+)/6", line) for line in shown) if m]
-    assert steps == sorted(steps) and steps[0] == 0 and steps[-1] == 6 and len(set(steps)) >= 3
+    assert steps == sorted(steps) and steps[0] == 0 and steps[-1] == 6 and set(steps) == {0, 2, 4, 6}
     assert shown[-1] == "finished (exit 0); ok; steps 6/6, epoch 3/3, 18.0 images/s, loss 1.000"
 
 
@@ -263,8 +293,10 @@ def test_status_rows_too_wide_for_a_table_are_stacked_whole():
               "images/s: 2560.0; results: %s/metrics.jsonl" % path]
 
 
-def watch_in_tmux(cwd: Path, argv: List[str], env: dict, timeout: float) -> tuple:
-    """Run `argv` in an 80x30 tmux terminal until it exits: (exit code, every screen seen, the last screen)."""
+def watch_in_tmux(cwd: Path, argv: List[str], env: dict, timeout: float,
+                  on_screen: Callable[[str], None] = lambda screen: None) -> tuple:
+    """Run `argv` in an 80x30 tmux terminal until it exits: (exit code, every screen seen, the last screen).
+    `on_screen` is called with each screen as it is seen (e.g. to release a held run once it showed)."""
     require(shutil.which("tmux") is not None, "tmux is not installed (scripts/bootstrap.sh full)")
     socket = "dlaunch-test-%d-%d" % (os.getpid(), time.monotonic_ns())
     done = cwd / "tmux-exit-code"
@@ -284,6 +316,7 @@ def watch_in_tmux(cwd: Path, argv: List[str], env: dict, timeout: float) -> tupl
         while not done.is_file():
             assert time.monotonic() < deadline, "still running after %g s:\n%s" % (timeout, screens[-1:])
             screens.append(tmux("capture-pane", "-p", "-t", "watch"))
+            on_screen(screens[-1])
             time.sleep(0.3)
         final = tmux("capture-pane", "-p", "-t", "watch")
     finally:
@@ -299,8 +332,13 @@ def test_watch_in_an_80_column_terminal_live_bars_and_whole_names(tmp_path):
     write_run(tmp_path / "runs" / long_name, "bad", [header(), epoch(0), end("failed", reason="loss is nan at step 3")],
               state="finished (exit 1)")
 
-    def trainer() -> None:
+    name = "runs/%s/r" % long_name
+    live_bar_shown = threading.Event()
+
+    def trainer() -> None:  # half-way it waits until the terminal has shown the live bar (no race with the view)
         for n in range(20):
+            if n == 10:
+                live_bar_shown.wait(120)
             time.sleep(0.2)
             with open(run / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(epoch(n, time_s=time.time())) + "\n")
@@ -308,16 +346,20 @@ def test_watch_in_an_80_column_terminal_live_bars_and_whole_names(tmp_path):
             f.write(json.dumps(end()) + "\n")
         (run / "state").write_text("finished (exit 0)\n")
 
+    def live_bar(screen: str) -> bool:
+        return "━" in screen and "ETA" in screen and name in screen.splitlines() and "running here" in screen
+
     writer = threading.Thread(target=trainer)
     writer.start()
     try:
-        code, screens, final = watch_in_tmux(tmp_path, DLAUNCH + ["watch", "--interval", "0.2", long_name], {}, 120)
+        code, screens, final = watch_in_tmux(tmp_path, DLAUNCH + ["watch", "--interval", "0.2", long_name], {}, 120,
+                                             on_screen=lambda screen: live_bar(screen) and live_bar_shown.set())
     finally:
+        live_bar_shown.set()
         writer.join()
     assert code == 1  # one of the two failed
-    name = "runs/%s/r" % long_name
     # the name is whole on its line, its state wrapped to the next
-    assert any("━" in s and "ETA" in s and name in s.splitlines() and "running here" in s for s in screens)
+    assert any(live_bar(s) for s in screens)
     assert name in final.splitlines() and "finished (exit 0)" in final and "steps 40/40" in final, final
     assert "why: loss is nan at step 3" in final and "2 of 2 runs ended (1 ok, 1 failed)" in final, final
     assert not any("…" in s for s in screens + [final])
@@ -325,18 +367,22 @@ def test_watch_in_an_80_column_terminal_live_bars_and_whole_names(tmp_path):
 
 @pytest.mark.slow
 def test_watch_follows_a_real_local_run_through_a_pipe_to_its_end(tmp_path):
-    """`dlaunch run --site local` (2 gloo workers) in the background, `dlaunch watch` on it through a pipe."""
+    """`dlaunch run --site local` (2 gloo workers) in the background, `dlaunch watch` on it through a pipe. The
+    run holds after its first epoch until the watcher has shown it running (tests/holds.py)."""
+    hold = Hold(tmp_path)
     run = subprocess.Popen(DLAUNCH + ["run", "--site", "local", "--gpus", "2", "--steps", "6", "--steps-per-epoch", "2",
                                       "--experiment", "e", "--run-name", "r", "--data", "synthetic"] + TINY,
-                           cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env=dict(os.environ, **hold.env()))
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "runs/e/r/state").is_file():
             assert time.monotonic() < deadline and run.poll() is None, "no run directory"
             time.sleep(0.1)
-        watched = subprocess.run(DLAUNCH + ["watch", "--interval", "0.2", "runs/e/r"], cwd=tmp_path,
-                                 capture_output=True, text=True, timeout=600)
+        watched = run_until_released(DLAUNCH + ["watch", "--interval", "0.2", "runs/e/r"], hold,
+                                     r"running; steps [0-5]/6", 600, cwd=tmp_path)
     finally:
+        hold.release()
         assert run.wait(timeout=600) == 0
     assert watched.returncode == 0, watched.stdout + watched.stderr
     assert not CONTROL.search(watched.stdout)

@@ -1,0 +1,61 @@
+"""Test-only failpoint (a fake of nothing: it only pauses the real trainer). Python imports this module at
+start-up in every process whose PYTHONPATH names this folder (tests/holds.py sets it, and Slurm and
+torchrun pass it on to the job's processes).
+
+With DLAUNCH_TEST_HOLD=FILE, each trainer process pauses after its first finished epoch (the epoch record
+written, the checkpoint saved) until FILE (every rank) or FILE.rank<N> (rank N) exists, or the process has
+received a stop signal. A test thereby sees a live run mid-way on any machine, however fast the job, and
+then releases it by creating the file."""
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import time
+
+HOLD_FILE = os.environ.get("DLAUNCH_TEST_HOLD")
+HOLD_AFTER_EPOCH = 0
+GIVE_UP_S = 900.0  # a test that died without releasing its job does not leave it waiting for ever
+
+
+def hold() -> None:
+    from train.signals import StopSignals
+
+    files = (HOLD_FILE, "%s.rank%s" % (HOLD_FILE, os.environ.get("RANK", "0")))
+    deadline = time.monotonic() + GIVE_UP_S
+    while not any(map(os.path.exists, files)) and not any(StopSignals().flags()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def patch(module) -> None:
+    train_epoch = module.Trainer.train_epoch
+
+    def held_train_epoch(self, epoch, skip, progress):
+        status = train_epoch(self, epoch, skip, progress)
+        if status is None and epoch == HOLD_AFTER_EPOCH:
+            hold()
+        return status
+
+    module.Trainer.train_epoch = held_train_epoch
+
+
+class HoldFinder(importlib.abc.MetaPathFinder):
+    """Finds `train.loop` as Python would, and patches it once it has been executed."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "train.loop":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module):
+            exec_module(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+if HOLD_FILE:
+    sys.meta_path.insert(0, HoldFinder())
