@@ -90,6 +90,9 @@ def test_run_completes_on_two_hosts(framework, site_fixture, two_nodes, request,
         assert sorted(gloo) == sorted(set(metrics.header["hosts"])), metrics.header["network"]
         assert {tuple(r["interfaces"]) for r in gloo.values()} == {(two_nodes.second_ifname if second else two_nodes.ifname,)}
         assert all(r["addresses"][0].startswith("10.78.0." if second else "10.77.0.") for r in gloo.values())  # slurm-cluster.sh
+    else:  # Horovod's MPI controller: Open MPI's selected point-to-point components, read from the process
+        assert {r["library"] for r in metrics.header["network"]} == {"mpi"}, metrics.header["network"]
+        assert all(any(c.startswith("pml ") for c in r["components"]) for r in metrics.header["network"])
     shown = dlaunch(two_nodes, tmp_path, "status", str(run_dir))
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if job_id(run_dir) in line)
