@@ -357,9 +357,7 @@ class Trainer:
     def network_records(self) -> List[Dict[str, Any]]:
         """What the collective libraries selected, one record per node and library: every rank reads
         its own (after the first collectives, which start NCCL), one gather (train/network.py)."""
-        port = os.environ.get("MASTER_PORT", "")
-        mine = observe(self.fw.collective_libraries(), os.environ.get("NCCL_DEBUG_FILE"),
-                       int(port) if port.isdigit() else None)
+        mine = observe(self.fw.collective_libraries(), os.environ)
         return by_node(record for records in self.fw.all_gather_object(mine) for record in records)
 
     def header_fields(self, hosts: List[str]) -> Dict[str, Any]:

@@ -67,8 +67,7 @@ def measure(local_rank: int, args: argparse.Namespace, debug_dir: str) -> None:
         torch.cuda.synchronize()
     seconds = torch.tensor([(time.perf_counter() - started) / args.iterations], dtype=torch.float64, device=device)
     dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
-    port = os.environ.get("MASTER_PORT", "")
-    mine = observe(("nccl",) if on_gpu else ("gloo",), os.environ.get("NCCL_DEBUG_FILE"), int(port) if port.isdigit() else None)
+    mine = observe(("nccl",) if on_gpu else ("gloo",), os.environ)
     gathered: List[Any] = [None] * world
     dist.all_gather_object(gathered, mine)
     if local_rank == 0:

@@ -24,7 +24,7 @@ import ipaddress
 import os
 import re
 import socket
-from typing import Any, Dict, Iterable, List, MutableMapping, NamedTuple, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, MutableMapping, NamedTuple, Optional, Sequence
 
 # What each transport word means, for people (the profile's `[network] transport` takes these words).
 TRANSPORTS = {
@@ -311,9 +311,13 @@ def nccl_warnings(pattern: str) -> List[str]:
 
 
 # -- a process, a job -------------------------------------------------------------------------------
-def observe(libraries: Sequence[str], nccl_pattern: Optional[str], store_port: Optional[int]) -> List[Dict[str, Any]]:
-    """This process's records for the collective libraries it uses ("nccl" covers RCCL)."""
+def observe(libraries: Sequence[str], environ: Mapping[str, str]) -> List[Dict[str, Any]]:
+    """This process's records for the collective libraries it uses ("nccl" covers RCCL): NCCL's from
+    the file NCCL_DEBUG_FILE names, the others' sockets without the rendezvous store's (MASTER_PORT)."""
     host = socket.gethostname()
+    nccl_pattern = environ.get("NCCL_DEBUG_FILE")
+    port = environ.get("MASTER_PORT", "")
+    store_port = int(port) if port.isdigit() else None
     records = []
     for library in libraries:
         if library == "nccl":
