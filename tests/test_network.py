@@ -342,3 +342,10 @@ def test_open_mpi_components_kept_loaded_name_its_transport(tmp_path):
                                                        "libucp.so.0.0.0", "libmpi.so.40.30.4"])))
     assert mpi_components(str(maps)) == ["pml ucx", "btl tcp", "lib ucx"]
     assert mpi_components(str(tmp_path / "absent")) == []
+
+
+def test_nccl_without_the_expected_plugin_says_so():
+    internal = [dict(NCCL_SOCKET[0], transport="ofi", network="AWS Libfabric", plugin="none", interfaces=[])]
+    assert network_problems(internal, SLINGSHOT) == [
+        "NCCL loaded no net plugin on nid001; the profile expects the plugin aws-ofi-nccl: not the fabric's throughput"]
+    assert describe(internal).startswith("NCCL 2.21.5+cuda12.4: libfabric (AWS Libfabric; no net plugin) on nid001")

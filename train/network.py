@@ -38,6 +38,7 @@ TRANSPORTS = {
 _NETWORK_KINDS = ((re.compile(r"^IB(ext)?(_v\d+)?$", re.I), "ib"), (re.compile(r"^Socket$", re.I), "socket"),
                   (re.compile(r"^(AWS Libfabric|Libfabric|OFI)$", re.I), "ofi"), (re.compile(r"^UCX", re.I), "ucx"))
 NCCL_LOG_DIR = "nccl"  # beside the metrics file
+NO_PLUGIN = "none"  # the `plugin` of a NCCL/RCCL that uses its internal IB and Socket transports
 NCCL_LOG_PATTERN = "nccl.%h.%p.log"
 SIOCGIFADDR = 0x8915  # <linux/sockios.h>: an interface's IPv4 address
 TCP_ESTABLISHED, TCP_LISTEN = "01", "0A"  # states in /proc/net/tcp (include/net/tcp_states.h)
@@ -267,7 +268,7 @@ def parse_nccl_debug(text: str) -> Dict[str, Any]:
         if plugin and "plugin" not in found:
             found["plugin"] = "%s (net plugin API v%s)" % plugin.groups()
         if _INTERNAL.search(message) and "plugin" not in found:
-            found["plugin"] = "none (NCCL's internal IB and Socket)"
+            found["plugin"] = NO_PLUGIN
         bootstrap = _BOOTSTRAP.search(message)
         if bootstrap and bootstrap.group(1).split():  # ` ib0:10.0.0.1<0>` (2.8 to 2.30)
             found["bootstrap"] = " ".join(_interface_address(bootstrap.group(1).split()[0]))
