@@ -25,7 +25,7 @@ from launcher.runs.rundir import display_path
 from test_analysis import write_run as write_metrics
 from test_watch import finished, header, write_run
 from train.metrics_schema import MetricsError, make_record, read_metrics, validate_record
-from train.network import (by_node, interfaces_match, mpi_components, nccl_debug_path, nccl_record, parse_nccl_debug,
+from train.network import (by_node, interface_addresses, interfaces_match, mpi_components, nccl_debug_path, nccl_record, parse_nccl_debug,
                            route_nccl_debug,
                            socket_record, tcp_sockets, transport_kind)
 
@@ -349,3 +349,33 @@ def test_nccl_without_the_expected_plugin_says_so():
     assert network_problems(internal, SLINGSHOT) == [
         "NCCL loaded no net plugin on nid001; the profile expects the plugin aws-ofi-nccl: not the fabric's throughput"]
     assert describe(internal).startswith("NCCL 2.21.5+cuda12.4: libfabric (AWS Libfabric; no net plugin) on nid001")
+
+
+def test_mpi_beside_nccl_is_a_controller_and_alone_carries_the_data():
+    mpi = [{"host": "n1", "library": "mpi", "transport": "socket", "interfaces": ["eth0", "ib0"], "addresses": ["10.0.0.1", "10.1.0.1"]}]
+    expected = Network(latency_us=1.0, bandwidth_gbps_per_node=800.0, transport="ib", interfaces=["ib0"])
+    (problem,) = network_problems(mpi, expected)  # Horovod on CPUs: Open MPI's TCP over every interface
+    assert problem.startswith("MPI sent TCP traffic over eth0, ib0 (10.0.0.1, 10.1.0.1) on n1; the profile expects ib0")
+    nccl = {"host": "n1", "library": "nccl", "transport": "ib", "network": "IB"}
+    assert network_problems([nccl] + mpi, expected) == []  # Horovod on GPUs: the gradients go through NCCL
+
+
+def test_loopback_beside_a_network_address_is_node_local():
+    """A connection over loopback (a PMIx server's, say) and one over this machine's other address."""
+    others = [(name, a) for name, addresses in interface_addresses().items() if name != "lo" for a in addresses if "." in a]
+    if not others:
+        pytest.skip("this machine has no IPv4 address besides loopback")
+    name, address = others[0]
+    with socket.socket() as local, socket.socket() as wide, socket.socket() as a, socket.socket() as b:
+        local.bind(("127.0.0.1", 0))
+        wide.bind((address, 0))
+        for server, client in ((local, a), (wide, b)):
+            server.listen()
+            client.connect(server.getsockname())
+        accepted = [server.accept()[0] for server in (local, wide)]
+        try:
+            record = socket_record("mpi", "here", None)
+        finally:
+            for sock in accepted:
+                sock.close()
+    assert (record["interfaces"], record["addresses"]) == ([name], [address])

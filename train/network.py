@@ -144,7 +144,8 @@ def tcp_sockets(proc: str = "/proc/self") -> List[TcpSocket]:
 
 def socket_record(library: str, host: str, store_port: Optional[int], proc: str = "/proc/self") -> Dict[str, Any]:
     """What this process's TCP traffic uses: the interfaces and addresses of its connections and of the
-    listening sockets bound to one address (a library's own), leaving out the rendezvous store's port."""
+    listening sockets bound to one address (a library's own), leaving out the rendezvous store's port
+    and, beside other addresses, loopback (node-local services such as a PMIx server)."""
     interfaces = interface_addresses()
     locals_: List[str] = []
     for s in tcp_sockets(proc):
@@ -153,6 +154,8 @@ def socket_record(library: str, host: str, store_port: Optional[int], proc: str 
         bound = s.state == TCP_ESTABLISHED or (s.state == TCP_LISTEN and not ipaddress.ip_address(s.local).is_unspecified)
         if bound and s.local not in locals_:
             locals_.append(s.local)
+    if any(not ipaddress.ip_address(a).is_loopback for a in locals_):  # then loopback ones are node-local (PMIx...)
+        locals_ = [a for a in locals_ if not ipaddress.ip_address(a).is_loopback]
     record: Dict[str, Any] = {"host": host, "library": library, "source": "/proc/self/net/tcp, tcp6"}
     if not locals_:
         record["transport"] = unavailable("no TCP connection of this process (one process, or not connected yet)")
