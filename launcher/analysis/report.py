@@ -468,7 +468,7 @@ def report_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder for report.md and the PNG plots.")] = Path("report"),
     site: Annotated[Optional[str], typer.Option(help="Site profile (name or TOML path) for every run; default: each run's own site.")] = None,
     include_network_mismatches: Annotated[bool, typer.Option(
-        "--include-network-mismatches", help="keep runs whose network is not the site's [network] in the tables and plots")] = False,
+        "--include-network-mismatches", help="keep runs whose network is not the site's \\[network] in the tables and plots")] = False,
 ) -> None:
     """Turn run directories into the study's tables, report.md and plots.
 
