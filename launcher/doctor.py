@@ -466,10 +466,11 @@ def doctor_command(
     site: Annotated[str, typer.Option("--site", help="profile name, alias or path to a .toml", autocompletion=complete_site)],
     partition: Partition = None, account: Account = None, image: Image = None, framework: Framework = "ddp",
 ) -> None:
-    """Check a site before submitting: scheduler, account, image, rendezvous name, interfaces, driver.
+    """Check a site before submitting: scheduler, account, image, rendezvous, interfaces, driver, network.
 
-    Run it on the login node, and inside an allocation (`srun -N2 dlaunch doctor --site S`) for the
-    node's checks. Exit code 0 when no check fails, 1 when one does, 2 on bad input.
+    Run it on the login node, and inside an allocation (`srun -N2 --ntasks-per-node=1 dlaunch doctor
+    --site S`) for the node's checks and one all-reduce across the nodes (its transport and bus
+    bandwidth). Exit code 0 when no check fails, 1 when one does, 2 on bad input.
     """
     profile = resolve_site(site)
     if partition is not None:
