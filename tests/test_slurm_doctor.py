@@ -55,6 +55,7 @@ def test_rendezvous_and_interfaces_pass_inside_the_allocation(two_nodes, jsc_lik
     for lines in tasks.values():
         assert " pass " in row(lines, "interface NCCL_SOCKET_IFNAME") and "ib0" in row(lines, "interface NCCL_SOCKET_IFNAME")
         assert " pass " in row(lines, "account and partition") and "--test-only accepted" in row(lines, "account and partition")
+        assert " pass " in row(lines, "scheduler controller") and " pass " in row(lines, "MPI plugin")
         # one all-reduce across both nodes (train/netcheck.py in the job's environment): transport and bandwidth
         measured = row(lines, "network all-reduce")
         assert " pass " in measured and "Gloo: TCP sockets over ib0 on %s" % ", ".join(two_nodes.node_names[:2]) in measured

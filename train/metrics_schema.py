@@ -7,18 +7,20 @@ A metrics file is JSON lines. Every record has `schema`, `version`, `type` and `
 seconds). Types and their fields are in `RECORD_FIELDS`; `validate_record` checks one record,
 `read_metrics` reads and checks a whole file.
 
-Versions: 3 is written; 1, 2 and 3 are read (a file resumed by a newer trainer mixes them). Version 2
+Versions: 3 is written; 1, 2 and 3 are read (a file resumed by a newer trainer mixes them). Version 3
+adds the record type `kernel_profile` (CUDA kernel time per class, `--kernel-profile-steps`) and the
+optional `network` of header and `resume` records (below). Version 2
 adds energy and utilisation (header `energy_sources`; epoch `energy_j`, `gpu_utilization_pct`,
 `gpu_memory_peak_bytes`; end `energy_j`, `energy_to_accuracy_j`) and the end status `diverged`.
 Its fields are optional, so every version 1 record is a valid version 2 record too. Later optional
 header fields (version 2, never required): `request` (the abstract request: framework, world size and
 the trainer options given on the command line, apart from the resolved launch: site, image, versions,
 hosts), `parent_run` (the run this one reruns) and `script_sha256` (the batch script's hash); for files
-without `request`, `abstract_request` derives it from `argv` and `config`. Version 3 adds `network` to
-the header and to `resume` records (optional): per node and collective library what the library
-really selected at run time (train/network.py: transport, NCCL's network and plugin, interfaces and
-addresses, GPUDirect), each a record checked by `NETWORK_FIELDS`; a resumed run's last `network` is
-its latest session's (`Metrics.network`).
+without `request`, `abstract_request` derives it from `argv` and `config`. `network` (version 3, header
+and `resume` records): per node and collective library what the library really selected at run time
+(train/network.py: transport, NCCL's network and plugin, interfaces and addresses, GPUDirect), each a
+record checked by `NETWORK_FIELDS`; a resumed run's last `network` is its latest session's
+(`Metrics.network`).
 
 Measured figures are a number or the text "unavailable: <reason>", never a zero standing in for
 "not measured". Energy is per domain (`ENERGY_DOMAINS`), in joules, summed over the job's ranks.
@@ -103,6 +105,17 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
         "comm_s": (_NUM, True),  # mean time in gradient all-reduce
         "data_s": (_NUM, True),  # mean time waiting for the next batch
         "method": ((str,), True),
+    },
+    "kernel_profile": {  # version 3: CUDA kernel time per class, summed over every rank (train/profiling.py)
+        "steps": ((int,), True),  # profiled steps per rank
+        "ranks": ((int,), True),
+        "method": ((str,), True),
+        "kernel_s": (FIGURE, True),  # all GPU activity: kernels, copies, sets
+        "comm_s": (FIGURE, True),  # NCCL kernels
+        "compute_s": (FIGURE, True),  # cuDNN and cuBLAS kernels
+        "io_s": (FIGURE, True),  # host-to-device copies, DALI and nvJPEG kernels
+        "other_s": (FIGURE, True),
+        "top_kernels": ((dict,), False),  # rank 0's longest kernels per class: {class: [[name, s], ...]}
     },
     "resume": {
         "epoch": ((int,), True),  # first epoch run after resuming
@@ -270,6 +283,7 @@ class Metrics:
                 by_epoch[r["epoch"]] = r
         self.epochs: List[Dict[str, Any]] = [by_epoch[k] for k in sorted(by_epoch)]
         self.profiles = [r for r in records if r["type"] == "profile"]
+        self.kernel_profiles = [r for r in records if r["type"] == "kernel_profile"]
         ends = [r for r in records if r["type"] == "end"]
         self.end: Optional[Dict[str, Any]] = ends[-1] if ends else None
 
