@@ -2,10 +2,14 @@
 
 Each check answers pass, fail or skip, with what it found and, for a failure, the fix (for a skip,
 why). On the login node the checks that need a compute node (architecture, rendezvous name, network
-interfaces, driver) are skipped; run `srun -N2 dlaunch doctor --site S` inside an allocation for them.
+interfaces, driver, the all-reduce) are skipped; run `srun -N2 dlaunch doctor --site S` inside an
+allocation for them. There the doctor of each node also starts `python -m train.netcheck` in the
+job's environment and image: one all-reduce across the nodes, whose transport is checked against the
+profile's `[network]` and whose bus bandwidth stands beside the nominal one.
 Standard library only (sockets, ioctl, ELF and SIF headers): the login node has no torch.
 """
 import fcntl
+import json
 import os
 import platform
 import re
@@ -15,7 +19,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Annotated, List, Mapping, Optional, Sequence, Tuple
 
 import typer
 
@@ -30,9 +34,12 @@ from launcher.jobs.sites import Site, resolve_site
 from launcher.tables import fit_table
 from launcher.terminal import Account, Framework, Image, Partition, complete_site, out
 from train.framework_table import image_group
+from train.network import interface_addresses
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 COMMAND_TIMEOUT_S = 30
+ALLREDUCE = "network all-reduce"
+NETCHECK_TIMEOUT_S = 180  # train/netcheck.py waits up to 90 s for the other nodes, then measures seconds
 # `uname -m` names of ELF e_machine values (the ELF specification's EM_* numbers).
 ELF_MACHINES = {3: "i686", 40: "arm", 62: "x86_64", 183: "aarch64", 21: "ppc64le", 243: "riscv64"}
 # SIF global header (github.com/sylabs/sif, pkg/sif/sif.go): 32-byte launch line, "SIF_MAGIC\0", a 3-byte
@@ -45,7 +52,6 @@ ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 # guide, docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html, and the CUDA
 # Toolkit release notes' driver table).
 CUDA_MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
-SIOCGIFADDR = 0x8915  # <linux/sockios.h>: an interface's IPv4 address
 INTERFACE_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 VISIBLE_VARIABLES = tuple(VISIBLE_DEVICES.values()) + ("HIP_VISIBLE_DEVICES",)
 
@@ -71,16 +77,17 @@ def short(host: str) -> str:
     return host.split(".")[0]
 
 
+def expand(word: str, environ: Mapping[str, str]) -> str:
+    """A scheduler's word (`$SLURM_JOB_ID`) with its variables from `environ` ("" for unset ones)."""
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: environ.get(m.group(1), ""), word)
+
+
 def allocation_hosts(site: Site, environ: Mapping[str, str]) -> List[str]:
     """The hosts of the allocation this process runs in, in order ([] outside one), listed by the
     scheduler's own hosts command (`scontrol show hostnames $SLURM_JOB_NODELIST`, `cat $PBS_NODEFILE`)."""
     scheduler = scheduler_for(site.scheduler.kind)
-
-    def expand(word: str) -> str:
-        return re.sub(r"\$\{?(\w+)\}?", lambda m: environ.get(m.group(1), ""), word)
-
-    argv = [expand(word) for word in scheduler.hosts_command()]
-    if not expand(scheduler.job_id_word()) or not all(argv):
+    argv = [expand(word, environ) for word in scheduler.hosts_command()]
+    if not expand(scheduler.job_id_word(), environ) or not all(argv):
         return []
     try:
         listed = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, env=dict(environ))
@@ -97,28 +104,6 @@ def where(site: Site, environ: Mapping[str, str]) -> Node:
     hosts = allocation_hosts(site, environ)
     here = short(socket.gethostname())
     return Node(hosts, on_node=here in map(short, hosts), first=bool(hosts) and short(hosts[0]) == here)
-
-
-def interface_addresses() -> Dict[str, List[str]]:
-    """This machine's network interfaces and their addresses (IPv4 by ioctl, IPv6 from /proc/net/if_inet6)."""
-    found: Dict[str, List[str]] = {}
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        for _, name in socket.if_nameindex():
-            found[name] = []
-            try:
-                answer = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, name.encode()[:15].ljust(40, b"\0"))
-                found[name].append(socket.inet_ntoa(answer[20:24]))
-            except OSError:  # no IPv4 address
-                pass
-    try:
-        lines = Path("/proc/net/if_inet6").read_text().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) == 6 and fields[5] in found:
-            found[fields[5]].append(socket.inet_ntop(socket.AF_INET6, bytes.fromhex(fields[0])))
-    return found
 
 
 def matching_interfaces(spec: str, interfaces: Sequence[str], variable: str) -> List[str]:
@@ -499,24 +484,116 @@ def check_driver(site: Site, image: Optional[str], framework: str) -> Check:
     return Check(name, PASS, "driver %s (%s) >= %s for CUDA %s" % (driver, source, minimum, cuda))
 
 
+def lock_node(site: Site, environ: Mapping[str, str]) -> Optional[int]:
+    """This node's lock for the allocation's all-reduce (one doctor task per node runs it): the locked
+    file's descriptor, or None when another task of the allocation holds it."""
+    job = expand(scheduler_for(site.scheduler.kind).job_id_word(), environ) or "none"
+    name = re.sub(r"[^\w.-]", "_", "dlaunch-doctor-%s-%s.lock" % (job, short(socket.gethostname())))  # /tmp may be shared
+    descriptor = os.open(os.path.join(tempfile.gettempdir(), name), os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
+def netcheck_script(site: Site, site_arg: str, node: Node, image: Optional[str], framework: str,
+                    partition: Optional[str], scratch: Path) -> str:
+    """`python -m train.netcheck` for this node, in the job's environment and image (as a job of all the
+    allocation's nodes would run, without its step)."""
+    from launcher.jobs.plan import build_plan
+    from launcher.jobs.render import render_in_job_environment
+
+    runtime = site.container
+    if runtime.containerized and image is None:
+        from launcher.jobs.imagepaths import default_image_for_site
+
+        image = default_image_for_site(site, framework)
+    request = LaunchRequest(site=site_arg, framework=framework, nodes=len(node.hosts), partition=partition, image=image,
+                            time="00:10:00", experiment="doctor", run_name="doctor")
+    plan = build_plan(site, request, run_dir=str(scratch), git_revision=None, image=image, environ=os.environ,
+                      require_account=False)
+    here = [short(h) for h in node.hosts].index(short(socket.gethostname()))
+    procs = site.gpus_per_node if site.gpu_vendor != "none" else 1
+    prefix = tuple(runtime.prefix(plan.image, ())) if runtime.containerized else ()
+    python = "python" if runtime.containerized else site.interpreters.get("torch", "python")
+    return render_in_job_environment(plan, prefix + (python, "-m", "train.netcheck", "--node-rank", str(here),
+                                                     "--nodes", str(len(node.hosts)), "--procs-per-node", str(procs)))
+
+
+def check_allreduce(site: Site, site_arg: str, node: Node, image: Optional[str], framework: str,
+                    partition: Optional[str]) -> Check:
+    """A short all-reduce across the allocation's nodes (train/netcheck.py, one doctor task per node):
+    the transport each library selected, checked against the profile's `[network]`, and the bus
+    bandwidth beside the profile's nominal bandwidth per node."""
+    from launcher.runs.network import describe, network_problems
+
+    name = ALLREDUCE
+    nominal = site.network.bandwidth_gbps_per_node if site.network else None
+    if registration(site.scheduler.kind).foreground:
+        return Check(name, SKIP, "%s site" % site.scheduler.kind, "this machine only: no network between nodes")
+    if not node.on_node or len(node.hosts) < 2:
+        return Check(name, SKIP, "nominal %s" % ("%g Gbit/s per node" % nominal if nominal else "unknown (no [network])"),
+                     "run inside an allocation of 2 nodes or more: srun -N2 --ntasks-per-node=1 dlaunch doctor ...")
+    if site.container.enters_by_step:
+        return Check(name, SKIP, "%s: the image enters through the step's options" % site.container.kind,
+                     "run `srun --container-image=IMAGE python -m train.netcheck --node-rank ...` (see its --help)")
+    lock = lock_node(site, os.environ)
+    if lock is None:
+        return Check(name, SKIP, "another doctor task on this node runs it", "one task per node takes part")
+    environ = dict(os.environ, MASTER_ADDR=short(node.hosts[0]) + site.rendezvous_host_suffix, MASTER_PORT=str(site.master_port))
+    fix = ("run doctor once on every node of the allocation at the same time (srun -N%d --ntasks-per-node=1 dlaunch doctor ...); "
+           "the image needs the trainer's train/netcheck.py" % len(node.hosts))
+    try:
+        with tempfile.TemporaryDirectory(prefix="dlaunch-doctor-") as scratch:
+            script = netcheck_script(site, site_arg, node, image, framework, partition, Path(scratch))
+            ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=environ, timeout=NETCHECK_TIMEOUT_S)
+    except DlaunchError as e:
+        return Check(name, FAIL, str(e), "give the flag or fix the profile field it names")
+    except subprocess.TimeoutExpired:
+        return Check(name, FAIL, "no result after %d s" % NETCHECK_TIMEOUT_S, fix)
+    finally:
+        os.close(lock)
+    lines = [line for line in ran.stdout.splitlines() if line.startswith("{")]
+    if ran.returncode != 0 or not lines:
+        said = (ran.stderr.strip().splitlines() or ["no output"])[-1]
+        return Check(name, FAIL, "the all-reduce failed (exit %d): %s" % (ran.returncode, said), fix)
+    result = json.loads(lines[-1])
+    measured = "bus bandwidth %.3g Gbit/s (%d nodes, %d ranks, %.0f MiB)" % (
+        result["busbw_gbps"], result["nodes"], result["ranks"], result["bytes"] / 2 ** 20)
+    beside = ("nominal %g Gbit/s per node: %.0f%%" % (nominal, 100 * result["busbw_gbps"] / nominal) if nominal
+              else "no nominal bandwidth ([network] bandwidth_gbps_per_node)")
+    found = "%s; %s, %s" % (describe(result["network"]), measured, beside)
+    problems = network_problems(result["network"], site.network)
+    if problems:
+        return Check(name, FAIL, found, "; ".join(problems) + " (set the library's variables in the profile's [env])")
+    return Check(name, PASS, found)
+
+
 def run_checks(site: Site, site_arg: str, partition: Optional[str], account: Optional[str], image: Optional[str],
                framework: str, node: Node) -> List[Check]:
     controller = check_controller(site)
+    rendezvous = check_rendezvous(site, node)
+    allreduce = (check_allreduce(site, site_arg, node, image, framework, partition) if rendezvous.result != FAIL else
+                 Check(ALLREDUCE, SKIP, "the rendezvous host fails", "fix it first: the all-reduce's processes meet there"))
     return [check_scheduler_commands(site), controller,
             check_submission(site, site_arg, partition, account, image, controller_up=controller.result != FAIL),
             check_mpi_plugin(site), check_modules(site), check_runtime(site), check_bind_sources(site, node, os.environ),
-            *check_image(site, image, framework), check_node_arch(site, node), check_rendezvous(site, node),
-            *check_interfaces(site, node), check_gpus(site, node, framework, os.environ), check_driver(site, image, framework)]
+            *check_image(site, image, framework), check_node_arch(site, node), rendezvous,
+            *check_interfaces(site, node), check_gpus(site, node, framework, os.environ), check_driver(site, image, framework),
+            allreduce]
 
 
 def doctor_command(
     site: Annotated[str, typer.Option("--site", help="profile name, alias or path to a .toml", autocompletion=complete_site)],
     partition: Partition = None, account: Account = None, image: Image = None, framework: Framework = "ddp",
 ) -> None:
-    """Check a site before submitting: scheduler, account, MPI, modules, image, rendezvous, interfaces, GPUs, driver.
+    """Check a site before submitting: scheduler, account, MPI, modules, image, rendezvous, interfaces, GPUs, driver, network.
 
-    Run it on the login node, and inside an allocation (`srun -N2 dlaunch doctor --site S`) for the
-    node's checks. Exit code 0 when no check fails, 1 when one does, 2 on bad input.
+    Run it on the login node, and inside an allocation (`srun -N2 --ntasks-per-node=1 dlaunch doctor
+    --site S`) for the node's checks and one all-reduce across the nodes (its transport and bus
+    bandwidth). Exit code 0 when no check fails, 1 when one does, 2 on bad input.
     """
     check_framework(framework)
     profile = resolve_site(site)

@@ -122,6 +122,7 @@ def show_status(runs: List[RunDir]) -> None:
                      p.status, epochs, speed, display_path(snapshot.run.metrics_path)))
         if snapshot.failed:
             notes.append("%s: %s" % (snapshot.name, service.why_failed(snapshot)))
+        notes += ["%s: network: %s" % (snapshot.name, problem) for problem in snapshot.network]
         figures = service.run_figures(snapshot)
         if figures:
             notes.append("%s: %s" % (snapshot.name, figures))

@@ -249,6 +249,9 @@ def test_git_revision_outside_a_git_checkout_is_unknown(fake_apptainer, tmp_path
     (tree / "containers" / "cpu").mkdir(parents=True)
     shutil.copy(REPO / "containers" / "images.mk", tree / "containers")
     shutil.copy(images.definition_path("cpu", "ddp"), tree / "containers" / "cpu")
+    (tree / "train").mkdir()
+    for name in ("__init__.py", "framework_table.py"):  # make's image targets come from the framework table
+        shutil.copy(REPO / "train" / name, tree / "train")
     (tree / "Makefile").write_text("include containers/images.mk\n")
     env = {**os.environ, "PATH": fake_apptainer, "GIT_CEILING_DIRECTORIES": str(tmp_path)}
     result = subprocess.run(["make", "-n", "image-ddp", "STACK=cpu"], cwd=tree, env=env, capture_output=True, text=True)

@@ -84,6 +84,15 @@ def test_run_completes_on_two_hosts(framework, site_fixture, two_nodes, request,
     assert len(set(metrics.header["hosts"])) == 2 and set(metrics.header["hosts"]) <= set(two_nodes.node_names)
     assert metrics.header["slurm_job_id"] == job_id(run_dir)
     assert metrics.status == "ok" and len(metrics.epochs) == 2
+    if framework != "horovod":  # Gloo on the profile's interface, read from the trainers' own sockets (train/network.py)
+        second = site_fixture == "jsc_like_site"
+        gloo = {r["host"]: r for r in metrics.header["network"] if r["library"] == "gloo"}
+        assert sorted(gloo) == sorted(set(metrics.header["hosts"])), metrics.header["network"]
+        assert {tuple(r["interfaces"]) for r in gloo.values()} == {(two_nodes.second_ifname if second else two_nodes.ifname,)}
+        assert all(r["addresses"][0].startswith("10.78.0." if second else "10.77.0.") for r in gloo.values())  # slurm-cluster.sh
+    else:  # Horovod's MPI controller: Open MPI's selected point-to-point components, read from the process
+        assert {r["library"] for r in metrics.header["network"]} == {"mpi"}, metrics.header["network"]
+        assert all(any(c.startswith("pml ") for c in r["components"]) for r in metrics.header["network"])
     shown = dlaunch(two_nodes, tmp_path, "status", str(run_dir))
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if job_id(run_dir) in line)

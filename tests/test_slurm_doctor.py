@@ -16,8 +16,8 @@ DLAUNCH = os.path.join(os.path.dirname(sys.executable), "dlaunch")
 
 def doctor(cluster: slurm.Cluster, site: Path, *srun: str) -> subprocess.CompletedProcess:
     """`dlaunch doctor --site SITE`, here or (with `srun` options) as one task per node (wide tables)."""
-    command = ["srun", "--label", "--time=2", *srun] if srun else []
-    return cluster.run([*command, DLAUNCH, "doctor", "--site", str(site)], timeout=120, COLUMNS="300")
+    command = ["srun", "--label", "--time=4", *srun] if srun else []
+    return cluster.run([*command, DLAUNCH, "doctor", "--site", str(site)], timeout=240, COLUMNS="400")
 
 
 def rows_by_task(output: str) -> Dict[str, List[str]]:
@@ -36,8 +36,11 @@ def row(lines: List[str], check: str) -> str:
 
 @pytest.fixture(scope="module")
 def jsc_like(slurm_cluster, tmp_path_factory) -> Path:
-    """JSC-like profile: rendezvous at `<first node>i`, NCCL/Gloo on ib0."""
-    return slurm_cluster.site_profile(tmp_path_factory.mktemp("sites") / "doctor-jsc-like.toml", second_network=True)
+    """JSC-like profile: rendezvous at `<first node>i`, NCCL/Gloo on ib0, which its `[network]` expects."""
+    network = {"latency_us": 50.0, "bandwidth_gbps_per_node": 10.0,  # a veth pair's order of magnitude (test only)
+               "transport": "socket", "interfaces": [slurm_cluster.second_ifname]}
+    return slurm_cluster.site_profile(tmp_path_factory.mktemp("sites") / "doctor-jsc-like.toml", second_network=True,
+                                      extra={"network": network})
 
 
 def test_rendezvous_and_interfaces_pass_inside_the_allocation(two_nodes, jsc_like):
@@ -53,6 +56,10 @@ def test_rendezvous_and_interfaces_pass_inside_the_allocation(two_nodes, jsc_lik
         assert " pass " in row(lines, "interface NCCL_SOCKET_IFNAME") and "ib0" in row(lines, "interface NCCL_SOCKET_IFNAME")
         assert " pass " in row(lines, "account and partition") and "--test-only accepted" in row(lines, "account and partition")
         assert " pass " in row(lines, "scheduler controller") and " pass " in row(lines, "MPI plugin")
+        # one all-reduce across both nodes (train/netcheck.py in the job's environment): transport and bandwidth
+        measured = row(lines, "network all-reduce")
+        assert " pass " in measured and "Gloo: TCP sockets over ib0 on %s" % ", ".join(two_nodes.node_names[:2]) in measured
+        assert re.search(r"bus bandwidth [0-9.e+]+ Gbit/s \(2 nodes, 2 ranks, 8 MiB\), nominal 10 Gbit/s per node: \d+%", measured)
 
 
 def test_a_wrong_suffix_fails_naming_the_fix(two_nodes, jsc_like, tmp_path):

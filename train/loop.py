@@ -48,6 +48,7 @@ from train.metrics_core import MetricsWriter, git_revision, print_summary, run_i
 from train.metrics_schema import energy_total, is_number
 from train.mllog import MLPerfLog, hyperparameters, mllog_path
 from train.models import build_model
+from train.network import NCCL_LOG_DIR, by_node, nccl_warnings, observe, route_nccl_debug
 from train.profiling import KernelProfiler, StepProfiler, kernel_fields, unavailable_kernel_fields
 from train.schedule import LRSchedule
 from train.signals import StopSignals
@@ -203,15 +204,16 @@ class Trainer:
         if state is not None:
             start_epoch, skip, progress = self.restore(state)
         hosts = self.fw.all_gather_object(socket.gethostname())
+        network = self.network_records()
         if self.dist.is_main:
             continuing = os.path.exists(cfg.metrics_path) and os.path.getsize(cfg.metrics_path) > 0
             self.writer = MetricsWriter(cfg.metrics_path)
             if state is not None and continuing:
                 self.writer.write("resume", epoch=start_epoch, step=self.global_step,
-                                  checkpoint=checkpoint_path(cfg.checkpoint_dir))
+                                  checkpoint=checkpoint_path(cfg.checkpoint_dir), network=network)
                 self.mllog.resume()
             else:
-                header = self.writer.write("header", **self.header_fields(hosts))
+                header = self.writer.write("header", network=network, **self.header_fields(hosts))
                 self.mllog.run_start(header, hyperparameters(cfg, self.schedule, self.global_batch, self.update_batch,
                                                              self.steps_per_epoch), self.init_started)
         for epoch in range(start_epoch, self.epochs):
@@ -396,6 +398,12 @@ class Trainer:
         return state["epoch"], state["step_in_epoch"], EpochProgress(**state["progress"])
 
     # -- records -------------------------------------------------------------------------------------
+    def network_records(self) -> List[Dict[str, Any]]:
+        """What the collective libraries selected, one record per node and library: every rank reads
+        its own (after the first collectives, which start NCCL), one gather (train/network.py)."""
+        mine = observe(self.fw.collective_libraries(), os.environ)
+        return by_node(record for records in self.fw.all_gather_object(mine) for record in records)
+
     def header_fields(self, hosts: List[str]) -> Dict[str, Any]:
         cfg = self.cfg
         versions = library_versions()
@@ -436,6 +444,9 @@ def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
     """Run the trainer in this process; return the exit code (see train/config.py)."""
     signals = StopSignals().install()
     trainer: Optional[Trainer] = None
+    nccl_log = None
+    if cfg.device != "cpu" and torch.cuda.is_available():  # before NCCL/RCCL start: they read it once
+        nccl_log = route_nccl_debug(os.environ, os.path.join(os.path.dirname(os.path.abspath(cfg.metrics_path)), NCCL_LOG_DIR))
     try:
         dist = framework.init(cfg)
         trainer = Trainer(cfg, argv, framework, dist, signals)
@@ -454,6 +465,8 @@ def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
                                  target_accuracy=cfg.target_accuracy, time_to_accuracy_s=trainer.time_to_accuracy,
                                  reason=("%s: %s" % (type(e).__name__, e))[:2000])
             trainer.mllog.run_stop(status)
+        for line in nccl_warnings(nccl_log) if nccl_log else ():  # they went to the debug file, not the log
+            print(line, file=sys.stderr)
         raise
     finally:
         if trainer is not None:

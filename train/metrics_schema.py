@@ -8,7 +8,8 @@ seconds). Types and their fields are in `RECORD_FIELDS`; `validate_record` check
 `read_metrics` reads and checks a whole file.
 
 Versions: 3 is written; 1, 2 and 3 are read (a file resumed by a newer trainer mixes them). Version 3
-adds the record type `kernel_profile` (CUDA kernel time per class, `--kernel-profile-steps`). Version 2
+adds the record type `kernel_profile` (CUDA kernel time per class, `--kernel-profile-steps`) and the
+optional `network` of header and `resume` records (below). Version 2
 adds energy and utilisation (header `energy_sources`; epoch `energy_j`, `gpu_utilization_pct`,
 `gpu_memory_peak_bytes`; end `energy_j`, `energy_to_accuracy_j`) and the end status `diverged`.
 Its fields are optional, so every version 1 record is a valid version 2 record too. Later optional
@@ -16,8 +17,11 @@ header fields (version 2, never required): `request` (the abstract request: fram
 the trainer options given on the command line, apart from the resolved launch: site, image, versions,
 hosts), `parent_run` (the run this one reruns), `script_sha256` (the batch script's hash) and `scheduler`
 (its kind: slurm, pbs, local...; `slurm_job_id`, named when Slurm was the only one, holds the job id of
-any scheduler); for files
-without `request`, `abstract_request` derives it from `argv` and `config`.
+any scheduler); for files without `request`, `abstract_request` derives it from `argv` and `config`.
+`network` (version 3, header and `resume` records): per node and collective library what the library
+really selected at run time (train/network.py: transport, NCCL's network and plugin, interfaces and
+addresses, GPUDirect), each a record checked by `NETWORK_FIELDS`; a resumed run's last `network` is its
+latest session's (`Metrics.network`).
 
 Measured figures are a number or the text "unavailable: <reason>", never a zero standing in for
 "not measured". Energy is per domain (`ENERGY_DOMAINS`), in joules, summed over the job's ranks.
@@ -44,6 +48,11 @@ _OPT_NUM = (int, float, type(None))
 _OPT_STR = (str, type(None))
 FIGURE = "figure"  # a number or "unavailable: <reason>"
 ENERGY = "energy"  # {domain: figure} over ENERGY_DOMAINS
+NETWORK = "network"  # a list of NETWORK_FIELDS records
+# One record of `network` (train/network.py): a text or a list of texts per field; True: required.
+NETWORK_FIELDS = {"host": True, "library": True, "transport": True, "network": False, "version": False,
+                  "plugin": False, "provider": False, "devices": False, "interfaces": False, "addresses": False,
+                  "bootstrap": False, "gpudirect": False, "components": False, "source": False}
 
 # type -> {field: (accepted python types, or FIGURE or ENERGY; required)}
 RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
@@ -74,6 +83,7 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
         "parent_run": (_OPT_STR, False),  # the run this one reruns (`dlaunch rerun`)
         "script_sha256": (_OPT_STR, False),  # sha256 of the run directory's job.sh
         "scheduler": (_OPT_STR, False),  # the kind of scheduler that ran the job (`slurm_job_id`: its job id, any kind)
+        "network": (NETWORK, False),  # version 3: what the collective libraries selected, per node
     },
     "epoch": {
         "epoch": ((int,), True),  # 0-based
@@ -114,6 +124,7 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
         "epoch": ((int,), True),  # first epoch run after resuming
         "step": ((int,), True),  # global step restored from the checkpoint
         "checkpoint": ((str,), True),
+        "network": (NETWORK, False),  # version 3: this session's, as in the header
     },
     "end": {
         "status": ((str,), True),
@@ -185,7 +196,18 @@ def _check_figure(value: Any) -> bool:
 
 
 _EXPECTED = {FIGURE: "a number or 'unavailable: <reason>'",
-             ENERGY: "{domain: number or 'unavailable: <reason>'} with domains %s" % ", ".join(ENERGY_DOMAINS)}
+             ENERGY: "{domain: number or 'unavailable: <reason>'} with domains %s" % ", ".join(ENERGY_DOMAINS),
+             NETWORK: "a list of records with the texts %s (other fields: texts or lists of texts)"
+                      % ", ".join(k for k, need in NETWORK_FIELDS.items() if need)}
+
+
+def _check_network(value: Any) -> bool:
+    def text_or_texts(v: Any) -> bool:
+        return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+    return isinstance(value, list) and all(
+        isinstance(r, dict) and all(isinstance(r.get(k), str) for k, need in NETWORK_FIELDS.items() if need)
+        and all(text_or_texts(v) for v in r.values()) for r in value)
 
 
 def _check_value(types: Any, value: Any) -> bool:
@@ -193,6 +215,8 @@ def _check_value(types: Any, value: Any) -> bool:
         return _check_figure(value)
     if types == ENERGY:
         return isinstance(value, dict) and all(k in ENERGY_DOMAINS and _check_figure(v) for k, v in value.items())
+    if types == NETWORK:
+        return _check_network(value)
     return not isinstance(value, bool) and isinstance(value, types)
 
 
@@ -265,6 +289,12 @@ class Metrics:
         self.kernel_profiles = [r for r in records if r["type"] == "kernel_profile"]
         ends = [r for r in records if r["type"] == "end"]
         self.end: Optional[Dict[str, Any]] = ends[-1] if ends else None
+
+    @property
+    def network(self) -> Optional[List[Dict[str, Any]]]:
+        """What the collective libraries selected in the latest session (None: not recorded, version <= 2)."""
+        recorded = [r["network"] for r in self.records if r["type"] in ("header", "resume") and "network" in r]
+        return recorded[-1] if recorded else None
 
     @property
     def status(self) -> str:

@@ -18,6 +18,7 @@ from launcher.atomic import atomic_file, write_atomic
 from launcher.errors import DlaunchError
 from launcher.analysis.perfmodel import MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site, predict
 from launcher.jobs.sites import Site, resolve_site
+from launcher.runs.network import network_problems
 from launcher.tables import markdown
 
 DPI = 100
@@ -78,6 +79,10 @@ DEFINITIONS = """\
   them; REGRESSION when slower by more than the site's reference tolerance (5% without one).
 - Diverged runs (the loss stayed NaN/inf, end status `diverged`) are listed apart and enter no
   table or plot above it.
+- Network: a run whose collective libraries recorded another transport, net plugin, provider or
+  interface than its site's `[network]` expects (metrics `network`; `dlaunch status` flags it too)
+  did not measure the fabric's throughput: such runs are listed apart and enter no table or plot
+  above it, unless the report was made with `--include-network-mismatches`.
 """
 
 
@@ -120,6 +125,7 @@ ACCURACY_RUN_HEADERS = ["epochs to target", "time to acc. s"]
 ENERGY_RUN_HEADERS = ["J/img", "kJ/epoch", "energy kJ"]
 ENERGY_ACCURACY_RUN_HEADERS = ["energy to acc. kJ"]
 DIVERGED_HEADERS = ["run", "GPUs", "epochs", "reason", "metrics file"]
+OFF_NETWORK_HEADERS = ["run", "GPUs", "network", "metrics file"]
 
 
 @dataclass(frozen=True)
@@ -230,6 +236,30 @@ def run_rows(g: GroupResult, site: Optional[Site], columns: Columns, history: Op
 
 def diverged_rows(runs: Sequence[Run]) -> List[List[str]]:
     return [[Path(r.path).parent.name, str(r.world_size), str(len(r.epochs)), r.reason or "-", r.path] for r in runs]
+
+
+def off_network(runs: Sequence[Run], sites: Dict[str, Site]) -> Dict[str, List[str]]:
+    """Metrics file -> how the run is off its site's `[network]`, for the runs that are."""
+    found = {}
+    for run in runs:
+        site = sites.get(run.key.site)
+        problems = network_problems(run.network, site.network if site else None)
+        if problems:
+            found[run.path] = problems
+    return found
+
+
+def off_network_rows(runs: Sequence[Run], problems: Dict[str, List[str]]) -> List[List[str]]:
+    return [[Path(r.path).parent.name, str(r.world_size), "; ".join(problems[r.path]), r.path] for r in runs]
+
+
+def off_network_note(runs: Sequence[Run], included: bool) -> str:
+    """What the report did with the runs that are off their network."""
+    if included:
+        return ("%d run(s) off their site's [network] are kept in the tables and plots (--include-network-mismatches): "
+                "their throughput is not the fabric's" % len(runs))
+    return ("%d run(s) off their site's [network] are left out of the tables and plots "
+            "(--include-network-mismatches keeps them)" % len(runs))
 
 
 def markdown_table(headers: Sequence[str], groups: Sequence[Tuple[str, List[List[str]]]]) -> str:
@@ -414,14 +444,16 @@ def rcp_rows(verdicts: Sequence[RCPVerdict]) -> List[List[str]]:
 
 def markdown_report(results: Sequence[GroupResult], sites: Dict[str, Site], rejected: Sequence[str],
                     notes: Sequence[str], diverged: Sequence[Run] = (), history: Optional[Dict[str, str]] = None,
-                    rcp: Sequence[RCPVerdict] = ()) -> str:
-    """`history`: metrics file -> history verdict; `rcp`: the convergence verdicts per global batch."""
+                    rcp: Sequence[RCPVerdict] = (), off: Sequence[Run] = (),
+                    problems: Optional[Dict[str, List[str]]] = None, off_included: bool = False) -> str:
+    """`history`: metrics file -> history verdict; `rcp`: the convergence verdicts per global batch; `off`: the
+    runs off their network (`problems`: metrics file -> how), left out of the tables unless `off_included`."""
     n_runs = sum(len(g.runs) for g in results)
     columns = Columns.of([r for g in results for r in g.runs], history=bool(history))
     parts = [
         "# dlaunch report",
-        "%d runs in %d groups; %d diverged runs apart; %d files rejected."
-        % (n_runs, len(results), len(diverged), len(rejected)),
+        "%d runs in %d groups; %d diverged runs apart; %d files rejected." % (n_runs, len(results), len(diverged), len(rejected))
+        + ("" if off_included or not off else " %d run(s) off their network apart." % len(off)),
         "## Definitions",
         DEFINITIONS.rstrip(),
         "## Scaling",
@@ -449,6 +481,9 @@ def markdown_report(results: Sequence[GroupResult], sites: Dict[str, Site], reje
     if diverged:
         parts += ["## Diverged runs", "Left out of every table and plot above.",
                   markdown_table(DIVERGED_HEADERS, [(r.key.label, diverged_rows([r])) for r in diverged])]
+    if off:
+        parts += ["## Runs off their network", off_network_note(off, off_included) + ".",
+                  markdown_table(OFF_NETWORK_HEADERS, [(r.key.label, off_network_rows([r], problems or {})) for r in off])]
     if rejected:
         parts += ["## Rejected files", "\n".join("- `%s`" % msg for msg in rejected)]
     if notes:
@@ -498,11 +533,12 @@ def load_sites(names: Sequence[str], override: Optional[str]) -> Tuple[Dict[str,
 
 def write_report(output: Path, results: Sequence[GroupResult], sites: Dict[str, Site], rejected: Sequence[str],
                  notes: Sequence[str], diverged: Sequence[Run] = (), history: Optional[Dict[str, str]] = None,
-                 rcp: Sequence[RCPVerdict] = ()) -> None:
+                 rcp: Sequence[RCPVerdict] = (), off: Sequence[Run] = (),
+                 problems: Optional[Dict[str, List[str]]] = None, off_included: bool = False) -> None:
     """report.md and the plots into `output` (created), each file written atomically."""
     output.mkdir(parents=True, exist_ok=True)
     write_plots(output, results)
-    text = markdown_report(results, sites, rejected, notes, diverged, history, rcp)
+    text = markdown_report(results, sites, rejected, notes, diverged, history, rcp, off, problems, off_included)
     write_atomic(output / "report.md", text)
 
 
@@ -510,6 +546,8 @@ def report_command(
     paths: Annotated[List[Path], typer.Argument(help="Run directories (searched recursively for metrics.jsonl) or metrics files.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder for report.md and the PNG plots.")] = Path("report"),
     site: Annotated[Optional[str], typer.Option(help="Site profile (name or TOML path) for every run; default: each run's own site.")] = None,
+    include_network_mismatches: Annotated[bool, typer.Option(
+        "--include-network-mismatches", help="keep runs whose network is not the site's \\[network] in the tables and plots")] = False,
 ) -> None:
     """Turn run directories into the study's tables, report.md and plots.
 
@@ -524,7 +562,9 @@ def report_command(
         raise DlaunchError("no valid metrics files in %s" % ", ".join(str(p) for p in paths))
     names = {r.key.site for r in loaded.runs}
     sites, notes = load_sites(sorted(names if site else names - {"-"}), site)  # --site covers site-less runs too
-    results = build_results(loaded.runs, sites)
+    problems = off_network(loaded.runs, sites)
+    off = [r for r in loaded.runs if r.path in problems]
+    results = build_results([r for r in loaded.runs if include_network_mismatches or r.path not in problems], sites)
     notes += missing_references(results, sites)
     diverged = [r for r in loaded.runs if r.diverged]
     history = run_history([r.path for r in loaded.runs])
@@ -540,9 +580,14 @@ def report_command(
     if diverged:
         rows = [[r.key.label] + row[:-1] for r in diverged for row in diverged_rows([r])]
         console.print(rich_table("diverged runs (left out of every table above)", ["group"] + DIVERGED_HEADERS[:-1], rows))
+    if off:
+        rows = [[r.key.label] + row[:-1] for r in off for row in off_network_rows([r], problems)]
+        console.print(rich_table("runs off their network", ["group"] + OFF_NETWORK_HEADERS[:-1], rows))
+        notes.append(off_network_note(off, include_network_mismatches))
     for note in notes:
         errors.print("note: %s" % note, markup=False, highlight=False)
-    write_report(output, results, sites, loaded.rejected, notes, diverged, history, rcp)
+    write_report(output, results, sites, loaded.rejected, notes, diverged, history, rcp, off, problems,
+                 include_network_mismatches)
     console.print("wrote %s" % (output / "report.md"), markup=False, highlight=False)
     if loaded.rejected:
         raise typer.Exit(1)

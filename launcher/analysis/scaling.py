@@ -34,11 +34,11 @@ Definitions (also printed in the report):
 Metrics files are read only through `train.metrics_schema` (torch-free).
 """
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import comb
 from pathlib import Path
 from statistics import mean, median
-from typing import TYPE_CHECKING, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from rich import box
 from rich.table import Table
@@ -151,6 +151,7 @@ class Run:
     target_accuracy: Optional[float] = None  # the trainer's --target-accuracy
     data: str = "synthetic"  # the trainer's --data
     num_classes: Optional[int] = None
+    network: Optional[List[Dict[str, Any]]] = field(default=None, hash=False)  # what its collective libraries selected
 
     @property
     def measured_epochs(self) -> List[EpochPoint]:
@@ -341,6 +342,7 @@ def run_from_metrics(metrics: Metrics) -> Run:
         target_accuracy=end.get("target_accuracy", h["config"].get("target_accuracy")),
         data=str(h["config"].get("data") or "synthetic"),
         num_classes=h["config"].get("num_classes"),
+        network=metrics.network,
     )
 
 

@@ -118,6 +118,18 @@ def _flag_groups(argv: Sequence[str]) -> List[List[str]]:
     return groups
 
 
+def _modules_and_env(plan: LaunchPlan) -> List[str]:
+    """The job's modules and the site's and provenance variables."""
+    out: List[str] = []
+    if plan.module_purge:
+        out.append("module purge\n")
+    if plan.module_use:
+        out.append("module use %s\n" % " ".join(quote(m) for m in plan.module_use))
+    if plan.modules:
+        out.append("module load %s\n" % " ".join(quote(m) for m in plan.modules))
+    return out + [render_item(Export(name, value)) for name, value in plan.env]
+
+
 def render_script(plan: LaunchPlan, header: str) -> str:
     """The job script; `header` is a comment line saying where it came from."""
     prefix = scheduler_for(plan.scheduler).directive_prefix
@@ -125,14 +137,17 @@ def render_script(plan: LaunchPlan, header: str) -> str:
     out += ["%s %s\n" % (prefix, directive) for directive in plan.directives]
     out.append("# %s\n" % header.replace("\n", " "))
     out.append("set -eo pipefail\n\n")
-    if plan.module_purge:
-        out.append("module purge\n")
-    if plan.module_use:
-        out.append("module use %s\n" % " ".join(quote(m) for m in plan.module_use))
-    if plan.modules:
-        out.append("module load %s\n" % " ".join(quote(m) for m in plan.modules))
-    out += [render_item(Export(name, value)) for name, value in plan.env]
+    out += _modules_and_env(plan)
     out += [render_item(item) for item in plan.prelude]
     out.append("\n")
     out.append(_command(list(plan.command) + _flag_groups(plan.trainer_argv)))
+    return "".join(out)
+
+
+def render_in_job_environment(plan: LaunchPlan, command: Sequence[str]) -> str:
+    """A script that runs `command` with the job's modules, variables and path prepends, without the
+    job's step or rendezvous (the caller sets MASTER_ADDR): `dlaunch doctor`'s all-reduce on each node."""
+    out = ["set -eo pipefail\n"] + _modules_and_env(plan)
+    out += [render_item(item) for item in plan.prelude if isinstance(item, (Export, Prepend))]
+    out.append(_command([command]))
     return "".join(out)

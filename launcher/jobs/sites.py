@@ -3,7 +3,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Type, TypeVar
+from typing import Annotated, Any, Dict, List, Literal, Optional, Type, TypeVar
 
 from pydantic import BaseModel, Field, SerializeAsAny, StringConstraints, ValidationError, create_model, field_validator, model_validator
 
@@ -14,6 +14,7 @@ from launcher.runtimes import validate_config as runtime_config
 from launcher.schedulers import registration, scheduler_for
 from launcher.schedulers import validate_config as scheduler_config
 from launcher.jobs.jobspec import ShellWord
+from launcher.jobs.network import Network
 from launcher.jobs.schema import HOST_SUFFIX, AbsPath, EnvName, ModuleName, Partition, SafeName, StrictModel, VarPath, Word
 from launcher.paths import SHIPPED_SITES_DIR
 from train.framework_table import FRAMEWORKS
@@ -33,13 +34,6 @@ def check_env_ranges(env: Dict[str, str]) -> None:
     for name, (low, high, source) in ENV_RANGES.items():
         if name in env and not (env[name].isdigit() and low <= int(env[name]) <= high):
             raise ValueError("%s = %r is outside %d-%d, the range %s gives" % (name, env[name], low, high, source))
-
-
-class Network(StrictModel):
-    """Interconnect figures for the performance model (per node)."""
-
-    latency_us: float = Field(gt=0)
-    bandwidth_gbps_per_node: float = Field(gt=0)
 
 
 class Storage(StrictModel):

@@ -8,9 +8,10 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from launcher.runs.failures import reconcile
+from launcher.runs.network import run_network_problems
 from launcher.runs.rundir import RunDir, display_path
 from launcher.schedulers import Job, JobState, registration, scheduler_for
 from train.metrics_schema import Metrics, MetricsError, read_metrics
@@ -36,6 +37,7 @@ class Progress:
     loss: Optional[float] = None
     seconds_per_step: Optional[float] = None  # measured: the epochs' training time over their steps
     last_record_time: Optional[float] = None
+    network: Optional[List[Dict[str, Any]]] = None  # what the collective libraries selected (metrics version 3)
 
     @property
     def fraction(self) -> Optional[float]:
@@ -91,6 +93,7 @@ def read_progress(path: Path) -> Progress:
         loss=float(last["loss"]) if last else None,
         seconds_per_step=train_time / steps if steps and train_time > 0 else None,
         last_record_time=float(metrics.records[-1]["time"]) if metrics.records else None,
+        network=metrics.network,
     )
 
 
@@ -108,6 +111,7 @@ class Snapshot:
     ended: bool  # nothing more will happen to this run (until it is resumed)
     meaning: Optional[JobState] = None  # what the scheduler's state means (None: foreground or not submitted)
     scheduler: str = ""  # its kind (launcher/schedulers/)
+    network: Tuple[str, ...] = ()  # how the run is off its profile's [network] (launcher/runs/network.py)
 
     @property
     def ok(self) -> bool:
@@ -182,5 +186,5 @@ def observe(runs: Iterable[RunDir], now: Optional[float] = None) -> List[Snapsho
         if status != progress.status:
             progress = dataclasses.replace(progress, status=status)
         snapshots.append(Snapshot(run, display_path(run.path), plan["site"], job_id or "-", state, queue_text,
-                                  progress, ended, meaning, plan["scheduler"]))
+                                  progress, ended, meaning, plan["scheduler"], tuple(run_network_problems(run, progress.network))))
     return snapshots

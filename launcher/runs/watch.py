@@ -103,8 +103,9 @@ def overall(snapshots: Sequence[Snapshot]) -> str:
 
 
 def details(snapshot: Snapshot, reason: str, now: Optional[float] = None) -> str:
-    """'status; figures; why: reason' (the parts that say something)."""
+    """'status; figures; why: reason; network: ...' (the parts that say something)."""
     parts = [snapshot.progress.status, figures(snapshot, now), "why: " + reason if reason else ""]
+    parts += ["network: " + problem for problem in snapshot.network]
     return "; ".join(part for part in parts if part)
 
 
@@ -181,7 +182,8 @@ def view(watcher: Watcher, snapshots: Sequence[Snapshot], now: float, title: str
     for s in shown:
         reason = watcher.reason(s)
         parts.append(Text.assemble(s.name, "  ", (s.state, _style(s))))
-        parts.append(_bar_row(s.progress.fraction, Text(details(s, reason, now), style="red" if reason else "")))
+        style = "red" if reason else ("yellow" if s.network else "")
+        parts.append(_bar_row(s.progress.fraction, Text(details(s, reason, now), style=style)))
     if more:
         parts.append(Text(more, style="dim"))
     if len(snapshots) > 1:

@@ -34,6 +34,7 @@ class Runtime(StrictModel):
     containerized: ClassVar[bool] = True  # False: the job runs on the host (no image)
     image_kind: ClassVar[str] = "sif"  # sif | sqsh | dir | name | edf: how an image is named (launcher/jobs/imagepaths.py)
     binary: ClassVar[str] = ""  # the command a node needs to start the container (`dlaunch doctor`)
+    enters_by_step: ClassVar[bool] = False  # True: the image enters through the step's options, no prefix command
 
     @property
     def required_option(self) -> Optional[str]:

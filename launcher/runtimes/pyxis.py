@@ -21,6 +21,7 @@ class Pyxis(Runtime):
     kind: Literal["pyxis"]
     environment: bool = False  # CSCS: the image is an EDF (path or name), rendered --environment=
     binary = "srun"  # with the pyxis SPANK plugin
+    enters_by_step = True
 
     @property
     def image_kind(self) -> str:  # type: ignore[override]

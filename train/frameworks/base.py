@@ -113,6 +113,11 @@ class Framework:
         """Versions of the framework's own packages, for the metrics header."""
         return {}
 
+    def collective_libraries(self) -> Tuple[str, ...]:
+        """The libraries this process's collectives go through ("nccl" also for RCCL, "gloo", "mpi"),
+        whose network train/network.py records."""
+        return ()
+
     def settings(self) -> Dict[str, Any]:
         """Framework settings in effect, for the metrics header."""
         return {}
@@ -147,3 +152,8 @@ class ProcessGroupFramework(Framework):
 
     def barrier(self) -> None:
         dist.barrier()
+
+    def collective_libraries(self) -> Tuple[str, ...]:
+        """The default group's backends: "gloo", "nccl", or per device ("cpu:gloo,cuda:nccl")."""
+        backend = str(dist.get_backend())
+        return tuple(dict.fromkeys(part.split(":")[-1] for part in backend.split(",")))

@@ -57,6 +57,7 @@ class Horovod(Framework):
         self.passes = 0
         self.skip_synchronize = False
         self.fp16_allreduce = False
+        self.on_gpu = False
 
     def init(self, cfg: Any) -> DistInfo:
         check_controller(dict(os.environ))
@@ -73,6 +74,7 @@ class Horovod(Framework):
             raise ConfigError("--framework horovod: Horovod sees %d process(es) but %s=%d; start with "
                               "horovodrun or the scheduler's MPI launch (not torchrun)" % (size, expected[0], expected[1]))
         device = resolve_device(cfg, hvd.local_rank(), hvd.local_size(), one_launcher=False)  # a task per rank
+        self.on_gpu = device.type == "cuda"
         if device.type == "cuda":
             torch.cuda.set_device(device)
         return DistInfo(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device)
@@ -165,6 +167,11 @@ class Horovod(Framework):
 
     def versions(self) -> Dict[str, str]:
         return {"horovod": horovod.__version__}
+
+    def collective_libraries(self) -> Tuple[str, ...]:
+        """NCCL for GPU tensors where Horovod has it; the controller (MPI or Gloo) for the rest."""
+        controller = "mpi" if hvd.mpi_enabled() else "gloo"
+        return ("nccl", controller) if self.on_gpu and hvd.nccl_built() else (controller,)
 
     def settings(self) -> Dict[str, Any]:
         return {"controller": "mpi" if hvd.mpi_enabled() else "gloo",
