@@ -21,6 +21,8 @@ HOST_SUFFIX = r"^[A-Za-z0-9.-]*$"
 PBS_DIRECTIVE = r"^-[A-Za-z] [A-Za-z0-9_.,:/@+=-]+$"
 PBS_RESOURCES = r"^(:[A-Za-z0-9_]+=[A-Za-z0-9_.+-]+)*$"  # `:system=polaris:ngpus=4`
 WORD = r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.,:/@+=-]*$"  # one option word of a command (`--cpu-bind`, `depth`)
+# A value exported by the script (quoted there): no NUL or other control character (launcher/boundary.py).
+ENV_VALUE = r"^[^\x00-\x1f\x7f]*$"
 
 SafeName = Annotated[str, StringConstraints(pattern=SAFE_NAME)]
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME)]
@@ -29,6 +31,7 @@ ModuleName = Annotated[str, StringConstraints(pattern=MODULE)]
 AbsPath = Annotated[str, StringConstraints(pattern=PATH)]
 Bind = Annotated[str, StringConstraints(pattern=BIND)]
 Word = Annotated[str, StringConstraints(pattern=WORD)]
+EnvValue = Annotated[str, StringConstraints(pattern=ENV_VALUE)]
 
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
@@ -61,9 +64,10 @@ def format_time(seconds: int) -> str:
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are errors (a typo in a profile must not pass silently); values are frozen."""
+    """Unknown keys are errors (a typo in a profile must not pass silently); values are frozen and of
+    their type (`gpus_per_node = "4"` is an error, not 4); numbers are finite (TOML has `inf` and `nan`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Partition(StrictModel):
@@ -73,8 +77,8 @@ class Partition(StrictModel):
     name: SafeName
     partition: Optional[Annotated[str, StringConstraints(pattern=r"^([A-Za-z0-9][A-Za-z0-9_.+-]*)?$")]] = None
     qos: Optional[SafeName] = None
-    min_nodes: int = Field(default=1, gt=0)
-    max_nodes: int = Field(gt=0)
+    min_nodes: int = Field(default=1, gt=0, le=1_000_000)
+    max_nodes: int = Field(gt=0, le=1_000_000)
     max_time: str
     default: bool = False
 

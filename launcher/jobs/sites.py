@@ -1,17 +1,16 @@
 """Site profiles: TOML files validated by pydantic, found by name, alias or path (schema: docs/sites.md)."""
 import os
-import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Type, TypeVar
+from typing import Annotated, Any, Dict, List, Literal, Optional, Type
 
-from pydantic import BaseModel, Field, StringConstraints, ValidationError, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from launcher.errors import DlaunchError
-from launcher.runs.rundir import display_path
+from launcher.boundary import ModelT, read_toml
 from launcher.runtimes import NoContainer
 from launcher.runtimes import config_union as runtime_configs
 from launcher.schedulers import config_union as scheduler_configs
-from launcher.jobs.schema import HOST_SUFFIX, AbsPath, EnvName, ModuleName, Partition, SafeName, StrictModel
+from launcher.jobs.schema import HOST_SUFFIX, AbsPath, EnvName, EnvValue, ModuleName, Partition, SafeName, StrictModel
 from launcher.paths import SHIPPED_SITES_DIR
 
 
@@ -88,11 +87,12 @@ class Site(StrictModel):
     aliases: List[SafeName] = []
     arch: Literal["x86_64", "aarch64"] = "x86_64"  # of the compute nodes: picks the image
     scheduler: scheduler_configs()  # type: ignore[valid-type]
-    gpus_per_node: int = Field(gt=0)
-    cores_per_node: int = Field(gt=0)
+    # Bounds far above any node (16 GPUs, a few hundred cores) that stop a typo's 2^63 GPUs reaching a script.
+    gpus_per_node: int = Field(gt=0, le=64)
+    cores_per_node: int = Field(gt=0, le=4096)
     # Hardware threads per core that the site's Slurm counts as CPUs (`--cpus-per-task` counts these):
     # 2 where SMT threads are CPUs (JSC), 1 where they are not or jobs default to --hint=nomultithread.
-    threads_per_core: int = Field(default=1, gt=0)
+    threads_per_core: int = Field(default=1, gt=0, le=8)
     gpu_vendor: Literal["nvidia", "amd", "none"]
     gpu_model: Optional[SafeName] = None  # e.g. A100-40GB: lets `dlaunch predict` pick published compute times
     driver: Optional[Annotated[str, StringConstraints(pattern=DRIVER)]] = None  # GPU driver the site states
@@ -101,8 +101,8 @@ class Site(StrictModel):
     module_purge: bool = False  # `module purge` first
     module_use: List[AbsPath] = []  # `module use PATH` before `module load`
     modules: List[ModuleName] = []
-    env: Dict[EnvName, str] = {}
-    env_prepend: Dict[EnvName, str] = {}  # NAME = "/x" -> NAME=/x:$NAME (or /x when NAME is unset)
+    env: Dict[EnvName, EnvValue] = {}
+    env_prepend: Dict[EnvName, EnvValue] = {}  # NAME = "/x" -> NAME=/x:$NAME (or /x when NAME is unset)
     nccl_net_plugin: Optional[NcclNetPlugin] = None
     # Python per engine where the site runs without containers (e.g. tensorflow = "/opt/tf/bin/python").
     interpreters: Dict[Literal["torch", "tensorflow", "mxnet"], AbsPath] = {}
@@ -152,37 +152,9 @@ class Site(StrictModel):
         raise DlaunchError("--partition: %r is not a partition of site %s (known: %s)" % (name, self.name, known))
 
 
-ModelT = TypeVar("ModelT", bound=BaseModel)
-
-
-def load_toml(path: Path, model: Type[ModelT]) -> ModelT:
-    """Read a TOML file into `model`; errors name the file and the field."""
-    shown = display_path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise DlaunchError("%s: %s" % (shown, e.strerror or e)) from None
-    except tomllib.TOMLDecodeError as e:
-        raise DlaunchError("%s: invalid TOML: %s" % (shown, e)) from None
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(part) for part in _in_file(data, first["loc"]))
-        message = first["msg"].replace("Value error, ", "")
-        raise DlaunchError("%s: %s%s" % (shown, where + ": " if where else "", message)) from None
-
-
-def _in_file(data: Any, loc: Tuple[Any, ...]) -> List[Any]:
-    """An error location as the file spells it: without the tags pydantic adds for a union's member
-    (`scheduler.slurm.partitions.0` is `scheduler.partitions.0` in the file)."""
-    shown = []
-    for part in loc:
-        if (isinstance(data, dict) and data.get("kind") == part) or data == part:  # the member's tag
-            continue
-        shown.append(part)
-        data = data[part] if isinstance(data, (dict, list)) and (isinstance(data, list) or part in data) else None
-    return shown
+def load_toml(path: Path, model: "Type[ModelT]") -> "ModelT":
+    """Read a TOML file into `model` through the boundary (strict UTF-8, bounded); errors name the file and the field."""
+    return read_toml(path, model)
 
 
 def load_site(path: Path) -> Site:
