@@ -64,6 +64,15 @@ def escape(text: str, keep: str = "") -> str:
     return _CONTROL.sub(shown, text)
 
 
+_SEQUENCE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")  # terminal escape sequences: colours, cursor moves
+
+
+def printable(text: str) -> str:
+    """A line a program printed (a log line), for showing: escape sequences (colours) dropped, other
+    control characters escaped."""
+    return escape(_SEQUENCE.sub("", text))
+
+
 def has_control(text: str) -> bool:
     return _CONTROL.search(text) is not None
 

@@ -22,9 +22,10 @@ from rich.console import Console
 from typer.core import TyperCommand, TyperGroup
 from typer.models import CommandInfo
 
+from launcher.boundary import ALLOW_LARGE, NAME, check_limit, escape, fits_file_system, whole
 from launcher.errors import DlaunchError, SchedulerError
 from launcher.jobs.request import FRAMEWORKS, TRAINER_FLAGS, LaunchRequest
-from launcher.runs.rundir import RunDir, default_run_name, display_path, find_runs, newest_first
+from launcher.runs.rundir import RunDir, default_run_name, display_path, find_runs, newest_first, readable
 from launcher.paths import REPO
 
 if TYPE_CHECKING:
@@ -106,18 +107,19 @@ err = Console(stderr=True, soft_wrap=True, markup=False)
 
 def complete_site(incomplete: str) -> List[str]:
     """Site profile names and aliases starting with `incomplete` (TAB after --site)."""
-    import tomllib
-
+    from launcher.boundary import decode, parse_toml, read_bytes
     from launcher.jobs.sites import available_sites
 
     names = []
     for name, path in available_sites().items():
         names.append(name)
         try:
-            aliases = tomllib.loads(path.read_text(encoding="utf-8")).get("aliases", [])
-        except (OSError, tomllib.TOMLDecodeError):
+            data = parse_toml(decode(read_bytes(path), name), name)
+        except DlaunchError:
             continue
-        names.extend(alias for alias in aliases if isinstance(alias, str))
+        aliases = data.get("aliases")
+        if isinstance(aliases, list):
+            names.extend(alias for alias in aliases if whole(NAME, alias))
     return sorted(name for name in set(names) if name.startswith(incomplete))
 
 
@@ -181,6 +183,7 @@ Output = Annotated[str, typer.Option(help="runs go to OUTPUT/EXPERIMENT/RUN_NAME
 Experiment = Annotated[Optional[str], typer.Option(help="experiment name (groups runs)")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="print the script; write and submit nothing")]
 Follow = Annotated[bool, typer.Option("--follow", help="after submitting, watch the job(s) to their end (as `dlaunch watch`)")]
+AllowLarge = Annotated[bool, typer.Option(ALLOW_LARGE, help="go beyond the limits that catch typos: --repeat over 100, more than 64 processes on this machine, a study of over 1000 jobs (README: Limits)")]
 Requeue = Annotated[Optional[bool], typer.Option("--requeue/--no-requeue", help="after a node failure Slurm runs the job again and it resumes from its checkpoint (default: the site's `requeue`)")]
 RunDirArg = Annotated[Path, typer.Argument(help="run directory", autocompletion=complete_run_dir)]
 
@@ -209,6 +212,7 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
     request = dataclasses.replace(request, experiment=experiment, image=image).normalized()
     if run_dir is None:
         run_dir = Path(request.output) / experiment / (request.run_name or default_run_name())
+        fits_file_system(run_dir, {"--experiment": experiment, "--run-name": run_dir.name})
     revision = git_revision()
     if dry_run:
         try:
@@ -271,19 +275,21 @@ def run(site: Site_ = None, framework: Framework = "ddp",
         resume: Annotated[Optional[Path], typer.Option(help="resubmit this run directory from its checkpoint (all other options come from its plan.json)", autocompletion=complete_run_dir)] = None,
         requeue: Requeue = None, dry_run: DryRun = False, follow: Follow = False,
         repeat: Annotated[int, typer.Option(min=1, help="N runs of this request in one experiment (RUN_NAME-r1..-rN): `dlaunch report` gives their median and spread")] = 1,
-        trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
+        allow_large: AllowLarge = False, trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
     """Render a job for a site and submit it (or run it here with --site local)."""
+    check_limit("--repeat", repeat, "repeats", allow_large)
     if repeat > 1 and resume is not None:
         raise DlaunchError("--repeat: not with --resume (resume each run directory on its own)")
     if resume is not None:
         existing = RunDir.open(resume)
         _refuse_if_active(existing)
-        request = dataclasses.replace(LaunchRequest.from_dict(existing.plan()["request"]), resume=True)
+        stored = existing.request()
+        request = dataclasses.replace(stored, resume=True, allow_large=stored.allow_large or allow_large)
         request, plan, script = prepare(request, run_dir=existing.path.resolve(), dry_run=dry_run)
     else:
         request = LaunchRequest(site=site, framework=framework, nodes=nodes, gpus=gpus, partition=partition,
                                time=time_limit, account=account, image=image, output=output, experiment=experiment,
-                               run_name=run_name, trainer=trainer, requeue=requeue)
+                               run_name=run_name, trainer=trainer, requeue=requeue, allow_large=allow_large)
         if repeat > 1:
             from launcher.runs.repeat import run_repeats
 
@@ -330,7 +336,7 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
           gpus: Annotated[Optional[str], typer.Option(help="GPU counts instead of node counts")] = None,
           partition: Partition = None, time_limit: TimeLimit = "01:00:00", account: Account = None,
           image: Image = None, output: Output = "runs", experiment: Experiment = None,
-          requeue: Requeue = None, dry_run: DryRun = False, follow: Follow = False,
+          requeue: Requeue = None, dry_run: DryRun = False, follow: Follow = False, allow_large: AllowLarge = False,
           trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
     """One job per node (or GPU) count, grouped as one experiment."""
     if (nodes is None) == (gpus is None):
@@ -341,7 +347,7 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
     for count in _counts(flag, text or ""):
         request = LaunchRequest(site=site, framework=framework, partition=partition, time=time_limit, account=account,
                                 image=image, output=output, experiment=experiment, requeue=requeue,
-                                run_name="%s%04d" % (key[0], count), trainer=trainer, **{key: count})
+                                run_name="%s%04d" % (key[0], count), trainer=trainer, allow_large=allow_large, **{key: count})
         request, plan, script = prepare(request, dry_run=dry_run)
         check_image(plan, dry_run)
         jobs.append((request, plan, script))
@@ -397,12 +403,14 @@ STATUS_HEADERS = ("run", "site", "job", "scheduler", "metrics", "epochs", "image
 STATUS_LEAVE_OUT = ("results", "site", "job", "images/s", "epochs")
 
 
-def show_status(runs: List[RunDir]) -> None:
-    """A table of the runs (scheduler state, metrics status, epochs done, images/s), then why any failed."""
+def show_status(runs: List[RunDir]) -> int:
+    """A table of the runs (scheduler state, metrics status, epochs done, images/s), then why any failed,
+    and a `rejected:` line for each run whose files cannot be read (exit code 1, else 0)."""
     from launcher.runs.failures import scheduler_label
     from launcher.runs.runstate import observe
     from launcher.tables import fit_table
 
+    runs, rejected = readable(runs)
     rows, reasons = [], []
     for snapshot in observe(runs):
         p = snapshot.progress
@@ -415,9 +423,13 @@ def show_status(runs: List[RunDir]) -> None:
         figures = run_figures(snapshot)
         if figures:
             reasons.append("%s: %s" % (snapshot.name, figures))
-    out.print(fit_table("dlaunch runs", STATUS_HEADERS, rows, out.width, leave_out=STATUS_LEAVE_OUT))
+    if rows:
+        out.print(fit_table("dlaunch runs", STATUS_HEADERS, rows, out.width, leave_out=STATUS_LEAVE_OUT))
     for line in reasons:
         out.print(line, markup=False, highlight=False)
+    for message in rejected:
+        err.print("rejected: %s" % escape(message), highlight=False)
+    return 1 if rejected else 0
 
 
 def run_figures(snapshot: "Snapshot") -> str:
@@ -456,9 +468,8 @@ def status(run_dirs: RunDirs = None) -> int:
         return runs()
     found = find_runs(run_dirs)
     if not found:
-        raise DlaunchError("no run directories under %s" % ", ".join(str(p) for p in run_dirs))
-    show_status(found)
-    return 0
+        raise DlaunchError("no run directories under %s" % ", ".join(escape(str(p)) for p in run_dirs))
+    return show_status(found)
 
 
 @app.command()
@@ -466,9 +477,8 @@ def runs(directory: Annotated[Path, typer.Argument(help="folder holding run dire
     """The run directories under DIRECTORY (default ./runs), newest first, with state and figures."""
     found = newest_first(find_runs([directory]))
     if not found:
-        raise DlaunchError("no run directories under %s" % directory)
-    show_status(found)
-    return 0
+        raise DlaunchError("no run directories under %s" % escape(str(directory)))
+    return show_status(found)
 
 
 def watch_runs(targets: List[Path], interval: float = 5.0, once: bool = False) -> int:
@@ -509,9 +519,11 @@ def logs(run_dir: RunDirArg) -> int:
             err.print("no log in %s: the run %s (%s)" % (run.path, snapshot.progress.status, why_failed(snapshot)))
             return 1
         err.print("no log in %s yet (state: %s)" % (run.path, snapshot.state))
+    from launcher.boundary import copy_log
+
     for path in files:
-        err.rule(str(path))
-        out.out(path.read_text(encoding="utf-8", errors="replace"), end="")
+        err.rule(display_path(path))
+        copy_log(path, lambda text: out.out(text, end="", highlight=False))
     return 0
 
 
@@ -529,7 +541,7 @@ def cancel(run_dir: RunDirArg) -> int:
     return 0
 
 
-SITES_HEADERS = ("name", "aliases", "scheduler", "GPUs per node", "container", "file")
+SITES_HEADERS = ("name", "aliases", "scheduler", "GPUs per node", "container", "description", "file")
 SITES_LEAVE_OUT = ("container", "scheduler", "GPUs per node", "aliases")
 
 
@@ -546,10 +558,10 @@ def sites(ctx: typer.Context) -> None:
         try:
             site = load_site(path)
         except DlaunchError as e:  # listed, not fatal: `dlaunch sites check FILE` says more
-            rows.append((name, "", "unreadable", "", "", str(e)))
+            rows.append((escape(name), "", "unreadable", "", "", escape(str(e)), display_path(path)))
             continue
         rows.append((site.name, ", ".join(site.aliases), site.scheduler.kind, str(site.gpus_per_node),
-                     site.container.kind, display_path(path)))
+                     site.container.kind, escape(site.description), display_path(path)))
     out.print(fit_table("sites", SITES_HEADERS, rows, out.width, leave_out=SITES_LEAVE_OUT))
 
 
@@ -568,7 +580,7 @@ def sites_check(path: Annotated[Path, typer.Argument(help="profile file")]) -> i
     from launcher.jobs.sites import load_site
 
     site = load_site(path)
-    out.print("%s: ok (site %s)" % (path, site.name))
+    out.print("%s: ok (site %s)" % (display_path(path), site.name), highlight=False)
     return 0
 
 
@@ -579,12 +591,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         result = app(args=args, prog_name="dlaunch", standalone_mode=False)
     except DlaunchError as e:
-        err.print("dlaunch: error: %s" % e)
+        err.print("dlaunch: error: %s" % escape(str(e)), highlight=False)
         return e.exit_code
     except typer.Abort:
         return 130
     except typer.TyperException as e:
-        err.print("dlaunch: error: %s" % e.format_message())
+        err.print("dlaunch: error: %s" % escape(e.format_message()), highlight=False)
         return e.exit_code
     return result if isinstance(result, int) else 0
 

@@ -34,7 +34,7 @@ def image_name(framework: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_A
     """`<stack>-<framework>-<arch>`, the name every image kind is built from."""
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r} (one of {', '.join(FRAMEWORKS)})")
-    if not re.match(r"^[a-z][a-z0-9_-]*$", stack):
+    if not re.fullmatch(r"[a-z][a-z0-9_-]*", stack):
         raise ValueError(f"bad image stack name {stack!r}")
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r} (one of {', '.join(ARCHITECTURES)})")

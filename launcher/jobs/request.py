@@ -5,11 +5,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
+from launcher.boundary import NAME, check_name
 from launcher.errors import DlaunchError
 from train.config import FLAGS, FRAMEWORKS, Flag  # the trainer's own definitions (torch-free module)
 from train.framework_table import FRAMEWORKS as FRAMEWORK_TABLE
 
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+SAFE_NAME = re.compile(NAME)  # match it whole (fullmatch)
 
 
 # The trainer's flags that users set through dlaunch (the rest come from the run directory and the
@@ -36,6 +37,7 @@ class LaunchRequest:
     trainer: Tuple[Tuple[str, Any], ...] = ()  # (flag name, value), only flags the user set
     resume: bool = False
     requeue: Optional[bool] = None  # run again after a node failure (None: the site's default)
+    allow_large: bool = False  # --allow-large: beyond the limits that catch typos (launcher/boundary.py LIMITS)
 
     def __post_init__(self) -> None:
         if self.framework not in FRAMEWORKS:
@@ -48,8 +50,8 @@ class LaunchRequest:
             if value is not None and value < 1:
                 raise DlaunchError("%s: must be at least 1, got %d" % (flag, value))
         for flag, value in (("--experiment", self.experiment), ("--run-name", self.run_name)):
-            if value is not None and not SAFE_NAME.match(value):
-                raise DlaunchError("%s: %r may only contain letters, digits and _.+- (not first)" % (flag, value))
+            if value is not None:
+                check_name(flag, value)
 
     def option(self, name: str, default: Any = None) -> Any:
         """The value of trainer flag `name` if the user set it."""

@@ -1,14 +1,17 @@
 """Validated building blocks of site profiles (pydantic), shared by `sites.py` and the backends.
 
 Every pattern here is a promise to `render.py`: a value that matches it may appear in a batch
-script (quoted or inside a directive line) without changing the script's meaning.
+script (quoted or inside a directive line) without changing the script's meaning. Pydantic matches
+them as whole strings; Python code must use `re.fullmatch` (`re.match` with `$` passes `value\n`).
 """
 import re
 from typing import Annotated, List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
+from launcher.boundary import NAME
+
+SAFE_NAME = "^%s$" % NAME
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # Open MPI's OMPI_MCA_btl etc. are lowercase
 OPTION = r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@+=-]+)?$"
 MODULE = r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$"
@@ -33,16 +36,19 @@ Bind = Annotated[str, StringConstraints(pattern=BIND)]
 Word = Annotated[str, StringConstraints(pattern=WORD)]
 EnvValue = Annotated[str, StringConstraints(pattern=ENV_VALUE)]
 
-_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_TIME = re.compile(r"(?:([0-9]{1,4})-)?([0-9]{1,6})(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?")  # ASCII digits only
 
 
 def parse_time(text: str) -> int:
-    """Seconds of a Slurm time limit (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`)."""
-    m = _TIME.match(text.strip())
+    """Seconds of a Slurm time limit (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`);
+    minutes and seconds below 60, hours below 24 after days (`25:99:00` is a typo, not 26:39:00)."""
+    m = _TIME.fullmatch(text.strip())
     if not m:
         raise ValueError("%r is not a Slurm time (HH:MM:SS or D-HH:MM:SS)" % text)
     days, a, b, c = m.groups()
     a, b, c = int(a), int(b or 0), int(c or 0)
+    if any(int(v) >= 60 for v in m.groups()[2:] if v is not None) or (days is not None and a >= 24):
+        raise ValueError("%r is not a Slurm time: minutes and seconds go to 59, hours after days to 23" % text)
     if days is not None:
         seconds = int(days) * 86400 + a * 3600 + b * 60 + c
     elif m.group(4) is not None:

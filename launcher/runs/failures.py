@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from launcher.boundary import LOG_TAIL_BYTES, log_tail, printable
+
 ATTEMPT = re.compile(r"^dlaunch: job \S+ attempt (\d+)\b")
 _SYMPTOM = (r"Connection (closed|reset) by peer|Broken pipe|Socket Timeout|remote process exited|"
             r"communicator was aborted|Connection refused|timed out|Timeout")
@@ -40,13 +42,14 @@ class Cause:
     line: str
 
     def __str__(self) -> str:
-        return "%s: %s" % (self.where, self.line)
+        return "%s: %s" % (self.where, printable(self.line))
 
 
 def attempts(path: Path) -> List[List[Tuple[int, str]]]:
-    """The log's attempts, newest first, each as (line number, line)."""
+    """The log's attempts, newest first, each as (line number, line); of a log longer than
+    LOG_TAIL_BYTES only its end (launcher/boundary.py), line numbers counted from there (`log_name`)."""
     sections: List[List[Tuple[int, str]]] = [[]]
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for number, line in enumerate(log_tail(path)[0].splitlines(), 1):
         if ATTEMPT.match(line) and sections[-1]:
             sections.append([])
         sections[-1].append((number, line.strip()))
@@ -64,11 +67,21 @@ def best_cause(lines: Sequence[Tuple[int, str]], name: str) -> Optional[Cause]:
     return best
 
 
+def log_name(path: Path) -> str:
+    """The log's name as a cause names it: `slurm-12.out`, or for a log read from its end only
+    `slurm-12.out (last 4 MiB)` (its line numbers count from there)."""
+    try:
+        cut = path.lstat().st_size > LOG_TAIL_BYTES
+    except OSError:
+        cut = False
+    return "%s (last %d MiB)" % (path.name, LOG_TAIL_BYTES // 2 ** 20) if cut else path.name
+
+
 def explain(logs: Sequence[Path]) -> Optional[Cause]:
     """The cause of the newest attempt that shows one; `logs` oldest first (`RunDir.log_files`)."""
     for path in reversed(logs):
         for lines in attempts(path):
-            cause = best_cause(lines, path.name)
+            cause = best_cause(lines, log_name(path))
             if cause:
                 return cause
     return None

@@ -17,11 +17,13 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Literal, Optional, Sequence, Tuple
+from typing import Annotated, Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple
 
 import typer
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from launcher.boundary import ALLOW_LARGE, LIMITS, escape, quoted, read_json, read_text, whole
+from launcher.cli import AllowLarge
 from launcher.errors import DlaunchError
 from launcher.jobs.request import FRAMEWORKS, LaunchRequest, check_trainer_value
 from launcher.runs.rundir import RunDir, display_path, find_runs
@@ -36,12 +38,15 @@ STUDY_INFO = "study.json"
 DIMENSIONS = ("framework", "loader", "model", "gpus", "nodes", "schedule")
 METRICS = ("images_per_s", "speedup", "efficiency", "comm_share")
 
+FILE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"  # a file directly in data/published/: no folder, no `..`
+LISTS = {"framework": "frameworks", "loader": "loaders", "model": "models", "gpus": "gpus", "nodes": "nodes",
+         "schedule": "schedules"}  # a dimension -> the matrix's list of its values
 SafeName = Annotated[str, StringConstraints(pattern=SAFE_NAME)]
 Count = Annotated[int, Field(gt=0)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 def _check_recipe(recipe: Dict[str, Any]) -> Dict[str, Any]:
@@ -76,8 +81,8 @@ class Compare(_Model):
     @field_validator("file")
     @classmethod
     def _exists(cls, name: str) -> str:
-        if not (PUBLISHED_DIR / name).is_file():
-            raise ValueError("%s is not a file in data/published/" % name)
+        if not whole(FILE_NAME, name) or not (PUBLISHED_DIR / name).is_file() or (PUBLISHED_DIR / name).is_symlink():
+            raise ValueError("%s is not a file in data/published/" % escape(name))
         return name
 
 
@@ -118,7 +123,30 @@ class Matrix(_WithRecipe):
     def _counts(self) -> "Matrix":
         if (self.gpus is None) == (self.nodes is None):
             raise ValueError("give exactly one of gpus and nodes")
+        for dimension, values in self.lists().items():
+            twice = [v for v in values if values.count(v) > 1]
+            if twice:  # two jobs would get one run directory
+                raise ValueError("%s: %s appears twice" % (LISTS[dimension], quoted(twice[0])))
+        lists = self.lists()
+        for i, rule in enumerate(self.exclude):  # the matrix has every combination: a rule matches one iff each value is listed
+            if not all(value in lists[key] for key, value in rule.items()):
+                raise ValueError("exclude.%d: %s matches no job of the matrix" % (i, _rule_text(rule)))
+        named = [d for d in lists if any(d in rule for rule in self.exclude)]  # only these decide
+        if not any(not _excluded(dict(zip(named, values)), self.exclude)
+                   for values in itertools.product(*(lists[d] for d in named))):
+            raise ValueError("exclude: the exclusions leave no job of the matrix")
         return self
+
+    def lists(self) -> Dict[str, List[Any]]:
+        """The matrix's dimensions (framework, loader, model, gpus or nodes, schedule) and their values."""
+        return {"framework": self.frameworks, "loader": self.loaders, "model": self.models,
+                self.count_key: list(self.gpus or self.nodes or []), "schedule": self.schedules}
+
+    def points(self) -> Iterator[Dict[str, Any]]:
+        """Every combination of the lists, in file order (before exclusions and repeats)."""
+        lists = self.lists()
+        for values in itertools.product(*lists.values()):
+            yield dict(zip(lists, values))
 
     @property
     def count_key(self) -> str:
@@ -146,6 +174,15 @@ class Study(_WithRecipe):
         return self
 
 
+class StudyInfo(BaseModel):
+    """`study.json` in a study directory: the study, its file and the site it runs on."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    study: str
+    file: str
+    site: str
+
+
 def load_study(path: Path) -> Study:
     """Read and validate a study file; errors name the file and the field (exit code 2)."""
     return load_toml(Path(path), Study)
@@ -165,6 +202,10 @@ def _excluded(point: Dict[str, Any], exclusions: Sequence[Dict[str, Any]]) -> bo
     return any(all(point.get(k) == v for k, v in rule.items()) for rule in exclusions)
 
 
+def _rule_text(rule: Dict[str, Any]) -> str:
+    return "{%s}" % ", ".join("%s = %s" % (k, quoted(v)) for k, v in rule.items())
+
+
 def parse_only(only: Sequence[str]) -> Dict[str, List[str]]:
     """`--only key=value` filters: values of one key are alternatives, keys must all match."""
     known = ("matrix", "repeat") + DIMENSIONS
@@ -178,30 +219,33 @@ def parse_only(only: Sequence[str]) -> Dict[str, List[str]]:
 
 
 def expand(study: Study, site: str, output: Path, data: Optional[str] = None, account: Optional[str] = None,
-           image: Optional[str] = None, only: Sequence[str] = ()) -> List[Job]:
-    """Every job of the study's matrix (in file order), as requests for `site`."""
+           image: Optional[str] = None, only: Sequence[str] = (), allow_large: bool = False) -> List[Job]:
+    """Every job of the study's matrix (in file order), as requests for `site`; more than the limit of
+    `study jobs` (a typo's million) is refused as soon as it is reached, unless `allow_large`."""
     filters = parse_only(only)
     jobs = []
     for m in study.matrix:
         key = m.count_key
-        counts = m.gpus if key == "gpus" else m.nodes
         recipe = dict(study.recipe, **m.recipe)
         if data:
             recipe["data"] = data
-        for framework, loader, model, count, schedule in itertools.product(m.frameworks, m.loaders, m.models, counts or [], m.schedules):
-            point = {"framework": framework, "loader": loader, "model": model, key: count, "schedule": schedule}
+        for point in m.points():
+            framework, loader, model, count, schedule = point.values()
             if _excluded(point, m.exclude):
                 continue
             for repeat in range(1, m.repeats + 1):
                 coordinates = dict(point, matrix=m.name, repeat=repeat)
                 if any(str(coordinates.get(k)) not in values for k, values in filters.items()):
                     continue
+                if len(jobs) == LIMITS["study jobs"] and not allow_large:
+                    raise DlaunchError("study %s: more than %d jobs (at matrix %s): pass %s if you mean it"
+                                       % (study.name, LIMITS["study jobs"], m.name, ALLOW_LARGE))
                 name = "%s-%s-%s-%s%04d-%s-r%d" % (framework, loader, model, key[0], count, schedule, repeat)
                 trainer = dict(recipe, model=model, loader=loader, schedule=schedule)
                 request = LaunchRequest(site=site, framework=framework, partition=m.partition or study.partition,
                                         time=m.time or study.time, account=account, image=image, output=str(output),
                                         experiment="%s.%s" % (study.name, m.name), run_name=name,
-                                        trainer=tuple(trainer.items()), **{key: count})
+                                        trainer=tuple(trainer.items()), allow_large=allow_large, **{key: count})
                 jobs.append(Job(m.name, name, coordinates, request))
     return jobs
 
@@ -213,7 +257,7 @@ def study_dir(study: Study, output: Path) -> Path:
 def _check_site(folder: Path, site: str) -> None:
     """Refuse to add runs of another site to a study directory."""
     info = folder / STUDY_INFO
-    recorded = json.loads(info.read_text(encoding="utf-8"))["site"] if info.is_file() else site
+    recorded = read_json(info, StudyInfo, follow_links=False).site if os.path.lexists(info) else site
     if recorded != site:
         raise DlaunchError("--site: %s was run on site %s; give another --output to run it on %s"
                            % (display_path(folder), recorded, site))
@@ -225,7 +269,7 @@ def _record_study(path: Path, folder: Path, site: str) -> None:
 
     if (folder / STUDY_INFO).is_file():
         return
-    write_atomic(folder / STUDY_COPY, path.read_text(encoding="utf-8"))
+    write_atomic(folder / STUDY_COPY, read_text(path))
     write_atomic(folder / STUDY_INFO, json.dumps({"study": load_study(path).name, "file": str(path.resolve()), "site": site},
                                                  indent=2) + "\n")
 
@@ -247,7 +291,8 @@ def _data(study: Study, data: Optional[str], dry_run: bool) -> Tuple[Optional[st
 
 
 def run_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool = False, only: Sequence[str] = (),
-              data: Optional[str] = None, account: Optional[str] = None, image: Optional[str] = None) -> int:
+              data: Optional[str] = None, account: Optional[str] = None, image: Optional[str] = None,
+              allow_large: bool = False) -> int:
     """Render (--dry-run: print) or submit the jobs of a study that are missing or failed; exit code 1
     when a run here failed."""
     from launcher import cli
@@ -255,7 +300,7 @@ def run_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool 
 
     study = load_study(path)
     data, data_warning = _data(study, data, dry_run)
-    jobs = expand(study, site, output, data, account, image, only)
+    jobs = expand(study, site, output, data, account, image, only, allow_large)
     if not jobs:
         raise DlaunchError("--only: no job of study %s matches %s" % (study.name, " ".join(only)))
     folder = study_dir(study, output)
@@ -351,9 +396,10 @@ def study_run_command(
     data: Annotated[Optional[str], typer.Option(help="the dataset a study's [dataset] asks for")] = None,
     account: Annotated[Optional[str], typer.Option(help="account/budget; default: the site's account variable")] = None,
     image: Annotated[Optional[str], typer.Option(help="container image; default: images/<stack>-<framework>.sif")] = None,
+    allow_large: AllowLarge = False,
 ) -> int:
     """Submit the jobs of a study that are missing or failed (or print them with --dry-run)."""
-    return run_study(file, site, output, dry_run, only or (), data, account, image)
+    return run_study(file, site, output, dry_run, only or (), data, account, image, allow_large)
 
 
 @study_app.command("status")
@@ -361,8 +407,7 @@ def study_status_command(folder: Annotated[Path, typer.Argument(help="study dire
     """State and figures of every run of a study directory."""
     from launcher.cli import show_status
 
-    show_status(study_runs(folder))
-    return 0
+    return show_status(study_runs(folder))
 
 
 @study_app.command("report")
