@@ -24,6 +24,7 @@ Imports nothing heavy: pydantic is imported by the functions that validate.
 """
 import codecs
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -186,8 +187,14 @@ def read_json(path: Path, model: "Optional[Type[ModelT]]" = None, limit: int = M
 
 def read_toml(path: Path, model: "Type[ModelT]", limit: int = MAX_FILE_BYTES) -> "ModelT":
     """A TOML file validated with `model`; errors name the file and the field."""
+    return read_toml_text(path, model, limit)[0]
+
+
+def read_toml_text(path: Path, model: "Type[ModelT]", limit: int = MAX_FILE_BYTES) -> "Tuple[ModelT, str]":
+    """`read_toml` and the text it validated (for a copy of exactly what was read)."""
     shown = display_path(path)
-    return validate(model, parse_toml(decode(read_bytes(path, limit), shown), shown), shown)
+    text = decode(read_bytes(path, limit), shown)
+    return validate(model, parse_toml(text, shown), shown), text
 
 
 # -- logs --------------------------------------------------------------------------------------------
@@ -270,6 +277,23 @@ def fits_file_system(run_dir: Path, names: Dict[str, str]) -> None:
     if len(os.fsencode(str(run_dir))) + len("/checkpoints/last.pt.tmp") > PATH_LIMIT:
         raise DlaunchError("--output: the run directory %s is longer than the %d bytes a path may have"
                            % (escape(str(run_dir))[:80] + "...", PATH_LIMIT))
+
+
+def finite_number(low: Optional[float] = None) -> Callable[[str], float]:
+    """A typer `parser` for a float option: a finite number (`inf`, `nan` refused), at least `low`."""
+    def parse(text: str) -> float:
+        import typer
+
+        try:
+            value = float(text)
+        except ValueError:
+            raise typer.BadParameter("%s is not a number" % quoted(text)) from None
+        if not math.isfinite(value):
+            raise typer.BadParameter("%s is not a finite number" % quoted(text))
+        if low is not None and value < low:
+            raise typer.BadParameter("%s is below %g" % (quoted(text), low))
+        return value
+    return parse
 
 
 def check_value(where: str, value: str) -> str:

@@ -22,10 +22,10 @@ from rich.console import Console
 from typer.core import TyperCommand, TyperGroup
 from typer.models import CommandInfo
 
-from launcher.boundary import ALLOW_LARGE, NAME, check_limit, escape, fits_file_system, whole
+from launcher.boundary import ALLOW_LARGE, NAME, check_limit, escape, finite_number, fits_file_system, whole
 from launcher.errors import DlaunchError, SchedulerError
 from launcher.jobs.request import FRAMEWORKS, TRAINER_FLAGS, LaunchRequest
-from launcher.runs.rundir import RunDir, default_run_name, display_path, find_runs, newest_first, readable
+from launcher.runs.rundir import SITE_PROFILE, RunDir, default_run_name, display_path, find_runs, newest_first, readable
 from launcher.paths import REPO
 
 if TYPE_CHECKING:
@@ -193,11 +193,11 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
     """Resolve the site, complete and check the request, render the script (nothing is written)."""
     from launcher.jobs.plan import build_plan, resolve_account
     from launcher.jobs.render import render_script
-    from launcher.jobs.sites import resolve_site
+    from launcher.jobs.sites import resolve_profile
 
     if not request.site:
         raise DlaunchError("--site: required (see `dlaunch sites`)")
-    site = resolve_site(request.site)
+    site, profile = resolve_profile(request.site)
     experiment = request.experiment or "%s-%s-%s" % (site.name, request.framework, request.option("model", "resnet50"))
     from launcher.jobs.imagepaths import check_loader, default_image_for_site, driver_warning
 
@@ -221,6 +221,7 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
             err.print("dlaunch: warning: %s (the dry run renders the script without it)" % e)
     plan = build_plan(site, request, run_dir=str(run_dir), git_revision=revision, image=request.image,
                       environ=os.environ, require_account=not dry_run)
+    plan = dataclasses.replace(plan, profile=profile)
     for warning in plan.warnings:
         err.print("dlaunch: warning: %s" % warning)
     header = "dlaunch %s: site %s, %s, %d node(s) x %d processes" % (
@@ -234,6 +235,7 @@ def submit(request: LaunchRequest, plan: "LaunchPlan", script: str, run: RunDir)
     from launcher.schedulers import scheduler_for
 
     run.write("job.sh", script, mode=0o755)
+    run.write(SITE_PROFILE, plan.profile)  # what the job was made from: `archive` bundles this, never a path
     run.write_plan(plan.to_dict(), request.to_dict())
     scheduler = scheduler_for(plan.scheduler)
     if plan.scheduler == "local":  # runs in this process's child: `dlaunch watch` checks that it lives
@@ -496,7 +498,7 @@ def watch_runs(targets: List[Path], interval: float = 5.0, once: bool = False) -
 def watch(targets: Annotated[List[Path], typer.Argument(help="run, experiment or study directories (or an experiment's name under ./runs)",
                                                       autocompletion=complete_run_dir, show_default=False)],
           once: Annotated[bool, typer.Option("--once", help="show the state once and exit (for cron): 1 when a run failed")] = False,
-          interval: Annotated[float, typer.Option(min=0.1, help="seconds between looks at the runs")] = 5.0) -> int:
+          interval: Annotated[float, typer.Option(parser=finite_number(low=0.1), help="seconds between looks at the runs (at least 0.1)")] = 5.0) -> int:
     """Follow runs to their end: progress, images/s, loss, ETA, queue place, why one failed.
 
     Live in a terminal; through a pipe one plain line per change. Ends when every run has ended;

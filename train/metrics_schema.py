@@ -24,7 +24,7 @@ import json
 import math
 import os
 import stat
-from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Optional, Tuple
 
 SCHEMA = "dlaunch.metrics"
 VERSION = 2
@@ -311,21 +311,26 @@ def iter_records(path: str, follow_links: bool = True) -> Iterator[Dict[str, Any
     except FileRefused as e:
         raise MetricsError("%s: %s" % (path, e)) from None
     with f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-                if not line.strip():
-                    continue
-                record = json.loads(line)
-                validate_record(record)
-                check_bounds(record)
-            except UnicodeDecodeError as e:
-                raise MetricsError("%s:%d: not UTF-8 text (byte 0x%02x at column %d)" % (path, lineno, raw[e.start], e.start + 1)) from None
-            except RecursionError:
-                raise MetricsError("%s:%d: nested too deeply" % (path, lineno)) from None
-            except (ValueError, MetricsError) as e:
-                raise MetricsError("%s:%d: %s" % (path, lineno, e)) from None
-            yield record
+        yield from parse_records(f, path)
+
+
+def parse_records(lines: Iterable[bytes], path: str) -> Iterator[Dict[str, Any]]:
+    """The validated records of a metrics file's lines (bytes); MetricsError names `path` and the line."""
+    for lineno, raw in enumerate(lines, 1):
+        try:
+            line = raw.decode("utf-8")
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            validate_record(record)
+            check_bounds(record)
+        except UnicodeDecodeError as e:
+            raise MetricsError("%s:%d: not UTF-8 text (byte 0x%02x at column %d)" % (path, lineno, raw[e.start], e.start + 1)) from None
+        except RecursionError:
+            raise MetricsError("%s:%d: nested too deeply" % (path, lineno)) from None
+        except (ValueError, MetricsError) as e:
+            raise MetricsError("%s:%d: %s" % (path, lineno, e)) from None
+        yield record
 
 
 class Metrics:
@@ -351,6 +356,11 @@ class Metrics:
     def status(self) -> str:
         """`running` while no end record exists, else the last end record's status."""
         return self.end["status"] if self.end else "running"
+
+
+def parse_metrics(data: bytes, path: str) -> Metrics:
+    """A metrics file's content (e.g. an archive's member) read as `read_metrics` reads the file `path`."""
+    return Metrics(path, list(parse_records(data.splitlines(keepends=True), path)))
 
 
 def read_metrics(path: str, follow_links: bool = True) -> Metrics:

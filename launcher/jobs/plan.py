@@ -44,10 +44,12 @@ class LaunchPlan:
     command: Tuple[Tuple[str, ...], ...]  # lines in front of the trainer's flags: step, container, launch
     trainer_argv: Tuple[str, ...]
     warnings: Tuple[str, ...] = ()  # for the user, before submission; nothing in the script
+    profile: str = ""  # the site profile's text as read: the run directory keeps it (`site.toml`), not its path
 
     def to_dict(self) -> Dict[str, Any]:
         data = dataclasses.asdict(self)
         data["prelude"] = [dict(type=type(item).__name__, **dataclasses.asdict(item)) for item in self.prelude]
+        del data["profile"]  # a file of its own
         return data
 
 

@@ -1,12 +1,12 @@
 """Site profiles: TOML files validated by pydantic, found by name, alias or path (schema: docs/sites.md)."""
 import os
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Literal, Optional, Type
+from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Type
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from launcher.errors import DlaunchError
-from launcher.boundary import ModelT, read_toml
+from launcher.boundary import ModelT, read_toml, read_toml_text
 from launcher.runtimes import NoContainer
 from launcher.runtimes import config_union as runtime_configs
 from launcher.schedulers import config_union as scheduler_configs
@@ -162,6 +162,11 @@ def load_site(path: Path) -> Site:
     return load_toml(path, Site)
 
 
+def load_profile(path: Path) -> Tuple[Site, str]:
+    """One profile and its text as read (a run directory keeps the text: `site.toml`)."""
+    return read_toml_text(path, Site)
+
+
 def site_dirs() -> List[Path]:
     """Where profiles are looked up by name: user folders first, then the shipped ones."""
     user = os.environ.get("DLAUNCH_SITES_DIR")
@@ -182,19 +187,24 @@ def available_sites() -> Dict[str, Path]:
 
 def resolve_site(name_or_path: str) -> Site:
     """A profile by file path (`x.toml`), file name, profile name or alias."""
+    return resolve_profile(name_or_path)[0]
+
+
+def resolve_profile(name_or_path: str) -> Tuple[Site, str]:
+    """`resolve_site` and the profile's text as read."""
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
-        return load_site(Path(name_or_path))
+        return load_profile(Path(name_or_path))
     files = available_sites()
     if name_or_path in files:
-        return load_site(files[name_or_path])
+        return load_profile(files[name_or_path])
     unreadable = []
     for path in files.values():  # aliases: one broken user profile must not hide the others
         try:
-            site = load_site(path)
+            site, text = load_profile(path)
         except DlaunchError as e:
             unreadable.append(str(e))
             continue
         if name_or_path == site.name or name_or_path in site.aliases:
-            return site
+            return site, text
     hint = "; unreadable profile %s" % unreadable[0] if unreadable else ""
     raise DlaunchError("--site: unknown site %r (known: %s)%s" % (name_or_path, ", ".join(files), hint))

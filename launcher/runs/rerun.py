@@ -9,11 +9,13 @@ and `DLAUNCH_PARENT_RUN`, which the trainer writes into its header as `parent_ru
 """
 import json
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, List, Optional, Tuple
 
 import typer
 
+from launcher.boundary import escape
 from launcher.errors import DlaunchError
 from launcher.jobs.request import FLAGS_BY_NAME, LaunchRequest
 from launcher.runs.rundir import RunDir
@@ -34,7 +36,7 @@ def read_result(result: Path) -> Tuple[Metrics, str]:
         return read_member(bundle, member), "%s:%s" % (bundle.resolve(), member)
     path = result / METRICS_FILE if result.is_dir() else result
     if not path.is_file():
-        raise DlaunchError("%s: no metrics file (give a metrics.jsonl, a run directory or ARCHIVE.tar.gz:RUN)" % result)
+        raise DlaunchError("%s: no metrics file (give a metrics.jsonl, a run directory or ARCHIVE.tar.gz:RUN)" % escape(str(result)))
     try:
         return read_metrics(str(path)), str(path.resolve())
     except MetricsError as e:
@@ -55,7 +57,7 @@ def request_of(metrics: Metrics, site: str, nodes: Optional[int], gpus: Optional
     if data:
         options["data"] = data
     count = {"nodes": nodes} if nodes else {"gpus": gpus or asked["world_size"]}
-    experiment = "rerun-%s" % (metrics.header.get("experiment") or "run").replace("/", "-")
+    experiment = "rerun-%s" % re.sub(r"[^A-Za-z0-9_.+-]", "-", metrics.header.get("experiment") or "run")[:100]
     return LaunchRequest(site=site, framework=asked["framework"], output=output, experiment=experiment,
                          trainer=tuple(options.items()), **count)
 
@@ -93,7 +95,11 @@ def rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Optional[i
     if nodes and gpus:
         raise DlaunchError("--nodes/--gpus: give one of them")
     metrics, parent = read_result(result)
-    request, plan, script = cli.prepare(request_of(metrics, site, nodes, gpus, output, data), dry_run=dry_run)
+    try:
+        asked = request_of(metrics, site, nodes, gpus, output, data)
+    except DlaunchError as e:  # what the header recorded, not what was typed here
+        raise DlaunchError("%s: header: %s" % (escape(parent), e)) from None
+    request, plan, script = cli.prepare(asked, dry_run=dry_run)
     cli.check_image(plan, dry_run)
     rows = differences(metrics, request, plan)
     if dry_run:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from launcher.jobs.request import LaunchRequest
 
 LOCAL_LOG = "local.log"
+SITE_PROFILE = "site.toml"  # the site profile's text the job was made from
 
 
 def default_run_name() -> str:
