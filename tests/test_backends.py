@@ -106,7 +106,7 @@ def test_pyxis_puts_the_container_into_srun_options_not_in_front_of_the_command(
     step = plan.command[0]
     assert step[0] == "srun" and "--container-image=nvcr.io#nvidia/pytorch:25.12-py3" in step
     assert "--container-mounts=/p/data:/data:ro,/scratch/runs/exp/run" in step
-    assert plan.command[1] == ()  # nothing in front of torchrun
+    assert plan.command[2] == ()  # nothing in front of torchrun but the task variables (command[1])
     with pytest.raises(DlaunchError, match="--image: 'nvcr.io/nvidia/pytorch' is neither"):
         plan_for(site, LaunchRequest(site="generic-slurm", framework="ddp", image="nvcr.io/nvidia/pytorch", **REQUEST))
 
@@ -247,8 +247,9 @@ def test_parameter_server_job_places_coordinator_servers_and_workers():
     site = Site.model_validate(data)
     script = script_for(site, LaunchRequest(site="generic-slurm", framework="mx-ps-async", **REQUEST))
     assert "#SBATCH --ntasks=5" in script and "--ntasks-per-node" not in script
-    assert 'DLAUNCH_HOSTS="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)"' in script
-    assert "srun --ntasks=5 --kill-on-bad-exit=1 \\\n  /opt/mx/bin/python -m train.mx \\\n  --framework mx-ps-async" in script
+    assert 'DLAUNCH_NODELIST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)"' in script
+    assert "srun --ntasks=5 --kill-on-bad-exit=1 \\\n  bash -c " in script
+    assert "dlaunch-task \\\n  /opt/mx/bin/python -m train.mx \\\n  --framework mx-ps-async" in script
     assert "--checkpoint-dir" not in script and "--overcommit" not in script  # no checkpoints; 32 cores per node
     allreduce = script_for(site, LaunchRequest(site="generic-slurm", framework="tf-allreduce", **REQUEST))
     assert "#SBATCH --ntasks-per-node=1" in allreduce and "python -m train.tf" in allreduce

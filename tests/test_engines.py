@@ -1,8 +1,9 @@
 """The TensorFlow, MXNet and PyTorch parameter-server trainers as real multi-process jobs on this machine.
 
 Every mode runs 2 workers plus the coordinator and server tasks its row asks for, one process per task
-with the variables one node of a Slurm step would give it (SLURM_PROCID, SLURM_NTASKS,
-SLURM_TASKS_PER_NODE) and DLAUNCH_HOSTS=localhost (Slurm itself: tests/test_slurm_engines.py). The
+with the neutral variables one node of a job step gives it (train/jobenv.py: DLAUNCH_TASK_ID,
+DLAUNCH_NTASKS, DLAUNCH_TASKS_PER_NODE, DLAUNCH_NODELIST=localhost; Slurm itself:
+tests/test_slurm_engines.py). The
 TensorFlow and MXNet runs use their own environments (scripts/bootstrap-engines.sh) and are skipped,
 saying so, where those are missing.
 """
@@ -14,8 +15,9 @@ from typing import List, Tuple
 import pytest
 
 from train.config import ConfigError
-from train.engines import engine_config, expand_tasks_per_node, local_task_env, run_local_step, task_layout
+from train.engines import engine_config, local_task_env, run_local_step, task_layout
 from train.framework_table import TASK_PER_WORKER
+from train.jobenv import expand_tasks_per_node, step_environment
 from train.metrics_schema import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,17 +54,22 @@ def assert_all_ok(results: List[Tuple[int, str]]) -> None:
 # -- roles from the allocation (no engine needed) ------------------------------------------------
 
 
-def test_slurm_tasks_per_node_forms_expand():
+def task_env(task: int, ntasks: int, **more: str) -> dict:
+    """A task's neutral variables (local and node ids do not matter to the layout)."""
+    return dict(step_environment(task, ntasks, 0, 0), **more)
+
+
+def test_tasks_per_node_forms_expand():
     assert expand_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
     assert expand_tasks_per_node("4") == [4]
-    with pytest.raises(ConfigError, match="SLURM_TASKS_PER_NODE"):
+    with pytest.raises(ConfigError, match="DLAUNCH_TASKS_PER_NODE"):
         expand_tasks_per_node("2(3)")
 
 
 def test_two_node_parameter_server_step_places_coordinator_servers_and_workers():
     # 2 nodes, 2 workers + 1 server each, 1 coordinator: Slurm puts 4 tasks on the first node, 3 on the second.
-    env = {"SLURM_NTASKS": "7", "SLURM_TASKS_PER_NODE": "4,3", "DLAUNCH_HOSTS": "n1,n2", "MASTER_PORT": "29500"}
-    layouts = [task_layout(dict(env, SLURM_PROCID=str(t)), coordinators=1, servers_per_node=1) for t in range(7)]
+    env = {"DLAUNCH_TASKS_PER_NODE": "4,3", "DLAUNCH_NODELIST": "n1,n2", "MASTER_PORT": "29500"}
+    layouts = [task_layout(task_env(t, 7, **env), coordinators=1, servers_per_node=1) for t in range(7)]
     assert layouts[0].roles == ("coordinator", "server", "worker", "worker", "server", "worker", "worker")
     assert layouts[0].addresses("server") == ["n1:29502", "n2:29501"]
     assert layouts[0].worker_hosts == ["n1", "n1", "n2", "n2"]
@@ -70,13 +77,17 @@ def test_two_node_parameter_server_step_places_coordinator_servers_and_workers()
 
 
 def test_layout_errors_name_the_variable():
-    with pytest.raises(ConfigError, match="SLURM_PROCID"):
-        task_layout({"SLURM_NTASKS": "2", "DLAUNCH_HOSTS": "a"})
+    with pytest.raises(ConfigError, match="DLAUNCH_TASK_ID"):
+        task_layout({"DLAUNCH_NTASKS": "2", "DLAUNCH_LOCAL_TASK_ID": "0", "DLAUNCH_NODE_ID": "0",
+                     "DLAUNCH_NODELIST": "a"})
+    with pytest.raises(ConfigError, match="DLAUNCH_TASK_ID 2 outside DLAUNCH_NTASKS 2"):
+        task_layout(task_env(2, 2, DLAUNCH_NODELIST="a"))
+    with pytest.raises(ConfigError, match="DLAUNCH_NODELIST"):
+        task_layout(task_env(0, 2))
     with pytest.raises(ConfigError, match="do not match"):
-        task_layout({"SLURM_PROCID": "0", "SLURM_NTASKS": "3", "SLURM_TASKS_PER_NODE": "2", "DLAUNCH_HOSTS": "a"})
+        task_layout(task_env(0, 3, DLAUNCH_TASKS_PER_NODE="2", DLAUNCH_NODELIST="a"))
     with pytest.raises(ConfigError, match="no worker"):
-        task_layout({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "DLAUNCH_HOSTS": "a"}, coordinators=1,
-                    servers_per_node=1)
+        task_layout(task_env(0, 2, DLAUNCH_NODELIST="a"), coordinators=1, servers_per_node=1)
 
 
 @pytest.mark.parametrize("mode, engine, message", [
@@ -104,8 +115,8 @@ def test_wrong_mode_exits_2_with_one_line_before_importing_tensorflow():
 
 def test_mxnet_roles_become_ps_lite_variables():
     from train.mx.roles import dmlc_environment
-    env = {"SLURM_NTASKS": "4", "SLURM_TASKS_PER_NODE": "4", "DLAUNCH_HOSTS": "localhost", "DLAUNCH_ENGINE_PORT": "9000"}
-    layout = task_layout(dict(env, SLURM_PROCID="3"), coordinators=1, servers_per_node=1)
+    env = {"DLAUNCH_TASKS_PER_NODE": "4", "DLAUNCH_NODELIST": "localhost", "DLAUNCH_ENGINE_PORT": "9000"}
+    layout = task_layout(task_env(3, 4, **env), coordinators=1, servers_per_node=1)
     assert dmlc_environment(layout) == {
         "DMLC_ROLE": "worker", "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9000", "DMLC_NUM_SERVER": "1",
         "DMLC_NUM_WORKER": "2", "DMLC_NODE_HOST": "127.0.0.1"}

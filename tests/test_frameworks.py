@@ -124,9 +124,10 @@ def test_horovod_job_size_comes_from_the_most_specific_launcher_variable():
     from train.frameworks.horovod import expected_size
 
     assert expected_size({}) is None
-    assert expected_size({"SLURM_NTASKS": "8", "WORLD_SIZE": "4"}) == ("WORLD_SIZE", 4)
-    assert expected_size({"SLURM_NTASKS": "8", "OMPI_COMM_WORLD_SIZE": "2"}) == ("OMPI_COMM_WORLD_SIZE", 2)
-    assert expected_size({"SLURM_NTASKS": "8", "PMI_SIZE": "8", "HOROVOD_SIZE": "2"}) == ("HOROVOD_SIZE", 2)
+    assert expected_size({"DLAUNCH_NTASKS": "8"}) == ("DLAUNCH_NTASKS", 8)
+    assert expected_size({"DLAUNCH_NTASKS": "8", "WORLD_SIZE": "4"}) == ("WORLD_SIZE", 4)
+    assert expected_size({"DLAUNCH_NTASKS": "8", "OMPI_COMM_WORLD_SIZE": "2"}) == ("OMPI_COMM_WORLD_SIZE", 2)
+    assert expected_size({"DLAUNCH_NTASKS": "8", "HOROVOD_SIZE": "2"}) == ("HOROVOD_SIZE", 2)
 
 
 @pytest.mark.horovod

@@ -13,8 +13,11 @@ from launcher.cli import app
 from launcher.errors import DlaunchError
 from launcher.analysis.perfmodel import (
     AACH2023_MACHINE,
+    AACH2023_STATEMENTS,
     CALIBRATION_MAX_GPUS,
+    STATEMENT_TOLERANCE,
     Workload,
+    calibrated_workload,
     calibration_runs,
     fit_machine,
     fit_published,
@@ -22,18 +25,24 @@ from launcher.analysis.perfmodel import (
     gradient_bytes,
     leave_one_out,
     load_published,
+    load_statements,
+    loader_spread,
     messages,
     predict,
     published_workload,
+    step_times,
+    storage_floor,
     workload_from_options,
 )
 from launcher.analysis.perfmodel_nccl import Machine, harmonic, straggler_factor
 from test_analysis import write_run
 
 # Extrapolated from Table 2a's 4-64 GPUs to 128-1024: the errors recorded in benchmarks/README.md
-# (comm share, percentage points, rounded up). DALI meets the issue's goal (mean 5, max 10); the native
-# loader's jump at 128-256 GPUs needs the site's storage ceiling, which is not known (see the README).
-EXTRAPOLATION_BOUNDS_PP = {"dali": (2.0, 2.5), "native": (20.0, 26.0)}
+# (comm share, percentage points, rounded up): NCCL's share of all kernel time as published, and
+# renormalised to NCCL + cuDNN + I/O kernels (the v2 yardstick). DALI meets the issue's goal (mean 5,
+# max 10) on both; the native loader does not at 128 GPUs (its storage knee, see the README).
+EXTRAPOLATION_BOUNDS_PP = {"dali": (1.5, 2.0), "native": (7.0, 14.0)}
+GOAL_PP = (5.0, 10.0)
 
 JUWELS_LIKE = Machine(gpus_per_node=4, latency_us=5.0, bandwidth_gbps_per_node=800.0, intra_node_gbps=2400.0)
 RUNNER = CliRunner(env={"COLUMNS": "200"})  # wide enough for rich to print whole numbers
@@ -93,7 +102,7 @@ def test_step_time_throughput_and_efficiency():
     assert eight.step_s == pytest.approx(0.25 + eight.exposed_comm_s)
     assert eight.images_per_s == pytest.approx(8 * 64 / eight.step_s)
     assert eight.efficiency == pytest.approx(0.25 / eight.step_s)
-    assert eight.comm_share == pytest.approx(eight.kernel_comm_s / (eight.kernel_comm_s + 0.25))
+    assert eight.comm_share == pytest.approx(eight.kernel_comm_s / (eight.kernel_comm_s + 0.2))  # of kernel time: no data wait
     assert eight.nodes == 2
 
 
@@ -110,15 +119,38 @@ def test_buckets_overlap_back_propagation_and_only_the_rest_is_exposed():
     assert after.exposed_comm_s == pytest.approx(after.comm_s)  # ZeRO-0 all-reduces after back-propagation
 
 
-def test_stragglers_wait_for_the_slowest_rank_and_kernel_time_counts_more_than_the_step_waits():
-    assert harmonic(1) == 1.0 and harmonic(4) == pytest.approx(25 / 12) and straggler_factor(1) == 0.0
-    machine = replace(JUWELS_LIKE, noise_s=0.01, beside_compute=0.2)
-    (p,) = predict(RESNET50, machine, [256])
-    waits = (math.sqrt(0.01 * 0.25) + 0.05) * straggler_factor(256)  # noise over the busy time + the loader's data wait
-    assert p.wait_s == pytest.approx(waits)
-    (bare,) = predict(RESNET50, JUWELS_LIKE, [256])
-    assert p.exposed_comm_s == pytest.approx(bare.exposed_comm_s - 0.05 * straggler_factor(256) + waits)
-    assert p.kernel_comm_s == pytest.approx(p.comm_s + waits + 0.2 * 2 / 3 * 0.2)
+def test_every_kernel_waits_for_the_slowest_peer_but_the_step_only_at_the_last_message():
+    workload = replace(RESNET50, data_s=0.005)
+    machine = replace(JUWELS_LIKE, noise_s=1e-6, beside_compute=0.2)
+    (p,) = predict(workload, machine, [64])
+    spread = straggler_factor(64)
+    assert loader_spread(64, 64) == pytest.approx(spread / 8)  # a batch of 64 samples read one after another
+
+    def lag(t):  # the noise accumulated until t, the loader's straggling
+        return math.sqrt(1e-6 * t) * spread + 0.005 * spread / 8
+
+    assert p.wait_s == pytest.approx(lag(0.205))
+    (bare,) = predict(replace(workload, data_s=0.0), JUWELS_LIKE, [64])
+    assert p.step_s == pytest.approx(0.205 + bare.exposed_comm_s + lag(0.205))  # only the last wait is exposed
+    # the buckets are ready during back-propagation (after 0.005 s data + 1/3 x 0.2 s forward); each
+    # kernel waits lag(ready) for its peers (here less than the time to the next bucket)
+    ready = [0.005 + 0.2 / 3 + m.ready * 0.2 * 2 / 3 for m in messages(workload)]
+    assert all(lag(t) < after - t for t, after in zip(ready, ready[1:]))
+    hidden = sum(lag(t) for t in ready[:-1])
+    assert p.hidden_wait_s == pytest.approx(hidden) and hidden > 2 * p.wait_s
+    overlapped = 0.2 * 2 / 3 * (1 - messages(workload)[0].ready)
+    assert p.kernel_comm_s == pytest.approx(p.comm_s + hidden + p.wait_s + 0.2 * overlapped)
+
+
+def test_a_wait_ends_when_the_next_bucket_is_ready_on_one_nccl_stream():
+    late = replace(JUWELS_LIKE, noise_s=1.0)  # the slowest rank seconds late: every wait fills the gap to the next bucket
+    (p,) = predict(replace(RESNET50, data_s=0.0), late, [64])
+    msgs = messages(RESNET50)
+    gaps = (msgs[-1].ready - msgs[0].ready) * 0.2 * 2 / 3
+    assert p.hidden_wait_s == pytest.approx(gaps)
+    # DeepSpeed ZeRO-0 all-reduces once after back-propagation: no hidden waits, nothing beside compute
+    (after,) = predict(replace(RESNET50, framework="deepspeed"), replace(late, beside_compute=0.5), [64])
+    assert after.hidden_wait_s == 0.0 and after.kernel_comm_s == pytest.approx(after.comm_s + after.wait_s)
 
 
 def test_straggler_waits_add_up_over_the_rounds_of_the_collective():
@@ -144,8 +176,10 @@ def test_storage_ceiling_stalls_only_a_loader_that_reads_files_beyond_it():
     assert small.step_s == predict(native, JUWELS_LIKE, [8])[0].step_s  # 8 * 64 images in 0.25 s: below the ceiling
     assert large.step_s == pytest.approx(1024 * 64 / 20000.0)  # the file system sets the pace
     (unlimited,) = predict(native, JUWELS_LIKE, [1024])
+    stall = step_times(native, machine, 1024).stall
+    assert stall == pytest.approx((large.step_s - unlimited.step_s) / (1 + loader_spread(1024, 64)))
     assert large.wait_s == pytest.approx(unlimited.wait_s + large.step_s - unlimited.step_s)
-    assert large.kernel_comm_s == pytest.approx(unlimited.kernel_comm_s + large.step_s - unlimited.step_s)
+    assert large.kernel_comm_s > unlimited.kernel_comm_s + stall * loader_spread(1024, 64)  # the others wait for the last
     (dali,) = predict(RESNET50, machine, [1024])
     assert dali.step_s == unlimited.step_s
 
@@ -171,17 +205,30 @@ def test_published_table_is_complete():
     published = load_published()
     assert [r.gpus for r in published["dali"]] == [4, 8, 16, 32, 64, 128, 256, 512, 1024]
     assert [r.gpus for r in published["native"]] == [4, 8, 16, 32, 64, 128, 256, 512]
-    assert published["dali"][0].comm_share == pytest.approx(15.40 / (15.40 + 22.00 + 32.50))
+    assert published["dali"][0].comm_share == pytest.approx(0.154)
+    assert published["dali"][0].renormalised_share == pytest.approx(15.40 / (15.40 + 22.00 + 32.50))
 
 
-def _extrapolation_errors(loader):
+def test_published_workload_is_a_whole_training_step_plus_the_loaders_io_kernels():
+    rows = [r for r in load_published()["dali"] if r.gpus <= 64]
+    other = sum(100 - r.comm - r.io for r in rows)  # cuDNN and the other kernels: NVIDIA's whole step
+    assert published_workload().compute_s == pytest.approx(64 / 938.0 * (1 + sum(r.io for r in rows) / other))
+    assert published_workload("resnet152").compute_s / published_workload().compute_s == pytest.approx(11.56 / 4.11)
+    assert published_workload(loader="native").reads_files and not published_workload().reads_files
+
+
+def _extrapolation_errors(loader, renormalised=False):
     fit = fit_published()
-    workload = published_workload()
-    if loader == "native":
-        workload = replace(workload, data_s=fit.native_data_fraction * workload.compute_s, reads_files=True)
+    workload = calibrated_workload(published_workload(loader=loader), fit, loader)
     rows = load_published()[loader]
-    predicted = predict(workload, fit.machine, [r.gpus for r in rows])
-    return [100 * abs(p.comm_share - r.comm_share) for p, r in zip(predicted, rows) if r.gpus > CALIBRATION_MAX_GPUS]
+    fitted = [r for r in rows if r.gpus <= CALIBRATION_MAX_GPUS]
+    cudnn_io = sum(r.compute + r.io for r in fitted) / sum(100 - r.comm for r in fitted)
+    errors = []
+    for p, r in zip(predict(workload, fit.machine, [r.gpus for r in rows]), rows):
+        if r.gpus > CALIBRATION_MAX_GPUS:
+            model = p.kernel_comm_s / (p.kernel_comm_s + p.kernel_comm_s / p.comm_share * (1 - p.comm_share) * cudnn_io)
+            errors.append(100 * abs(model - r.renormalised_share) if renormalised else 100 * abs(p.comm_share - r.comm_share))
+    return errors
 
 
 @pytest.mark.parametrize("loader", ["dali", "native"])
@@ -192,6 +239,62 @@ def test_extrapolated_comm_shares_stay_within_the_recorded_errors(loader):
     assert mean(errors) <= mean_bound and max(errors) <= max_bound
 
 
+def test_dali_comm_share_meets_the_issue_goal_as_published_and_renormalised():
+    for renormalised in (False, True):
+        errors = _extrapolation_errors("dali", renormalised)
+        assert len(errors) == 4 and mean(errors) <= GOAL_PP[0] and max(errors) <= GOAL_PP[1]
+
+
+def _efficiency(fit, model, loader, framework, gpus):
+    workload = calibrated_workload(published_workload(model, loader), fit, loader)
+    return predict(replace(workload, framework=framework), fit.machine, [4, gpus])[1].efficiency
+
+
+def test_resnet50_dali_efficiency_stays_above_0_85_up_to_256_gpus():
+    """The paper's statement (not used in any fit) from the same machine fit that gives the kernel shares."""
+    fit = fit_published()
+    for framework in ("ddp", "horovod"):
+        assert min(_efficiency(fit, "resnet50", "dali", framework, g) for g in (8, 16, 32, 64, 128, 256)) > 0.85
+
+
+def test_native_loader_statements():
+    """Checked: DDP below 0.44 at 256, all below 0.24 at 512. Fitted (the storage ceiling): Horovod 0.50
+    at 128 holds within the tolerance; DeepSpeed 0.33 does not: no term of the model makes DeepSpeed
+    slower than Horovod behind the same file system (recorded error +0.13, benchmarks/README.md)."""
+    fit = fit_published()
+    assert _efficiency(fit, "resnet50", "native", "ddp", 256) < 0.44
+    assert max(_efficiency(fit, "resnet50", "native", f, 512) for f in ("ddp", "horovod", "deepspeed")) < 0.24
+    horovod, deepspeed = (_efficiency(fit, "resnet50", "native", f, 128) for f in ("horovod", "deepspeed"))
+    assert abs(horovod - 0.50) <= STATEMENT_TOLERANCE
+    assert 0.10 < deepspeed - 0.33 <= 0.14 and abs(deepspeed - horovod) < 0.01
+
+
+def test_storage_ceiling_is_fitted_on_the_point_statements_not_below_what_the_native_rows_drew(tmp_path):
+    fit = fit_published()
+    native = calibrated_workload(published_workload(loader="native"), fit, "native")
+    assert fit.storage_floor == pytest.approx(storage_floor([4, 8, 16, 32, 64], native, fit.machine))
+    assert fit.machine.storage_images_per_s == pytest.approx(fit.storage_floor)  # the statements ask for less: bounded
+    higher = tmp_path / "statements.csv"
+    higher.write_text(AACH2023_STATEMENTS.read_text().replace(",0.50\n", ",0.90\n").replace(",0.33\n", ",0.90\n"))
+    raised = fit_published(statements=higher).machine.storage_images_per_s
+    assert raised > 1.5 * fit.storage_floor
+    assert _efficiency(replace(fit, machine=replace(fit.machine, storage_images_per_s=raised)), "resnet50", "native",
+                       "horovod", 128) == pytest.approx(0.90, abs=0.02)
+    bounds = tmp_path / "bounds.csv"
+    bounds.write_text(AACH2023_STATEMENTS.read_text().replace("<,0.44", "<,0.99").replace(">,0.85", ">,0.01"))
+    assert fit_published(statements=bounds) == fit  # the bounds are only checked
+
+
+def test_statements_are_read_from_the_published_file():
+    statements = load_statements()
+    said = {(s.loader, s.relation, s.value) for s in statements}
+    assert said == {("dali", ">", 0.85), ("native", "<", 0.44), ("native", "=", 0.50), ("native", "=", 0.33),
+                    ("native", "<", 0.24)}
+    (dali,) = [s for s in statements if s.loader == "dali"]
+    assert dali.covers("resnet50", "dali", "horovod", 256) and not dali.covers("resnet50", "dali", "horovod", 512)
+    assert dali.holds(0.86) and not dali.holds(0.85) and dali.error(0.86) == 0.0 and dali.error(0.8) == pytest.approx(-0.05)
+
+
 def test_published_fit_uses_only_counts_up_to_64_gpus(tmp_path):
     changed = tmp_path / "table.csv"
     lines = load_published.__defaults__[0].read_text().splitlines()
@@ -199,28 +302,24 @@ def test_published_fit_uses_only_counts_up_to_64_gpus(tmp_path):
     assert fit_published(path=changed) == fit_published()
 
 
-def test_one_machine_fit_resnet152_scales_better_and_native_well_below_dali():
+def test_one_machine_fit_resnet152_scales_better_and_native_well_below_dali_beyond_its_knee():
     fit = fit_published()
-    gpus = [4, 128, 256, 512, 1024]
-    curves = {}
-    for model in ("resnet50", "resnet152"):
-        for loader in ("dali", "native"):
-            workload = published_workload(model)
-            if loader == "native":
-                workload = replace(workload, data_s=fit.native_data_fraction * workload.compute_s)
-            curves[model, loader] = [p.efficiency for p in predict(workload, fit.machine, gpus)]
-    for loader in ("dali", "native"):  # visibly: more work per step averages the ranks' noise out
-        assert all(b > a + 0.05 for a, b in zip(curves["resnet50", loader][1:], curves["resnet152", loader][1:]))
-    assert all(d - n >= 0.05 for d, n in zip(curves["resnet50", "dali"][1:], curves["resnet50", "native"][1:]))
+    gpus = [4, 8, 64, 128, 256, 512, 1024]
+    curves = {(model, loader): [p.efficiency for p in predict(calibrated_workload(published_workload(model, loader), fit, loader),
+                                                              fit.machine, gpus)]
+              for model in ("resnet50", "resnet152") for loader in ("dali", "native")}
+    for loader in ("dali", "native"):  # more work per step averages the ranks' noise out
+        assert all(b > a for a, b in zip(curves["resnet50", loader][1:], curves["resnet152", loader][1:]))
+    assert all(d - n >= 0.4 for d, n in zip(curves["resnet50", "dali"][3:], curves["resnet50", "native"][3:]))
 
 
 def _runs_made_by(tmp_path, truth, model="resnet18", batch=8, nodes=(1, 2, 4)):
     """Runs whose profile and throughput the model itself produced on `truth` (1 GPU per node)."""
-    workload = Workload(0.5, batch, gradient_bytes(model), data_s=0.02, other_s=0.03)
+    workload = Workload(0.5, batch, gradient_bytes(model), data_s=0.02, other_s=0.03, reads_files=True)
     paths = []
     for n in nodes:
-        comm = truth.ring_allreduce_s(n, workload.gradient_bytes) if n > 1 else 0.0
         (p,) = predict(workload, truth, [n])
+        comm = step_times(workload, truth, n).profiled_comm
         profile = dict(step_s=workload.compute_s + comm + workload.data_s + workload.other_s,
                        compute_s=workload.compute_s, comm_s=comm, data_s=workload.data_s)
         paths.append(write_run(tmp_path, "n%d" % n, n, [p.images_per_s, p.images_per_s], batch=batch, model=model,
@@ -237,9 +336,18 @@ def test_fit_on_runs_recovers_network_and_noise_and_predicts_the_left_out_runs(t
     assert fitted.latency_us == pytest.approx(40.0, rel=1e-6)
     assert fitted.noise_s == pytest.approx(1e-3, rel=1e-6)
     first, second, third = leave_one_out(runs, None, 1)
-    assert abs(first.error) < 1e-9  # 2 and 4 nodes determine latency, bandwidth and noise
-    # one multi-node run left: bandwidth fitted with the latency unknown (0), still predicted
-    assert 0 < abs(second.error) < 0.2 and 0 < abs(third.error) < 0.2
+    assert first.predicted.gpus == 1 and abs(first.step_error) < 1e-9 and first.share_error == 0.0
+    # one multi-node run left: bandwidth and noise fitted with the latency unknown (0), still predicted
+    for left in (second, third):
+        assert 0 < abs(left.step_error) < 0.2 and 0 < abs(left.share_error) < 0.1
+        assert left.measured_share == pytest.approx(left.run.profile.comm_s / (0.5 + 0.02 + left.run.profile.comm_s))
+
+
+def test_profiled_comm_is_one_ring_all_reduce_after_compute_plus_the_slowest_ranks_lag():
+    machine = replace(JUWELS_LIKE, noise_s=1e-4)
+    (p,) = predict(RESNET50, machine, [64])
+    comm = machine.ring_allreduce_s(64, 102.4e6) + p.wait_s
+    assert p.profiled_comm_share == pytest.approx(comm / (comm + 0.2 + 0.05))
 
 
 def _predict(*args: object):
@@ -353,11 +461,13 @@ def test_predict_calibrated_to_the_published_table(site_file):
     machine = replace(JUWELS_LIKE, noise_s=fit.machine.noise_s, beside_compute=fit.machine.beside_compute)
     for p in predict(RESNET50, machine, [4, 1024]):
         assert "%.3f" % p.efficiency in result.output and "%.1f" % (100 * p.comm_share) in result.output
-    assert "Table 2a" in result.output
+    assert "Table 2a" in result.output and "paper E_G" not in result.output  # the user's workload: nothing to compare
     native = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--batch", "64",
                       "--gpus", "4,1024", "--calibrated", "native")
     loaded = replace(RESNET50, data_s=fit.native_data_fraction * 0.2, reads_files=True)
-    assert "%.3f" % predict(loaded, machine, [4, 1024])[1].efficiency in native.output
+    fitted_storage = replace(machine, storage_images_per_s=fit.machine.storage_images_per_s)
+    assert "%.3f" % predict(loaded, fitted_storage, [4, 1024])[1].efficiency in native.output
+    assert "%.0f images/s" % fit.machine.storage_images_per_s in native.output and "statements" in native.output
     ceiling = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--batch", "64",
                        "--gpus", "4,1024", "--calibrated", "native", "--storage-images-per-s", "20000")
     stalled = predict(loaded, replace(machine, storage_images_per_s=20000.0), [4, 1024])[1]
@@ -365,6 +475,55 @@ def test_predict_calibrated_to_the_published_table(site_file):
     assert stalled.efficiency < predict(loaded, machine, [4, 1024])[1].efficiency
     bad = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "1", "--batch", "1", "--calibrated", "x")
     assert isinstance(bad.exception, DlaunchError) and "--calibrated" in str(bad.exception)
+
+
+def _table(output):
+    """{GPUs: cells} of the prediction table (rows starting with a GPU count)."""
+    return {int(line.split()[0]): line.split()[1:] for line in output.splitlines() if line.split() and line.split()[0].isdigit()}
+
+
+def test_predict_shows_kernel_share_and_efficiency_beside_the_papers_values_with_their_errors():
+    result = _predict("--site", "juwels-booster", "--model", "resnet50", "--calibrated", "dali")
+    assert result.exit_code == 0, result.output
+    fit = fit_published()
+    curve = {p.gpus: p for p in predict(published_workload(), fit.machine, [4, 8, 16, 32, 64, 128, 256, 512, 1024])}
+    published = {r.gpus: r.comm_share for r in load_published()["dali"]}
+    table = _table(result.output)
+    assert sorted(table) == sorted(curve)
+    for gpus, cells in table.items():
+        p = curve[gpus]
+        statement = [">0.85", "holds"] if 8 <= gpus <= 256 else ["-", "-"]
+        share = ["%.1f" % (100 * p.comm_share), "%.1f" % (100 * published[gpus]),
+                 "%+.1f" % (100 * (p.comm_share - published[gpus]))]
+        basis = "fitted" if gpus <= 64 else "predicted"
+        expected = ["%.3f" % p.efficiency] + statement + share + [basis]
+        assert [c.replace("+0.0", "0.0").replace("-0.0", "0.0") for c in cells[-7:]] == [
+            c.replace("+0.0", "0.0").replace("-0.0", "0.0") for c in expected], (gpus, cells)
+    assert "NCCL kernel share vs Table 2a, predicted counts: mean 1.1 pp, max 1.9 pp" in result.output
+    assert "E_G vs the paper's statements: 6 of 6 hold" in result.output
+    horovod = _predict("--site", "juwels-booster", "--model", "resnet50", "--calibrated", "native", "--framework",
+                       "horovod", "--gpus", "4,64,128,512")
+    rows = _table(horovod.output)
+    assert rows[128][-4:-2] == ["0.50", "-0.04"] and rows[128][-1] == "fitted"  # the storage ceiling is fitted there
+    assert rows[512][-4:-2] == ["<0.24", "holds"] and rows[512][-1] == "predicted"
+    assert rows[64][-4:-2] == ["-", "-"] and "paper %" not in horovod.output  # Table 2a is DDP's
+
+
+def test_predict_compares_with_the_paper_only_for_its_workload_and_machine():
+    for args in (["--site", "jureca-dc"], ["--site", "juwels-booster", "--batch", "128"],
+                 ["--site", "juwels-booster", "--gpus", "8,16"], ["--site", "juwels-booster", "--model", "resnet152"],
+                 ["--site", "juwels-booster", "--framework", "deepspeed"]):  # DeepSpeed cannot use DALI: no value
+        result = _predict(*(["--model", "resnet50", "--calibrated", "dali"] + args))
+        assert result.exit_code == 0, result.output
+        assert "paper" not in result.output and "fitted" in result.output
+
+
+def test_predict_calibrated_starts_without_numpy():
+    shown = subprocess.run([sys.executable, "-c", "import sys\nfrom launcher.cli import main\ntry:\n    main(['predict', "
+                            "'--site', 'juwels-booster', '--model', 'resnet50', '--calibrated', 'native'])\n"
+                            "except SystemExit:\n    pass\nprint('numpy' in sys.modules)"],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.stdout.strip().endswith("False"), shown.stdout + shown.stderr
 
 
 def test_predict_from_runs_reports_leave_one_out_errors(tmp_path):
@@ -376,11 +535,31 @@ def test_predict_from_runs_reports_leave_one_out_errors(tmp_path):
                     '[[partitions]]\nname = "p"\nmax_nodes = 4\nmax_time = "01:00:00"\ndefault = true\n')
     result = _predict("--site", site, "--from-runs", tmp_path / "runs", "--gpus", "1,2,4")
     assert result.exit_code == 0, result.output
-    assert "leave-one-out error of the images/s: mean 0.0 %, max 0.0 % (1 of 2 runs predicted" in result.output
+    assert ("leave-one-out error (1 of 2 runs predicted from the others): step time mean 0.0 %, max 0.0 %; "
+            "profiled comm share mean 0.0 pp, max 0.0 pp") in result.output
     assert "the others hold no multi-node run" in result.output
-    workload = Workload(0.5, 8, gradient_bytes("resnet18"), data_s=0.02, other_s=0.03)
-    (four,) = predict(workload, truth, [4])
-    assert "%.1f" % four.images_per_s in result.output
+    workload = Workload(0.5, 8, gradient_bytes("resnet18"), data_s=0.02, other_s=0.03, reads_files=True)
+    one, two, four = predict(workload, truth, [1, 2, 4])
+    for p in (two, four):
+        assert "%.1f" % p.images_per_s in result.output and "%.1f" % (100 * p.profiled_comm_share) in result.output
+    rows = {line.split()[0]: line.split()[-1] for line in result.output.splitlines() if line.split() and line.split()[0] in "124"}
+    assert rows == {"1": "fitted", "2": "fitted", "4": "predicted"} and "profiled" in result.output
+
+
+def test_predict_from_runs_fits_the_runs_of_a_site_with_a_network(tmp_path):
+    truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, noise_s=1e-3)
+    _runs_made_by(tmp_path / "runs", truth, nodes=(1, 2, 4, 8))
+    site = tmp_path / "cluster.toml"
+    site.write_text('name = "cluster"\ndescription = "test"\nbased_on = ["nothing"]\nscheduler = "slurm"\n'
+                    'gpus_per_node = 1\ncores_per_node = 2\ngpu_vendor = "none"\n'
+                    '[[partitions]]\nname = "p"\nmax_nodes = 16\nmax_time = "01:00:00"\ndefault = true\n'
+                    "[network]\nlatency_us = 5.0\nbandwidth_gbps_per_node = 100.0\n")
+    result = _predict("--site", site, "--from-runs", tmp_path / "runs", "--gpus", "1,2,3,4,8,16")
+    assert result.exit_code == 0, result.output
+    assert "(4 of 4 runs predicted from the others)" in result.output
+    rows = {line.split()[0]: line.split()[-1] for line in result.output.splitlines()
+            if line.split() and line.split()[0] in ("1", "2", "3", "4", "8", "16")}
+    assert rows == {"1": "fitted", "2": "fitted", "3": "range", "4": "fitted", "8": "fitted", "16": "predicted"}  # 3: in range
 
 
 @pytest.mark.parametrize("make, message", [
@@ -430,3 +609,10 @@ def test_predict_by_default_goes_up_to_what_the_site_has():
     assert result.exit_code == 0, result.output
     rows = [line.split()[0] for line in result.output.splitlines() if line.split() and line.split()[0].isdigit()]
     assert rows == ["4", "8", "16", "32", "64", "128", "256", "512"]
+
+
+def test_predict_calibrated_native_keeps_a_measured_data_wait_of_zero(site_file):
+    result = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--data-ms", "0", "--batch", "64",
+                      "--gpus", "4,8", "--calibrated", "native")
+    assert result.exit_code == 0, result.output
+    assert "compute 200.00 ms + data 0.00 ms" in result.output

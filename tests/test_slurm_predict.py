@@ -25,11 +25,12 @@ def test_predict_from_a_one_and_two_node_sweep_predicts_four_nodes(two_nodes, tm
     assert shown.returncode == 0, shown.stderr
     out = shown.stdout
     assert "calibrated on 2 runs (1,2 GPUs)" in out
-    summary = re.search(r"leave-one-out error of the images/s: mean ([\d.]+) %, max ([\d.]+) % \(1 of 2 runs", out)
+    summary = re.search(r"leave-one-out error \(1 of 2 runs predicted from the others\): step time mean ([\d.]+) %, "
+                        r"max ([\d.]+) %; profiled comm share mean ([\d.]+) pp", out)
     assert summary, out  # the 1-node run predicted from the 2-node one; the other way needs a [network] section
     rows = {line.split()[0]: line.split() for line in out.splitlines() if re.match(r"^\d+\s+\d+\s", line)}
     assert set(rows) == {"1", "2", "4"}
-    assert rows["4"][1] == "4" and float(rows["4"][5]) > 0  # 4 nodes, a positive predicted throughput
+    assert rows["4"][1] == "4" and float(rows["4"][4]) > 0 and rows["4"][-1] == "predicted"  # 4 nodes, images/s > 0
 
     too_many = dlaunch(two_nodes, tmp_path, "predict", "--site", str(site), "--from-runs", str(tmp_path / "runs"),
                        "--gpus", "8")

@@ -19,7 +19,7 @@ ARGS = TINY + ["--num-classes", "5", "--steps", str(STEPS), "--steps-per-epoch",
                "--lr", "0.05", "--reference-batch", "4", "--warmup-epochs", "0.5", "--schedule", "cosine",
                "--seed", "3"]
 PROVENANCE = {"DLAUNCH_SITE": "testsite", "DLAUNCH_EXPERIMENT": "exp-1", "DLAUNCH_IMAGE": "/images/t.sif",
-              "DLAUNCH_GIT_REVISION": "abc123", "SLURM_JOB_ID": "4242"}
+              "DLAUNCH_GIT_REVISION": "abc123", "DLAUNCH_JOB_ID": "4242"}
 
 
 @pytest.fixture(scope="module")

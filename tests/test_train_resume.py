@@ -95,8 +95,8 @@ def test_unreadable_image_ends_failed_with_the_reason(tmp_path):
     assert end["status"] == "failed" and "UnidentifiedImageError" in end["reason"]
 
 
-def test_a_job_restarted_by_slurm_resumes_without_being_told(tmp_path):
-    """A requeued job runs its script again unchanged: SLURM_RESTART_COUNT >= 1 makes it a resume."""
+def test_a_job_restarted_by_its_scheduler_resumes_without_being_told(tmp_path):
+    """A requeued job runs its script again unchanged: DLAUNCH_RESTART_COUNT >= 1 makes it a resume."""
     run_dir = str(tmp_path / "run")
     proc = start_trainer(ARGS + ["--checkpoint-dir", run_dir], env=Hold(tmp_path).env(REPO))  # held until the signal
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
@@ -105,7 +105,7 @@ def test_a_job_restarted_by_slurm_resumes_without_being_told(tmp_path):
     proc.communicate(timeout=300)
     again = run_trainer(ARGS + ["--checkpoint-dir", run_dir])  # the same command line, not restarted
     assert again.returncode == 2 and "pass --resume" in again.stderr
-    assert_ok(run_trainer(ARGS + ["--checkpoint-dir", run_dir], env={"SLURM_RESTART_COUNT": "1"}))
+    assert_ok(run_trainer(ARGS + ["--checkpoint-dir", run_dir], env={"DLAUNCH_RESTART_COUNT": "1"}))
     metrics = read_metrics(metrics_path)
     assert metrics.status == "ok" and [e["epoch"] for e in metrics.epochs] == [0, 1, 2]
     assert [json.loads(line)["type"] for line in open(metrics_path)].count("resume") == 1

@@ -2,29 +2,25 @@
 
 Exit codes: 0 ok, 2 bad input (one line `train: error: ...` on stderr, nothing written), 65 diverged,
 75 interrupted by SIGUSR1 (resumable), 143 cancelled by SIGTERM, other non-zero: failed.
-A job that Slurm restarted (requeued after a node failure or a preemption) resumes by itself.
+A job that its scheduler started again (requeued after a node failure or a preemption) resumes by itself.
 """
 import os
 import sys
-from typing import List, Mapping, Optional
+from typing import List, Optional
 
 from train.signals import StopSignals
 
 StopSignals().install()  # before the slow imports: a stop signal sent during start-up is kept, not lost
 
 from train.config import EXIT_BAD_INPUT, ConfigError, parse_config  # noqa: E402
-
-
-def restarted_by_slurm(environ: Mapping[str, str]) -> bool:
-    """Slurm runs the batch script again after a requeue, with SLURM_RESTART_COUNT >= 1."""
-    return environ.get("SLURM_RESTART_COUNT", "0").strip() not in ("", "0")
+from train.jobenv import restart_count  # noqa: E402
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if restarted_by_slurm(os.environ) and "--resume" not in argv:
-        argv.append("--resume")  # the same job again: continue its metrics and checkpoint
     try:
+        if restart_count(os.environ) and "--resume" not in argv:
+            argv.append("--resume")  # the same job again: continue its metrics and checkpoint
         cfg = parse_config(argv)
         from train.frameworks import get_framework
         framework = get_framework(cfg.framework)

@@ -2,7 +2,8 @@
 
 - the task-per-worker modes (rows of train/framework_table.py) and the trainer's flags for an engine (`engine_config`: train/config.py's flags
   and validation, with `--framework` one of the engine's modes and the flags it cannot honour refused);
-- each task's role from Slurm's allocation alone (`task_layout`, no hand-written cluster spec);
+- each task's role from the job's neutral variables alone (`task_layout`, train/jobenv.py; no
+  hand-written cluster spec);
 - the image folder's files and labels (`folder_files`), in the order torchvision's ImageFolder uses.
 
 Roles:
@@ -12,52 +13,23 @@ coordinator (TensorFlow's chief, MXNet's scheduler), the parameter servers and t
 of one step; each task derives its role from its task id:
   task ids 0..C-1 are the coordinators; on every node, the first `servers_per_node` remaining tasks
   are servers; all others are workers (worker index in task-id order).
-Hosts: `DLAUNCH_HOSTS` (comma-separated, one per node, exported by the batch script or set by a local
-launcher), else `scontrol show hostnames` of `SLURM_STEP_NODELIST`/`SLURM_JOB_NODELIST`. Tasks per
-node: `SLURM_STEP_TASKS_PER_NODE`/`SLURM_TASKS_PER_NODE` (Slurm's "2(x3),1" form); tasks are
-numbered node by node (srun's default block distribution). Each task's port is
-`DLAUNCH_ENGINE_PORT` (default `MASTER_PORT` + 1, else 29600) + its index on its node.
+Hosts: `DLAUNCH_NODELIST`; tasks per node: `DLAUNCH_TASKS_PER_NODE` (else spread evenly); this task:
+`DLAUNCH_TASK_ID` of `DLAUNCH_NTASKS` (train/jobenv.py); tasks are numbered node by node (srun's
+default block distribution). Each task's port is `DLAUNCH_ENGINE_PORT` (default `MASTER_PORT` + 1,
+else 29600) + its index on its node.
 Torch-free, stdlib-only.
 """
 import math
 import os
-import re
-import subprocess
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from train import jobenv
 from train.config import IMAGE_EXTENSIONS, ConfigError, TrainConfig, count_image_folder_classes, parse_config
 from train.framework_table import FRAMEWORKS, TASK_PER_WORKER, FrameworkInfo
 
 COORDINATOR, SERVER, WORKER = "coordinator", "server", "worker"
 DEFAULT_PORT = 29600
-
-
-def expand_tasks_per_node(text: str) -> List[int]:
-    """Slurm's "2(x3),1" -> [2, 2, 2, 1]."""
-    counts: List[int] = []
-    for part in text.split(","):
-        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
-        if not match:
-            raise ConfigError("SLURM_TASKS_PER_NODE %r: not Slurm's 'N(xM),...' form" % text)
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
-    return counts
-
-
-def node_hosts(environ: Mapping[str, str]) -> List[str]:
-    """One host name per node of the step."""
-    if environ.get("DLAUNCH_HOSTS"):
-        return [h.strip() for h in environ["DLAUNCH_HOSTS"].split(",") if h.strip()]
-    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
-    if not nodelist:
-        raise ConfigError("no hosts: set DLAUNCH_HOSTS or run inside a Slurm step (SLURM_JOB_NODELIST)")
-    try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, check=True, timeout=30, universal_newlines=True)
-    except (OSError, subprocess.SubprocessError) as e:
-        raise ConfigError("scontrol show hostnames %s failed (%s); export DLAUNCH_HOSTS instead"
-                          % (nodelist, e)) from None
-    return out.stdout.split()
 
 
 @dataclass(frozen=True)
@@ -104,24 +76,14 @@ class TaskLayout:
 
 
 def task_layout(environ: Mapping[str, str], coordinators: int = 0, servers_per_node: int = 0) -> TaskLayout:
-    """The step's layout from Slurm's environment; ConfigError (one line) when it does not add up."""
-    try:
-        task = int(environ["SLURM_PROCID"])
-        ntasks = int(environ["SLURM_NTASKS"])
-    except (KeyError, ValueError):
-        raise ConfigError("SLURM_PROCID and SLURM_NTASKS must be set (one srun task per process)") from None
-    hosts = node_hosts(environ)
-    per_node_text = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
-    if per_node_text:
-        per_node = expand_tasks_per_node(per_node_text)
-    elif ntasks % len(hosts) == 0:
-        per_node = [ntasks // len(hosts)] * len(hosts)
-    else:
-        raise ConfigError("SLURM_NTASKS %d does not divide over %d hosts; set SLURM_TASKS_PER_NODE"
-                          % (ntasks, len(hosts)))
+    """The step's layout from the job's neutral variables; ConfigError (one line) when it does not add up."""
+    this = jobenv.task(environ)
+    ntasks = this.ntasks
+    hosts = jobenv.node_hosts(environ)
+    per_node = jobenv.tasks_per_node(environ, ntasks, len(hosts))
     if len(per_node) != len(hosts) or sum(per_node) != ntasks:
-        raise ConfigError("tasks per node %s do not match %d hosts and SLURM_NTASKS %d"
-                          % (per_node, len(hosts), ntasks))
+        raise ConfigError("tasks per node %s do not match %d hosts and %s %d"
+                          % (per_node, len(hosts), jobenv.NTASKS, ntasks))
     base = int(environ.get("DLAUNCH_ENGINE_PORT") or int(environ.get("MASTER_PORT") or DEFAULT_PORT - 1) + 1)
     task_hosts: List[str] = []
     ports: List[int] = []
@@ -141,9 +103,7 @@ def task_layout(environ: Mapping[str, str], coordinators: int = 0, servers_per_n
     if WORKER not in roles:
         raise ConfigError("%d tasks leave no worker after %d coordinator(s) and %d server(s) per node"
                           % (ntasks, coordinators, servers_per_node))
-    if not 0 <= task < ntasks:
-        raise ConfigError("SLURM_PROCID %d outside SLURM_NTASKS %d" % (task, ntasks))
-    return TaskLayout(tuple(task_hosts), tuple(ports), tuple(roles), task)
+    return TaskLayout(tuple(task_hosts), tuple(ports), tuple(roles), this.task_id)
 
 
 def mode_settings(mode: FrameworkInfo) -> Dict[str, Any]:
@@ -254,9 +214,9 @@ def folder_files(root: str, split: str) -> Tuple[List[str], List[int]]:
 
 
 def local_task_env(task: int, ntasks: int, port: int) -> dict:
-    """The Slurm variables one task of a single-node step on this machine would see."""
-    return {"SLURM_PROCID": str(task), "SLURM_NTASKS": str(ntasks), "SLURM_LOCALID": str(task),
-            "SLURM_TASKS_PER_NODE": str(ntasks), "DLAUNCH_HOSTS": "localhost", "DLAUNCH_ENGINE_PORT": str(port)}
+    """What one task of a single-node step on this machine sees (train/jobenv.py's variables)."""
+    return dict(jobenv.step_environment(task, ntasks, task, 0), DLAUNCH_ENGINE_PORT=str(port),
+                **{jobenv.NODELIST: "localhost", jobenv.TASKS_PER_NODE: str(ntasks)})
 
 
 def free_port_base(count: int) -> int:

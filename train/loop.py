@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.nn as nn
 
+from train import jobenv
 from train.checkpoint import checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from train.config import (EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, ConfigError,
                           TrainConfig)
@@ -364,7 +365,7 @@ class Trainer:
             loader_settings=dict(getattr(self.loaders.train, "settings", {}), data=cfg.data, workers=cfg.workers,
                                  batches_per_epoch=len(self.loaders.train), steps_per_epoch=self.steps_per_epoch,
                                  total_steps=self.total_steps),
-            slurm_job_id=os.environ.get("SLURM_JOB_ID") or None, site=cfg.site, experiment=cfg.experiment,
+            slurm_job_id=jobenv.job_id(os.environ), site=cfg.site, experiment=cfg.experiment,
             image=cfg.image, git_revision=git_revision(), energy_sources=self.meter.describe())
 
     def finish(self, status: str) -> None:

@@ -1,54 +1,73 @@
-"""Performance model v2: step time, throughput and E_G for any GPU count; `dlaunch predict`.
+"""Performance model v3: step time, throughput, E_G and NCCL kernel shares from one model; `dlaunch predict`.
 
-The machine (launcher/analysis/perfmodel_nccl.py: NCCL's cost model, the ranks' timing noise, the storage) is kept apart from the
-workload (compute, data and other time per step, gradient bytes, framework). A machine is fitted once
-per site, from published data (`--calibrated`) or the user's own runs (`--from-runs`), and then applied
-unchanged to every model, batch and framework. Per step on p GPUs:
+The machine (launcher/analysis/perfmodel_nccl.py: NCCL's cost model, the ranks' timing noise, the storage)
+is kept apart from the workload (compute, data and other time per step, gradient bytes, framework). A
+machine is fitted once per site, from published data (`--calibrated`) or the user's own runs
+(`--from-runs`), and then applied unchanged to every model, batch and framework.
 
+One step on p GPUs, timed from the end of the previous step's last collective (all ranks leave it
+together):
+
+    busy      other + data + compute (forward, then back-propagation = 2/3 of compute): the step's
+              work on one rank, without communication. `compute` is all the GPU's kernel time other
+              than NCCL's (cuDNN, element-wise, optimizer, and a GPU loader's I/O kernels).
     messages  DDP: gradient buckets (1 MiB first, then 25 MiB), ready one after another during
-              back-propagation (= 2/3 of compute) and all-reduced in order, overlapping it;
-              Horovod: buffers of the fusion threshold, likewise; DeepSpeed ZeRO-0: all-reduce after
+              back-propagation (by gradient bytes) and all-reduced in order, overlapping it; Horovod:
+              buffers of the fusion threshold, likewise; DeepSpeed ZeRO-0: all-reduce after
               back-propagation; ZeRO-1/2: reduce-scatter of the gradients plus all-gather of the
               updated parameters, after back-propagation.
-    exposed   what the step waits for after compute ends: the network time left when
-              back-propagation is done, plus the slowest rank's lateness at the synchronisation,
-              sqrt(noise_s * (compute + data)) * S_p, plus the straggling of a loader that cannot
-              keep up, data * S_p: the measured data wait per step, exponential per rank
-              (S_p = straggler_factor(p): slowest-of-n waits over the 2, 4, ... p-rank rounds of
-              the collective, see perfmodel_nccl.py), plus the storage stall of a loader that
-              reads files (native) on a site whose file system sustains R images/s: the step
-              cannot be shorter than p * batch / R.
-    step      other + data + compute + exposed;  X = p * batch / step;  E_G = (X_G/X_ref)/(G/G_ref).
-    kernel    NCCL kernel time (what profiles such as Aach et al. 2023, Table 2a count): all network
-              time, plus the waits above, plus beside_compute * back-propagation (kernels running
-              beside compute). comm share = kernel / (kernel + compute + data).
+    lag(t)    how much later than the others the slowest rank reaches time t of the step:
+              sqrt(noise_s * t) * S_p, the host and OS delays it accumulated since the step began
+              (S_p = straggler_factor(p), perfmodel_nccl.py), plus data * S_p / sqrt(batch) for a
+              loader that cannot keep up (`loader_spread`: a batch's samples are read one after
+              another, each with an exponential delay).
+    kernel    NCCL kernel time per step (what NSys profiles count, Aach et al. 2023 Table 2a): the
+              transfers, plus each message's wait for its slowest peer, lag(ready) (its kernel
+              starts when the own rank is ready and spins until every rank has joined, while
+              back-propagation goes on beside it; kernels run one after another on one NCCL stream,
+              so a wait ends at the latest when the next message is ready), plus beside_compute x
+              the back-propagation the messages overlap (kernels waiting for the next bucket and
+              slowed by sharing the GPU). comm share = kernel / (kernel + compute).
+    exposed   what the step waits for beyond its work: the transfers left over after
+              back-propagation and the last message's wait, lag(busy) (and a storage stall, below).
+              The earlier waits are hidden behind back-propagation: kernel time counts every
+              message's wait, the step only the last one.
+    step      busy + exposed;  X = p * batch / step;  E_G = (X_G / X_ref) / (G / G_ref).
+    storage   a loader that reads every sample as a file (native) on a file system that sustains R
+              images/s: p GPUs cannot step faster than p * batch / R. The stall is every rank's extra
+              data wait, with the spread of any data wait: the slowest rank's adds to lag, so the
+              others' kernels wait for it at every message.
+    profiled  what the trainer's `--profile-steps` measures (un-overlapped timers): one ring
+              all-reduce of all gradients after compute, which waits lag(busy) for the slowest
+              rank; profiled comm share = comm / (comm + compute + data).
 
-The timing noise is a machine property in seconds, not a fraction of the step: a model with more
-work per step averages it out (its spread grows with the square root of the busy time), so with one
-machine fit ResNet-152 loses less to stragglers than ResNet-50.
+The timing noise is a machine property in seconds (the variance of a rank's delay per second of
+work), so a model with more work per step loses a smaller fraction of it to stragglers.
 
-Fits. `fit_machine` finds noise_s and beside_compute from kernel-time comm shares (weighted least
-squares, non-negative); `fit_loader_stall` the data wait of a loader that cannot keep up; `fit_runs`
-the network (from the runs' measured all-reduce time) and the noise (from their wall-clock step
-time against their profile), with a leave-one-out error (`leave_one_out`).
-numpy is imported inside the functions that fit (`dlaunch` starts without it).
+Fits. `fit_machine`: noise_s and beside_compute from kernel-time comm shares; `fit_loader_stall`: the
+data wait of a loader that cannot keep up; `fit_storage`: the file system's images/s from published
+E_G statements; `fit_runs`: the network and the noise from the user's runs (their profiled all-reduce
+and wall-clock step time), with a leave-one-out error of step time and profiled comm share
+(`leave_one_out`). All fits are a few parameters solved in pure Python (`dlaunch predict` starts
+without numpy).
 """
 import csv
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import mean
-from typing import Annotated, Callable, Dict, List, Literal, Optional, Sequence, Tuple
+from typing import Annotated, Callable, Dict, List, Literal, NamedTuple, Optional, Sequence, Tuple
 
 import typer
 from rich.console import Console
 
-from launcher.analysis.scaling import Run, load_runs, rich_table
+from launcher.analysis.scaling import Run, load_runs
 from launcher.boundary import finite_number
 from launcher.errors import DlaunchError
 from launcher.analysis.perfmodel_nccl import DEFAULT_INTRA_NODE_GBPS, RING_PLATEAU, Machine, straggler_factor
 from launcher.jobs.sites import Site, resolve_site
 from launcher.paths import PUBLISHED_DIR
+from launcher.tables import fit_table
 from train.framework_table import image_frameworks
 
 # Parameter counts in millions (torchvision ResNets; ResNet-44 is the CIFAR 6n+2 net).
@@ -70,8 +89,8 @@ MODEL_GFLOPS: Dict[str, float] = {
 }
 # Published single-GPU ResNet-50 training throughput (images/s) by GPU model prefix: NVIDIA
 # DeepLearningExamples, PyTorch ResNet-50 v1.5, DGX A100, TF32 (PyTorch's default precision on an
-# A100, as in the study; AMP would be 2470), batch 256. The default compute time of `dlaunch predict`
-# when no measurement is given (somewhat optimistic for batch 64).
+# A100, as in the study; AMP would be 2470), batch 256, a whole training step (all its kernels).
+# The default compute time of `dlaunch predict` when no measurement is given.
 PUBLISHED_RESNET50_IMAGES_PER_S: Dict[str, float] = {"A100": 938.0}
 DEFAULT_BATCH = 64  # the paper's batch per GPU
 DEFAULT_GPU_COUNTS = [4, 8, 16, 32, 64, 128, 256, 512, 1024]
@@ -82,10 +101,15 @@ DEFAULT_FUSION_MB = 64.0  # HOROVOD_FUSION_THRESHOLD's default (the trainer's --
 DEEPSPEED_BUCKET_BYTES = 4 * 5e8  # reduce_bucket_size: 5e8 fp32 elements
 
 AACH2023_TABLE2A = PUBLISHED_DIR / "aach2023_table2a.csv"
+AACH2023_STATEMENTS = PUBLISHED_DIR / "aach2023_statements.csv"
 # The machine of Table 2a, JUWELS Booster (sites/juwels-booster.toml): 4 A100 per node, 4x HDR200.
 AACH2023_MACHINE = Machine(gpus_per_node=4, latency_us=1.5, bandwidth_gbps_per_node=800.0)
+AACH2023_REFERENCE_GPUS = 4  # the paper's E_G is relative to one node
 # Fit on the counts a user could afford before a large allocation; larger counts are predicted.
 CALIBRATION_MAX_GPUS = 64
+# How far a point statement ("Horovod 0.50 at 128 GPUs") may be from the model and still hold: the
+# spread of E_G values the paper gives for one GPU count and loader (Horovod 0.50, DeepSpeed 0.33).
+STATEMENT_TOLERANCE = 0.10
 CALIBRATION_HOWTO = ("make calibration runs with the trainer's profiler, e.g. `dlaunch sweep --site SITE --nodes 1,2,4 "
                      "--model resnet50 --steps 60 --warmup-steps 10 --profile-steps 20`, then pass their run "
                      "directories (or the sweep's folder)")
@@ -103,7 +127,7 @@ def gradient_bytes(model: str) -> float:
 class Workload:
     """What one GPU does per step (seconds), and how its gradients travel."""
 
-    compute_s: float
+    compute_s: float  # forward + backward: the GPU's kernel time other than NCCL's
     batch: int
     gradient_bytes: float
     data_s: float = 0.0  # waiting for the next batch (0: the loader keeps up)
@@ -119,7 +143,12 @@ class Workload:
 
     @property
     def busy_s(self) -> float:
-        return self.compute_s + self.data_s
+        """The step's work without communication, over which a rank's delays accumulate."""
+        return self.other_s + self.data_s + self.compute_s
+
+    @property
+    def backward_start_s(self) -> float:
+        return self.busy_s - self.backward_s
 
 
 @dataclass(frozen=True)
@@ -177,32 +206,69 @@ def network_timeline(workload: Workload, machine: Machine, gpus: int) -> Tuple[f
 
 
 @dataclass(frozen=True)
+class StepTimes:
+    """One GPU count's step, in seconds (see the module docstring)."""
+
+    step: float
+    network: float  # transfers of the step's collectives
+    exposed: float  # what the step waits for beyond its work: transfers left over, the last wait, the storage stall
+    waits: float  # the slowest rank's lag at the end of the step (noise, loader) and the storage stall
+    hidden_waits: float  # the kernels' waits for their peers that back-propagation hides
+    kernel: float  # NCCL kernel time
+    stall: float  # the storage stall: every rank's mean extra data wait (in `waits`)
+    profiled_comm: float  # what --profile-steps measures as comm
+    algorithm: str
+
+
+def loader_spread(gpus: int, batch: int) -> float:
+    """How much longer than the others the slowest of `gpus` ranks waits for its batch, per second of
+    mean data wait: a batch's `batch` samples are read one after another, each with an exponential
+    delay, so a rank's data wait has the spread mean / sqrt(batch)."""
+    return straggler_factor(gpus) / math.sqrt(batch)
+
+
+def step_times(workload: Workload, machine: Machine, gpus: int) -> StepTimes:
+    """The step on `gpus` GPUs: time, exposed and hidden waits, NCCL kernel time."""
+    network, left_over, algorithm = network_timeline(workload, machine, gpus)
+    if gpus <= 1:
+        return StepTimes(workload.busy_s, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, algorithm)
+    spread = loader_spread(gpus, workload.batch)
+
+    def lag(t: float, data: float) -> float:
+        return machine.lateness_s(t, gpus) + data * spread
+
+    unstalled = workload.busy_s + left_over + lag(workload.busy_s, workload.data_s)
+    stall = 0.0  # the mean extra data wait; the slowest rank waits (1 + spread) times it
+    if workload.reads_files and machine.storage_images_per_s:
+        stall = max(0.0, gpus * workload.batch / machine.storage_images_per_s - unstalled) / (1.0 + spread)
+    data = workload.data_s + stall
+    end_lag = lag(workload.busy_s, data)
+    msgs = messages(workload)
+    ready = [workload.backward_start_s + m.ready * workload.backward_s for m in msgs]
+    waits = [min(lag(t, data), following - t) for t, following in zip(ready, ready[1:])]
+    overlapped = workload.backward_s * (1.0 - msgs[0].ready)
+    kernel = network + math.fsum(waits) + end_lag + machine.beside_compute * overlapped
+    profiled = machine.ring_allreduce_s(gpus, workload.gradient_bytes) + end_lag
+    return StepTimes(workload.busy_s + stall + left_over + end_lag, network, stall + left_over + end_lag, end_lag + stall,
+                     math.fsum(waits), kernel, stall, profiled, algorithm)
+
+
+@dataclass(frozen=True)
 class Prediction:
     gpus: int
     nodes: int
     step_s: float
     comm_s: float  # network time of the step's collectives
-    exposed_comm_s: float  # what the step waits for after compute: network left over + straggler waits
-    wait_s: float  # straggler waits (noise, loader) and the storage stall
+    exposed_comm_s: float  # what the step waits for beyond its work: transfers left over + wait_s
+    wait_s: float  # the last message's wait for the slowest rank (noise, loader) + the storage stall
+    hidden_wait_s: float  # the earlier kernels' waits for their peers: NCCL kernel time, not step time
     kernel_comm_s: float  # NCCL kernel time, as profiles count it
     algorithm: str
     images_per_s: float
     speedup: float
     efficiency: float
-    comm_share: float  # kernel comm / (kernel comm + compute + data)
-
-
-def _point(workload: Workload, machine: Machine, gpus: int) -> Tuple[float, float, float, float, float, str]:
-    """(step, network, exposed, waits, kernel comm, algorithm) of one GPU count."""
-    network, left_over, algorithm = network_timeline(workload, machine, gpus)
-    waits = machine.lateness_s(workload.busy_s, gpus) + workload.data_s * straggler_factor(gpus)
-    step = workload.other_s + workload.data_s + workload.compute_s + left_over + waits
-    if workload.reads_files and machine.storage_images_per_s and gpus > 1:
-        waits += max(0.0, gpus * workload.batch / machine.storage_images_per_s - step)
-    exposed = left_over + waits
-    kernel = network + waits + (machine.beside_compute * workload.backward_s if gpus > 1 else 0.0)
-    step = workload.other_s + workload.data_s + workload.compute_s + exposed
-    return step, network, exposed, waits, kernel, algorithm
+    comm_share: float  # NCCL kernel time / (NCCL + compute kernel time), as Table 2a
+    profiled_comm_share: float  # what --profile-steps measures: comm / (comm + compute + data)
 
 
 def predict(workload: Workload, network: Machine, gpus: Sequence[int]) -> List[Prediction]:
@@ -210,39 +276,75 @@ def predict(workload: Workload, network: Machine, gpus: Sequence[int]) -> List[P
     counts = sorted(set(gpus))
     if not counts or counts[0] < 1:
         raise ValueError("GPU counts must be >= 1")
-    rows = [(p, *_point(workload, network, p)) for p in counts]
-    x = {p: p * workload.batch / step for p, step, *_ in rows}
+    rows = [(p, step_times(workload, network, p)) for p in counts]
+    x = {p: p * workload.batch / t.step for p, t in rows}
     g_ref = counts[0]
-    return [
-        Prediction(
-            gpus=p, nodes=network.nodes(p), step_s=step, comm_s=comm, exposed_comm_s=exposed, wait_s=waits,
-            kernel_comm_s=kernel, algorithm=algorithm, images_per_s=x[p], speedup=x[p] / x[g_ref],
-            efficiency=(x[p] / x[g_ref]) / (p / g_ref),
-            comm_share=kernel / (kernel + workload.compute_s + workload.data_s),
-        )
-        for p, step, comm, exposed, waits, kernel, algorithm in rows
-    ]
+    out = []
+    for p, t in rows:
+        profiled_data = workload.data_s + t.stall
+        out.append(Prediction(
+            gpus=p, nodes=network.nodes(p), step_s=t.step, comm_s=t.network, exposed_comm_s=t.exposed, wait_s=t.waits,
+            hidden_wait_s=t.hidden_waits, kernel_comm_s=t.kernel, algorithm=t.algorithm, images_per_s=x[p],
+            speedup=x[p] / x[g_ref], efficiency=(x[p] / x[g_ref]) / (p / g_ref),
+            comm_share=t.kernel / (t.kernel + workload.compute_s),
+            profiled_comm_share=t.profiled_comm / (t.profiled_comm + workload.compute_s + profiled_data),
+        ))
+    return out
+
+
+# --- Fits (pure Python: a few parameters each) ---------------------------------------------------
+
+def _solve(a: List[List[float]], b: List[float]) -> Optional[List[float]]:
+    """x with a x = b (Gaussian elimination, partial pivoting); None when singular."""
+    n = len(b)
+    m = [row[:] + [v] for row, v in zip(a, b)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-300:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(col + 1, n):
+            f = m[r][col] / m[col][col]
+            for c in range(col, n + 1):
+                m[r][c] -= f * m[col][c]
+    x = [0.0] * n
+    for r in reversed(range(n)):
+        x[r] = (m[r][n] - sum(m[r][c] * x[c] for c in range(r + 1, n))) / m[r][r]
+    return x
 
 
 def _nonnegative_lstsq(rows: Sequence[Sequence[float]], targets: Sequence[float], weights: Sequence[float]) -> List[float]:
     """Weighted least squares with coefficients >= 0 (the best non-negative solution over the column subsets)."""
     import itertools
 
-    import numpy as np
-
-    a, y, w = np.array(rows, dtype=float), np.array(targets, dtype=float), np.array(weights, dtype=float)
-    best, best_cost = [0.0] * a.shape[1], float(np.sum((w * y) ** 2))
-    for k in range(1, a.shape[1] + 1):
-        for cols in itertools.combinations(range(a.shape[1]), k):
-            coef = np.linalg.lstsq(a[:, cols] * w[:, None], y * w, rcond=None)[0]
-            if (coef < 0).any():
+    width = len(rows[0])
+    wa = [[w * v for v in row] for row, w in zip(rows, weights)]
+    wy = [w * y for y, w in zip(targets, weights)]
+    best, best_cost = [0.0] * width, math.fsum(v * v for v in wy)
+    for k in range(1, width + 1):
+        for cols in itertools.combinations(range(width), k):
+            normal = [[math.fsum(r[i] * r[j] for r in wa) for j in cols] for i in cols]
+            coef = _solve(normal, [math.fsum(r[i] * y for r, y in zip(wa, wy)) for i in cols])
+            if coef is None or any(c < 0 for c in coef):
                 continue
-            cost = float(np.sum((w * (a[:, cols] @ coef - y)) ** 2))
+            cost = math.fsum((math.fsum(r[c] * v for c, v in zip(cols, coef)) - y) ** 2 for r, y in zip(wa, wy))
             if cost < best_cost:
-                best, best_cost = [0.0] * a.shape[1], cost
+                best, best_cost = [0.0] * width, cost
                 for c, v in zip(cols, coef):
-                    best[c] = float(v)
+                    best[c] = v
     return best
+
+
+def _golden_min(cost: Callable[[float], float], low: float, high: float, rounds: int = 100) -> float:
+    """The minimum of a unimodal `cost` on [low, high] (golden-section search)."""
+    ratio = (5 ** 0.5 - 1) / 2
+    for _ in range(rounds):
+        a, b = high - ratio * (high - low), low + ratio * (high - low)
+        if cost(a) <= cost(b):
+            high = b
+        else:
+            low = a
+    return (low + high) / 2
 
 
 def _check_shares(points: Sequence[Tuple[int, float]]) -> None:
@@ -252,20 +354,27 @@ def _check_shares(points: Sequence[Tuple[int, float]]) -> None:
 
 
 def fit_machine(points: Sequence[Tuple[int, float]], workload: Workload, machine: Machine) -> Machine:
-    """`machine` with the noise and beside_compute that best reproduce kernel-time comm shares [(gpus, share)].
+    """`machine` with the noise and beside_compute that best reproduce NCCL kernel-time shares [(gpus, share)].
 
-    kernel comm = share/(1-share) * (compute + data) is linear in beside_compute and sqrt(noise_s);
-    the fit is weighted by (1-share)^2 so that residuals count as errors in share."""
+    kernel = share/(1-share) * compute; the residuals are weighted by (1-share)^2 / compute so that
+    they count as errors in share. beside_compute enters linearly (solved for each noise); the
+    spread sqrt(noise) is searched (the waits are capped by the bucket spacing, so not linear)."""
     _check_shares(points)
-    bare = replace(machine, noise_s=0.0, beside_compute=0.0)
-    rows, targets, weights = [], [], []
-    for gpus, share in points:
-        known = _point(workload, bare, gpus)[4]  # network + loader waits
-        rows.append([workload.backward_s, math.sqrt(workload.busy_s) * straggler_factor(gpus)])
-        targets.append(share / (1.0 - share) * workload.busy_s - known)
-        weights.append((1.0 - share) ** 2)
-    beside, spread = _nonnegative_lstsq(rows, targets, weights)
-    return replace(machine, noise_s=spread ** 2, beside_compute=beside)
+    overlapped = [workload.backward_s * (1.0 - messages(workload)[0].ready)] * len(points)
+    targets = [share / (1.0 - share) * workload.compute_s for _, share in points]
+    weights = [(1.0 - share) ** 2 / workload.compute_s for _, share in points]
+
+    def best_beside(spread: float) -> Tuple[float, float]:
+        trial = replace(machine, noise_s=spread ** 2, beside_compute=0.0)
+        rest = [t - step_times(workload, trial, gpus).kernel for (gpus, _), t in zip(points, targets)]
+        beside = max(0.0, math.fsum(w * w * a * r for w, a, r in zip(weights, overlapped, rest))
+                     / math.fsum(w * w * a * a for w, a in zip(weights, overlapped)))
+        return beside, math.fsum((w * (r - beside * a)) ** 2 for w, a, r in zip(weights, overlapped, rest))
+
+    # beyond this spread the last wait alone exceeds every target
+    high = max(t / (straggler_factor(g) * math.sqrt(workload.busy_s)) for (g, _), t in zip(points, targets))
+    spread = _golden_min(lambda s: best_beside(s)[1], 0.0, high)
+    return replace(machine, noise_s=spread ** 2, beside_compute=best_beside(spread)[0])
 
 
 def fit_loader_stall(points: Sequence[Tuple[int, float]], workload: Workload, machine: Machine) -> float:
@@ -277,22 +386,30 @@ def fit_loader_stall(points: Sequence[Tuple[int, float]], workload: Workload, ma
         return sum((1 - share) ** 2 * (p.comm_share - share) ** 2
                    for p, (_, share) in zip(predict(loaded, machine, [g for g, _ in points]), points))
 
-    low, high = 0.0, 10.0 * workload.compute_s  # golden-section search
-    ratio = (5 ** 0.5 - 1) / 2
-    for _ in range(80):
-        a, b = high - ratio * (high - low), low + ratio * (high - low)
-        if cost(a) <= cost(b):
-            high = b
-        else:
-            low = a
-    return (low + high) / 2
+    return _golden_min(cost, 0.0, 10.0 * workload.compute_s, rounds=80)
+
+
+def storage_floor(gpus: Sequence[int], workload: Workload, machine: Machine) -> float:
+    """Images/s a loader drew at `gpus` without a stall: a file system that reproduces those rows sustains at least this."""
+    free = replace(machine, storage_images_per_s=None)
+    return max(p.images_per_s for p in predict(workload, free, gpus))
+
+
+def fit_storage(statements: Sequence[Tuple[str, int, float]], workload: Workload, machine: Machine, floor: float) -> float:
+    """The file system's images/s (>= `floor`) whose E_G best matches [(framework, gpus, E_G)] (reference 4 GPUs)."""
+    def cost(log_r: float) -> float:
+        storage = replace(machine, storage_images_per_s=math.exp(log_r))
+        return sum((predict(replace(workload, framework=f), storage, [AACH2023_REFERENCE_GPUS, g])[1].efficiency - v) ** 2
+                   for f, g, v in statements)
+
+    return math.exp(_golden_min(cost, math.log(floor), math.log(100.0 * floor)))
 
 
 # --- Published data -------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class PublishedRow:
-    """Percent of CUDA kernel time per step (the remainder is other kernels)."""
+    """Percent of CUDA kernel time per step in NCCL (comm), I/O and cuDNN (compute) kernels; the rest is other kernels."""
 
     gpus: int
     comm: float
@@ -301,7 +418,12 @@ class PublishedRow:
 
     @property
     def comm_share(self) -> float:
-        """Comm share renormalised to comm + I/O + compute (the model's normalisation)."""
+        """NCCL's share of all kernel time (the model's comm share)."""
+        return self.comm / 100.0
+
+    @property
+    def renormalised_share(self) -> float:
+        """Comm share of comm + I/O + compute kernels (the other kernels left out; the v2 model's yardstick)."""
         return self.comm / (self.comm + self.io + self.compute)
 
 
@@ -318,29 +440,93 @@ def load_published(path: Path = AACH2023_TABLE2A) -> Dict[str, List[PublishedRow
     return columns
 
 
-def published_workload(model: str = "resnet50") -> Workload:
-    """Table 2a's workload per GPU: batch 64, compute from the published A100 TF32 throughput (FLOP-scaled
-    for other models), plus the I/O kernels' GPU time in the table's proportion to compute (DALI decodes on
-    the GPU; the same share with the native loader's copies), data wait 0."""
-    row = load_published()["dali"][0]
-    compute = DEFAULT_BATCH / (PUBLISHED_RESNET50_IMAGES_PER_S["A100"] * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS[model])
-    return Workload(compute * (1 + row.io / row.compute), DEFAULT_BATCH, gradient_bytes(model))
+class Statement(NamedTuple):
+    """A statement of the paper's text on E_G (reference 4 GPUs) for GPU counts gpus_from..gpus_to."""
+
+    model: str
+    loader: str
+    frameworks: Tuple[str, ...]
+    gpus_from: int
+    gpus_to: int
+    relation: str  # '>', '<' or '=' (within STATEMENT_TOLERANCE)
+    value: float
+
+    def covers(self, model: str, loader: str, framework: str, gpus: int) -> bool:
+        return (model, loader) == (self.model, self.loader) and framework in self.frameworks and self.gpus_from <= gpus <= self.gpus_to
+
+    def error(self, efficiency: float) -> float:
+        """Model - value; for a bound 0 while it holds (else by how much the model is on the wrong side)."""
+        if self.relation == "=" or not self.holds(efficiency):
+            return efficiency - self.value
+        return 0.0
+
+    def holds(self, efficiency: float) -> bool:
+        if self.relation == "=":
+            return abs(efficiency - self.value) <= STATEMENT_TOLERANCE
+        return efficiency > self.value if self.relation == ">" else efficiency < self.value
+
+    @property
+    def text(self) -> str:
+        return ("%.2f" if self.relation == "=" else self.relation + "%.2f") % self.value
+
+
+def load_statements(path: Path = AACH2023_STATEMENTS) -> List[Statement]:
+    with open(path, newline="", encoding="utf-8") as f:
+        lines = [line for line in f if not line.startswith("#")]
+    return [Statement(r["model"], r["loader"], tuple(r["frameworks"].split()), int(r["gpus_from"]), int(r["gpus_to"]),
+                      r["relation"], float(r["value"])) for r in csv.DictReader(lines)]
+
+
+def io_kernel_factor(loader: str, max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TABLE2A) -> float:
+    """A step's kernel time other than NCCL's over that of a training step without the loader's I/O
+    kernels (cuDNN and other kernels): 1 + I/O / (cuDNN + other), Table 2a's rows up to `max_gpus`."""
+    rows = [r for r in load_published(path)[loader] if r.gpus <= max_gpus]
+    io = math.fsum(r.io for r in rows)
+    return 1.0 + io / math.fsum(100.0 - r.comm - r.io for r in rows)
+
+
+def published_workload(model: str = "resnet50", loader: str = "dali", path: Path = AACH2023_TABLE2A) -> Workload:
+    """Table 2a's workload per GPU: batch 64; the GPU's kernel time per step other than NCCL's: the
+    published A100 TF32 throughput (a whole training step; FLOP-scaled for other models) plus the
+    loader's I/O kernels (`io_kernel_factor`); data wait 0; the native loader reads files."""
+    step = DEFAULT_BATCH / (PUBLISHED_RESNET50_IMAGES_PER_S["A100"] * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS[model])
+    return Workload(step * io_kernel_factor(loader, path=path), DEFAULT_BATCH, gradient_bytes(model),
+                    reads_files=loader == "native")
 
 
 @dataclass(frozen=True)
 class PublishedFit:
-    machine: Machine  # JUWELS Booster's, fitted on the DALI column
+    machine: Machine  # JUWELS Booster's: noise and beside_compute (DALI column), storage (native statements)
     native_data_fraction: float  # the native loader's data wait per step / compute, fitted on its column
+    storage_floor: float  # images/s the native rows up to the fit's largest count drew without a stall
 
 
-def fit_published(max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TABLE2A) -> PublishedFit:
-    """One machine fit for Table 2a's machine on its DALI column (DALI keeps up: no loader wait), then the
-    native loader's data wait on the native column with that machine; both on counts <= `max_gpus`."""
+def fit_published(max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TABLE2A,
+                  statements: Path = AACH2023_STATEMENTS) -> PublishedFit:
+    """One machine fit for Table 2a's machine: noise and beside_compute on its DALI column (DALI keeps
+    up: no loader wait), then the native loader's data wait on the native column with that machine,
+    both on counts <= `max_gpus`; then the file system's images/s from the point statements on the
+    native loader's E_G (not below what the native rows drew without a stall)."""
     columns = load_published(path)
-    workload = published_workload()
-    machine = fit_machine([(r.gpus, r.comm_share) for r in columns["dali"] if r.gpus <= max_gpus], workload, AACH2023_MACHINE)
-    data_s = fit_loader_stall([(r.gpus, r.comm_share) for r in columns["native"] if r.gpus <= max_gpus], workload, machine)
-    return PublishedFit(machine, data_s / workload.compute_s)
+    dali = published_workload(path=path)
+    machine = fit_machine([(r.gpus, r.comm_share) for r in columns["dali"] if r.gpus <= max_gpus], dali, AACH2023_MACHINE)
+    native = published_workload(loader="native", path=path)
+    fitted = [r for r in columns["native"] if r.gpus <= max_gpus]
+    native = replace(native, data_s=fit_loader_stall([(r.gpus, r.comm_share) for r in fitted], native, machine))
+    floor = storage_floor([r.gpus for r in fitted], native, machine)
+    points = [(f, s.gpus_from, s.value) for s in load_statements(statements) if s.relation == "=" and s.loader == "native"
+              for f in s.frameworks]
+    storage = fit_storage(points, native, machine, floor)
+    return PublishedFit(replace(machine, storage_images_per_s=storage), native.data_s / native.compute_s, floor)
+
+
+def calibrated_workload(workload: Workload, fit: PublishedFit, loader: str, measured_data: bool = False) -> Workload:
+    """`workload` as on Table 2a's machine with `loader`: the native loader reads files and, unless the
+    data wait is `measured_data`, waits the fitted one."""
+    if loader != "native":
+        return workload
+    return replace(workload, reads_files=True,
+                   data_s=workload.data_s if measured_data else fit.native_data_fraction * workload.compute_s)
 
 
 # --- The user's runs ------------------------------------------------------------------------------
@@ -354,7 +540,8 @@ def workload_of_run(run: Run) -> Workload:
                     reads_files=run.key.loader == "native")
 
 
-def _wall_step_s(run: Run) -> float:
+def wall_step_s(run: Run) -> float:
+    """A run's wall-clock step time, from its measured throughput."""
     return run.world_size * run.key.batch_per_worker / run.throughput
 
 
@@ -363,58 +550,82 @@ def _layout(machine: Machine, run: Run) -> Machine:
     return replace(machine, gpus_per_node=max(1, run.world_size // run.nodes))
 
 
-def fit_runs(runs: Sequence[Run], base: Machine) -> Machine:
-    """`base` with the network fitted to the runs' measured all-reduce time and the noise to their
-    wall-clock step time. The profile's comm_s is one ring all-reduce of all gradients, in which latency
-    and inverse bandwidth enter linearly. A side (inside a node, across nodes) with no run keeps
-    `base`'s figures; the inter-node latency is fitted only from two or more node counts."""
-    multi = [r for r in runs if r.world_size > 1]
-    machine = base
+def _network_given_noise(multi: Sequence[Tuple[Run, Workload]], machine: Machine, spread: float) -> Machine:
+    """`machine` with noise spread^2 and the network that best explains the runs' profiled all-reduces
+    (one ring all-reduce + the slowest rank's lag: linear in latency and inverse bandwidth)."""
+    fitted = replace(machine, noise_s=spread ** 2)
     for inside in (True, False):
-        side = [r for r in multi if (r.nodes == 1) == inside]
+        side = [(r, w) for r, w in multi if (r.nodes == 1) == inside]
         if not side:
             continue
-        fit_latency = not inside and len({r.nodes for r in side}) > 1
+        fit_latency = not inside and len({r.nodes for r, _ in side}) > 1
         rows, targets = [], []
-        for r in side:
-            bare = replace(_layout(machine, r), latency_us=0.0 if fit_latency else machine.latency_us)
-            volume = 2 * (r.world_size - 1) / r.world_size * gradient_bytes(r.key.model)
-            rows.append(([2 * (r.nodes - 1) * RING_PLATEAU * 1e-6] if fit_latency else []) + [volume])
-            targets.append(r.profile.comm_s - bare.ring_allreduce_s(r.world_size, 0.0))
+        for r, w in side:
+            bare = replace(_layout(fitted, r), latency_us=0.0 if fit_latency else fitted.latency_us)
+            lag = fitted.lateness_s(w.busy_s, r.world_size) + w.data_s * loader_spread(r.world_size, w.batch)
+            rows.append(([2 * (r.nodes - 1) * RING_PLATEAU * 1e-6] if fit_latency else [])
+                        + [2 * (r.world_size - 1) / r.world_size * w.gradient_bytes])
+            targets.append(r.profile.comm_s - bare.ring_allreduce_s(r.world_size, 0.0) - lag)
         coef = _nonnegative_lstsq(rows, targets, [1.0] * len(rows))
         if coef[-1] <= 0:
             continue  # faster than the latency alone explains: keep the nominal bandwidth
         if inside:
-            machine = replace(machine, intra_node_gbps=8e-9 / coef[-1])
+            fitted = replace(fitted, intra_node_gbps=8e-9 / coef[-1])
         else:
-            machine = replace(machine, bandwidth_gbps_per_node=8e-9 / coef[-1],
-                              latency_us=coef[0] if fit_latency else machine.latency_us)
+            fitted = replace(fitted, bandwidth_gbps_per_node=8e-9 / coef[-1],
+                             latency_us=coef[0] if fit_latency else fitted.latency_us)
+    return fitted
+
+
+def fit_runs(runs: Sequence[Run], base: Machine) -> Machine:
+    """`base` with the noise and the network fitted to the runs: each multi-GPU run's profiled
+    all-reduce (one ring all-reduce + the slowest rank's lag) and wall-clock step (busy + transfers
+    left over + that lag), in relative terms. For each spread sqrt(noise) the network follows from
+    the all-reduces (`_network_given_noise`); the spread is searched. A side (inside a node, across
+    nodes) with no run keeps `base`'s figures, as does one the runs cannot tell from an infinite
+    bandwidth; the inter-node latency is fitted only from two or more node counts."""
+    multi = [(r, workload_of_run(r)) for r in runs if r.world_size > 1]
     if not multi:
-        return machine
-    rows, targets = [], []
-    for r in multi:
-        workload = workload_of_run(r)
-        rows.append([math.sqrt(workload.busy_s) * straggler_factor(r.world_size)])
-        targets.append(_wall_step_s(r) - _point(workload, replace(_layout(machine, r), noise_s=0.0), r.world_size)[0])
-    return replace(machine, noise_s=_nonnegative_lstsq(rows, targets, [1.0] * len(rows))[0] ** 2)
+        return base
+
+    def cost(spread: float) -> float:
+        machine = _network_given_noise(multi, base, spread)
+        total = 0.0
+        for r, w in multi:
+            t = step_times(w, _layout(machine, r), r.world_size)
+            total += ((t.step - wall_step_s(r)) / wall_step_s(r)) ** 2 + ((t.profiled_comm - r.profile.comm_s) / r.profile.comm_s) ** 2
+        return total
+
+    # at most all of a step beyond its work is the slowest rank's lag
+    high = max((wall_step_s(r) - w.busy_s) / (math.sqrt(w.busy_s) * straggler_factor(r.world_size)) for r, w in multi)
+    return _network_given_noise(multi, base, _golden_min(cost, 0.0, max(high, 0.0)))
 
 
 @dataclass(frozen=True)
 class LeftOut:
     run: Run
-    predicted: Optional[float]  # images/s; None when the other runs cannot predict it
+    predicted: Optional[Prediction]  # None when the other runs cannot predict it
     why: str = ""
 
     @property
-    def error(self) -> Optional[float]:
-        return None if self.predicted is None else self.predicted / self.run.throughput - 1.0
+    def step_error(self) -> Optional[float]:
+        """Predicted / measured wall-clock step time - 1."""
+        return None if self.predicted is None else self.predicted.step_s / wall_step_s(self.run) - 1.0
+
+    @property
+    def measured_share(self) -> float:
+        shares = self.run.shares
+        return shares.comm if shares else 0.0
+
+    @property
+    def share_error(self) -> Optional[float]:
+        """Predicted - measured profiled comm share (a fraction)."""
+        return None if self.predicted is None else self.predicted.profiled_comm_share - self.measured_share
 
 
-def predict_run(reference: Run, machine: Machine, gpus: int) -> float:
-    """Images/s at `gpus` from a reference run's workload and a fitted machine."""
-    workload = workload_of_run(reference)
-    step = _point(workload, machine, gpus)[0]
-    return gpus * workload.batch / step
+def predict_run(reference: Run, machine: Machine, gpus: int) -> Prediction:
+    """The step at `gpus` from a reference run's workload and a fitted machine."""
+    return predict(workload_of_run(reference), machine, [gpus])[0]
 
 
 def leave_one_out(runs: Sequence[Run], base: Optional[Machine], gpus_per_node: int) -> List[LeftOut]:
@@ -427,8 +638,7 @@ def leave_one_out(runs: Sequence[Run], base: Optional[Machine], gpus_per_node: i
             out.append(LeftOut(run, None, "the others hold no %s run and the site no [network]"
                                % ("multi-node" if across else "multi-GPU single-node")))
             continue
-        machine = fit_runs(rest, base or _unknown_network(gpus_per_node))
-        machine = _layout(machine, run)
+        machine = _layout(fit_runs(rest, base or _unknown_network(gpus_per_node)), run)
         out.append(LeftOut(run, predict_run(min(rest, key=lambda r: r.world_size), machine, run.world_size)))
     return out
 
@@ -555,39 +765,130 @@ def workload_from_options(model: Optional[str], compute_ms: Optional[float], dat
                            reads_files=reads_files), source
 
 
-PREDICTION_HEADERS = ["GPUs", "nodes", "step ms", "comm ms", "exposed comm ms", "images/s", "S_G", "E_G", "comm %", "algorithm"]
-LOO_HEADERS = ["left out", "GPUs", "measured images/s", "predicted images/s", "error %"]
+@dataclass(frozen=True)
+class PaperCheck:
+    """What the paper publishes for one GPU count of the predicted workload (None: nothing)."""
+
+    comm_share: Optional[float]  # Table 2a, NCCL share of kernel time
+    statement: Optional[Statement]  # on E_G
 
 
-def prediction_rows(predictions: Sequence[Prediction]) -> List[List[str]]:
-    return [[str(p.gpus), str(p.nodes), "%.2f" % (1e3 * p.step_s), "%.2f" % (1e3 * p.comm_s),
-             "%.2f" % (1e3 * p.exposed_comm_s), "%.1f" % p.images_per_s, "%.2f" % p.speedup,
-             "%.3f" % p.efficiency, "%.1f" % (100 * p.comm_share), p.algorithm] for p in predictions]
+def paper_checks(model: str, loader: str, framework: str, gpus: Sequence[int]) -> Dict[int, PaperCheck]:
+    """Table 2a's comm share (DDP) and the text's E_G statements for ResNet-50, batch 64, on JUWELS Booster."""
+    rows = {r.gpus: r.comm_share for r in load_published()[loader]} if framework == "ddp" and model == "resnet50" else {}
+    statements = load_statements()
+    return {g: PaperCheck(rows.get(g), next((s for s in statements if s.covers(model, loader, framework, g)), None))
+            for g in gpus}
+
+
+def _signed(value: float, digits: int) -> str:
+    """`+0.12` / `-0.12`, and `0.00` when it rounds to zero."""
+    text = "%+.*f" % (digits, value)
+    return text[1:] if float(text) == 0 else text
+
+
+def _published_columns(checks: Optional[Dict[int, PaperCheck]]) -> Tuple[bool, bool]:
+    """Whether the paper has any E_G statement, any comm share for the rows."""
+    values = list(checks.values()) if checks else []
+    return any(c.statement is not None for c in values), any(c.comm_share is not None for c in values)
+
+
+def prediction_rows(predictions: Sequence[Prediction], basis: Callable[[int], str], profiled: bool = False,
+                    checks: Optional[Dict[int, PaperCheck]] = None) -> List[List[str]]:
+    """Table rows: step, exposed time, images/s, E_G and the comm share, with the paper's values and the
+    model's errors where `checks` has them, and whether each count is fitted or predicted."""
+    paper_eg, paper_share = _published_columns(checks)
+    out = []
+    for p in predictions:
+        share = p.profiled_comm_share if profiled else p.comm_share
+        row = [str(p.gpus), str(p.nodes), "%.2f" % (1e3 * p.step_s), "%.2f" % (1e3 * p.exposed_comm_s),
+               "%.1f" % p.images_per_s, "%.3f" % p.efficiency]
+        if paper_eg:
+            s = checks[p.gpus].statement
+            row += ["-", "-"] if s is None else [s.text, "holds" if s.relation != "=" and s.holds(p.efficiency)
+                                                 else _signed(s.error(p.efficiency), 2)]
+        row.append("%.1f" % (100 * share))
+        if paper_share:
+            paper = checks[p.gpus].comm_share
+            row += ["-", "-"] if paper is None else ["%.1f" % (100 * paper), _signed(100 * (share - paper), 1)]
+        out.append(row + [basis(p.gpus)])
+    return out
+
+
+def prediction_headers(profiled: bool, checks: Optional[Dict[int, PaperCheck]] = None) -> List[str]:
+    paper_eg, paper_share = _published_columns(checks)
+    share = "profiled comm %" if profiled else "NCCL kernel %"
+    return (["GPUs", "nodes", "step ms", "exposed ms", "images/s", "E_G"] + (["paper E_G", "E_G error"] if paper_eg else [])
+            + [share] + (["paper %", "error pp"] if paper_share else []) + ["basis"])
+
+
+STORAGE_FIT = ("fitted on the paper's E_G values for the native loader (%s), at least what Table 2a's native rows "
+               "drew up to %d GPUs" % (AACH2023_STATEMENTS.name, CALIBRATION_MAX_GPUS))
+LOO_HEADERS = ["left out", "GPUs", "step ms", "predicted ms", "error %", "comm %", "predicted %", "error pp"]
 
 
 def loo_rows(left_out: Sequence[LeftOut]) -> List[List[str]]:
-    return [[lo.run.path, str(lo.run.world_size), "%.1f" % lo.run.throughput,
-             "-" if lo.predicted is None else "%.1f" % lo.predicted,
-             lo.why if lo.error is None else "%+.1f" % (100 * lo.error)] for lo in left_out]
+    rows = []
+    for lo in left_out:
+        measured = [lo.run.path, str(lo.run.world_size), "%.2f" % (1e3 * wall_step_s(lo.run))]
+        if lo.predicted is None:
+            rows.append(measured + ["-", lo.why, "%.1f" % (100 * lo.measured_share), "-", "-"])
+            continue
+        rows.append(measured + ["%.2f" % (1e3 * lo.predicted.step_s), _signed(100 * lo.step_error, 1),
+                                "%.1f" % (100 * lo.measured_share), "%.1f" % (100 * lo.predicted.profiled_comm_share),
+                                _signed(100 * lo.share_error, 1)])
+    return rows
 
 
 def loo_summary(left_out: Sequence[LeftOut]) -> str:
-    errors = [abs(lo.error) for lo in left_out if lo.error is not None]
-    if not errors:
+    predicted = [lo for lo in left_out if lo.predicted is not None]
+    if not predicted:
         return "leave-one-out error: none of the %d runs can be predicted from the others" % len(left_out)
-    return ("leave-one-out error of the images/s: mean %.1f %%, max %.1f %% (%d of %d runs predicted from the others)"
-            % (100 * mean(errors), 100 * max(errors), len(errors), len(left_out)))
+    steps = [100 * abs(lo.step_error) for lo in predicted]
+    shares = [100 * abs(lo.share_error) for lo in predicted]
+    return ("leave-one-out error (%d of %d runs predicted from the others): step time mean %.1f %%, max %.1f %%; "
+            "profiled comm share mean %.1f pp, max %.1f pp"
+            % (len(predicted), len(left_out), mean(steps), max(steps), mean(shares), max(shares)))
 
 
 def _from_runs(paths: Sequence[Path], profile: Site,
-               say: Callable[[str], None]) -> Tuple[str, Workload, Machine, str, List[LeftOut]]:
+               say: Callable[[str], None]) -> Tuple[str, Workload, Machine, str, List[LeftOut], List[int]]:
     runs = calibration_runs(paths)
     base = interconnect_of_site(profile)
     left_out = leave_one_out(runs, base, profile.gpus_per_node)
     machine = replace(fit_runs(runs, base or _unknown_network(profile.gpus_per_node)), gpus_per_node=profile.gpus_per_node)
     reference = runs[0]
+    counts = sorted({r.world_size for r in runs})
     say("calibrated on %d runs (%s GPUs); each run predicted from the others:" % (len(runs), ",".join(str(r.world_size) for r in runs)))
-    return reference.key.model, workload_of_run(reference), machine, "measured in %s" % reference.path, left_out
+    return reference.key.model, workload_of_run(reference), machine, "measured in %s" % reference.path, left_out, counts
+
+
+def _basis(fitted: Sequence[int], fitted_max: int) -> Callable[[int], str]:
+    """'fitted' for a count the fit used, 'in range' between them, 'predicted' beyond the largest."""
+    return lambda gpus: "fitted" if gpus in fitted else "in range" if gpus < fitted_max else "predicted"
+
+
+def _paper_machine(site: Site) -> bool:
+    """Whether the site's network is Table 2a's machine (JUWELS Booster)."""
+    machine = interconnect_of_site(site)
+    return machine is not None and (machine.gpus_per_node, machine.latency_us, machine.bandwidth_gbps_per_node) == (
+        AACH2023_MACHINE.gpus_per_node, AACH2023_MACHINE.latency_us, AACH2023_MACHINE.bandwidth_gbps_per_node)
+
+
+def check_summary(predictions: Sequence[Prediction], checks: Dict[int, PaperCheck]) -> List[str]:
+    """One line per observable: the model's errors at the counts where the paper has a value."""
+    lines = []
+    for label, counts in (("fitted", [p for p in predictions if p.gpus <= CALIBRATION_MAX_GPUS]),
+                          ("predicted", [p for p in predictions if p.gpus > CALIBRATION_MAX_GPUS])):
+        errors = [100 * abs(p.comm_share - checks[p.gpus].comm_share) for p in counts if checks[p.gpus].comm_share is not None]
+        if errors:
+            lines.append("NCCL kernel share vs Table 2a, %s counts: mean %.1f pp, max %.1f pp" % (label, mean(errors), max(errors)))
+    said = [(p, checks[p.gpus].statement) for p in predictions if checks[p.gpus].statement is not None]
+    if said:
+        held = sum(1 for p, s in said if s.holds(p.efficiency))
+        lines.append("E_G vs the paper's statements: %d of %d hold (a bound as stated, a value within +-%.2f)"
+                     % (held, len(said), STATEMENT_TOLERANCE))
+    return lines
 
 
 MODELLED = image_frameworks("torch")  # DDP buckets, Horovod fusion, DeepSpeed ZeRO
@@ -604,11 +905,11 @@ def predict_command(
     framework: Framework = "ddp",
     zero_stage: Annotated[int, typer.Option(min=0, max=2, help="DeepSpeed ZeRO stage (0: all-reduce; 1, 2: reduce-scatter + all-gather).")] = 0,
     from_run: Annotated[Optional[Path], typer.Option(help="Run directory or metrics file with a profile record (the workload only).")] = None,
-    from_runs: Annotated[Optional[List[Path]], typer.Option(help="Calibrate machine and workload on your own small sweep: run directories or a sweep folder (repeat the flag), >= 2 GPU counts, each run made with --profile-steps N (e.g. `dlaunch sweep --nodes 1,2,4 --steps 60 --warmup-steps 10 --profile-steps 20`). Prints each run's leave-one-out error.")] = None,
-    calibrated: Annotated[Optional[str], typer.Option(help="Machine noise fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs: 'dali' (loader keeps up) or 'native' (adds the native loader's fitted data wait unless --data-ms is given, and the storage ceiling if --storage-images-per-s is given).")] = None,
+    from_runs: Annotated[Optional[List[Path]], typer.Option(help="Calibrate machine and workload on your own small sweep: run directories or a sweep folder (repeat the flag), >= 2 GPU counts, each run made with --profile-steps N (e.g. `dlaunch sweep --nodes 1,2,4 --steps 60 --warmup-steps 10 --profile-steps 20`). Prints each run's leave-one-out error of step time and profiled comm share.")] = None,
+    calibrated: Annotated[Optional[str], typer.Option(help="Machine fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs: 'dali' (loader keeps up) or 'native' (adds the native loader's fitted data wait unless --data-ms is given, and the file system's images/s fitted on the paper's E_G statements unless --storage-images-per-s or the site's [storage] gives one). On JUWELS Booster, ResNet-50, batch 64, shows the paper's values beside the model's.")] = None,
     storage_images_per_s: Annotated[Optional[float], typer.Option(parser=finite_number(), help="Images/s the site's shared file system sustains for a loader that reads every sample as a file (native): p GPUs cannot step faster than p * batch / this. Default: the site's [storage] loader_images_per_s, else no ceiling (unknown).")] = None,
 ) -> None:
-    """Predict step time, throughput and E_G over GPU counts (NCCL ring/tree cost model, buckets, stragglers)."""
+    """Predict step time, throughput, E_G and NCCL kernel share over GPU counts (NCCL ring/tree cost model, buckets, stragglers)."""
     profile = resolve_site(site)
     counts = parse_gpu_counts(gpus, profile) if gpus else [g for g in DEFAULT_GPU_COUNTS if g <= site_max_gpus(profile)] or [1]
     console = Console(soft_wrap=True)
@@ -619,11 +920,14 @@ def predict_command(
     if storage_images_per_s is not None and not storage_images_per_s > 0:
         raise DlaunchError("--storage-images-per-s: must be positive (got %r)" % storage_images_per_s)
     left_out: List[LeftOut] = []
+    checks: Optional[Dict[int, PaperCheck]] = None
+    storage_source = "--storage-images-per-s" if storage_images_per_s is not None else None
     if from_runs:
         if from_run is not None or calibrated is not None:
             raise DlaunchError("--from-runs: not together with --from-run or --calibrated")
-        model_name, workload, machine, source, left_out = _from_runs(from_runs, profile, say)
+        model_name, workload, machine, source, left_out, fitted = _from_runs(from_runs, profile, say)
         machine_source = "fitted on your runs"
+        basis = _basis(fitted, max(fitted))
     else:
         machine = interconnect_of_site(profile)
         if machine is None:
@@ -631,24 +935,35 @@ def predict_command(
                                "add one or calibrate with --from-runs" % profile.name)
         model_name, workload, source = workload_from_options(model, compute_ms, data_ms, batch, from_run, profile)
         machine_source = "nominal (site profile), no timing noise"
+        basis = lambda gpus: "nominal"  # noqa: E731
         if calibrated is not None:
             if calibrated not in ("dali", "native"):
                 raise DlaunchError("--calibrated: %r is not a column of %s (dali, native)" % (calibrated, AACH2023_TABLE2A.name))
             fit = fit_published()
             machine = replace(machine, noise_s=fit.machine.noise_s, beside_compute=fit.machine.beside_compute)
             machine_source = "noise fitted on Aach et al. 2023 Table 2a, 4-%d GPUs (JUWELS Booster)" % CALIBRATION_MAX_GPUS
-            if calibrated == "native":
-                workload = replace(workload, reads_files=True)
-                if data_ms is None:
-                    workload = replace(workload, data_s=fit.native_data_fraction * workload.compute_s)
+            published = compute_ms is None and from_run is None
+            if published:  # the paper's workload: its loader's I/O kernels run on the GPU too
+                workload = replace(workload, compute_s=workload.compute_s * io_kernel_factor(calibrated))
+                source += ", plus Table 2a's %s I/O kernels" % calibrated
+            workload = calibrated_workload(workload, fit, calibrated, data_ms is not None or from_run is not None)
+            basis = _basis([g for g in counts if g <= CALIBRATION_MAX_GPUS], CALIBRATION_MAX_GPUS)
+            if calibrated == "native" and storage_images_per_s is None and profile.storage is None:
+                storage_images_per_s = fit.machine.storage_images_per_s
+                storage_source = STORAGE_FIT
+                storage_counts = {s.gpus_from for s in load_statements() if s.loader == "native" and s.relation == "="}
+                basis = _basis([g for g in counts if g <= CALIBRATION_MAX_GPUS or g in storage_counts], CALIBRATION_MAX_GPUS)
+            if (published and model_name == "resnet50" and workload.batch == DEFAULT_BATCH and data_ms is None
+                    and counts[0] == AACH2023_REFERENCE_GPUS and _paper_machine(profile)):
+                checks = paper_checks(model_name, calibrated, framework, counts)
     workload = replace(workload, framework=framework, zero_stage=zero_stage if framework == "deepspeed" else 0)
     if storage_images_per_s is None and profile.storage is not None:  # the site's [storage] fact
-        storage_images_per_s = profile.storage.loader_images_per_s
+        storage_images_per_s, storage_source = profile.storage.loader_images_per_s, "site profile [storage]"
     machine = replace(machine, storage_images_per_s=storage_images_per_s)
     storage = ("no ceiling" if not (workload.reads_files and machine.storage_images_per_s)
-               else "%.0f images/s for a loader reading files" % machine.storage_images_per_s)
+               else "%.0f images/s for a loader reading files (%s)" % (machine.storage_images_per_s, storage_source))
     if left_out:
-        console.print(rich_table(None, LOO_HEADERS, loo_rows(left_out)))
+        console.print(fit_table("", LOO_HEADERS, loo_rows(left_out), console.width, leave_out=["comm %", "step ms"]))
         say(loo_summary(left_out))
     say("%s on %s, %s: %.1f MB fp32 gradients, compute %.2f ms + data %.2f ms + other %.2f ms per step, batch %d per GPU\n"
         "machine (%s): %.2f us fabric latency, %.0f Gbit/s per node of %d GPUs, %.0f Gbit/s per GPU in a node, "
@@ -657,4 +972,21 @@ def predict_command(
            1e3 * workload.data_s, 1e3 * workload.other_s, workload.batch, machine_source, machine.latency_us,
            machine.bandwidth_gbps_per_node, machine.gpus_per_node, machine.intra_node_gbps, machine.noise_s,
            machine.beside_compute, storage, source))
-    console.print(rich_table(None, PREDICTION_HEADERS, prediction_rows(predict(workload, machine, counts))))
+    predictions = predict(workload, machine, counts)
+    profiled = bool(from_runs)
+    console.print(fit_table("", prediction_headers(profiled, checks),
+                            prediction_rows(predictions, basis, profiled, checks), console.width,
+                            leave_out=["nodes", "exposed ms", "images/s", "step ms"]))
+    say("exposed: what a step waits for beyond its own work (transfers left over after back-propagation, the "
+        "slowest rank, the file system); the kernels' earlier waits for their peers are NCCL kernel time, hidden "
+        "behind back-propagation")
+    if from_runs:
+        say("basis: fitted = a GPU count of your runs (profiled comm %% as --profile-steps measures it); in range = "
+            "between them; predicted = beyond %d GPUs" % max(fitted))
+    elif calibrated is not None:
+        say("basis: fitted = inside the fit's range (Table 2a rows of 4-%d GPUs%s); predicted = beyond it"
+            % (CALIBRATION_MAX_GPUS, "; the storage ceiling: E_G values of the paper" if storage_source == STORAGE_FIT else ""))
+    else:
+        say("basis: nominal = the site profile's network, nothing fitted (see --calibrated, --from-runs)")
+    for line in check_summary(predictions, checks) if checks else []:
+        say(line)

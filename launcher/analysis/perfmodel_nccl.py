@@ -16,18 +16,20 @@ node boundary once per channel, so a node's NICs together carry 2(p-1)/p of the 
 Inter-node step latencies are NCCL's software latency plus the fabric's (the site's `latency_us`).
 
 Three more machine properties are not NCCL's but decide what a step sees (fitted, see perfmodel.py):
-`noise_s`, the ranks' timing noise: each rank's lateness at a synchronisation is the sum of many small
-host and OS delays met during its busy time, so its spread grows with the square root of that time,
-sqrt(noise_s * busy) (noise_s in seconds: the variance of the delay per second of work). The
-collective synchronises in rounds, 2, 4, ... p ranks (a tree's levels, the log2 p stages of NCCL's
-reduction), and each round waits for the slowest of its ranks, whose delay is exponential-tailed: the
-step waits spread * `straggler_factor(p)` = spread * sum over the rounds of (H_n - 1), H_n the n-th
-harmonic number (the expected maximum of n unit exponential delays); it grows like (log2 p)^2 / 2.
-`beside_compute`, NCCL kernel time spent running beside back-propagation (a fraction of it) that
-kernel-time profiles count but the step never waits for. `storage_images_per_s`, the images per
-second the site's shared file system sustains for a loader that reads every sample as a file through
-the CPU (None: unknown, no ceiling): p ranks taking batch images per step cannot step faster than
-p * batch / storage_images_per_s, and the ranks that wait for their data stall the others.
+`noise_s`, the ranks' timing noise: each rank's lateness is the sum of many small host and OS delays
+met since the step began, so its spread after t seconds of work is sqrt(noise_s * t) (noise_s in
+seconds: the variance of the delay per second of work). A collective synchronises in rounds, 2, 4,
+... p ranks (a tree's levels, the log2 p stages of NCCL's reduction), and each round waits for the
+slowest of its ranks, whose delay is exponential-tailed: the slowest rank is spread *
+`straggler_factor(p)` late = spread * sum over the rounds of (H_n - 1), H_n the n-th harmonic number
+(the expected maximum of n unit exponential delays); it grows like (log2 p)^2 / 2. Every message's
+NCCL kernel waits that long for its peers (kernel time), the step only at its last message.
+`beside_compute`, NCCL kernel time beside back-propagation (a fraction of the back-propagation the
+messages overlap) that is neither transfer nor waiting for a peer: kernel-time profiles count it,
+the step never waits for it. `storage_images_per_s`, the images per second the site's shared file
+system sustains for a loader that reads every sample as a file through the CPU (None: unknown, no
+ceiling): p ranks taking batch images per step cannot step faster than p * batch /
+storage_images_per_s.
 """
 import math
 from dataclasses import dataclass
@@ -73,7 +75,7 @@ class Machine:
     storage_images_per_s: Optional[float] = None
 
     def lateness_s(self, busy_s: float, gpus: int) -> float:
-        """What the step waits for the slowest rank, whose noise accumulated over `busy_s` of work."""
+        """How late the slowest of `gpus` ranks is after `busy_s` of work (the noise it accumulated)."""
         return math.sqrt(self.noise_s * busy_s) * straggler_factor(gpus)
 
     def nodes(self, gpus: int) -> int:

@@ -86,3 +86,12 @@ class EndTime:
 
 
 PreludeItem = Union[Export, Prepend, FirstHost, HostList, Banner, EndTime]
+
+
+@dataclass(frozen=True)
+class TaskEnv:
+    """`bash -c 'export NAME="$VARIABLE" ...; exec "$@"' dlaunch-task`: a word of the step's command, in
+    front of what each task runs, that sets the job's neutral task variables (train/jobenv.py) from the
+    scheduler's own (`Scheduler.task_variables`)."""
+
+    variables: Tuple[Tuple[str, str], ...]  # (neutral name, the scheduler's variable)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Tuple
 
 from launcher.errors import DlaunchError
-from launcher.jobs.jobspec import Export, FirstHost, HostList, PreludeItem, ShellWord
+from launcher.jobs.jobspec import Export, FirstHost, PreludeItem, ShellWord
 from launcher.schedulers import Scheduler
 from launcher.jobs.sites import Site
 from train.framework_table import FRAMEWORKS, FrameworkInfo
@@ -120,7 +120,8 @@ class LocalHorovod(LaunchStyle):
 class TaskPerWorker(LaunchStyle):
     """One task per process: workers (`--gpus` per node), the row's servers on every node and its
     coordinators; each task takes its role from its task id (train/engines.py), and finds the others
-    through DLAUNCH_HOSTS and MASTER_PORT. The interpreter is the site's for the engine (`interpreters`)."""
+    through the job's DLAUNCH_NODELIST and MASTER_PORT. The interpreter is the site's for the engine
+    (`interpreters`)."""
 
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
         info = self.info
@@ -130,7 +131,7 @@ class TaskPerWorker(LaunchStyle):
         return LaunchSpec(
             tasks_per_node=per_node,
             cpus_per_task=max(1, site.cpus_per_node // slots),
-            prelude=rendezvous_prelude(site, scheduler) + (HostList("DLAUNCH_HOSTS", scheduler.hosts_command()),),
+            prelude=rendezvous_prelude(site, scheduler),
             mpi=False,
             whole_node=False,
             launch_prefix=(python, "-m", info.entry),

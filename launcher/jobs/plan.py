@@ -11,7 +11,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from launcher.boundary import check_limit, check_value
 from launcher.errors import DlaunchError, SchedulerError
-from launcher.jobs.jobspec import JobSpec, PreludeItem, Prepend
+from launcher.jobs.jobspec import JobSpec, PreludeItem, Prepend, TaskEnv
 from launcher.jobs.launchers import launch_mode
 from launcher.jobs.request import SAFE_NAME, LaunchRequest, trainer_arguments
 from launcher.schedulers import scheduler_for
@@ -41,7 +41,7 @@ class LaunchPlan:
     modules: Tuple[str, ...]
     env: Tuple[Tuple[str, str], ...]
     prelude: Tuple[PreludeItem, ...]
-    command: Tuple[Tuple[str, ...], ...]  # lines in front of the trainer's flags: step, container, launch
+    command: Tuple[Tuple[Any, ...], ...]  # lines in front of the trainer's flags: step, task variables, container, launch
     trainer_argv: Tuple[str, ...]
     warnings: Tuple[str, ...] = ()  # for the user, before submission; nothing in the script
     profile: str = ""  # the site profile's text as read: the run directory keeps it (`site.toml`), not its path
@@ -166,6 +166,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     except SchedulerError as e:
         raise DlaunchError("--framework %s: site %s: %s" % (request.framework, site.name, e)) from None
     environment = _environment(site)
+    task_env = (TaskEnv(scheduler.task_variables),) if scheduler.task_variables else ()
     provenance = tuple((name, value) for name, value in (
         ("DLAUNCH_SITE", site.name),
         ("DLAUNCH_IMAGE", image),
@@ -208,8 +209,9 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         module_use=tuple(site.module_use),
         modules=tuple(site.modules),
         env=tuple(site.env.items()) + provenance,
-        prelude=environment + runtime.exports(environment) + scheduler.prelude(site.scheduler, job) + spec.prelude,
-        command=scheduler.command(step, container_prefix, spec.launch_prefix),
+        prelude=(environment + runtime.exports(environment) + scheduler.job_environment(site.scheduler, job)
+                 + scheduler.prelude(site.scheduler, job) + spec.prelude),
+        command=scheduler.command(step, task_env, container_prefix, spec.launch_prefix),
         trainer_argv=trainer_argv,
         warnings=warnings,
     )

@@ -2,9 +2,9 @@
 import re
 import shlex
 from functools import singledispatch
-from typing import List, Sequence
+from typing import List, Sequence, Union
 
-from launcher.jobs.jobspec import Banner, EndTime, Export, FirstHost, HostList, Prepend, ShellWord
+from launcher.jobs.jobspec import Banner, EndTime, Export, FirstHost, HostList, Prepend, ShellWord, TaskEnv
 from launcher.jobs.plan import LaunchPlan
 from launcher.schedulers import scheduler_for
 from launcher.jobs.schema import ENV_NAME, HOST_SUFFIX
@@ -72,8 +72,18 @@ def _(item: EndTime) -> str:
     return "export %s=$(( $(date +%%s) + %d ))\n" % (_name(item.name), int(item.seconds))
 
 
-def _command(segments: Sequence[Sequence[str]]) -> str:
-    lines = [" ".join(quote(a) for a in seg) for seg in segments if seg]
+def task_env_words(item: TaskEnv) -> str:
+    """The words that set the neutral task variables inside each task, then run the rest of the line."""
+    exports = " ".join('%s="$%s"' % (_name(name), _name(variable)) for name, variable in item.variables)
+    return "bash -c %s dlaunch-task" % shlex.quote('export %s; exec "$@"' % exports)
+
+
+def _word(arg: Union[str, TaskEnv]) -> str:
+    return task_env_words(arg) if isinstance(arg, TaskEnv) else quote(arg)
+
+
+def _command(segments: Sequence[Sequence[Union[str, TaskEnv]]]) -> str:
+    lines = [" ".join(_word(a) for a in seg) for seg in segments if seg]
     return " \\\n  ".join(lines) + "\n"
 
 

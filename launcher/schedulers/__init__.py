@@ -1,8 +1,9 @@
 """Schedulers: one file each, registered by `kind` in `BACKENDS` (a site's `[scheduler] kind`).
 
 A scheduler contributes to a job's script (directive lines, typed prelude items, the step command
-that starts the tasks on the nodes) and talks to the batch system (submit, the state of jobs,
-cancel). Its `Config` is the pydantic model of the site's `[scheduler]` section.
+that starts the tasks on the nodes, and how its own variables map to the job's neutral ones that the
+trainer reads: train/jobenv.py) and talks to the batch system (submit, the state of jobs, cancel).
+Its `Config` is the pydantic model of the site's `[scheduler]` section.
 """
 import enum
 import importlib
@@ -10,7 +11,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Annotated, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from pydantic import Field
 
@@ -101,6 +102,8 @@ class Scheduler:
     directive_prefix = ""  # `#SBATCH`, `#PBS`; "" = no directives
     commands: Tuple[str, ...] = ()  # the batch system's commands a login node needs (`dlaunch doctor`)
     Config: Type[StrictModel] = StrictModel
+    # (neutral task variable of train/jobenv.py, this scheduler's variable that each task of a step has)
+    task_variables: Tuple[Tuple[str, str], ...] = ()
 
     def __init__(self, timeout_s: float = 30.0, environ: Optional[Mapping[str, str]] = None):
         self.timeout_s = timeout_s
@@ -121,15 +124,21 @@ class Scheduler:
     def prelude(self, cfg: StrictModel, job: JobSpec) -> Tuple[PreludeItem, ...]:
         return ()
 
+    def job_environment(self, cfg: StrictModel, job: JobSpec) -> Tuple[PreludeItem, ...]:
+        """Exports of the job-level neutral variables (train/jobenv.py) from this scheduler's own;
+        task-level values the same in every task (a fixed task count) may be exported here too."""
+        return ()
+
     def step(self, cfg: StrictModel, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]) -> Tuple[str, ...]:
         """The command that starts `job.tasks_per_node` tasks on every node: `mpi` wires them as MPI
         ranks, `whole_node` leaves them unbound to CPUs (a torchrun that owns its node); `options`
         come from the container runtime (e.g. pyxis's --container-image)."""
         raise NotImplementedError
 
-    def command(self, step: Tuple[str, ...], container: Tuple[str, ...], launch: Tuple[str, ...]) -> Tuple[Tuple[str, ...], ...]:
-        """The lines of the command in front of the trainer's flags."""
-        return (step, container, launch)
+    def command(self, step: Tuple[str, ...], *rest: Tuple[Any, ...]) -> Tuple[Tuple[Any, ...], ...]:
+        """The lines of the command in front of the trainer's flags: the step, then `rest` (the task
+        variables' setter, the container, the launch) one line each."""
+        return (step,) + rest
 
     def node_count_word(self, nodes: int) -> str:
         """The job's node count as the tasks see it."""

@@ -3,15 +3,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Literal, Optional, Sequence, TextIO, Tuple
+from typing import Any, Dict, Literal, Optional, Sequence, TextIO, Tuple
 
 from rich.console import Console
 
 from launcher.errors import SchedulerError
-from launcher.jobs.jobspec import JobSpec
+from launcher.jobs.jobspec import Export, JobSpec, PreludeItem, ShellWord
 from launcher.runs.rundir import LOCAL_LOG
 from launcher.schedulers import Job, JobState, Scheduler, Submission
 from launcher.jobs.schema import StrictModel
+from train import jobenv
 
 
 class LocalConfig(StrictModel):
@@ -27,11 +28,20 @@ class Local(Scheduler):
         super().__init__()
         self.console = console or Console(soft_wrap=True)
 
+    def job_environment(self, cfg: LocalConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
+        """The job id `local-<pid of the script's shell>` (what `submit` records), one node, one task."""
+        return (
+            Export(jobenv.JOB_ID, ShellWord("local-$BASHPID")),
+            Export(jobenv.NNODES, "1"),
+            Export(jobenv.NODELIST, "localhost"),
+            *(Export(name, value) for name, value in jobenv.step_environment(0, 1, 0, 0).items()),
+        )
+
     def step(self, cfg: LocalConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]) -> Tuple[str, ...]:
         return ("exec",)
 
-    def command(self, step: Tuple[str, ...], container: Tuple[str, ...], launch: Tuple[str, ...]) -> Tuple[Tuple[str, ...], ...]:
-        return (step + container + launch,)
+    def command(self, step: Tuple[str, ...], *rest: Tuple[Any, ...]) -> Tuple[Tuple[Any, ...], ...]:
+        return (step + tuple(word for line in rest for word in line),)
 
     def submit(self, script: Path, run_dir: Path) -> Submission:
         env = dict(os.environ)

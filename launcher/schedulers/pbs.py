@@ -16,9 +16,10 @@ from typing import Annotated, Dict, List, Literal, Sequence, Tuple
 from pydantic import Field, StringConstraints, field_validator
 
 from launcher.errors import SchedulerError
-from launcher.jobs.jobspec import EndTime, JobSpec, PreludeItem, ShellWord
+from launcher.jobs.jobspec import EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
 from launcher.schedulers import Job, JobState, Scheduler, Submission
 from launcher.jobs.schema import PBS_DIRECTIVE, PBS_RESOURCES, Partition, StrictModel, Word, check_partitions
+from train import jobenv
 
 _JOB_ID = re.compile(r"^\d+(\[\d*\])?(\.[A-Za-z0-9.-]+)?$")
 # qstat's job_state letters (Reference Guide, "Job States").
@@ -52,6 +53,10 @@ class Pbs(Scheduler):
     directive_prefix = "#PBS"
     commands = ("qsub", "qstat", "qdel")
     Config = PbsConfig
+    # What Cray PALS' mpiexec gives every rank (HPE's pals.h, "Environment variables available for
+    # applications"; PALS runs Polaris' mpiexec).
+    task_variables = ((jobenv.TASK_ID, "PALS_RANKID"), (jobenv.LOCAL_TASK_ID, "PALS_LOCAL_RANKID"),
+                      (jobenv.NODE_ID, "PALS_NODEID"))
 
     def directives(self, cfg: PbsConfig, job: JobSpec) -> Tuple[str, ...]:
         return (
@@ -68,6 +73,16 @@ class Pbs(Scheduler):
 
     def prelude(self, cfg: PbsConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
         return (EndTime("DLAUNCH_JOB_END_TIME", job.seconds),)
+
+    def job_environment(self, cfg: PbsConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
+        """mpiexec starts `--ppn` tasks on every node: the counts are the job's own."""
+        return (
+            Export(jobenv.JOB_ID, ShellWord("$PBS_JOBID")),
+            Export(jobenv.NNODES, str(job.nodes)),
+            HostList(jobenv.NODELIST, self.hosts_command()),
+            Export(jobenv.NTASKS, str(job.tasks)),
+            Export(jobenv.TASKS_PER_NODE, "%d(x%d)" % (job.tasks_per_node, job.nodes)),
+        )
 
     def step(self, cfg: PbsConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]) -> Tuple[str, ...]:
         binding = ("--cpu-bind", "none") if whole_node else ("--depth=%d" % job.cpus_per_task, "--cpu-bind", "depth")

@@ -7,10 +7,11 @@ from typing import Annotated, Dict, List, Literal, Optional, Sequence, Tuple
 from pydantic import Field, StringConstraints, field_validator
 
 from launcher.errors import SchedulerError
-from launcher.jobs.jobspec import Banner, EndTime, Export, JobSpec, PreludeItem, ShellWord
+from launcher.jobs.jobspec import Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
 from launcher.schedulers import Job, JobState, Scheduler, Submission
 from launcher.jobs.schema import GRES, Option, Partition, SafeName, StrictModel, format_time
 from launcher.jobs.schema import check_partitions
+from train import jobenv
 
 SIGNAL_LEAD_S = 120  # seconds before the time limit at which the job is told to checkpoint
 # One failed task (a crashed node's torchrun, a dead MPI rank) ends the whole step instead of leaving
@@ -62,6 +63,10 @@ class Slurm(Scheduler):
     directive_prefix = "#SBATCH"
     commands = ("sbatch", "squeue", "scontrol", "scancel")
     Config = SlurmConfig
+    # What srun gives every task of a step (sbatch/srun manual pages, "OUTPUT ENVIRONMENT VARIABLES").
+    task_variables = ((jobenv.NTASKS, "SLURM_NTASKS"), (jobenv.TASK_ID, "SLURM_PROCID"),
+                      (jobenv.LOCAL_TASK_ID, "SLURM_LOCALID"), (jobenv.NODE_ID, "SLURM_NODEID"),
+                      (jobenv.TASKS_PER_NODE, "SLURM_STEP_TASKS_PER_NODE"))
 
     def directives(self, cfg: SlurmConfig, job: JobSpec) -> Tuple[str, ...]:
         queue = job.queue
@@ -92,6 +97,14 @@ class Slurm(Scheduler):
             Export("SRUN_CPUS_PER_TASK", ShellWord("$SLURM_CPUS_PER_TASK")),
             # The trainer tells the time limit's SIGTERM from a cancel by it (train/signals.py).
             EndTime("DLAUNCH_JOB_END_TIME", job.seconds),
+        )
+
+    def job_environment(self, cfg: SlurmConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
+        return (
+            Export(jobenv.JOB_ID, ShellWord("$SLURM_JOB_ID")),
+            Export(jobenv.RESTART_COUNT, ShellWord("$SLURM_RESTART_COUNT")),  # unset before a requeue
+            Export(jobenv.NNODES, ShellWord("$SLURM_JOB_NUM_NODES")),
+            HostList(jobenv.NODELIST, self.hosts_command()),
         )
 
     def step(self, cfg: SlurmConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]) -> Tuple[str, ...]:

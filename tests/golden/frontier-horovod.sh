@@ -28,11 +28,17 @@ export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
 export LD_LIBRARY_PATH=/ccs/sw/crusher/amdsw/aws-ofi-nccl/aws-ofi-nccl/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export APPTAINERENV_LD_LIBRARY_PATH=/ccs/sw/crusher/amdsw/aws-ofi-nccl/aws-ofi-nccl/lib"${APPTAINERENV_LD_LIBRARY_PATH:+:$APPTAINERENV_LD_LIBRARY_PATH}"
+export DLAUNCH_JOB_ID="$SLURM_JOB_ID"
+export DLAUNCH_RESTART_COUNT="$SLURM_RESTART_COUNT"
+export DLAUNCH_NNODES="$SLURM_JOB_NUM_NODES"
+DLAUNCH_NODELIST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)"
+export DLAUNCH_NODELIST
 echo "dlaunch: job $SLURM_JOB_ID attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) on $SLURM_JOB_NODELIST at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 
 srun --ntasks-per-node=8 --mpi=pmix --kill-on-bad-exit=1 \
+  bash -c 'export DLAUNCH_NTASKS="$SLURM_NTASKS" DLAUNCH_TASK_ID="$SLURM_PROCID" DLAUNCH_LOCAL_TASK_ID="$SLURM_LOCALID" DLAUNCH_NODE_ID="$SLURM_NODEID" DLAUNCH_TASKS_PER_NODE="$SLURM_STEP_TASKS_PER_NODE"; exec "$@"' dlaunch-task \
   apptainer exec --rocm --bind /scratch/runs/exp/run,/ccs/sw/crusher/amdsw/aws-ofi-nccl/aws-ofi-nccl/lib /images/rocm-horovod-x86_64.sif \
   python -m train \
   --framework horovod \

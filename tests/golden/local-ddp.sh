@@ -7,6 +7,13 @@ export DLAUNCH_SITE=local
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+export DLAUNCH_JOB_ID="local-$BASHPID"
+export DLAUNCH_NNODES=1
+export DLAUNCH_NODELIST=localhost
+export DLAUNCH_NTASKS=1
+export DLAUNCH_TASK_ID=0
+export DLAUNCH_LOCAL_TASK_ID=0
+export DLAUNCH_NODE_ID=0
 
 exec torchrun --standalone --nnodes=1 --nproc_per_node=2 -m train \
   --framework ddp \

@@ -28,9 +28,16 @@ export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
 export LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export APPTAINERENV_LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib"${APPTAINERENV_LD_LIBRARY_PATH:+:$APPTAINERENV_LD_LIBRARY_PATH}"
+export DLAUNCH_JOB_ID="$PBS_JOBID"
+export DLAUNCH_NNODES=2
+DLAUNCH_NODELIST="$(cat "$PBS_NODEFILE" | paste -sd, -)"
+export DLAUNCH_NODELIST
+export DLAUNCH_NTASKS=8
+export DLAUNCH_TASKS_PER_NODE='4(x2)'
 export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 
 mpiexec -n 8 --ppn 4 --depth=16 --cpu-bind depth \
+  bash -c 'export DLAUNCH_TASK_ID="$PALS_RANKID" DLAUNCH_LOCAL_TASK_ID="$PALS_LOCAL_RANKID" DLAUNCH_NODE_ID="$PALS_NODEID"; exec "$@"' dlaunch-task \
   apptainer exec --nv --bind /opt,/var/run/palsd,/soft/libraries/hwloc/lib,/scratch/runs/exp/run,/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib /images/current-horovod-x86_64.sif \
   python -m train \
   --framework horovod \

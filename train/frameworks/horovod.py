@@ -21,13 +21,14 @@ import horovod
 import horovod.torch as hvd
 import torch
 
+from train import jobenv
 from train.config import ConfigError
 from train.frameworks.base import DistInfo, Framework
 from train.frameworks.ddp import resolve_device
 
 # Where launchers publish the job size, most specific first: horovodrun --gloo, Open MPI's mpirun,
-# Slurm's PMI-2, torchrun, srun.
-_SIZE_VARIABLES = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE", "SLURM_NTASKS")
+# torchrun, the scheduler's step (train/jobenv.py).
+_SIZE_VARIABLES = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE", jobenv.NTASKS)
 
 
 def expected_size(env: Dict[str, str]) -> Optional[Tuple[str, int]]:
@@ -70,7 +71,7 @@ class Horovod(Framework):
             size = hvd.size()
             hvd.shutdown()
             raise ConfigError("--framework horovod: Horovod sees %d process(es) but %s=%d; start with "
-                              "horovodrun or srun --mpi=pmix (not torchrun)" % (size, expected[0], expected[1]))
+                              "horovodrun or the scheduler's MPI launch (not torchrun)" % (size, expected[0], expected[1]))
         device = resolve_device(cfg, hvd.local_rank())
         if device.type == "cuda":
             torch.cuda.set_device(device)

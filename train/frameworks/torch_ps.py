@@ -1,6 +1,6 @@
 """PyTorch parameter server (`torch-ps-sync`, `torch-ps-async`) over torch.distributed.rpc, beside DDP.
 
-One Slurm task per process (train/engines.py): task 0 is the parameter server (the model's master
+One task of the job's step per process (train/engines.py): task 0 is the parameter server (the model's master
 copy and the SGD optimizer, the same parameter groups as train/loop.py's), every other task a worker
 that runs train/loop.py. A worker's step sends its gradients and the step's LR to the server and copies
 the parameters it gets back into its model (BatchNorm statistics stay local, as with DDP's buffers

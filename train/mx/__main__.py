@@ -1,4 +1,4 @@
-"""`python -m train.mx --framework mx-ps-sync|mx-ps-async ...`: one Slurm task of an MXNet job.
+"""`python -m train.mx --framework mx-ps-sync|mx-ps-async ...`: one task of an MXNet job's step.
 
 The task's role (train/engines.py) becomes ps-lite's DMLC_* variables before mxnet is imported: the
 scheduler and the servers run inside `import mxnet` and return when the workers have finished.

@@ -1,6 +1,6 @@
-"""`python -m train.tf --framework tf-allreduce|tf-ps-async ...`: one Slurm task of a TensorFlow job.
+"""`python -m train.tf --framework tf-allreduce|tf-ps-async ...`: one task of a TensorFlow job's step.
 
-Every task derives its role and TF_CONFIG from Slurm's allocation (train/engines.py). Workers and
+Every task derives its role and TF_CONFIG from the job's task variables (train/engines.py, train/jobenv.py). Workers and
 parameter servers of `tf-ps-async` serve until the chief's port closes (the chief has finished or
 died), then exit 0. Exit codes as train/config.py; the metrics file is written by worker 0
 (`tf-allreduce`) or the chief (`tf-ps-async`).
