@@ -27,6 +27,7 @@ import json
 import math
 import os
 import re
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
 
@@ -214,6 +215,17 @@ def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> Tuple[str, bool]:
         return "", True
     start = data.find(b"\n") + 1  # the byte before the tail tells whether it starts a line
     return data[start:].decode("utf-8", errors="replace"), False
+
+
+def check_regular(path: Path) -> Path:
+    """`path` is a regular file, not a link, FIFO or device (checked before anything about it is printed)."""
+    try:
+        info = os.lstat(path)
+    except OSError as e:
+        raise DlaunchError("%s: %s" % (display_path(path), e.strerror or e)) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise DlaunchError("%s: %s" % (display_path(path), "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"))
+    return path
 
 
 def copy_log(path: Path, write: Callable[[str], None]) -> None:

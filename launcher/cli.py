@@ -218,7 +218,8 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
         try:
             resolve_account(site, request.account, os.environ)
         except DlaunchError as e:
-            err.print("dlaunch: warning: %s (the dry run renders the script without it)" % e)
+            if resolve_account(site, request.account, os.environ, required=False) is None:  # missing, not malformed
+                err.print("dlaunch: warning: %s (the dry run renders the script without it)" % e)
     plan = build_plan(site, request, run_dir=str(run_dir), git_revision=revision, image=request.image,
                       environ=os.environ, require_account=not dry_run)
     plan = dataclasses.replace(plan, profile=profile)
@@ -521,9 +522,9 @@ def logs(run_dir: RunDirArg) -> int:
             err.print("no log in %s: the run %s (%s)" % (run.path, snapshot.progress.status, why_failed(snapshot)))
             return 1
         err.print("no log in %s yet (state: %s)" % (run.path, snapshot.state))
-    from launcher.boundary import copy_log
+    from launcher.boundary import check_regular, copy_log
 
-    for path in files:
+    for path in [check_regular(p) for p in files]:  # all checked before the first is printed
         err.rule(display_path(path))
         copy_log(path, lambda text: out.out(text, end="", highlight=False))
     return 0

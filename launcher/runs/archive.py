@@ -163,7 +163,7 @@ def archive_command(
     size = sum(int(entry["bytes"]) for entry in manifest.values())
     out.print("wrote %s: %d files, %d bytes before compression, manifest %s/%s"
               % (display_path(output), len(manifest), size, escape(experiment.resolve().name), MANIFEST), markup=False, highlight=False)
-    without = [run for run in find_runs([experiment]) if not (run.path / SITE_PROFILE).is_file()]
+    without = [run for run in find_runs([experiment]) if (run.path / SITE_PROFILE).is_symlink() or not (run.path / SITE_PROFILE).is_file()]
     if without:
         err.print("note: %d run(s) without %s (submitted before dlaunch kept the profile a job was made from): "
                   "no profile of theirs in the bundle, e.g. %s" % (len(without), SITE_PROFILE, display_path(without[0].path)),

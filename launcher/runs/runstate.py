@@ -15,7 +15,7 @@ from launcher.boundary import alive_since, escape
 from launcher.runs.failures import reconcile
 from launcher.runs.rundir import RunDir, display_path
 from launcher.schedulers import Job, JobState, scheduler_for
-from train.metrics_schema import Metrics, MetricsError, read_metrics
+from train.metrics_schema import MAX_METRICS_BYTES, FileRefused, Metrics, MetricsError, open_regular, read_metrics
 
 # A run succeeded when its job did (and its metrics end `ok`); a job the scheduler forgot is judged by its metrics.
 SUCCEEDED = (JobState.COMPLETED, JobState.GONE)
@@ -57,13 +57,20 @@ def _read(path: Path) -> Metrics:
     try:
         return read_metrics(str(path), follow_links=False)
     except MetricsError:
-        with open(path, "rb") as f:  # read_metrics found a regular file here
-            f.seek(-1, os.SEEK_END)
-            being_written = f.read(1) != b"\n"
-        if not being_written:
+        if not _being_written(path):
             raise
         time.sleep(0.2)  # the trainer writes a record with one write + flush; read it once it is whole
         return read_metrics(str(path), follow_links=False)
+
+
+def _being_written(path: Path) -> bool:
+    """The metrics file's last byte ends no line: a record is being written (a FIFO or link is not)."""
+    try:
+        with open_regular(str(path), MAX_METRICS_BYTES, follow_links=False) as f:
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except (FileRefused, OSError):
+        return False
 
 
 def read_progress(path: Path) -> Progress:
