@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import launcher.runs.archive
-from hostile import (REPO, header, jsonl, kept_promises, metrics_records, plan_file, sandbox, script_is_sound, time_limit,
-                     write_run)
+from hostile import (REPO, header, jsonl, kept_promises, metrics_records, plan_file, sandbox, script_is_sound, scripts_in,
+                     time_limit, write_run)
 from launcher.boundary import LIMITS
 from train.metrics_schema import make_record
 
@@ -145,7 +145,8 @@ def test_a_rerun_of_a_header_whose_experiment_ends_in_a_newline_renders_whole_di
     outcome = box.run("rerun", run, "--site", "juwels", "--dry-run")
     os.environ.pop("SBATCH_ACCOUNT", None)
     kept_promises(outcome, codes=(0,))
-    script_is_sound(outcome.out[:outcome.out.index("rerun of")])
+    (script,) = scripts_in(outcome.out)
+    script_is_sound(script)
 
 
 def test_no_pattern_guard_in_the_launcher_matches_a_prefix():

@@ -202,7 +202,7 @@ def validate_record(record: Any) -> None:
         raise MetricsError("unsupported schema version %r (this reader knows %s)"
                            % (record.get("version"), ", ".join(map(str, READABLE_VERSIONS))))
     rtype = record.get("type")
-    if rtype not in RECORD_FIELDS:
+    if not isinstance(rtype, str) or rtype not in RECORD_FIELDS:
         raise MetricsError("unknown record type %r" % (rtype,))
     if not isinstance(record.get("time"), _NUM) or isinstance(record.get("time"), bool):
         raise MetricsError("%s record: field 'time' missing or not a number" % rtype)

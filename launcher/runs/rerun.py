@@ -16,6 +16,7 @@ from typing import Annotated, Any, List, Optional, Tuple
 import typer
 
 from launcher.boundary import escape
+from launcher.cli import AllowLarge
 from launcher.errors import DlaunchError
 from launcher.jobs.request import FLAGS_BY_NAME, LaunchRequest
 from launcher.runs.rundir import RunDir
@@ -50,7 +51,7 @@ def _typed(name: str, value: Any) -> Any:
 
 
 def request_of(metrics: Metrics, site: str, nodes: Optional[int], gpus: Optional[int], output: str,
-               data: Optional[str]) -> LaunchRequest:
+               data: Optional[str], allow_large: bool = False) -> LaunchRequest:
     """The result's request for `site`: its framework and trainer options, its GPU count unless told otherwise."""
     asked = abstract_request(metrics.header)
     options = {k: _typed(k, v) for k, v in asked["options"].items() if k in FLAGS_BY_NAME}
@@ -59,7 +60,7 @@ def request_of(metrics: Metrics, site: str, nodes: Optional[int], gpus: Optional
     count = {"nodes": nodes} if nodes else {"gpus": gpus or asked["world_size"]}
     experiment = "rerun-%s" % re.sub(r"[^A-Za-z0-9_.+-]", "-", metrics.header.get("experiment") or "run")[:100]
     return LaunchRequest(site=site, framework=asked["framework"], output=output, experiment=experiment,
-                         trainer=tuple(options.items()), **count)
+                         trainer=tuple(options.items()), allow_large=allow_large, **count)
 
 
 def differences(metrics: Metrics, request: LaunchRequest, plan: Any) -> List[Tuple[str, str, str]]:
@@ -87,7 +88,7 @@ def differences(metrics: Metrics, request: LaunchRequest, plan: Any) -> List[Tup
 
 
 def rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Optional[int] = None, dry_run: bool = False,
-          output: str = "runs", data: Optional[str] = None) -> int:
+          output: str = "runs", data: Optional[str] = None, allow_large: bool = False) -> int:
     """Print (--dry-run) or submit the result's job on `site`, with what differs from the parent."""
     from launcher import cli
     from launcher.tables import fit_table
@@ -96,7 +97,7 @@ def rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Optional[i
         raise DlaunchError("--nodes/--gpus: give one of them")
     metrics, parent = read_result(result)
     try:
-        asked = request_of(metrics, site, nodes, gpus, output, data)
+        asked = request_of(metrics, site, nodes, gpus, output, data, allow_large)
     except DlaunchError as e:  # what the header recorded, not what was typed here
         raise DlaunchError("%s: header: %s" % (escape(parent), e)) from None
     request, plan, script = cli.prepare(asked, dry_run=dry_run)
@@ -124,6 +125,7 @@ def rerun_command(
     data: Annotated[Optional[str], typer.Option(help="the dataset's path on the new site (default: the result's)")] = None,
     output: Annotated[str, typer.Option(help="the run goes to OUTPUT/rerun-EXPERIMENT/RUN_NAME")] = "runs",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the job and the differences; write and submit nothing")] = False,
+    allow_large: AllowLarge = False,
 ) -> int:
     """Rerun a result on another site: its request resolved for the site, the differences printed."""
-    return rerun(result, site, nodes, gpus, dry_run, output, data)
+    return rerun(result, site, nodes, gpus, dry_run, output, data, allow_large)

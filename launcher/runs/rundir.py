@@ -1,4 +1,5 @@
-"""A run directory: `job.sh`, `plan.json`, `job_id`, `state`, logs, `metrics.jsonl`, `checkpoints/`."""
+"""A run directory: `job.sh`, `plan.json`, `site.toml` (the profile text the job was made from), `job_id`,
+`state`, logs, `metrics.jsonl`, `checkpoints/`. Its files are read through launcher/boundary.py."""
 import json
 import os
 import secrets
