@@ -131,4 +131,4 @@ def readable(runs: Iterable[RunDir]) -> Tuple[List[RunDir], List[str]]:
 
 def newest_first(runs: Iterable[RunDir]) -> List[RunDir]:
     """Runs by the time of their last submission (plan.json is written then), newest first."""
-    return sorted(runs, key=lambda run: (run.path / "plan.json").stat().st_mtime, reverse=True)
+    return sorted(runs, key=lambda run: (run.path / "plan.json").lstat().st_mtime, reverse=True)  # a dangling link too
