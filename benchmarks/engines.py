@@ -27,6 +27,8 @@ sys.path.insert(0, ROOT)
 
 from benchlib import save_results  # noqa: E402
 
+from launcher.analysis.scaling import read_published_row  # noqa: E402
+from launcher.paths import PUBLISHED_DIR  # noqa: E402
 from train.engines import run_local_step  # noqa: E402
 from train.framework_table import FRAMEWORKS, TASK_PER_WORKER  # noqa: E402
 from train.metrics_schema import read_metrics  # noqa: E402
@@ -37,12 +39,12 @@ PYTHONS = {"tensorflow": os.path.join(ROOT, ".venv-tf", "bin", "python"),
 ROWS = dict(FRAMEWORKS, **TASK_PER_WORKER)
 MODES = ("ddp", "tf-allreduce", "mx-allreduce", "torch-ps-sync", "mx-ps-sync", "tf-ps-async", "torch-ps-async",
          "mx-ps-async")
-# Seed 003's published ratios, and the pair of our modes each compares (numerator is the slower one's
-# time, i.e. faster images/s over slower images/s). TensorFlow has no synchronous parameter server.
+# Seed 003's published ratios (data/published/cpu_ps_ratios.csv, row `comparison`), and the pair of our
+# modes each compares (faster images/s over slower images/s), as studies/cpu-ps.toml draws them.
 SEED_RATIOS = (
-    ("sync: TensorFlow slower than PyTorch", 2.65, "ddp", "tf-allreduce"),
-    ("sync: PyTorch slower than MXNet", 1.38, "mx-ps-sync", "torch-ps-sync"),
-    ("async: MXNet faster than TensorFlow", 3.22, "mx-ps-async", "tf-ps-async"),
+    ("sync: TensorFlow slower than PyTorch", "tensorflow-vs-pytorch", "ddp", "tf-allreduce"),
+    ("sync: PyTorch slower than MXNet", "pytorch-vs-mxnet", "mx-ps-sync", "torch-ps-sync"),
+    ("async: MXNet faster than TensorFlow", "mxnet-vs-tensorflow", "mx-ps-async", "tf-ps-async"),
 )
 
 
@@ -113,7 +115,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     for column in ("comparison", "seed", "ours", "modes"):
         ratios.add_column(column)
     ratio_rows = []
-    for label, seed, fast, slow in SEED_RATIOS:
+    for label, comparison, fast, slow in SEED_RATIOS:
+        seed = read_published_row(PUBLISHED_DIR / "cpu_ps_ratios.csv", "ratio", {"comparison": comparison})
         ours = best.get(fast) / best[slow] if best.get(fast) and best.get(slow) else None
         ratio_rows.append({"comparison": label, "seed": seed, "ours": ours, "faster": fast, "slower": slow})
         ratios.add_row(label, "%.2fx" % seed, "-" if ours is None else "%.2fx" % ours, "%s / %s" % (fast, slow))

@@ -99,7 +99,7 @@ class DlaunchGroup(TyperGroup):
 
 app = typer.Typer(help="Launch distributed training benchmarks on Slurm sites or this machine.",
                   no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False, cls=DlaunchGroup)
-sites_app = typer.Typer(help="Site profiles: list (no sub-command), show, check.", invoke_without_command=True)
+sites_app = typer.Typer(help="Site profiles: list (no sub-command), show, check, migrate.", invoke_without_command=True)
 app.add_typer(sites_app, name="sites")
 out = Console(soft_wrap=True, markup=False)
 err = Console(stderr=True, soft_wrap=True, markup=False)
@@ -225,8 +225,11 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None,
     plan = dataclasses.replace(plan, profile=profile)
     for warning in plan.warnings:
         err.print("dlaunch: warning: %s" % warning)
-    header = "dlaunch %s: site %s, %s, %d node(s) x %d processes" % (
-        (revision or "unknown")[:12], site.name, plan.framework, plan.nodes, plan.nproc_per_node)
+    for note in plan.notes:
+        err.print("dlaunch: note: %s" % note)
+    header = "dlaunch %s: site %s, %s, %d node(s) x %d processes%s" % (
+        (revision or "unknown")[:12], site.name, plan.framework, plan.nodes, plan.nproc_per_node,
+        ", partition %s" % plan.partition if plan.partition else "")
     return request, plan, render_script(plan, header)
 
 
@@ -570,20 +573,54 @@ def sites(ctx: typer.Context) -> None:
 
 @sites_app.command("show")
 def sites_show(name: Annotated[str, typer.Argument(help="profile name, alias or path", autocompletion=complete_site)]) -> int:
-    """Print one profile, resolved and with defaults filled in."""
+    """Print one profile, resolved and with defaults filled in; warn when its sources are old."""
+    import datetime
+
+    from launcher.jobs.sitecheck import age_warnings
     from launcher.jobs.sites import resolve_site
 
-    out.print_json(resolve_site(name).model_dump_json())
+    site = resolve_site(name)
+    out.print_json(site.model_dump_json())
+    for warning in age_warnings(site, datetime.date.today()):
+        err.print("dlaunch: warning: site %s: %s" % (site.name, warning))
     return 0
 
 
 @sites_app.command("check")
 def sites_check(path: Annotated[Path, typer.Argument(help="profile file")]) -> int:
-    """Validate one profile file."""
+    """Validate one profile file; warn about the first schema, contradictions, shadowed names, old sources."""
+    import datetime
+
+    from launcher.jobs.sitecheck import check_warnings
     from launcher.jobs.sites import load_site
 
     site = load_site(path)
-    out.print("%s: ok (site %s)" % (display_path(path), site.name), highlight=False)
+    warnings = check_warnings(path, datetime.date.today())
+    for warning in warnings:
+        err.print("dlaunch: warning: %s: %s" % (display_path(path), escape(warning)), highlight=False)
+    out.print("%s: ok (site %s%s)" % (display_path(path), site.name, ", %d warning(s)" % len(warnings) if warnings else ""),
+              highlight=False)
+    return 0
+
+
+@sites_app.command("migrate")
+def sites_migrate(path: Annotated[Path, typer.Argument(help="profile file of the first schema")],
+                  output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write here (may be PATH itself) instead of printing")] = None) -> int:
+    """Rewrite a first-schema profile in the current schema, comments kept (printed, or written with -o)."""
+    from launcher.atomic import write_atomic
+    from launcher.boundary import output_file
+    from launcher.jobs.sitecheck import migrate
+
+    if output is not None:
+        output_file("--output", output)
+    text, changed = migrate(path)
+    if not changed:
+        err.print("dlaunch: note: %s is in the current schema already" % display_path(path))
+    if output is None:
+        out.out(text, end="")
+    else:
+        write_atomic(output, text)
+        err.print("dlaunch: wrote %s" % display_path(output))
     return 0
 
 

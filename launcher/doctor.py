@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Dict, List, Mapping, Optional, Sequence
+from typing import Annotated, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import typer
 
@@ -23,6 +23,7 @@ from launcher.cli import Account, Framework, Image, Partition, complete_site, ou
 from launcher.errors import DlaunchError
 from launcher.jobs.imagepaths import version_tuple
 from launcher.jobs.request import LaunchRequest
+from launcher.jobs.launchers import VISIBLE_DEVICES
 from launcher.schedulers import scheduler_for
 from launcher.jobs.sites import Site, resolve_site
 from launcher.tables import fit_table
@@ -43,6 +44,7 @@ ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 CUDA_MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 SIOCGIFADDR = 0x8915  # <linux/sockios.h>: an interface's IPv4 address
 INTERFACE_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+VISIBLE_VARIABLES = tuple(VISIBLE_DEVICES.values()) + ("HIP_VISIBLE_DEVICES",)
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,41 @@ def check_scheduler_commands(site: Site) -> Check:
     return Check("scheduler commands", PASS, "%s: %s" % (kind, ", ".join(needed)))
 
 
-def check_submission(site: Site, site_arg: str, partition: Optional[str], account: Optional[str], image: Optional[str]) -> Check:
+def check_controller(site: Site) -> Check:
+    """The batch system's server answers (`scontrol ping`): an unreachable controller is not a wrong account."""
+    name = "scheduler controller"
+    command = scheduler_for(site.scheduler.kind).ping_command
+    if not command:
+        return Check(name, PASS, "%s site: none" % site.scheduler.kind)
+    if shutil.which(command[0]) is None:
+        return Check(name, SKIP, "no %s here" % command[0], "run doctor where the scheduler's commands are")
+    try:
+        pinged = subprocess.run(list(command), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        said = " ".join((pinged.stdout + pinged.stderr).split("*")[0].split())
+    except subprocess.TimeoutExpired:
+        pinged, said = None, "no answer within %d s" % COMMAND_TIMEOUT_S
+    if pinged is None or pinged.returncode != 0:
+        return Check(name, FAIL, "%s: %s" % (" ".join(command), said or "failed"),
+                     "the controller does not answer (account and partition are not the problem): check SLURM_CONF "
+                     "(%s) or the site's status page, then run doctor again" % os.environ.get("SLURM_CONF", "not set"))
+    return Check(name, PASS, said)
+
+
+# What `sbatch --test-only`'s refusal names, and what to do about it (first match wins).
+REFUSALS = (
+    ("account", "pass --account that `sacctmgr show assoc user=$USER` lists (or set the profile's account_env variable)"),
+    ("qos", "the partition row's qos is not one the account may use: fix the row or pass --partition"),
+    ("partition", "fix the profile's partition names (`sinfo -s` lists the site's) or pass --partition"),
+    ("time limit", "the partition row's max_time is above the site's limit: lower it in the profile"),
+    ("node count", "the job's node count is outside the partition's limits: fix the row's min_nodes/max_nodes"),
+    ("node configuration", "the job asks a node for more CPUs, GPUs or features than it has: fix cores_per_node, "
+                           "threads_per_core, gpus_per_node or the directives"),
+    ("feature", "a --constraint of the profile's directives names a feature the nodes lack"),
+)
+
+
+def check_submission(site: Site, site_arg: str, partition: Optional[str], account: Optional[str], image: Optional[str],
+                     controller_up: bool = True) -> Check:
     """`sbatch --test-only` of the job script `dlaunch run` would submit for one node: Slurm validates its
     account, partition, QOS and options without submitting anything."""
     name = "account and partition"
@@ -178,6 +214,8 @@ def check_submission(site: Site, site_arg: str, partition: Optional[str], accoun
                      "PBS has no test-only submission; `qsub` checks the queue at submission" if site.scheduler.kind == "pbs" else "no scheduler")
     if shutil.which("sbatch") is None:
         return Check(name, SKIP, "no sbatch here", "run doctor where sbatch is")
+    if not controller_up:
+        return Check(name, SKIP, "the controller does not answer", "checked once `scheduler controller` passes")
     with tempfile.TemporaryDirectory(prefix="dlaunch-doctor-") as scratch:
         request = LaunchRequest(site=site_arg, nodes=1, partition=partition, account=account, image=image,
                                 time="00:10:00", experiment="doctor", run_name="doctor")
@@ -187,14 +225,109 @@ def check_submission(site: Site, site_arg: str, partition: Optional[str], accoun
             return Check(name, FAIL, str(e), "give the flag or set the variable it names")
         path = Path(scratch) / "job.sh"
         path.write_text(script, encoding="utf-8")
-        tested = subprocess.run(["sbatch", "--test-only", str(path)], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        try:
+            tested = subprocess.run(["sbatch", "--test-only", str(path)], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return Check(name, FAIL, "sbatch --test-only: no answer within %d s" % COMMAND_TIMEOUT_S, "the controller is slow or gone: run doctor again")
     said = " ".join((tested.stderr + tested.stdout).split()).replace("sbatch: ", "")
     chosen = " ".join(line.split(None, 1)[1] for line in script.splitlines()
                       if line.startswith(("#SBATCH --account", "#SBATCH --partition", "#SBATCH --qos"))) or "no account or partition"
     if tested.returncode != 0:
-        return Check(name, FAIL, "%s: %s" % (chosen, said),
-                     "pass --account/--partition that `sacctmgr show assoc user=$USER` lists, or fix the profile's partitions")
+        fix = next((fix for word, fix in REFUSALS if word in said.lower()),
+                   "pass --account/--partition that `sacctmgr show assoc user=$USER` lists, or fix the profile's partitions")
+        return Check(name, FAIL, "%s: %s" % (chosen, said), fix)
     return Check(name, PASS, "%s: sbatch --test-only accepted (%s)" % (chosen, said))
+
+
+def check_mpi_plugin(site: Site) -> Check:
+    """The profile's `mpi_plugin` is one `srun --mpi=list` offers (no allocation needed)."""
+    name = "MPI plugin"
+    plugin = getattr(site.scheduler, "mpi_plugin", None)
+    if site.scheduler.kind != "slurm" or not plugin:
+        return Check(name, SKIP, "no mpi_plugin in the profile", "only Slurm's srun --mpi is checked")
+    if shutil.which("srun") is None:
+        return Check(name, SKIP, "no srun here", "run doctor where srun is")
+    listed = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    # One plugin per line, indented (older Slurm: prefixed `srun: `); headers are sentences.
+    words = [line.replace("srun: ", "").strip() for line in (listed.stdout + listed.stderr).splitlines()]
+    offered = [word for word in words if re.fullmatch(r"[a-z][a-z0-9_]*", word)]
+    if plugin in offered:
+        return Check(name, PASS, "srun --mpi=%s (offered: %s)" % (plugin, ", ".join(offered)))
+    return Check(name, FAIL, "srun --mpi=list offers %s, not %s" % (", ".join(offered) or "nothing", plugin),
+                 "set [scheduler] mpi_plugin to one of them (containers: the one the image's MPI speaks)")
+
+
+def check_modules(site: Site) -> Check:
+    """Each module the profile loads is available (`module is-avail`, after its `module use` folders)."""
+    name = "modules"
+    if not site.modules:
+        return Check(name, SKIP, "the profile loads none", "nothing to check")
+    shell = 'n=$1; shift; for d in "$@"; do module use "$d" >/dev/null 2>&1; done; module is-avail "$n"'
+    if subprocess.run(["bash", "-c", "type module"], capture_output=True, timeout=COMMAND_TIMEOUT_S).returncode != 0:
+        return Check(name, SKIP, "no `module` command here", "run doctor on the site's login or compute node")
+    missing = [m for m in site.modules
+               if subprocess.run(["bash", "-c", shell, "doctor", m, *site.module_use], capture_output=True,
+                                 timeout=COMMAND_TIMEOUT_S).returncode != 0]
+    if missing:
+        return Check(name, FAIL, "not available: %s" % ", ".join(missing),
+                     "fix the profile's modules (`module spider NAME` shows the versions there are)")
+    return Check(name, PASS, "available: %s" % ", ".join(site.modules))
+
+
+def check_bind_sources(site: Site, node: Node, environ: Mapping[str, str]) -> Check:
+    """The host paths the container binds (and the plugin's folder) exist on this node."""
+    name = "bind sources"
+    sources = [bind.split(":")[0] for bind in getattr(site.container, "binds", [])] + list(site.module_use)
+    plugin = site.nccl_net_plugin
+    if plugin and plugin.library_dir:
+        sources.append(re.sub(r"^\$(\w+)", lambda m: environ.get(m.group(1), "$" + m.group(1)), plugin.library_dir))
+    if not sources:
+        return Check(name, SKIP, "the profile binds nothing", "nothing to check")
+    if not node.on_node:
+        return Check(name, SKIP, ", ".join(sources), "run inside an allocation: binds are the compute nodes' paths")
+    missing = [path for path in sources if not os.path.exists(path)]
+    if missing:
+        return Check(name, FAIL, "missing on this node: %s" % ", ".join(missing),
+                     "fix the profile's [container] binds, module_use or nccl_net_plugin.library_dir (or load its module)")
+    return Check(name, PASS, "exist: %s" % ", ".join(sources))
+
+
+def visible_gpu_count(site: Site, environ: Mapping[str, str]) -> Tuple[Optional[int], str]:
+    """The GPUs this process sees and how that was found: the vendor's *_VISIBLE_DEVICES list, else the
+    devices the driver lists (nvidia-smi -L; AMD: the DRI render nodes)."""
+    for variable in VISIBLE_VARIABLES:
+        if variable in environ:
+            shown = [d for d in environ[variable].split(",") if d.strip()]
+            return len(shown), "%s=%s" % (variable, environ[variable])
+    if site.gpu_vendor == "nvidia" and shutil.which("nvidia-smi"):
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        return sum(line.startswith("GPU ") for line in listed.stdout.splitlines()), "nvidia-smi -L"
+    if site.gpu_vendor == "amd":
+        return len(list(Path("/dev/dri").glob("renderD*"))), "/dev/dri/renderD*"
+    return None, "no nvidia-smi"
+
+
+def check_gpus(site: Site, node: Node, framework: str, environ: Mapping[str, str]) -> Check:
+    """The GPUs this task sees, against what the framework's launch mode starts from one task."""
+    name = "GPUs this task sees"
+    if site.gpu_vendor == "none":
+        return Check(name, SKIP, "CPU site", "no GPUs")
+    if not node.on_node:
+        return Check(name, SKIP, "profile: %d per node" % site.gpus_per_node,
+                     "run inside an allocation, as the job's tasks run (srun -N2 --ntasks-per-node=1 dlaunch doctor ...)")
+    count, how = visible_gpu_count(site, environ)
+    if count is None:
+        return Check(name, SKIP, how, "no way to count the GPUs here")
+    found = "%d (%s)" % (count, how)
+    mode = site.launch_mode(framework)
+    if mode != "torchrun-per-node" or count >= site.gpus_per_node:
+        return Check(name, PASS, found + "; %s starts %s" % (framework, "one worker per GPU-task" if mode != "torchrun-per-node"
+                                                                else "%d workers from this task" % site.gpus_per_node))
+    if site.launch.binds_gpu_per_task:
+        return Check(name, PASS, found + "; the job script makes GPUs 0-%d visible (binds_gpu_per_task)" % (site.gpus_per_node - 1))
+    return Check(name, FAIL, found + "; %s starts %d workers from this task" % (framework, site.gpus_per_node),
+                 "the site binds GPUs per task: set binds_gpu_per_task = true in the profile's [launch], or "
+                 "[launch.%s] mode = \"task-per-gpu\"" % framework)
 
 
 def check_runtime(site: Site) -> Check:
@@ -382,16 +515,19 @@ def check_driver(site: Site, image: Optional[str], framework: str) -> Check:
 
 def run_checks(site: Site, site_arg: str, partition: Optional[str], account: Optional[str], image: Optional[str],
                framework: str, node: Node) -> List[Check]:
-    return [check_scheduler_commands(site), check_submission(site, site_arg, partition, account, image), check_runtime(site),
+    controller = check_controller(site)
+    return [check_scheduler_commands(site), controller,
+            check_submission(site, site_arg, partition, account, image, controller_up=controller.result != FAIL),
+            check_mpi_plugin(site), check_modules(site), check_runtime(site), check_bind_sources(site, node, os.environ),
             *check_image(site, image, framework), check_node_arch(site, node), check_rendezvous(site, node),
-            *check_interfaces(site, node), check_driver(site, image, framework)]
+            *check_interfaces(site, node), check_gpus(site, node, framework, os.environ), check_driver(site, image, framework)]
 
 
 def doctor_command(
     site: Annotated[str, typer.Option("--site", help="profile name, alias or path to a .toml", autocompletion=complete_site)],
     partition: Partition = None, account: Account = None, image: Image = None, framework: Framework = "ddp",
 ) -> None:
-    """Check a site before submitting: scheduler, account, image, rendezvous name, interfaces, driver.
+    """Check a site before submitting: scheduler, account, MPI, modules, image, rendezvous, interfaces, GPUs, driver.
 
     Run it on the login node, and inside an allocation (`srun -N2 dlaunch doctor --site S`) for the
     node's checks. Exit code 0 when no check fails, 1 when one does, 2 on bad input.

@@ -197,8 +197,8 @@ def test_a_version_1_file_is_read_without_energy_figures(tmp_path):
 def test_unknown_versions_and_zero_standing_for_unmeasured_are_refused():
     record = make_record("epoch", 1.0, epoch=0, steps=1, images=1, images_per_s=1.0, epoch_time_s=1.0,
                          data_wait_s=0.0, loss=1.0, lr=0.1, energy_j={"gpu": 5.0, "cpu": NO_GPU})
-    with pytest.raises(MetricsError, match="unsupported schema version 3"):
-        validate_record(dict(record, version=3))
+    with pytest.raises(MetricsError, match="unsupported schema version 4"):
+        validate_record(dict(record, version=4))
     for bad in ({"gpu": "n/a"}, {"gpu": None}, {"disk": 1.0}, {"gpu": True}):
         with pytest.raises(MetricsError, match="field 'energy_j' is"):
             validate_record(dict(record, energy_j=bad))

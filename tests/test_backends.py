@@ -41,10 +41,14 @@ def test_pbs_script_follows_the_pbs_and_polaris_documentation():
     assert "#PBS -l walltime=1:00:00" in ddp and "#PBS -A proj42" in ddp and "#PBS -j oe" in ddp and "#PBS -r n" in ddp
     assert not any(line.startswith("#SBATCH") or "srun" in line or "SLURM" in line for line in ddp)
     assert 'MASTER_ADDR="$(cat "$PBS_NODEFILE" | sed -n 1p)"' in ddp
-    assert "mpiexec -n 2 --ppn 1 --cpu-bind none" in " ".join(ddp)
-    assert '"--rdzv_id=$PBS_JOBID"' in " ".join(ddp) and "--nnodes=2" in " ".join(ddp)
-    horovod = " ".join(lines(script_for(site, LaunchRequest(site="polaris", framework="horovod", **REQUEST))))
     per_rank = site.cpus_per_node // site.gpus_per_node
+    # ALCF's DDP: one rank per GPU through mpiexec (the profile's [launch.ddp]), no torchrun
+    assert "mpiexec -n 8 --ppn 4 --depth=%d --cpu-bind depth" % per_rank in " ".join(ddp) and "torchrun" not in " ".join(ddp)
+    per_node = Site.model_validate(dict(site.model_dump(by_alias=True), launch={}))  # the table's torchrun per node
+    torchrun = " ".join(lines(script_for(per_node, LaunchRequest(site="polaris", framework="ddp", **REQUEST))))
+    assert "mpiexec -n 2 --ppn 1 --cpu-bind none" in torchrun
+    assert '"--rdzv_id=$PBS_JOBID"' in torchrun and "--nnodes=2" in torchrun
+    horovod = " ".join(lines(script_for(site, LaunchRequest(site="polaris", framework="horovod", **REQUEST))))
     assert "mpiexec -n 8 --ppn 4 --depth=%d --cpu-bind depth" % per_rank in horovod
 
 

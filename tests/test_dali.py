@@ -1,4 +1,6 @@
-"""The DALI loader (CPU pipelines, real DALI) against the folder it reads and the native loader.
+"""The DALI loader (CPU pipelines, real DALI) against the folder it reads and the native loader, and
+against the TFRecords that `python -m train.data.make_tfrecord` makes of that folder (DALI's TFRecord
+reader with the converter's index files).
 
 Every image of the test folder is one solid colour: red identifies the image (augmentation keeps a
 solid colour), green is fixed (to check normalisation), blue encodes the class. Class folders are
@@ -46,6 +48,23 @@ def folder(tmp_path_factory):
     return str(root), written
 
 
+@pytest.fixture(scope="module")
+def tfrecords(folder, tmp_path_factory):
+    """The folder as TFRecords (3 training shards, 2 validation shards, by 2 worker processes)."""
+    require_library("google_crc32c")
+    from train.data.make_tfrecord import main
+
+    out = tmp_path_factory.mktemp("tfrecord") / "set"
+    assert main([folder[0], str(out), "--train-shards", "3", "--val-shards", "2", "--workers", "2"]) == 0
+    return str(out), folder[1]
+
+
+@pytest.fixture(params=["image folder", "tfrecord"])
+def source(request, folder):
+    """Each test below reads the images as a folder and as TFRecords."""
+    return request.getfixturevalue("tfrecords") if request.param == "tfrecord" else folder
+
+
 def loaders(root, rank, world, tmp_path, loader="dali", extra=()):
     require_library("nvidia.dali")
     from train.data import build_loaders
@@ -68,8 +87,8 @@ def identify(images, labels, written_split):
     return found
 
 
-def test_two_shards_cover_the_folder_once_per_epoch_with_the_folders_labels(folder, tmp_path):
-    root, written = folder
+def test_two_shards_cover_the_folder_once_per_epoch_with_the_folders_labels(source, tmp_path):
+    root, written = source
     shards = [loaders(root, rank, 2, tmp_path).train for rank in range(2)]
     for epoch in range(2):
         seen = []
@@ -85,8 +104,8 @@ def test_two_shards_cover_the_folder_once_per_epoch_with_the_folders_labels(fold
         assert all(written["train"][red] == name for red, name in seen)  # labels = sorted class folders
 
 
-def test_validation_shards_evaluate_every_image_once(folder, tmp_path):
-    root, written = folder
+def test_validation_shards_evaluate_every_image_once(source, tmp_path):
+    root, written = source
     seen = []
     for rank in range(2):
         val = loaders(root, rank, 2, tmp_path).val
@@ -117,3 +136,27 @@ def test_gpu_pipeline_without_gpu_is_refused(folder, tmp_path):
 
     with pytest.raises(ConfigError, match="--dali-device gpu needs a CUDA GPU"):
         loaders(folder[0], 0, 1, tmp_path, extra=["--dali-device", "gpu"])
+
+
+def test_tfrecord_set_reports_its_format_and_counts_and_only_dali_reads_it(tfrecords, tmp_path):
+    import json
+    import shutil
+
+    from train.config import ConfigError
+    from train.data.make_tfrecord import main
+
+    root, _ = tfrecords
+    manifest = json.loads(open(os.path.join(root, "tfrecords.json")).read())
+    assert manifest["classes"] == sorted(CLASSES) and manifest["label_offset"] == 1
+    assert {s: v["images"] for s, v in manifest["splits"].items()} == {"train": 24, "val": 9}
+    index = open(os.path.join(root, "index", "train", "train-00000-of-00003.idx")).read().split()
+    assert len(index) == 2 * 8 and index[0] == "0"  # 8 records: offset and size each, from offset 0
+    assert loaders(root, 0, 1, tmp_path).train.settings["format"] == "tfrecord"
+    assert parse_config(["--loader", "dali", "--data", root]).num_classes == 3  # from the manifest
+    with pytest.raises(ConfigError, match="holds TFRecords, which only --loader dali reads"):
+        parse_config(["--data", root, "--metrics", str(tmp_path / "m.jsonl")])
+    assert main([manifest["source"], root]) == 2  # an existing set is not overwritten
+    broken = shutil.copytree(root, tmp_path / "broken")
+    os.remove(broken / "index" / "val" / "validation-00001-of-00002.idx")
+    with pytest.raises(ConfigError, match="validation-00001-of-00002.idx is missing"):
+        parse_config(["--loader", "dali", "--data", str(broken)])

@@ -262,3 +262,77 @@ def test_an_image_reference_the_runtime_refuses_is_bad_input(tmp_path, monkeypat
     site = write_site(tmp_path, "slurm", "charliecloud")
     assert run_doctor(monkeypatch, "--site", str(site), "--image", "relative/dir") == 2
     assert "--image" in capsys.readouterr().err
+
+
+# The controller, MPI plugin, modules, bind sources, GPUs per task
+
+
+@pytest.fixture
+def dead_controller(tmp_path, monkeypatch):
+    """A slurm.conf whose controller port nobody listens on (a controller that is down or unreachable)."""
+    if shutil.which("scontrol") is None or shutil.which("srun") is None:
+        pytest.skip("no Slurm client here (scripts/bootstrap.sh full installs it)")
+    with socket.socket() as s:  # a free port, closed again
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=gone\nSlurmctldHost=localhost\nSlurmctldPort=%d\nNodeName=n1 State=CLOUD\n"
+                    "PartitionName=debug Nodes=n1 Default=YES\n" % port)
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    return conf
+
+
+@needs_v2
+def test_an_unreachable_controller_is_not_blamed_on_the_account(tmp_path, monkeypatch, capsys, outside_allocation, dead_controller):
+    site = write_site(tmp_path, "slurm", arch=platform.machine())
+    assert run_doctor(monkeypatch, "--site", str(site), "--account", "nosuch") == 1
+    rows = {line.split("  ")[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert " fail " in rows["scheduler controller"] and "is DOWN" in rows["scheduler controller"]
+    assert "account and partition are not the problem" in rows["scheduler controller"]
+    assert " skip " in rows["account and partition"] and "sacctmgr" not in rows["account and partition"]
+
+
+@needs_v2
+@pytest.mark.parametrize("plugin, result", [("pmi2", "pass"), ("pspmix", "fail")])
+def test_the_mpi_plugin_is_one_srun_offers(tmp_path, dead_controller, plugin, result):
+    """srun --mpi=list answers without a controller (Debian's Slurm offers pmi2 and pmix, not ParaStation's pspmix)."""
+    text = write_site(tmp_path, "slurm").read_text().replace('kind = "slurm"', 'kind = "slurm"\nmpi_plugin = "%s"' % plugin)
+    (tmp_path / "mpi.toml").write_text(text)
+    check = doctor.check_mpi_plugin(load_site(tmp_path / "mpi.toml"))
+    assert check.result == result and plugin in check.found and "pmi2" in check.found
+
+
+@needs_v2
+def test_modules_are_asked_of_the_module_command(tmp_path, monkeypatch):
+    """A fake `module` shell function (exported the way Lmod exports it) that knows one module."""
+    monkeypatch.setenv("BASH_FUNC_module%%", '() { [ "$1" = use ] || [ "$2" = rocm/6.4.2 ]; }')
+    site = write_site(tmp_path, "slurm", modules=["rocm/6.4.2", "rccl-net-plugin"])
+    check = doctor.check_modules(load_site(site))
+    assert check.result == "fail" and check.found == "not available: rccl-net-plugin" and "module spider" in check.fix
+    assert doctor.check_modules(load_site(write_site(tmp_path, "slurm", modules=["rocm/6.4.2"]))).result == "pass"
+
+
+@needs_v2
+def test_bind_sources_must_exist_on_the_node(tmp_path):
+    text = write_site(tmp_path, "slurm", "apptainer").read_text().replace(
+        'kind = "apptainer"', 'kind = "apptainer"\nbinds = ["%s", "/nonexistent-dlaunch:/opt/x"]' % tmp_path)
+    (tmp_path / "binds.toml").write_text(text)
+    site = load_site(tmp_path / "binds.toml")
+    on_node = doctor.Node(("here",), on_node=True, first=True)
+    check = doctor.check_bind_sources(site, on_node, {})
+    assert check.result == "fail" and check.found == "missing on this node: /nonexistent-dlaunch"
+    assert doctor.check_bind_sources(site, doctor.Node((), False, False), {}).result == "skip"
+
+
+@needs_v2
+@pytest.mark.parametrize("launch, result", [("", "fail"), ("[launch]\nbinds_gpu_per_task = true\n", "pass"),
+                                            ('[launch.ddp]\nmode = "task-per-gpu"\n', "pass")])
+def test_the_gpus_each_task_sees_against_the_launch_mode(tmp_path, launch, result):
+    """A task bound to one GPU (CUDA_VISIBLE_DEVICES=0, as psslurm sets it) cannot host a 4-worker torchrun."""
+    text = write_site(tmp_path, "slurm", gpus_per_node=4, gpu_vendor="nvidia").read_text() + launch
+    (tmp_path / "gpus.toml").write_text(text)
+    check = doctor.check_gpus(load_site(tmp_path / "gpus.toml"), doctor.Node(("here",), True, True), "ddp",
+                              {"CUDA_VISIBLE_DEVICES": "0"})
+    assert check.result == result and check.found.startswith("1 (CUDA_VISIBLE_DEVICES=0)")
+    if result == "fail":
+        assert "binds_gpu_per_task = true" in check.fix

@@ -69,14 +69,15 @@ def test_bad_input_exits_2_with_one_line_as_a_process(tmp_path):
     result = subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--site", "juwels", "--nodes", "999",
                              "--account", "p", "--dry-run"], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 2
-    assert result.stderr == "dlaunch: error: --nodes: 999 exceeds the 384 nodes of partition booster (site juwels-booster)\n"
+    assert result.stderr == ("dlaunch: error: --nodes: no partition of site juwels-booster takes 999 node(s) for 01:00:00; "
+                             "its partitions: booster (1-384 nodes, up to 1-00:00:00), develbooster (1-4 nodes, up to 02:00:00)\n")
     assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--site", "nowhere"], "dlaunch: error: --site: unknown site 'nowhere'"),
     (["--site", "local", "--framework", "mxnet"], "dlaunch: error: "),
-    (["--site", "juwels", "--nodes", "2", "--account", "p", "--time", "25:00:00"], "dlaunch: error: --time: 1-01:00:00 exceeds"),
+    (["--site", "juwels", "--nodes", "2", "--account", "p", "--time", "25:00:00"], "dlaunch: error: --time: no partition of site juwels-booster takes 2 node(s) for 1-01:00:00"),
     (["--site", "juwels", "--nodes", "2", "--account", "p", "--image", "missing.sif"], "dlaunch: error: --image: "),
     (["--site", "juwels", "--nodes", "2"], "dlaunch: error: --account: site juwels-booster needs an account"),
     # the trainer's own checks run before submission (its parser, torch-free)

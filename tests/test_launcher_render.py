@@ -115,8 +115,10 @@ def test_torchrun_gets_rendezvous_from_the_host(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(nodes=385), "--nodes: 385 exceeds the 384 nodes of partition booster"),
-    (dict(time="24:00:01"), "--time: 1-00:00:01 exceeds the limit 1-00:00:00 of partition booster"),
+    (dict(nodes=385), "--nodes: no partition of site juwels-booster takes 385 node(s) for 01:00:00; its partitions: "
+                      "booster (1-384 nodes, up to 1-00:00:00), develbooster (1-4 nodes, up to 02:00:00)"),
+    (dict(time="24:00:01"), "--time: no partition of site juwels-booster takes 2 node(s) for 1-00:00:01"),
+    (dict(partition="booster", time="24:00:01"), "--time: 1-00:00:01 exceeds the limit 1-00:00:00 of partition booster"),
     (dict(partition="develbooster", nodes=5), "--nodes: 5 exceeds the 4 nodes of partition develbooster"),
     (dict(partition="gpus"), "--partition: 'gpus' is not a partition of site juwels-booster"),
     (dict(time="soon"), "--time: 'soon' is not a Slurm time"),
@@ -151,12 +153,13 @@ PAYLOADS = ["$(touch %s)" % MARK, "`touch %s`" % MARK, "'; touch %s; '" % MARK, 
 hostile = st.builds(lambda a, p, b: a + p + b, st.text(string.printable, max_size=6), st.sampled_from(PAYLOADS),
                     st.text(string.printable, max_size=6))
 FIELDS = ["account", "partition", "time", "experiment", "run_name", "output", "image", "data", "env", "bind",
-          "module", "srun_arg", "schedule", "model"]
+          "module", "srun_arg", "schedule", "model", "rendezvous_command", "framework_step_option", "row_directive",
+          "env_by_nodes", "plugin_dir"]
 
 
 def _hostile_case(field: str, value: str, site_name: str):
     """(site, request, run_dir) with `value` in `field`."""
-    profile = load_site(SHIPPED_SITES_DIR / ("%s.toml" % site_name)).model_dump()
+    profile = load_site(SHIPPED_SITES_DIR / ("%s.toml" % site_name)).model_dump(by_alias=True)
     request = dict(site=site_name, framework="ddp", account="proj42", experiment="exp", run_name="run",
                    trainer=(("data", "/data/imagenet"),))
     run_dir = "/scratch/runs/exp/run"
@@ -174,6 +177,17 @@ def _hostile_case(field: str, value: str, site_name: str):
         profile["modules"] = [value]
     elif field == "srun_arg":
         profile["scheduler"]["step_options"] = [value]
+    elif field == "rendezvous_command":
+        profile["rendezvous_host_suffix"] = ""
+        profile["launch"] = {"rendezvous_command": ["hostname", value]}
+    elif field == "framework_step_option":
+        profile["launch"] = {"ddp": {"step_options": [value]}}
+    elif field == "row_directive" and profile["scheduler"]["kind"] != "local":
+        profile["scheduler"]["partitions"][0]["directives"] = [value]
+    elif field == "env_by_nodes":
+        profile["env_by_nodes"] = [{"env": {"HOSTILE": value}}]
+    elif field == "plugin_dir":
+        profile["nccl_net_plugin"] = {"name": "x", "library_dir": "$PLUGIN/" + value}
     image = "/images/" + value + ".sif" if field == "image" else None
     return Site.model_validate(profile), LaunchRequest(**request), run_dir, image
 
@@ -203,7 +217,7 @@ def test_hostile_values_fake_cluster_refused_or_inert(sandbox, site_name, field,
     assert subprocess.run(["bash", "-n", str(job)]).returncode == 0
     for stale in root.glob("*.args"):
         stale.unlink()
-    env = fake_env(fakes, root)
+    env = dict(fake_env(fakes, root), PLUGIN="/opt/plugin")  # the variable a plugin module would set
     result = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True, cwd=root)
     assert not os.path.exists(MARK), (field, value, script)
     assert result.returncode == 0, result.stderr

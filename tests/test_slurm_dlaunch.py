@@ -90,6 +90,20 @@ def test_run_completes_on_two_hosts(framework, site_fixture, two_nodes, request,
     assert "COMPLETED" in row and " ok " in row and "metrics.jsonl" in row
 
 
+def test_one_task_per_gpu_without_torchrun_completes(two_nodes, tmp_path):
+    """A profile's `task-per-gpu` mode (OLCF's prescription): one srun task per worker, no torchrun, ranks from the
+    task's neutral variables, MASTER_ADDR from `hostname -i` on the first node."""
+    launch = {"rendezvous_command": ["hostname", "-i"], "ddp": {"mode": "task-per-gpu"}}
+    site = two_nodes.site_profile(tmp_path / "slurm-task-per-gpu.toml", extra={"launch": launch})
+    run_dir = submit(two_nodes, tmp_path, site, "per-gpu", "--framework", "ddp", "--nodes", "2", "--steps", "4")
+    script = (run_dir / "job.sh").read_text()
+    assert "torchrun" not in script and 'MASTER_ADDR="$(hostname -i)"' in script
+    assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "COMPLETED", log_text(run_dir)
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    assert metrics.header["world_size"] == 2 and len(set(metrics.header["hosts"])) == 2
+    assert metrics.status == "ok" and len(metrics.epochs) == 2
+
+
 def test_sweep_groups_one_run_per_node_count(two_nodes, slurm_site, tmp_path):
     swept = dlaunch(two_nodes, tmp_path, "sweep", "--site", str(slurm_site), "--nodes", "1,2", "--experiment", "scaling",
                     "--time", "00:10:00", *TINY, "--steps", "2")

@@ -52,6 +52,7 @@ def test_rendezvous_and_interfaces_pass_inside_the_allocation(two_nodes, jsc_lik
     for lines in tasks.values():
         assert " pass " in row(lines, "interface NCCL_SOCKET_IFNAME") and "ib0" in row(lines, "interface NCCL_SOCKET_IFNAME")
         assert " pass " in row(lines, "account and partition") and "--test-only accepted" in row(lines, "account and partition")
+        assert " pass " in row(lines, "scheduler controller") and " pass " in row(lines, "MPI plugin")
 
 
 def test_a_wrong_suffix_fails_naming_the_fix(two_nodes, jsc_like, tmp_path):

@@ -1,7 +1,9 @@
-"""A study on the real test cluster: 2 repeats over 1 and 2 nodes, a killed job resubmitted by a second
-`study run`, and a report with medians and their spread."""
+"""Studies on the real test cluster: 2 repeats over 1 and 2 nodes, a killed job resubmitted by a second
+`study run`, and a report with medians and their spread; a DALI job reading TFRecords made by the
+converter."""
 import pytest
 
+from prerequisites import require_library
 from test_slurm_dlaunch import JOB_TIMEOUT_S, dlaunch, job_id, log_text
 from train.metrics_schema import read_metrics
 
@@ -71,3 +73,70 @@ def test_a_study_with_repeats_survives_a_killed_job_and_reports_medians(two_node
     for row in scaling:  # images/s: the median inside its min-max range
         low, high = (float(v) for v in row[6].split("-"))
         assert low <= float(row[5]) <= high, row
+
+
+DALI_STUDY = '''
+name = "tfrec"
+description = "DALI (CPU) reading TFRecords made by train.data.make_tfrecord, over 2 nodes"
+based_on = ["tests/test_slurm_study.py"]
+kind = "cpu"
+time = "00:10:00"
+
+[[dataset]]
+description = "TFRecords with DALI index files"
+env = "DLAUNCH_TEST_TFRECORD"
+loaders = ["dali"]
+
+[recipe]
+image-size = 32
+batch-size = 4
+steps = 6
+warmup-steps = 1
+profile-steps = 1
+kernel-profile-steps = 2
+threads = 1
+device = "cpu"
+workers = 1
+dali-device = "cpu"
+
+[[matrix]]
+name = "dali"
+figures = ["a TFRecord run"]
+frameworks = ["ddp"]
+loaders = ["dali"]
+models = ["resnet44"]
+nodes = [2]
+'''
+
+
+@pytest.mark.dali
+def test_a_dali_study_job_reads_the_converters_tfrecords_on_two_nodes(two_nodes, slurm_site, tmp_path):
+    """One job: the study's dataset per loader, the TFRecords DALI reads on the nodes (the records' labels
+    are the folder's classes: top-1 is computed against them), the wall-clock profile and the kernel
+    profile (no CUDA here: its figures say so)."""
+    require_library("nvidia.dali")
+    require_library("google_crc32c")
+    from train.data.make_folder import main as make_folder
+    from train.data.make_tfrecord import main as make_tfrecord
+
+    assert make_folder([str(tmp_path / "jpeg"), "--classes", "3", "--images-per-class", "12", "--val-per-class", "4",
+                        "--size", "40"]) == 0
+    assert make_tfrecord([str(tmp_path / "jpeg"), str(tmp_path / "tfrec"), "--train-shards", "4", "--val-shards", "2",
+                          "--workers", "1"]) == 0
+    study = tmp_path / "tfrec.toml"
+    study.write_text(DALI_STUDY)
+    ran = dlaunch(two_nodes, tmp_path, "study", "run", str(study), "--site", str(slurm_site),
+                  "--data", "DLAUNCH_TEST_TFRECORD=%s" % (tmp_path / "tfrec"))
+    assert ran.returncode == 0, ran.stderr
+    (run,) = sorted((tmp_path / "runs" / "tfrec" / "dali").iterdir())
+    assert two_nodes.wait_job(job_id(run), JOB_TIMEOUT_S) == "COMPLETED", log_text(run)
+    metrics = read_metrics(str(run / "metrics.jsonl"))
+    assert metrics.status == "ok" and metrics.header["world_size"] == 2 and len(set(metrics.header["hosts"])) == 2
+    settings = metrics.header["loader_settings"]
+    assert (settings["format"], settings["dali_device"], settings["data"]) == ("tfrecord", "cpu", str(tmp_path / "tfrec"))
+    assert metrics.header["config"]["num_classes"] == 3  # from the TFRecord manifest
+    assert all(0.0 <= e["top1"] <= 1.0 for e in metrics.epochs) and metrics.epochs[-1]["images"] > 0
+    [timers] = metrics.profiles
+    [kernels] = metrics.kernel_profiles
+    assert timers["method"] == "unoverlapped-timers" and timers["comm_s"] > 0
+    assert kernels["steps"] == 2 and kernels["kernel_s"].startswith("unavailable: no CUDA device")

@@ -12,10 +12,11 @@ from train.schedule import LRSchedule
 
 pytestmark = pytest.mark.slow  # real multi-process / multi-epoch training runs
 
-STEPS, WARMUP_STEPS, PROFILE_STEPS, WORLD = 4, 1, 1, 2
+STEPS, WARMUP_STEPS, PROFILE_STEPS, KERNEL_PROFILE_STEPS, WORLD = 4, 1, 1, 1, 2
 # lr_max = 0.05 * 8 / 4 = 0.1; warm-up 0.05 -> 0.1 over 2 steps, then cosine to 0 over 2 steps.
 ARGS = TINY + ["--num-classes", "5", "--steps", str(STEPS), "--steps-per-epoch", str(STEPS),
                "--warmup-steps", str(WARMUP_STEPS), "--profile-steps", str(PROFILE_STEPS),
+               "--kernel-profile-steps", str(KERNEL_PROFILE_STEPS),
                "--lr", "0.05", "--reference-batch", "4", "--warmup-epochs", "0.5", "--schedule", "cosine",
                "--seed", "3"]
 PROVENANCE = {"DLAUNCH_SITE": "testsite", "DLAUNCH_EXPERIMENT": "exp-1", "DLAUNCH_IMAGE": "/images/t.sif",
@@ -96,11 +97,15 @@ def test_metrics_header_throughput_profile_and_lr(ddp_run):
         == ("testsite", "exp-1", "/images/t.sif", "abc123", "4242")
     [epoch] = metrics.epochs
     assert epoch["steps"] == STEPS
-    assert epoch["images"] == (STEPS - WARMUP_STEPS - PROFILE_STEPS) * 8  # warm-up and profiled steps excluded
+    assert epoch["images"] == (STEPS - WARMUP_STEPS - PROFILE_STEPS - KERNEL_PROFILE_STEPS) * 8  # only measured steps
     assert epoch["images_per_s"] > 0
     # The last step (3) is 1 of 2 steps into the cosine: 0.5 * 0.1 * (1 + cos(pi / 2)).
     assert epoch["lr"] == pytest.approx(0.05)
     [profile] = metrics.profiles
     assert profile["steps"] == PROFILE_STEPS and profile["method"] == "unoverlapped-timers"
     assert 0 < profile["compute_s"] < profile["step_s"] and 0 < profile["comm_s"] < profile["step_s"]
+    # The kernel profile is a separate measure; a CPU run has no CUDA kernels and says so.
+    [kernels] = metrics.kernel_profiles
+    assert (kernels["steps"], kernels["ranks"], kernels["method"]) == (KERNEL_PROFILE_STEPS, WORLD, "cuda-kernel-time")
+    assert kernels["comm_s"] == kernels["kernel_s"] == "unavailable: no CUDA device (a cpu run)"
     assert metrics.end["epochs_completed"] == 1

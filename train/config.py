@@ -84,6 +84,7 @@ class TrainConfig:
     site: Optional[str] = None
     image: Optional[str] = None
     profile_steps: int = 0
+    kernel_profile_steps: int = 0
     # horovod
     fp16_allreduce: bool = False
     fusion_threshold_mb: float = 64.0
@@ -180,6 +181,8 @@ FLAGS: Tuple[Flag, ...] = (
     Flag("site", str, "site name (provenance; default $DLAUNCH_SITE)", launcher=False),
     Flag("image", str, "container image (provenance; default $DLAUNCH_IMAGE)", launcher=False),
     Flag("profile-steps", int, "time N steps after the warm-up steps (compute/communication profile)"),
+    Flag("kernel-profile-steps", int, "CUDA kernel time per class (NCCL, cuDNN, I/O) over N steps after those "
+         "(torch.profiler; GPU runs; N past the run's end: to the end)"),
     Flag("fp16-allreduce", bool, "horovod: compress gradients to fp16"),
     Flag("fusion-threshold-mb", float, "horovod: tensor fusion buffer (MB)"),
     Flag("backward-passes-per-step", int, "horovod: gradient accumulation"),
@@ -249,7 +252,8 @@ def _validate(cfg: TrainConfig, check_paths: bool) -> None:
         if value < 1:
             raise ConfigError("%s %d must be at least 1" % (flag, value))
     non_negative = {"--workers": cfg.workers, "--warmup-steps": cfg.warmup_steps,
-                    "--profile-steps": cfg.profile_steps, "--lr": cfg.lr, "--lr-min": cfg.lr_min,
+                    "--profile-steps": cfg.profile_steps, "--kernel-profile-steps": cfg.kernel_profile_steps,
+                    "--lr": cfg.lr, "--lr-min": cfg.lr_min,
                     "--warmup-epochs": cfg.warmup_epochs, "--momentum": cfg.momentum,
                     "--weight-decay": cfg.weight_decay}
     for flag, value in non_negative.items():
@@ -280,15 +284,29 @@ def _validate(cfg: TrainConfig, check_paths: bool) -> None:
         raise ConfigError("--sync-bn needs --device cuda (torch's SyncBatchNorm is GPU-only)")
     if cfg.loader == "dali" and cfg.synthetic:
         raise ConfigError("--loader dali needs --data PATH (synthetic data has no loader)")
+    if check_paths and cfg.loader != "dali" and not cfg.synthetic and _is_tfrecord_dir(cfg.data):
+        raise ConfigError("--data %s holds TFRecords, which only --loader dali reads (the native loader reads an "
+                          "image folder)" % cfg.data)
     if check_paths and os.path.exists(cfg.metrics_path) and os.path.getsize(cfg.metrics_path) > 0 and not cfg.resume:
         raise ConfigError("metrics file %s exists; pass --resume to append or choose another --metrics"
                           % cfg.metrics_path)
 
 
+def _is_tfrecord_dir(root: str) -> bool:
+    from train.data.tfrecords import is_tfrecord_dir  # here: train.data imports this module
+
+    return is_tfrecord_dir(root)
+
+
 def count_image_folder_classes(root: str) -> int:
-    """Check an ImageNet-layout folder (train/ and val/ with the same non-empty class folders)."""
+    """Check an ImageNet-layout folder (train/ and val/ with the same non-empty class folders), or the
+    TFRecord form of one (its manifest and files: train/data/tfrecords.py)."""
     if not os.path.isdir(root):
         raise ConfigError("--data %s: no such directory" % root)
+    if _is_tfrecord_dir(root):
+        from train.data.tfrecords import read_manifest
+
+        return len(read_manifest(root)["classes"])
     classes = None
     for split in ("train", "val"):
         split_dir = os.path.join(root, split)

@@ -168,7 +168,8 @@ def check_engine_flags(cfg: TrainConfig, engine: str) -> None:
     unsupported = {"--loader dali": cfg.loader == "dali", "--device cuda": cfg.device == "cuda",
                    "--amp %s" % cfg.amp: cfg.amp != "none", "--channels-last": cfg.channels_last,
                    "--sync-bn": cfg.sync_bn, "--checkpoint-dir": bool(cfg.checkpoint_dir), "--resume": cfg.resume,
-                   "--profile-steps": cfg.profile_steps > 0, "--fp16-allreduce": cfg.fp16_allreduce}
+                   "--profile-steps": cfg.profile_steps > 0,
+                   "--kernel-profile-steps": cfg.kernel_profile_steps > 0, "--fp16-allreduce": cfg.fp16_allreduce}
     for flag, given in unsupported.items():
         if given:
             raise ConfigError("%s: not supported by the %s trainer (CPU, no checkpoints, no profiler)" % (flag, engine))

@@ -16,8 +16,10 @@ Divergence: each step's loss is checked on the device (no sync); a rank that saw
 `--max-nonfinite-steps` consecutive non-finite losses tells the others at the next stop check or
 epoch end, and all stop with status `diverged` without checkpointing the non-finite weights.
 
-Warm-up and profiled steps (`--warmup-steps`, `--profile-steps`) are counted from the start of this
-process, so a resumed run warms up again before it measures.
+Warm-up and profiled steps (`--warmup-steps`, then `--profile-steps` timed without overlap, then
+`--kernel-profile-steps` under torch.profiler) are counted from the start of this process, so a resumed
+run warms up again before it measures; none of them count for throughput. A kernel profile may run to
+the end of the run (a profiling run then reports no throughput).
 """
 import contextlib
 import math
@@ -42,7 +44,7 @@ from train.metrics import library_versions
 from train.metrics_core import MetricsWriter, git_revision, print_summary, run_id
 from train.metrics_schema import energy_total, is_number
 from train.models import build_model
-from train.profiling import StepProfiler
+from train.profiling import KernelProfiler, StepProfiler, kernel_fields, unavailable_kernel_fields
 from train.schedule import LRSchedule
 from train.signals import StopSignals
 
@@ -113,6 +115,7 @@ class Trainer:
         self.steps_per_epoch = min(cfg.steps, batches) if cfg.steps else batches
         self.total_steps = cfg.steps if cfg.steps else cfg.epochs * self.steps_per_epoch
         self.epochs = math.ceil(self.total_steps / self.steps_per_epoch)
+        self.kernel_steps = min(cfg.kernel_profile_steps, max(0, self.total_steps - cfg.warmup_steps - cfg.profile_steps))
         if cfg.warmup_steps + cfg.profile_steps >= self.total_steps:
             raise ConfigError("--warmup-steps %d + --profile-steps %d leave none of the %d steps to measure"
                               % (cfg.warmup_steps, cfg.profile_steps, self.total_steps))
@@ -126,6 +129,7 @@ class Trainer:
         self.wrapped, _ = framework.wrap(self.model, build_optimizer(self.model, cfg), cfg)
         self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
         self.profiler = StepProfiler(framework, framework.parameters(self.model), self.synchronize, dist.world_size)
+        self.kernel_profiler = KernelProfiler(self.synchronize) if self.device.type == "cuda" else None
 
     # -- collectives and clocks ------------------------------------------------------------------
     def synchronize(self) -> None:
@@ -159,6 +163,18 @@ class Trainer:
         if term > 0:
             return "cancelled"
         return "interrupted" if usr1 > 0 else None
+
+    def write_kernel_profile(self) -> None:
+        """The `kernel_profile` record: every rank's kernel time per class, summed (one collective)."""
+        ranks = self.dist.world_size
+        if self.kernel_profiler is None:
+            fields = unavailable_kernel_fields("no CUDA device (a %s run)" % self.device.type, self.kernel_steps, ranks)
+        else:
+            summed = self.fw.all_reduce_sum(torch.tensor(self.kernel_profiler.finish(), dtype=torch.float64,
+                                                         device=self.device)).tolist()
+            fields = kernel_fields(summed, self.kernel_steps, ranks, self.kernel_profiler.times.top())
+        if self.writer:
+            self.writer.write("kernel_profile", **fields)
 
     def read_energy(self) -> Any:
         """The run's energy so far on every rank (one collective); returns the reading."""
@@ -210,10 +226,14 @@ class Trainer:
         data_wait = 0.0
         measured_steps = 0
         warmup_and_profile = cfg.warmup_steps + cfg.profile_steps
+        kernel_end = warmup_and_profile + self.kernel_steps
         status = None
         while progress.steps < self.steps_per_epoch and self.global_step < self.total_steps:
-            measured = self.session_steps >= warmup_and_profile
+            measured = self.session_steps >= kernel_end
             profiled = cfg.warmup_steps <= self.session_steps < warmup_and_profile
+            kernel_profiled = warmup_and_profile <= self.session_steps < kernel_end
+            if kernel_profiled and self.session_steps == warmup_and_profile and self.kernel_profiler:
+                self.kernel_profiler.start()
             if measured and window_start is None:
                 window_start = self.synced_time()
             requested = time.perf_counter()
@@ -248,6 +268,11 @@ class Trainer:
             self.session_steps += 1
             if profiled and self.session_steps == warmup_and_profile and self.writer:
                 self.writer.write("profile", **self.profiler.summary())
+            if kernel_profiled:
+                if self.kernel_profiler:
+                    self.kernel_profiler.step()
+                if self.session_steps == kernel_end:
+                    self.write_kernel_profile()
             if self.global_step % STOP_CHECK_STEPS == 0:
                 self.meter.poll()
                 status = self.agreed_stop()

@@ -7,7 +7,8 @@ A metrics file is JSON lines. Every record has `schema`, `version`, `type` and `
 seconds). Types and their fields are in `RECORD_FIELDS`; `validate_record` checks one record,
 `read_metrics` reads and checks a whole file.
 
-Versions: 2 is written; 1 and 2 are read (a file resumed by a newer trainer mixes them). Version 2
+Versions: 3 is written; 1, 2 and 3 are read (a file resumed by a newer trainer mixes them). Version 3
+adds the record type `kernel_profile` (CUDA kernel time per class, `--kernel-profile-steps`). Version 2
 adds energy and utilisation (header `energy_sources`; epoch `energy_j`, `gpu_utilization_pct`,
 `gpu_memory_peak_bytes`; end `energy_j`, `energy_to_accuracy_j`) and the end status `diverged`.
 Its fields are optional, so every version 1 record is a valid version 2 record too. Later optional
@@ -27,8 +28,8 @@ import stat
 from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Optional, Tuple
 
 SCHEMA = "dlaunch.metrics"
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 # Closing statuses: `interrupted` is a run stopped by a signal after checkpointing (resumable);
 # `diverged` a run stopped because its loss stayed non-finite (`--max-nonfinite-steps`).
@@ -97,6 +98,17 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
         "comm_s": (_NUM, True),  # mean time in gradient all-reduce
         "data_s": (_NUM, True),  # mean time waiting for the next batch
         "method": ((str,), True),
+    },
+    "kernel_profile": {  # version 3: CUDA kernel time per class, summed over every rank (train/profiling.py)
+        "steps": ((int,), True),  # profiled steps per rank
+        "ranks": ((int,), True),
+        "method": ((str,), True),
+        "kernel_s": (FIGURE, True),  # all GPU activity: kernels, copies, sets
+        "comm_s": (FIGURE, True),  # NCCL kernels
+        "compute_s": (FIGURE, True),  # cuDNN and cuBLAS kernels
+        "io_s": (FIGURE, True),  # host-to-device copies, DALI and nvJPEG kernels
+        "other_s": (FIGURE, True),
+        "top_kernels": ((dict,), False),  # rank 0's longest kernels per class: {class: [[name, s], ...]}
     },
     "resume": {
         "epoch": ((int,), True),  # first epoch run after resuming
@@ -349,6 +361,7 @@ class Metrics:
                 by_epoch[r["epoch"]] = r
         self.epochs: List[Dict[str, Any]] = [by_epoch[k] for k in sorted(by_epoch)]
         self.profiles = [r for r in records if r["type"] == "profile"]
+        self.kernel_profiles = [r for r in records if r["type"] == "kernel_profile"]
         ends = [r for r in records if r["type"] == "end"]
         self.end: Optional[Dict[str, Any]] = ends[-1] if ends else None
 

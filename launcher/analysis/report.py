@@ -29,6 +29,7 @@ PLOTS = {
 # Written beside efficiency.png whenever some run measured energy.
 ENERGY_PLOT = "energy_per_image.png"
 ENERGY_PLOT_TITLE = "Energy per image (J) against GPUs, per framework and loader"
+KERNEL_HEADERS = ("GPUs", "comm %", "compute %", "I/O %", "other %")
 DEFINITIONS = """\
 - Throughput X: mean of the epochs' images/s (whole job), leaving out the first epoch when a run
   has two or more (warm-up).
@@ -43,7 +44,11 @@ DEFINITIONS = """\
   efficiency E_G = S_G / (G / G_ref), which equals (T_ref / T_G) / (G / G_ref) for a fixed amount
   of work.
 - Time shares: comm, compute and data time per step from the trainer's `profile` record
-  (`--profile-steps`), each divided by their sum.
+  (`--profile-steps`, wall-clock timers on un-overlapped steps), each divided by their sum.
+- Kernel shares (Table 2 of Aach et al. 2023 measures these, with NSys): CUDA kernel time of all
+  ranks in NCCL (comm), cuDNN/cuBLAS (compute) and I/O kernels (host-to-device copies, DALI,
+  nvJPEG), each over all kernel time, from the `kernel_profile` record (`--kernel-profile-steps`);
+  `other` is the rest. A separate measure from the time shares.
 - Reference verdict (per run): PASS when X is at least (1 - tolerance) x the site's reference
   images/s for the model, GPU count and precision (`--amp`), else REGRESSION, with X's
   deviation from the reference in percent; `no reference` where the site's profile has none for
@@ -387,6 +392,13 @@ def markdown_report(results: Sequence[GroupResult], sites: Dict[str, Site], reje
         "## Plots",
         "\n\n".join("![%s](%s)" % (title, name) for name, title in plot_titles(results).items()),
     ]
+    kernel_rows = [(g.key.label, [[str(r.world_size)] + ["%.1f" % (100 * v) for v in (
+        r.kernel_shares.comm, r.kernel_shares.compute, r.kernel_shares.io,
+        1 - r.kernel_shares.comm - r.kernel_shares.compute - r.kernel_shares.io)]
+        for r in sorted(g.runs, key=lambda r: r.world_size) if r.kernel_shares]) for g in results]
+    if any(rows for _, rows in kernel_rows):
+        parts += ["## Kernel time shares (percent of CUDA kernel time)",
+                  markdown_table(KERNEL_HEADERS, [(label, rows) for label, rows in kernel_rows if rows])]
     if diverged:
         parts += ["## Diverged runs", "Left out of every table and plot above.",
                   markdown_table(DIVERGED_HEADERS, [(r.key.label, diverged_rows([r])) for r in diverged])]
@@ -470,7 +482,9 @@ def report_command(
 COMPARISON_PLOT = "published_vs_this_run.png"
 COMPARISON_HEADERS = ["comparison", "GPUs", "published", "this run: group", "median", "low", "high", "runs", "spread"]
 METRIC_LABELS = {"images_per_s": "images/s", "speedup": "speed-up S_G", "efficiency": "E_G",
-                 "comm_share": "comm share of comm + compute + data"}
+                 "comm_share": "comm share of comm + compute + data",
+                 "kernel_comm_share": "NCCL share of kernel time", "kernel_compute_share": "cuDNN share of kernel time",
+                 "kernel_io_share": "I/O share of kernel time", "throughput_ratio": "images/s ratio"}
 
 
 def comparison_rows(comparisons: Sequence[Comparison]) -> List[List[str]]:
@@ -514,8 +528,10 @@ def plot_comparisons(fig, comparisons: Sequence[Comparison]) -> None:
         ax.legend(fontsize="x-small")
 
 
-def write_comparison(output: Path, comparisons: Sequence[Comparison], sources: Sequence[str]) -> None:
-    """The published-vs-this-run plot into `output`, and its table appended to `output`/report.md."""
+def write_comparison(output: Path, comparisons: Sequence[Comparison], sources: Sequence[str],
+                     design: Sequence[str] = (), assumptions: Sequence[str] = ()) -> None:
+    """The published-vs-this-run plot into `output`, and its table appended to `output`/report.md, after
+    the study's design lines (protocol, stack) and its assumptions (what the sources leave unstated)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -530,6 +546,9 @@ def write_comparison(output: Path, comparisons: Sequence[Comparison], sources: S
     section = "\n\n".join([
         "## Published vs this run",
         "Sources:\n" + "\n".join("- %s" % s for s in sources),
+        *(["\n".join(design)] if design else []),
+        *(["Assumptions (values the sources leave unstated, fixed by this study):\n" + "\n".join("- %s" % a for a in assumptions)]
+          if assumptions else []),
         markdown_table(COMPARISON_HEADERS[1:], [(row[0], [row[1:]]) for row in comparison_rows(comparisons)]).replace(
             "| group |", "| comparison |", 1),
         "![Published values (markers) and this run (lines)](%s)" % COMPARISON_PLOT,

@@ -12,6 +12,10 @@ Definitions (also printed in the report):
   T = work / X, so E_G = (T_ref / T_G) / (G / G_ref), the textbook definition.
 - Time shares (from `profile` records, un-overlapped timers): comm_s, compute_s and data_s
   each divided by their sum.
+- Kernel shares (from `kernel_profile` records, `--kernel-profile-steps`; Table 2's measure): CUDA
+  kernel time in NCCL (comm), cuDNN/cuBLAS (compute) and I/O kernels, each divided by all kernel time
+  of all ranks (the rest is other kernels, so they do not sum to 1). Runs that only profile count here
+  without a throughput.
 - Energy (metrics schema version 2; `metrics_schema.energy_total`: the node counter where measured,
   else GPU + CPU + DRAM as far as measured): joules per image J/img = the energy of the same epochs
   that give X divided by the images trained in them (steps x global batch; an epoch's energy
@@ -67,6 +71,24 @@ class Shares:
 
 
 @dataclass(frozen=True)
+class KernelShares:
+    """Fractions of all CUDA kernel time in NCCL, cuDNN/cuBLAS and I/O kernels (the rest: other kernels)."""
+
+    comm: float
+    compute: float
+    io: float
+
+    @classmethod
+    def from_record(cls, record: Dict) -> Optional["KernelShares"]:
+        """None when the record's figures are unavailable (a CPU run) or no kernel ran."""
+        values = [record[k] for k in ("kernel_s", "comm_s", "compute_s", "io_s")]
+        if not all(isinstance(v, (int, float)) for v in values) or values[0] <= 0:
+            return None
+        total, comm, compute, io = values
+        return cls(comm / total, compute / total, io / total)
+
+
+@dataclass(frozen=True)
 class EpochPoint:
     epoch: int
     images_per_s: float
@@ -119,6 +141,7 @@ class Run:
     energy_to_accuracy_j: Optional[float] = None
     reason: Optional[str] = None  # the end record's reason (failed or diverged runs)
     amp: str = "none"  # the trainer's --amp (none: FP32/TF32)
+    kernel_shares: Optional[KernelShares] = None  # the last kernel_profile record's
 
     @property
     def measured_epochs(self) -> List[EpochPoint]:
@@ -293,6 +316,7 @@ def run_from_metrics(metrics: Metrics) -> Run:
         energy_to_accuracy_j=end.get("energy_to_accuracy_j"),
         reason=escape(end["reason"]) if end.get("reason") else None,
         amp=escape(h["config"].get("amp") or "none"),
+        kernel_shares=KernelShares.from_record(metrics.kernel_profiles[-1]) if metrics.kernel_profiles else None,
     )
 
 
@@ -411,7 +435,14 @@ def _measured(runs: Sequence[Run]) -> List[Run]:
 
 def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
     """Per GPU count, each run's value of `metric` (images_per_s, speedup, efficiency, comm_share,
-    joules_per_image) in one group; runs without it (no epochs, no profile, no energy, diverged) are left out."""
+    kernel_comm_share, kernel_compute_share, kernel_io_share, joules_per_image) in one group; runs without it (no epochs, no profile, no energy, diverged) are left out."""
+    if metric.startswith("kernel_"):  # runs that only profile have no throughput
+        part = metric[len("kernel_"):-len("_share")]
+        shares: Dict[int, List[float]] = {}
+        for r in runs:
+            if r.kernel_shares is not None and not r.diverged:
+                shares.setdefault(r.world_size, []).append(getattr(r.kernel_shares, part))
+        return dict(sorted(shares.items()))
     measured = _measured(runs)
     if not measured:
         return {}
@@ -442,9 +473,11 @@ class Comparison:
     measured: Dict[str, List[Tuple[int, Spread]]]  # group label -> (GPUs, spread over repeats)
 
 
-def read_published(path: Path, column: str, share_of: Sequence[str], match: Dict[str, str]) -> List[Tuple[int, float]]:
+def read_published(path: Path, column: str, share_of: Sequence[str], match: Dict[str, str],
+                   percent: bool = False) -> List[Tuple[int, float]]:
     """(GPUs, value) from a published CSV (a `gpus` column): rows whose columns named in `match` agree,
-    empty cells left out; with `share_of` the value is divided by the sum of those columns."""
+    empty cells left out; with `share_of` the value is divided by the sum of those columns, with
+    `percent` by 100."""
     points = []
     with open(path, newline="", encoding="utf-8") as f:
         for row in csv.DictReader(row for row in f if not row.startswith("#")):
@@ -459,14 +492,48 @@ def read_published(path: Path, column: str, share_of: Sequence[str], match: Dict
                 value = float(row[column])
                 if share_of:
                     value /= sum(float(row[c]) for c in share_of)
+                elif percent:
+                    value /= 100.0
                 points.append((int(row["gpus"]), value))
             except (ValueError, ZeroDivisionError):
                 raise DlaunchError("%s: row with gpus %s: %s is not a number" % (path, escape(str(row["gpus"])), ", ".join([column, *share_of]))) from None
     return sorted(points)
 
 
+def read_published_row(path: Path, column: str, row: Dict[str, str]) -> float:
+    """The value in `column` of the one published row whose cells agree with `row` (no count column)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(line for line in f if not line.startswith("#"))
+                if all(r.get(k) == v for k, v in row.items())]
+    if len(rows) != 1 or column not in rows[0]:
+        raise DlaunchError("%s: %d rows match %s, or no column %s (need one row)" % (path, len(rows), row, column))
+    return float(rows[0][column])
+
+
+def throughput_ratios(runs: Sequence[Run], faster: str, slower: str, match: Dict[str, str]) -> List[Tuple[int, Spread]]:
+    """Per count, the median images/s of framework `faster` over that of `slower` (groups matching
+    `match`); the spread runs from the lowest to the highest ratio of any two of their runs."""
+    per_framework: Dict[str, Dict[int, List[float]]] = {faster: {}, slower: {}}
+    for key, group in group_runs(runs).items():
+        if key.framework in per_framework and all(getattr(key, k) == v for k, v in match.items()):
+            for gpus, values in run_values(group, "images_per_s").items():
+                per_framework[key.framework].setdefault(gpus, []).extend(values)
+    ratios = []
+    for gpus in sorted(set(per_framework[faster]) & set(per_framework[slower])):
+        f, s = per_framework[faster][gpus], per_framework[slower][gpus]
+        ratios.append((gpus, Spread(median(f) / median(s), min(f) / max(s), max(f) / min(s), len(f) + len(s), "min-max")))
+    return ratios
+
+
 def compare_published(compare: "Compare", path: Path, runs: Sequence[Run]) -> Comparison:
     """The published values of a study's `[[compare]]` entry beside the matching groups of `runs`."""
+    if compare.metric == "throughput_ratio":
+        faster, slower = compare.ratio_of
+        ratios = throughput_ratios(runs, faster, slower, dict(compare.match))
+        value = read_published_row(path, compare.column, dict(compare.row))
+        published = [(gpus, value) for gpus, _ in ratios] or [(1, value)]
+        return Comparison(compare.label, compare.metric, path.name, published,
+                          {"%s / %s" % (faster, slower): ratios} if ratios else {})
     measured = {}
     for key, group in group_runs(runs).items():
         if all(getattr(key, k) == v for k, v in compare.match.items()):
@@ -474,4 +541,4 @@ def compare_published(compare: "Compare", path: Path, runs: Sequence[Run]) -> Co
             if values:
                 measured[key.label] = [(gpus, Spread.of(v)) for gpus, v in values.items()]
     return Comparison(compare.label, compare.metric, path.name,
-                      read_published(path, compare.column, compare.share_of, dict(compare.match)), measured)
+                      read_published(path, compare.column, compare.share_of, dict(compare.match), compare.percent), measured)

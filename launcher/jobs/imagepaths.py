@@ -95,14 +95,29 @@ def check_site_stack(site: "Site", stack: str) -> None:
                            f"build; set [container] stack to one for {site.gpu_vendor} GPUs or give --image")
 
 
-def default_image_for_site(site: "Site", framework: str) -> str:
+def image_framework(framework: str) -> str:
+    """The framework whose image runs `framework`: its own, or its pip group's (PyTorch's parameter server
+    runs in the ddp image); DlaunchError when no stack builds one (the TensorFlow and MXNet trainers)."""
+    from train.framework_table import FRAMEWORKS as TABLE, image_frameworks
+
+    row = TABLE[framework]
+    built = image_frameworks(row.engine)
+    for name in (framework, row.pip_group):
+        if name in built:
+            return name
+    raise DlaunchError(f"--framework {framework}: no image stack builds the {row.engine} trainer (containers/versions.toml "
+                       f"has images for {', '.join(image_frameworks())}); give --image with its environment, or use a "
+                       f"profile without containers whose `interpreters` name its Python")
+
+
+def default_image_for_site(site: "Site", framework: str, stack: Optional[str] = None) -> str:
     """The image a containerized site runs for `framework` unless `--image` says otherwise, in the form
-    its runtime takes (`image_kind`: sif, sqsh, dir, name, edf)."""
-    stack = stack_of(site)
+    its runtime takes (`image_kind`: sif, sqsh, dir, name, edf); `stack`: another than the site's."""
+    stack = stack or stack_of(site)
     if stack is None:
         raise DlaunchError(f"--image: site {site.name} runs without a container")
     check_site_stack(site, stack)
-    return image_reference(framework, stack, site.arch, site.container.image_kind)
+    return image_reference(image_framework(framework), stack, site.arch, site.container.image_kind)
 
 
 def version_tuple(version: str) -> tuple:

@@ -5,7 +5,7 @@ shell lines that run on the batch host before the step. None of these classes wr
 `render.py` turns each item into text and quotes every value.
 """
 from dataclasses import dataclass
-from typing import Optional, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 from launcher.jobs.schema import Partition
 
@@ -13,6 +13,12 @@ from launcher.jobs.schema import Partition
 class ShellWord(str):
     """An argument that expands shell variables of the batch script (`$SLURM_JOB_ID`); rendered in
     double quotes, and only plain words with `$NAME` references are accepted (render.quote)."""
+
+
+def joined(separator: str, words: Sequence[str]) -> str:
+    """`separator`.join(words), still a ShellWord when one of them is."""
+    text = separator.join(words)
+    return ShellWord(text) if any(isinstance(w, ShellWord) for w in words) else text
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,14 @@ class Export:
 
 
 @dataclass(frozen=True)
+class RequireVariable:
+    """`: "${NAME:?...}"`: stop the job when a variable the profile relies on (set by a module) is unset."""
+
+    name: str
+    needed_by: str  # the profile field that uses it (a name: shown in the error)
+
+
+@dataclass(frozen=True)
 class Prepend:
     """`export NAME=value"${NAME:+:$NAME}"`: extends a path list without dropping what is there."""
 
@@ -58,6 +72,15 @@ class FirstHost:
     name: str
     hosts_command: Tuple[str, ...]  # prints one host per line
     suffix: str = ""
+
+
+@dataclass(frozen=True)
+class CommandOutput:
+    """`NAME="$(command)"; NAME="${NAME%% *}"; export NAME`: the first word a command prints on the batch
+    host (the job's first node), e.g. MASTER_ADDR from `hostname -i`."""
+
+    name: str
+    command: Tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -85,7 +108,7 @@ class EndTime:
     seconds: int
 
 
-PreludeItem = Union[Export, Prepend, FirstHost, HostList, Banner, EndTime]
+PreludeItem = Union[Export, RequireVariable, Prepend, FirstHost, CommandOutput, HostList, Banner, EndTime]
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,16 @@
 """Launch modes: how many processes start where, and with which command in front of the trainer.
 
-DDP and DeepSpeed start one `torchrun` per node: a single c10d rendezvous for the whole job, restart and
-failure handling by torchrun, and one container start per node instead of one per GPU. Horovod starts
-one task per GPU through srun's MPI plugin, which is how MPI wires its ranks.
+By default DDP and DeepSpeed start one `torchrun` per node: a single c10d rendezvous for the whole job,
+restart and failure handling by torchrun, and one container start per node instead of one per GPU.
+Horovod starts one task per GPU through srun's MPI plugin, which is how MPI wires its ranks.
+A profile chooses another mode per framework where its operator prescribes one (`[launch.<framework>]
+mode`): `task-per-gpu` starts one scheduler task per GPU and no torchrun (OLCF on Frontier: "the two
+task managers clash"; ALCF on Polaris: mpiexec per GPU); the trainer takes RANK, LOCAL_RANK and
+WORLD_SIZE from the task's neutral variables (train/jobenv.py). `mpirun` starts Horovod with the MPI's
+own launcher (Open MPI's `mpirun` on the batch host) instead of the scheduler's MPI plugin.
 The rendezvous address is computed by the batch script on the host (`scontrol` is usually missing
-inside images). torchrun flags use the underscore spelling that torch 1.11 (the paper's image) and
+inside images), from the first host's name (+ the site's suffix) or by the profile's command
+(`hostname -i`), which the batch script runs on the first node. torchrun flags use the underscore spelling that torch 1.11 (the paper's image) and
 current torch both accept. The torchrun task owns its node (`--cpu-bind=none`, all of the node's CPUs,
 as JSC's examples do); an MPI task gets its share of the node's CPUs and Slurm's default binding.
 
@@ -27,7 +33,7 @@ from dataclasses import dataclass
 from typing import Tuple
 
 from launcher.errors import DlaunchError
-from launcher.jobs.jobspec import Export, FirstHost, PreludeItem, ShellWord
+from launcher.jobs.jobspec import CommandOutput, Export, FirstHost, PreludeItem, ShellWord
 from launcher.schedulers import Scheduler
 from launcher.jobs.sites import Site
 from train.framework_table import FRAMEWORKS, FrameworkInfo
@@ -43,14 +49,30 @@ class LaunchSpec:
     launch_prefix: Tuple[str, ...]  # the program and its arguments in front of the trainer's
     extra_tasks: int = 0  # tasks beyond tasks_per_node x nodes (coordinators), placed by the scheduler
     overcommit: bool = False  # more tasks than CPUs on a node (light server and coordinator tasks share)
+    own_step: Tuple[str, ...] = ()  # the launcher's own command instead of the scheduler's step (mpirun)
+
+
+# The variable that lists the GPUs a process may use, by vendor (AMD: the ROCm runtime's, which Slurm sets).
+VISIBLE_DEVICES = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES"}
 
 
 def rendezvous_prelude(site: Site, scheduler: Scheduler) -> Tuple[PreludeItem, ...]:
-    """MASTER_ADDR: the first host of the allocation (+ the site's suffix, e.g. `i` for InfiniBand)."""
+    """MASTER_ADDR: the profile's command run on the first node (the batch host), else the first host of
+    the allocation (+ the site's suffix, e.g. `i` for InfiniBand)."""
+    command = tuple(site.launch.rendezvous_command)
     return (
+        CommandOutput("MASTER_ADDR", command) if command else
         FirstHost("MASTER_ADDR", scheduler.hosts_command(), site.rendezvous_host_suffix),
         Export("MASTER_PORT", str(site.master_port)),
     )
+
+
+def visible_gpus(site: Site, nproc_per_node: int) -> Tuple[PreludeItem, ...]:
+    """Where the site shows a task only its own GPU (`binds_gpu_per_task`), a per-node launcher's task
+    is shown the first `nproc_per_node` GPUs of its node, as JSC's course scripts export them."""
+    if not site.launch.binds_gpu_per_task or site.gpu_vendor not in VISIBLE_DEVICES:
+        return ()
+    return (Export(VISIBLE_DEVICES[site.gpu_vendor], ",".join(str(i) for i in range(nproc_per_node))),)
 
 
 def _option(name: str, value: str) -> str:
@@ -78,7 +100,7 @@ class TorchrunPerNode(LaunchStyle):
         return LaunchSpec(
             tasks_per_node=1,
             cpus_per_task=site.cpus_per_node,
-            prelude=rendezvous_prelude(site, scheduler),
+            prelude=rendezvous_prelude(site, scheduler) + visible_gpus(site, nproc_per_node),
             mpi=False,
             whole_node=True,
             launch_prefix=IGNORE_USR1 + torchrun + (
@@ -102,6 +124,38 @@ class MpiPerGpu(LaunchStyle):
             mpi=True,
             whole_node=False,
             launch_prefix=("python", "-m", "train"),
+        )
+
+
+class TaskPerGpu(LaunchStyle):
+    """One scheduler task per GPU with its share of the node's CPUs, no torchrun: the trainer takes its
+    rank from the task's variables; MASTER_ADDR/MASTER_PORT come from the batch script."""
+
+    def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
+        return LaunchSpec(
+            tasks_per_node=nproc_per_node,
+            cpus_per_task=max(1, site.cpus_per_node // nproc_per_node),
+            prelude=rendezvous_prelude(site, scheduler),
+            mpi=False,
+            whole_node=False,
+            launch_prefix=("python", "-m", "train"),
+        )
+
+
+class Mpirun(LaunchStyle):
+    """Open MPI's `mpirun` on the batch host starts one rank per GPU (`--map-by ppr:G:node`), each in
+    its container, where the scheduler's MPI plugin does not fit the image's MPI."""
+
+    def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
+        step = ("mpirun", "-np", str(nodes * nproc_per_node), "--map-by", "ppr:%d:node" % nproc_per_node)
+        return LaunchSpec(
+            tasks_per_node=nproc_per_node,
+            cpus_per_task=max(1, site.cpus_per_node // nproc_per_node),
+            prelude=(),
+            mpi=True,
+            whole_node=False,
+            launch_prefix=("python", "-m", "train"),
+            own_step=step + tuple(site.launch.framework(self.info.name).step_options),
         )
 
 
@@ -146,18 +200,22 @@ class NotHere(LaunchStyle):
                            "run it on a Slurm site, not on %s" % (self.info.name, site.name))
 
 
-# (the framework table's launch style, on a batch system | on this machine)
+# (a launch mode on a batch system | on this machine): the framework table's styles and the modes a
+# profile may choose instead (sites.LAUNCH_MODES)
 LAUNCH_STYLES = {
     "torchrun-per-node": (TorchrunPerNode, LocalTorchrun),
+    "task-per-gpu": (TaskPerGpu, LocalTorchrun),
     "mpi-per-gpu": (MpiPerGpu, LocalHorovod),
+    "mpirun": (Mpirun, LocalHorovod),
     "task-per-worker": (TaskPerWorker, NotHere),
 }
 
 
-def launch_mode(scheduler_kind: str, framework: str) -> LaunchStyle:
-    """The launch mode of a framework under a scheduler."""
+def launch_mode(site: Site, framework: str) -> LaunchStyle:
+    """How a framework starts on a site: the profile's mode for it, else the framework table's style."""
     info = FRAMEWORKS[framework]
-    if info.launch not in LAUNCH_STYLES:
-        raise DlaunchError("--framework %s: launch style %r has no launcher" % (framework, info.launch))
-    batch, local = LAUNCH_STYLES[info.launch]
-    return local(info) if scheduler_kind == "local" else batch(info)
+    mode = site.launch_mode(framework)
+    if mode not in LAUNCH_STYLES:
+        raise DlaunchError("--framework %s: launch style %r has no launcher" % (framework, mode))
+    batch, local = LAUNCH_STYLES[mode]
+    return local(info) if site.scheduler.kind == "local" else batch(info)

@@ -11,11 +11,11 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from launcher.boundary import check_limit, check_value
 from launcher.errors import DlaunchError, SchedulerError
-from launcher.jobs.jobspec import JobSpec, PreludeItem, Prepend, TaskEnv
+from launcher.jobs.jobspec import JobSpec, PreludeItem, Prepend, RequireVariable, TaskEnv, joined
 from launcher.jobs.launchers import launch_mode
 from launcher.jobs.request import SAFE_NAME, LaunchRequest, trainer_arguments
 from launcher.schedulers import scheduler_for
-from launcher.jobs.schema import BIND_PATH, format_time, parse_time
+from launcher.jobs.schema import BIND_PATH, Partition, format_time, parse_time
 from launcher.jobs.sites import Site
 from train.config import ConfigError, parse_config
 from train.engines import check_engine_flags
@@ -44,6 +44,8 @@ class LaunchPlan:
     command: Tuple[Tuple[Any, ...], ...]  # lines in front of the trainer's flags: step, task variables, container, launch
     trainer_argv: Tuple[str, ...]
     warnings: Tuple[str, ...] = ()  # for the user, before submission; nothing in the script
+    partition: Optional[str] = None  # the profile's partition row the job goes to (None: local)
+    notes: Tuple[str, ...] = ()  # decisions the user did not ask for by name (a row picked by size)
     profile: str = ""  # the site profile's text as read: the run directory keeps it (`site.toml`), not its path
 
     def to_dict(self) -> Dict[str, Any]:
@@ -95,31 +97,47 @@ def _shape(site: Site, request: LaunchRequest) -> Tuple[int, int]:
     return request.nodes or 1, site.gpus_per_node
 
 
-def _queue_and_time(site: Site, request: LaunchRequest, nodes: int):
-    """The partition the job goes to and its time limit in seconds, checked against the partition."""
-    partition = site.partition(request.partition)
-    if nodes > partition.max_nodes:
-        raise DlaunchError("--nodes: %d exceeds the %d nodes of partition %s (site %s)" % (nodes, partition.max_nodes, partition.name, site.name))
-    if nodes < partition.min_nodes:
-        raise DlaunchError("--nodes: partition %s of site %s takes jobs of %d nodes or more, not %d"
-                           % (partition.name, site.name, partition.min_nodes, nodes))
+def _queue_and_time(site: Site, request: LaunchRequest, nodes: int) -> Tuple[Partition, int, Tuple[str, ...]]:
+    """The partition row the job goes to, its time limit in seconds, and a note when the row was picked
+    by the job's size. A row the user named is checked against its limits; without one, the default
+    row takes the job if it fits, else the first row (in the profile's order, `auto` rows only) that does."""
     try:
         seconds = parse_time(request.time)
     except ValueError as e:
         raise DlaunchError("--time: %s" % e) from None
-    if seconds > partition.max_seconds:
-        raise DlaunchError("--time: %s exceeds the limit %s of partition %s (site %s)" % (format_time(seconds), partition.max_time, partition.name, site.name))
-    return partition, seconds
+    if request.partition is not None:
+        partition = site.partition(request.partition)
+        if nodes > partition.max_nodes:
+            raise DlaunchError("--nodes: %d exceeds the %d nodes of partition %s (site %s)" % (nodes, partition.max_nodes, partition.name, site.name))
+        if nodes < partition.min_nodes:
+            raise DlaunchError("--nodes: partition %s of site %s takes jobs of %d nodes or more, not %d"
+                               % (partition.name, site.name, partition.min_nodes, nodes))
+        if seconds > partition.max_seconds:
+            raise DlaunchError("--time: %s exceeds the limit %s of partition %s (site %s)" % (format_time(seconds), partition.max_time, partition.name, site.name))
+        return partition, seconds, ()
+    default = site.partition(None)
+    if default.fits(nodes, seconds):
+        return default, seconds, ()
+    fitting = [p for p in site.partitions if p.auto and p.fits(nodes, seconds)]
+    if not fitting:
+        by_size = any(p.min_nodes <= nodes <= p.max_nodes for p in site.partitions)
+        raise DlaunchError("%s: no partition of site %s takes %d node(s) for %s; its partitions: %s"
+                           % ("--time" if by_size else "--nodes", site.name, nodes, format_time(seconds),
+                              ", ".join(p.limits() for p in site.partitions)))
+    chosen = fitting[0]
+    return chosen, seconds, ("partition %s chosen for %d node(s) and %s: the default, %s, does not take the job"
+                             % (chosen.limits(), nodes, format_time(seconds), default.limits()),)
 
 
 def _environment(site: Site) -> Tuple[Prepend, ...]:
     """Path lists the site extends (`env_prepend`, the NCCL network plugin's folder first)."""
-    prepend = dict(site.env_prepend)
+    prepend: Dict[str, str] = dict(site.env_prepend)
     plugin = site.nccl_net_plugin
     if plugin and plugin.library_dir:
         rest = prepend.get("LD_LIBRARY_PATH")
-        prepend["LD_LIBRARY_PATH"] = plugin.library_dir + (":" + rest if rest else "")
-    return tuple(Prepend(name, value) for name, value in prepend.items())
+        prepend["LD_LIBRARY_PATH"] = joined(":", (plugin.directory,) + ((rest,) if rest else ()))
+    required = (RequireVariable(plugin.variable, "nccl_net_plugin.library_dir"),) if plugin and plugin.variable else ()
+    return required + tuple(Prepend(name, value) for name, value in prepend.items())
 
 
 def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision: Optional[str],
@@ -131,20 +149,20 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     nodes, nproc = _shape(site, request)
     scheduler = scheduler_for(site.scheduler.kind)
     on_batch_system = site.scheduler.kind != "local"
-    spec = launch_mode(site.scheduler.kind, request.framework).spec(site, scheduler, nodes, nproc)
+    spec = launch_mode(site, request.framework).spec(site, scheduler, nodes, nproc)
     runtime = site.container
     experiment = request.experiment or "default"
     data = request.option("data")
     warnings: Tuple[str, ...] = ()
-    queue, seconds, account, binds = None, 0, None, ()
+    queue, seconds, account, binds, notes = None, 0, None, (), ()
     if on_batch_system:
         _bindable("--output", run_dir)
-        queue, seconds = _queue_and_time(site, request, nodes)
+        queue, seconds, notes = _queue_and_time(site, request, nodes)
         account = resolve_account(site, request.account, environ, required=require_account)
         if seconds < 2 * SIGNAL_LEAD_S:
             warnings += ("--time %s leaves less than twice the %d s warning before the limit: the job may get no "
                          "checkpoint warning (Slurm sends it up to a minute early or late)" % (format_time(seconds), SIGNAL_LEAD_S),)
-        plugin_dir = site.nccl_net_plugin.library_dir if site.nccl_net_plugin else None
+        plugin_dir = site.nccl_net_plugin.directory if site.nccl_net_plugin else None
         binds = (run_dir,) + ((_bindable("--data", data),) if data not in (None, "synthetic") else ()) + ((plugin_dir,) if plugin_dir else ())
     requeue = site.requeue if request.requeue is None else request.requeue
     job = JobSpec(name=experiment, nodes=nodes, tasks_per_node=spec.tasks_per_node, cpus_per_task=spec.cpus_per_task,
@@ -161,12 +179,21 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         warnings += runtime.warnings(binds)
     else:
         image = None
-    try:
-        step = scheduler.step(site.scheduler, job, spec.mpi, spec.whole_node, container_options)
-    except SchedulerError as e:
-        raise DlaunchError("--framework %s: site %s: %s" % (request.framework, site.name, e)) from None
+    if spec.own_step:
+        if container_options:
+            raise DlaunchError("--framework %s: site %s starts it with %s, which cannot pass the %s runtime's step options"
+                               % (request.framework, site.name, spec.own_step[0], runtime.kind))
+        step = spec.own_step
+    else:
+        step_options = tuple(site.launch.framework(request.framework).step_options) + container_options
+        try:
+            step = scheduler.step(site.scheduler, job, spec.mpi, spec.whole_node, step_options)
+        except SchedulerError as e:
+            raise DlaunchError("--framework %s: site %s: %s" % (request.framework, site.name, e)) from None
     environment = _environment(site)
-    task_env = (TaskEnv(scheduler.task_variables),) if scheduler.task_variables else ()
+    # The scheduler's task variables as the neutral ones, in each task its step starts (mpirun's ranks are
+    # not the scheduler's tasks: Horovod asks MPI).
+    task_env = (TaskEnv(scheduler.task_variables),) if scheduler.task_variables and not spec.own_step else ()
     provenance = tuple((name, value) for name, value in (
         ("DLAUNCH_SITE", site.name),
         ("DLAUNCH_IMAGE", image),
@@ -208,10 +235,12 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         module_purge=site.module_purge,
         module_use=tuple(site.module_use),
         modules=tuple(site.modules),
-        env=tuple(site.env.items()) + provenance,
-        prelude=(environment + runtime.exports(environment) + scheduler.job_environment(site.scheduler, job)
-                 + scheduler.prelude(site.scheduler, job) + spec.prelude),
+        env=tuple(site.env_for(nodes).items()) + provenance,
+        prelude=(environment + runtime.exports([p for p in environment if isinstance(p, Prepend)])
+                 + scheduler.job_environment(site.scheduler, job) + scheduler.prelude(site.scheduler, job) + spec.prelude),
         command=scheduler.command(step, task_env, container_prefix, spec.launch_prefix),
         trainer_argv=trainer_argv,
         warnings=warnings,
+        partition=queue.name if queue else None,
+        notes=notes,
     )

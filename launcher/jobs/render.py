@@ -4,7 +4,8 @@ import shlex
 from functools import singledispatch
 from typing import List, Sequence, Union
 
-from launcher.jobs.jobspec import Banner, EndTime, Export, FirstHost, HostList, Prepend, ShellWord, TaskEnv
+from launcher.jobs.jobspec import (Banner, CommandOutput, EndTime, Export, FirstHost, HostList, Prepend, RequireVariable,
+                                   ShellWord, TaskEnv)
 from launcher.jobs.plan import LaunchPlan
 from launcher.schedulers import scheduler_for
 from launcher.jobs.schema import ENV_NAME, HOST_SUFFIX
@@ -41,6 +42,13 @@ def _(item: Export) -> str:
 
 
 @render_item.register
+def _(item: RequireVariable) -> str:
+    if not re.fullmatch(r"[a-z_.]+", item.needed_by):
+        raise ValueError("not a profile field: %r" % item.needed_by)
+    return ': "${%s:?is not set: %s needs it (load the module that sets it)}"\n' % (_name(item.name), item.needed_by)
+
+
+@render_item.register
 def _(item: Prepend) -> str:
     name = _name(item.name)
     return 'export %s=%s"${%s:+:$%s}"\n' % (name, quote(item.value), name, name)
@@ -52,6 +60,12 @@ def _(item: FirstHost) -> str:
         raise ValueError("not a host-name suffix: %r" % item.suffix)
     command = " ".join(quote(a) for a in item.hosts_command)
     return '%s="$(%s | sed -n 1p)%s"\nexport %s\n' % (_name(item.name), command, item.suffix, item.name)
+
+
+@render_item.register
+def _(item: CommandOutput) -> str:
+    name, command = _name(item.name), " ".join(quote(a) for a in item.command)
+    return '%s="$(%s)"\n%s="${%s%%%% *}"\nexport %s\n' % (name, command, name, name, name)
 
 
 @render_item.register

@@ -17,6 +17,9 @@ OPTION = r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@+=-]+)?$"
 MODULE = r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$"
 PATH = r"^/[A-Za-z0-9_./+@=-]*$"
 BIND_PATH = PATH  # kept for existing callers: a path a container bind or Slurm option can carry
+# An absolute path, or one under a directory a module names in a variable (`$OLCF_OFI_NCCL_ROOT/lib`),
+# expanded when the job runs.
+VAR_PATH = r"^(/|\$[A-Za-z_][A-Za-z0-9_]*(/|$))[A-Za-z0-9_./+@=-]*$"
 BIND = r"^/[A-Za-z0-9_./+@=-]*(:/[A-Za-z0-9_./+@=-]*)?(:ro)?$"  # src[:dst][:ro]
 GRES = r"^[A-Za-z0-9_:,.-]+$"
 HOST_SUFFIX = r"^[A-Za-z0-9.-]*$"
@@ -34,6 +37,7 @@ ModuleName = Annotated[str, StringConstraints(pattern=MODULE)]
 AbsPath = Annotated[str, StringConstraints(pattern=PATH)]
 Bind = Annotated[str, StringConstraints(pattern=BIND)]
 Word = Annotated[str, StringConstraints(pattern=WORD)]
+VarPath = Annotated[str, StringConstraints(pattern=VAR_PATH)]
 EnvValue = Annotated[str, StringConstraints(pattern=ENV_VALUE)]
 
 _TIME = re.compile(r"(?:([0-9]{1,4})-)?([0-9]{1,6})(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?")  # ASCII digits only
@@ -77,8 +81,9 @@ class StrictModel(BaseModel):
 
 
 class Partition(StrictModel):
-    """A queue a job can go to: `--partition NAME` selects it. Slurm renders `partition` (default:
-    `name`; "" for none) and `qos`; PBS renders `name` as the queue (`-q`)."""
+    """A row of a site's queues: `--partition NAME` selects it, or the job's size does (`auto`). Slurm
+    renders `partition` (default: `name`; "" for none) and `qos`; PBS renders `partition` (default:
+    `name`) as the queue (`-q`). `directives` are this row's own extra scheduler options."""
 
     name: SafeName
     partition: Optional[Annotated[str, StringConstraints(pattern=r"^([A-Za-z0-9][A-Za-z0-9_.+-]*)?$")]] = None
@@ -87,6 +92,8 @@ class Partition(StrictModel):
     max_nodes: int = Field(gt=0, le=1_000_000)
     max_time: str
     default: bool = False
+    auto: bool = True  # False: used only when named (--partition), never picked by the job's size
+    directives: List[Annotated[str, StringConstraints(pattern=OPTION + "|" + PBS_DIRECTIVE)]] = []
 
     @field_validator("max_time")
     @classmethod
@@ -110,12 +117,29 @@ class Partition(StrictModel):
         """The `--partition` value, None when the queue is chosen by QOS alone."""
         return self.name if self.partition is None else (self.partition or None)
 
+    @property
+    def queue(self) -> str:
+        """The PBS queue (`-q`): `partition`, else `name` (rows of one routing queue share it)."""
+        return self.partition or self.name
 
-def check_partitions(cls: type, partitions: List[Partition]) -> List[Partition]:
-    """Partition names are unique and exactly one is the default (a pydantic field validator)."""
+    def fits(self, nodes: int, seconds: int) -> bool:
+        return self.min_nodes <= nodes <= self.max_nodes and seconds <= self.max_seconds
+
+    def limits(self) -> str:
+        """`batch-92 (92-183 nodes, up to 06:00:00)`, for people."""
+        return "%s (%d-%d nodes, up to %s)" % (self.name, self.min_nodes, self.max_nodes, self.max_time)
+
+
+def check_partitions(partitions: List[Partition], directive: str, form: str) -> List[Partition]:
+    """Partition names are unique, exactly one is the default, and the rows' directives are the
+    scheduler's (`directive`: the pattern, `form`: how it looks, for the error)."""
     names = [p.name for p in partitions]
     if len(set(names)) != len(names):
         raise ValueError("a partition name appears twice")
     if partitions and sum(p.default for p in partitions) != 1:
         raise ValueError("exactly one partition must have default = true")
+    for p in partitions:
+        for line in p.directives:
+            if not re.fullmatch(directive, line):
+                raise ValueError("partition %s: directive %r is not of the form %s" % (p.name, line, form))
     return partitions

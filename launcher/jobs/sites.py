@@ -1,17 +1,21 @@
 """Site profiles: TOML files validated by pydantic, found by name, alias or path (schema: docs/sites.md)."""
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Type
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import Field, StringConstraints, create_model, field_validator, model_validator
 
 from launcher.errors import DlaunchError
 from launcher.boundary import ModelT, read_toml, read_toml_text
 from launcher.runtimes import NoContainer
 from launcher.runtimes import config_union as runtime_configs
 from launcher.schedulers import config_union as scheduler_configs
-from launcher.jobs.schema import HOST_SUFFIX, AbsPath, EnvName, EnvValue, ModuleName, Partition, SafeName, StrictModel
+from launcher.jobs.jobspec import ShellWord
+from launcher.jobs.schema import (HOST_SUFFIX, OPTION, AbsPath, EnvName, EnvValue, ModuleName, Partition, SafeName, StrictModel,
+                                  VarPath, Word)
 from launcher.paths import SHIPPED_SITES_DIR
+from train.framework_table import FRAMEWORKS
 
 
 # Environment values with a documented range; a value outside it is refused with the source.
@@ -21,6 +25,13 @@ ENV_RANGES = {
     "NCCL_IB_RETRY_CNT": (0, 7, "NCCL's documentation (docs.nvidia.com/deeplearning/nccl, env.html)"),
 }
 DRIVER = r"^[0-9]+(\.[0-9]+)*$"
+
+
+def check_env_ranges(env: Dict[str, str]) -> None:
+    """Values with a documented range (ENV_RANGES) inside it."""
+    for name, (low, high, source) in ENV_RANGES.items():
+        if name in env and not (env[name].isdigit() and low <= int(env[name]) <= high):
+            raise ValueError("%s = %r is outside %d-%d, the range %s gives" % (name, env[name], low, high, source))
 
 
 class Network(StrictModel):
@@ -48,11 +59,72 @@ class Reference(StrictModel):
 
 class NcclNetPlugin(StrictModel):
     """A NCCL/RCCL network plugin (aws-ofi-nccl on Slingshot). `library_dir` (on the nodes) goes first
-    on LD_LIBRARY_PATH, where NCCL looks for libnccl-net*.so, and into the container's binds; without
-    it the plugin comes with the image or the site's container hooks (CSCS EDF annotations)."""
+    on LD_LIBRARY_PATH, where NCCL looks for libnccl-net*.so, and into the container's binds; it may
+    start with a variable a module of the profile sets (`$OLCF_OFI_NCCL_ROOT/lib`). Without it the
+    plugin comes with the image or the site's container hooks (CSCS EDF annotations, podman-hpc --nccl)."""
 
     name: SafeName
-    library_dir: Optional[AbsPath] = None
+    library_dir: Optional[VarPath] = None
+
+    @property
+    def directory(self) -> Optional[str]:
+        """`library_dir` as the script carries it: a ShellWord when a variable names it."""
+        if self.library_dir and self.library_dir.startswith("$"):
+            return ShellWord(self.library_dir)
+        return self.library_dir
+
+    @property
+    def variable(self) -> Optional[str]:
+        """The variable `library_dir` starts with (None: a plain path)."""
+        m = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)(/.*)?", self.library_dir or "")
+        return m.group(1) if m else None
+
+
+# The launch modes a profile may choose per framework, by the framework table's launch style (the first:
+# the default). launcher/jobs/launchers.py has one class per mode.
+LAUNCH_MODES = {
+    "torchrun-per-node": ("torchrun-per-node", "task-per-gpu"),
+    "mpi-per-gpu": ("mpi-per-gpu", "mpirun"),
+}
+LaunchMode = Literal["torchrun-per-node", "task-per-gpu", "mpi-per-gpu", "mpirun"]
+
+
+class FrameworkLaunch(StrictModel):
+    """How one framework starts on this site (`[launch.<framework>]`)."""
+
+    mode: Optional[LaunchMode] = None  # None: the framework table's style
+    # Options of this framework's step only: srun options on Slurm, mpiexec/mpirun words otherwise.
+    step_options: List[Word] = []
+
+
+class LaunchBase(StrictModel):
+    """`[launch]`: the rendezvous address and GPU visibility, and per framework its mode (fields added below)."""
+
+    # Run on the first node (the batch host); its first word is MASTER_ADDR, e.g. ["hostname", "-i"] (OLCF).
+    rendezvous_command: List[Word] = []
+    # The site shows each task only the GPU(s) bound to it (JSC's psslurm): a per-node launcher's task,
+    # which starts all of a node's workers, gets the node's GPUs made visible (CUDA_VISIBLE_DEVICES=0,1,..).
+    binds_gpu_per_task: bool = False
+
+    def framework(self, name: str) -> FrameworkLaunch:
+        return getattr(self, name.replace("-", "_"), None) or FrameworkLaunch()
+
+
+Launch = create_model(  # one optional `[launch.<name>]` per framework the profile may launch differently
+    "Launch", __base__=LaunchBase,
+    **{name.replace("-", "_"): (Optional[FrameworkLaunch], Field(default=None, alias=name))
+       for name, info in FRAMEWORKS.items() if info.launch in LAUNCH_MODES})
+
+
+class EnvByNodes(StrictModel):
+    """`[[env_by_nodes]]`: variables exported only for jobs of `min_nodes` to `max_nodes` nodes."""
+
+    min_nodes: int = Field(default=1, gt=0)
+    max_nodes: Optional[int] = Field(default=None, gt=0)
+    env: Dict[EnvName, EnvValue] = Field(min_length=1)
+
+    def applies(self, nodes: int) -> bool:
+        return self.min_nodes <= nodes and (self.max_nodes is None or nodes <= self.max_nodes)
 
 
 def _from_v1(data: Any) -> Any:
@@ -102,6 +174,7 @@ class Site(StrictModel):
     module_use: List[AbsPath] = []  # `module use PATH` before `module load`
     modules: List[ModuleName] = []
     env: Dict[EnvName, EnvValue] = {}
+    env_by_nodes: List[EnvByNodes] = []  # overrides `env` for jobs of some sizes
     env_prepend: Dict[EnvName, EnvValue] = {}  # NAME = "/x" -> NAME=/x:$NAME (or /x when NAME is unset)
     nccl_net_plugin: Optional[NcclNetPlugin] = None
     # Python per engine where the site runs without containers (e.g. tensorflow = "/opt/tf/bin/python").
@@ -109,6 +182,7 @@ class Site(StrictModel):
     container: runtime_configs() = NoContainer()  # type: ignore[valid-type]
     rendezvous_host_suffix: Annotated[str, StringConstraints(pattern=HOST_SUFFIX)] = ""
     master_port: int = Field(default=29500, ge=1024, le=65535)
+    launch: Launch = Launch()  # type: ignore[valid-type]
     # Run a job again when its node fails (Slurm's own default, JobRequeue=1); the trainer resumes.
     requeue: bool = True
     network: Optional[Network] = None
@@ -120,19 +194,66 @@ class Site(StrictModel):
     @field_validator("env")
     @classmethod
     def _documented_ranges(cls, env: Dict[str, str]) -> Dict[str, str]:
-        for name, (low, high, source) in ENV_RANGES.items():
-            if name in env and not (env[name].isdigit() and low <= int(env[name]) <= high):
-                raise ValueError("%s = %r is outside %d-%d, the range %s gives" % (name, env[name], low, high, source))
+        check_env_ranges(env)
         return env
+
+    @field_validator("env_by_nodes")
+    @classmethod
+    def _rows(cls, rows: List[EnvByNodes]) -> List[EnvByNodes]:
+        for i, row in enumerate(rows):
+            check_env_ranges(row.env)
+            if row.max_nodes is not None and row.max_nodes < row.min_nodes:
+                raise ValueError("row %d: max_nodes %d is below min_nodes %d" % (i, row.max_nodes, row.min_nodes))
+            for other in rows[:i]:
+                shared = set(row.env) & set(other.env)
+                low = max(row.min_nodes, other.min_nodes)
+                if shared and all(r.max_nodes is None or low <= r.max_nodes for r in (row, other)):
+                    raise ValueError("two rows set %s for %d nodes" % (sorted(shared)[0], low))
+        return rows
 
     @model_validator(mode="after")
     def _consistent(self) -> "Site":
         if self.scheduler.kind == "local" and self.container.kind != "none":
             raise ValueError("a local site has no container runtime")
-        both = set(self.env) & set(self.env_prepend)
+        both = (set(self.env) | {n for row in self.env_by_nodes for n in row.env}) & set(self.env_prepend)
         if both:
             raise ValueError("env and env_prepend both set %s" % sorted(both)[0])
+        self._check_launch()
         return self
+
+    def _check_launch(self) -> None:
+        gpu_request = getattr(self.scheduler, "gpu_request", "none")
+        if gpu_request != "none" and self.gpu_vendor == "none":
+            raise ValueError("scheduler.gpu_request: a site without GPUs (gpu_vendor = \"none\") asks for none")
+        if gpu_request != "none" and "gpu" in (getattr(self.scheduler, "gres", None) or ""):
+            raise ValueError("scheduler.gres and scheduler.gpu_request both ask for GPUs: keep gpu_request")
+        launch = self.launch
+        if launch.rendezvous_command and self.rendezvous_host_suffix:
+            raise ValueError("launch.rendezvous_command and rendezvous_host_suffix both name the rendezvous host: keep one")
+        for name, info in FRAMEWORKS.items():
+            chosen = launch.framework(name)
+            if info.launch not in LAUNCH_MODES or chosen == FrameworkLaunch():
+                continue
+            if self.scheduler.kind == "local":
+                raise ValueError("launch.%s: a local site starts its processes itself (torchrun --standalone, horovodrun)" % name)
+            if chosen.mode and chosen.mode not in LAUNCH_MODES[info.launch]:
+                raise ValueError("launch.%s.mode: %r is not one of %s" % (name, chosen.mode, ", ".join(LAUNCH_MODES[info.launch])))
+            srun_step = self.scheduler.kind == "slurm" and chosen.mode != "mpirun"
+            for option in chosen.step_options if srun_step else ():
+                if not re.fullmatch(OPTION, option):
+                    raise ValueError("launch.%s.step_options: %r is not an srun option (--name or --name=value)" % (name, option))
+
+    def env_for(self, nodes: int) -> Dict[str, str]:
+        """`env`, then the `env_by_nodes` rows that take a job of `nodes` nodes."""
+        env = dict(self.env)
+        for row in self.env_by_nodes:
+            if row.applies(nodes):
+                env.update(row.env)
+        return env
+
+    def launch_mode(self, framework: str) -> str:
+        """How `framework` starts here: the profile's `[launch.<framework>] mode`, else the table's style."""
+        return self.launch.framework(framework).mode or FRAMEWORKS[framework].launch
 
     @property
     def cpus_per_node(self) -> int:

@@ -6,7 +6,7 @@ itself; a site's library folders (a NCCL network plugin) go in through `APPTAINE
 """
 from typing import List, Literal, Sequence, Tuple
 
-from launcher.jobs.jobspec import PreludeItem, Prepend
+from launcher.jobs.jobspec import PreludeItem, Prepend, joined
 from launcher.runtimes import Runtime
 from launcher.jobs.schema import Option
 
@@ -25,4 +25,4 @@ class Apptainer(Runtime):
 
     def prefix(self, image: str, binds: Sequence[str]) -> Tuple[str, ...]:
         every = self.every_bind(binds)
-        return (self.binary, "exec") + tuple(self.flags) + (("--bind", ",".join(every)) if every else ()) + (image,)
+        return (self.binary, "exec") + tuple(self.flags) + (("--bind", joined(",", every)) if every else ()) + (image,)

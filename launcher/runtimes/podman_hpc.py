@@ -10,6 +10,7 @@ import re
 from typing import List, Literal, Sequence, Tuple
 
 from launcher.errors import DlaunchError
+from launcher.jobs.jobspec import joined
 from launcher.runtimes import Runtime
 from launcher.jobs.schema import Option
 
@@ -32,5 +33,5 @@ class PodmanHpc(Runtime):
         return False  # in podman-hpc's store, not a file here
 
     def prefix(self, image: str, binds: Sequence[str]) -> Tuple[str, ...]:
-        volumes = tuple(arg for bind in self.every_bind(binds) for arg in ("-v", bind if ":" in bind else "%s:%s" % (bind, bind)))
+        volumes = tuple(arg for bind in self.every_bind(binds) for arg in ("-v", bind if ":" in bind else joined(":", (bind, bind))))
         return (self.binary, "run", "--rm") + tuple(self.flags) + ("--env-host", "--net=host") + volumes + (image,)

@@ -10,6 +10,7 @@ import re
 from typing import Literal, Sequence, Tuple
 
 from launcher.errors import DlaunchError
+from launcher.jobs.jobspec import joined
 from launcher.runtimes import Runtime
 from launcher.jobs.schema import PATH, SAFE_NAME
 
@@ -45,4 +46,4 @@ class Pyxis(Runtime):
         if self.environment:
             return ("--environment=%s" % image,)
         every = self.every_bind(binds)
-        return ("--container-image=%s" % image,) + (("--container-mounts=%s" % ",".join(every),) if every else ())
+        return ("--container-image=%s" % image,) + ((joined("", ("--container-mounts=", joined(",", every))),) if every else ())

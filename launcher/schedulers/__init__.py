@@ -101,6 +101,7 @@ class Scheduler:
     label = ""  # for people: "Slurm", "PBS"
     directive_prefix = ""  # `#SBATCH`, `#PBS`; "" = no directives
     commands: Tuple[str, ...] = ()  # the batch system's commands a login node needs (`dlaunch doctor`)
+    ping_command: Tuple[str, ...] = ()  # exits 0 when the batch system's server answers (`dlaunch doctor`)
     Config: Type[StrictModel] = StrictModel
     # (neutral task variable of train/jobenv.py, this scheduler's variable that each task of a step has)
     task_variables: Tuple[Tuple[str, str], ...] = ()

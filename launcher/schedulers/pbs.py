@@ -36,7 +36,10 @@ class PbsConfig(StrictModel):
     directives: List[Annotated[str, StringConstraints(pattern=PBS_DIRECTIVE)]] = []  # e.g. "-l filesystems=home:eagle"
     mpiexec_options: List[Word] = []
 
-    _partitions = field_validator("partitions")(check_partitions)
+    @field_validator("partitions")
+    @classmethod
+    def _partitions(cls, partitions: List[Partition]) -> List[Partition]:
+        return check_partitions(partitions, PBS_DIRECTIVE, "'-X value'")
 
 
 def classify(state: str, exit_status: object = None) -> JobState:
@@ -52,6 +55,7 @@ class Pbs(Scheduler):
     label = "PBS"
     directive_prefix = "#PBS"
     commands = ("qsub", "qstat", "qdel")
+    ping_command = ("qstat", "-B")  # the server's status line, an error when it does not answer
     Config = PbsConfig
     # What Cray PALS' mpiexec gives every rank (HPE's pals.h, "Environment variables available for
     # applications"; PALS runs Polaris' mpiexec).
@@ -63,12 +67,13 @@ class Pbs(Scheduler):
             "-N %s" % job.name,
             "-l select=%d%s" % (job.nodes, cfg.select_resources),
             "-l walltime=%d:%02d:%02d" % (job.seconds // 3600, job.seconds % 3600 // 60, job.seconds % 60),
-            "-q %s" % job.queue.name,
+            "-q %s" % job.queue.queue,
             *(("-A %s" % job.account,) if job.account else ()),
             "-o %s/pbs.out" % job.run_dir,
             "-j oe",  # the error stream into the same file
             "-r n",  # see the module docstring
             *cfg.directives,
+            *job.queue.directives,
         )
 
     def prelude(self, cfg: PbsConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:

@@ -9,7 +9,7 @@ from pydantic import Field, StringConstraints, field_validator
 from launcher.errors import SchedulerError
 from launcher.jobs.jobspec import Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
 from launcher.schedulers import Job, JobState, Scheduler, Submission
-from launcher.jobs.schema import GRES, Option, Partition, SafeName, StrictModel, format_time
+from launcher.jobs.schema import GRES, OPTION, Option, Partition, SafeName, StrictModel, format_time
 from launcher.jobs.schema import check_partitions
 from train import jobenv
 
@@ -49,10 +49,16 @@ class SlurmConfig(StrictModel):
     partitions: List[Partition] = Field(min_length=1)
     mpi_plugin: Optional[SafeName] = None  # srun --mpi=... for MPI-launched frameworks
     gres: Optional[Annotated[str, StringConstraints(pattern=GRES)]] = None
+    # How the job asks for its GPUs, following the GPUs per node it uses (--gpus): `--gres=gpu:N` or
+    # `--gpus-per-node=N`; "none": the site's directives (or nothing) ask.
+    gpu_request: Literal["none", "gres", "gpus-per-node"] = "none"
     directives: List[Option] = []  # extra #SBATCH options
     step_options: List[Option] = []  # extra srun options
 
-    _partitions = field_validator("partitions")(check_partitions)
+    @field_validator("partitions")
+    @classmethod
+    def _partitions(cls, partitions: List[Partition]) -> List[Partition]:
+        return check_partitions(partitions, OPTION, "--name or --name=value")
 
 
 class Slurm(Scheduler):
@@ -62,6 +68,7 @@ class Slurm(Scheduler):
     label = "Slurm"
     directive_prefix = "#SBATCH"
     commands = ("sbatch", "squeue", "scontrol", "scancel")
+    ping_command = ("scontrol", "ping")  # "Slurmctld(primary) at HOST is UP", exit 1 when down
     Config = SlurmConfig
     # What srun gives every task of a step (sbatch/srun manual pages, "OUTPUT ENVIRONMENT VARIABLES").
     task_variables = ((jobenv.NTASKS, "SLURM_NTASKS"), (jobenv.TASK_ID, "SLURM_PROCID"),
@@ -82,12 +89,15 @@ class Slurm(Scheduler):
             "--time=%s" % format_time(job.seconds),
             *(("--account=%s" % job.account,) if job.account else ()),
             *(("--gres=%s" % cfg.gres,) if cfg.gres else ()),
+            *(("--gres=gpu:%d" % job.gpus_per_node,) if cfg.gpu_request == "gres" else ()),
+            *(("--gpus-per-node=%d" % job.gpus_per_node,) if cfg.gpu_request == "gpus-per-node" else ()),
             "--output=%s/slurm-%%j.out" % job.run_dir,
             "--open-mode=append",  # a requeued attempt adds to the log instead of replacing it
             "--requeue" if job.requeue else "--no-requeue",
             # To every process of the steps (no `B:`); see launchers.py for torchrun.
             "--signal=USR1@%d" % SIGNAL_LEAD_S,
             *cfg.directives,
+            *queue.directives,
         )
 
     def prelude(self, cfg: SlurmConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:

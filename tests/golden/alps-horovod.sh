@@ -18,7 +18,7 @@ export NCCL_NET_GDR_LEVEL=PHB
 export NCCL_CROSS_NIC=1
 export NCCL_PROTO='^LL128'
 export FI_CXI_DEFAULT_CQ_SIZE=131072
-export FI_CXI_DEFAULT_TX_SIZE=32768
+export FI_CXI_DEFAULT_TX_SIZE=16384
 export FI_CXI_DISABLE_HOST_REGISTER=1
 export FI_CXI_RX_MATCH_MODE=software
 export FI_MR_CACHE_MONITOR=userfaultfd
@@ -40,7 +40,7 @@ echo "dlaunch: job $SLURM_JOB_ID attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) on
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 
-srun --ntasks-per-node=4 --mpi=pmix --kill-on-bad-exit=1 --environment=/images/current-horovod-aarch64.toml \
+srun --ntasks-per-node=4 --mpi=pmix --kill-on-bad-exit=1 --gpus-per-task=1 --environment=/images/current-horovod-aarch64.toml \
   bash -c 'export DLAUNCH_NTASKS="$SLURM_NTASKS" DLAUNCH_TASK_ID="$SLURM_PROCID" DLAUNCH_LOCAL_TASK_ID="$SLURM_LOCALID" DLAUNCH_NODE_ID="$SLURM_NODEID" DLAUNCH_TASKS_PER_NODE="$SLURM_STEP_TASKS_PER_NODE"; exec "$@"' dlaunch-task \
   python -m train \
   --framework horovod \

@@ -6,26 +6,33 @@
 #SBATCH --partition=standard-g
 #SBATCH --time=01:00:00
 #SBATCH --account=proj42
+#SBATCH --gpus-per-node=8
 #SBATCH --output=/scratch/runs/exp/run/slurm-%j.out
 #SBATCH --open-mode=append
 #SBATCH --requeue
 #SBATCH --signal=USR1@120
-#SBATCH --gpus-per-node=8
 # rendered by the tests
 set -eo pipefail
 
+module load LUMI partition/G aws-ofi-rccl
 export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3
 export GLOO_SOCKET_IFNAME=hsn0
 export NCCL_NET_GDR_LEVEL=3
-export FI_PROVIDER=cxi
 export CXI_FORK_SAFE=1
 export CXI_FORK_SAFE_HP=1
 export FI_CXI_DISABLE_CQ_HUGETLB=1
+export FI_PROVIDER=cxi
+export MIOPEN_USER_DB_PATH=/tmp/miopen-cache
+export MIOPEN_CUSTOM_CACHE_DIR=/tmp/miopen-cache
+export NCCL_NET='AWS Libfabric'
 export DLAUNCH_SITE=lumi-g
 export DLAUNCH_IMAGE=/images/rocm-ddp-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+: "${EBROOTAWSMINOFIMINRCCL:?is not set: nccl_net_plugin.library_dir needs it (load the module that sets it)}"
+export LD_LIBRARY_PATH="$EBROOTAWSMINOFIMINRCCL/lib""${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export SINGULARITYENV_LD_LIBRARY_PATH="$EBROOTAWSMINOFIMINRCCL/lib""${SINGULARITYENV_LD_LIBRARY_PATH:+:$SINGULARITYENV_LD_LIBRARY_PATH}"
 export DLAUNCH_JOB_ID="$SLURM_JOB_ID"
 export DLAUNCH_RESTART_COUNT="$SLURM_RESTART_COUNT"
 export DLAUNCH_NNODES="$SLURM_JOB_NUM_NODES"
@@ -40,7 +47,7 @@ export MASTER_PORT=29500
 
 srun --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 \
   bash -c 'export DLAUNCH_NTASKS="$SLURM_NTASKS" DLAUNCH_TASK_ID="$SLURM_PROCID" DLAUNCH_LOCAL_TASK_ID="$SLURM_LOCALID" DLAUNCH_NODE_ID="$SLURM_NODEID" DLAUNCH_TASKS_PER_NODE="$SLURM_STEP_TASKS_PER_NODE"; exec "$@"' dlaunch-task \
-  singularity exec --rocm --bind /var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run /images/rocm-ddp-x86_64.sif \
+  singularity exec --rocm --bind "/var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run,$EBROOTAWSMINOFIMINRCCL/lib" /images/rocm-ddp-x86_64.sif \
   bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=8 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m train \
   --framework ddp \
   --model resnet50 \

@@ -6,26 +6,33 @@
 #SBATCH --partition=standard-g
 #SBATCH --time=01:00:00
 #SBATCH --account=proj42
+#SBATCH --gpus-per-node=8
 #SBATCH --output=/scratch/runs/exp/run/slurm-%j.out
 #SBATCH --open-mode=append
 #SBATCH --requeue
 #SBATCH --signal=USR1@120
-#SBATCH --gpus-per-node=8
 # rendered by the tests
 set -eo pipefail
 
+module load LUMI partition/G aws-ofi-rccl
 export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3
 export GLOO_SOCKET_IFNAME=hsn0
 export NCCL_NET_GDR_LEVEL=3
-export FI_PROVIDER=cxi
 export CXI_FORK_SAFE=1
 export CXI_FORK_SAFE_HP=1
 export FI_CXI_DISABLE_CQ_HUGETLB=1
+export FI_PROVIDER=cxi
+export MIOPEN_USER_DB_PATH=/tmp/miopen-cache
+export MIOPEN_CUSTOM_CACHE_DIR=/tmp/miopen-cache
+export NCCL_NET='AWS Libfabric'
 export DLAUNCH_SITE=lumi-g
 export DLAUNCH_IMAGE=/images/rocm-horovod-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+: "${EBROOTAWSMINOFIMINRCCL:?is not set: nccl_net_plugin.library_dir needs it (load the module that sets it)}"
+export LD_LIBRARY_PATH="$EBROOTAWSMINOFIMINRCCL/lib""${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export SINGULARITYENV_LD_LIBRARY_PATH="$EBROOTAWSMINOFIMINRCCL/lib""${SINGULARITYENV_LD_LIBRARY_PATH:+:$SINGULARITYENV_LD_LIBRARY_PATH}"
 export DLAUNCH_JOB_ID="$SLURM_JOB_ID"
 export DLAUNCH_RESTART_COUNT="$SLURM_RESTART_COUNT"
 export DLAUNCH_NNODES="$SLURM_JOB_NUM_NODES"
@@ -35,9 +42,9 @@ echo "dlaunch: job $SLURM_JOB_ID attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) on
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 
-srun --ntasks-per-node=8 --mpi=pmix --kill-on-bad-exit=1 \
+srun --ntasks-per-node=8 --mpi=pmi2 --kill-on-bad-exit=1 --cpu-bind=mask_cpu:0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000 \
   bash -c 'export DLAUNCH_NTASKS="$SLURM_NTASKS" DLAUNCH_TASK_ID="$SLURM_PROCID" DLAUNCH_LOCAL_TASK_ID="$SLURM_LOCALID" DLAUNCH_NODE_ID="$SLURM_NODEID" DLAUNCH_TASKS_PER_NODE="$SLURM_STEP_TASKS_PER_NODE"; exec "$@"' dlaunch-task \
-  singularity exec --rocm --bind /var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run /images/rocm-horovod-x86_64.sif \
+  singularity exec --rocm --bind "/var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run,$EBROOTAWSMINOFIMINRCCL/lib" /images/rocm-horovod-x86_64.sif \
   python -m train \
   --framework horovod \
   --model resnet50 \

@@ -6,12 +6,12 @@
 #SBATCH --qos=regular
 #SBATCH --time=01:00:00
 #SBATCH --account=proj42
+#SBATCH --gpus-per-node=4
 #SBATCH --output=/scratch/runs/exp/run/slurm-%j.out
 #SBATCH --open-mode=append
 #SBATCH --requeue
 #SBATCH --signal=USR1@120
 #SBATCH --constraint=gpu
-#SBATCH --gpus-per-node=4
 # rendered by the tests
 set -eo pipefail
 
@@ -21,6 +21,7 @@ export NCCL_NET_GDR_LEVEL=PHB
 export NCCL_CROSS_NIC=1
 export FI_CXI_DISABLE_HOST_REGISTER=1
 export FI_MR_CACHE_MONITOR=userfaultfd
+export NCCL_NET='AWS Libfabric'
 export DLAUNCH_SITE=perlmutter
 export DLAUNCH_IMAGE=dlaunch/current-ddp:x86_64
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
@@ -40,7 +41,7 @@ export MASTER_PORT=29500
 
 srun --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 \
   bash -c 'export DLAUNCH_NTASKS="$SLURM_NTASKS" DLAUNCH_TASK_ID="$SLURM_PROCID" DLAUNCH_LOCAL_TASK_ID="$SLURM_LOCALID" DLAUNCH_NODE_ID="$SLURM_NODEID" DLAUNCH_TASKS_PER_NODE="$SLURM_STEP_TASKS_PER_NODE"; exec "$@"' dlaunch-task \
-  podman-hpc run --rm --gpu --openmpi-pmix --env-host --net=host -v /pscratch:/pscratch -v /scratch/runs/exp/run:/scratch/runs/exp/run dlaunch/current-ddp:x86_64 \
+  podman-hpc run --rm --gpu --openmpi-pmix --nccl --env-host --net=host -v /pscratch:/pscratch -v /scratch/runs/exp/run:/scratch/runs/exp/run dlaunch/current-ddp:x86_64 \
   bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=4 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m train \
   --framework ddp \
   --model resnet50 \

@@ -13,7 +13,7 @@
 set -eo pipefail
 
 module use /soft/modulefiles
-module load spack-pe-base/0.6.2 apptainer
+module load spack-pe-base apptainer
 export NCCL_NET='AWS Libfabric'
 export NCCL_NET_GDR_LEVEL=PHB
 export NCCL_CROSS_NIC=1
@@ -32,17 +32,17 @@ export DLAUNCH_JOB_ID="$PBS_JOBID"
 export DLAUNCH_NNODES=2
 DLAUNCH_NODELIST="$(cat "$PBS_NODEFILE" | paste -sd, -)"
 export DLAUNCH_NODELIST
-export DLAUNCH_NTASKS=2
-export DLAUNCH_TASKS_PER_NODE='1(x2)'
+export DLAUNCH_NTASKS=8
+export DLAUNCH_TASKS_PER_NODE='4(x2)'
 export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 MASTER_ADDR="$(cat "$PBS_NODEFILE" | sed -n 1p)"
 export MASTER_ADDR
 export MASTER_PORT=29500
 
-mpiexec -n 2 --ppn 1 --cpu-bind none \
+mpiexec -n 8 --ppn 4 --depth=16 --cpu-bind depth \
   bash -c 'export DLAUNCH_TASK_ID="$PALS_RANKID" DLAUNCH_LOCAL_TASK_ID="$PALS_LOCAL_RANKID" DLAUNCH_NODE_ID="$PALS_NODEID"; exec "$@"' dlaunch-task \
   apptainer exec --nv --bind /opt,/var/run/palsd,/soft/libraries/hwloc/lib,/scratch/runs/exp/run,/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib /images/current-deepspeed-x86_64.sif \
-  bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$PBS_JOBID" -m train \
+  python -m train \
   --framework deepspeed \
   --model resnet50 \
   --batch-size 64 \

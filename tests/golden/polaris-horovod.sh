@@ -13,7 +13,7 @@
 set -eo pipefail
 
 module use /soft/modulefiles
-module load spack-pe-base/0.6.2 apptainer
+module load spack-pe-base apptainer
 export NCCL_NET='AWS Libfabric'
 export NCCL_NET_GDR_LEVEL=PHB
 export NCCL_CROSS_NIC=1

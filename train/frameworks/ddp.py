@@ -1,29 +1,47 @@
 """PyTorch DistributedDataParallel: NCCL on CUDA, gloo on CPU.
 
 Rank and world size come from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
-LOCAL_WORLD_SIZE); without it the process is a job of one (a process group over an in-memory store,
+LOCAL_WORLD_SIZE), or, where the profile starts one scheduler task per GPU, from the task's neutral
+variables (train/jobenv.py); without either the process is a job of one (a process group over an in-memory store,
 so collectives work on a laptop). A job of one does not wrap the model in DistributedDataParallel:
 there is nothing to average, and DDP would still copy every gradient through its buckets.
 """
 import contextlib
 import gc
 import os
-from typing import Any, ContextManager, Dict, Tuple
+from typing import Any, ContextManager, Dict, Mapping, Tuple
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from train import jobenv
 from train.config import ConfigError
 from train.frameworks.base import DistInfo, ProcessGroupFramework
+from train.gpus import device_index, started_by_torchrun
 
 
-def resolve_device(cfg: Any, local_rank: int) -> torch.device:
-    """`--device auto|cpu|cuda` -> this rank's device (ConfigError when CUDA is asked for but absent)."""
+def rank_environment(environ: Mapping[str, str]) -> Dict[str, str]:
+    """RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE from the task's neutral variables (train/jobenv.py)
+    where one scheduler task runs per GPU (a profile's `task-per-gpu` mode); {} where torchrun set them,
+    or outside a job step."""
+    if "RANK" in environ or jobenv.task_count(environ) is None:
+        return {}
+    task = jobenv.task(environ)
+    nodes = len(jobenv.node_hosts(environ))
+    on_node = jobenv.tasks_per_node(environ, task.ntasks, nodes)[task.node_id]
+    return {"RANK": str(task.task_id), "LOCAL_RANK": str(task.local_id), "WORLD_SIZE": str(task.ntasks),
+            "LOCAL_WORLD_SIZE": str(on_node)}
+
+
+def resolve_device(cfg: Any, local_rank: int, local_workers: int, one_launcher: bool) -> torch.device:
+    """`--device auto|cpu|cuda` -> this rank's device (ConfigError when CUDA is asked for but absent, or when
+    the node's workers outnumber the GPUs they see: train/gpus.py), before any process group starts."""
     if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise ConfigError("--device cuda: no CUDA device is available")
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
+        index = device_index(local_rank, local_workers, torch.cuda.device_count(), one_launcher, os.environ)
+        return torch.device("cuda", index)
     return torch.device("cpu")
 
 
@@ -48,11 +66,12 @@ class DDP(ProcessGroupFramework):
 
     def init(self, cfg: Any) -> DistInfo:
         env = os.environ
+        env.update(rank_environment(env))
         rank = int(env.get("RANK", "0"))
         world_size = int(env.get("WORLD_SIZE", "1"))
         local_rank = int(env.get("LOCAL_RANK", "0"))
         local_world_size = int(env.get("LOCAL_WORLD_SIZE", "1"))
-        device = resolve_device(cfg, local_rank)
+        device = resolve_device(cfg, local_rank, local_world_size, started_by_torchrun(env))
         if cfg.sync_bn and device.type != "cuda":
             raise ConfigError("--sync-bn needs a CUDA device (torch's SyncBatchNorm is GPU-only)")
         if cfg.amp == "fp16" and device.type != "cuda":

@@ -72,7 +72,7 @@ class Horovod(Framework):
             hvd.shutdown()
             raise ConfigError("--framework horovod: Horovod sees %d process(es) but %s=%d; start with "
                               "horovodrun or the scheduler's MPI launch (not torchrun)" % (size, expected[0], expected[1]))
-        device = resolve_device(cfg, hvd.local_rank())
+        device = resolve_device(cfg, hvd.local_rank(), hvd.local_size(), one_launcher=False)  # a task per rank
         if device.type == "cuda":
             torch.cuda.set_device(device)
         return DistInfo(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device)

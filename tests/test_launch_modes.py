@@ -1,0 +1,188 @@
+"""Launch modes a profile chooses per framework (`[launch]`), and the schema items that go with them:
+GPU requests following --gpus, step options per framework, environment by node count, directives per
+partition row, the rendezvous address from a command, GPUs made visible to a per-node launcher."""
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from launcher.errors import DlaunchError
+from launcher.jobs.request import LaunchRequest
+from launcher.jobs.sites import SHIPPED_SITES_DIR, load_site
+from test_launcher_fakes import FAKES, fake_env, install_fakes, plan_for, read_args, script_for
+
+BASE = (SHIPPED_SITES_DIR / "generic-slurm.toml").read_text()
+LAUNCH = '''
+[launch]
+rendezvous_command = ["hostname", "-i"]
+
+[launch.ddp]
+mode = "task-per-gpu"
+step_options = ["--gpus-per-task=1", "--gpu-bind=closest"]
+
+[launch.horovod]
+mode = "mpirun"
+step_options = ["--bind-to", "core"]
+
+[[env_by_nodes]]
+min_nodes = 64
+env = { NCCL_DEBUG = "INFO", FI_CXI_RDZV_THRESHOLD = "16384" }
+'''
+
+
+def profile(tmp_path: Path, text: str, name: str = "site.toml"):
+    (tmp_path / name).write_text(text)
+    return load_site(tmp_path / name)
+
+
+def request(framework: str = "ddp", **fields) -> LaunchRequest:
+    fields.setdefault("nodes", 2)
+    return LaunchRequest(site="generic-slurm", framework=framework, account="proj42", experiment="exp", **fields)
+
+
+def run_with_fakes(tmp_path: Path, script: str, **scripts: str):
+    """The script run with fake srun/mpirun/hostname/apptainer (named as such: they record their argv)."""
+    fakes = dict(FAKES, **scripts)
+    (tmp_path / "job.sh").write_text(script)
+    bin_dir = install_fakes(tmp_path / "bin", fakes)
+    subprocess.run(["bash", str(tmp_path / "job.sh")], env=fake_env(bin_dir, tmp_path), check=True)
+
+
+def test_task_per_gpu_starts_one_task_per_gpu_without_torchrun(tmp_path):
+    site = profile(tmp_path, BASE + LAUNCH)
+    script = script_for(site, request())
+    lines = script.splitlines()
+    assert "#SBATCH --ntasks-per-node=4" in lines and "#SBATCH --cpus-per-task=8" in lines
+    assert "srun --ntasks-per-node=4 --kill-on-bad-exit=1 --gpus-per-task=1 --gpu-bind=closest \\" in lines
+    assert "torchrun" not in script and "  python -m train \\" in lines
+    deepspeed = script_for(site, request("deepspeed"))  # no [launch.deepspeed]: the table's torchrun per node
+    assert "ignore-usr1 torchrun " in deepspeed and "--gpu-bind" not in deepspeed
+
+
+def test_the_rendezvous_address_is_the_first_word_of_the_command_on_the_first_node(tmp_path):
+    site = profile(tmp_path, BASE + LAUNCH)
+    script = script_for(site, request())
+    assert 'MASTER_ADDR="$(hostname -i)"\nMASTER_ADDR="${MASTER_ADDR%% *}"\nexport MASTER_ADDR\n' in script
+    # fake hostname (two addresses, as on a multi-homed node); fake srun records MASTER_ADDR as the tasks get it
+    run_with_fakes(tmp_path, script, hostname='echo "10.1.0.7 10.2.0.7"\n',
+                   srun='printf "%s" "$MASTER_ADDR:$MASTER_PORT" > "$FAKE_LOG/master"\n')
+    assert (tmp_path / "master").read_text() == "10.1.0.7:29500"
+
+
+def test_horovod_through_mpirun_instead_of_the_mpi_plugin(tmp_path):
+    script = script_for(profile(tmp_path, BASE + LAUNCH), request("horovod"))
+    assert "srun" not in script.split("set -eo pipefail")[1]
+    run_with_fakes(tmp_path, script, mpirun='printf "%s\\0" "$@" > "$FAKE_LOG/mpirun.args"\n')
+    args = read_args(tmp_path / "mpirun.args")
+    assert args[:7] == ["-np", "8", "--map-by", "ppr:4:node", "--bind-to", "core", "apptainer"]
+    assert args[args.index("python"):][:3] == ["python", "-m", "train"]
+
+
+def test_environment_by_node_count(tmp_path):
+    site = profile(tmp_path, BASE + LAUNCH)
+    small, large = plan_for(site, request(nodes=2)), plan_for(site, request(nodes=64))
+    assert dict(small.env)["NCCL_DEBUG"] == "WARN" and "FI_CXI_RDZV_THRESHOLD" not in dict(small.env)
+    assert dict(large.env)["NCCL_DEBUG"] == "INFO" and dict(large.env)["FI_CXI_RDZV_THRESHOLD"] == "16384"
+
+
+def test_the_gpu_request_follows_the_gpus_used(tmp_path):
+    text = BASE.replace('gres = "gpu:4"', 'gpu_request = "gres"')
+    site = profile(tmp_path, text)
+    assert "--gres=gpu:2" in plan_for(site, request(nodes=1, gpus=2)).directives
+    assert "--gres=gpu:4" in plan_for(site, request(nodes=2)).directives
+    site = profile(tmp_path, text.replace('gpu_request = "gres"', 'gpu_request = "gpus-per-node"'))
+    assert "--gpus-per-node=3" in plan_for(site, request(nodes=1, gpus=3)).directives
+
+
+def test_directives_of_a_partition_row_go_with_that_row_only(tmp_path):
+    row = '\n[[scheduler.partitions]]\nname = "large"\npartition = "gpu"\nmin_nodes = 65\nmax_nodes = 512\n' \
+          'max_time = "12:00:00"\ndirectives = ["--network=disable_rdzv_get"]\n'
+    site = profile(tmp_path, BASE.replace("\n[env]", row + "\n[env]"))
+    assert "--network=disable_rdzv_get" in plan_for(site, request(nodes=128)).directives
+    assert "--network=disable_rdzv_get" not in plan_for(site, request(nodes=2)).directives
+
+
+@pytest.mark.parametrize("vendor, variable", [("nvidia", "CUDA_VISIBLE_DEVICES"), ("amd", "ROCR_VISIBLE_DEVICES")])
+def test_a_site_binding_one_gpu_per_task_shows_the_per_node_launcher_its_gpus(tmp_path, vendor, variable):
+    text = BASE.replace('gpu_vendor = "nvidia"', 'gpu_vendor = "%s"' % vendor).replace('flags = ["--nv"]', 'flags = ["--rocm"]\nstack = "rocm"' if vendor == "amd" else 'flags = ["--nv"]')
+    site = profile(tmp_path, text + "\n[launch]\nbinds_gpu_per_task = true\n")
+    assert "export %s=0,1,2,3\n" % variable in script_for(site, request())
+    assert "export %s=0,1\n" % variable in script_for(site, request(nodes=1, gpus=2))
+    assert variable not in script_for(site, request("horovod"))  # a task per GPU keeps Slurm's binding
+
+
+@pytest.mark.parametrize("addition, message", [
+    ('[launch.ddp]\nmode = "mpirun"\n', "launch.ddp.mode: 'mpirun' is not one of torchrun-per-node, task-per-gpu"),
+    ('[launch.horovod]\nmode = "task-per-gpu"\n', "launch.horovod.mode: 'task-per-gpu' is not one of mpi-per-gpu, mpirun"),
+    ('[launch.ddp]\nstep_options = ["-c7"]\n', "launch.ddp.step_options: '-c7' is not an srun option"),
+    ('[launch.tf-allreduce]\nmode = "task-per-gpu"\n', "launch.tf-allreduce: Extra inputs are not permitted"),
+    ('[launch]\nrendezvous_command = ["hostname", "-i"]\n', "rendezvous_command and rendezvous_host_suffix both"),
+    ('[[env_by_nodes]]\nmin_nodes = 8\nenv = { A = "1" }\n[[env_by_nodes]]\nmin_nodes = 4\nmax_nodes = 16\nenv = { A = "2" }\n',
+     "env_by_nodes: two rows set A for 8 nodes"),
+    ('[[env_by_nodes]]\nenv = { NCCL_IB_TIMEOUT = "50" }\n', "env_by_nodes: NCCL_IB_TIMEOUT = '50' is outside 1-31"),
+])
+def test_launch_sections_are_validated(tmp_path, addition, message):
+    text = BASE.replace('rendezvous_host_suffix = ""', 'rendezvous_host_suffix = "i"') if "rendezvous_command" in addition else BASE
+    with pytest.raises(DlaunchError, match="^" + str(tmp_path / "site.toml").replace(".", r"\.") + ": .*" + message.replace("(", r"\(").replace(")", r"\)")):
+        profile(tmp_path, text + "\n" + addition)
+
+
+def test_mpirun_cannot_carry_pyxis_step_options(tmp_path):
+    text = BASE.replace('kind = "apptainer"\nflags = ["--nv"]\nbinds = []', 'kind = "pyxis"')
+    site = profile(tmp_path, text + '\n[launch.horovod]\nmode = "mpirun"\n')
+    with pytest.raises(DlaunchError, match="starts it with mpirun, which cannot pass the pyxis runtime's step options"):
+        plan_for(site, request("horovod", image="/images/h.sqsh"))
+
+
+def test_a_plugin_directory_named_by_a_module_variable_reaches_the_container(tmp_path):
+    """OLCF's rccl-net-plugin module names its directory in a variable: bound and on the library path when
+    the job runs, and the job stops with the field named when the module did not set it."""
+    text = BASE.replace('account_required = false', 'account_required = false\n'
+                        'nccl_net_plugin = { name = "aws-ofi-rccl", library_dir = "$OLCF_OFI_NCCL_ROOT/lib" }')
+    script = script_for(profile(tmp_path, text), request())
+    assert ': "${OLCF_OFI_NCCL_ROOT:?is not set: nccl_net_plugin.library_dir needs it' in script
+    assert 'export APPTAINERENV_LD_LIBRARY_PATH="$OLCF_OFI_NCCL_ROOT/lib""${APPTAINERENV_LD_LIBRARY_PATH:+' in script
+    env_root = dict(OLCF_OFI_NCCL_ROOT="/opt/plugin")
+    (tmp_path / "job.sh").write_text(script)
+    bin_dir = install_fakes(tmp_path / "bin")
+    subprocess.run(["bash", str(tmp_path / "job.sh")], env=dict(fake_env(bin_dir, tmp_path), **env_root), check=True)
+    args = read_args(tmp_path / "srun.args")  # the fake srun records the step's argv, the container's included
+    assert args[args.index("--bind") + 1] == "/scratch/runs/exp/run,/opt/plugin/lib"
+    unset = subprocess.run(["bash", str(tmp_path / "job.sh")], env=fake_env(bin_dir, tmp_path), capture_output=True, text=True)
+    assert unset.returncode != 0 and "OLCF_OFI_NCCL_ROOT: is not set: nccl_net_plugin.library_dir needs it" in unset.stderr
+
+
+# -- what issue 32 asks of the shipped profiles ------------------------------------------------------------
+def shipped(name: str):
+    return load_site(SHIPPED_SITES_DIR / ("%s.toml" % name))
+
+
+def test_frontier_ddp_runs_one_task_per_gcd_without_torchrun():
+    """OLCF: srun -N N -n 8N -c7 --gpus-per-task=1 --gpu-bind=closest, MASTER_ADDR=$(hostname -i), no torchrun."""
+    script = script_for(shipped("frontier"), LaunchRequest(site="frontier", framework="ddp", nodes=2, account="p",
+                                                           experiment="exp"))
+    lines = script.splitlines()
+    assert "#SBATCH --ntasks-per-node=8" in lines and "#SBATCH --cpus-per-task=7" in lines
+    assert "srun --ntasks-per-node=8 --kill-on-bad-exit=1 --gpus-per-task=1 --gpu-bind=closest \\" in lines
+    assert "torchrun" not in script and 'MASTER_ADDR="$(hostname -i)"' in lines
+    assert "module load rocm/6.4.2 rccl-net-plugin olcf-container-tools apptainer-enable-mpi" in lines
+
+
+def test_perlmutter_uses_podman_hpcs_nccl_plugin_module():
+    script = script_for(shipped("perlmutter"), LaunchRequest(site="perlmutter", framework="ddp", nodes=2, experiment="exp"))
+    assert "podman-hpc run --rm --gpu --openmpi-pmix --nccl " in script
+
+
+def test_polaris_picks_its_prod_size_rows():
+    for nodes, row, time in ((12, "prod", "03:00:00"), (30, "prod-medium", "06:00:00"), (200, "prod-large", "24:00:00")):
+        plan = plan_for(shipped("polaris"), LaunchRequest(site="polaris", nodes=nodes, time=time, account="p", experiment="exp"))
+        assert plan.partition == row and "-q prod" in plan.directives
+    with pytest.raises(DlaunchError, match="^--time: no partition of site polaris takes 12 node"):
+        plan_for(shipped("polaris"), LaunchRequest(site="polaris", nodes=12, time="06:00:00", account="p", experiment="exp"))
+
+
+@pytest.mark.parametrize("name", ["juwels-booster", "jureca-dc", "jupiter"])
+@pytest.mark.parametrize("framework", ["ddp", "deepspeed"])
+def test_jsc_jobs_make_the_nodes_gpus_visible_to_the_per_node_launcher(name, framework):
+    script = script_for(shipped(name), LaunchRequest(site=name, framework=framework, nodes=2, account="p", experiment="exp"))
+    assert "export CUDA_VISIBLE_DEVICES=0,1,2,3\n" in script and "--nproc_per_node=4" in script
