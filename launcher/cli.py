@@ -183,7 +183,7 @@ Output = Annotated[str, typer.Option(help="runs go to OUTPUT/EXPERIMENT/RUN_NAME
 Experiment = Annotated[Optional[str], typer.Option(help="experiment name (groups runs)")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="print the script; write and submit nothing")]
 Follow = Annotated[bool, typer.Option("--follow", help="after submitting, watch the job(s) to their end (as `dlaunch watch`)")]
-AllowLarge = Annotated[bool, typer.Option(ALLOW_LARGE, help="go beyond the limits that catch typos: --repeat over 100, more than 64 processes on this machine, a study of over 1000 jobs (README: Limits)")]
+AllowLarge = Annotated[bool, typer.Option(ALLOW_LARGE, help="go beyond the limits that catch typos: --repeat over 100, more than 64 processes on this machine, a study of over 1000 jobs (README: Bad input and limits)")]
 Requeue = Annotated[Optional[bool], typer.Option("--requeue/--no-requeue", help="after a node failure Slurm runs the job again and it resumes from its checkpoint (default: the site's `requeue`)")]
 RunDirArg = Annotated[Path, typer.Argument(help="run directory", autocompletion=complete_run_dir)]
 
@@ -522,9 +522,9 @@ def logs(run_dir: RunDirArg) -> int:
 
         (snapshot,) = observe([run])
         if snapshot.failed:  # a job that ended without writing its log (e.g. a launch failure)
-            err.print("no log in %s: the run %s (%s)" % (run.path, snapshot.progress.status, why_failed(snapshot)))
+            err.print("no log in %s: the run %s (%s)" % (display_path(run.path), snapshot.progress.status, why_failed(snapshot)))
             return 1
-        err.print("no log in %s yet (state: %s)" % (run.path, snapshot.state))
+        err.print("no log in %s yet (state: %s)" % (display_path(run.path), snapshot.state))
     from launcher.boundary import check_regular, copy_log
 
     for path in [check_regular(p) for p in files]:  # all checked before the first is printed
@@ -540,7 +540,7 @@ def cancel(run_dir: RunDirArg) -> int:
 
     run = RunDir.open(run_dir)
     if not run.job_id:
-        raise DlaunchError("%s: no job id (state: %s)" % (run.path, run.state))
+        raise DlaunchError("%s: no job id (state: %s)" % (display_path(run.path), run.state))
     scheduler_for(run.plan()["plan"]["scheduler"]).cancel(run.job_id)
     run.set_state("cancel requested")
     err.print("cancelled job %s" % run.job_id)
@@ -626,7 +626,9 @@ def sites_migrate(path: Annotated[Path, typer.Argument(help="profile file of the
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the exit code (2: bad input, 1: the scheduler refused or a watched run
-    failed, 130: interrupted)."""
+    failed, 130: interrupted). An OSError that reaches here concerns a path the user gave or one
+    dlaunch writes (a name too long for the file system, no permission, a full disk): one line naming
+    it, exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     try:
         result = app(args=args, prog_name="dlaunch", standalone_mode=False)
@@ -638,6 +640,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except typer.TyperException as e:
         err.print("dlaunch: error: %s" % escape(e.format_message()), highlight=False)
         return e.exit_code
+    except OSError as e:
+        where = "%s: " % display_path(Path(os.fsdecode(e.filename))) if e.filename is not None else ""
+        err.print("dlaunch: error: %s%s" % (where, e.strerror or escape(str(e))), highlight=False)
+        return 2
     return result if isinstance(result, int) else 0
 
 

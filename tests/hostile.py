@@ -71,12 +71,13 @@ def _state(root: Path) -> Dict[str, Tuple[int, int]]:
 
 class Sandbox:
     """A folder per example: `work/` (the working directory), `home/` ($HOME), `sites/`
-    ($DLAUNCH_SITES_DIR); `run` calls `main` there with the output captured."""
+    ($DLAUNCH_SITES_DIR), `tmp/` ($TMPDIR: a copy in a temporary file is a file written too); `run`
+    calls `main` there with the output captured."""
 
     def __init__(self, root: Path):
         self.root = root
-        self.work, self.home, self.sites = root / "work", root / "home", root / "sites"
-        for folder in (self.work, self.home, self.sites):
+        self.work, self.home, self.sites, self.tmp = root / "work", root / "home", root / "sites", root / "tmp"
+        for folder in (self.work, self.home, self.sites, self.tmp):
             folder.mkdir()
 
     def run(self, *argv: Any, limit_s: float = LIMIT_S) -> Outcome:
@@ -93,11 +94,12 @@ class Sandbox:
 @contextlib.contextmanager
 def sandbox() -> Iterator[Sandbox]:
     """A fresh Sandbox, the working directory and environment set for it, both restored afterwards."""
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_env, saved_cwd, saved_tempdir = dict(os.environ), os.getcwd(), tempfile.tempdir
     with tempfile.TemporaryDirectory(prefix="dlaunch-hostile-") as tmp:
         box = Sandbox(Path(tmp))
-        os.environ.update(HOME=str(box.home), DLAUNCH_SITES_DIR=str(box.sites), COLUMNS="100",
+        os.environ.update(HOME=str(box.home), DLAUNCH_SITES_DIR=str(box.sites), COLUMNS="100", TMPDIR=str(box.tmp),
                           MPLCONFIGDIR=os.path.join(tempfile.gettempdir(), "dlaunch-hostile-matplotlib"))  # its font cache
+        tempfile.tempdir = str(box.tmp)
         for name in ("SBATCH_ACCOUNT", "DLAUNCH_PARENT_RUN", "BUDGET"):
             os.environ.pop(name, None)
         os.chdir(box.work)
@@ -107,6 +109,7 @@ def sandbox() -> Iterator[Sandbox]:
             os.chdir(saved_cwd)
             os.environ.clear()
             os.environ.update(saved_env)
+            tempfile.tempdir = saved_tempdir
 
 
 def kept_promises(outcome: Outcome, codes: Sequence[int] = (0, 2), may_change: Sequence[str] = ()) -> None:

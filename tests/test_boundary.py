@@ -415,3 +415,10 @@ def test_make_record_still_writes_what_the_reader_reads():
                          data_wait_s=0.0, loss=float("nan"), lr=0.1)  # a diverging run's loss is kept
     from train.metrics_schema import check_bounds
     check_bounds(json.loads(json.dumps(record)))
+
+
+@pytest.mark.parametrize("command", [["watch", "--once"], ["status"], ["report", "-o", "report"], ["logs"]])
+def test_a_path_argument_longer_than_the_file_system_takes_is_an_error_naming_it(box, command):
+    """Found by tests/test_boundary_properties.py: Path.exists() raises for a name over NAME_MAX."""
+    line = error_line(box.run(*command[:1], "x" * 300, *command[1:]))
+    assert "x" * 300 in line or "xxxx" in line
