@@ -46,6 +46,7 @@ LAZY_COMMANDS = {
 # Command groups defined in heavy modules: name -> (module, typer.Typer attribute, one-line help).
 LAZY_GROUPS = {
     "study": ("launcher.runs.study", "study_app", "Studies: run a study file's matrix, its status, its report."),
+    "results": ("launcher.results.command", "results_app", "The results database: list runs, compare, rebuild."),
 }
 
 
@@ -433,9 +434,20 @@ def show_status(runs: List[RunDir]) -> int:
         out.print(fit_table("dlaunch runs", STATUS_HEADERS, rows, out.width, leave_out=STATUS_LEAVE_OUT))
     for line in reasons:
         out.print(line, markup=False, highlight=False)
+    record_results([run.metrics_path for run in runs])
     for message in rejected:
         err.print("rejected: %s" % escape(message), highlight=False)
     return 1 if rejected else 0
+
+
+def record_results(metrics_files: List[Path]) -> None:
+    """Rows for the runs that ended into the results database (launcher/results/store.py); a
+    database that cannot be written is a warning."""
+    from launcher.results.store import record
+
+    warning = record(metrics_files).warning
+    if warning:
+        err.print("dlaunch: warning: %s" % warning)
 
 
 def run_figures(snapshot: "Snapshot") -> str:
@@ -492,10 +504,12 @@ def watch_runs(targets: List[Path], interval: float = 5.0, once: bool = False) -
     from launcher.runs.watch import follow
 
     try:
-        return follow(targets, why_failed, out, interval=interval, once=once)
+        code = follow(targets, why_failed, out, interval=interval, once=once)
     except KeyboardInterrupt:
         err.print("dlaunch: stopped watching; the runs go on (dlaunch watch %s)" % " ".join(str(t) for t in targets))
         return 130
+    record_results([run.metrics_path for run in find_runs(targets)])
+    return code
 
 
 @app.command()

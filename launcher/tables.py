@@ -78,3 +78,10 @@ def fit_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
     for row in rows:
         table.add_row(*(row[i] for i in kept))
     return table
+
+
+def markdown(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table (`|` in cells escaped)."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -22,6 +22,16 @@ def pytest_collection_modifyitems(config, items) -> None:
             items[:] = [item for item in items if not item.get_closest_marker("apptainer")]
 
 
+@pytest.fixture(autouse=True)
+def results_db(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's own results database ($DLAUNCH_RESULTS_DB, inherited by the dlaunch and Slurm
+    processes it starts), outside its tmp_path: runs a test ends never reach the working directory's
+    runs/results.sqlite, and tests that look at their tmp_path see only their own files."""
+    path = tmp_path_factory.mktemp("results-db") / "results.sqlite"
+    monkeypatch.setenv("DLAUNCH_RESULTS_DB", str(path))
+    return path
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[slurm.Cluster]:
     """A 2-node cluster with a second network started once per session, or the one $SLURM_CONF names (left running)."""

@@ -17,12 +17,13 @@ def write_run(root: Path, name: str, world_size: int, throughputs: Sequence[floa
               model: str = "resnet50", loader: str = "native", site: Optional[str] = "testsite",
               experiment: str = "scaling", top1: Optional[Sequence[float]] = None, schedule: str = "step",
               profile: Optional[dict] = None, gpus_per_node: int = 4, energy: Optional[Sequence[dict]] = None,
-              end: Optional[dict] = None, version: int = 2, amp: str = "none") -> Path:
+              end: Optional[dict] = None, version: int = 2, amp: str = "none", config: Optional[dict] = None) -> Path:
     """A run directory `<root>/<experiment>/<name>/metrics.jsonl` built with make_record: `energy` per
-    epoch (`energy_j`), `end` fields of the end record, `version` 1 for a file of the first schema."""
+    epoch (`energy_j`), `end` fields of the end record, `config` more trainer settings of the header,
+    `version` 1 for a file of the first schema."""
     nodes = -(-world_size // gpus_per_node)
     records = [make_record(
-        "header", 1000.0, run_id=name, argv=["python", "-m", "train"], config={"schedule": schedule, "amp": amp},
+        "header", 1000.0, run_id=name, argv=["python", "-m", "train"], config={"schedule": schedule, "amp": amp, **(config or {})},
         framework="ddp", loader=loader, model=model, device="cuda", world_size=world_size, nodes=nodes,
         hosts=["node%d" % (r // gpus_per_node) for r in range(world_size)], batch_per_worker=batch,
         global_batch=batch * world_size, lr_scaled=0.1, versions={"torch": "2.14.1"}, slurm_job_id=None,

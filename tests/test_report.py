@@ -173,9 +173,10 @@ def test_energy_columns_and_plot_appear_when_a_source_exists(tmp_path, sweep):
     scaling = {row[0]: row for row in table_rows(text, "## Scaling")}
     assert scaling["energy/testsite/resnet50/ddp/native b8"][-2:] == ["2.5", "-"]  # J/img = 400 J / 160 images
     runs_rows = {row[1]: row for row in table_rows(text, "## Runs")}
-    # time to acc. s, J/img, kJ/epoch, energy kJ (what it counts), energy to acc. kJ, metrics file
-    assert runs_rows["energy-g2"][9:14] == ["30.0", "2.5", "0.40", "1.40 (gpu)", "1.20"]
-    assert runs_rows["g4"][9:14] == ["-", "-", "-", "-", "-"]  # unmeasured: a dash, never a zero
+    # epochs to target (no target recorded), time to acc. s, J/img, kJ/epoch, energy kJ (what it counts),
+    # energy to acc. kJ, metrics file
+    assert runs_rows["energy-g2"][9:15] == ["-", "30.0", "2.5", "0.40", "1.40 (gpu)", "1.20"]
+    assert runs_rows["g4"][9:15] == ["-", "-", "-", "-", "-", "-"]  # unmeasured: a dash, never a zero
     assert "J/img" in result.output and "time to acc. s" in result.output
 
 
@@ -251,9 +252,10 @@ def test_repeats_are_reported_as_medians_with_their_spread_and_drawn_as_error_ba
     from launcher.analysis.scaling import load_runs
     from launcher.analysis.report import build_results, plot_scaling
 
-    fig, (ax_x, ax_e) = plt.subplots(1, 2)
-    plot_scaling(ax_x, ax_e, build_results(load_runs([str(runs)]).runs, {}))
-    expected = {ax_x: ([900.0, 1500.0], [1100.0, 1700.0]), ax_e: ([900 / x_ref, 1500 / x_ref / 2], [1100 / x_ref, 1700 / x_ref / 2])}
+    fig, (ax_x, ax_s, ax_e) = plt.subplots(1, 3)
+    plot_scaling(ax_x, ax_s, ax_e, build_results(load_runs([str(runs)]).runs, {}))
+    expected = {ax_x: ([900.0, 1500.0], [1100.0, 1700.0]), ax_s: ([900 / x_ref, 1500 / x_ref], [1100 / x_ref, 1700 / x_ref]),
+                ax_e: ([900 / x_ref, 1500 / x_ref / 2], [1100 / x_ref, 1700 / x_ref / 2])}
     for ax, (low, high) in expected.items():
         (bars,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
         segments = bars.lines[2][0].get_segments()

@@ -16,6 +16,9 @@ Divergence: each step's loss is checked on the device (no sync); a rank that saw
 `--max-nonfinite-steps` consecutive non-finite losses tells the others at the next stop check or
 epoch end, and all stop with status `diverged` without checkpointing the non-finite weights.
 
+The MLPerf-format log (`mlperf.log` beside the metrics file, train/mllog.py) is written at the same
+moments by rank 0: init and run start, blocks, epochs, evaluations, run stop.
+
 Warm-up and profiled steps (`--warmup-steps`, then `--profile-steps` timed without overlap, then
 `--kernel-profile-steps` under torch.profiler) are counted from the start of this process, so a resumed
 run warms up again before it measures; none of them count for throughput. A kernel profile may run to
@@ -43,6 +46,7 @@ from train.frameworks.base import DistInfo, Framework
 from train.metrics import library_versions
 from train.metrics_core import MetricsWriter, git_revision, print_summary, run_id
 from train.metrics_schema import energy_total, is_number
+from train.mllog import MLPerfLog, hyperparameters, mllog_path
 from train.models import build_model
 from train.profiling import KernelProfiler, StepProfiler, kernel_fields, unavailable_kernel_fields
 from train.schedule import LRSchedule
@@ -89,6 +93,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, argv: List[str], framework: Framework, dist: DistInfo,
                  signals: StopSignals):
         self.cfg, self.argv, self.fw, self.dist, self.signals = cfg, argv, framework, dist, signals
+        self.init_started = time.time()  # MLPerf's init_start
         self.device = dist.device
         self.writer: Optional[MetricsWriter] = None
         self.started = time.perf_counter()
@@ -120,8 +125,8 @@ class Trainer:
             raise ConfigError("--warmup-steps %d + --profile-steps %d leave none of the %d steps to measure"
                               % (cfg.warmup_steps, cfg.profile_steps, self.total_steps))
         self.global_batch = cfg.batch_size * dist.world_size  # images per loop step
-        update_batch = self.global_batch * framework.batches_per_update(cfg)  # images per optimizer update
-        self.schedule = LRSchedule(cfg.lr, cfg.reference_batch, update_batch, self.steps_per_epoch,
+        self.update_batch = self.global_batch * framework.batches_per_update(cfg)  # images per optimizer update
+        self.schedule = LRSchedule(cfg.lr, cfg.reference_batch, self.update_batch, self.steps_per_epoch,
                                    self.total_steps, cfg.schedule, cfg.warmup_epochs, cfg.lr_min, cfg.gamma)
 
         memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
@@ -130,6 +135,8 @@ class Trainer:
         self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
         self.profiler = StepProfiler(framework, framework.parameters(self.model), self.synchronize, dist.world_size)
         self.kernel_profiler = KernelProfiler(self.synchronize) if self.device.type == "cuda" else None
+        self.mllog = MLPerfLog(mllog_path(cfg.metrics_path) if dist.is_main else None, cfg.target_accuracy,
+                               cfg.val_every, self.epochs)
 
     # -- collectives and clocks ------------------------------------------------------------------
     def synchronize(self) -> None:
@@ -202,8 +209,11 @@ class Trainer:
             if state is not None and continuing:
                 self.writer.write("resume", epoch=start_epoch, step=self.global_step,
                                   checkpoint=checkpoint_path(cfg.checkpoint_dir))
+                self.mllog.resume()
             else:
-                self.writer.write("header", **self.header_fields(hosts))
+                header = self.writer.write("header", **self.header_fields(hosts))
+                self.mllog.run_start(header, hyperparameters(cfg, self.schedule, self.global_batch, self.update_batch,
+                                                             self.steps_per_epoch), self.init_started)
         for epoch in range(start_epoch, self.epochs):
             status = self.train_epoch(epoch, skip, progress)
             if status is not None:
@@ -219,6 +229,8 @@ class Trainer:
         if not progress.energy_start_j:
             progress.energy_start_j = self.measured_energy() or dict(self.energy_before)
         self.meter.start_epoch()
+        if skip == 0:
+            self.mllog.epoch_start(epoch)
         batches = iter(loader)
         epoch_start = time.perf_counter()
         window_start: Optional[float] = None
@@ -301,14 +313,21 @@ class Trainer:
         fields: Dict[str, Any] = {}
         last = epoch == self.epochs - 1
         reached = False
-        if self.loaders.val is not None and ((epoch + 1) % self.cfg.val_every == 0 or last):
+        self.mllog.epoch_stop(epoch)
+        block_ends = (epoch + 1) % self.cfg.val_every == 0 or last
+        if self.loaders.val is not None and block_ends:
+            self.mllog.eval_start(epoch)
             fields = self.validate()
+            self.mllog.eval_stop(epoch, fields["top1"], fields.pop("images"))
             if self.best_top1 is None or fields["top1"] > self.best_top1:
                 self.best_top1 = fields["top1"]
             target = self.cfg.target_accuracy
             if target is not None and self.time_to_accuracy is None and fields["top1"] >= target:
                 self.time_to_accuracy = self.elapsed()
                 reached = True
+        if block_ends:
+            self.mllog.block_stop(epoch)
+            self.mllog.reached(fields.get("top1"))
         reading = self.read_energy()
         if reached:
             total = energy_total(self.energy_j)
@@ -327,7 +346,7 @@ class Trainer:
             self.epoch_records.append(self.writer.write("epoch", **record))
 
     def validate(self) -> Dict[str, float]:
-        """top-1/top-5 fractions and mean cross-entropy (without label smoothing) over the whole val set."""
+        """top-1/top-5 fractions, mean cross-entropy (without label smoothing) and images of the whole val set."""
         module = self.fw.eval_module(self.model)
         module.eval()
         counts = torch.zeros(4, dtype=torch.float64, device=self.device)  # top1, top5, loss sum, images
@@ -342,7 +361,7 @@ class Trainer:
                                        torch.tensor(labels.numel(), device=self.device)]).double()
         module.train()
         top1, top5, loss, total = self.fw.all_reduce_sum(counts).tolist()
-        return {"top1": top1 / total, "top5": top5 / total, "val_loss": loss / total}
+        return {"top1": top1 / total, "top5": top5 / total, "val_loss": loss / total, "images": int(total)}
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def save(self, epoch: int, progress: EpochProgress) -> None:
@@ -410,6 +429,7 @@ class Trainer:
                                     energy_j=self.energy_j, energy_to_accuracy_j=self.energy_to_accuracy,
                                     reason=reason)
             print_summary(self.epoch_records, end)
+        self.mllog.run_stop(status)
 
 
 def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
@@ -433,9 +453,12 @@ def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
                                  epochs_completed=trainer.epochs_completed, best_top1=trainer.best_top1,
                                  target_accuracy=cfg.target_accuracy, time_to_accuracy_s=trainer.time_to_accuracy,
                                  reason=("%s: %s" % (type(e).__name__, e))[:2000])
+            trainer.mllog.run_stop(status)
         raise
     finally:
-        if trainer is not None and trainer.writer:
-            trainer.writer.close()
+        if trainer is not None:
+            trainer.mllog.close()
+            if trainer.writer:
+                trainer.writer.close()
         trainer = None  # release the model before the process group goes
         framework.shutdown()

@@ -3,6 +3,7 @@
 The same inputs give byte-identical outputs: rows are sorted, the report carries no time stamps
 but the data's, plots are written with a fixed DPI and without PNG software/date metadata.
 """
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Dict, List, Optional, Sequence, Tuple
@@ -12,15 +13,18 @@ from rich.console import Console
 
 from launcher.analysis.scaling import (Comparison, GroupKey, Run, ScalingPoint, Spread, group_runs, load_runs, reference_for,
                                rich_table, scaling, verdict)
+from launcher.analysis.convergence import RCP_SOURCE, RCPVerdict, rcp_verdicts
 from launcher.atomic import atomic_file, write_atomic
 from launcher.boundary import escape, output_folder
 from launcher.errors import DlaunchError
 from launcher.analysis.perfmodel import MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site, predict
 from launcher.jobs.sites import Site, resolve_site
+from launcher.tables import markdown
 
 DPI = 100
 PLOTS = {
     "throughput.png": "Throughput (images/s) against GPUs, per framework and loader",
+    "speedup.png": "Speed-up S_G against GPUs (dotted: ideal, G / G_ref)",
     "efficiency.png": "Parallel efficiency E_G against GPUs (dotted: ideal)",
     "time_shares.png": "Share of time in communication, computation and data loading per GPU count",
     "accuracy_vs_batch.png": "Best validation top-1 against global batch, per LR schedule",
@@ -61,7 +65,18 @@ DEFINITIONS = """\
   measured). J/img: the energy of the epochs that give X divided by the images trained in them
   (validation included); kJ/epoch: their mean; energy kJ: the whole run.
 - Time and energy to accuracy: the run's time and energy at the first validation that reached
-  `--target-accuracy` (energy-to-accuracy as defined by Zeus).
+  `--target-accuracy` (energy-to-accuracy as defined by Zeus); epochs to target: the epochs trained
+  by then. TTA S_G = T_ref / T_G of the median times to target, against the smallest GPU count whose
+  runs reached it: the speed-up in time to accuracy, which falls behind S_G when a larger global
+  batch needs more epochs.
+- Convergence against MLPerf's Reference Convergence Points (ResNet-50 on ImageNet only): per global
+  batch the epochs to 75.9% top-1, against the RCP's epochs for that batch (interpolated between
+  RCPs as MLPerf's RCP checker does); PASS when no faster than MLPerf accepts, with the ratio to the
+  RCP mean (above 1: slower convergence than MLPerf's reference runs). Source and method:
+  launcher/analysis/convergence.py.
+- History (shown when the results database has 3 or more earlier runs of a run's site, model, GPU
+  count, precision, framework, loader and batch per GPU): X against the median of the last 10 of
+  them; REGRESSION when slower by more than the site's reference tolerance (5% without one).
 - Diverged runs (the loss stayed NaN/inf, end status `diverged`) are listed apart and enter no
   table or plot above it.
 """
@@ -101,7 +116,8 @@ SCALING_HEADERS = ["GPUs", "nodes", "runs", "spread", "images/s", "images/s rang
                    "comm %", "compute %", "data %"]
 RUN_HEADERS = ["run", "GPUs", "global batch", "schedule", "status", "images/s", "best top-1", "reference", "metrics file"]
 ENERGY_SCALING_HEADERS = ["J/img", "J/img range"]
-ACCURACY_RUN_HEADERS = ["time to acc. s"]
+ACCURACY_SCALING_HEADERS = ["epochs to target", "time to target s", "TTA S_G"]
+ACCURACY_RUN_HEADERS = ["epochs to target", "time to acc. s"]
 ENERGY_RUN_HEADERS = ["J/img", "kJ/epoch", "energy kJ"]
 ENERGY_ACCURACY_RUN_HEADERS = ["energy to acc. kJ"]
 DIVERGED_HEADERS = ["run", "GPUs", "epochs", "reason", "metrics file"]
@@ -114,18 +130,21 @@ class Columns:
 
     energy: bool
     accuracy: bool
+    history: bool = False  # some run has a history verdict
 
     @classmethod
-    def of(cls, runs: Sequence[Run]) -> "Columns":
+    def of(cls, runs: Sequence[Run], history: bool = False) -> "Columns":
         return cls(energy=any(r.joules_per_image is not None or r.energy_j is not None for r in runs),
-                   accuracy=any(r.time_to_accuracy_s is not None for r in runs))
+                   accuracy=any(r.time_to_accuracy_s is not None for r in runs), history=history)
 
     def scaling_headers(self) -> List[str]:
-        return SCALING_HEADERS + (ENERGY_SCALING_HEADERS if self.energy else [])
+        return (SCALING_HEADERS + (ACCURACY_SCALING_HEADERS if self.accuracy else [])
+                + (ENERGY_SCALING_HEADERS if self.energy else []))
 
     def run_headers(self) -> List[str]:
         extra = (ACCURACY_RUN_HEADERS if self.accuracy else []) + (ENERGY_RUN_HEADERS if self.energy else [])
         extra += ENERGY_ACCURACY_RUN_HEADERS if self.energy and self.accuracy else []
+        extra += ["history"] if self.history else []
         return RUN_HEADERS[:-1] + extra + RUN_HEADERS[-1:]
 
 
@@ -142,6 +161,8 @@ def _range(spread: Optional[Spread], fmt: str) -> str:
 
 def scaling_rows(g: GroupResult, columns: Columns) -> List[List[str]]:
     rows = []
+    reached = [p for p in g.points if p.time_to_target is not None]
+    t_ref = reached[0].time_to_target.median if reached else None  # type: ignore[union-attr]
     for pt in g.points:
         pred = g.predictions.get(pt.gpus)
         s = pt.shares
@@ -151,6 +172,10 @@ def scaling_rows(g: GroupResult, columns: Columns) -> List[List[str]]:
             _range(pt.efficiencies, "%.3f"), _number(pred.efficiency if pred else None, "%.3f"),
             _percent(s.comm if s else None), _percent(s.compute if s else None), _percent(s.data if s else None),
         ]
+        if columns.accuracy:
+            tta = pt.time_to_target
+            row += [_number(pt.epochs_to_target.median if pt.epochs_to_target else None, "%g"),
+                    _number(tta.median if tta else None), _number(t_ref / tta.median if tta and t_ref else None, "%.2f")]
         if columns.energy:
             row += [_number(pt.joules_per_image, "%.3g"), _range(pt.energy, "%.3g")]
         rows.append(row)
@@ -183,20 +208,23 @@ def missing_references(results: Sequence[GroupResult], sites: Dict[str, Site]) -
             for (name, model, gpus, amp), n in sorted(missing.items())]
 
 
-def run_rows(g: GroupResult, site: Optional[Site], columns: Columns) -> List[List[str]]:
+def run_rows(g: GroupResult, site: Optional[Site], columns: Columns, history: Optional[Dict[str, str]] = None) -> List[List[str]]:
+    """`history`: metrics file -> history verdict (launcher/results/compare.py)."""
     rows = []
     for run in g.runs:
         check = verdict_cell(run, site)
         row = [Path(run.path).parent.name, str(run.world_size), str(run.global_batch), run.schedule, run.status,
                _number(run.throughput), _number(run.best_top1, "%.4f"), check]
         if columns.accuracy:
-            row.append(_number(run.time_to_accuracy_s))
+            row += [_number(run.epochs_to_target, "%d"), _number(run.time_to_accuracy_s)]
         if columns.energy:
             total = _kilo(run.energy_j)
             row += [_number(run.joules_per_image, "%.3g"), _kilo(run.energy_per_epoch),
                     total if run.energy_domains is None else "%s (%s)" % (total, run.energy_domains)]
             if columns.accuracy:
                 row.append(_kilo(run.energy_to_accuracy_j))
+        if columns.history:
+            row.append((history or {}).get(run.path) or "-")
         rows.append(row + [run.path])
     return rows
 
@@ -207,11 +235,7 @@ def diverged_rows(runs: Sequence[Run]) -> List[List[str]]:
 
 def markdown_table(headers: Sequence[str], groups: Sequence[Tuple[str, List[List[str]]]]) -> str:
     """One table, the group label as first column."""
-    headers = ["group", *headers]
-    rows = [[label, *row] for label, group_rows in groups for row in group_rows]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return markdown(["group", *headers], [[label, *row] for label, group_rows in groups for row in group_rows])
 
 
 def _note(ax, text: str) -> None:
@@ -239,14 +263,18 @@ def _spread_label(points: Sequence[ScalingPoint]) -> str:
     return " (median, bars: %s)" % " or ".join(kinds) if kinds else ""
 
 
-def plot_scaling(ax_x, ax_e, results: Sequence[GroupResult]) -> None:
-    """Fig. 3 (throughput) and Fig. 4-7 (E_G), medians with error bars over repeats, with dashed
-    predictions where available."""
+def plot_scaling(ax_x, ax_s, ax_e, results: Sequence[GroupResult]) -> None:
+    """Fig. 3 (throughput), the speed-up S_G and Fig. 4-7 (E_G), medians with error bars over
+    repeats, with dashed predictions where available."""
+    from matplotlib.ticker import ScalarFormatter
+
     for i, g in enumerate(r for r in results if r.points):
         color = "C%d" % (i % 10)
         gpus = [p.gpus for p in g.points]
         label = g.key.label + _spread_label(g.points)
         _error_bars(ax_x, gpus, [p.throughput for p in g.points], color, label)
+        _error_bars(ax_s, gpus, [p.speedups for p in g.points], color, label)
+        ax_s.plot(gpus, [n / gpus[0] for n in gpus], ":", color=color, label=None if i else "ideal (dotted)")
         _error_bars(ax_e, gpus, [p.efficiencies for p in g.points], color, label)
         if g.predictions:
             pred = [g.predictions[n] for n in gpus]
@@ -255,9 +283,12 @@ def plot_scaling(ax_x, ax_e, results: Sequence[GroupResult]) -> None:
     ax_e.axhline(1.0, color="black", linestyle=":", label="ideal")
     ax_x.set_yscale("log")
     ax_x.set_ylabel("images/s")
+    ax_s.set_yscale("log", base=2)
+    ax_s.yaxis.set_major_formatter(ScalarFormatter())
+    ax_s.set_ylabel("S_G")
     ax_e.set_ylabel("E_G")
     ax_e.set_ylim(bottom=0)
-    for ax in (ax_x, ax_e):
+    for ax in (ax_x, ax_s, ax_e):
         _log2_axis(ax, "GPUs")
         ax.legend(fontsize="x-small")
 
@@ -355,13 +386,12 @@ def write_plots(output: Path, results: Sequence[GroupResult]) -> None:
     titles = plot_titles(results)
     figures = {name: plt.figure(figsize=(7, 4.5)) for name in titles}
     figures["time_shares.png"].set_size_inches(7, 2.5 + 2.5 * max(1, sum(1 for g in results if any(p.shares for p in g.points))))
-    ax_x = figures["throughput.png"].add_subplot()
-    ax_e = figures["efficiency.png"].add_subplot()
+    axes = [figures[name].add_subplot() for name in ("throughput.png", "speedup.png", "efficiency.png")]
     if any(g.points for g in results):
-        plot_scaling(ax_x, ax_e, results)
+        plot_scaling(*axes, results)
     else:
-        _note(ax_x, "no epoch records")
-        _note(ax_e, "no epoch records")
+        for ax in axes:
+            _note(ax, "no epoch records")
     plot_shares(figures["time_shares.png"], results)
     plot_accuracy_vs_batch(figures["accuracy_vs_batch.png"].add_subplot(), runs)
     plot_accuracy_vs_epoch(figures["accuracy_vs_epoch.png"].add_subplot(), runs)
@@ -374,10 +404,21 @@ def write_plots(output: Path, results: Sequence[GroupResult]) -> None:
         plt.close(fig)
 
 
+RCP_HEADERS = ["global batch", "runs", "reached 75.9%", "epochs to 75.9%", "RCP mean", "min epochs", "RCP", "verdict"]
+
+
+def rcp_rows(verdicts: Sequence[RCPVerdict]) -> List[List[str]]:
+    return [[str(v.global_batch), str(v.runs), str(v.reached), _number(v.epochs, "%.2f"),
+             _number(v.rcp.mean if v.rcp else None, "%.2f"), _number(v.rcp.min_epochs if v.rcp else None, "%.2f"),
+             v.rcp.name if v.rcp else "-", v.verdict] for v in verdicts]
+
+
 def markdown_report(results: Sequence[GroupResult], sites: Dict[str, Site], rejected: Sequence[str],
-                    notes: Sequence[str], diverged: Sequence[Run] = ()) -> str:
+                    notes: Sequence[str], diverged: Sequence[Run] = (), history: Optional[Dict[str, str]] = None,
+                    rcp: Sequence[RCPVerdict] = ()) -> str:
+    """`history`: metrics file -> history verdict; `rcp`: the convergence verdicts per global batch."""
     n_runs = sum(len(g.runs) for g in results)
-    columns = Columns.of([r for g in results for r in g.runs])
+    columns = Columns.of([r for g in results for r in g.runs], history=bool(history))
     parts = [
         "# dlaunch report",
         "%d runs in %d groups; %d diverged runs apart; %d files rejected."
@@ -388,7 +429,14 @@ def markdown_report(results: Sequence[GroupResult], sites: Dict[str, Site], reje
         markdown_table(columns.scaling_headers(), [(g.key.label, scaling_rows(g, columns)) for g in results]),
         "## Runs",
         markdown_table(columns.run_headers(),
-                       [(g.key.label, run_rows(g, sites.get(g.key.site), columns)) for g in results]),
+                       [(g.key.label, run_rows(g, sites.get(g.key.site), columns, history)) for g in results]),
+    ]
+    if rcp:
+        parts += ["## Convergence against MLPerf's reference convergence points",
+                  markdown_table(RCP_HEADERS, [(v.label, [row]) for v, row in zip(rcp, rcp_rows(rcp))]),
+                  "ResNet-50 on ImageNet, epochs to MLPerf's target of 75.9%% top-1 per global batch, against "
+                  "the RCPs of %s (method: launcher/analysis/convergence.py)." % RCP_SOURCE]
+    parts += [
         "## Plots",
         "\n\n".join("![%s](%s)" % (title, name) for name, title in plot_titles(results).items()),
     ]
@@ -418,6 +466,23 @@ def build_results(runs: Sequence[Run], sites: Dict[str, Site]) -> List[GroupResu
     return results
 
 
+def run_history(metrics_files: Sequence[str]) -> Dict[str, str]:
+    """Record the ended runs among `metrics_files` in the results database, and their history
+    verdicts (metrics file -> verdict, where a run has enough history)."""
+    from launcher.results.compare import with_history
+    from launcher.results.store import ResultsDB, db_path, record
+
+    recorded = record([Path(f) for f in metrics_files])
+    if recorded.warning:
+        Console(stderr=True, soft_wrap=True).print("dlaunch: warning: %s" % recorded.warning, markup=False, highlight=False)
+        return {}
+    with ResultsDB(db_path()) as store:
+        everything = store.rows()
+    wanted = {os.path.abspath(f): f for f in metrics_files}
+    mine = [r for r in everything if r["provenance"]["metrics_file"] in wanted]
+    return {wanted[r["provenance"]["metrics_file"]]: r["history"] for r in with_history(mine, everything) if r["history"]}
+
+
 def load_sites(names: Sequence[str], override: Optional[str]) -> Tuple[Dict[str, Site], List[str]]:
     """Site profiles by the runs' site names (all `override` when given) and notes on missing ones."""
     if override:
@@ -433,11 +498,12 @@ def load_sites(names: Sequence[str], override: Optional[str]) -> Tuple[Dict[str,
 
 
 def write_report(output: Path, results: Sequence[GroupResult], sites: Dict[str, Site], rejected: Sequence[str],
-                 notes: Sequence[str], diverged: Sequence[Run] = ()) -> None:
+                 notes: Sequence[str], diverged: Sequence[Run] = (), history: Optional[Dict[str, str]] = None,
+                 rcp: Sequence[RCPVerdict] = ()) -> None:
     """report.md and the plots into `output` (created), each file written atomically."""
     output.mkdir(parents=True, exist_ok=True)
     write_plots(output, results)
-    text = markdown_report(results, sites, rejected, notes, diverged)
+    text = markdown_report(results, sites, rejected, notes, diverged, history, rcp)
     write_atomic(output / "report.md", text)
 
 
@@ -463,17 +529,22 @@ def report_command(
     results = build_results(loaded.runs, sites)
     notes += missing_references(results, sites)
     diverged = [r for r in loaded.runs if r.diverged]
-    columns = Columns.of([r for g in results for r in g.runs])
+    history = run_history([r.path for r in loaded.runs])
+    rcp = rcp_verdicts({g.key.label: g.runs for g in results})
+    columns = Columns.of([r for g in results for r in g.runs], history=bool(history))
     for g in results:
         console.print(rich_table(g.key.label, columns.scaling_headers(), scaling_rows(g, columns)))
-        rows = [row[:-1] for row in run_rows(g, sites.get(g.key.site), columns)]  # metrics file paths: report.md
+        rows = [row[:-1] for row in run_rows(g, sites.get(g.key.site), columns, history)]  # metrics file paths: report.md
         console.print(rich_table(g.key.label + ": runs", columns.run_headers()[:-1], rows))
+    if rcp:
+        console.print(rich_table("convergence against MLPerf's RCPs (%s)" % RCP_SOURCE, ["group"] + RCP_HEADERS,
+                                 [[v.label] + row for v, row in zip(rcp, rcp_rows(rcp))]))
     if diverged:
         rows = [[r.key.label] + row[:-1] for r in diverged for row in diverged_rows([r])]
         console.print(rich_table("diverged runs (left out of every table above)", ["group"] + DIVERGED_HEADERS[:-1], rows))
     for note in notes:
         errors.print("note: %s" % note, markup=False, highlight=False)
-    write_report(output, results, sites, loaded.rejected, notes, diverged)
+    write_report(output, results, sites, loaded.rejected, notes, diverged, history, rcp)
     console.print("wrote %s" % (output / "report.md"), markup=False, highlight=False)
     if loaded.rejected:
         raise typer.Exit(1)

@@ -21,8 +21,8 @@ Definitions (also printed in the report):
   that give X divided by the images trained in them (steps x global batch; an epoch's energy
   includes its validation); energy per epoch = their mean. Energy-to-accuracy (Zeus's definition)
   and time-to-accuracy: the run's energy and time at the first validation that reached
-  `--target-accuracy`, from the `end` record. Runs without energy figures (version 1 files, or no
-  source) have none; they are never counted as zero.
+  `--target-accuracy`, from the `end` record; epochs to target: the epochs trained by then. Runs
+  without energy figures (version 1 files, or no source) have none; they are never counted as zero.
 - Diverged runs (end status `diverged`) enter no throughput, speed-up, E_G or energy figure.
 - Repeats (several runs at one GPU count: `dlaunch run --repeat N`, a study's `repeats`): per GPU count
   the median of the runs' values and their spread (`Spread`): the distribution-free 95% confidence
@@ -96,6 +96,14 @@ class EpochPoint:
     top1: Optional[float]
     trained_images: int = 0  # every image trained in the epoch (steps x global batch)
     energy_j: Optional[float] = None  # energy_total of the epoch (None: not measured)
+    epoch_time_s: float = 0.0
+
+
+def epochs_to(epochs: Sequence[EpochPoint], target: Optional[float]) -> Optional[int]:
+    """Epochs trained (epoch index + 1) at the first validation whose top-1 is at least `target`."""
+    if target is None:
+        return None
+    return next((e.epoch + 1 for e in epochs if e.top1 is not None and e.top1 >= target), None)
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,9 @@ class Run:
     reason: Optional[str] = None  # the end record's reason (failed or diverged runs)
     amp: str = "none"  # the trainer's --amp (none: FP32/TF32)
     kernel_shares: Optional[KernelShares] = None  # the last kernel_profile record's
+    target_accuracy: Optional[float] = None  # the trainer's --target-accuracy
+    data: str = "synthetic"  # the trainer's --data
+    num_classes: Optional[int] = None
 
     @property
     def measured_epochs(self) -> List[EpochPoint]:
@@ -154,6 +165,17 @@ class Run:
         """Mean images/s over the measured epochs."""
         measured = self.measured_epochs
         return mean(e.images_per_s for e in measured) if measured else None
+
+    @property
+    def epoch_time_s(self) -> Optional[float]:
+        """Mean training time of the measured epochs (the epochs that give X)."""
+        measured = self.measured_epochs
+        return mean(e.epoch_time_s for e in measured) if measured else None
+
+    @property
+    def epochs_to_target(self) -> Optional[int]:
+        """Epochs trained up to the first validation at or above --target-accuracy (None: not reached)."""
+        return epochs_to(self.epochs, self.target_accuracy)
 
     @property
     def diverged(self) -> bool:
@@ -234,6 +256,8 @@ class ScalingPoint:
     efficiencies: Spread
     shares: Optional[Shares]  # the runs' mean
     energy: Optional[Spread] = None  # J/img of the runs that measured energy
+    epochs_to_target: Optional[Spread] = None  # of the runs that reached --target-accuracy
+    time_to_target: Optional[Spread] = None  # seconds, of the runs that reached it
 
     @property
     def images_per_s(self) -> float:
@@ -292,7 +316,8 @@ def run_from_metrics(metrics: Metrics) -> Run:
         joules, counted = _total(e.get("energy_j"))
         domains = counted or domains
         epochs.append(EpochPoint(e["epoch"], float(e["images_per_s"]), e["images"], e.get("top1"),
-                                 trained_images=e["steps"] * h["global_batch"], energy_j=joules))
+                                 trained_images=e["steps"] * h["global_batch"], energy_j=joules,
+                                 epoch_time_s=float(e["epoch_time_s"])))
     end = metrics.end or {}
     end_energy, end_domains = _total(end.get("energy_j"))
     profile = None
@@ -317,6 +342,9 @@ def run_from_metrics(metrics: Metrics) -> Run:
         reason=escape(end["reason"]) if end.get("reason") else None,
         amp=escape(h["config"].get("amp") or "none"),
         kernel_shares=KernelShares.from_record(metrics.kernel_profiles[-1]) if metrics.kernel_profiles else None,
+        target_accuracy=end.get("target_accuracy", h["config"].get("target_accuracy")),
+        data=str(h["config"].get("data") or "synthetic"),
+        num_classes=h["config"].get("num_classes"),
     )
 
 
@@ -349,11 +377,16 @@ def _mean_shares(shares: Sequence[Shares]) -> Optional[Shares]:
 def scaling(runs: Sequence[Run]) -> List[ScalingPoint]:
     """Throughput, S_G, E_G and J/img per GPU count of one group (median and spread over the runs);
     diverged runs and runs without epochs are left out."""
-    values = {metric: run_values(runs, metric) for metric in ("images_per_s", "speedup", "efficiency", "joules_per_image")}
+    metrics = ("images_per_s", "speedup", "efficiency", "joules_per_image", "epochs_to_target", "time_to_target_s")
+    values = {metric: run_values(runs, metric) for metric in metrics}
+
+    def spread(metric: str, gpus: int) -> Optional[Spread]:
+        found = values[metric].get(gpus)
+        return Spread.of(found) if found else None
+
     points = []
     for gpus, throughputs in values["images_per_s"].items():
         group = [r for r in _measured(runs) if r.world_size == gpus]
-        energies = values["joules_per_image"].get(gpus)
         points.append(ScalingPoint(
             gpus=gpus,
             nodes=max(r.nodes for r in group),
@@ -362,7 +395,9 @@ def scaling(runs: Sequence[Run]) -> List[ScalingPoint]:
             speedups=Spread.of(values["speedup"][gpus]),
             efficiencies=Spread.of(values["efficiency"][gpus]),
             shares=_mean_shares([r.shares for r in group if r.shares is not None]),
-            energy=Spread.of(energies) if energies else None,
+            energy=spread("joules_per_image", gpus),
+            epochs_to_target=spread("epochs_to_target", gpus),
+            time_to_target=spread("time_to_target_s", gpus),
         ))
     return points
 
@@ -402,10 +437,14 @@ class Verdict:
 
 
 def reference_for(run: Run, references: Sequence["Reference"]) -> Optional["Reference"]:
-    """The site's reference for the run's model, GPU count and precision (a reference without `amp`
-    is one of full precision, --amp none)."""
+    """The site's reference for the run's model, GPU count and precision."""
+    return matching_reference(run.key.model, run.world_size, run.amp, references)
+
+
+def matching_reference(model: str, gpus: int, amp: str, references: Sequence["Reference"]) -> Optional["Reference"]:
+    """The reference for a model, GPU count and precision (one without `amp` is of full precision, --amp none)."""
     for ref in references:
-        if ref.model == run.key.model and ref.gpus == run.world_size and getattr(ref, "amp", "none") == run.amp:
+        if ref.model == model and ref.gpus == gpus and getattr(ref, "amp", "none") == amp:
             return ref
     return None
 
@@ -433,9 +472,17 @@ def _measured(runs: Sequence[Run]) -> List[Run]:
     return [r for r in runs if r.throughput is not None and not r.diverged]
 
 
+def reference_point(points: Sequence[Tuple[int, float]]) -> Tuple[int, float]:
+    """(G_ref, X_ref) of a group's (GPUs, X) points: the smallest GPU count and the median X there."""
+    g_ref = min(g for g, _ in points)
+    return g_ref, median(x for g, x in points if g == g_ref)
+
+
 def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
     """Per GPU count, each run's value of `metric` (images_per_s, speedup, efficiency, comm_share,
-    kernel_comm_share, kernel_compute_share, kernel_io_share, joules_per_image) in one group; runs without it (no epochs, no profile, no energy, diverged) are left out."""
+    kernel_comm_share, kernel_compute_share, kernel_io_share, joules_per_image, epochs_to_target,
+    time_to_target_s) in one group; runs without it (no epochs, no profile, no energy, target not
+    reached, diverged) are left out."""
     if metric.startswith("kernel_"):  # runs that only profile have no throughput
         part = metric[len("kernel_"):-len("_share")]
         shares: Dict[int, List[float]] = {}
@@ -446,14 +493,14 @@ def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
     measured = _measured(runs)
     if not measured:
         return {}
-    g_ref = min(r.world_size for r in measured)
-    x_ref = median(r.throughput for r in measured if r.world_size == g_ref)  # type: ignore[type-var]
+    g_ref, x_ref = reference_point([(r.world_size, r.throughput) for r in measured])  # type: ignore[misc]
     values: Dict[int, List[float]] = {}
     for r in measured:
         if metric == "comm_share":
             value = r.shares.comm if r.shares else None
-        elif metric in ("images_per_s", "joules_per_image"):
-            value = r.throughput if metric == "images_per_s" else r.joules_per_image
+        elif metric in ("images_per_s", "joules_per_image", "epochs_to_target", "time_to_target_s"):
+            value = {"images_per_s": r.throughput, "joules_per_image": r.joules_per_image,
+                     "epochs_to_target": r.epochs_to_target, "time_to_target_s": r.time_to_accuracy_s}[metric]
         else:
             value = r.throughput / x_ref  # type: ignore[operator]
             value = value / (r.world_size / g_ref) if metric == "efficiency" else value

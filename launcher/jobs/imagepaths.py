@@ -57,6 +57,16 @@ def default_image(framework: str, stack: str = DEFAULT_STACK, arch: str = DEFAUL
     return Path(image_reference(framework, stack, arch, "sif"))
 
 
+def stack_of_image(image: Optional[str]) -> Optional[str]:
+    """The stack of an image named as `image_reference` names them (`<stack>-<framework>-<arch>` plus
+    an extension, or `dlaunch/<stack>-<framework>:<arch>`); None for an image named otherwise."""
+    frameworks, archs = "|".join(map(re.escape, FRAMEWORKS)), "|".join(map(re.escape, ARCHITECTURES))
+    extensions = "|".join(re.escape(e) for e in IMAGE_EXTENSIONS.values() if e)
+    m = re.fullmatch(r"(?:.*/)?([a-z][a-z0-9_-]*)-(?:%s)(?:-(?:%s)(?:%s)?/?|:(?:%s))" % (frameworks, archs, extensions, archs),
+                     image or "")
+    return m.group(1) if m else None
+
+
 def stack_of(site: "Site") -> Optional[str]:
     """The image stack a site runs (its `[container] stack`); None without a container."""
     if site.container.kind == "none":
