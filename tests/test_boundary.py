@@ -11,7 +11,6 @@ import subprocess
 import tarfile
 import time
 import tracemalloc
-from pathlib import Path
 
 import pytest
 

@@ -15,8 +15,9 @@ import tomllib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostile import (REPO, hostile_bytes, hostile_text, jsonl, kept_promises, metrics_records, mutated,
-                     plan_file, sandbox, script_is_sound, scripts_in, toml_text, write_run)
+from hostile import (REPO, hostile_bytes, hostile_text, jsonl, kept_promises, metrics_records, mutated, plan_file, sandbox,
+                     script_is_sound, scripts_in, toml_text, write_run)
+from launcher.boundary import NAME, escape, has_control, printable, whole
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SHIPPED = ["generic-slurm", "juwels-booster", "alps", "polaris", "local"]
@@ -196,3 +197,19 @@ def test_any_text_as_a_path_argument(command, value):
         write_run(box.work)
         outcome = box.run(*(value if a == "{}" else a for a in command))
         kept_promises(outcome, codes=(0, 1, 2), may_change=["work/report", "work/x.tar.gz"])
+
+
+# -- the boundary's own functions ---------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text())
+def test_escape_leaves_no_control_character_and_changes_nothing_else(text):
+    shown = escape(text)
+    assert not has_control(shown) and not has_control(printable(text))
+    assert (shown == text) == (not has_control(text))
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.from_regex(NAME, fullmatch=True), tail=st.sampled_from(["\n", "\r", " ", "\x00", "/x", "\n--x"]))
+def test_a_name_matches_whole_and_nothing_appended_to_it_does(name, tail):
+    assert whole(NAME, name) and not whole(NAME, name + tail)
