@@ -8,10 +8,13 @@ last wait and the transfers left over. Fitted on the rows up to 64 GPUs only and
 (the question before a large allocation): timing noise and kernels beside back-propagation on the DALI
 column, the site's nominal network (800 Gbit/s per node, 1.5 us) unchanged; the native loader's data
 wait on the native column with that machine; the file system's images/s on the paper's point
-statements on E_G (bounded below by what the native rows drew without a stall). Prints Markdown: per
+statements on E_G (bounded below by what the native rows drew without a stall), each framework with
+the paper's workload (`paper_workload`: DeepSpeed assumed in fp16, the native loader's CPU measured).
+Prints Markdown: per
 GPU count the comm share (NCCL's share of all kernel time, as published, and renormalised to comm +
 I/O + compute as the v2 record did) with its error, beside E_G and the paper's statement; the
-statements with their errors; the storage ceiling's sensitivity; the E_G and kernel-share curves for
+statements with their errors; the storage ceiling's sensitivity; DeepSpeed's one-node reference and its
+sensitivity to the assumed precision and the loader's CPU; the E_G and kernel-share curves for
 ResNet-50/101/152 (recorded in benchmarks/README.md).
 """
 from dataclasses import replace
@@ -21,12 +24,16 @@ from typing import Dict, List
 from launcher.analysis.perfmodel import (
     AACH2023_REFERENCE_GPUS,
     CALIBRATION_MAX_GPUS,
+    NATIVE_WORKER_IMAGES_PER_S,
+    NATIVE_WORKERS,
     STATEMENT_TOLERANCE,
     Prediction,
-    calibrated_workload,
+    PublishedFit,
+    Workload,
     fit_published,
     load_published,
     load_statements,
+    paper_workload,
     predict,
     published_workload,
 )
@@ -56,7 +63,7 @@ def main() -> None:
           "%.0f images/s for the native loader (what the native rows drew without a stall: %.0f).\n"
           % (GPUS[0], CALIBRATION_MAX_GPUS, m.noise_s, m.beside_compute, fit.native_data_fraction,
              m.storage_images_per_s, fit.storage_floor))
-    workloads = {loader: calibrated_workload(published_workload(loader=loader), fit, loader) for loader in published}
+    workloads = {loader: paper_workload(fit, loader=loader) for loader in published}
     print("| loader | GPUs | comm % published | model | error pp | renormalised published | model | error pp "
           "| E_G model (DDP) | paper | |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -87,7 +94,7 @@ def main() -> None:
     for s in statements:
         for framework in s.frameworks:
             counts = [g for g in GPUS if s.gpus_from <= g <= s.gpus_to]
-            curve = predict(replace(workloads[s.loader], framework=framework), m, [AACH2023_REFERENCE_GPUS] + counts)[1:]
+            curve = predict(paper_workload(fit, loader=s.loader, framework=framework), m, [AACH2023_REFERENCE_GPUS] + counts)[1:]
             worst = min(curve, key=lambda p: p.efficiency) if s.relation == ">" else max(curve, key=lambda p: p.efficiency)
             error = s.error(worst.efficiency)
             print("| %s E_G %s | %s | %s | %s | %.3f at %d | %s | %s |" % (
@@ -103,24 +110,57 @@ def main() -> None:
     for factor in (1.0, 1.25, 1.5, 2.0):
         storage = replace(m, storage_images_per_s=factor * m.storage_images_per_s)
         shares = predict(workloads["native"], storage, [r.gpus for r in rows])
-        eg = {(f, g): predict(replace(workloads["native"], framework=f), storage, [4, g])[1].efficiency
+        eg = {(f, g): predict(paper_workload(fit, loader="native", framework=f), storage, [4, g])[1].efficiency
               for f in FRAMEWORKS for g in (128, 256, 512)}
         print("| %.0f%s | %s | %.3f | %.3f | %.3f | %.3f |" % (
             storage.storage_images_per_s, " (fit)" if factor == 1.0 else "",
             " | ".join("%+.1f" % (100 * (p.comm_share - r.comm_share)) for p, r in zip(shares, rows)),
             eg["ddp", 256], eg["horovod", 128], eg["deepspeed", 128], max(eg[f, 512] for f in FRAMEWORKS)))
 
+    deepspeed_reference(fit)
+
     print("\nPredicted E_G and NCCL kernel share (%) with the same fit (batch 64; compute from the A100 TF32 figure "
-          "scaled by FLOPs, plus the loader's I/O kernels):\n")
+          "scaled by FLOPs, plus the loader's I/O kernels; DeepSpeed from the mixed-precision figure, as assumed for the "
+          "paper's runs; the native loader's CPU as measured):\n")
     print("| model | loader | framework | " + " | ".join(str(g) for g in GPUS) + " |")
     print("|---|---|---|" + "---|" * len(GPUS))
     for model in ("resnet50", "resnet101", "resnet152"):
         for loader in ("dali", "native"):
-            base = calibrated_workload(published_workload(model, loader), fit, loader)
             for framework in (["ddp", "horovod"] if loader == "dali" else FRAMEWORKS):
-                curve = predict(replace(base, framework=framework), m, GPUS)
+                curve = predict(paper_workload(fit, model, loader, framework), m, GPUS)
                 print("| %s | %s | %s | %s |" % (model, loader, framework, " | ".join(
                     "%.3f (%.0f)" % (p.efficiency, 100 * p.comm_share) for p in curve)))
+
+
+def capped(workload: Workload, fit: PublishedFit, loader_images_per_s: float) -> Workload:
+    """`workload` (native, not yet calibrated) waiting for a loader whose CPU makes `loader_images_per_s` per GPU."""
+    return replace(workload, reads_files=True, data_s=max(fit.native_data_fraction * workload.compute_s,
+                                                          workload.batch / loader_images_per_s - workload.compute_s))
+
+
+def deepspeed_reference(fit: PublishedFit) -> None:
+    """Why DeepSpeed's E_G at 128 GPUs is lower: its one-node reference, and how that depends on the assumptions."""
+    m = fit.machine
+    print("\nOne-node reference and 128 GPUs, native loader (the fitted file system, %.0f images/s):\n" % m.storage_images_per_s)
+    print("| framework | precision | 4-GPU images/s per GPU | 128-GPU images/s | E_G 128 | paper |")
+    print("|---|---|---|---|---|---|")
+    said = {s.frameworks[0]: s.text for s in load_statements() if s.relation == "=" and s.loader == "native"}
+    for framework in ("horovod", "deepspeed"):
+        w = paper_workload(fit, loader="native", framework=framework)
+        ref, big = predict(w, m, [4, 128])
+        print("| %s | %s | %.0f | %.0f | %.3f | %s |" % (framework, "fp16" if framework == "deepspeed" else "tf32",
+                                                     ref.images_per_s / 4, big.images_per_s, big.efficiency, said[framework]))
+    print("\nDeepSpeed's E_G at 128 GPUs against the assumptions (NOT fits: the file system as fitted; the loader's "
+          "CPU = %d workers x images/s per worker; tf32 = no assumption on precision):\n" % NATIVE_WORKERS)
+    rates = [130.0, 150.0, NATIVE_WORKER_IMAGES_PER_S, 190.0]
+    print("| precision (published figure) | " + " | ".join("%.0f/worker%s" % (r, " (model)" if r == NATIVE_WORKER_IMAGES_PER_S else "")
+                                                      for r in rates) + " | no CPU limit |")
+    print("|---|" + "---|" * (len(rates) + 1))
+    for precision in ("tf32", "fp16"):
+        base = replace(published_workload(loader="native", precision=precision), framework="deepspeed")
+        cells = [predict(capped(base, fit, NATIVE_WORKERS * r), m, [4, 128])[1].efficiency for r in rates]
+        cells.append(predict(capped(base, fit, 1e12), m, [4, 128])[1].efficiency)
+        print("| %s | %s |" % (precision, " | ".join("%.3f" % c for c in cells)))
 
 
 if __name__ == "__main__":

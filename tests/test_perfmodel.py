@@ -15,7 +15,10 @@ from launcher.analysis.perfmodel import (
     AACH2023_MACHINE,
     AACH2023_STATEMENTS,
     CALIBRATION_MAX_GPUS,
+    NATIVE_WORKER_IMAGES_PER_S,
+    NATIVE_WORKERS,
     STATEMENT_TOLERANCE,
+    PublishedFit,
     Workload,
     calibrated_workload,
     calibration_runs,
@@ -28,6 +31,7 @@ from launcher.analysis.perfmodel import (
     load_statements,
     loader_spread,
     messages,
+    paper_workload,
     predict,
     published_workload,
     step_times,
@@ -41,7 +45,7 @@ from test_analysis import write_run
 # (comm share, percentage points, rounded up): NCCL's share of all kernel time as published, and
 # renormalised to NCCL + cuDNN + I/O kernels (the v2 yardstick). DALI meets the issue's goal (mean 5,
 # max 10) on both; the native loader does not at 128 GPUs (its storage knee, see the README).
-EXTRAPOLATION_BOUNDS_PP = {"dali": (1.5, 2.0), "native": (7.0, 14.0)}
+EXTRAPOLATION_BOUNDS_PP = {"dali": (1.5, 2.0), "native": (5.5, 11.5)}
 GOAL_PP = (5.0, 10.0)
 
 JUWELS_LIKE = Machine(gpus_per_node=4, latency_us=5.0, bandwidth_gbps_per_node=800.0, intra_node_gbps=2400.0)
@@ -246,8 +250,7 @@ def test_dali_comm_share_meets_the_issue_goal_as_published_and_renormalised():
 
 
 def _efficiency(fit, model, loader, framework, gpus):
-    workload = calibrated_workload(published_workload(model, loader), fit, loader)
-    return predict(replace(workload, framework=framework), fit.machine, [4, gpus])[1].efficiency
+    return predict(paper_workload(fit, model, loader, framework), fit.machine, [4, gpus])[1].efficiency
 
 
 def test_resnet50_dali_efficiency_stays_above_0_85_up_to_256_gpus():
@@ -258,28 +261,56 @@ def test_resnet50_dali_efficiency_stays_above_0_85_up_to_256_gpus():
 
 
 def test_native_loader_statements():
-    """Checked: DDP below 0.44 at 256, all below 0.24 at 512. Fitted (the storage ceiling): Horovod 0.50
-    at 128 holds within the tolerance; DeepSpeed 0.33 does not: no term of the model makes DeepSpeed
-    slower than Horovod behind the same file system (recorded error +0.13, benchmarks/README.md)."""
+    """Checked: DDP below 0.44 at 256, all below 0.24 at 512. Fitted (the storage ceiling, one parameter
+    for both): Horovod 0.50 and DeepSpeed 0.33 at 128 hold within the tolerance (recorded +0.03 and -0.05,
+    benchmarks/README.md)."""
     fit = fit_published()
     assert _efficiency(fit, "resnet50", "native", "ddp", 256) < 0.44
     assert max(_efficiency(fit, "resnet50", "native", f, 512) for f in ("ddp", "horovod", "deepspeed")) < 0.24
     horovod, deepspeed = (_efficiency(fit, "resnet50", "native", f, 128) for f in ("horovod", "deepspeed"))
-    assert abs(horovod - 0.50) <= STATEMENT_TOLERANCE
-    assert 0.10 < deepspeed - 0.33 <= 0.14 and abs(deepspeed - horovod) < 0.01
+    assert abs(horovod - 0.50) <= STATEMENT_TOLERANCE and abs(deepspeed - 0.33) <= STATEMENT_TOLERANCE
+
+
+def test_deepspeed_is_slower_to_scale_because_its_fp16_reference_is_faster_behind_the_same_file_system():
+    """The paper's DeepSpeed runs are assumed fp16: one node trains faster, as fast as the native loader's CPU
+    feeds it; at 128 GPUs every framework takes what the file system gives, so DeepSpeed's E_G is lower by
+    its reference's lead. In TF32 DeepSpeed scales as Horovod does."""
+    fit = fit_published()
+    horovod, fp16 = (predict(paper_workload(fit, loader="native", framework=f), fit.machine, [4, 128])
+                     for f in ("horovod", "deepspeed"))
+    assert fp16[1].images_per_s == pytest.approx(horovod[1].images_per_s) == pytest.approx(fit.machine.storage_images_per_s)
+    assert fp16[0].images_per_s > 1.5 * horovod[0].images_per_s
+    assert fp16[1].efficiency == pytest.approx(horovod[1].efficiency * horovod[0].images_per_s / fp16[0].images_per_s)
+    tf32 = replace(calibrated_workload(published_workload(loader="native"), fit, "native"), framework="deepspeed")
+    assert predict(tf32, fit.machine, [4, 128])[1].efficiency == pytest.approx(horovod[1].efficiency, abs=0.01)
+
+
+def test_published_compute_time_by_precision_and_the_native_loaders_cpu():
+    tf32, fp16 = (published_workload(loader="native", precision=p) for p in ("tf32", "fp16"))
+    assert fp16.compute_s / tf32.compute_s == pytest.approx(938.0 / 2470.0)
+    fit = PublishedFit(JUWELS_LIKE, native_data_fraction=0.02, storage_floor=1.0)
+    cpu = NATIVE_WORKERS * NATIVE_WORKER_IMAGES_PER_S
+    assert calibrated_workload(tf32, fit, "native").data_s == pytest.approx(0.02 * tf32.compute_s)  # the CPU keeps up
+    assert calibrated_workload(fp16, fit, "native").data_s == pytest.approx(64 / cpu - fp16.compute_s)  # it does not
+    assert calibrated_workload(replace(fp16, data_s=0.001), fit, "native", measured_data=True).data_s == 0.001
+    assert calibrated_workload(fp16, fit, "dali") == fp16
 
 
 def test_storage_ceiling_is_fitted_on_the_point_statements_not_below_what_the_native_rows_drew(tmp_path):
     fit = fit_published()
     native = calibrated_workload(published_workload(loader="native"), fit, "native")
     assert fit.storage_floor == pytest.approx(storage_floor([4, 8, 16, 32, 64], native, fit.machine))
-    assert fit.machine.storage_images_per_s == pytest.approx(fit.storage_floor)  # the statements ask for less: bounded
+    assert fit.machine.storage_images_per_s > 1.1 * fit.storage_floor  # DeepSpeed's faster reference asks for more
+    lower = tmp_path / "lower.csv"
+    lower.write_text(AACH2023_STATEMENTS.read_text().replace(",0.50\n", ",0.30\n").replace(",0.33\n", ",0.15\n"))
+    assert fit_published(statements=lower).machine.storage_images_per_s == pytest.approx(fit.storage_floor)  # bounded
     higher = tmp_path / "statements.csv"
-    higher.write_text(AACH2023_STATEMENTS.read_text().replace(",0.50\n", ",0.90\n").replace(",0.33\n", ",0.90\n"))
+    higher.write_text(AACH2023_STATEMENTS.read_text().replace(",0.50\n", ",0.80\n").replace(
+        "resnet50,native,deepspeed,128,128,=,0.33\n", ""))
     raised = fit_published(statements=higher).machine.storage_images_per_s
     assert raised > 1.5 * fit.storage_floor
     assert _efficiency(replace(fit, machine=replace(fit.machine, storage_images_per_s=raised)), "resnet50", "native",
-                       "horovod", 128) == pytest.approx(0.90, abs=0.02)
+                       "horovod", 128) == pytest.approx(0.80, abs=1e-3)
     bounds = tmp_path / "bounds.csv"
     bounds.write_text(AACH2023_STATEMENTS.read_text().replace("<,0.44", "<,0.99").replace(">,0.85", ">,0.01"))
     assert fit_published(statements=bounds) == fit  # the bounds are only checked
@@ -310,7 +341,7 @@ def test_one_machine_fit_resnet152_scales_better_and_native_well_below_dali_beyo
               for model in ("resnet50", "resnet152") for loader in ("dali", "native")}
     for loader in ("dali", "native"):  # more work per step averages the ranks' noise out
         assert all(b > a for a, b in zip(curves["resnet50", loader][1:], curves["resnet152", loader][1:]))
-    assert all(d - n >= 0.4 for d, n in zip(curves["resnet50", "dali"][3:], curves["resnet50", "native"][3:]))
+    assert all(d - n >= 0.35 for d, n in zip(curves["resnet50", "dali"][3:], curves["resnet50", "native"][3:]))
 
 
 def _runs_made_by(tmp_path, truth, model="resnet18", batch=8, nodes=(1, 2, 4)):
@@ -411,6 +442,7 @@ def test_predict_from_a_run_of_another_model_refuses_to_transfer_its_compute_tim
     (["--batch", "0"], "--batch"),
     (["--data-ms", "-1"], "--data-ms"),
     (["--storage-images-per-s", "0"], "--storage-images-per-s"),
+    (["--precision", "fp16"], "--precision"),  # a measured compute time has its own precision
 ])
 def test_predict_rejects_bad_flags_by_name(site_file, args, message):
     base = {"--model": "resnet50", "--compute-ms": "200", "--batch": "64", "--gpus": "4,8"}
@@ -504,9 +536,39 @@ def test_predict_shows_kernel_share_and_efficiency_beside_the_papers_values_with
     horovod = _predict("--site", "juwels-booster", "--model", "resnet50", "--calibrated", "native", "--framework",
                        "horovod", "--gpus", "4,64,128,512")
     rows = _table(horovod.output)
-    assert rows[128][-4:-2] == ["0.50", "-0.04"] and rows[128][-1] == "fitted"  # the storage ceiling is fitted there
+    assert rows[128][-4:-2] == ["0.50", "+0.03"] and rows[128][-1] == "fitted"  # the storage ceiling is fitted there
     assert rows[512][-4:-2] == ["<0.24", "holds"] and rows[512][-1] == "predicted"
     assert rows[64][-4:-2] == ["-", "-"] and "paper %" not in horovod.output  # Table 2a is DDP's
+
+
+def test_predict_names_what_it_assumes_about_the_papers_deepspeed_runs():
+    args = ["--site", "juwels-booster", "--model", "resnet50", "--calibrated", "native", "--framework", "deepspeed",
+            "--gpus", "4,128,512"]
+    fit = fit_published()
+    assumed = _predict(*args)
+    assert assumed.exit_code == 0, assumed.output
+    line = next(x for x in assumed.output.splitlines() if x.startswith("assumption"))
+    assert "DeepSpeedExamples" in line and "fp16" in line and "ZeRO stage 0" in line
+    workload = paper_workload(fit, loader="native", framework="deepspeed")
+    assert "mixed precision" in assumed.output and "compute %.2f ms" % (1e3 * workload.compute_s) in assumed.output
+    rows = _table(assumed.output)
+    expected = predict(workload, fit.machine, [4, 128])[1].efficiency
+    assert rows[128][-5] == "%.3f" % expected and rows[128][-4] == "0.33" and abs(expected - 0.33) <= STATEMENT_TOLERANCE
+    assert "E_G vs the paper's statements: 2 of 2 hold" in assumed.output
+    tf32 = _predict(*args, "--precision", "tf32", "--zero-stage", "1")  # both given: nothing assumed, and 0.33 fails
+    assert tf32.exit_code == 0, tf32.output
+    assert "assumption" not in tf32.output and "TF32" in tf32.output and "1 of 2 hold" in tf32.output
+    staged = _predict(*args, "--zero-stage", "1")
+    assert "fp16" in next(x for x in staged.output.splitlines() if x.startswith("assumption")) and "ZeRO stage 0" not in staged.output
+    for others in (["--framework", "horovod"], ["--framework", "deepspeed", "--compute-ms", "100", "--batch", "64"]):
+        plain = _predict("--site", "juwels-booster", "--model", "resnet50", "--calibrated", "native", *others)
+        assert plain.exit_code == 0 and "fp16" not in plain.output, plain.output
+
+
+def test_predict_takes_the_published_figure_of_the_precision():
+    result = _predict("--site", "juwels", "--model", "resnet50", "--precision", "fp16", "--gpus", "4,8")
+    assert result.exit_code == 0, result.output
+    assert "compute %.2f ms" % (1e3 * 64 / 2470.0) in result.output and "mixed precision" in result.output
 
 
 def test_predict_compares_with_the_paper_only_for_its_workload_and_machine():

@@ -46,7 +46,7 @@ def status_of(cluster: slurm.Cluster, cwd: Path, run_dir: Path) -> str:
 def test_an_empty_class_folder_found_on_the_nodes_shows_the_trainers_own_error(two_nodes, slurm_site, tmp_path):
     data = folder(tmp_path)
     # The folder is fine when dlaunch checks it; a job holding the nodes keeps ours queued while it breaks.
-    blocker = two_nodes.run(["sbatch", "--parsable", "-N", str(two_nodes.nodes), "--wrap", "sleep 300"]).stdout.strip()
+    blocker = two_nodes.run(["sbatch", "--parsable", "-N", str(two_nodes.nodes), "--output=/dev/null", "--wrap", "sleep 300"]).stdout.strip()
     wait_for(lambda: two_nodes.job_state(blocker) == "RUNNING", "the blocking job to run")
     run_dir = run_on(two_nodes, tmp_path, slurm_site, "empty-class", "--data", str(data), *ON_FOLDER)
     emptied = sorted((data / "train").iterdir())[-1]

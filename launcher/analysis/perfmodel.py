@@ -37,6 +37,12 @@ together):
               images/s: p GPUs cannot step faster than p * batch / R. The stall is every rank's extra
               data wait, with the spread of any data wait: the slowest rank's adds to lag, so the
               others' kernels wait for it at every message.
+    loader CPU the native loader's worker processes decode and augment NATIVE_WORKERS x
+              NATIVE_WORKER_IMAGES_PER_S images/s per GPU (measured): a GPU that takes a batch faster
+              waits for the rest of it (`calibrated_workload`).
+    precision the published compute time is the A100's TF32 or mixed-precision figure; Aach et al.'s
+              DeepSpeed runs are assumed fp16 (`paper_precision`, printed by `predict`), which gives
+              DeepSpeed a faster one-node reference behind the same file system, hence a lower E_G.
     profiled  what the trainer's `--profile-steps` measures (un-overlapped timers): one ring
               all-reduce of all gradients after compute, which waits lag(busy) for the slowest
               rank; profiled comm share = comm / (comm + compute + data).
@@ -46,10 +52,10 @@ work), so a model with more work per step loses a smaller fraction of it to stra
 
 Fits. `fit_machine`: noise_s and beside_compute from kernel-time comm shares; `fit_loader_stall`: the
 data wait of a loader that cannot keep up; `fit_storage`: the file system's images/s from published
-E_G statements; `fit_runs`: the network and the noise from the user's runs (their profiled all-reduce
-and wall-clock step time), with a leave-one-out error of step time and profiled comm share
-(`leave_one_out`). All fits are a few parameters solved in pure Python (`dlaunch predict` starts
-without numpy).
+E_G statements (each framework with the paper's workload, `paper_workload`); `fit_runs`: the network
+and the noise from the user's runs (their profiled all-reduce and wall-clock step time), with a
+leave-one-out error of step time and profiled comm share (`leave_one_out`). All fits are a few
+parameters solved in pure Python (`dlaunch predict` starts without numpy).
 """
 import csv
 import math
@@ -87,11 +93,12 @@ MODEL_GFLOPS: Dict[str, float] = {
     "resnet101": 7.83,
     "resnet152": 11.56,
 }
-# Published single-GPU ResNet-50 training throughput (images/s) by GPU model prefix: NVIDIA
-# DeepLearningExamples, PyTorch ResNet-50 v1.5, DGX A100, TF32 (PyTorch's default precision on an
-# A100, as in the study; AMP would be 2470), batch 256, a whole training step (all its kernels).
-# The default compute time of `dlaunch predict` when no measurement is given.
-PUBLISHED_RESNET50_IMAGES_PER_S: Dict[str, float] = {"A100": 938.0}
+# Published single-GPU ResNet-50 training throughput (images/s) by GPU model prefix and precision: NVIDIA
+# DeepLearningExamples, PyTorch ResNet-50 v1.5, DGX A100, batch 256, a whole training step (all its
+# kernels; data/published/nvidia_resnet50_a100.csv): tf32 = PyTorch's default precision on an A100,
+# fp16 = mixed precision. The default compute time of `dlaunch predict` when no measurement is given.
+PUBLISHED_RESNET50_IMAGES_PER_S: Dict[str, Dict[str, float]] = {"A100": {"tf32": 938.0, "fp16": 2470.0}}
+PRECISIONS = ("tf32", "fp16")
 DEFAULT_BATCH = 64  # the paper's batch per GPU
 DEFAULT_GPU_COUNTS = [4, 8, 16, 32, 64, 128, 256, 512, 1024]
 BACKWARD_FRACTION = 2.0 / 3.0  # backward ~ 2x forward
@@ -99,6 +106,12 @@ DDP_FIRST_BUCKET_BYTES = 1024.0 ** 2  # torch.distributed's first bucket
 DDP_BUCKET_BYTES = 25 * 1024.0 ** 2  # DistributedDataParallel(bucket_cap_mb=25)
 DEFAULT_FUSION_MB = 64.0  # HOROVOD_FUSION_THRESHOLD's default (the trainer's --fusion-threshold-mb)
 DEEPSPEED_BUCKET_BYTES = 4 * 5e8  # reduce_bucket_size: 5e8 fp32 elements
+# The native loader's CPU side: DataLoader worker processes per GPU (Aach et al.: 8 CPU threads per
+# loader instance), each decoding and augmenting about 170 ImageNet-sized JPEGs per second (measured
+# on an AMD EPYC core with the trainer's native pipeline, benchmarks/README.md): a GPU that takes a
+# batch faster than they make one waits for its data.
+NATIVE_WORKERS = 8
+NATIVE_WORKER_IMAGES_PER_S = 170.0
 
 AACH2023_TABLE2A = PUBLISHED_DIR / "aach2023_table2a.csv"
 AACH2023_STATEMENTS = PUBLISHED_DIR / "aach2023_statements.csv"
@@ -110,6 +123,13 @@ CALIBRATION_MAX_GPUS = 64
 # How far a point statement ("Horovod 0.50 at 128 GPUs") may be from the model and still hold: the
 # spread of E_G values the paper gives for one GPU count and loader (Horovod 0.50, DeepSpeed 0.33).
 STATEMENT_TOLERANCE = 0.10
+# What the paper leaves unstated about its DeepSpeed runs (precision, ZeRO stage), assumed as in
+# DeepSpeedExamples' CIFAR example of 2022-03 (cifar/ds_config.json at 6bd444a: fp16 enabled, ZeRO
+# stage 0; its data go through DeepSpeed's own `training_data` loader, which would explain "DeepSpeed
+# cannot use the DALI data loader"; the v0.6.3 tutorial page's config has no fp16): fp16 compute. DDP
+# and Horovod: TF32, PyTorch's default, as Table 2a's kernel times (DDP) say. benchmarks/README.md
+# has the mechanisms of DeepSpeed 0.6.3 this was chosen over.
+PAPER_DEEPSPEED_SOURCE = "not stated there; as in DeepSpeedExamples' CIFAR config of 2022-03"
 CALIBRATION_HOWTO = ("make calibration runs with the trainer's profiler, e.g. `dlaunch sweep --site SITE --nodes 1,2,4 "
                      "--model resnet50 --steps 60 --warmup-steps 10 --profile-steps 20`, then pass their run "
                      "directories (or the sweep's folder)")
@@ -395,11 +415,13 @@ def storage_floor(gpus: Sequence[int], workload: Workload, machine: Machine) -> 
     return max(p.images_per_s for p in predict(workload, free, gpus))
 
 
-def fit_storage(statements: Sequence[Tuple[str, int, float]], workload: Workload, machine: Machine, floor: float) -> float:
-    """The file system's images/s (>= `floor`) whose E_G best matches [(framework, gpus, E_G)] (reference 4 GPUs)."""
+def fit_storage(statements: Sequence[Tuple[str, int, float]], workloads: Dict[str, Workload], machine: Machine,
+                floor: float) -> float:
+    """The file system's images/s (>= `floor`) whose E_G best matches [(framework, gpus, E_G)] (reference 4
+    GPUs), each framework with its workload in `workloads`."""
     def cost(log_r: float) -> float:
         storage = replace(machine, storage_images_per_s=math.exp(log_r))
-        return sum((predict(replace(workload, framework=f), storage, [AACH2023_REFERENCE_GPUS, g])[1].efficiency - v) ** 2
+        return sum((predict(workloads[f], storage, [AACH2023_REFERENCE_GPUS, g])[1].efficiency - v) ** 2
                    for f, g, v in statements)
 
     return math.exp(_golden_min(cost, math.log(floor), math.log(100.0 * floor)))
@@ -485,11 +507,14 @@ def io_kernel_factor(loader: str, max_gpus: int = CALIBRATION_MAX_GPUS, path: Pa
     return 1.0 + io / math.fsum(100.0 - r.comm - r.io for r in rows)
 
 
-def published_workload(model: str = "resnet50", loader: str = "dali", path: Path = AACH2023_TABLE2A) -> Workload:
+def published_workload(model: str = "resnet50", loader: str = "dali", path: Path = AACH2023_TABLE2A,
+                       precision: str = "tf32") -> Workload:
     """Table 2a's workload per GPU: batch 64; the GPU's kernel time per step other than NCCL's: the
-    published A100 TF32 throughput (a whole training step; FLOP-scaled for other models) plus the
-    loader's I/O kernels (`io_kernel_factor`); data wait 0; the native loader reads files."""
-    step = DEFAULT_BATCH / (PUBLISHED_RESNET50_IMAGES_PER_S["A100"] * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS[model])
+    published A100 throughput at `precision` (a whole training step; FLOP-scaled for other models) plus
+    the loader's I/O kernels in their Table 2a proportion (`io_kernel_factor`); data wait 0; the native
+    loader reads files."""
+    images_per_s = PUBLISHED_RESNET50_IMAGES_PER_S["A100"][precision]
+    step = DEFAULT_BATCH / (images_per_s * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS[model])
     return Workload(step * io_kernel_factor(loader, path=path), DEFAULT_BATCH, gradient_bytes(model),
                     reads_files=loader == "native")
 
@@ -506,7 +531,8 @@ def fit_published(max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TA
     """One machine fit for Table 2a's machine: noise and beside_compute on its DALI column (DALI keeps
     up: no loader wait), then the native loader's data wait on the native column with that machine,
     both on counts <= `max_gpus`; then the file system's images/s from the point statements on the
-    native loader's E_G (not below what the native rows drew without a stall)."""
+    native loader's E_G, each framework's with its `paper_workload` (not below what the native rows
+    drew without a stall)."""
     columns = load_published(path)
     dali = published_workload(path=path)
     machine = fit_machine([(r.gpus, r.comm_share) for r in columns["dali"] if r.gpus <= max_gpus], dali, AACH2023_MACHINE)
@@ -516,17 +542,40 @@ def fit_published(max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TA
     floor = storage_floor([r.gpus for r in fitted], native, machine)
     points = [(f, s.gpus_from, s.value) for s in load_statements(statements) if s.relation == "=" and s.loader == "native"
               for f in s.frameworks]
-    storage = fit_storage(points, native, machine, floor)
-    return PublishedFit(replace(machine, storage_images_per_s=storage), native.data_s / native.compute_s, floor)
+    unstalled = PublishedFit(machine, native.data_s / native.compute_s, floor)
+    workloads = {f: paper_workload(unstalled, loader="native", framework=f, path=path) for f, _, _ in points}
+    storage = fit_storage(points, workloads, machine, floor)
+    return replace(unstalled, machine=replace(machine, storage_images_per_s=storage))
+
+
+def native_loader_images_per_s() -> float:
+    """Images/s the native loader's workers of one GPU decode and augment (its CPU side)."""
+    return NATIVE_WORKERS * NATIVE_WORKER_IMAGES_PER_S
 
 
 def calibrated_workload(workload: Workload, fit: PublishedFit, loader: str, measured_data: bool = False) -> Workload:
     """`workload` as on Table 2a's machine with `loader`: the native loader reads files and, unless the
-    data wait is `measured_data`, waits the fitted one."""
+    data wait is `measured_data`, waits the fitted one, or longer where the GPU takes a batch faster
+    than the loader's workers make one (`native_loader_images_per_s`)."""
     if loader != "native":
         return workload
-    return replace(workload, reads_files=True,
-                   data_s=workload.data_s if measured_data else fit.native_data_fraction * workload.compute_s)
+    if measured_data:
+        return replace(workload, reads_files=True)
+    cpu_bound = workload.batch / native_loader_images_per_s() - workload.compute_s - workload.other_s
+    return replace(workload, reads_files=True, data_s=max(fit.native_data_fraction * workload.compute_s, cpu_bound))
+
+
+def paper_precision(framework: str) -> str:
+    """The precision of the paper's runs: TF32 (PyTorch's default), fp16 for DeepSpeed (PAPER_DEEPSPEED_SOURCE)."""
+    return "fp16" if framework == "deepspeed" else "tf32"
+
+
+def paper_workload(fit: PublishedFit, model: str = "resnet50", loader: str = "dali", framework: str = "ddp",
+                   path: Path = AACH2023_TABLE2A) -> Workload:
+    """The paper's workload with `framework` on Table 2a's machine (`published_workload` at the
+    framework's `paper_precision`, `calibrated_workload` for the loader)."""
+    published = published_workload(model, loader, path, paper_precision(framework))
+    return replace(calibrated_workload(published, fit, loader), framework=framework)
 
 
 # --- The user's runs ------------------------------------------------------------------------------
@@ -702,22 +751,22 @@ def parse_gpu_counts(text: str, site: Optional[Site] = None) -> List[int]:
     return counts
 
 
-def published_compute_ms(site: Site, model: str, batch: int) -> Optional[float]:
-    """Compute time per step from the published throughput of the site's GPU model, if one is known."""
+def published_compute_ms(site: Site, model: str, batch: int, precision: str = "tf32") -> Optional[float]:
+    """Compute time per step from the published throughput of the site's GPU model at `precision`, if one is known."""
     gpu = next((g for g in PUBLISHED_RESNET50_IMAGES_PER_S if (site.gpu_model or "").startswith(g)), None)
     if gpu is None or model not in MODEL_GFLOPS:
         return None
-    images_per_s = PUBLISHED_RESNET50_IMAGES_PER_S[gpu] * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS[model]
+    images_per_s = PUBLISHED_RESNET50_IMAGES_PER_S[gpu][precision] * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS[model]
     return 1e3 * batch / images_per_s
 
 
 def workload_from_options(model: Optional[str], compute_ms: Optional[float], data_ms: Optional[float],
                           batch: Optional[int], from_run: Optional[Path],
-                          site: Optional[Site] = None) -> Tuple[str, Workload, str]:
+                          site: Optional[Site] = None, precision: str = "tf32") -> Tuple[str, Workload, str]:
     """The model name, the workload and where its compute time comes from.
 
     `--from-run` fills what the flags leave out; without either, the published throughput of the
-    site's GPU model (batch 64 unless given)."""
+    site's GPU model at `precision` (batch 64 unless given)."""
     if model is not None and model not in MODEL_PARAMS_M:
         raise DlaunchError("--model: unknown model %r (known: %s)" % (model, ", ".join(sorted(MODEL_PARAMS_M))))
     if batch is not None and batch < 1:
@@ -752,8 +801,9 @@ def workload_from_options(model: Optional[str], compute_ms: Optional[float], dat
                        % (run.key.site, site.name))
     if compute_ms is None and model is not None and site is not None:
         batch = batch or DEFAULT_BATCH
-        compute_ms = published_compute_ms(site, model, batch)
-        source = "published %s throughput (NVIDIA DeepLearningExamples, TF32), scaled by model FLOPs" % site.gpu_model
+        compute_ms = published_compute_ms(site, model, batch, precision)
+        source = ("published %s throughput (NVIDIA DeepLearningExamples, %s), scaled by model FLOPs"
+                  % (site.gpu_model, "TF32" if precision == "tf32" else "mixed precision"))
     if model is None:
         raise DlaunchError("--model is needed unless --from-run names a profiled run (known: %s)" % ", ".join(sorted(MODEL_PARAMS_M)))
     if compute_ms is None:
@@ -891,8 +941,18 @@ def check_summary(predictions: Sequence[Prediction], checks: Dict[int, PaperChec
     return lines
 
 
+def _paper_assumptions(framework: str, calibrated: Optional[str], precision: Optional[str], zero_stage: Optional[int],
+                       measured_compute: bool) -> List[str]:
+    """What `--calibrated` assumes about the paper's DeepSpeed runs where the flags leave it open."""
+    if calibrated is None or framework != "deepspeed":
+        return []
+    return ((["fp16 (compute from the published mixed-precision figure)"] if precision is None and not measured_compute else [])
+            + (["ZeRO stage 0"] if zero_stage is None else []))
+
+
 MODELLED = image_frameworks("torch")  # DDP buckets, Horovod fusion, DeepSpeed ZeRO
 Framework = Annotated[Literal[MODELLED], typer.Option(help="Framework: how gradients travel (DDP buckets, Horovod fusion, DeepSpeed ZeRO).")]
+Precision = Annotated[Optional[Literal[PRECISIONS]], typer.Option(help="Precision of the published compute time: tf32 (default) or fp16 (mixed precision). With --calibrated, DeepSpeed assumes fp16 as the paper's runs (printed). Not with a measured compute time.")]
 
 
 def predict_command(
@@ -903,10 +963,11 @@ def predict_command(
     data_ms: Annotated[Optional[float], typer.Option(parser=finite_number(), help="Measured time waiting for data per step (ms); default 0 (the loader keeps up).")] = None,
     batch: Annotated[Optional[int], typer.Option(help="Batch per GPU the compute time was measured with.")] = None,
     framework: Framework = "ddp",
-    zero_stage: Annotated[int, typer.Option(min=0, max=2, help="DeepSpeed ZeRO stage (0: all-reduce; 1, 2: reduce-scatter + all-gather).")] = 0,
+    zero_stage: Annotated[Optional[int], typer.Option(min=0, max=2, help="DeepSpeed ZeRO stage (0: all-reduce; 1, 2: reduce-scatter + all-gather). Default 0.")] = None,
+    precision: Precision = None,
     from_run: Annotated[Optional[Path], typer.Option(help="Run directory or metrics file with a profile record (the workload only).")] = None,
     from_runs: Annotated[Optional[List[Path]], typer.Option(help="Calibrate machine and workload on your own small sweep: run directories or a sweep folder (repeat the flag), >= 2 GPU counts, each run made with --profile-steps N (e.g. `dlaunch sweep --nodes 1,2,4 --steps 60 --warmup-steps 10 --profile-steps 20`). Prints each run's leave-one-out error of step time and profiled comm share.")] = None,
-    calibrated: Annotated[Optional[str], typer.Option(help="Machine fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs: 'dali' (loader keeps up) or 'native' (adds the native loader's fitted data wait unless --data-ms is given, and the file system's images/s fitted on the paper's E_G statements unless --storage-images-per-s or the site's [storage] gives one). On JUWELS Booster, ResNet-50, batch 64, shows the paper's values beside the model's.")] = None,
+    calibrated: Annotated[Optional[str], typer.Option(help="Machine fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs: 'dali' (loader keeps up) or 'native' (adds the native loader's fitted data wait unless --data-ms is given, and the file system's images/s fitted on the paper's E_G statements unless --storage-images-per-s or the site's [storage] gives one; a GPU faster than the loader's 8 workers waits for them). On JUWELS Booster, ResNet-50, batch 64, shows the paper's values beside the model's.")] = None,
     storage_images_per_s: Annotated[Optional[float], typer.Option(parser=finite_number(), help="Images/s the site's shared file system sustains for a loader that reads every sample as a file (native): p GPUs cannot step faster than p * batch / this. Default: the site's [storage] loader_images_per_s, else no ceiling (unknown).")] = None,
 ) -> None:
     """Predict step time, throughput, E_G and NCCL kernel share over GPU counts (NCCL ring/tree cost model, buckets, stragglers)."""
@@ -919,6 +980,12 @@ def predict_command(
 
     if storage_images_per_s is not None and not storage_images_per_s > 0:
         raise DlaunchError("--storage-images-per-s: must be positive (got %r)" % storage_images_per_s)
+    measured_compute = compute_ms is not None or from_run is not None or bool(from_runs)
+    if precision is not None and measured_compute:
+        raise DlaunchError("--precision: chooses the published compute time; a measured one (--compute-ms, --from-run, "
+                           "--from-runs) has its own precision")
+    assumed = _paper_assumptions(framework, calibrated, precision, zero_stage, measured_compute)
+    precision = precision or (paper_precision(framework) if calibrated is not None else "tf32")
     left_out: List[LeftOut] = []
     checks: Optional[Dict[int, PaperCheck]] = None
     storage_source = "--storage-images-per-s" if storage_images_per_s is not None else None
@@ -933,7 +1000,7 @@ def predict_command(
         if machine is None:
             raise DlaunchError("--site: site %s has no [network] section (latency_us, bandwidth_gbps_per_node); "
                                "add one or calibrate with --from-runs" % profile.name)
-        model_name, workload, source = workload_from_options(model, compute_ms, data_ms, batch, from_run, profile)
+        model_name, workload, source = workload_from_options(model, compute_ms, data_ms, batch, from_run, profile, precision)
         machine_source = "nominal (site profile), no timing noise"
         basis = lambda gpus: "nominal"  # noqa: E731
         if calibrated is not None:
@@ -956,12 +1023,15 @@ def predict_command(
             if (published and model_name == "resnet50" and workload.batch == DEFAULT_BATCH and data_ms is None
                     and counts[0] == AACH2023_REFERENCE_GPUS and _paper_machine(profile)):
                 checks = paper_checks(model_name, calibrated, framework, counts)
-    workload = replace(workload, framework=framework, zero_stage=zero_stage if framework == "deepspeed" else 0)
+    workload = replace(workload, framework=framework, zero_stage=(zero_stage or 0) if framework == "deepspeed" else 0)
     if storage_images_per_s is None and profile.storage is not None:  # the site's [storage] fact
         storage_images_per_s, storage_source = profile.storage.loader_images_per_s, "site profile [storage]"
     machine = replace(machine, storage_images_per_s=storage_images_per_s)
     storage = ("no ceiling" if not (workload.reads_files and machine.storage_images_per_s)
                else "%.0f images/s for a loader reading files (%s)" % (machine.storage_images_per_s, storage_source))
+    if calibrated == "native" and data_ms is None and from_run is None:
+        storage += ("; the native loader's CPU %.0f images/s per GPU (%d workers x %.0f, measured)"
+                    % (native_loader_images_per_s(), NATIVE_WORKERS, NATIVE_WORKER_IMAGES_PER_S))
     if left_out:
         console.print(fit_table("", LOO_HEADERS, loo_rows(left_out), console.width, leave_out=["comm %", "step ms"]))
         say(loo_summary(left_out))
@@ -972,6 +1042,8 @@ def predict_command(
            1e3 * workload.data_s, 1e3 * workload.other_s, workload.batch, machine_source, machine.latency_us,
            machine.bandwidth_gbps_per_node, machine.gpus_per_node, machine.intra_node_gbps, machine.noise_s,
            machine.beside_compute, storage, source))
+    if assumed:
+        say("assumption about Aach et al.'s DeepSpeed runs (%s): %s" % (PAPER_DEEPSPEED_SOURCE, ", ".join(assumed)))
     predictions = predict(workload, machine, counts)
     profiled = bool(from_runs)
     console.print(fit_table("", prediction_headers(profiled, checks),
