@@ -421,3 +421,12 @@ def test_a_path_argument_longer_than_the_file_system_takes_is_an_error_naming_it
     """Found by tests/test_boundary_properties.py: Path.exists() raises for a name over NAME_MAX."""
     line = error_line(box.run(*command[:1], "x" * 300, *command[1:]))
     assert "x" * 300 in line or "xxxx" in line
+
+
+def test_a_plan_whose_request_lacks_trainer_options_resumes_with_none(box):
+    """Found by tests/test_boundary_properties.py: the stored request's default for `trainer` was a tuple."""
+    run = write_run(box.work)
+    plan = json.loads((run / "plan.json").read_text())
+    del plan["request"]["trainer"]
+    (run / "plan.json").write_text(json.dumps(plan))
+    kept_promises(box.run("run", "--resume", run, "--dry-run"), codes=(0,))
