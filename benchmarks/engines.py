@@ -6,7 +6,8 @@ images/s of the same model, batch and steps with 2 worker processes on this mach
       [--steps 30] [--warmup-steps 5] [--threads 1] [--repeats 1] [--modes ddp,tf-allreduce,...]
 
 Every mode is a real trainer run: `ddp` through torchrun, the task-per-worker modes as one process per
-task (coordinator and server tasks beside the 2 workers, as srun would start them; train/engines.py).
+task (coordinator and server tasks beside the 2 workers, as srun would start them; the local scheduler's
+step, launcher/schedulers/local.py).
 images/s is the trainer's own whole-job figure (after the warm-up steps) from its metrics file; with
 --repeats > 1 runs are interleaved and the fastest counts (other processes share the machine).
 Coordinator and server processes share the same CPUs as the workers: on one machine a parameter
@@ -29,14 +30,13 @@ from benchlib import save_results  # noqa: E402
 
 from launcher.analysis.scaling import read_published_row  # noqa: E402
 from launcher.paths import PUBLISHED_DIR  # noqa: E402
-from train.engines import run_local_step  # noqa: E402
-from train.framework_table import FRAMEWORKS, TASK_PER_WORKER  # noqa: E402
+from launcher.schedulers.local import run_step  # noqa: E402
+from train.framework_table import FRAMEWORKS  # noqa: E402
 from train.metrics_schema import read_metrics  # noqa: E402
 
 WORKERS = 2
 PYTHONS = {"tensorflow": os.path.join(ROOT, ".venv-tf", "bin", "python"),
            "mxnet": os.path.join(ROOT, ".venv-mx", "bin", "python"), "torch": sys.executable}
-ROWS = dict(FRAMEWORKS, **TASK_PER_WORKER)
 MODES = ("ddp", "tf-allreduce", "mx-allreduce", "torch-ps-sync", "mx-ps-sync", "tf-ps-async", "torch-ps-async",
          "mx-ps-async")
 # Seed 003's published ratios (data/published/cpu_ps_ratios.csv, row `comparison`), and the pair of our
@@ -50,23 +50,23 @@ SEED_RATIOS = (
 
 def run_mode(mode: str, args: List[str], timeout: float) -> Optional[float]:
     """images/s of one run (None, with the reason printed, when it failed)."""
-    row = ROWS[mode]
+    row = FRAMEWORKS[mode]
     python = PYTHONS[row.engine]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     for name in ("WORLD_SIZE", "RANK", "MASTER_PORT", "TF_CONFIG"):
         env.pop(name, None)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, open(os.path.join(tmp, "output"), "w+") as output:
         metrics = os.path.join(tmp, "metrics.jsonl")
         flags = ["--framework", mode] + args + ["--metrics", metrics]
         if row.launch == "task-per-worker":
-            results = run_local_step([python, "-m", row.entry] + flags,
-                                     WORKERS + row.coordinators + row.servers_per_node, env, ROOT, timeout)
+            codes = run_step([python, "-m", row.entry] + flags, WORKERS + row.coordinators + row.servers_per_node,
+                             env, output, ROOT, timeout)
         else:
-            results = run_local_step([python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                                      str(WORKERS), "-m", "train"] + flags, 1, env, ROOT, timeout)
-        failed = [(task, out) for task, (code, out) in enumerate(results) if code != 0]
-        if failed:
-            print("%s: task %d failed:\n%s" % (mode, failed[0][0], failed[0][1][-2000:]), file=sys.stderr)
+            codes = run_step([python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                              str(WORKERS), "-m", "train"] + flags, 1, env, output, ROOT, timeout)
+        if any(codes):
+            output.seek(0)
+            print("%s: exit codes %s:\n%s" % (mode, codes, output.read()[-2000:]), file=sys.stderr)
             return None
         epochs = read_metrics(metrics).epochs
         images = sum(e["images"] for e in epochs)
@@ -87,7 +87,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--timeout", type=float, default=900)
     a = p.parse_args(argv)
     modes = [m for m in a.modes.split(",") if m]
-    unknown = [m for m in modes if m not in ROWS]
+    unknown = [m for m in modes if m not in FRAMEWORKS]
     if unknown:
         p.error("--modes: unknown %s" % ", ".join(unknown))
     args = ["--model", a.model, "--image-size", str(a.image_size), "--num-classes", "10", "--batch-size",
@@ -107,7 +107,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for column in ("mode", "engine", "architecture", "sync", "images/s"):
         table.add_column(column, justify="right" if column == "images/s" else "left")
     for mode in modes:
-        row = ROWS[mode]
+        row = FRAMEWORKS[mode]
         table.add_row(mode, row.engine, row.architecture, "sync" if row.synchronous else "async",
                       "failed" if best[mode] is None else "%.1f" % best[mode])
     console.print(table)

@@ -1,6 +1,7 @@
 # Container images (included by the top-level Makefile). Run from the repository root:
 #   make image-ddp | image-horovod | image-deepspeed [STACK=paper|current|cpu|rocm]   one image
-#   make images [STACK=...]                                                           all three
+#   make images [STACK=...]                                                           all of them
+# (one image per image group of the framework table, train/framework_table.py's image_groups())
 #   make rootfs-ddp STACK=cpu     without Apptainer: a debootstrap recipe into an unpacked root file
 #                                 system (Charliecloud's image format), scripts/build-rootfs.py
 # Output: $(IMAGES_DIR)/<stack>-<framework>-<arch>.sif (rootfs-*: the same name without .sif, a link to
@@ -16,7 +17,7 @@ APPTAINER_BUILD_FLAGS ?= --fakeroot
 ROOTFS_PYTHON ?= $(or $(wildcard .venv/bin/python),python3)
 # The commit, "-dirty" with uncommitted changes; "unknown" outside a git checkout (e.g. a source archive).
 GIT_REVISION ?= $(shell rev=$$(git rev-parse --verify -q HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null && echo "$$rev" || echo "$$rev-dirty"; } || echo unknown)
-IMAGE_FRAMEWORKS := ddp horovod deepspeed
+IMAGE_FRAMEWORKS := $(shell python3 -c 'import train.framework_table as t; print(*t.image_groups())')
 IMAGE_TARGETS := $(addprefix image-,$(IMAGE_FRAMEWORKS))
 ROOTFS_TARGETS := $(addprefix rootfs-,$(IMAGE_FRAMEWORKS))
 IMAGE_STACKS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard containers/*/*.def)))))
@@ -24,7 +25,7 @@ CHECK_STACK = @$(if $(and $(filter 1,$(words $(STACK))),$(filter $(STACK),$(IMAG
 
 .PHONY: images $(IMAGE_TARGETS) $(ROOTFS_TARGETS)
 
-## images: build the ddp, horovod and deepspeed images of STACK (default: current)
+## images: build every image of STACK (default: current): $(IMAGE_FRAMEWORKS)
 images: $(IMAGE_TARGETS)
 
 ## image-<framework>: build images/$(STACK)-<framework>-<arch>.sif (needs apptainer or singularity)

@@ -19,14 +19,17 @@ from typing import Annotated, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import typer
 
-from launcher.cli import Account, Framework, Image, Partition, complete_site, out, prepare
-from launcher.errors import DlaunchError
+from launcher.errors import DlaunchError, SchedulerError
 from launcher.jobs.imagepaths import version_tuple
-from launcher.jobs.request import LaunchRequest
 from launcher.jobs.launchers import VISIBLE_DEVICES
-from launcher.schedulers import scheduler_for
+from launcher.jobs.request import LaunchRequest, check_framework
+from launcher.runs import service
+from launcher.runtimes import Runtime
+from launcher.schedulers import registration, scheduler_for
 from launcher.jobs.sites import Site, resolve_site
 from launcher.tables import fit_table
+from launcher.terminal import Account, Framework, Image, Partition, complete_site, out
+from train.framework_table import image_group
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 COMMAND_TIMEOUT_S = 30
@@ -87,9 +90,9 @@ def allocation_hosts(site: Site, environ: Mapping[str, str]) -> List[str]:
 
 
 def where(site: Site, environ: Mapping[str, str]) -> Node:
-    """A local site's node is this machine; a batch site's only inside the allocation, on one of its hosts
-    (an `salloc` shell on the login node is not)."""
-    if site.scheduler.kind == "local":
+    """A foreground site's node is this machine; a batch site's only inside the allocation, on one of its
+    hosts (an `salloc` shell on the login node is not)."""
+    if registration(site.scheduler.kind).foreground:
         return Node((), on_node=True, first=True)
     hosts = allocation_hosts(site, environ)
     here = short(socket.gethostname())
@@ -191,69 +194,49 @@ def check_controller(site: Site) -> Check:
     return Check(name, PASS, said)
 
 
-# What `sbatch --test-only`'s refusal names, and what to do about it (first match wins).
-REFUSALS = (
-    ("account", "pass --account that `sacctmgr show assoc user=$USER` lists (or set the profile's account_env variable)"),
-    ("qos", "the partition row's qos is not one the account may use: fix the row or pass --partition"),
-    ("partition", "fix the profile's partition names (`sinfo -s` lists the site's) or pass --partition"),
-    ("time limit", "the partition row's max_time is above the site's limit: lower it in the profile"),
-    ("node count", "the job's node count is outside the partition's limits: fix the row's min_nodes/max_nodes"),
-    ("node configuration", "the job asks a node for more CPUs, GPUs or features than it has: fix cores_per_node, "
-                           "threads_per_core, gpus_per_node or the directives"),
-    ("feature", "a --constraint of the profile's directives names a feature the nodes lack"),
-)
-
-
 def check_submission(site: Site, site_arg: str, partition: Optional[str], account: Optional[str], image: Optional[str],
                      controller_up: bool = True) -> Check:
-    """`sbatch --test-only` of the job script `dlaunch run` would submit for one node: Slurm validates its
-    account, partition, QOS and options without submitting anything."""
+    """The batch system's test-only submission of the job script `dlaunch run` would submit for one node
+    (Slurm: `sbatch --test-only`): it validates the account, partition, QOS and options, submits nothing."""
     name = "account and partition"
-    if site.scheduler.kind != "slurm":
-        return Check(name, SKIP, "%s site" % site.scheduler.kind,
-                     "PBS has no test-only submission; `qsub` checks the queue at submission" if site.scheduler.kind == "pbs" else "no scheduler")
-    if shutil.which("sbatch") is None:
-        return Check(name, SKIP, "no sbatch here", "run doctor where sbatch is")
+    kind = site.scheduler.kind
+    scheduler = scheduler_for(kind)
+    if registration(kind).foreground:
+        return Check(name, SKIP, "%s site" % kind, "no scheduler")
+    if scheduler.no_test_submission:
+        return Check(name, SKIP, "%s site" % kind, scheduler.no_test_submission)
     if not controller_up:
         return Check(name, SKIP, "the controller does not answer", "checked once `scheduler controller` passes")
     with tempfile.TemporaryDirectory(prefix="dlaunch-doctor-") as scratch:
         request = LaunchRequest(site=site_arg, nodes=1, partition=partition, account=account, image=image,
                                 time="00:10:00", experiment="doctor", run_name="doctor")
         try:
-            script = prepare(request, run_dir=Path(scratch) / "run")[2]
+            script = service.prepare(request, run_dir=Path(scratch) / "run", require_image=False).script
         except DlaunchError as e:
             return Check(name, FAIL, str(e), "give the flag or set the variable it names")
         path = Path(scratch) / "job.sh"
         path.write_text(script, encoding="utf-8")
         try:
-            tested = subprocess.run(["sbatch", "--test-only", str(path)], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return Check(name, FAIL, "sbatch --test-only: no answer within %d s" % COMMAND_TIMEOUT_S, "the controller is slow or gone: run doctor again")
-    said = " ".join((tested.stderr + tested.stdout).split()).replace("sbatch: ", "")
-    chosen = " ".join(line.split(None, 1)[1] for line in script.splitlines()
-                      if line.startswith(("#SBATCH --account", "#SBATCH --partition", "#SBATCH --qos"))) or "no account or partition"
-    if tested.returncode != 0:
-        fix = next((fix for word, fix in REFUSALS if word in said.lower()),
-                   "pass --account/--partition that `sacctmgr show assoc user=$USER` lists, or fix the profile's partitions")
-        return Check(name, FAIL, "%s: %s" % (chosen, said), fix)
-    return Check(name, PASS, "%s: sbatch --test-only accepted (%s)" % (chosen, said))
+            checked = scheduler.check_script(path)
+        except SchedulerError as e:
+            return Check(name, SKIP, str(e), "run doctor where the %s commands are" % scheduler.label)
+    return Check(name, PASS if checked.accepted else FAIL, checked.found, checked.fix)
 
 
 def check_mpi_plugin(site: Site) -> Check:
-    """The profile's `mpi_plugin` is one `srun --mpi=list` offers (no allocation needed)."""
+    """The profile's `mpi_plugin` is one the scheduler offers (Slurm: `srun --mpi=list`, no allocation needed)."""
     name = "MPI plugin"
     plugin = getattr(site.scheduler, "mpi_plugin", None)
-    if site.scheduler.kind != "slurm" or not plugin:
-        return Check(name, SKIP, "no mpi_plugin in the profile", "only Slurm's srun --mpi is checked")
-    if shutil.which("srun") is None:
-        return Check(name, SKIP, "no srun here", "run doctor where srun is")
-    listed = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
-    # One plugin per line, indented (older Slurm: prefixed `srun: `); headers are sentences.
-    words = [line.replace("srun: ", "").strip() for line in (listed.stdout + listed.stderr).splitlines()]
-    offered = [word for word in words if re.fullmatch(r"[a-z][a-z0-9_]*", word)]
+    scheduler = scheduler_for(site.scheduler.kind)
+    if not plugin:
+        return Check(name, SKIP, "no mpi_plugin in the profile", "the profile leaves the MPI wiring to the scheduler")
+    try:
+        offered = scheduler.mpi_plugins()
+    except SchedulerError as e:
+        return Check(name, SKIP, str(e), "run doctor where the %s commands are" % scheduler.label)
     if plugin in offered:
-        return Check(name, PASS, "srun --mpi=%s (offered: %s)" % (plugin, ", ".join(offered)))
-    return Check(name, FAIL, "srun --mpi=list offers %s, not %s" % (", ".join(offered) or "nothing", plugin),
+        return Check(name, PASS, "%s (offered: %s)" % (plugin, ", ".join(offered)))
+    return Check(name, FAIL, "%s offers %s, not %s" % (scheduler.label, ", ".join(offered) or "nothing", plugin),
                  "set [scheduler] mpi_plugin to one of them (containers: the one the image's MPI speaks)")
 
 
@@ -331,19 +314,21 @@ def check_gpus(site: Site, node: Node, framework: str, environ: Mapping[str, str
 
 
 def check_runtime(site: Site) -> Check:
-    kind = site.container.kind
-    if kind == "none":
+    runtime = site.container
+    kind = runtime.kind
+    if not runtime.containerized:
         return Check("container runtime", SKIP, "no container", "the site runs without one")
-    binary = site.container.binary
+    binary = runtime.binary
     path = shutil.which(binary)
     if path is None:
         return Check("container runtime", FAIL, "%s: no %s on PATH" % (kind, binary),
                      "load the module that provides %s (the profile loads: %s)" % (binary, " ".join(site.modules) or "none"))
-    if kind == "pyxis":
-        option = "--environment" if site.container.environment else "--container-image"
+    option = runtime.required_option
+    if option:
         helped = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
         if option not in helped.stdout:
-            return Check("container runtime", FAIL, "srun has no %s option" % option, "the pyxis SPANK plugin is not loaded on this host")
+            return Check("container runtime", FAIL, "%s has no %s option" % (binary, option),
+                         "the plugin %s needs is not loaded on this host" % kind)
     return Check("container runtime", PASS, "%s: %s" % (kind, path))
 
 
@@ -389,17 +374,17 @@ def sif_arch(path: Path) -> str:
     return SIF_ARCHES.get(head[45:47], "SIF code %s" % head[45:47].decode(errors="replace"))
 
 
-def image_arch(image_kind: str, image: str) -> Optional[str]:
+def image_arch(runtime: Runtime, image: str) -> Optional[str]:
     """The image's CPU architecture; None where it cannot be read here (a squashfs or EDF file)."""
-    if image_kind == "dir":
+    if runtime.image_kind == "dir":
         return elf_machine(resolve_in_root(Path(image), "/bin/sh"))
     if image.endswith(".sif"):
         return sif_arch(Path(image))
-    if image_kind == "name":
-        shown = subprocess.run(["podman-hpc", "image", "inspect", "--format", "{{.Architecture}}", image],
-                               capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    command = runtime.arch_command(image)
+    if command:
+        shown = subprocess.run(list(command), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
         if shown.returncode != 0:
-            raise FileNotFoundError(" ".join(shown.stderr.split()) or "podman-hpc does not know the image")
+            raise FileNotFoundError(" ".join(shown.stderr.split()) or "%s does not know the image" % runtime.binary)
         return ARCH_ALIASES.get(shown.stdout.strip(), shown.stdout.strip())
     return None
 
@@ -407,7 +392,7 @@ def image_arch(image_kind: str, image: str) -> Optional[str]:
 def check_image(site: Site, image: Optional[str], framework: str) -> List[Check]:
     """The image exists and is built for the site's architecture (`image`: checked by the runtime already)."""
     runtime = site.container
-    if runtime.kind == "none":
+    if not runtime.containerized:
         return [Check("image", SKIP, "no container", "the site runs without one")]
     if image is None:
         from launcher.jobs.imagepaths import default_image_for_site
@@ -416,15 +401,15 @@ def check_image(site: Site, image: Optional[str], framework: str) -> List[Check]
             image = default_image_for_site(site, framework)
         except DlaunchError as e:
             return [Check("image", FAIL, str(e), "give --image")]
-    if runtime.image_kind == "name":
-        if shutil.which("podman-hpc") is None:
-            return [Check("image", SKIP, image, "no podman-hpc here to ask for the image")]
+    if runtime.arch_command(image):
+        if shutil.which(runtime.binary) is None:
+            return [Check("image", SKIP, image, "no %s here to ask for the image" % runtime.binary)]
     elif not image.startswith("/"):
         return [Check("image", SKIP, image, "not a file: %s resolves it when the job starts" % runtime.kind)]
     elif runtime.missing(image):
         return [Check("image", FAIL, "%s does not exist" % image, "build it (`dlaunch images` lists them) or give --image")]
     try:
-        arch = image_arch(runtime.image_kind, image)
+        arch = image_arch(runtime, image)
     except (OSError, ValueError) as e:
         return [Check("image", FAIL, "%s: %s" % (image, e), "give --image of a %s image" % runtime.kind)]
     checks = [Check("image", PASS, "%s exists" % image)]
@@ -450,8 +435,8 @@ def check_node_arch(site: Site, node: Node) -> Check:
 def check_rendezvous(site: Site, node: Node) -> Check:
     """The first host's name with the site's suffix resolves; on the first host, to one of its own addresses."""
     name = "rendezvous host"
-    if site.scheduler.kind == "local":
-        return Check(name, SKIP, "local site", "torchrun --standalone needs no host name")
+    if registration(site.scheduler.kind).foreground:
+        return Check(name, SKIP, "%s site" % site.scheduler.kind, "one machine: torchrun --standalone needs no host name")
     if not node.hosts:
         return Check(name, SKIP, "suffix %r" % site.rendezvous_host_suffix, "run inside an allocation (srun dlaunch doctor ...)")
     host = short(node.hosts[0]) + site.rendezvous_host_suffix
@@ -481,9 +466,10 @@ def image_cuda(site: Site, image: Optional[str], framework: str) -> Optional[str
             return images.image_labels(Path(image), binary).get(images.PIN_LABEL_PREFIX + "cuda")
         except (subprocess.CalledProcessError, ValueError, KeyError):
             return None
-    if image is None and site.container.kind != "none":
+    if image is None and site.container.containerized:
         stack = images.load_lock().stacks.get(site.container.stack)
-        return stack.pins(framework).get("cuda") if stack else None
+        group = image_group(framework)
+        return stack.pins(group).get("cuda") if stack and group else None
     return None
 
 
@@ -532,6 +518,7 @@ def doctor_command(
     Run it on the login node, and inside an allocation (`srun -N2 dlaunch doctor --site S`) for the
     node's checks. Exit code 0 when no check fails, 1 when one does, 2 on bad input.
     """
+    check_framework(framework)
     profile = resolve_site(site)
     if partition is not None:
         profile.partition(partition)  # an unknown partition is bad input

@@ -2,7 +2,8 @@
 # The TensorFlow and MXNet trainers' environments (train/tf, train/mx), idempotently:
 #   .venv-tf  tensorflow-cpu + tf-keras (Keras 2: MultiWorkerMirroredStrategy's model.fit fails with Keras 3)
 #   .venv-mx  mxnet 1.9.1 + numpy 1.23.5 (mxnet uses np.bool, removed in numpy 1.24: its own environment)
-#             + Horovod 0.28.1 built against it (gloo, CPU; about 4 minutes once, then from the wheel cache)
+#             + Horovod built against it (gloo, CPU; about 4 minutes once, then from the wheel cache), the
+#               version of the cpu image stack (containers/versions.toml, read through launcher/jobs/horovod_build.py)
 # Horovod 0.28.1 does not build against TensorFlow 2.21 (its xla_mpi_ops.cc includes TF's xla/printer.h,
 # which needs highwayhash/arch_specific.h, a header the tensorflow wheel does not ship).
 # Each gets a .pth file that puts this repository on sys.path, so `python -m train.tf` / `python -m train.mx`
@@ -17,7 +18,6 @@ TF_VENV=${DLAUNCH_VENV_TF:-$ROOT/.venv-tf}
 MX_VENV=${DLAUNCH_VENV_MX:-$ROOT/.venv-mx}
 TF_PINS=(tensorflow-cpu==2.21.0 tf-keras==2.21.0)
 MX_PINS=(mxnet==1.9.1 numpy==1.23.5)
-HOROVOD_VERSION=0.28.1
 HOROVOD_DEPS=(cloudpickle==3.1.2 psutil==7.2.2 pyyaml==6.0.3 packaging==26.3 wheel==0.48.0)
 # Beside, not in, bootstrap.sh's cache: that wheel (same file name) is built against torch.
 MX_WHEELS=${DLAUNCH_WHEEL_CACHE:-$HOME/.cache/dlaunch/wheels}/mxnet-1.9.1
@@ -43,6 +43,9 @@ fi
 if [ "$WHICH" = mx ] || [ "$WHICH" = all ]; then
   make_env "$MX_VENV" "import mxnet, numpy; assert mxnet.__version__ == '1.9.1' and numpy.__version__ == '1.23.5'" "${MX_PINS[@]}"
   if ! "$MX_VENV/bin/python" -c "import horovod.mxnet" 2>/dev/null; then
+    scratch=$(mktemp -d)  # HOROVOD_VERSION: the cpu image stack's (its C++ standard files are not needed here)
+    eval "$("${DLAUNCH_VENV:-$ROOT/.venv}/bin/python" -m launcher.jobs.horovod_build cpu "$scratch")"
+    rm -rf "$scratch"
     "$MX_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${HOROVOD_DEPS[@]}"
     wheel=$(ls "$MX_WHEELS"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n1 || true)
     if [ -z "$wheel" ]; then

@@ -8,7 +8,6 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${DLAUNCH_VENV:-$ROOT/.venv}
 MODE=${1:-run}
 WHEELS=${DLAUNCH_WHEEL_CACHE:-$HOME/.cache/dlaunch/wheels}
-HOROVOD_VERSION=0.28.1
 
 case "$MODE" in run|full) ;; *) echo "bootstrap.sh: unknown mode '$MODE' (run|full)" >&2; exit 2 ;; esac
 
@@ -31,21 +30,20 @@ if [ "$MODE" = run ]; then
 fi
 "${PIP[@]}" -e "$ROOT[train,deepspeed,dali,test]"
 
-# Horovod: built once from its sdist against the installed torch, then reused from the wheel cache.
+# Horovod: built once from its sdist against the installed torch, then reused from the wheel cache. Its pin
+# and build settings (HOROVOD_VERSION, HOROVOD_BUILD_ENV: the C++ standard this torch needs, written into
+# $tmp) are the cpu image stack's in containers/versions.toml: that image reuses this wheel.
+tmp=$(mktemp -d)
+eval "$("$VENV/bin/python" -m launcher.jobs.horovod_build cpu "$tmp")"
 if ! "$VENV/bin/python" -c "import horovod.torch" 2>/dev/null; then
   wheel=$(ls "$WHEELS"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n1 || true)
   if [ -z "$wheel" ]; then
-    tmp=$(mktemp -d)
-    # Horovod's CMake asks for C++14; torch 2.14 needs C++20 (CXXFLAGS' -std= is stripped by its CMake).
-    echo 'set(CMAKE_CXX14_STANDARD_COMPILE_OPTION "-std=c++20")
-set(CMAKE_CXX14_EXTENSION_COMPILE_OPTION "-std=gnu++20")' > "$tmp/cxx20.cmake"
-    echo "set(CMAKE_USER_MAKE_RULES_OVERRIDE_CXX \"$tmp/cxx20.cmake\")" > "$tmp/toolchain.cmake"
     echo "bootstrap.sh: building Horovod $HOROVOD_VERSION (about 6 minutes, once)" >&2
     # A CUDA build of torch makes Horovod's CMake look for the CUDA toolkit (headers only; no GPU ops here).
     cuda=${CUDA_HOME:-/usr/local/cuda}
-    CMAKE_TOOLCHAIN_FILE="$tmp/toolchain.cmake" CUDA_HOME="$cuda" CUDAToolkit_ROOT="$cuda" PATH="$cuda/bin:$PATH" \
-      HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
-      HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 HOROVOD_GPU_OPERATIONS= MAKEFLAGS=-j"$(nproc)" \
+    # shellcheck disable=SC2086  # HOROVOD_BUILD_ENV: NAME=value words
+    env $HOROVOD_BUILD_ENV CUDA_HOME="$cuda" CUDAToolkit_ROOT="$cuda" PATH="$cuda/bin:$PATH" \
+      HOROVOD_GPU_OPERATIONS= MAKEFLAGS=-j"$(nproc)" \
       "$VENV/bin/python" -m pip wheel --quiet --no-build-isolation --no-deps \
       -w "$tmp/dist" "horovod==$HOROVOD_VERSION"
     mkdir -p "$tmp/unpacked" "$WHEELS"
@@ -53,12 +51,12 @@ set(CMAKE_CXX14_EXTENSION_COMPILE_OPTION "-std=gnu++20")' > "$tmp/cxx20.cmake"
     "$VENV/bin/python" -m wheel unpack -d "$tmp/unpacked" "$built"
     find "$tmp/unpacked" -name '*.so' -exec strip --strip-debug {} +
     "$VENV/bin/python" -m wheel pack -d "$WHEELS" "$tmp"/unpacked/horovod-*
-    rm -rf "$tmp"
     wheel=$(ls "$WHEELS"/horovod-"$HOROVOD_VERSION"-*.whl | head -n1)
   fi
   "${PIP[@]}" --no-deps "$wheel"
   "${PIP[@]}" cloudpickle psutil pyyaml packaging
 fi
+rm -rf "$tmp"
 
 if [ "$MODE" = full ]; then
   # After the Horovod wheel: the cpu image installs it from the wheel cache instead of compiling Horovod.

@@ -1,9 +1,5 @@
-"""Scheduler and container-runtime backends: PBS (rendered after PBS Professional's documentation, driven
-through fake qsub/qstat/qdel: PBS cannot run here), pyxis step options, Apptainer's library path,
-architecture- and vendor-aware images, and profiles of the first schema."""
-import json
-import os
-import stat
+"""Scheduler and container-runtime backends (PBS: tests/test_pbs.py): Slurm's states, pyxis step options,
+Apptainer's library path, architecture- and vendor-aware images, and profiles of the first schema."""
 import subprocess
 import tomllib
 from pathlib import Path
@@ -14,7 +10,6 @@ from launcher.cli import main
 from launcher.errors import DlaunchError
 from launcher.jobs.request import LaunchRequest
 from launcher.schedulers import JobState, scheduler_for
-from launcher.schedulers.pbs import Pbs
 from launcher.schedulers.slurm import classify
 from launcher.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
 from test_launcher_fakes import plan_for, script_for
@@ -30,65 +25,7 @@ def lines(script: str):
     return [line.strip().rstrip("\\").strip() for line in script.splitlines()]
 
 
-# -- PBS ---------------------------------------------------------------------------------------------
-
-def test_pbs_script_follows_the_pbs_and_polaris_documentation():
-    """qsub directives (-N, -l select/walltime, -q, -A, -o, -j oe, -r n) and Polaris' mpiexec line."""
-    site = shipped("polaris")
-    ddp = lines(script_for(site, LaunchRequest(site="polaris", framework="ddp", **REQUEST)))
-    assert "#PBS -N exp" in ddp and "#PBS -q %s" % site.partition(None).name in ddp
-    assert any(line.startswith("#PBS -l select=2") for line in ddp)
-    assert "#PBS -l walltime=1:00:00" in ddp and "#PBS -A proj42" in ddp and "#PBS -j oe" in ddp and "#PBS -r n" in ddp
-    assert not any(line.startswith("#SBATCH") or "srun" in line or "SLURM" in line for line in ddp)
-    assert 'MASTER_ADDR="$(cat "$PBS_NODEFILE" | sed -n 1p)"' in ddp
-    per_rank = site.cpus_per_node // site.gpus_per_node
-    # ALCF's DDP: one rank per GPU through mpiexec (the profile's [launch.ddp]), no torchrun
-    assert "mpiexec -n 8 --ppn 4 --depth=%d --cpu-bind depth" % per_rank in " ".join(ddp) and "torchrun" not in " ".join(ddp)
-    per_node = Site.model_validate(dict(site.model_dump(by_alias=True), launch={}))  # the table's torchrun per node
-    torchrun = " ".join(lines(script_for(per_node, LaunchRequest(site="polaris", framework="ddp", **REQUEST))))
-    assert "mpiexec -n 2 --ppn 1 --cpu-bind none" in torchrun
-    assert '"--rdzv_id=$PBS_JOBID"' in torchrun and "--nnodes=2" in torchrun
-    horovod = " ".join(lines(script_for(site, LaunchRequest(site="polaris", framework="horovod", **REQUEST))))
-    assert "mpiexec -n 8 --ppn 4 --depth=%d --cpu-bind depth" % per_rank in horovod
-
-
-def fake_pbs(bin_dir: Path, qstat_json: dict) -> Path:
-    """Fake qsub/qstat/qdel (PBS cannot run here): qsub prints a Polaris-style id, qstat the given JSON."""
-    bin_dir.mkdir(exist_ok=True)
-    log = bin_dir / "calls"
-    scripts = {
-        "qsub": 'echo "qsub $*" >> %s; echo 4711.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov' % log,
-        "qstat": "echo \"qstat $*\" >> %s; cat <<'EOF'\n%s\nEOF" % (log, json.dumps(qstat_json)),
-        "qdel": 'echo "qdel $*" >> %s' % log,
-    }
-    for name, body in scripts.items():
-        path = bin_dir / name
-        path.write_text("#!/bin/bash\n%s\n" % body)
-        path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    return log
-
-
-def test_pbs_submit_state_and_cancel_through_the_protocol(tmp_path):
-    job = "4711.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"
-    log = fake_pbs(tmp_path / "bin", {"Jobs": {job: {"job_state": "F", "Exit_status": 271}}})
-    pbs = Pbs(environ=dict(os.environ, PATH="%s:%s" % (tmp_path / "bin", os.environ["PATH"])))
-    script = tmp_path / "job.sh"
-    script.write_text("#!/bin/bash\n")
-    assert pbs.submit(script, tmp_path).job_id == job
-    state = pbs.jobs([job, "99.gone"])
-    assert state[job].kind is JobState.CANCELLED and state["99.gone"].kind is JobState.GONE
-    pbs.cancel(job)
-    assert log.read_text().splitlines() == ["qsub %s" % script, "qstat -x -f -F json %s 99.gone" % job, "qdel %s" % job]
-
-
-@pytest.mark.parametrize("letter, exit_status, meaning", [
-    ("Q", None, JobState.PENDING), ("R", None, JobState.RUNNING), ("E", None, JobState.COMPLETING),
-    ("F", 0, JobState.COMPLETED), ("F", 1, JobState.FAILED), ("F", 271, JobState.CANCELLED)])
-def test_pbs_states_mean_what_the_reference_guide_says(letter, exit_status, meaning):
-    from launcher.schedulers.pbs import classify as pbs_classify
-
-    assert pbs_classify(letter, exit_status) is meaning
-
+# -- Slurm -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("word, meaning", [("PENDING", JobState.PENDING), ("CANCELLED by 0", JobState.CANCELLED),
                                            ("REQUEUE_HOLD", JobState.REQUEUED), ("NODE_FAIL", JobState.NODE_FAIL),
@@ -272,5 +209,5 @@ def test_engine_modes_that_cannot_run_are_refused_with_the_reason(capsys, monkey
     monkeypatch.setitem(FRAMEWORKS, "mx-allreduce", row)  # a row as the table marks a combination that cannot run
     assert main(["run", "--site", "generic-slurm", "--framework", "mx-allreduce", "--nodes", "2", "--dry-run"]) == 2
     assert "dlaunch: error: --framework mx-allreduce: Horovod does not build against this MXNet" in capsys.readouterr().err
-    assert main(["run", "--site", "local", "--framework", "mx-ps-sync", "--dry-run"]) == 2
-    assert "run it on a Slurm site" in capsys.readouterr().err
+    assert main(["run", "--site", "local", "--framework", "mx-ps-sync", "--dry-run"]) == 0  # the local step starts its tasks
+    assert "exec python -m launcher.schedulers.local --tasks 4 -- python -m train.mx" in capsys.readouterr().out

@@ -5,6 +5,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import importlib.util
@@ -12,13 +13,14 @@ import importlib.util
 import pytest
 
 from launcher.jobs import images
+from train.framework_table import image_groups
 
 REPO = images.REPO
 _spec = importlib.util.spec_from_file_location("build_rootfs", REPO / "scripts" / "build-rootfs.py")
 build_rootfs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(build_rootfs)
 LOCK = images.load_lock()
-CASES = [(stack, fw) for stack in LOCK.stacks for fw in images.FRAMEWORKS]
+CASES = [(stack, fw) for stack in LOCK.stacks for fw in image_groups()]
 IDS = [f"{stack}-{fw}" for stack, fw in CASES]
 REQUIRED_SECTIONS = {"arguments", "files", "labels", "environment", "post", "runscript", "test"}
 
@@ -141,7 +143,7 @@ def test_horovod_gpu_operations_and_cxx_standard_follow_the_lock():
 
 def test_dali_is_imported_only_by_stacks_that_have_it():
     for stack_name, stack in LOCK.stacks.items():
-        for framework in images.FRAMEWORKS:
+        for framework in image_groups():
             test = "\n".join(sections(definition(stack_name, framework))["test"])
             assert ("nvidia.dali" in test) == bool(stack.dali_package), (stack_name, framework)
     assert not LOCK.stacks["rocm"].dali_package and not LOCK.stacks["cpu"].dali_package
@@ -267,6 +269,7 @@ def test_make_without_apptainer_says_so_and_fails(tmp_path):
     bin_dir.mkdir()
     for tool in ("make", "git"):
         (bin_dir / tool).symlink_to(shutil.which(tool))
+    (bin_dir / "python3").symlink_to(os.path.realpath(sys.executable))  # the image targets: train/framework_table.py
     result = _make(["image-horovod"], str(bin_dir), tmp_path)
     assert result.returncode != 0
     assert "neither apptainer nor singularity is on PATH" in result.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from launcher import cli, doctor
+from launcher.runtimes.charliecloud import Charliecloud
 from launcher.schedulers import scheduler_for
 from launcher.jobs.sites import Site, load_site
 
@@ -104,7 +105,7 @@ def test_charliecloud_tree_of_the_host_shell_is_the_host_architecture(tmp_path):
 def test_absolute_links_resolve_inside_the_image_not_on_the_host(tmp_path):
     """Fake aarch64 ELF header: an absolute /usr/bin/dash link must read the image's dash, not the host's."""
     tree = charliecloud_tree(tmp_path / "img", sh_bytes=FAKE_AARCH64_ELF, absolute_link=True)
-    assert doctor.image_arch("dir", str(tree)) == "aarch64"
+    assert doctor.image_arch(Charliecloud(kind="charliecloud"), str(tree)) == "aarch64"
 
 
 def test_a_link_cycle_in_the_image_is_an_error_not_a_hang(tmp_path):

@@ -296,22 +296,25 @@ def test_two_process_run_writes_energy_fields_in_header_epochs_and_end(tmp_path)
     ("", "unavailable: sacct knows no job 4711"),
 ])
 def test_consumed_energy_parses_fake_sacct_output(output, expected):
-    from launcher.runs.energy_accounting import parse_consumed_energy
+    from launcher.schedulers.slurm import parse_consumed_energy
     assert parse_consumed_energy(output, "4711") == expected
 
 
 def test_slurm_job_energy_runs_sacct_and_turns_failures_into_reasons(tmp_path):
-    from launcher.runs.energy_accounting import sacct_command, slurm_job_energy
+    """The Slurm backend's accounting query against fake sacct commands (no accounting database here)."""
+    from launcher.schedulers.slurm import Slurm, sacct_energy_command
 
-    def fake_sacct(argv, **kwargs):
-        assert argv == sacct_command("42") and argv[-1] == "JobID,ConsumedEnergyRaw"
-        return subprocess.CompletedProcess(argv, 0, stdout="42|7200\n", stderr="")
-    assert slurm_job_energy("42", run=fake_sacct) == 7200.0
+    def slurm_with_sacct(body: str) -> Slurm:
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        (folder / "sacct").write_text('#!/bin/bash\necho "$*" > %s/argv\n%s\n' % (folder, body))
+        (folder / "sacct").chmod(0o755)
+        return Slurm(environ=dict(os.environ, PATH="%s:/usr/bin:/bin" % folder))
 
-    def failing_sacct(argv, **kwargs):
-        return subprocess.CompletedProcess(argv, 1, stdout="", stderr="sacct: error: Problem talking to the database\n")
-    assert slurm_job_energy("42", run=failing_sacct) == "unavailable: sacct: sacct: error: Problem talking to the database"
-
-    def no_sacct(argv, **kwargs):
-        raise FileNotFoundError(2, "No such file or directory", "sacct")
-    assert slurm_job_energy("42", run=no_sacct) == "unavailable: no sacct on this machine"
+    working = slurm_with_sacct('echo "42|7200"')
+    assert working.job_energy("42") == 7200.0
+    assert (tmp_path / "0" / "argv").read_text().split() == sacct_energy_command("42")[1:]
+    failing = slurm_with_sacct('echo "sacct: error: Problem talking to the database" >&2; exit 1')
+    assert failing.job_energy("42") == "unavailable: sacct: sacct: error: Problem talking to the database"
+    missing = Slurm(environ=dict(os.environ, PATH=str(tmp_path / "empty")))
+    assert missing.job_energy("42").startswith("unavailable: sacct: command not found")

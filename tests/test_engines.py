@@ -1,62 +1,75 @@
 """The TensorFlow, MXNet and PyTorch parameter-server trainers as real multi-process jobs on this machine.
 
-Every mode runs 2 workers plus the coordinator and server tasks its row asks for, one process per task
-with the neutral variables one node of a job step gives it (train/jobenv.py: DLAUNCH_TASK_ID,
-DLAUNCH_NTASKS, DLAUNCH_TASKS_PER_NODE, DLAUNCH_NODELIST=localhost; Slurm itself:
-tests/test_slurm_engines.py). The
-TensorFlow and MXNet runs use their own environments (scripts/bootstrap-engines.sh) and are skipped,
-saying so, where those are missing.
+Every mode runs as `dlaunch run --site local --gpus 2 --framework MODE`: 2 workers plus the coordinator
+and server tasks its row asks for, one process per task, started by the local scheduler's step with the
+neutral variables of train/jobenv.py (DLAUNCH_TASK_ID, DLAUNCH_NTASKS, ...; Slurm itself:
+tests/test_slurm_engines.py). The TensorFlow and MXNet runs use their own environments
+(scripts/bootstrap-engines.sh), named in the local profile's `interpreters`, and are skipped, saying
+so, where those are missing.
 """
+import json
 import os
 import subprocess
 import sys
-from typing import List, Tuple
+from pathlib import Path
+from typing import List
 
 import pytest
 
 from train.config import ConfigError
-from train.engines import engine_config, local_task_env, run_local_step, task_layout
-from train.framework_table import TASK_PER_WORKER
+from launcher.jobs.sites import SHIPPED_SITES_DIR
+from train.engines import engine_config, task_layout
+from train.framework_table import task_per_worker
 from train.jobenv import expand_tasks_per_node, step_environment
 from train.metrics_schema import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHONS = {"tensorflow": os.path.join(REPO, ".venv-tf", "bin", "python"),
            "mxnet": os.path.join(REPO, ".venv-mx", "bin", "python"), "torch": sys.executable}
-RUNNABLE = [name for name, row in TASK_PER_WORKER.items() if not row.refused]
+RUNNABLE = [name for name, row in task_per_worker().items() if not row.refused]
 SYNC_MODES = ["tf-allreduce", "mx-ps-sync", "torch-ps-sync"]  # one per engine
 TINY = ["--model", "resnet44", "--image-size", "32", "--num-classes", "10", "--batch-size", "8", "--threads", "1",
         "--device", "cpu", "--workers", "1", "--warmup-steps", "2", "--steps-per-epoch", "6", "--steps", "12"]
 
 
 def python_for(mode: str) -> str:
-    python = PYTHONS[TASK_PER_WORKER[mode].engine]
+    python = PYTHONS[task_per_worker()[mode].engine]
     if not os.path.exists(python):
         pytest.skip("%s is missing: run scripts/bootstrap-engines.sh" % python)
     return python
 
 
-def run_job(mode: str, args: List[str], workers: int = 2, timeout: float = 600) -> List[Tuple[int, str]]:
-    """Every task of a one-node step of `mode`; (exit code, output) per task id."""
-    row = TASK_PER_WORKER[mode]
+def local_site(folder: Path) -> Path:
+    """The shipped local profile with the engines' interpreters."""
+    site = folder / "local-engines.toml"
+    interpreters = "interpreters = { tensorflow = %s, mxnet = %s }\n" % (json.dumps(PYTHONS["tensorflow"]), json.dumps(PYTHONS["mxnet"]))
+    profile = (SHIPPED_SITES_DIR / "local.toml").read_text()
+    site.write_text(profile.replace("\n[scheduler]", "\n%s\n[scheduler]" % interpreters, 1))
+    return site
+
+
+def run_job(mode: str, args: List[str], folder: Path, timeout: float = 600) -> Path:
+    """`dlaunch run --site local --gpus 2 --framework MODE ARGS` (asserting that it ends ok); its metrics file."""
+    python_for(mode)
     env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
     for name in ("WORLD_SIZE", "RANK", "MASTER_PORT", "TF_CONFIG"):
         env.pop(name, None)
-    return run_local_step([python_for(mode), "-m", row.entry, "--framework", mode] + args,
-                          workers + row.coordinators + row.servers_per_node, env, REPO, timeout)
-
-
-def assert_all_ok(results: List[Tuple[int, str]]) -> None:
-    for task, (code, out) in enumerate(results):
-        assert code == 0, "task %d exited %d:\n%s" % (task, code, out[-4000:])
-
-
-# -- roles from the allocation (no engine needed) ------------------------------------------------
+    ran = subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--site", str(local_site(folder)), "--gpus", "2",
+                          "--framework", mode, "--output", str(folder / "runs"), "--experiment", "engines",
+                          "--run-name", mode] + args, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
+    assert ran.returncode == 0, ran.stdout[-6000:] + ran.stderr[-2000:]
+    return folder / "runs" / "engines" / mode / "metrics.jsonl"
 
 
 def task_env(task: int, ntasks: int, **more: str) -> dict:
     """A task's neutral variables (local and node ids do not matter to the layout)."""
     return dict(step_environment(task, ntasks, 0, 0), **more)
+
+
+ONE_NODE = {"DLAUNCH_NODELIST": "localhost"}
+
+
+# -- roles from the allocation (no engine needed) ------------------------------------------------
 
 
 def test_tasks_per_node_forms_expand():
@@ -96,18 +109,18 @@ def test_layout_errors_name_the_variable():
 ])
 def test_modes_that_cannot_run_are_refused_with_their_reason(mode, engine, message):
     with pytest.raises(ConfigError, match=message):
-        engine_config(["--framework", mode], engine, local_task_env(0, 3, 29600))
+        engine_config(["--framework", mode], engine, task_env(0, 3, **ONE_NODE))
 
 
 @pytest.mark.parametrize("flag", [["--checkpoint-dir", "/tmp/x"], ["--model", "resnet18"], ["--amp", "bf16"]])
 def test_flags_the_tensorflow_trainer_lacks_are_refused(flag):
     with pytest.raises(ConfigError, match=flag[0]):
-        engine_config(["--framework", "tf-allreduce"] + flag, "tensorflow", local_task_env(0, 2, 29600))
+        engine_config(["--framework", "tf-allreduce"] + flag, "tensorflow", task_env(0, 2, **ONE_NODE))
 
 
 def test_wrong_mode_exits_2_with_one_line_before_importing_tensorflow():
     ran = subprocess.run([sys.executable, "-m", "train.tf", "--framework", "mx-ps-sync"], cwd=REPO,
-                         env=dict(os.environ, PYTHONPATH=REPO, **local_task_env(0, 3, 29600)),
+                         env=dict(os.environ, PYTHONPATH=REPO, **task_env(0, 3, **ONE_NODE)),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
     assert ran.returncode == 2
     assert ran.stderr.count("\n") == 1 and "not a tensorflow mode" in ran.stderr
@@ -128,10 +141,9 @@ def test_mxnet_roles_become_ps_lite_variables():
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", RUNNABLE)
 def test_each_mode_completes_with_valid_metrics_and_records_its_architecture(mode, tmp_path):
-    metrics_path = str(tmp_path / "metrics.jsonl")
-    assert_all_ok(run_job(mode, TINY + ["--metrics", metrics_path]))
-    metrics = read_metrics(metrics_path)  # validates every record
-    row = TASK_PER_WORKER[mode]
+    """`dlaunch run --site local --gpus 2 --framework MODE` ends ok for every engine mode."""
+    metrics = read_metrics(str(run_job(mode, TINY, tmp_path)))  # validates every record
+    row = task_per_worker()[mode]
     header, settings = metrics.header, metrics.header["framework_settings"]
     assert metrics.status == "ok" and len(metrics.epochs) == 2
     assert header["framework"] == mode and header["world_size"] == 2 and header["global_batch"] == 16
@@ -151,11 +163,9 @@ def test_each_mode_completes_with_valid_metrics_and_records_its_architecture(mod
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["tf-allreduce", "mx-ps-sync"])
 def test_resnet50_trains_in_the_engine(mode, tmp_path):
-    metrics_path = str(tmp_path / "metrics.jsonl")
     args = ["--model", "resnet50", "--image-size", "32", "--num-classes", "10", "--batch-size", "2", "--threads", "1",
-            "--warmup-steps", "1", "--steps-per-epoch", "2", "--steps", "2", "--metrics", metrics_path]
-    assert_all_ok(run_job(mode, args))
-    metrics = read_metrics(metrics_path)
+            "--device", "cpu", "--warmup-steps", "1", "--steps-per-epoch", "2", "--steps", "2"]
+    metrics = read_metrics(str(run_job(mode, args, tmp_path)))
     assert metrics.status == "ok" and metrics.header["model"] == "resnet50"
 
 
@@ -170,12 +180,10 @@ def digits(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", SYNC_MODES)
 def test_two_worker_synchronous_run_learns_digits(mode, digits, tmp_path):
-    metrics_path = str(tmp_path / "metrics.jsonl")
     args = ["--model", "resnet44", "--image-size", "32", "--data", digits, "--batch-size", "32", "--epochs", "4",
             "--lr", "0.05", "--warmup-epochs", "0", "--schedule", "exponential", "--gamma", "0.8",
-            "--label-smoothing", "0", "--threads", "1", "--workers", "1", "--device", "cpu", "--metrics", metrics_path]
-    assert_all_ok(run_job(mode, args, timeout=900))
-    metrics = read_metrics(metrics_path)
+            "--label-smoothing", "0", "--threads", "1", "--workers", "1", "--device", "cpu"]
+    metrics = read_metrics(str(run_job(mode, args, tmp_path, timeout=900)))
     assert metrics.header["config"]["num_classes"] == 10  # from the folder
     epochs = metrics.epochs
     assert len(epochs) == 4 and epochs[-1]["loss"] < epochs[0]["loss"]

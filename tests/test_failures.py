@@ -4,7 +4,11 @@ from pathlib import Path
 import pytest
 
 from launcher.runs.failures import explain, reconcile, scheduler_label
-from launcher.runs.rundir import RunDir
+from launcher.schedulers import JobState
+from launcher.schedulers.pbs import Pbs
+from launcher.schedulers.slurm import Slurm
+
+SLURM = dict(verdicts=Slurm.log_verdicts, noise=Slurm.log_noise)
 
 TORCHRUN_NOISE = [
     "[W1122 14:18:06 socket.cpp:1028] [c10d] some warning",
@@ -23,7 +27,7 @@ def write_log(folder: Path, name: str, lines) -> Path:
 
 def test_written_log_the_trainers_own_error_beats_torchruns_exit_code(tmp_path):
     log = write_log(tmp_path, "slurm-7.out", TORCHRUN_NOISE[:3] + ["train: error: no images in /data/train/class_999"])
-    cause = explain([log])
+    cause = explain([log], **SLURM)
     assert cause.line == "train: error: no images in /data/train/class_999" and cause.where == "slurm-7.out:4"
 
 
@@ -34,7 +38,7 @@ def test_written_log_the_failing_ranks_error_beats_its_peers_symptom(tmp_path):
         *["  File \"x.py\", line %d, in f" % i for i in range(60)],
         "[rank1]: PIL.UnidentifiedImageError: cannot identify image file '/data/train/c1/bad.JPEG'",
     ])
-    assert "UnidentifiedImageError" in explain([log]).line
+    assert "UnidentifiedImageError" in explain([log], **SLURM).line
 
 
 def test_written_log_a_full_disk_reads_no_space_left(tmp_path):
@@ -44,7 +48,7 @@ def test_written_log_a_full_disk_reads_no_space_left(tmp_path):
         *TORCHRUN_NOISE,
         "OSError: [Errno 28] No space left on device",
     ])
-    assert explain([log]).line == "OSError: [Errno 28] No space left on device"
+    assert explain([log], **SLURM).line == "OSError: [Errno 28] No space left on device"
 
 
 def test_written_log_a_killed_rank_is_named_by_torchruns_root_cause(tmp_path):
@@ -53,7 +57,7 @@ def test_written_log_a_killed_rank_is_named_by_torchruns_root_cause(tmp_path):
         "  exitcode  : -9 (pid: 77)",
         "Signal 9 (SIGKILL) received by PID 77",
     ])
-    assert explain([log]).line == "Signal 9 (SIGKILL) received by PID 77"
+    assert explain([log], **SLURM).line == "Signal 9 (SIGKILL) received by PID 77"
 
 
 def test_written_logs_the_newest_submission_and_attempt_speak_first(tmp_path):
@@ -64,10 +68,23 @@ def test_written_logs_the_newest_submission_and_attempt_speak_first(tmp_path):
         "dlaunch: job 10 attempt 2 on dl-node[1-2] at 2026-11-22T14:02:00Z",
         "OSError: [Errno 28] No space left on device",
     ])
-    assert RunDir(tmp_path).log_files() == [old, new]  # numeric job order, not slurm-10 before slurm-9
-    assert explain([old, new]).where == "slurm-10.out:4"
+    assert Slurm().log_files(tmp_path) == [old, new]  # numeric job order, not slurm-10 before slurm-9
+    assert explain([old, new], **SLURM).where == "slurm-10.out:4"
     write_log(tmp_path, "slurm-10.out", new.read_text().splitlines()[:3])  # the second attempt says nothing yet
-    assert "DUE TO NODE FAILURE" in explain([old, new]).line
+    assert "DUE TO NODE FAILURE" in explain([old, new], **SLURM).line
+
+
+def test_written_pbs_log_pbs_verdict_beats_mpiexecs_noise(tmp_path):
+    """PBS's own words (OpenPBS src/resmom/mom_main.c) rank as the scheduler's verdict; without the PBS
+    backend's patterns they are not recognised."""
+    log = write_log(tmp_path, "pbs.out", [
+        "dlaunch: job 4711.pbs attempt 1 on x1,x2 at 2026-11-22T14:00:00Z",
+        "x1.hsn.cm.polaris.alcf.anl.gov: rank 3 died from signal 15",
+        "=>> PBS: job killed: walltime 3623 exceeded limit 3600",
+    ])
+    assert Pbs().log_files(tmp_path) == [log]
+    assert explain([log], Pbs.log_verdicts, Pbs.log_noise).line == "=>> PBS: job killed: walltime 3623 exceeded limit 3600"
+    assert explain([log]) is None
 
 
 def test_written_log_without_any_cause_explains_nothing(tmp_path):
@@ -75,24 +92,24 @@ def test_written_log_without_any_cause_explains_nothing(tmp_path):
     assert explain([]) is None
 
 
-@pytest.mark.parametrize("scheduler, metrics, ended, shown", [
-    ("FAILED", "running", True, "died"),             # an OOM kill of rank 0: no end record
-    ("FAILED", "no metrics yet", True, "died"),      # a launch failure: the trainer never started
-    ("unknown (not in Slurm any more)", "running", True, "died"),
-    ("finished (exit 1)", "running", True, "died"),  # a local run
-    ("RUNNING", "running", False, "running"),
-    ("PENDING", "no metrics yet", False, "no metrics yet"),
-    ("TIMEOUT", "cancelled", True, "interrupted"),   # the time limit, from a trainer that could not tell
-    ("CANCELLED by 0", "cancelled", True, "cancelled"),
-    ("FAILED", "interrupted", True, "interrupted"),  # exit 75 reads FAILED to Slurm
-    ("COMPLETED", "ok", True, "ok"),
+@pytest.mark.parametrize("meaning, metrics, ended, shown", [
+    (JobState.FAILED, "running", True, "died"),             # an OOM kill of rank 0: no end record
+    (JobState.FAILED, "no metrics yet", True, "died"),      # a launch failure: the trainer never started
+    (JobState.GONE, "running", True, "died"),
+    (None, "running", True, "died"),  # a local run: `finished (exit 1)`
+    (JobState.RUNNING, "running", False, "running"),
+    (JobState.PENDING, "no metrics yet", False, "no metrics yet"),
+    (JobState.TIMEOUT, "cancelled", True, "interrupted"),   # the time limit, from a trainer that could not tell
+    (JobState.CANCELLED, "cancelled", True, "cancelled"),
+    (JobState.FAILED, "interrupted", True, "interrupted"),  # exit 75 reads FAILED to Slurm
+    (JobState.COMPLETED, "ok", True, "ok"),
 ])
-def test_reconcile_trusts_the_metrics_unless_the_job_ended_without_saying_how(scheduler, metrics, ended, shown):
-    assert reconcile(scheduler, metrics, ended) == shown
+def test_reconcile_trusts_the_metrics_unless_the_job_ended_without_saying_how(meaning, metrics, ended, shown):
+    assert reconcile(meaning, metrics, ended) == shown
 
 
-def test_a_failed_job_whose_trainer_was_interrupted_or_diverged_says_so_beside_slurms_state():
-    assert scheduler_label("FAILED", "interrupted") == "FAILED (exit 75: checkpointed, resume it)"
-    assert scheduler_label("FAILED", "diverged") == "FAILED (exit 65: the loss diverged)"
-    assert scheduler_label("FAILED", "failed") == "FAILED"
-    assert scheduler_label("TIMEOUT", "interrupted") == "TIMEOUT"
+def test_a_failed_job_whose_trainer_was_interrupted_or_diverged_says_so_beside_the_schedulers_state():
+    assert scheduler_label("FAILED", JobState.FAILED, "interrupted") == "FAILED (exit 75: checkpointed, resume it)"
+    assert scheduler_label("F", JobState.FAILED, "diverged") == "F (exit 65: the loss diverged)"  # PBS
+    assert scheduler_label("FAILED", JobState.FAILED, "failed") == "FAILED"
+    assert scheduler_label("TIMEOUT", JobState.TIMEOUT, "interrupted") == "TIMEOUT"

@@ -14,6 +14,7 @@ from launcher.jobs import imagepaths
 from launcher.jobs import images
 from launcher.errors import DlaunchError
 from launcher.jobs.sites import Site
+from train.framework_table import image_groups
 
 app = typer.Typer()
 app.command("images")(images.images_command)
@@ -84,7 +85,7 @@ def test_image_reference_per_runtime_image_kind(kind, expected, images_dir):
 @pytest.mark.parametrize("framework,stack,arch", [("tensorflow", "current", "x86_64"), ("ddp", "../x", "x86_64"),
                                                   ("ddp", "current", "ppc64le")])
 def test_default_image_rejects_bad_names(framework, stack, arch):
-    with pytest.raises(ValueError, match="framework|stack|architecture"):
+    with pytest.raises(ValueError, match="image|stack|architecture"):
         images.default_image(framework, stack, arch)
 
 
@@ -178,7 +179,7 @@ def test_lists_every_stack_per_architecture_with_pins_from_the_lock(images_dir, 
     assert result.exit_code == 0, result.output
     rows = rows_of(result.output)
     lock = images.load_lock()
-    assert len(rows) == sum(len(stack.architectures) for stack in lock.stacks.values()) * len(images.FRAMEWORKS)
+    assert len(rows) == sum(len(stack.architectures) for stack in lock.stacks.values()) * len(image_groups())
     assert f"dlaunch images in {images_dir}" in result.output
     assert all("missing" in row and " lock " in row for row in rows)
     for name in ("cpu-ddp-x86_64", "cpu-ddp-aarch64", "current-ddp-aarch64", "rocm-horovod-x86_64", "paper-ddp-x86_64"):
@@ -261,7 +262,7 @@ def test_render_writes_the_definition_files(tmp_path, monkeypatch):
     result = invoke("--render")
     assert result.exit_code == 0, result.output
     expected = images.render_all(images.load_lock())
-    assert len(expected) == 4 * len(images.FRAMEWORKS)
+    assert len(expected) == 4 * len(image_groups())
     for path, text in expected.items():
         assert path.parent.parent == tmp_path and path.read_text() == text
 
@@ -269,3 +270,18 @@ def test_render_writes_the_definition_files(tmp_path, monkeypatch):
 def test_launcher_images_does_not_import_torch():
     code = "import sys, launcher.jobs.images; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=images.REPO)
+
+
+def test_bootstrap_builds_horovod_with_the_cpu_stacks_pin_and_cxx_standard(tmp_path):
+    """scripts/bootstrap*.sh take Horovod's pin and CMake workaround from the lock's cpu stack (that image
+    reuses their wheel), through launcher/jobs/horovod_build.py: no copy in the scripts."""
+    from launcher.jobs import horovod_build
+
+    cpu = images.load_lock().stacks["cpu"]
+    assignments = dict(line.split("=", 1) for line in horovod_build.settings("cpu", tmp_path))
+    assert assignments["HOROVOD_VERSION"] == cpu.pip["horovod"]["horovod"]
+    assert "CMAKE_TOOLCHAIN_FILE=%s/toolchain.cmake HOROVOD_WITH_PYTORCH=1" % tmp_path in assignments["HOROVOD_BUILD_ENV"]
+    assert '"-std=%s"' % cpu.horovod_cxx_std in (tmp_path / "cxx-standard.cmake").read_text()
+    for script in ("bootstrap.sh", "bootstrap-engines.sh"):
+        text = (images.REPO / "scripts" / script).read_text()
+        assert not re.search(r"HOROVOD_VERSION=[0-9]|CMAKE_CXX14|HOROVOD_WITH_PYTORCH", text), script

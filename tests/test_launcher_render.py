@@ -13,13 +13,14 @@ from pydantic import ValidationError
 from launcher.errors import DlaunchError
 from launcher.jobs.plan import build_plan
 from launcher.jobs.render import render_script
-from launcher.jobs.request import FRAMEWORK_TABLE, FRAMEWORKS, LaunchRequest
+from launcher.jobs.request import LaunchRequest
+from train.framework_table import FRAMEWORKS
 from launcher.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
 from test_launcher_fakes import fake_env, install_fakes, plan_for, read_args, script_for
 
 GOLDEN = Path(__file__).parent / "golden"
 # Frameworks of the torch trainer's launch styles (the task-per-worker engines: tests/test_backends.py)
-SCRIPTED = tuple(name for name in FRAMEWORKS if FRAMEWORK_TABLE[name].launch != "task-per-worker")
+SCRIPTED = tuple(name for name, row in FRAMEWORKS.items() if row.launch != "task-per-worker")
 SITES = sorted(p.stem for p in SHIPPED_SITES_DIR.glob("*.toml"))
 TRAINER = (("model", "resnet50"), ("batch-size", 64), ("steps", 200), ("warmup-steps", 20), ("channels-last", True))
 
@@ -239,7 +240,7 @@ def test_every_trainer_setting_has_one_flag():
     assert sorted(f.name for f in dataclasses.fields(TrainConfig)) == sorted(flag.attr for flag in FLAGS)
     actions = {opt: a for a in build_parser()._actions for opt in a.option_strings}
     for flag in FLAGS:
-        assert tuple(actions["--" + flag.name].choices or ()) == flag.choices, flag.name
+        assert tuple(actions["--" + flag.name].choices or ()) == flag.values, flag.name
 
 
 @pytest.mark.parametrize("framework", SCRIPTED)

@@ -33,10 +33,11 @@ def rows(stdout: str):
 
 
 def local_result(tmp_path: Path) -> Path:
-    """A real run of the trainer on this machine (site local), 3 steps."""
+    """A real run of the trainer on this machine (site local, whose script exports its scheduler), 3 steps."""
     metrics = tmp_path / "run" / "metrics.jsonl"
     result = run_trainer(TINY + ["--data", "synthetic", "--steps", "3", "--metrics", str(metrics), "--seed", "7",
-                                 "--checkpoint-dir", str(tmp_path / "run" / "checkpoints"), "--site", "local"])
+                                 "--checkpoint-dir", str(tmp_path / "run" / "checkpoints"), "--site", "local"],
+                         env={"DLAUNCH_SCHEDULER": "local"})
     assert result.returncode == 0, result.stderr[-2000:]
     return metrics
 

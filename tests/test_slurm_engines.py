@@ -8,15 +8,14 @@ import pytest
 
 import slurm
 from test_slurm_dlaunch import JOB_TIMEOUT_S, dlaunch, job_id, log_text
-from train.framework_table import FRAMEWORKS, TASK_PER_WORKER
+from train.framework_table import FRAMEWORKS
 from train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 INTERPRETERS = {"tensorflow": str(REPO / ".venv-tf" / "bin" / "python"), "mxnet": str(REPO / ".venv-mx" / "bin" / "python")}
-ROWS = dict(TASK_PER_WORKER, **FRAMEWORKS)
-RUNNABLE = [name for name, row in ROWS.items() if row.launch == "task-per-worker" and not row.refused]
+RUNNABLE = [name for name, row in FRAMEWORKS.items() if row.launch == "task-per-worker" and not row.refused]
 # ResNet-44 at 32 px, batch 4 per worker, one thread per task.
 ARGS = ["--model", "resnet44", "--image-size", "32", "--num-classes", "10", "--batch-size", "4", "--threads", "1",
         "--device", "cpu", "--data", "synthetic", "--workers", "1", "--warmup-steps", "1", "--steps-per-epoch", "2",
@@ -47,7 +46,7 @@ def test_mode_completes_on_two_nodes(mode, two_nodes, engines_site, runs_home):
     run_dir = tmp_path / "runs" / "engines" / mode
     assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "COMPLETED", log_text(run_dir)
     metrics = read_metrics(str(run_dir / "metrics.jsonl"))
-    row = ROWS[mode]
+    row = FRAMEWORKS[mode]
     assert metrics.status == "ok" and len(metrics.epochs) == 2
     assert metrics.header["framework"] == mode and metrics.header["world_size"] == 2
     hosts = set(metrics.header["hosts"])  # one worker on each node

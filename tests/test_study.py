@@ -2,6 +2,7 @@
 with the published values beside this run's, and resubmission of only what is missing or failed."""
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -242,18 +243,18 @@ def test_smoke_study_runs_here_reports_against_published_and_resubmits_only_fail
     assert refused.returncode == 2 and "was run on site local" in refused.stderr
 
 
-# `dlaunch run --repeat N` (launcher/runs/repeat.py; cli.py hands --repeat to run_repeats): the same tiny
-# request as the smoke study, on this machine.
-SMOKE_TRAINER = (("model", "resnet44"), ("data", "synthetic"), ("num-classes", 10), ("image-size", 32),
-                 ("batch-size", 8), ("steps", 6), ("steps-per-epoch", 3), ("warmup-steps", 1), ("threads", 1),
-                 ("device", "cpu"), ("workers", 0))
+# `dlaunch run --repeat N` (launcher/runs/repeat.py names the runs, the run service submits them): the
+# same tiny request as the smoke study, on this machine.
+SMOKE_TRAINER = ["--model", "resnet44", "--data", "synthetic", "--num-classes", "10", "--image-size", "32",
+                 "--batch-size", "8", "--steps", "6", "--steps-per-epoch", "3", "--warmup-steps", "1", "--threads", "1",
+                 "--device", "cpu", "--workers", "0"]
 
 
-def _repeat_request(output: Path, **fields):
-    from launcher.jobs.request import LaunchRequest
+def _repeat(output: Path, repeats: int, *more: str) -> int:
+    from launcher.cli import main
 
-    return LaunchRequest(**dict(dict(site="local", framework="ddp", gpus=1, output=str(output), experiment="rep",
-                                     run_name="x", trainer=SMOKE_TRAINER), **fields))
+    return main(["run", "--site", "local", "--gpus", "1", "--output", str(output), "--experiment", "rep", "--run-name", "x",
+                 "--repeat", str(repeats), *more] + SMOKE_TRAINER)
 
 
 def test_repeat_names_are_deterministic_and_sort_in_submission_order():
@@ -265,9 +266,7 @@ def test_repeat_names_are_deterministic_and_sort_in_submission_order():
 
 
 def test_repeat_dry_run_prints_every_job_and_writes_nothing(tmp_path, capsys):
-    from launcher.runs.repeat import run_repeats
-
-    assert run_repeats(_repeat_request(tmp_path / "runs"), 3, dry_run=True) == 0
+    assert _repeat(tmp_path / "runs", 3, "--dry-run") == 0
     out = capsys.readouterr().out
     assert out.count("#!/bin/bash") == 3 and "3 runs of one request (--repeat 3)" in out
     for name in ("x-r1", "x-r2", "x-r3"):
@@ -275,23 +274,18 @@ def test_repeat_dry_run_prints_every_job_and_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
-def test_repeat_refuses_a_taken_run_name_before_submitting_any(tmp_path):
-    from launcher.errors import DlaunchError
-    from launcher.runs.repeat import run_repeats
-
+def test_repeat_refuses_a_taken_run_name_before_submitting_any(tmp_path, capsys):
     (tmp_path / "runs" / "rep" / "x-r2").mkdir(parents=True)
-    with pytest.raises(DlaunchError, match="--repeat: run directory .*x-r2 exists"):
-        run_repeats(_repeat_request(tmp_path / "runs"), 2)
+    assert _repeat(tmp_path / "runs", 2) == 2
+    assert re.search(r"dlaunch: error: run directory .*x-r2 exists", capsys.readouterr().err)
     assert sorted(p.name for p in (tmp_path / "runs" / "rep").iterdir()) == ["x-r2"]  # x-r1 not submitted
 
 
 @pytest.mark.slow
 def test_repeat_runs_here_and_the_report_gives_their_median_and_spread(tmp_path, monkeypatch):
-    from launcher.runs.repeat import run_repeats
-
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.chdir(tmp_path)
-    assert run_repeats(_repeat_request(tmp_path / "runs"), 2) == 0
+    assert _repeat(tmp_path / "runs", 2) == 0
     runs = sorted((tmp_path / "runs" / "rep").iterdir())
     assert [r.name for r in runs] == ["x-r1", "x-r2"]
     assert [read_metrics(str(r / "metrics.jsonl")).status for r in runs] == ["ok", "ok"]

@@ -20,7 +20,8 @@ import pytest
 from rich.console import Console
 
 import launcher.cli
-from launcher.cli import STATUS_HEADERS, STATUS_LEAVE_OUT, main
+from launcher.cli import main
+from launcher.terminal import STATUS_HEADERS, STATUS_LEAVE_OUT
 from launcher.runs.runstate import LOCAL_RUNNING, SUBMIT_GRACE_S, Progress, read_progress
 from launcher.tables import fit_table
 from launcher.runs.watch import duration
@@ -443,7 +444,7 @@ def test_watching_slurm_jobs_without_slurm_commands_is_refused_but_once_shows_th
 
 
 def test_live_view_of_more_runs_than_the_screen_holds_shows_the_failed_and_running_first(tmp_path, monkeypatch):
-    from launcher.cli import why_failed
+    from launcher.runs.service import why_failed
     from launcher.runs.watch import Watcher, view
 
     monkeypatch.chdir(tmp_path)

@@ -13,9 +13,10 @@ import argparse
 import math
 import os
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from train.framework_table import FRAMEWORKS as FRAMEWORK_TABLE
+from train.framework_table import FRAMEWORKS
+from train.metrics_schema import METRICS_FILE
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -25,7 +26,6 @@ EXIT_DIVERGED = 65  # EX_DATAERR: the run's settings or data make the loss non-f
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet44")
 SCHEDULES = ("step", "cosine", "exponential")
-FRAMEWORKS = tuple(FRAMEWORK_TABLE)  # names; the rows are in train/framework_table.py
 # The extensions torchvision's ImageFolder accepts.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -100,7 +100,7 @@ class TrainConfig:
     @property
     def metrics_path(self) -> str:
         """`--metrics`, else `<--checkpoint-dir or cwd>/metrics.jsonl`."""
-        return self.metrics or os.path.join(self.checkpoint_dir or os.getcwd(), "metrics.jsonl")
+        return self.metrics or os.path.join(self.checkpoint_dir or os.getcwd(), METRICS_FILE)
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -132,7 +132,7 @@ class Flag:
     name: str
     kind: type  # int, float (finite), str, or bool for a switch
     help: str = ""
-    choices: Tuple[Any, ...] = ()
+    choices: Union[Tuple[Any, ...], Callable[[], Tuple[Any, ...]]] = ()  # a callable: asked when the parser is built
     launcher: bool = True  # users set it through dlaunch (False: the launcher sets it itself)
     default_none: bool = False  # the parser's default is None (decided later), not TrainConfig's
 
@@ -140,9 +140,14 @@ class Flag:
     def attr(self) -> str:
         return self.name.replace("-", "_")
 
+    @property
+    def values(self) -> Tuple[Any, ...]:
+        """The choices (asked now where they are a callable)."""
+        return self.choices() if callable(self.choices) else self.choices
+
 
 FLAGS: Tuple[Flag, ...] = (
-    Flag("framework", str, "training framework", FRAMEWORKS, launcher=False),
+    Flag("framework", str, "training framework", lambda: tuple(FRAMEWORKS), launcher=False),  # the table's rows
     Flag("model", str, "network", MODELS),
     Flag("loader", str, "input pipeline", ("native", "dali")),
     Flag("dali-device", str, "where DALI decodes", ("cpu", "gpu")),
@@ -204,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         default = None if flag.default_none else getattr(defaults, flag.attr)
         kind = finite_float if flag.kind is float else flag.kind
-        add("--" + flag.name, type=kind, choices=flag.choices or None, default=default, help=flag.help)
+        add("--" + flag.name, type=kind, choices=flag.values or None, default=default, help=flag.help)
     return p
 
 

@@ -5,6 +5,7 @@
 - each task's role from the job's neutral variables alone (`task_layout`, train/jobenv.py; no
   hand-written cluster spec);
 - the image folder's files and labels (`folder_files`), in the order torchvision's ImageFolder uses.
+(A step of such tasks on this machine: `dlaunch run --site local`, launcher/schedulers/local.py.)
 
 Roles:
 
@@ -26,10 +27,11 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from train import jobenv
 from train.config import IMAGE_EXTENSIONS, ConfigError, TrainConfig, count_image_folder_classes, parse_config
-from train.framework_table import FRAMEWORKS, TASK_PER_WORKER, FrameworkInfo
+from train.framework_table import FrameworkInfo, task_per_worker
 
 COORDINATOR, SERVER, WORKER = "coordinator", "server", "worker"
 DEFAULT_PORT = 29600
+ENGINE_PORT = "DLAUNCH_ENGINE_PORT"  # the port base of the step's tasks (a launcher that starts them may set it)
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def task_layout(environ: Mapping[str, str], coordinators: int = 0, servers_per_n
     if len(per_node) != len(hosts) or sum(per_node) != ntasks:
         raise ConfigError("tasks per node %s do not match %d hosts and %s %d"
                           % (per_node, len(hosts), jobenv.NTASKS, ntasks))
-    base = int(environ.get("DLAUNCH_ENGINE_PORT") or int(environ.get("MASTER_PORT") or DEFAULT_PORT - 1) + 1)
+    base = int(environ.get(ENGINE_PORT) or int(environ.get("MASTER_PORT") or DEFAULT_PORT - 1) + 1)
     task_hosts: List[str] = []
     ports: List[int] = []
     roles: List[str] = []
@@ -113,13 +115,9 @@ def mode_settings(mode: FrameworkInfo) -> Dict[str, Any]:
             "servers_per_node": mode.servers_per_node}
 
 
-def engine_modes() -> Dict[str, FrameworkInfo]:
-    return dict(TASK_PER_WORKER, **{n: r for n, r in FRAMEWORKS.items() if r.launch == "task-per-worker"})
-
-
 def engine_mode(name: str, engine: str) -> FrameworkInfo:
     """The mode `--framework name` of `engine`; ConfigError naming the flag when unknown or refused."""
-    modes = engine_modes()
+    modes = task_per_worker()
     mode = modes.get(name)
     choices = ", ".join(n for n, m in modes.items() if m.engine == engine and not m.refused)
     if mode is None or mode.engine != engine:
@@ -148,7 +146,7 @@ def engine_config(argv: List[str], engine: str,
             break
     if name is None:
         raise ConfigError("--framework is required (choose from %s)"
-                          % ", ".join(n for n, m in engine_modes().items() if m.engine == engine and not m.refused))
+                          % ", ".join(n for n, m in task_per_worker().items() if m.engine == engine and not m.refused))
     mode = engine_mode(name, engine)
     layout = task_layout(environ, mode.coordinators, mode.servers_per_node)
     writes = layout.task == layout.ids(mode.writer)[0]
@@ -212,47 +210,3 @@ def folder_files(root: str, split: str) -> Tuple[List[str], List[int]]:
                 paths.append(os.path.join(split_dir, name, file))
                 labels.append(label)
     return paths, labels
-
-
-def local_task_env(task: int, ntasks: int, port: int) -> dict:
-    """What one task of a single-node step on this machine sees (train/jobenv.py's variables)."""
-    return dict(jobenv.step_environment(task, ntasks, task, 0), DLAUNCH_ENGINE_PORT=str(port),
-                **{jobenv.NODELIST: "localhost", jobenv.TASKS_PER_NODE: str(ntasks)})
-
-
-def free_port_base(count: int) -> int:
-    """A port with `count` free ports from it on (each task of a local step listens on base + its index)."""
-    import random
-    import socket
-    for _ in range(50):
-        base = random.randint(20000, 60000)
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as s:
-                    s.bind(("", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no %d consecutive free ports" % count)
-
-
-def run_local_step(command: List[str], ntasks: int, env: Mapping[str, str], cwd: str,
-                   timeout: float) -> List[Tuple[int, str]]:
-    """Run `command` as every task of a one-node step on this machine (what srun would start, without
-    Slurm: tests and benchmarks); (exit code, output) per task id. All tasks are killed on a timeout."""
-    import subprocess
-    base = free_port_base(ntasks)
-    procs = [subprocess.Popen(command, cwd=cwd, env=dict(env, **local_task_env(task, ntasks, base)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-             for task in range(ntasks)]
-    results = []
-    try:
-        for proc in procs:
-            out, _ = proc.communicate(timeout=timeout)
-            results.append((proc.returncode, out))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return results

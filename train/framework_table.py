@@ -1,13 +1,19 @@
 """The frameworks dlaunch can launch, one row each (torch-free, standard library only, Python 3.9).
 
-Read by the trainer (`train/frameworks/__init__.py`: which class), its flags (`train/config.py`:
-`--framework` choices), the launcher (`launcher/jobs/launchers.py`: how processes start; `request.py`),
-the image renderer (`launcher/jobs/images.py`: pip group, import check) and `containers/images.mk`
-(`python3 -c 'import train.framework_table as t; print(*t.image_frameworks())'`).
-Adding a framework: its implementation file plus one row here.
+The one table of them (`FRAMEWORKS`), read where it is used, so that a row added later counts too:
+- the trainer: which seam class (`train/frameworks/__init__.py`), `--framework`'s choices
+  (`train/config.py`), the task-per-worker engines' roles (`train/engines.py`);
+- the launcher: `--framework`'s choices (`launcher/jobs/request.py`), how processes start and which
+  module they run (`launcher/jobs/launchers.py`: `launch`, `entry`), the default image (`imagepaths.py`);
+- the images: one image per pip group of the rows whose engine has images (`image_groups`): the lock's
+  `pip.<group>` pins (`containers/versions.toml`), the definition files and their %test imports
+  (`launcher/jobs/images.py`: `import_check`), `make image-<group>` (`containers/images.mk`:
+  `python3 -c 'import train.framework_table as t; print(*t.image_groups())'`);
+- the performance model: how gradients travel (`gradient_exchange`, `launcher/analysis/perfmodel.py`).
+Adding a framework: its implementation file (the seam class) plus one row here.
 """
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 # How processes start (launcher/jobs/launchers.py has one class per style):
 #   torchrun-per-node  one torchrun per node, c10d rendezvous at the first host (DDP, DeepSpeed)
@@ -17,6 +23,7 @@ from typing import Dict, Tuple
 #                      coordinators, then servers_per_node servers on every node, the rest workers.
 #                      Tasks in all: nodes x (workers per node + servers_per_node) + coordinators.
 LAUNCH_STYLES = ("torchrun-per-node", "mpi-per-gpu", "task-per-worker")
+IMAGE_ENGINES = ("torch",)  # the engines the image stacks (containers/versions.toml) build images for
 
 
 @dataclass(frozen=True)
@@ -25,11 +32,12 @@ class FrameworkInfo:
     engine: str  # torch | tensorflow | mxnet: which trainer and image stack
     implementation: str  # "module:Class" of the trainer's framework seam
     launch: str  # one of LAUNCH_STYLES
-    pip_group: str  # containers/versions.toml `pip.<group>` installed into this framework's image
-    import_check: str  # module the image's %test imports
+    pip_group: str  # its image (engines with images) and the lock's `pip.<group>` pins installed into it
+    import_check: str  # module its image's %test imports (and that must import for the trainer to start)
     install_hint: str  # what to install when the import fails
     description: str
-    entry: str = "train"  # `python -m <entry>`
+    entry: str = "train"  # `python -m <entry>`, the module the launch style starts
+    gradient_exchange: str = ""  # for the performance model: ddp-buckets | horovod-fusion | deepspeed-zero ("": not modelled)
     architecture: str = "allreduce"  # allreduce | parameter-server
     synchronous: bool = True  # False: workers update without waiting for each other
     coordinators: int = 0  # task-per-worker: extra tasks (TensorFlow's chief, MXNet's scheduler, torch's server)
@@ -40,11 +48,12 @@ class FrameworkInfo:
 
 _ROWS = (
     FrameworkInfo("ddp", "torch", "train.frameworks.ddp:DDP", "torchrun-per-node", "ddp", "torch.distributed",
-                  "torch with torch.distributed", "PyTorch DistributedDataParallel"),
+                  "torch with torch.distributed", "PyTorch DistributedDataParallel", gradient_exchange="ddp-buckets"),
     FrameworkInfo("horovod", "torch", "train.frameworks.horovod:Horovod", "mpi-per-gpu", "horovod", "horovod.torch",
-                  "Horovod built with PyTorch (HOROVOD_WITH_PYTORCH=1 pip install horovod)", "Horovod (PyTorch), ring all-reduce"),
+                  "Horovod built with PyTorch (HOROVOD_WITH_PYTORCH=1 pip install horovod)", "Horovod (PyTorch), ring all-reduce",
+                  gradient_exchange="horovod-fusion"),
     FrameworkInfo("deepspeed", "torch", "train.frameworks.deepspeed:DeepSpeed", "torchrun-per-node", "deepspeed", "deepspeed",
-                  "DeepSpeed (pip install deepspeed)", "DeepSpeed engine, ZeRO stages 0-3"),
+                  "DeepSpeed (pip install deepspeed)", "DeepSpeed engine, ZeRO stages 0-3", gradient_exchange="deepspeed-zero"),
 )
 
 _TF_HINT = "the TensorFlow environment: scripts/bootstrap-engines.sh tf (tensorflow-cpu==2.21.0, tf-keras==2.21.0)"
@@ -83,12 +92,30 @@ _TASK_ROWS = (
                   "PyTorch parameter server (torch.distributed.rpc): task 0 the server, asynchronous workers",
                   entry="train.frameworks.torch_ps", architecture="parameter-server", coordinators=1, synchronous=False),
 )
-# Every row; TASK_PER_WORKER: the rows the task-per-worker trainers (train/engines.py) read.
 FRAMEWORKS: Dict[str, FrameworkInfo] = {row.name: row for row in _ROWS + _TASK_ROWS}
-TASK_PER_WORKER: Dict[str, FrameworkInfo] = {row.name: row for row in _TASK_ROWS}
-NAMES: Tuple[str, ...] = tuple(FRAMEWORKS)
 
 
-def image_frameworks(engine: str = "torch") -> Tuple[str, ...]:
-    """Frameworks that get an image of their own (`make image-<name>`)."""
-    return tuple(row.name for row in _ROWS if row.engine == engine)
+def task_per_worker() -> Dict[str, FrameworkInfo]:
+    """The rows whose processes start as one scheduler task each (train/engines.py's modes)."""
+    return {name: row for name, row in FRAMEWORKS.items() if row.launch == "task-per-worker"}
+
+
+def image_group(name: str) -> Optional[str]:
+    """The image a framework runs in (its pip group), None when its engine has no images."""
+    row = FRAMEWORKS[name]
+    return row.pip_group if row.engine in IMAGE_ENGINES else None
+
+
+def image_groups() -> Tuple[str, ...]:
+    """A stack's images (`make image-<group>`), in table order."""
+    return tuple(dict.fromkeys(group for group in map(image_group, FRAMEWORKS) if group))
+
+
+def import_checks(group: str) -> Tuple[str, ...]:
+    """What an image's %test imports: every module its frameworks need."""
+    return tuple(dict.fromkeys(row.import_check for name, row in FRAMEWORKS.items() if image_group(name) == group))
+
+
+def gradient_exchanges() -> Dict[str, str]:
+    """Framework -> how its gradients travel, for the frameworks the performance model knows."""
+    return {name: row.gradient_exchange for name, row in FRAMEWORKS.items() if row.gradient_exchange}

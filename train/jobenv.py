@@ -5,6 +5,7 @@ rendered script sets them; this module is the only part of train/ that reads the
 train/ reads a scheduler's own variables (SLURM_*, PBS_*, PALS_*, PMI_*).
 
 Job level (exported by the batch script, the same in every task):
+  DLAUNCH_SCHEDULER       the scheduler's kind (slurm, pbs, local...; provenance)
   DLAUNCH_JOB_ID          the batch job's id (a requeued job keeps it)
   DLAUNCH_RESTART_COUNT   how often the scheduler started this job again (0 or unset: the first time)
   DLAUNCH_NODELIST        the job's hosts, comma-separated, one per node, the first hosts rendezvous
@@ -23,6 +24,7 @@ from typing import Dict, List, Mapping, Optional
 
 from train.config import ConfigError
 
+SCHEDULER = "DLAUNCH_SCHEDULER"
 JOB_ID = "DLAUNCH_JOB_ID"
 RESTART_COUNT = "DLAUNCH_RESTART_COUNT"
 NODELIST = "DLAUNCH_NODELIST"
@@ -34,6 +36,11 @@ LOCAL_TASK_ID = "DLAUNCH_LOCAL_TASK_ID"
 NODE_ID = "DLAUNCH_NODE_ID"
 JOB_VARIABLES = (JOB_ID, RESTART_COUNT, NODELIST, NNODES, TASKS_PER_NODE)
 TASK_VARIABLES = (NTASKS, TASK_ID, LOCAL_TASK_ID, NODE_ID)
+
+
+def scheduler(environ: Mapping[str, str]) -> Optional[str]:
+    """The kind of scheduler that started the job, None outside a dlaunch job."""
+    return environ.get(SCHEDULER) or None
 
 
 def job_id(environ: Mapping[str, str]) -> Optional[str]:

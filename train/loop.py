@@ -409,7 +409,7 @@ class Trainer:
             loader_settings=dict(getattr(self.loaders.train, "settings", {}), data=cfg.data, workers=cfg.workers,
                                  batches_per_epoch=len(self.loaders.train), steps_per_epoch=self.steps_per_epoch,
                                  total_steps=self.total_steps),
-            slurm_job_id=jobenv.job_id(os.environ), site=cfg.site, experiment=cfg.experiment,
+            slurm_job_id=jobenv.job_id(os.environ), scheduler=jobenv.scheduler(os.environ), site=cfg.site, experiment=cfg.experiment,
             image=cfg.image, git_revision=git_revision(), energy_sources=self.meter.describe())
 
     def finish(self, status: str) -> None:

@@ -130,7 +130,7 @@ class RunRecorder:
             self.writer.write("header", run_id=run_id(), argv=[self.entry] + self.argv, config=cfg.to_dict(),
                               framework=cfg.framework, loader="native", model=cfg.model,
                               nodes=len(set(fields["hosts"])), batch_per_worker=cfg.batch_size,
-                              slurm_job_id=jobenv.job_id(os.environ), site=cfg.site,
+                              slurm_job_id=jobenv.job_id(os.environ), scheduler=jobenv.scheduler(os.environ), site=cfg.site,
                               experiment=cfg.experiment, image=cfg.image, git_revision=git_revision(), **fields)
 
     def epoch(self, epoch: int, steps: int, images: int, measured_s: float, epoch_s: float, data_wait_s: float,

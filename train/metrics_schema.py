@@ -14,7 +14,9 @@ adds energy and utilisation (header `energy_sources`; epoch `energy_j`, `gpu_uti
 Its fields are optional, so every version 1 record is a valid version 2 record too. Later optional
 header fields (version 2, never required): `request` (the abstract request: framework, world size and
 the trainer options given on the command line, apart from the resolved launch: site, image, versions,
-hosts), `parent_run` (the run this one reruns) and `script_sha256` (the batch script's hash); for files
+hosts), `parent_run` (the run this one reruns), `script_sha256` (the batch script's hash) and `scheduler`
+(its kind: slurm, pbs, local...; `slurm_job_id`, named when Slurm was the only one, holds the job id of
+any scheduler); for files
 without `request`, `abstract_request` derives it from `argv` and `config`.
 
 Measured figures are a number or the text "unavailable: <reason>", never a zero standing in for
@@ -30,6 +32,7 @@ from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Optional, Tupl
 SCHEMA = "dlaunch.metrics"
 VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
+METRICS_FILE = "metrics.jsonl"  # a run directory's metrics file
 
 # Closing statuses: `interrupted` is a run stopped by a signal after checkpointing (resumable);
 # `diverged` a run stopped because its loss stayed non-finite (`--max-nonfinite-steps`).
@@ -74,6 +77,7 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
         "request": ((dict,), False),  # abstract_request(): framework, world_size, options
         "parent_run": (_OPT_STR, False),  # the run this one reruns (`dlaunch rerun`)
         "script_sha256": (_OPT_STR, False),  # sha256 of the run directory's job.sh
+        "scheduler": (_OPT_STR, False),  # the kind of scheduler that ran the job (`slurm_job_id`: its job id, any kind)
     },
     "epoch": {
         "epoch": ((int,), True),  # 0-based

@@ -74,7 +74,7 @@ from launcher.analysis.perfmodel_nccl import DEFAULT_INTRA_NODE_GBPS, RING_PLATE
 from launcher.jobs.sites import Site, resolve_site
 from launcher.paths import PUBLISHED_DIR
 from launcher.tables import fit_table
-from train.framework_table import image_frameworks
+from train.framework_table import gradient_exchanges
 
 # Parameter counts in millions (torchvision ResNets; ResNet-44 is the CIFAR 6n+2 net).
 MODEL_PARAMS_M: Dict[str, float] = {
@@ -189,23 +189,25 @@ def _buckets(total: float, first: float, size: float) -> List[float]:
 
 
 def messages(workload: Workload) -> List[Message]:
-    """The collectives of one step, in the order they are issued."""
+    """The collectives of one step, in the order they are issued (how gradients travel: the framework
+    table's `gradient_exchange`)."""
     total = workload.gradient_bytes
-    if workload.framework in ("ddp", "horovod"):
-        sizes = (_buckets(total, DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_BYTES) if workload.framework == "ddp"
+    exchange = gradient_exchanges().get(workload.framework)
+    if exchange in ("ddp-buckets", "horovod-fusion"):
+        sizes = (_buckets(total, DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_BYTES) if exchange == "ddp-buckets"
                  else _buckets(total, workload.fusion_mb * 1024 ** 2, workload.fusion_mb * 1024 ** 2))
         done, out = 0.0, []
         for size in sizes:
             done += size
             out.append(Message("allreduce", size, done / total))
         return out
-    if workload.framework == "deepspeed":
+    if exchange == "deepspeed-zero":
         if workload.zero_stage == 0:
             return [Message("allreduce", s, 1.0) for s in _buckets(total, DEEPSPEED_BUCKET_BYTES, DEEPSPEED_BUCKET_BYTES)]
         if workload.zero_stage in (1, 2):
             return [Message("reduce_scatter", total, 1.0), Message("all_gather", total, 1.0)]
         raise ValueError("ZeRO stage %r is not modelled (0, 1, 2)" % workload.zero_stage)
-    raise ValueError("unknown framework %r (known: %s)" % (workload.framework, ", ".join(MODELLED)))
+    raise ValueError("unknown framework %r (known: %s)" % (workload.framework, ", ".join(gradient_exchanges())))
 
 
 def network_timeline(workload: Workload, machine: Machine, gpus: int) -> Tuple[float, float, str]:
@@ -950,8 +952,7 @@ def _paper_assumptions(framework: str, calibrated: Optional[str], precision: Opt
             + (["ZeRO stage 0"] if zero_stage is None else []))
 
 
-MODELLED = image_frameworks("torch")  # DDP buckets, Horovod fusion, DeepSpeed ZeRO
-Framework = Annotated[Literal[MODELLED], typer.Option(help="Framework: how gradients travel (DDP buckets, Horovod fusion, DeepSpeed ZeRO).")]
+Framework = Annotated[str, typer.Option(help="Framework: how gradients travel (its row's gradient_exchange: DDP buckets, Horovod fusion, DeepSpeed ZeRO).")]
 Precision = Annotated[Optional[Literal[PRECISIONS]], typer.Option(help="Precision of the published compute time: tf32 (default) or fp16 (mixed precision). With --calibrated, DeepSpeed assumes fp16 as the paper's runs (printed). Not with a measured compute time.")]
 
 
@@ -971,6 +972,9 @@ def predict_command(
     storage_images_per_s: Annotated[Optional[float], typer.Option(parser=finite_number(), help="Images/s the site's shared file system sustains for a loader that reads every sample as a file (native): p GPUs cannot step faster than p * batch / this. Default: the site's [storage] loader_images_per_s, else no ceiling (unknown).")] = None,
 ) -> None:
     """Predict step time, throughput, E_G and NCCL kernel share over GPU counts (NCCL ring/tree cost model, buckets, stragglers)."""
+    if framework not in gradient_exchanges():
+        raise DlaunchError("--framework %s: the performance model knows how the gradients of %s travel, not of this one "
+                           "(its row in train/framework_table.py has no gradient_exchange)" % (framework, ", ".join(gradient_exchanges())))
     profile = resolve_site(site)
     counts = parse_gpu_counts(gpus, profile) if gpus else [g for g in DEFAULT_GPU_COUNTS if g <= site_max_gpus(profile)] or [1]
     console = Console(soft_wrap=True)
@@ -1023,7 +1027,8 @@ def predict_command(
             if (published and model_name == "resnet50" and workload.batch == DEFAULT_BATCH and data_ms is None
                     and counts[0] == AACH2023_REFERENCE_GPUS and _paper_machine(profile)):
                 checks = paper_checks(model_name, calibrated, framework, counts)
-    workload = replace(workload, framework=framework, zero_stage=(zero_stage or 0) if framework == "deepspeed" else 0)
+    workload = replace(workload, framework=framework,
+                       zero_stage=(zero_stage or 0) if gradient_exchanges()[framework] == "deepspeed-zero" else 0)
     if storage_images_per_s is None and profile.storage is not None:  # the site's [storage] fact
         storage_images_per_s, storage_source = profile.storage.loader_images_per_s, "site profile [storage]"
     machine = replace(machine, storage_images_per_s=storage_images_per_s)

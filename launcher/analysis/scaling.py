@@ -49,9 +49,8 @@ from launcher.errors import DlaunchError
 if TYPE_CHECKING:  # the site and study models (pydantic) stay out of `dlaunch status`'s start-up
     from launcher.jobs.sites import Reference
     from launcher.runs.study import Compare
-from train.metrics_schema import Metrics, MetricsError, energy_total, read_metrics
+from train.metrics_schema import METRICS_FILE, Metrics, MetricsError, energy_total, read_metrics
 
-METRICS_FILE = "metrics.jsonl"
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""Which image a site runs: `<images dir>/<stack>-<framework>-<arch>` plus the runtime's extension, and
-the checks of a site against its stack (architecture, GPU vendor, driver, DALI).
+"""Which image a site runs: `<images dir>/<stack>-<image>-<arch>` plus the runtime's extension, where the
+image is the framework's image group (its row's pip group: train/framework_table.py), and the checks of
+a site against its stack (architecture, GPU vendor, driver, DALI).
 
 Kept apart from `launcher.jobs.images` (the version lock's pydantic models, definition files, `dlaunch
 images`): `dlaunch run` reads only the few facts it needs from the lock, with tomllib.
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Dict, Optional
 
 from launcher.errors import DlaunchError
 from launcher.paths import REPO
-from train.config import FRAMEWORKS
+from train.framework_table import FRAMEWORKS, image_group, image_groups
 
 if TYPE_CHECKING:
     from launcher.jobs.sites import Site
@@ -30,31 +31,31 @@ def images_dir() -> Path:
     return Path(os.environ.get("DLAUNCH_IMAGES_DIR") or REPO / "images")
 
 
-def image_name(framework: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH) -> str:
-    """`<stack>-<framework>-<arch>`, the name every image kind is built from."""
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"unknown framework {framework!r} (one of {', '.join(FRAMEWORKS)})")
+def image_name(group: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH) -> str:
+    """`<stack>-<image group>-<arch>`, the name every image kind is built from."""
+    if group not in image_groups():
+        raise ValueError(f"unknown image (framework group) {group!r} (one of {', '.join(image_groups())})")
     if not re.fullmatch(r"[a-z][a-z0-9_-]*", stack):
         raise ValueError(f"bad image stack name {stack!r}")
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r} (one of {', '.join(ARCHITECTURES)})")
-    return f"{stack}-{framework}-{arch}"
+    return f"{stack}-{group}-{arch}"
 
 
-def image_reference(framework: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH,
+def image_reference(group: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH,
                     image_kind: str = "sif") -> str:
-    """The default image of one kind: a path in the images dir, or `dlaunch/<stack>-<framework>:<arch>`."""
+    """The default image of one kind: a path in the images dir, or `dlaunch/<stack>-<group>:<arch>`."""
     if image_kind == "name":
-        image_name(framework, stack, arch)
-        return f"dlaunch/{stack}-{framework}:{arch}"
+        image_name(group, stack, arch)
+        return f"dlaunch/{stack}-{group}:{arch}"
     if image_kind not in IMAGE_EXTENSIONS:
         raise ValueError(f"unknown image kind {image_kind!r}")
-    return str(images_dir() / (image_name(framework, stack, arch) + IMAGE_EXTENSIONS[image_kind]))
+    return str(images_dir() / (image_name(group, stack, arch) + IMAGE_EXTENSIONS[image_kind]))
 
 
-def default_image(framework: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH) -> Path:
-    """The Apptainer image (`.sif`) of `framework` in `stack` for `arch`."""
-    return Path(image_reference(framework, stack, arch, "sif"))
+def default_image(group: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH) -> Path:
+    """The Apptainer image (`.sif`) of an image group in `stack` for `arch`."""
+    return Path(image_reference(group, stack, arch, "sif"))
 
 
 def stack_of_image(image: Optional[str]) -> Optional[str]:
@@ -69,7 +70,7 @@ def stack_of_image(image: Optional[str]) -> Optional[str]:
 
 def stack_of(site: "Site") -> Optional[str]:
     """The image stack a site runs (its `[container] stack`); None without a container."""
-    if site.container.kind == "none":
+    if not site.container.containerized:
         return None
     return site.container.stack
 
@@ -105,29 +106,19 @@ def check_site_stack(site: "Site", stack: str) -> None:
                            f"build; set [container] stack to one for {site.gpu_vendor} GPUs or give --image")
 
 
-def image_framework(framework: str) -> str:
-    """The framework whose image runs `framework`: its own, or its pip group's (PyTorch's parameter server
-    runs in the ddp image); DlaunchError when no stack builds one (the TensorFlow and MXNet trainers)."""
-    from train.framework_table import FRAMEWORKS as TABLE, image_frameworks
-
-    row = TABLE[framework]
-    built = image_frameworks(row.engine)
-    for name in (framework, row.pip_group):
-        if name in built:
-            return name
-    raise DlaunchError(f"--framework {framework}: no image stack builds the {row.engine} trainer (containers/versions.toml "
-                       f"has images for {', '.join(image_frameworks())}); give --image with its environment, or use a "
-                       f"profile without containers whose `interpreters` name its Python")
-
-
 def default_image_for_site(site: "Site", framework: str, stack: Optional[str] = None) -> str:
     """The image a containerized site runs for `framework` unless `--image` says otherwise, in the form
     its runtime takes (`image_kind`: sif, sqsh, dir, name, edf); `stack`: another than the site's."""
     stack = stack or stack_of(site)
     if stack is None:
         raise DlaunchError(f"--image: site {site.name} runs without a container")
+    group = image_group(framework)
+    if group is None:
+        raise DlaunchError(f"--framework {framework}: no image stack builds the {FRAMEWORKS[framework].engine} trainer "
+                           f"(containers/versions.toml has images for {', '.join(image_groups())}); give --image with its "
+                           f"environment, or use a profile without containers whose `interpreters` name its Python")
     check_site_stack(site, stack)
-    return image_reference(image_framework(framework), stack, site.arch, site.container.image_kind)
+    return image_reference(group, stack, site.arch, site.container.image_kind)
 
 
 def version_tuple(version: str) -> tuple:

@@ -1,9 +1,11 @@
 """Container images: the version lock, the definition files rendered from it, and `dlaunch images`.
 
-`containers/versions.toml` holds every pinned version of every stack (one source of truth);
-`containers/<stack>/<framework>.def` are generated from it (`dlaunch images --render`) and built by
-`make image-<framework> STACK=<stack>` into `images/<stack>-<framework>-<arch>.sif` (or, for debootstrap
-stacks without Apptainer, `make rootfs-<framework>` into an unpacked root file system for Charliecloud).
+`containers/versions.toml` holds every pinned version of every stack (one source of truth); a stack
+has one image per image group of the framework table (train/framework_table.py: a row's pip group,
+for the engines images exist for), each with the lock's `pip.common` and `pip.<group>` pins.
+`containers/<stack>/<group>.def` are generated from it (`dlaunch images --render`) and built by
+`make image-<group> STACK=<stack>` into `images/<stack>-<group>-<arch>.sif` (or, for debootstrap
+stacks without Apptainer, `make rootfs-<group>` into an unpacked root file system for Charliecloud).
 """
 import json
 import re
@@ -24,12 +26,11 @@ from launcher.errors import DlaunchError
 from launcher.jobs.imagepaths import REPO, default_image, image_reference, images_dir, stack_of
 from launcher.jobs.sites import available_sites, load_site, resolve_site
 from launcher.tables import fit_table
-from train.framework_table import image_frameworks
+from train.framework_table import image_groups, import_checks
 
 CONTAINERS = REPO / "containers"
 LOCK_PATH = CONTAINERS / "versions.toml"
-FRAMEWORKS = image_frameworks("torch")  # images exist for the torch trainer's frameworks only
-PIP_GROUPS = ("common",) + FRAMEWORKS
+COMMON = "common"  # the lock's group that goes into every image
 LABEL_PREFIX = "org.dlaunch."
 PIN_LABEL_PREFIX = LABEL_PREFIX + "pin."
 
@@ -48,9 +49,8 @@ _PROVIDED_CHECKS = {
     "dali": ("import nvidia.dali", "nvidia.dali.__version__"),
     "cuda": ("import torch", "torch.version.cuda"),
 }
-# What each image imports in its %test, beyond torch, torchvision and DALI.
-_FRAMEWORK_IMPORTS = {"ddp": "torch.distributed", "horovod": "horovod.torch", "deepspeed": "deepspeed"}
-_HOROVOD_BUILD_ENV = (
+# How Horovod is built for the torch trainer, here and by scripts/bootstrap.sh (launcher/jobs/horovod_build.py).
+HOROVOD_BUILD_ENV = (
     "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1"
 )
 # Horovod's GPU operations per stack (`horovod_gpu`); RCCL is NCCL's API on ROCm.
@@ -94,9 +94,10 @@ class Stack(BaseModel):
     horovod_include: List[Literal["string"]] = []
     pip_index: List[str] = []
     provided: Dict[str, str] = {}
-    apt: Dict[Literal["common", "ddp", "horovod", "deepspeed"], List[str]] = {}
-    build: Dict[Literal["common", "ddp", "horovod", "deepspeed"], Dict[Literal["openmpi"], str]] = {}
-    pip: Dict[Literal["common", "ddp", "horovod", "deepspeed"], Dict[str, str]]
+    # Per group: `common` (every image) or an image group of the framework table; a group may be absent.
+    apt: Dict[str, List[str]] = {}
+    build: Dict[str, Dict[Literal["openmpi"], str]] = {}
+    pip: Dict[str, Dict[str, str]]
 
     @model_validator(mode="after")
     def _pinned_base(self) -> "Stack":
@@ -113,6 +114,15 @@ class Stack(BaseModel):
             if self.base_digest:
                 raise ValueError("base_digest: a debootstrap base has no digest")
         return self
+
+    @field_validator("apt", "build", "pip")
+    @classmethod
+    def _known_groups(cls, groups: Dict[str, object]) -> Dict[str, object]:
+        known = (COMMON,) + image_groups()
+        unknown = [group for group in groups if group not in known]
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a group (one of {', '.join(known)}: train/framework_table.py)")
+        return groups
 
     @field_validator("apt")
     @classmethod
@@ -152,11 +162,10 @@ class Stack(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Stack":
-        missing = [group for group in PIP_GROUPS if group not in self.pip]
-        if missing:
-            raise ValueError(f"pip: missing group(s) {', '.join(missing)}")
+        if COMMON not in self.pip:
+            raise ValueError(f"pip: missing group {COMMON}")
         seen: Dict[str, str] = {}
-        for group in PIP_GROUPS:
+        for group in self.pip:
             for name, version in self.pip[group].items():
                 if seen.setdefault(name, version) != version:
                     raise ValueError(f"pip.{group}.{name}: {version} differs from {seen[name]} in another group")
@@ -172,18 +181,18 @@ class Stack(BaseModel):
     def has_dali(self) -> bool:
         return bool(self.dali_package)
 
-    def apt_packages(self, framework: str) -> List[str]:
-        return list(dict.fromkeys(self.apt.get("common", []) + self.apt.get(framework, [])))
+    def apt_packages(self, group: str) -> List[str]:
+        return list(dict.fromkeys(self.apt.get(COMMON, []) + self.apt.get(group, [])))
 
-    def pip_pins(self, framework: str) -> Dict[str, str]:
-        return {**self.pip["common"], **self.pip[framework]}
+    def pip_pins(self, group: str) -> Dict[str, str]:
+        return {**self.pip[COMMON], **self.pip.get(group, {})}
 
-    def build_pins(self, framework: str) -> Dict[str, str]:
-        return {**self.build.get("common", {}), **self.build.get(framework, {})}
+    def build_pins(self, group: str) -> Dict[str, str]:
+        return {**self.build.get(COMMON, {}), **self.build.get(group, {})}
 
-    def pins(self, framework: str) -> Dict[str, str]:
-        """Every pinned version in `framework`'s image (the image's `org.dlaunch.pin.*` labels)."""
-        return {"python": self.python, **self.provided, **self.build_pins(framework), **self.pip_pins(framework)}
+    def pins(self, group: str) -> Dict[str, str]:
+        """Every pinned version in an image group's image (the image's `org.dlaunch.pin.*` labels)."""
+        return {"python": self.python, **self.provided, **self.build_pins(group), **self.pip_pins(group)}
 
 
 class Lock(BaseModel):
@@ -216,8 +225,8 @@ def load_lock(path: Optional[Path] = None) -> Lock:
         raise LockError(f"{path}: {where}: {message}") from None
 
 
-def definition_path(stack: str, framework: str) -> Path:
-    return CONTAINERS / stack / f"{framework}.def"
+def definition_path(stack: str, group: str) -> Path:
+    return CONTAINERS / stack / f"{group}.def"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -253,15 +262,24 @@ def _openmpi_lines(version: str) -> List[str]:
     ]
 
 
-def _cxx_standard_lines(std: str) -> List[str]:
+def cxx_standard_files(std: str, folder: str) -> Dict[str, str]:
+    """Horovod's CMake asks for C++14, and a -std= in CXXFLAGS is dropped; a torch that needs a newer
+    standard builds with these files: path -> text, the toolchain file (CMAKE_TOOLCHAIN_FILE) last."""
     flag = std.replace("c++", "")
-    return [
-        f"# Horovod's CMake asks for C++14; this torch needs {std} (a -std= in CXXFLAGS is dropped).",
-        "mkdir -p /opt/dlaunch/cmake",
-        f"echo 'set(CMAKE_CXX14_STANDARD_COMPILE_OPTION \"-std=c++{flag}\")' > /opt/dlaunch/cmake/cxx-standard.cmake",
-        f"echo 'set(CMAKE_CXX14_EXTENSION_COMPILE_OPTION \"-std=gnu++{flag}\")' >> /opt/dlaunch/cmake/cxx-standard.cmake",
-        "echo 'set(CMAKE_USER_MAKE_RULES_OVERRIDE_CXX \"/opt/dlaunch/cmake/cxx-standard.cmake\")' > /opt/dlaunch/cmake/toolchain.cmake",
-    ]
+    override = f"{folder}/cxx-standard.cmake"
+    return {
+        override: f'set(CMAKE_CXX14_STANDARD_COMPILE_OPTION "-std=c++{flag}")\n'
+                  f'set(CMAKE_CXX14_EXTENSION_COMPILE_OPTION "-std=gnu++{flag}")\n',
+        f"{folder}/toolchain.cmake": f'set(CMAKE_USER_MAKE_RULES_OVERRIDE_CXX "{override}")\n',
+    }
+
+
+def _cxx_standard_lines(std: str) -> List[str]:
+    lines = [f"# Horovod's CMake asks for C++14; this torch needs {std} (a -std= in CXXFLAGS is dropped).",
+             "mkdir -p /opt/dlaunch/cmake"]
+    for path, text in cxx_standard_files(std, "/opt/dlaunch/cmake").items():
+        lines += [f"echo {shlex.quote(line)} {'>>' if i else '>'} {path}" for i, line in enumerate(text.splitlines())]
+    return lines
 
 
 def _apt_lines(packages: List[str]) -> List[str]:
@@ -273,24 +291,24 @@ def _apt_lines(packages: List[str]) -> List[str]:
     ]
 
 
-def _post(stack: Stack, framework: str) -> List[str]:
+def _post(stack: Stack, group: str) -> List[str]:
     lines = ["set -eu"]
-    extra_apt = stack.apt_packages(framework)
+    extra_apt = stack.apt_packages(group)
     if stack.python_source == "apt":
         py = f"python{stack.python}"
         lines += _apt_lines([py, f"{py}-dev", f"{py}-venv", "ca-certificates", "curl", "bzip2", "build-essential"] + extra_apt)
         lines += [f"{py} -m venv /opt/venv", 'export PATH="/opt/venv/bin:$PATH"']
     elif extra_apt:
         lines += _apt_lines(extra_apt)
-    openmpi = stack.build_pins(framework).get("openmpi")
+    openmpi = stack.build_pins(group).get("openmpi")
     if openmpi:
         lines += _openmpi_lines(openmpi)
-    pip = dict(stack.pip_pins(framework))
+    pip = dict(stack.pip_pins(group))
     horovod = pip.pop("horovod", None)
     if pip:
         lines.append(_pip_install(stack, pip))
     if horovod:
-        env = _HOROVOD_GPU_ENV[stack.horovod_gpu] + _HOROVOD_BUILD_ENV
+        env = _HOROVOD_GPU_ENV[stack.horovod_gpu] + HOROVOD_BUILD_ENV
         if stack.horovod_cxx_std:
             lines += _cxx_standard_lines(stack.horovod_cxx_std)
             env = f"CMAKE_TOOLCHAIN_FILE=/opt/dlaunch/cmake/toolchain.cmake {env}"
@@ -309,7 +327,7 @@ def _python_check(code: str) -> str:
     return f"python -c {shlex.quote(code)}"
 
 
-def _test(stack: Stack, framework: str) -> List[str]:
+def _test(stack: Stack, group: str) -> List[str]:
     lines = ["set -eu"]
     provided = {"python": stack.python, **stack.provided}
     for name, version in provided.items():
@@ -319,15 +337,15 @@ def _test(stack: Stack, framework: str) -> List[str]:
                 f"{imp}; v = str({expr}); pin = {json.dumps(version)}; a, b = sorted([v, pin], key=len); "
                 f"assert b.startswith(a) and not b[len(a):len(a) + 1].isdigit(), ({json.dumps(name)}, v, pin)"
             ))
-    pip = stack.pip_pins(framework)
+    pip = stack.pip_pins(group)
     if pip:
         lines.append(_python_check(
             f"from importlib.metadata import version; pins = {json.dumps(pip)}; "
             "bad = {n: version(n) for n in pins if version(n) != pins[n]}; assert not bad, bad"
         ))
     dali = "nvidia.dali, " if stack.has_dali else ""
-    lines.append(_python_check(f"import torch, torchvision, {dali}{_FRAMEWORK_IMPORTS[framework]}"))
-    if framework == "horovod":
+    lines.append(_python_check(f"import torch, torchvision, {dali}{', '.join(import_checks(group))}"))
+    if "horovod" in pip:  # the image builds Horovod: with the operations the stack asks for
         if stack.horovod_gpu:
             built, lacks = "hvd.nccl_built() and hvd.mpi_built() and hvd.gloo_built()", "NCCL, MPI or Gloo"
         else:
@@ -344,43 +362,43 @@ def _header(stack: Stack) -> List[str]:
     return ["Bootstrap: docker", f"From: {stack.base_reference}"]
 
 
-def render_definition(stack_name: str, stack: Stack, framework: str) -> str:
-    """The Apptainer definition file of `framework`'s image in `stack` (exact text, committed)."""
+def render_definition(stack_name: str, stack: Stack, group: str) -> str:
+    """The Apptainer definition file of an image group's image in `stack` (exact text, committed)."""
     environment = [f"export DLAUNCH_STACK={stack_name}"]
     if stack.python_source == "apt":
         environment.append('export PATH="/opt/venv/bin:$PATH"')
-    if stack.build_pins(framework).get("openmpi"):
+    if stack.build_pins(group).get("openmpi"):
         environment.append('export PATH="$PATH:/opt/openmpi/bin"')
     labels = [
         f"{LABEL_PREFIX}stack {stack_name}",
-        f"{LABEL_PREFIX}framework {framework}",
+        f"{LABEL_PREFIX}framework {group}",
         f"{LABEL_PREFIX}git-revision {{{{ GIT_REVISION }}}}",
         f"{LABEL_PREFIX}base {stack.base_reference}",
         f"{LABEL_PREFIX}architectures {' '.join(stack.architectures)}",
     ] + ([f"{LABEL_PREFIX}min-driver {stack.min_driver}"] if stack.min_driver else []) + [
-        f"{PIN_LABEL_PREFIX}{name} {version}" for name, version in stack.pins(framework).items()
+        f"{PIN_LABEL_PREFIX}{name} {version}" for name, version in stack.pins(group).items()
     ]
     text = [
         "# Generated by `dlaunch images --render` from containers/versions.toml: edit that, not this.",
         f"# Stack {stack_name}: {stack.description}.",
-        f"# Build from the repository root: make image-{framework} STACK={stack_name}",
+        f"# Build from the repository root: make image-{group} STACK={stack_name}",
     ] + _header(stack) + [""]
     text += _section("arguments", ["GIT_REVISION=unknown"])
     text += _section("files", ["pyproject.toml /opt/dlaunch/pyproject.toml", "train /opt/dlaunch/train"])
     text += _section("labels", labels)
     text += _section("environment", environment)
-    text += _section("post", _post(stack, framework))
+    text += _section("post", _post(stack, group))
     text += _section("runscript", ['exec python -m train "$@"'])
-    text += _section("test", _test(stack, framework))
+    text += _section("test", _test(stack, group))
     return "\n".join(text).rstrip("\n") + "\n"
 
 
 def render_all(lock: Lock) -> Dict[Path, str]:
     """Every definition file's path and text."""
     return {
-        definition_path(name, fw): render_definition(name, stack, fw)
+        definition_path(name, group): render_definition(name, stack, group)
         for name, stack in lock.stacks.items()
-        for fw in FRAMEWORKS
+        for group in image_groups()
     }
 
 
@@ -417,7 +435,7 @@ def rootfs_labels(image_dir: Path) -> Dict[str, str]:
     return json.loads((image_dir / ".singularity.d" / "labels.json").read_text())
 
 
-def _pins_of(sif: Path, rootfs: Path, stack: Optional[Stack], framework: str,
+def _pins_of(sif: Path, rootfs: Path, stack: Optional[Stack], group: str,
              binary: Optional[str]) -> Tuple[Dict[str, str], str]:
     """An image's pins and where they were read: the built image's labels, else the lock."""
     labels, where = None, ""
@@ -437,7 +455,7 @@ def _pins_of(sif: Path, rootfs: Path, stack: Optional[Stack], framework: str,
     if stack is None:
         return {}, "stack not in lock"
     why = "lock" if not sif.is_file() else "lock (no apptainer to inspect)"
-    return stack.pins(framework), why
+    return stack.pins(group), why
 
 
 IMAGES_HEADERS = ("image", "sites", "built", "pins from", "pins")
@@ -447,10 +465,10 @@ IMAGES_LEAVE_OUT = ("pins from", "built", "sites")
 def images_command(
     site: Annotated[Optional[str], typer.Option("--site", help="Only the images this site uses (name, alias or file).")] = None,
     render: Annotated[
-        bool, typer.Option("--render", help="Regenerate containers/<stack>/<framework>.def from containers/versions.toml.")
+        bool, typer.Option("--render", help="Regenerate containers/<stack>/<image>.def from containers/versions.toml.")
     ] = False,
 ) -> None:
-    """List the container images (per stack, framework and architecture), the sites using them, whether they are built and their pins."""
+    """List the container images (per stack, framework image and architecture), the sites using them, whether they are built and their pins."""
     console = Console()
     try:
         lock = load_lock()
@@ -474,15 +492,15 @@ def images_command(
         raise typer.Exit(2)
     binary = container_binary()
     title = f"dlaunch images in {images_dir()}" + ("" if binary else " (no apptainer/singularity on PATH)")
-    # The image name is <stack>-<framework>-<arch>: no separate columns for them (80 columns). Every
+    # The image name is <stack>-<image group>-<arch>: no separate columns for them (80 columns). Every
     # pin is one word: the table wraps between pins, never inside a version (launcher/tables.py).
     rows = []
     for stack_name, arch in shown:
         sites_text = ", ".join(name for name, used in users.items() if used == (stack_name, arch)) or "-"
-        for framework in FRAMEWORKS:
-            sif = default_image(framework, stack_name, arch)
-            rootfs = Path(image_reference(framework, stack_name, arch, "dir"))
-            pins, source = _pins_of(sif, rootfs, lock.stacks.get(stack_name), framework, binary)
+        for group in image_groups():
+            sif = default_image(group, stack_name, arch)
+            rootfs = Path(image_reference(group, stack_name, arch, "dir"))
+            pins, source = _pins_of(sif, rootfs, lock.stacks.get(stack_name), group, binary)
             built = [kind for kind, there in (("sif", sif.is_file()), ("root fs", rootfs.is_dir())) if there]
             rows.append((sif.stem, sites_text, ", ".join(built) or "missing", source,
                          " ".join(escape(f"{name}={version}") for name, version in pins.items())))

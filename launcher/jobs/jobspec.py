@@ -108,7 +108,17 @@ class EndTime:
     seconds: int
 
 
-PreludeItem = Union[Export, RequireVariable, Prepend, FirstHost, CommandOutput, HostList, Banner, EndTime]
+@dataclass(frozen=True)
+class AttemptCount:
+    """`NAME=<lines of FILE equal to $JOB_ID>`, then `$JOB_ID` appended to FILE: how often this job
+    started before (for a batch system that reruns a job without counting it for the job)."""
+
+    name: str
+    job_id: str  # the variable holding the job's id, without `$`
+    file: str
+
+
+PreludeItem = Union[Export, RequireVariable, Prepend, FirstHost, CommandOutput, HostList, Banner, EndTime, AttemptCount]
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from typing import Tuple
 
 from launcher.errors import DlaunchError
 from launcher.jobs.jobspec import CommandOutput, Export, FirstHost, PreludeItem, ShellWord
-from launcher.schedulers import Scheduler
+from launcher.schedulers import Scheduler, registration
 from launcher.jobs.sites import Site
 from train.framework_table import FRAMEWORKS, FrameworkInfo
 
@@ -110,7 +110,7 @@ class TorchrunPerNode(LaunchStyle):
                 ShellWord("--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT"),
                 _option("--rdzv_id=", scheduler.job_id_word()),
                 "-m",
-                "train",
+                self.info.entry,
             ),
         )
 
@@ -123,7 +123,7 @@ class MpiPerGpu(LaunchStyle):
             prelude=(),
             mpi=True,
             whole_node=False,
-            launch_prefix=("python", "-m", "train"),
+            launch_prefix=("python", "-m", self.info.entry),
         )
 
 
@@ -138,7 +138,7 @@ class TaskPerGpu(LaunchStyle):
             prelude=rendezvous_prelude(site, scheduler),
             mpi=False,
             whole_node=False,
-            launch_prefix=("python", "-m", "train"),
+            launch_prefix=("python", "-m", self.info.entry),
         )
 
 
@@ -154,21 +154,23 @@ class Mpirun(LaunchStyle):
             prelude=(),
             mpi=True,
             whole_node=False,
-            launch_prefix=("python", "-m", "train"),
+            launch_prefix=("python", "-m", self.info.entry),
             own_step=step + tuple(site.launch.framework(self.info.name).step_options),
         )
 
 
 class LocalTorchrun(LaunchStyle):
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
-        prefix = ("torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=%d" % nproc_per_node, "-m", "train")
+        prefix = ("torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=%d" % nproc_per_node, "-m", self.info.entry)
         return LaunchSpec(1, site.cpus_per_node, (), False, True, prefix)
 
 
 class LocalHorovod(LaunchStyle):
+    """horovodrun is the one task; it starts the ranks."""
+
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
-        prefix = ("horovodrun", "--gloo", "-np", str(nproc_per_node), "python", "-m", "train")
-        return LaunchSpec(nproc_per_node, max(1, site.cpus_per_node // nproc_per_node), (), False, False, prefix)
+        prefix = ("horovodrun", "--gloo", "-np", str(nproc_per_node), "python", "-m", self.info.entry)
+        return LaunchSpec(1, site.cpus_per_node, (), False, True, prefix)
 
 
 class TaskPerWorker(LaunchStyle):
@@ -194,28 +196,23 @@ class TaskPerWorker(LaunchStyle):
         )
 
 
-class NotHere(LaunchStyle):
-    def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
-        raise DlaunchError("--framework %s: starts one scheduler task per process (roles from Slurm's task ids); "
-                           "run it on a Slurm site, not on %s" % (self.info.name, site.name))
-
-
-# (a launch mode on a batch system | on this machine): the framework table's styles and the modes a
-# profile may choose instead (sites.LAUNCH_MODES)
+# (a launch mode on a batch system | in the foreground on this machine): the framework table's styles and
+# the modes a profile may choose instead (sites.LAUNCH_MODES)
 LAUNCH_STYLES = {
     "torchrun-per-node": (TorchrunPerNode, LocalTorchrun),
     "task-per-gpu": (TaskPerGpu, LocalTorchrun),
     "mpi-per-gpu": (MpiPerGpu, LocalHorovod),
     "mpirun": (Mpirun, LocalHorovod),
-    "task-per-worker": (TaskPerWorker, NotHere),
+    "task-per-worker": (TaskPerWorker, TaskPerWorker),  # the local scheduler starts the tasks itself
 }
 
 
 def launch_mode(site: Site, framework: str) -> LaunchStyle:
-    """How a framework starts on a site: the profile's mode for it, else the framework table's style."""
+    """How a framework starts on a site: the profile's mode for it, else the framework table's style; its
+    foreground form where the site's scheduler runs jobs in the foreground on this machine."""
     info = FRAMEWORKS[framework]
     mode = site.launch_mode(framework)
     if mode not in LAUNCH_STYLES:
         raise DlaunchError("--framework %s: launch style %r has no launcher" % (framework, mode))
-    batch, local = LAUNCH_STYLES[mode]
-    return local(info) if site.scheduler.kind == "local" else batch(info)
+    batch, foreground = LAUNCH_STYLES[mode]
+    return foreground(info) if registration(site.scheduler.kind).foreground else batch(info)

@@ -13,15 +13,16 @@ from launcher.boundary import check_limit, check_value
 from launcher.errors import DlaunchError, SchedulerError
 from launcher.jobs.jobspec import JobSpec, PreludeItem, Prepend, RequireVariable, TaskEnv, joined
 from launcher.jobs.launchers import launch_mode
-from launcher.jobs.request import SAFE_NAME, LaunchRequest, trainer_arguments
-from launcher.schedulers import scheduler_for
-from launcher.jobs.schema import BIND_PATH, Partition, format_time, parse_time
+from launcher.jobs.request import LaunchRequest, trainer_arguments
+from launcher.schedulers import registration, scheduler_for
+from launcher.jobs.schema import BIND_PATH, SAFE_NAME, Partition, format_time, parse_time
 from launcher.jobs.sites import Site
+from train import jobenv
 from train.config import ConfigError, parse_config
 from train.engines import check_engine_flags
-from train.framework_table import FRAMEWORKS as FRAMEWORK_TABLE
+from train.framework_table import FRAMEWORKS
+from train.metrics_schema import METRICS_FILE
 
-SIGNAL_LEAD_S = 120  # seconds before the time limit at which the job is told to checkpoint (Slurm)
 BINDABLE = re.compile(BIND_PATH)
 
 
@@ -59,12 +60,12 @@ def resolve_account(site: Site, account: Optional[str], environ: Mapping[str, st
     """`--account`, else the site's account variable (e.g. $BUDGET); never hard-coded."""
     if account is None and site.account_env:
         account = environ.get(site.account_env) or None
-    if site.scheduler.kind == "local":
+    if registration(site.scheduler.kind).foreground:
         return None
     if account is None and site.account_required and required:
         hint = " or set $%s" % site.account_env if site.account_env else ""
         raise DlaunchError("--account: site %s needs an account: pass --account%s" % (site.name, hint))
-    if account is not None and not SAFE_NAME.fullmatch(account):
+    if account is not None and not re.fullmatch(SAFE_NAME, account):
         raise DlaunchError("--account: %r may only contain letters, digits and _.+-" % account)
     return account
 
@@ -77,7 +78,7 @@ def _bindable(flag: str, path: str) -> str:
 
 def _shape(site: Site, request: LaunchRequest) -> Tuple[int, int]:
     """(nodes, processes per node) from --nodes or --gpus."""
-    if site.scheduler.kind == "local":
+    if registration(site.scheduler.kind).foreground:
         if request.nodes not in (None, 1):
             raise DlaunchError("--nodes: site %s runs on this machine only (1 node), got %d" % (site.name, request.nodes))
         check_limit("--gpus", request.gpus or site.gpus_per_node, "local processes", request.allow_large)
@@ -148,7 +149,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     """
     nodes, nproc = _shape(site, request)
     scheduler = scheduler_for(site.scheduler.kind)
-    on_batch_system = site.scheduler.kind != "local"
+    on_batch_system = not registration(site.scheduler.kind).foreground
     spec = launch_mode(site, request.framework).spec(site, scheduler, nodes, nproc)
     runtime = site.container
     experiment = request.experiment or "default"
@@ -159,9 +160,10 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         _bindable("--output", run_dir)
         queue, seconds, notes = _queue_and_time(site, request, nodes)
         account = resolve_account(site, request.account, environ, required=require_account)
-        if seconds < 2 * SIGNAL_LEAD_S:
+        lead = scheduler.signal_lead_s
+        if lead and seconds < 2 * lead:
             warnings += ("--time %s leaves less than twice the %d s warning before the limit: the job may get no "
-                         "checkpoint warning (Slurm sends it up to a minute early or late)" % (format_time(seconds), SIGNAL_LEAD_S),)
+                         "checkpoint warning (%s sends it up to a minute early or late)" % (format_time(seconds), lead, scheduler.label),)
         plugin_dir = site.nccl_net_plugin.directory if site.nccl_net_plugin else None
         binds = (run_dir,) + ((_bindable("--data", data),) if data not in (None, "synthetic") else ()) + ((plugin_dir,) if plugin_dir else ())
     requeue = site.requeue if request.requeue is None else request.requeue
@@ -170,7 +172,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
                   extra_tasks=spec.extra_tasks, overcommit=spec.overcommit)
     container_options: Tuple[str, ...] = ()
     container_prefix: Tuple[str, ...] = ()
-    if runtime.kind != "none":
+    if runtime.containerized:
         if not image:
             raise DlaunchError("--image: site %s runs in a container; give --image" % site.name)
         image = runtime.check_image(image)
@@ -196,6 +198,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     task_env = (TaskEnv(scheduler.task_variables),) if scheduler.task_variables and not spec.own_step else ()
     provenance = tuple((name, value) for name, value in (
         ("DLAUNCH_SITE", site.name),
+        (jobenv.SCHEDULER, site.scheduler.kind),
         ("DLAUNCH_IMAGE", image),
         ("DLAUNCH_GIT_REVISION", git_revision),
         ("DLAUNCH_EXPERIMENT", experiment),
@@ -205,10 +208,10 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     given_as = {"DLAUNCH_IMAGE": "--image", "DLAUNCH_RUN_DIR": "--output", "DLAUNCH_EXPERIMENT": "--experiment"}
     for name, value in provenance:  # no NUL or line break in an export (the site's `env` is checked by its schema)
         check_value(given_as.get(name, "$" + name), value)
-    engine = FRAMEWORK_TABLE[request.framework].engine
+    engine = FRAMEWORKS[request.framework].engine
     checkpoints = engine == "torch"  # the TensorFlow and MXNet trainers keep none
     trainer_argv = ("--framework", request.framework) + trainer_arguments(request) + (
-        "--metrics", os.path.join(run_dir, "metrics.jsonl"),
+        "--metrics", os.path.join(run_dir, METRICS_FILE),
     ) + (("--checkpoint-dir", os.path.join(run_dir, "checkpoints")) if checkpoints else ()) + (
         ("--resume",) if request.resume and checkpoints else ())
     # The trainer's own checks (torch-free), so that no job is submitted only to exit 2; the data folder

@@ -4,8 +4,8 @@ import shlex
 from functools import singledispatch
 from typing import List, Sequence, Union
 
-from launcher.jobs.jobspec import (Banner, CommandOutput, EndTime, Export, FirstHost, HostList, Prepend, RequireVariable,
-                                   ShellWord, TaskEnv)
+from launcher.jobs.jobspec import (AttemptCount, Banner, CommandOutput, EndTime, Export, FirstHost, HostList, Prepend,
+                                   RequireVariable, ShellWord, TaskEnv)
 from launcher.jobs.plan import LaunchPlan
 from launcher.schedulers import scheduler_for
 from launcher.jobs.schema import ENV_NAME, HOST_SUFFIX
@@ -84,6 +84,13 @@ def _(item: Banner) -> str:
 @render_item.register
 def _(item: EndTime) -> str:
     return "export %s=$(( $(date +%%s) + %d ))\n" % (_name(item.name), int(item.seconds))
+
+
+@render_item.register
+def _(item: AttemptCount) -> str:
+    name, job, file = _name(item.name), _name(item.job_id), quote(item.file)
+    return ('%s="$(grep -cxF "$%s" %s 2>/dev/null || true)"\necho "$%s" >> %s\nexport %s\n'
+            % (name, job, file, job, file, name))
 
 
 def task_env_words(item: TaskEnv) -> str:

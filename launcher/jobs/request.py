@@ -1,16 +1,14 @@
 """What the user asks for: a `LaunchRequest`, and the trainer flags it passes through."""
 import dataclasses
 import os
-import re
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-from launcher.boundary import NAME, check_name
+from launcher.boundary import check_name
 from launcher.errors import DlaunchError
-from train.config import FLAGS, FRAMEWORKS, Flag  # the trainer's own definitions (torch-free module)
-from train.framework_table import FRAMEWORKS as FRAMEWORK_TABLE
+from train.config import FLAGS, Flag  # the trainer's own definitions (torch-free module)
+from train.framework_table import FRAMEWORKS
 
-SAFE_NAME = re.compile(NAME)  # match it whole (fullmatch)
 
 
 # The trainer's flags that users set through dlaunch (the rest come from the run directory and the
@@ -40,10 +38,7 @@ class LaunchRequest:
     allow_large: bool = False  # --allow-large: beyond the limits that catch typos (launcher/boundary.py LIMITS)
 
     def __post_init__(self) -> None:
-        if self.framework not in FRAMEWORKS:
-            raise DlaunchError("--framework: %r is not one of %s" % (self.framework, ", ".join(FRAMEWORKS)))
-        if FRAMEWORK_TABLE[self.framework].refused:
-            raise DlaunchError("--framework %s: %s" % (self.framework, FRAMEWORK_TABLE[self.framework].refused))
+        check_framework(self.framework)
         for name, value in self.trainer:
             check_trainer_value(name, value)
         for flag, value in (("--nodes", self.nodes), ("--gpus", self.gpus)):
@@ -81,6 +76,14 @@ class LaunchRequest:
         return cls(**fields)
 
 
+def check_framework(name: str) -> None:
+    """Refuse a framework the table (train/framework_table.py) does not have, or marks refused."""
+    if name not in FRAMEWORKS:
+        raise DlaunchError("--framework: %r is not one of %s" % (name, ", ".join(FRAMEWORKS)))
+    if FRAMEWORKS[name].refused:
+        raise DlaunchError("--framework %s: %s" % (name, FRAMEWORKS[name].refused))
+
+
 def _stored_value(name: str, value: Any) -> Any:
     """A value as plan.json stored it; older launchers stored `--zero-stage` as a string."""
     flag = FLAGS_BY_NAME.get(name)
@@ -99,8 +102,8 @@ def check_trainer_value(name: str, value: Any) -> None:
         ok_type = True
     if not ok_type:
         raise DlaunchError("--%s: expected %s, got %r" % (name, flag.kind.__name__, value))
-    if flag.choices and value not in flag.choices:
-        raise DlaunchError("--%s: %r is not one of %s" % (name, value, ", ".join(map(str, flag.choices))))
+    if flag.values and value not in flag.values:
+        raise DlaunchError("--%s: %r is not one of %s" % (name, value, ", ".join(map(str, flag.values))))
     if flag.kind is int and value < 0:
         raise DlaunchError("--%s: must not be negative, got %d" % (name, value))
 

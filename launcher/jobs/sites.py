@@ -4,16 +4,16 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Type
 
-from pydantic import Field, StringConstraints, create_model, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, StringConstraints, create_model, field_validator, model_validator
 
 from launcher.errors import DlaunchError
 from launcher.boundary import ModelT, read_toml, read_toml_text
-from launcher.runtimes import NoContainer
-from launcher.runtimes import config_union as runtime_configs
-from launcher.schedulers import config_union as scheduler_configs
+from launcher.runtimes import NoContainer, Runtime
+from launcher.runtimes import validate_config as runtime_config
+from launcher.schedulers import registration, scheduler_for
+from launcher.schedulers import validate_config as scheduler_config
 from launcher.jobs.jobspec import ShellWord
-from launcher.jobs.schema import (HOST_SUFFIX, OPTION, AbsPath, EnvName, EnvValue, ModuleName, Partition, SafeName, StrictModel,
-                                  VarPath, Word)
+from launcher.jobs.schema import HOST_SUFFIX, AbsPath, EnvName, EnvValue, ModuleName, Partition, SafeName, StrictModel, VarPath, Word
 from launcher.paths import SHIPPED_SITES_DIR
 from train.framework_table import FRAMEWORKS
 
@@ -158,7 +158,7 @@ class Site(StrictModel):
     based_on: List[str] = Field(min_length=1)
     aliases: List[SafeName] = []
     arch: Literal["x86_64", "aarch64"] = "x86_64"  # of the compute nodes: picks the image
-    scheduler: scheduler_configs()  # type: ignore[valid-type]
+    scheduler: SerializeAsAny[StrictModel]  # the backend's Config (launcher/schedulers/), by `kind`
     # Bounds far above any node (16 GPUs, a few hundred cores) that stop a typo's 2^63 GPUs reaching a script.
     gpus_per_node: int = Field(gt=0, le=64)
     cores_per_node: int = Field(gt=0, le=4096)
@@ -179,7 +179,7 @@ class Site(StrictModel):
     nccl_net_plugin: Optional[NcclNetPlugin] = None
     # Python per engine where the site runs without containers (e.g. tensorflow = "/opt/tf/bin/python").
     interpreters: Dict[Literal["torch", "tensorflow", "mxnet"], AbsPath] = {}
-    container: runtime_configs() = NoContainer()  # type: ignore[valid-type]
+    container: SerializeAsAny[Runtime] = NoContainer()  # the runtime's model (launcher/runtimes/), by `kind`
     rendezvous_host_suffix: Annotated[str, StringConstraints(pattern=HOST_SUFFIX)] = ""
     master_port: int = Field(default=29500, ge=1024, le=65535)
     launch: Launch = Launch()  # type: ignore[valid-type]
@@ -190,6 +190,8 @@ class Site(StrictModel):
     reference: List[Reference] = []
 
     _v1 = model_validator(mode="before")(_from_v1)
+    _scheduler = field_validator("scheduler", mode="before")(scheduler_config)
+    _container = field_validator("container", mode="before")(runtime_config)
 
     @field_validator("env")
     @classmethod
@@ -213,8 +215,8 @@ class Site(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Site":
-        if self.scheduler.kind == "local" and self.container.kind != "none":
-            raise ValueError("a local site has no container runtime")
+        if registration(self.scheduler.kind).foreground and self.container.containerized:
+            raise ValueError("a site whose jobs run in the foreground on this machine has no container runtime")
         both = (set(self.env) | {n for row in self.env_by_nodes for n in row.env}) & set(self.env_prepend)
         if both:
             raise ValueError("env and env_prepend both set %s" % sorted(both)[0])
@@ -234,14 +236,15 @@ class Site(StrictModel):
             chosen = launch.framework(name)
             if info.launch not in LAUNCH_MODES or chosen == FrameworkLaunch():
                 continue
-            if self.scheduler.kind == "local":
-                raise ValueError("launch.%s: a local site starts its processes itself (torchrun --standalone, horovodrun)" % name)
+            if registration(self.scheduler.kind).foreground:
+                raise ValueError("launch.%s: a site that runs its jobs in the foreground starts its processes itself "
+                                 "(torchrun --standalone, horovodrun)" % name)
             if chosen.mode and chosen.mode not in LAUNCH_MODES[info.launch]:
                 raise ValueError("launch.%s.mode: %r is not one of %s" % (name, chosen.mode, ", ".join(LAUNCH_MODES[info.launch])))
-            srun_step = self.scheduler.kind == "slurm" and chosen.mode != "mpirun"
-            for option in chosen.step_options if srun_step else ():
-                if not re.fullmatch(OPTION, option):
-                    raise ValueError("launch.%s.step_options: %r is not an srun option (--name or --name=value)" % (name, option))
+            form = scheduler_for(self.scheduler.kind).step_option_form  # the scheduler's step, unless mpirun starts it
+            for option in chosen.step_options if form and chosen.mode != "mpirun" else ():
+                if not re.fullmatch(form[0], option):
+                    raise ValueError("launch.%s.step_options: %r is not %s" % (name, option, form[1]))
 
     def env_for(self, nodes: int) -> Dict[str, str]:
         """`env`, then the `env_by_nodes` rows that take a job of `nodes` nodes."""

@@ -21,7 +21,8 @@ from launcher.atomic import atomic_file
 from launcher.boundary import MAX_FILE_BYTES, display_path, escape, output_file, parse_json, validate
 from launcher.errors import DlaunchError
 from launcher.runs.rundir import SITE_PROFILE, find_runs
-from train.metrics_schema import MAX_METRICS_BYTES, FileRefused, Metrics, MetricsError, open_regular, parse_metrics
+from launcher.terminal import err, out
+from train.metrics_schema import MAX_METRICS_BYTES, METRICS_FILE, FileRefused, Metrics, MetricsError, open_regular, parse_metrics
 
 MANIFEST = "manifest.json"
 SKIPPED_FOLDERS = ("checkpoints",)  # model weights: large, and not a result
@@ -128,7 +129,7 @@ def _member(tar: tarfile.TarFile, name: str, limit: int, archive: Path) -> bytes
 def read_member(archive: Path, member: str) -> Metrics:
     """The metrics of run `member` (EXPERIMENT/RUN..., or its metrics.jsonl) in an archive, hash checked;
     members are read into memory, bounded, never written anywhere."""
-    name = member if member.endswith("metrics.jsonl") else member.rstrip("/") + "/metrics.jsonl"
+    name = member if member.endswith(METRICS_FILE) else member.rstrip("/") + "/" + METRICS_FILE
     shown = "%s:%s" % (display_path(archive), escape(name))
     try:
         with tarfile.open(archive, "r:gz") as tar:
@@ -137,7 +138,7 @@ def read_member(archive: Path, member: str) -> Metrics:
             manifest = validate(Manifest, parse_json(text, "%s:%s" % (display_path(archive), escape(manifest_name))),
                                 "%s:%s" % (display_path(archive), escape(manifest_name))).files
             if name not in manifest:
-                runs = sorted(n.rsplit("/", 1)[0] for n in manifest if n.endswith("/metrics.jsonl"))
+                runs = sorted(n.rsplit("/", 1)[0] for n in manifest if n.endswith("/" + METRICS_FILE))
                 raise DlaunchError("%s: no run %s (runs: %s)" % (display_path(archive), escape(member), escape(", ".join(runs))))
             data = _member(tar, name, MAX_METRICS_BYTES, archive)
     except (OSError, tarfile.TarError, KeyError, UnicodeDecodeError, EOFError) as e:
@@ -157,8 +158,6 @@ def archive_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="the bundle, FILE.tar.gz")],
 ) -> int:
     """Bundle an experiment's scripts, plans, profiles, metrics, logs and report with a sha256 manifest."""
-    from launcher.cli import err, out
-
     manifest = write_archive(experiment, output)
     size = sum(int(entry["bytes"]) for entry in manifest.values())
     out.print("wrote %s: %d files, %d bytes before compression, manifest %s/%s"

@@ -2,20 +2,15 @@
 
 The runs are `<run name>-r1` ... `<run name>-rN` (the run name defaults to a time stamp, as for one
 run), side by side in the experiment's folder, so `dlaunch report` groups them at one GPU count and
-gives the median and spread of each figure. Every run directory is checked before the first job is
-submitted: a taken name submits nothing. Jobs are submitted in order and the first refusal stops the
-rest, as `dlaunch sweep` does; on `--site local` they run one after the other.
+gives the median and spread of each figure. They are submitted as every command submits runs
+(launcher/runs/service.py: every run directory checked free first, a refusal stops the rest); on
+`--site local` they run one after the other.
 """
 import dataclasses
-from pathlib import Path
-from typing import TYPE_CHECKING, List, Tuple
+from typing import List
 
-from launcher.errors import DlaunchError
 from launcher.jobs.request import LaunchRequest
-from launcher.runs.rundir import RunDir, default_run_name
-
-if TYPE_CHECKING:
-    from launcher.jobs.plan import LaunchPlan
+from launcher.runs.rundir import default_run_name
 
 
 def repeat_names(base: str, repeats: int) -> List[str]:
@@ -24,33 +19,7 @@ def repeat_names(base: str, repeats: int) -> List[str]:
     return ["%s-r%0*d" % (base, width, i) for i in range(1, repeats + 1)]
 
 
-def run_repeats(request: LaunchRequest, repeats: int, dry_run: bool = False, follow: bool = False) -> int:
-    """Render `repeats` copies of `request` (run names from `repeat_names`) and submit them (or print
-    them with `dry_run`); the exit code of the first run that failed here, else 0."""
-    from launcher import cli
-
-    if repeats < 1:
-        raise DlaunchError("--repeat: give a positive number of runs")
+def repeat_requests(request: LaunchRequest, repeats: int) -> List[LaunchRequest]:
+    """`repeats` copies of `request`, named by `repeat_names`."""
     base = request.run_name or default_run_name()
-    jobs: List[Tuple[LaunchRequest, "LaunchPlan", str]] = []
-    for name in repeat_names(base, repeats):
-        prepared, plan, script = cli.prepare(dataclasses.replace(request, run_name=name), dry_run=dry_run)
-        if not jobs:
-            cli.check_image(plan, dry_run)
-        jobs.append((prepared, plan, script))
-    if dry_run:
-        for _, _, script in jobs:
-            cli.out.out(script)
-        cli.out.out("%d runs of one request (--repeat %d)" % (len(jobs), repeats))
-        return 0
-    taken = [plan.run_dir for _, plan, _ in jobs if Path(plan.run_dir).exists()]
-    if taken:
-        raise DlaunchError("--repeat: run directory %s exists (choose another --run-name or --experiment)" % taken[0])
-    for i, (prepared, plan, script) in enumerate(jobs, 1):
-        cli.err.print("[%d/%d] %s" % (i, len(jobs), Path(plan.run_dir).name))
-        code = cli.submit(prepared, plan, script, RunDir.create(Path(plan.run_dir)))
-        if code:
-            return code
-    if follow and jobs[0][1].scheduler != "local":  # local runs were followed in the foreground already
-        return cli.watch_runs([Path(plan.run_dir) for _, plan, _ in jobs])
-    return 0
+    return [dataclasses.replace(request, run_name=name) for name in repeat_names(base, repeats)]

@@ -3,10 +3,11 @@ made by `dlaunch archive`) turned back into a job on another site.
 
 The metrics header holds the abstract request (framework, GPU count, trainer options:
 `metrics_schema.abstract_request`) apart from the resolved launch (site, image, versions, hosts,
-script hash). The request is resolved again against the new site through `cli.prepare`; what differs
+script hash). The request is resolved again against the new site by the run service; what differs
 is printed attribute by attribute. The new run links its parent: `parent.json` in its run directory
 and `DLAUNCH_PARENT_RUN`, which the trainer writes into its header as `parent_run`.
 """
+import dataclasses
 import json
 import os
 import re
@@ -16,13 +17,11 @@ from typing import Annotated, Any, List, Optional, Tuple
 import typer
 
 from launcher.boundary import escape
-from launcher.cli import AllowLarge
 from launcher.errors import DlaunchError
 from launcher.jobs.request import FLAGS_BY_NAME, LaunchRequest
-from launcher.runs.rundir import RunDir
-from train.metrics_schema import Metrics, MetricsError, abstract_request, read_metrics
+from launcher.terminal import AllowLarge, err, out
+from train.metrics_schema import METRICS_FILE, Metrics, MetricsError, abstract_request, read_metrics
 
-METRICS_FILE = "metrics.jsonl"
 PARENT_FILE = "parent.json"
 
 
@@ -70,7 +69,7 @@ def differences(metrics: Metrics, request: LaunchRequest, plan: Any) -> List[Tup
     per_node = max(1, h["world_size"] // max(1, h["nodes"]))
     pairs: List[Tuple[str, Any, Any]] = [
         ("site", h.get("site"), plan.site),
-        ("scheduler", "slurm" if h.get("slurm_job_id") else "local", plan.scheduler),
+        ("scheduler", h.get("scheduler"), plan.scheduler),
         ("nodes", h["nodes"], plan.nodes),
         ("processes per node", per_node, plan.nproc_per_node),
         ("GPUs (world size)", h["world_size"], plan.nodes * plan.nproc_per_node),
@@ -90,7 +89,7 @@ def differences(metrics: Metrics, request: LaunchRequest, plan: Any) -> List[Tup
 def rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Optional[int] = None, dry_run: bool = False,
           output: str = "runs", data: Optional[str] = None, allow_large: bool = False) -> int:
     """Print (--dry-run) or submit the result's job on `site`, with what differs from the parent."""
-    from launcher import cli
+    from launcher.runs import service
     from launcher.tables import fit_table
 
     if nodes and gpus:
@@ -100,21 +99,20 @@ def rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Optional[i
         asked = request_of(metrics, site, nodes, gpus, output, data, allow_large)
     except DlaunchError as e:  # what the header recorded, not what was typed here
         raise DlaunchError("%s: header: %s" % (escape(parent), e)) from None
-    request, plan, script = cli.prepare(asked, dry_run=dry_run)
-    cli.check_image(plan, dry_run)
-    rows = differences(metrics, request, plan)
+    environ = dict(os.environ, DLAUNCH_PARENT_RUN=parent)  # the script exports it: the trainer's `parent_run`
+    job = service.prepare(asked, dry_run=dry_run, environ=environ)
+    for warning in job.warnings:
+        err.print("dlaunch: warning: %s" % warning)
+    rows = differences(metrics, job.request, job.plan)
     if dry_run:
-        cli.out.out(script, end="")
-    cli.out.print(fit_table("rerun of %s on %s: what differs" % (parent, plan.site), ("attribute", "parent", "rerun"),
-                            rows, cli.out.width))
+        out.out(job.script, end="")
+    out.print(fit_table("rerun of %s on %s: what differs" % (parent, job.plan.site), ("attribute", "parent", "rerun"),
+                        rows, out.width))
     if dry_run:
         return 0
-    run = RunDir.create(Path(plan.run_dir))
-    run.write(PARENT_FILE, json.dumps({"parent": parent, "run_id": metrics.header["run_id"],
-                                       "differences": [dict(zip(("attribute", "parent", "rerun"), r)) for r in rows]},
-                                      indent=2) + "\n")
-    os.environ["DLAUNCH_PARENT_RUN"] = parent  # the job inherits it (sbatch exports the environment by default)
-    return cli.submit(request, plan, script, run)
+    link = json.dumps({"parent": parent, "run_id": metrics.header["run_id"],
+                       "differences": [dict(zip(("attribute", "parent", "rerun"), r)) for r in rows]}, indent=2) + "\n"
+    return service.submit_all([dataclasses.replace(job, files=((PARENT_FILE, link),))], err.print).exit_code
 
 
 def rerun_command(

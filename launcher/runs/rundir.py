@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 from launcher.atomic import write_atomic
 from launcher.boundary import JOB_ID, display_path, escape, read_json, read_text, whole
 from launcher.errors import DlaunchError
+from train.metrics_schema import METRICS_FILE
 
 if TYPE_CHECKING:
     from launcher.jobs.request import LaunchRequest
+    from launcher.schedulers import Scheduler
 
 LOCAL_LOG = "local.log"
 SITE_PROFILE = "site.toml"  # the site profile's text the job was made from
@@ -93,14 +95,18 @@ class RunDir:
 
     @property
     def metrics_path(self) -> Path:
-        return self.path / "metrics.jsonl"
+        return self.path / METRICS_FILE
+
+    @property
+    def scheduler(self) -> "Scheduler":
+        """The backend that ran the job (plan.json's `scheduler`)."""
+        from launcher.schedulers import scheduler_for  # pydantic: not for every command's start-up
+
+        return scheduler_for(self.plan()["plan"]["scheduler"])
 
     def log_files(self) -> List[Path]:
-        """Oldest first: Slurm's logs in job order (`slurm-9.out` before `slurm-10.out`), then the local log."""
-        def job_number(path: Path) -> int:
-            digits = path.stem[len("slurm-"):]
-            return int(digits) if digits.isdigit() else -1
-        return sorted(self.path.glob("slurm-*.out"), key=job_number) + [p for p in [self.path / LOCAL_LOG] if p.is_file()]
+        """The job's logs, oldest first, as its scheduler names them."""
+        return self.scheduler.log_files(self.path)
 
 
 def find_runs(paths: Iterable[Path]) -> List[RunDir]:

@@ -14,7 +14,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from launcher.boundary import alive_since, escape
 from launcher.runs.failures import reconcile
 from launcher.runs.rundir import RunDir, display_path
-from launcher.schedulers import Job, JobState, scheduler_for
+from launcher.schedulers import Job, JobState, registration, scheduler_for
 from train.metrics_schema import MAX_METRICS_BYTES, FileRefused, Metrics, MetricsError, open_regular, read_metrics
 
 # A run succeeded when its job did (and its metrics end `ok`); a job the scheduler forgot is judged by its metrics.
@@ -111,11 +111,12 @@ class Snapshot:
     name: str  # the run directory as shown
     site: str
     job: str
-    state: str  # the scheduler's word for the job's state, or the local run's ('finished (exit 0)', 'running here ...')
+    state: str  # the scheduler's word for the job's state, or a foreground run's ('finished (exit 0)', 'running here ...')
     queue: str  # for a pending job: reason, place in the queue, expected start
     progress: Progress
     ended: bool  # nothing more will happen to this run (until it is resumed)
-    meaning: Optional[JobState] = None  # what the scheduler's state means (None: local or not submitted)
+    meaning: Optional[JobState] = None  # what the scheduler's state means (None: foreground or not submitted)
+    scheduler: str = ""  # its kind (launcher/schedulers/)
 
     @property
     def ok(self) -> bool:
@@ -138,9 +139,10 @@ def _unsubmitted_state(run: RunDir, now: float) -> Tuple[str, bool]:
     return "not submitted", now - (run.path / "plan.json").stat().st_mtime > SUBMIT_GRACE_S
 
 
-def _local_state(run: RunDir, now: float) -> Tuple[str, bool]:
-    """(state, ended) of a run on this machine: `dlaunch run` records it running, then finished. The
-    process the state names runs it only if it started before the state was written (boundary.alive_since)."""
+def _foreground_state(run: RunDir, now: float) -> Tuple[str, bool]:
+    """(state, ended) of a run in the foreground on this machine: `dlaunch run` records it running, then
+    finished. The process the state names runs it only if it started before the state was written
+    (boundary.alive_since)."""
     state = run.state or ""
     if state.startswith("finished"):
         return state, True
@@ -161,7 +163,7 @@ def observe(runs: Iterable[RunDir], now: Optional[float] = None) -> List[Snapsho
     now = time.time() if now is None else now
     plans = {run.path: run.plan()["plan"] for run in runs}
     jobs: Dict[str, Job] = {}
-    for kind in {plan["scheduler"] for plan in plans.values()} - {"local"}:
+    for kind in {plan["scheduler"] for plan in plans.values() if not registration(plan["scheduler"]).foreground}:
         ids = [run.job_id for run in runs if plans[run.path]["scheduler"] == kind and run.job_id]
         jobs.update(scheduler_for(kind).jobs(ids) if ids else {})
     snapshots = []
@@ -170,8 +172,8 @@ def observe(runs: Iterable[RunDir], now: Optional[float] = None) -> List[Snapsho
         progress = read_progress(run.metrics_path)
         job_id = run.job_id
         queue_text, meaning = "", None
-        if plan["scheduler"] == "local":
-            state, ended = _local_state(run, now)
+        if registration(plan["scheduler"]).foreground:
+            state, ended = _foreground_state(run, now)
         elif job_id:
             job = jobs[job_id]
             state, queue_text, meaning = job.state, job.queue, job.kind
@@ -180,9 +182,9 @@ def observe(runs: Iterable[RunDir], now: Optional[float] = None) -> List[Snapsho
         else:
             state, ended = _unsubmitted_state(run, now)
         started = bool(job_id) or (run.state or "").startswith(("running here", "finished"))
-        status = reconcile(state, progress.status, ended) if started else progress.status
+        status = reconcile(meaning, progress.status, ended) if started else progress.status
         if status != progress.status:
             progress = dataclasses.replace(progress, status=status)
         snapshots.append(Snapshot(run, display_path(run.path), plan["site"], job_id or "-", state, queue_text,
-                                  progress, ended, meaning))
+                                  progress, ended, meaning, plan["scheduler"]))
     return snapshots

@@ -1,7 +1,7 @@
 """Study files (`studies/*.toml`): a recipe, a matrix of runs and the published data it is compared with.
 
-`dlaunch study run FILE --site S` renders every job of the matrix through `cli.prepare` and submits
-it through `cli.submit` into one study directory (`OUTPUT/<study name>/<matrix name>/<run name>`).
+`dlaunch study run FILE --site S` renders every job of the matrix and submits them through the run
+service (launcher/runs/service.py) into one study directory (`OUTPUT/<study name>/<matrix name>/<run name>`).
 Run names are deterministic, so a second `study run` finds the runs it made: it leaves those that
 ended ok or still run and resubmits (with `--resume`, as `dlaunch run --resume`) those that ended
 otherwise (`runstate.observe` decides). The study file is copied into the study directory
@@ -37,14 +37,16 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from launcher.boundary import ALLOW_LARGE, LIMITS, escape, quoted, read_json, read_text, whole
-from launcher.cli import AllowLarge
 from launcher.errors import DlaunchError
-from launcher.jobs.request import FRAMEWORKS, LaunchRequest, check_trainer_value
+from launcher.jobs.request import LaunchRequest, check_trainer_value
 from launcher.runs.rundir import RunDir, display_path, find_runs
-from launcher.jobs.schema import SAFE_NAME, parse_time
+from launcher.jobs.schema import EnvName, SafeName, parse_time
 from launcher.jobs.sites import load_toml
 from launcher.paths import PUBLISHED_DIR, SHIPPED_SITES_DIR
+from launcher.schedulers import registration
+from launcher.terminal import AllowLarge, err, out, show_status
 from train.config import MODELS, SCHEDULES
+from train.framework_table import FRAMEWORKS
 
 STUDY_COPY = "study.toml"
 STUDY_INFO = "study.json"
@@ -58,7 +60,6 @@ KINDS = ("gpu", "cpu")
 FILE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"  # a file directly in data/published/: no folder, no `..`
 LISTS = {"framework": "frameworks", "loader": "loaders", "model": "models", "gpus": "gpus", "nodes": "nodes",
          "schedule": "schedules"}  # a dimension -> the matrix's list of its values
-SafeName = Annotated[str, StringConstraints(pattern=SAFE_NAME)]
 Count = Annotated[int, Field(gt=0)]
 
 
@@ -77,11 +78,19 @@ def _check_recipe(recipe: Dict[str, Any]) -> Dict[str, Any]:
     return recipe
 
 
+def _known_frameworks(names: List[str]) -> List[str]:
+    """Rows of the framework table (train/framework_table.py), asked when a study file is read."""
+    unknown = [name for name in names if name not in FRAMEWORKS]
+    if unknown:
+        raise ValueError("%r is not one of %s" % (unknown[0], ", ".join(FRAMEWORKS)))
+    return names
+
+
 class Dataset(_Model):
     """Data the study needs that this file cannot name (a path on the user's cluster), for `loaders`."""
 
     description: str
-    env: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    env: EnvName
     loaders: List[Literal[LOADERS]] = Field(default=list(LOADERS), min_length=1)
 
 
@@ -98,8 +107,10 @@ class Compare(_Model):
     share_of: List[str] = []
     percent: bool = False
     match: Dict[Literal["framework", "loader", "model"], str] = {}
-    ratio_of: List[Literal[FRAMEWORKS]] = []
+    ratio_of: List[str] = []  # rows of train/framework_table.py
     row: Dict[str, str] = {}
+
+    _frameworks = field_validator("ratio_of")(_known_frameworks)
 
     @model_validator(mode="after")
     def _ratio(self) -> "Compare":
@@ -163,7 +174,7 @@ class Matrix(_WithRecipe):
     description: str = ""
     figures: List[str] = []  # the published figures and tables these runs stand for
     part: Optional[SafeName] = None  # which overlay of the chosen protocol applies
-    frameworks: List[Literal[FRAMEWORKS]] = Field(default=["ddp"], min_length=1)
+    frameworks: List[str] = Field(default=["ddp"], min_length=1)  # rows of train/framework_table.py
     loaders: List[Literal[LOADERS]] = Field(default=["native"], min_length=1)
     models: List[Literal[MODELS]] = Field(min_length=1)
     gpus: Optional[List[Count]] = None
@@ -174,6 +185,8 @@ class Matrix(_WithRecipe):
     recipe: Dict[str, Any] = {}
     time: Optional[str] = None
     partition: Optional[SafeName] = None
+
+    _frameworks = field_validator("frameworks")(_known_frameworks)
 
     @model_validator(mode="after")
     def _counts(self) -> "Matrix":
@@ -391,9 +404,9 @@ def expand(study: Study, site: str, output: Path, data: Optional[Dict[str, str]]
             recipe = merge_recipes(study.recipe, m.recipe, extra_recipe)
             if data and loader in data:
                 recipe["data"] = data[loader]
-            nodes = spread_nodes(count, resolved.gpus_per_node) if key == "gpus" and resolved.scheduler.kind != "local" else None
+            nodes = spread_nodes(count, resolved.gpus_per_node) if key == "gpus" and not registration(resolved.scheduler.kind).foreground else None
             job_image = image
-            if not job_image and stack and resolved.container.kind != "none":
+            if not job_image and stack and resolved.container.containerized:
                 job_image = default_image_for_site(resolved, framework, stack)
             for repeat in range(1, m.repeats + 1):
                 coordinates = dict(point, matrix=m.name, repeat=repeat)
@@ -476,10 +489,9 @@ def _datasets(study: Study, data: Sequence[str], dry_run: bool) -> Tuple[Dict[st
 def run_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool = False, only: Sequence[str] = (),
               data: Sequence[str] = (), account: Optional[str] = None, image: Optional[str] = None,
               protocol: Optional[str] = None, stack: Optional[str] = None, allow_large: bool = False) -> int:
-    """Render (--dry-run: print) or submit the jobs of a study that are missing or failed; exit code 1
-    when a run here failed."""
-    from launcher import cli
-    from launcher.runs.runstate import observe
+    """Render (--dry-run: print) or submit the jobs of a study that are missing or failed; exit code as
+    the run service's (1 for a refusal, a failed run's here)."""
+    from launcher.runs import service
 
     study = load_study(path)
     protocol = choose_protocol(study, protocol)
@@ -491,7 +503,7 @@ def run_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool 
     if not dry_run:
         _check_recorded(folder, site, protocol)
     existing = [RunDir(folder / j.matrix / j.name) for j in jobs if (folder / j.matrix / j.name / "plan.json").is_file()]
-    snapshots = {s.run.path: s for s in observe(existing)} if existing else {}
+    snapshots = {s.run.path: s for s in service.observe(existing)} if existing else {}
     todo, ok, active = [], 0, 0
     for job in jobs:
         snapshot = snapshots.get(folder / job.matrix / job.name)
@@ -503,35 +515,28 @@ def run_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool 
             active += 1
         else:
             todo.append((job, True))  # ended otherwise than ok: resumed from its checkpoint, if any
-    rendered, warnings = [], Counter(data_warnings)
-    for job, resume in todo:
-        request = dataclasses.replace(job.request, resume=resume)
-        with cli.err.capture() as captured:  # one line per distinct warning, not one per job
-            request, plan, script = cli.prepare(request, run_dir=folder / job.matrix / job.name, dry_run=dry_run)
-            cli.check_image(plan, dry_run)
-        warnings.update(line for line in captured.get().splitlines() if line)
-        rendered.append((job, resume, request, plan, script))
+    rendered = [(job, service.prepare(dataclasses.replace(job.request, resume=resume),
+                                      run_dir=folder / job.matrix / job.name, dry_run=dry_run)) for job, resume in todo]
+    warnings = Counter(data_warnings)  # one line per distinct warning, not one per job
+    warnings.update("dlaunch: warning: %s" % line for _, prepared in rendered for line in prepared.warnings)
     for line, n in sorted(warnings.items()):
-        cli.err.print(line if n == 1 else "%s (%d jobs)" % (line, n))
+        err.print(line if n == 1 else "%s (%d jobs)" % (line, n))
     summary = "%d jobs" % len(rendered)
     skipped = ["%d ended ok" % ok] * bool(ok) + ["%d still active" % active] * bool(active)
     if skipped:
         summary += " (left alone: %s)" % ", ".join(skipped)
     if dry_run:
-        for i, (job, _, _, _, script) in enumerate(rendered, 1):
-            cli.out.out("# job %d/%d %s" % (i, len(rendered), job.label))
-            cli.out.out(script)
-        cli.out.out(design_summary(study, protocol, [job for job, *_ in rendered]))
-        cli.out.out(summary)
+        for i, (job, prepared) in enumerate(rendered, 1):
+            out.out("# job %d/%d %s" % (i, len(rendered), job.label))
+            out.out(prepared.script)
+        out.out(design_summary(study, protocol, [job for job, _ in rendered]))
+        out.out(summary)
         return 0
     _record_study(Path(path), folder, site, protocol, None if stack == "site" else stack or study.stack)
-    failed = 0
-    for i, (job, resume, request, plan, script) in enumerate(rendered, 1):
-        cli.err.print("[%d/%d] %s %s" % (i, len(rendered), "resubmitting" if resume else "submitting", job.label))
-        run = RunDir.open(Path(plan.run_dir)) if resume else RunDir.create(Path(plan.run_dir))
-        failed += bool(cli.submit(request, plan, script, run))
-    cli.out.out("study %s: %s submitted%s" % (study.name, summary, ", %d failed here" % failed if failed else ""))
-    return 1 if failed else 0
+    submitted = service.submit_all([prepared for _, prepared in rendered], err.print)
+    failed = sum(bool(code) for code in submitted.codes)
+    out.out("study %s: %s submitted%s" % (study.name, summary, ", %d failed here" % failed if failed else ""))
+    return submitted.exit_code
 
 
 def figure_counts(jobs: Sequence[Job]) -> Dict[str, int]:
@@ -586,8 +591,6 @@ def report_study(folder: Path, output: Path) -> int:
     design = ["Protocol: %s (%s)" % (protocol, study.protocol[protocol].description)] if protocol in study.protocol else []
     design += ["Image stack: %s" % info["stack"]] if info.get("stack") else []
     write_comparison(output, comparisons, study.based_on, design=design, assumptions=study.assumptions)
-    from launcher.cli import out
-
     out.print("wrote %s" % (output / "published_vs_this_run.png"), markup=False, highlight=False)
     return code
 
@@ -601,13 +604,13 @@ def unfit_reason(study: Study, site: Any, stack: Optional[str]) -> Optional[str]
     """Why a site is not of the study's kind (None: it is): CPU or GPU, the GPU vendor, the stack."""
     from launcher.jobs.imagepaths import check_site_stack
 
-    if site.scheduler.kind == "local":
-        return "this machine (local), not a cluster"
+    if registration(site.scheduler.kind).foreground:
+        return "this machine (%s), not a cluster" % site.scheduler.kind
     if site_kind(site) != study.kind:
         return "a %s site; the study needs %s nodes" % (site_kind(site), study.kind.upper())
     if study.gpu_vendor and site.gpu_vendor != study.gpu_vendor:
         return "%s GPUs; the study needs %s GPUs" % (site.gpu_vendor, study.gpu_vendor)
-    if stack and site.container.kind != "none":
+    if stack and site.container.containerized:
         try:
             check_site_stack(site, stack)
         except DlaunchError as e:
@@ -634,8 +637,8 @@ def check_study_on_site(study: Study, site: str, protocol: Optional[str], stack:
     """Render every job of `study` for `site` as a dry run does; collect those that cannot run there.
     `skip_too_small`: a site whose largest partition holds fewer nodes than the study's largest job is
     not checked but skipped (the study is larger than the site)."""
-    from launcher import cli
     from launcher.jobs.sites import resolve_site
+    from launcher.runs import service
 
     resolved = resolve_site(site)
     try:
@@ -651,8 +654,7 @@ def check_study_on_site(study: Study, site: str, protocol: Optional[str], stack:
     failures = []
     for job in jobs:
         try:
-            with cli.err.capture():
-                cli.prepare(job.request, run_dir=Path("/dlaunch-study-check") / job.matrix / job.name, dry_run=True)
+            service.prepare(job.request, run_dir=Path("/dlaunch-study-check") / job.matrix / job.name, dry_run=True)
         except DlaunchError as e:
             failures.append((job.label, str(e)))
     return CheckResult(resolved.name, len(jobs), tuple(failures))
@@ -684,8 +686,6 @@ def check_study(path: Path, sites: Sequence[str] = (), protocol: Optional[str] =
 
 def print_check(study: Study, protocol: Optional[str], results: Sequence[CheckResult]) -> int:
     """One line per site, then per site every reason with the jobs it stops; exit code 1 when a job cannot run."""
-    from launcher.cli import out
-
     head = "study %s%s" % (study.name, ", protocol %s" % protocol if protocol else "")
     out.out(head)
     for r in results:
@@ -746,8 +746,6 @@ def study_check_command(
 @study_app.command("status")
 def study_status_command(folder: Annotated[Path, typer.Argument(help="study directory")]) -> int:
     """State and figures of every run of a study directory."""
-    from launcher.cli import show_status
-
     return show_status(study_runs(folder))
 
 

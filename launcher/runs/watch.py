@@ -20,6 +20,7 @@ from launcher.boundary import escape, printable
 from launcher.errors import DlaunchError, SchedulerError
 from launcher.runs.rundir import find_runs, readable
 from launcher.runs.runstate import Snapshot, observe
+from launcher.schedulers import JobState, scheduler_for
 
 BAR_WIDTH = 20
 
@@ -101,7 +102,7 @@ def overall(snapshots: Sequence[Snapshot]) -> str:
     ended = [s for s in snapshots if s.ended]
     ok = sum(s.ok for s in ended)
     text = "%d of %d runs ended (%d ok, %d failed)" % (len(ended), len(snapshots), ok, len(ended) - ok)
-    pending = sum(not s.ended and s.state == "PENDING" for s in snapshots)
+    pending = sum(not s.ended and s.meaning is JobState.PENDING for s in snapshots)
     running = len(snapshots) - len(ended) - pending
     return text + "".join(", %d %s" % (n, word) for n, word in ((running, "running"), (pending, "pending")) if n)
 
@@ -147,7 +148,7 @@ def _style(snapshot: Snapshot) -> str:
         return "bold red"
     if snapshot.ok:
         return "green"
-    return "yellow" if snapshot.state == "PENDING" else "cyan"
+    return "yellow" if snapshot.meaning is JobState.PENDING else "cyan"
 
 
 def _bar_row(fraction: Optional[float], detail: Text) -> RenderableType:
@@ -169,7 +170,7 @@ def _shown(snapshots: Sequence[Snapshot], room: int) -> Tuple[List[Snapshot], st
     pending ones first; and a line counting the others ('' when all fit)."""
     if len(snapshots) <= room:
         return list(snapshots), ""
-    order = sorted(snapshots, key=lambda s: (not s.failed, s.ended, s.state == "PENDING"))
+    order = sorted(snapshots, key=lambda s: (not s.failed, s.ended, s.meaning is JobState.PENDING))
     shown, rest = order[:max(1, room - 1)], order[max(1, room - 1):]
     ok = sum(s.ok for s in rest)
     return shown, "%d more not shown (%d ended ok, %d not ended); `dlaunch runs` lists all" % (
@@ -217,10 +218,12 @@ def follow(targets: Sequence[Path], explain: Callable[[Snapshot], str], console:
            interval: float = 5.0, once: bool = False) -> int:
     """Watch the runs under `targets`: live in a terminal, plain lines otherwise; the exit code."""
     watcher = Watcher(targets, explain)
-    if not once and shutil.which("squeue") is None and any(
-            not s.ended and s.state.startswith("unknown (") for s in watcher.poll()):
-        raise SchedulerError("squeue: command not found: watch Slurm jobs from a login node of their cluster "
-                             "(--once shows what the run directories say)")
+    if not once:
+        for kind in sorted({s.scheduler for s in watcher.poll() if not s.ended and s.meaning is JobState.UNKNOWN}):
+            scheduler = scheduler_for(kind)
+            if scheduler.status_command and shutil.which(scheduler.status_command) is None:
+                raise SchedulerError("%s: command not found: watch %s jobs from a login node of their cluster "
+                                     "(--once shows what the run directories say)" % (scheduler.status_command, scheduler.label))
     if not console.is_terminal or console.is_dumb_terminal:
         return follow_plain(watcher, interval, once, lambda line: print(line, file=sys.stdout, flush=True))
     # The view wraps its lines itself: a soft-wrapping console would let Live crop them at the edge.

@@ -8,9 +8,7 @@ Binds are `src[:dst][:ro]`; the job adds its run directory and data folder.
 import importlib
 import os
 import re
-from typing import Annotated, ClassVar, List, Literal, Sequence, Tuple, Union
-
-from pydantic import Field
+from typing import Any, ClassVar, List, Literal, Optional, Sequence, Tuple
 
 from launcher.errors import DlaunchError
 from launcher.jobs.jobspec import PreludeItem, Prepend
@@ -33,8 +31,18 @@ class Runtime(StrictModel):
     kind: str
     binds: List[Bind] = []
     stack: SafeName = "current"  # the default image stack (containers/versions.toml)
+    containerized: ClassVar[bool] = True  # False: the job runs on the host (no image)
     image_kind: ClassVar[str] = "sif"  # sif | sqsh | dir | name | edf: how an image is named (launcher/jobs/imagepaths.py)
     binary: ClassVar[str] = ""  # the command a node needs to start the container (`dlaunch doctor`)
+
+    @property
+    def required_option(self) -> Optional[str]:
+        """An option `binary --help` must list on a node that can start the container (`dlaunch doctor`)."""
+        return None
+
+    def arch_command(self, image: str) -> Optional[Tuple[str, ...]]:
+        """A command that prints the image's architecture where the image is no file to read (`doctor`)."""
+        return None
 
     def check_image(self, image: str) -> str:
         """The image reference, or DlaunchError naming --image."""
@@ -74,14 +82,22 @@ class NoContainer(Runtime):
     """Run on the host (the `local` site, or sites that load a software stack by modules)."""
 
     kind: Literal["none"] = "none"
+    containerized: ClassVar[bool] = False
 
 
 def runtime_class(kind: str) -> type:
+    if kind not in RUNTIMES:
+        raise DlaunchError("container runtime %r is not one of %s" % (kind, ", ".join(RUNTIMES)))
     module, name = RUNTIMES[kind].split(":")
     return getattr(importlib.import_module(module), name)
 
 
-def config_union() -> object:
-    """The `[container]` section's type: the runtimes' models, told apart by `kind`."""
-    models = tuple(dict.fromkeys(runtime_class(kind) for kind in RUNTIMES))
-    return Annotated[Union[models], Field(discriminator="kind")]  # type: ignore[valid-type]
+def validate_config(data: Any) -> Any:
+    """A `[container]` section as its runtime's model (told apart by `kind`, looked up when a profile
+    is read, so that a runtime registered later is known too)."""
+    if not isinstance(data, dict):
+        return data
+    kind = data.get("kind")
+    if not isinstance(kind, str) or kind not in RUNTIMES:
+        raise ValueError("kind: %r is not one of %s" % (kind, ", ".join(RUNTIMES)))
+    return runtime_class(kind).model_validate(data)

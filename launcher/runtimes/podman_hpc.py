@@ -7,7 +7,7 @@ on Perlmutter unverified here: podman cannot start containers on this machine). 
 podman-hpc's image store (`podman-hpc migrate` makes them visible on compute nodes).
 """
 import re
-from typing import List, Literal, Sequence, Tuple
+from typing import List, Literal, Optional, Sequence, Tuple
 
 from launcher.errors import DlaunchError
 from launcher.jobs.jobspec import joined
@@ -31,6 +31,9 @@ class PodmanHpc(Runtime):
     @classmethod
     def missing(cls, image: str) -> bool:
         return False  # in podman-hpc's store, not a file here
+
+    def arch_command(self, image: str) -> Optional[Tuple[str, ...]]:
+        return (self.binary, "image", "inspect", "--format", "{{.Architecture}}", image)
 
     def prefix(self, image: str, binds: Sequence[str]) -> Tuple[str, ...]:
         volumes = tuple(arg for bind in self.every_bind(binds) for arg in ("-v", bind if ":" in bind else joined(":", (bind, bind))))

@@ -7,7 +7,7 @@ file naming image, mounts and environment): `srun --environment=EDF` (`environme
 EDF must then mount the run directory's file system itself. Pyxis passes the environment through.
 """
 import re
-from typing import Literal, Sequence, Tuple
+from typing import Literal, Optional, Sequence, Tuple
 
 from launcher.errors import DlaunchError
 from launcher.jobs.jobspec import joined
@@ -25,6 +25,11 @@ class Pyxis(Runtime):
     @property
     def image_kind(self) -> str:  # type: ignore[override]
         return "edf" if self.environment else "sqsh"
+
+    @property
+    def required_option(self) -> Optional[str]:
+        """srun lists the option only where the pyxis SPANK plugin is loaded."""
+        return "--environment" if self.environment else "--container-image"
 
     def check_image(self, image: str) -> str:
         if self.environment:

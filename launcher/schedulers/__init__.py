@@ -2,8 +2,10 @@
 
 A scheduler contributes to a job's script (directive lines, typed prelude items, the step command
 that starts the tasks on the nodes, and how its own variables map to the job's neutral ones that the
-trainer reads: train/jobenv.py) and talks to the batch system (submit, the state of jobs, cancel).
-Its `Config` is the pydantic model of the site's `[scheduler]` section.
+trainer reads: train/jobenv.py) and owns everything after submission: submit, the state of jobs and
+their place in the queue, the accounting of ended ones (end reason, energy), cancel, the run's log
+files and the words the batch system writes into them. Its `Config` is the pydantic model of the
+site's `[scheduler]` section. Its registration row says whether it runs jobs in the foreground.
 """
 import enum
 import importlib
@@ -11,20 +13,31 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
-
-from pydantic import Field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from launcher.errors import DlaunchError, SchedulerError
 from launcher.jobs.jobspec import JobSpec, PreludeItem, ShellWord
 from launcher.jobs.schema import StrictModel
 
-# kind -> "module:Class"; adding a scheduler is its file plus one row here.
+
+@dataclass(frozen=True)
+class Registration:
+    """A row of `BACKENDS`: where the backend's class is, and how it runs a job (cf. ReFrame's
+    `register_scheduler(name, local=...)`)."""
+
+    target: str  # "module:Class"
+    # Runs the job here and now, in dlaunch's own process, to its end: this machine, one node, no
+    # queue, no account, no time limit; the run directory records the ending (`finished (exit N)`).
+    foreground: bool = False
+
+
+# kind -> registration; adding a scheduler is its file plus one row here.
 BACKENDS = {
-    "slurm": "launcher.schedulers.slurm:Slurm",
-    "pbs": "launcher.schedulers.pbs:Pbs",
-    "local": "launcher.schedulers.local:Local",
+    "slurm": Registration("launcher.schedulers.slurm:Slurm"),
+    "pbs": Registration("launcher.schedulers.pbs:Pbs"),
+    "local": Registration("launcher.schedulers.local:Local", foreground=True),
 }
+Figure = Union[float, str]  # a measured value, or "unavailable: <reason>"
 
 
 class JobState(enum.Enum):
@@ -60,6 +73,15 @@ class JobState(enum.Enum):
 class Submission:
     job_id: str
     exit_code: Optional[int] = None  # set when the job already ran (local)
+
+
+@dataclass(frozen=True)
+class ScriptCheck:
+    """A test-only submission's answer (`dlaunch doctor`)."""
+
+    accepted: bool
+    found: str  # the account and queue the script asks for, and what the batch system said
+    fix: str = ""  # for a refusal: what to do about it
 
 
 @dataclass(frozen=True)
@@ -101,8 +123,20 @@ class Scheduler:
     label = ""  # for people: "Slurm", "PBS"
     directive_prefix = ""  # `#SBATCH`, `#PBS`; "" = no directives
     commands: Tuple[str, ...] = ()  # the batch system's commands a login node needs (`dlaunch doctor`)
+    status_command = ""  # the one that answers `jobs()` (`dlaunch watch` needs it)
     ping_command: Tuple[str, ...] = ()  # exits 0 when the batch system's server answers (`dlaunch doctor`)
+    # Seconds before the time limit at which the scheduler signals the job to checkpoint (None: it does not).
+    signal_lead_s: Optional[int] = None
+    # (pattern, what it is) the profile's per-framework options of its step must match (`[launch.<fw>]`);
+    # () = words of the step command
+    step_option_form: Tuple[str, str] = ()
     Config: Type[StrictModel] = StrictModel
+    # Regular expressions of the lines the batch system writes into a job's log (launcher/runs/failures.py):
+    # its verdict on the job (time limit, cancel, node failure), and its launcher's noise around a failure.
+    log_verdicts: Tuple[str, ...] = ()
+    log_noise: Tuple[str, ...] = ()
+    # Why `check_script` cannot answer, where the batch system has no test-only submission ("": it can).
+    no_test_submission = "no test-only submission"
     # (neutral task variable of train/jobenv.py, this scheduler's variable that each task of a step has)
     task_variables: Tuple[Tuple[str, str], ...] = ()
 
@@ -157,30 +191,60 @@ class Scheduler:
     def submit(self, script: Path, run_dir: Path) -> Submission:
         raise NotImplementedError
 
+    def check_script(self, script: Path) -> ScriptCheck:
+        """Whether the batch system would take `script`, asked without submitting it; only where
+        `no_test_submission` is ""."""
+        raise NotImplementedError
+
+    def mpi_plugins(self) -> List[str]:
+        """The MPI wirings its step offers (a profile's `mpi_plugin` must be one of them)."""
+        return []
+
     def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
-        """The state of each job (one call for all where the batch system allows)."""
+        """The state of each job (one call for all where the batch system allows), with the place of a
+        pending one in the queue; ended jobs from the batch system's accounting while it keeps them."""
         raise NotImplementedError
 
     def end_reason(self, job_id: str) -> Optional[str]:
         """How the batch system says the job ended, while it remembers; None when it does not say."""
         return None
 
+    def job_energy(self, job_id: str) -> Figure:
+        """The energy the batch system's accounting recorded for the job's nodes, in joules."""
+        return "unavailable: %s records no energy" % (self.label or self.kind)
+
     def cancel(self, job_id: str) -> None:
         raise NotImplementedError
 
+    # -- the run directory --------------------------------------------------------------------------
+    def log_files(self, run_dir: Path) -> List[Path]:
+        """The job's logs in the run directory, oldest first (each may hold several attempts)."""
+        return []
 
-def scheduler_for(kind: str) -> Scheduler:
-    """The backend of a `[scheduler] kind` (also `plan.json`'s `scheduler`)."""
+
+def registration(kind: str) -> Registration:
+    """The registry row of a `[scheduler] kind` (also `plan.json`'s `scheduler`)."""
     if kind not in BACKENDS:
         raise DlaunchError("scheduler %r is not one of %s" % (kind, ", ".join(BACKENDS)))
-    module, name = BACKENDS[kind].split(":")
+    return BACKENDS[kind]
+
+
+def scheduler_for(kind: str) -> Scheduler:
+    """The backend of a `[scheduler] kind`."""
+    module, name = registration(kind).target.split(":")
     return getattr(importlib.import_module(module), name)()
 
 
-def config_union() -> object:
-    """The `[scheduler]` section's type: the backends' Config models, told apart by `kind`."""
-    models = tuple(scheduler_for(kind).Config for kind in BACKENDS)
-    return Annotated[Union[models], Field(discriminator="kind")]  # type: ignore[valid-type]
+def validate_config(data: Any) -> Any:
+    """A `[scheduler]` section as its backend's Config model (told apart by `kind`, looked up when a
+    profile is read, so that a backend registered later is known too)."""
+    if not isinstance(data, dict):
+        return data
+    kind = data.get("kind")
+    if not isinstance(kind, str) or kind not in BACKENDS:
+        raise ValueError("kind: %r is not one of %s" % (kind, ", ".join(BACKENDS)))
+    return scheduler_for(kind).Config.model_validate(data)
 
 
-__all__ = ["BACKENDS", "Job", "JobState", "Scheduler", "ShellWord", "Submission", "config_union", "scheduler_for"]
+__all__ = ["BACKENDS", "Figure", "Job", "JobState", "Registration", "Scheduler", "ScriptCheck", "ShellWord", "Submission",
+           "registration", "scheduler_for", "validate_config"]

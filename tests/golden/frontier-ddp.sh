@@ -34,6 +34,7 @@ export MIOPEN_USER_DB_PATH=/tmp/miopen-cache
 export MIOPEN_CUSTOM_CACHE_DIR=/tmp/miopen-cache
 export NCCL_NET=OFI
 export DLAUNCH_SITE=frontier
+export DLAUNCH_SCHEDULER=slurm
 export DLAUNCH_IMAGE=/images/rocm-ddp-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp

@@ -16,6 +16,7 @@ set -eo pipefail
 
 export NCCL_DEBUG=WARN
 export DLAUNCH_SITE=generic-slurm
+export DLAUNCH_SCHEDULER=slurm
 export DLAUNCH_IMAGE=/images/current-deepspeed-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp

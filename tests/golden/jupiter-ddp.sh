@@ -15,6 +15,7 @@
 set -eo pipefail
 
 export DLAUNCH_SITE=jupiter
+export DLAUNCH_SCHEDULER=slurm
 export DLAUNCH_IMAGE=/images/current-ddp-aarch64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp

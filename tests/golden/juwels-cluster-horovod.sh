@@ -15,6 +15,7 @@ set -eo pipefail
 
 export GLOO_SOCKET_IFNAME=ib0
 export DLAUNCH_SITE=juwels-cluster
+export DLAUNCH_SCHEDULER=slurm
 export DLAUNCH_IMAGE=/images/cpu-horovod-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp

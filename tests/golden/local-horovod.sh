@@ -4,6 +4,7 @@ set -eo pipefail
 
 export GLOO_SOCKET_IFNAME=lo
 export DLAUNCH_SITE=local
+export DLAUNCH_SCHEDULER=local
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run

@@ -26,6 +26,7 @@ export MIOPEN_USER_DB_PATH=/tmp/miopen-cache
 export MIOPEN_CUSTOM_CACHE_DIR=/tmp/miopen-cache
 export NCCL_NET='AWS Libfabric'
 export DLAUNCH_SITE=lumi-g
+export DLAUNCH_SCHEDULER=slurm
 export DLAUNCH_IMAGE=/images/rocm-deepspeed-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp

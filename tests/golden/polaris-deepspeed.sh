@@ -6,7 +6,8 @@
 #PBS -A proj42
 #PBS -o /scratch/runs/exp/run/pbs.out
 #PBS -j oe
-#PBS -r n
+#PBS -k doe
+#PBS -r y
 #PBS -l filesystems=home:eagle
 #PBS -l place=scatter
 # rendered by the tests
@@ -22,6 +23,7 @@ export FI_CXI_DISABLE_HOST_REGISTER=1
 export FI_MR_CACHE_MONITOR=userfaultfd
 export FI_CXI_DEFAULT_CQ_SIZE=131072
 export DLAUNCH_SITE=polaris
+export DLAUNCH_SCHEDULER=pbs
 export DLAUNCH_IMAGE=/images/current-deepspeed-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
@@ -29,11 +31,15 @@ export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
 export LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export APPTAINERENV_LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib"${APPTAINERENV_LD_LIBRARY_PATH:+:$APPTAINERENV_LD_LIBRARY_PATH}"
 export DLAUNCH_JOB_ID="$PBS_JOBID"
+DLAUNCH_RESTART_COUNT="$(grep -cxF "$PBS_JOBID" /scratch/runs/exp/run/pbs-attempts 2>/dev/null || true)"
+echo "$PBS_JOBID" >> /scratch/runs/exp/run/pbs-attempts
+export DLAUNCH_RESTART_COUNT
 export DLAUNCH_NNODES=2
 DLAUNCH_NODELIST="$(cat "$PBS_NODEFILE" | paste -sd, -)"
 export DLAUNCH_NODELIST
 export DLAUNCH_NTASKS=8
 export DLAUNCH_TASKS_PER_NODE='4(x2)'
+echo "dlaunch: job $DLAUNCH_JOB_ID attempt $(( ${DLAUNCH_RESTART_COUNT:-0} + 1 )) on $DLAUNCH_NODELIST at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 MASTER_ADDR="$(cat "$PBS_NODEFILE" | sed -n 1p)"
 export MASTER_ADDR

@@ -1,0 +1,131 @@
+"""The launcher's structure, read from its source with ast: no import circle, nothing imports the command
+line, and no module outside a backend compares a value with a scheduler's or runtime's name."""
+import ast
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Set
+
+from launcher.runtimes import RUNTIMES
+from launcher.schedulers import BACKENDS
+
+LAUNCHER = Path(__file__).resolve().parent.parent / "launcher"
+BACKEND_FOLDERS = (LAUNCHER / "schedulers", LAUNCHER / "runtimes")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(LAUNCHER.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(LAUNCHER.rglob("*.py"))}
+
+
+def _type_checking_only(tree: ast.AST) -> Set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:` (they never run)."""
+    found: Set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            found.update(id(child) for child in ast.walk(node))
+    return found
+
+
+def imported(path: Path) -> Set[str]:
+    """The launcher modules `path` imports, at the top or inside a function (not for type checking only)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _type_checking_only(tree)
+    names: Set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update("%s.%s" % (node.module, alias.name) for alias in node.names)
+    return {name for name in names if name in MODULES} - {module_name(path)}
+
+
+def import_graph() -> Dict[str, Set[str]]:
+    return {name: imported(path) for name, path in MODULES.items()}
+
+
+def find_cycle(graph: Dict[str, Set[str]]) -> Optional[List[str]]:
+    """One import circle (its modules in order, the first again at the end), or None."""
+    state: Dict[str, int] = {}  # 1: on the current path, 2: done
+    path: List[str] = []
+
+    def visit(node: str) -> Optional[List[str]]:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            cycle = visit(start)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_launcher_has_no_import_circle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import circle: %s" % " -> ".join(cycle)
+
+
+def test_no_module_imports_the_command_line():
+    importers = sorted(name for name, imports in import_graph().items() if "launcher.cli" in imports)
+    assert importers == [], "%s import launcher.cli (use launcher.terminal and launcher.runs.service)" % importers
+
+
+def _constants(node: ast.expr) -> Iterator[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        yield node.value
+    elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        for element in node.elts:
+            yield from _constants(element)
+
+
+def backend_name_compares(source: str, names: Set[str]) -> List[str]:
+    """`x == "slurm"`, `kind in ("local", ...)`: compares of a value with a backend's name, as `line: code`.
+    `none` (the runtime without a container) counts only beside a kind, container or runtime: it is also a
+    value of other options (`--amp none`, `gpu_vendor = "none"`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left] + list(node.comparators)
+        for side in sides:
+            others = " ".join(ast.unparse(other) for other in sides if other is not side)
+            for value in _constants(side):
+                if value in names and (value != "none" or any(w in others for w in ("kind", "container", "runtime"))):
+                    found.append("%d: %s" % (node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_the_compare_finder_finds_compares_with_backend_names():
+    source = 'a = kind == "slurm"\nb = s.kind in ("x", "local")\nc = amp == "none"\nd = site.container.kind != "none"\n'
+    assert backend_name_compares(source, {"slurm", "local", "none"}) == [
+        "1: kind == 'slurm'", "2: s.kind in ('x', 'local')", "4: site.container.kind != 'none'"]
+
+
+def test_no_compare_with_a_scheduler_or_runtime_name_outside_its_backend():
+    names = set(BACKENDS) | set(RUNTIMES)
+    found = []
+    for path in MODULES.values():
+        if not any(folder in path.parents for folder in BACKEND_FOLDERS):
+            found += ["%s:%s" % (path.relative_to(LAUNCHER.parent), line)
+                      for line in backend_name_compares(path.read_text(encoding="utf-8"), names)]
+    assert not found, "ask the backend (its registration, its protocol) instead:\n" + "\n".join(found)
