@@ -8,6 +8,7 @@ the image lock, the performance model, matplotlib) when it runs.
 import ast
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, List, Optional, Sequence, Tuple
@@ -17,11 +18,12 @@ import typer.main
 from typer.core import TyperCommand, TyperGroup
 from typer.models import CommandInfo
 
+from launcher.boundary import check_limit, escape, finite_number
 from launcher.errors import DlaunchError
 from launcher.jobs.request import LaunchRequest
 from launcher.runs.rundir import RunDir, default_run_name, display_path, find_runs, newest_first
-from launcher.terminal import (Account, DryRun, Experiment, Follow, Framework, Image, Output, Partition, Requeue,
-                               RunDirArg, RunDirs, Site_, TimeLimit, complete_run_dir, complete_site, err, out,
+from launcher.terminal import (Account, AllowLarge, DryRun, Experiment, Follow, Framework, Image, Output, Partition,
+                               Requeue, RunDirArg, RunDirs, Site_, TimeLimit, complete_run_dir, complete_site, err, out,
                                record_results, show_status, with_trainer_options)
 
 if TYPE_CHECKING:
@@ -134,17 +136,18 @@ def run(site: Site_ = None, framework: Framework = "ddp",
         resume: Annotated[Optional[Path], typer.Option(help="resubmit this run directory from its checkpoint (all other options come from its plan.json)", autocompletion=complete_run_dir)] = None,
         requeue: Requeue = None, dry_run: DryRun = False, follow: Follow = False,
         repeat: Annotated[int, typer.Option(min=1, help="N runs of this request in one experiment (RUN_NAME-r1..-rN): `dlaunch report` gives their median and spread")] = 1,
-        trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
+        allow_large: AllowLarge = False, trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
     """Render a job for a site and submit it (or run it here with --site local)."""
     from launcher.runs import service
 
+    check_limit("--repeat", repeat, "repeats", allow_large)
     if repeat > 1 and resume is not None:
         raise DlaunchError("--repeat: not with --resume (resume each run directory on its own)")
     if resume is not None:
-        return _deliver([service.resume(resume, dry_run=dry_run)], dry_run, follow)
+        return _deliver([service.resume(resume, dry_run=dry_run, allow_large=allow_large)], dry_run, follow)
     request = LaunchRequest(site=site, framework=framework, nodes=nodes, gpus=gpus, partition=partition,
                             time=time_limit, account=account, image=image, output=output, experiment=experiment,
-                            run_name=run_name, trainer=trainer, requeue=requeue)
+                            run_name=run_name, trainer=trainer, requeue=requeue, allow_large=allow_large)
     if repeat == 1:
         return _deliver([service.prepare(request, dry_run=dry_run)], dry_run, follow)
     from launcher.runs.repeat import repeat_requests
@@ -172,7 +175,7 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
           gpus: Annotated[Optional[str], typer.Option(help="GPU counts instead of node counts")] = None,
           partition: Partition = None, time_limit: TimeLimit = "01:00:00", account: Account = None,
           image: Image = None, output: Output = "runs", experiment: Experiment = None,
-          requeue: Requeue = None, dry_run: DryRun = False, follow: Follow = False,
+          requeue: Requeue = None, dry_run: DryRun = False, follow: Follow = False, allow_large: AllowLarge = False,
           trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
     """One job per node (or GPU) count, grouped as one experiment."""
     from launcher.runs import service
@@ -184,7 +187,7 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
     jobs = [service.prepare(LaunchRequest(site=site, framework=framework, partition=partition, time=time_limit,
                                           account=account, image=image, output=output, experiment=experiment,
                                           requeue=requeue, run_name="%s%04d" % (key[0], count), trainer=trainer,
-                                          **{key: count}), dry_run=dry_run)
+                                          allow_large=allow_large, **{key: count}), dry_run=dry_run)
             for count in _counts(flag, text or "")]
     return _deliver(jobs, dry_run, follow)
 
@@ -196,9 +199,8 @@ def status(run_dirs: RunDirs = None) -> int:
         return runs()
     found = find_runs(run_dirs)
     if not found:
-        raise DlaunchError("no run directories under %s" % ", ".join(str(p) for p in run_dirs))
-    show_status(found)
-    return 0
+        raise DlaunchError("no run directories under %s" % ", ".join(escape(str(p)) for p in run_dirs))
+    return show_status(found)
 
 
 @app.command()
@@ -206,9 +208,8 @@ def runs(directory: Annotated[Path, typer.Argument(help="folder holding run dire
     """The run directories under DIRECTORY (default ./runs), newest first, with state and figures."""
     found = newest_first(find_runs([directory]))
     if not found:
-        raise DlaunchError("no run directories under %s" % directory)
-    show_status(found)
-    return 0
+        raise DlaunchError("no run directories under %s" % escape(str(directory)))
+    return show_status(found)
 
 
 def watch_runs(targets: List[Path], interval: float = 5.0, once: bool = False) -> int:
@@ -229,7 +230,7 @@ def watch_runs(targets: List[Path], interval: float = 5.0, once: bool = False) -
 def watch(targets: Annotated[List[Path], typer.Argument(help="run, experiment or study directories (or an experiment's name under ./runs)",
                                                       autocompletion=complete_run_dir, show_default=False)],
           once: Annotated[bool, typer.Option("--once", help="show the state once and exit (for cron): 1 when a run failed")] = False,
-          interval: Annotated[float, typer.Option(min=0.1, help="seconds between looks at the runs")] = 5.0) -> int:
+          interval: Annotated[float, typer.Option(parser=finite_number(low=0.1), help="seconds between looks at the runs (at least 0.1)")] = 5.0) -> int:
     """Follow runs to their end: progress, images/s, loss, ETA, queue place, why one failed.
 
     Live in a terminal; through a pipe one plain line per change. Ends when every run has ended;
@@ -242,14 +243,15 @@ def watch(targets: Annotated[List[Path], typer.Argument(help="run, experiment or
 @app.command()
 def logs(run_dir: RunDirArg) -> int:
     """Print a run's logs."""
+    from launcher.boundary import check_regular, copy_log
     from launcher.runs import service
 
     found = service.logs(RunDir.open(run_dir))
     if found.missing:
-        err.print(found.missing)
-    for path in found.files:
-        err.rule(str(path))
-        out.out(path.read_text(encoding="utf-8", errors="replace"), end="")
+        err.print(found.missing, highlight=False)
+    for path in [check_regular(p) for p in found.files]:  # all checked before the first is printed
+        err.rule(display_path(path))
+        copy_log(path, lambda text: out.out(text, end="", highlight=False))
     return 1 if found.failed else 0
 
 
@@ -262,7 +264,7 @@ def cancel(run_dir: RunDirArg) -> int:
     return 0
 
 
-SITES_HEADERS = ("name", "aliases", "scheduler", "GPUs per node", "container", "file")
+SITES_HEADERS = ("name", "aliases", "scheduler", "GPUs per node", "container", "description", "file")
 SITES_LEAVE_OUT = ("container", "scheduler", "GPUs per node", "aliases")
 
 
@@ -279,10 +281,10 @@ def sites(ctx: typer.Context) -> None:
         try:
             site = load_site(path)
         except DlaunchError as e:  # listed, not fatal: `dlaunch sites check FILE` says more
-            rows.append((name, "", "unreadable", "", "", str(e)))
+            rows.append((escape(name), "", "unreadable", "", "", escape(str(e)), display_path(path)))
             continue
         rows.append((site.name, ", ".join(site.aliases), site.scheduler.kind, str(site.gpus_per_node),
-                     site.container.kind, display_path(path)))
+                     site.container.kind, escape(site.description), display_path(path)))
     out.print(fit_table("sites", SITES_HEADERS, rows, out.width, leave_out=SITES_LEAVE_OUT))
 
 
@@ -312,8 +314,9 @@ def sites_check(path: Annotated[Path, typer.Argument(help="profile file")]) -> i
     site = load_site(path)
     warnings = check_warnings(path, datetime.date.today())
     for warning in warnings:
-        err.print("dlaunch: warning: %s: %s" % (path, warning))
-    out.print("%s: ok (site %s%s)" % (path, site.name, ", %d warning(s)" % len(warnings) if warnings else ""))
+        err.print("dlaunch: warning: %s: %s" % (display_path(path), escape(warning)), highlight=False)
+    out.print("%s: ok (site %s%s)" % (display_path(path), site.name, ", %d warning(s)" % len(warnings) if warnings else ""),
+              highlight=False)
     return 0
 
 
@@ -322,33 +325,42 @@ def sites_migrate(path: Annotated[Path, typer.Argument(help="profile file of the
                   output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write here (may be PATH itself) instead of printing")] = None) -> int:
     """Rewrite a first-schema profile in the current schema, comments kept (printed, or written with -o)."""
     from launcher.atomic import write_atomic
+    from launcher.boundary import output_file
     from launcher.jobs.sitecheck import migrate
 
+    if output is not None:
+        output_file("--output", output)
     text, changed = migrate(path)
     if not changed:
-        err.print("dlaunch: note: %s is in the current schema already" % path)
+        err.print("dlaunch: note: %s is in the current schema already" % display_path(path))
     if output is None:
         out.out(text, end="")
     else:
         write_atomic(output, text)
-        err.print("dlaunch: wrote %s" % output)
+        err.print("dlaunch: wrote %s" % display_path(output))
     return 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the exit code (2: bad input, 1: the scheduler refused or a watched run
-    failed, 130: interrupted)."""
+    failed, 130: interrupted). An OSError that reaches here concerns a path the user gave or one
+    dlaunch writes (a name too long for the file system, no permission, a full disk): one line naming
+    it, exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     try:
         result = app(args=args, prog_name="dlaunch", standalone_mode=False)
     except DlaunchError as e:
-        err.print("dlaunch: error: %s" % e)
+        err.print("dlaunch: error: %s" % escape(str(e)), highlight=False)
         return e.exit_code
     except typer.Abort:
         return 130
     except typer.TyperException as e:
-        err.print("dlaunch: error: %s" % e.format_message())
+        err.print("dlaunch: error: %s" % escape(e.format_message()), highlight=False)
         return e.exit_code
+    except OSError as e:
+        where = "%s: " % display_path(Path(os.fsdecode(e.filename))) if e.filename is not None else ""
+        err.print("dlaunch: error: %s%s" % (where, e.strerror or escape(str(e))), highlight=False)
+        return 2
     return result if isinstance(result, int) else 0
 
 

@@ -13,8 +13,10 @@ from typing import Annotated, Any, Callable, List, Literal, Optional
 import typer
 from rich.console import Console
 
+from launcher.boundary import ALLOW_LARGE, NAME, escape, whole
+from launcher.errors import DlaunchError
 from launcher.jobs.request import TRAINER_FLAGS
-from launcher.runs.rundir import RunDir, display_path, find_runs
+from launcher.runs.rundir import RunDir, display_path, find_runs, readable
 
 out = Console(soft_wrap=True, markup=False)
 err = Console(stderr=True, soft_wrap=True, markup=False)
@@ -22,18 +24,19 @@ err = Console(stderr=True, soft_wrap=True, markup=False)
 
 def complete_site(incomplete: str) -> List[str]:
     """Site profile names and aliases starting with `incomplete` (TAB after --site)."""
-    import tomllib
-
+    from launcher.boundary import decode, parse_toml, read_bytes
     from launcher.jobs.sites import available_sites
 
     names = []
     for name, path in available_sites().items():
         names.append(name)
         try:
-            aliases = tomllib.loads(path.read_text(encoding="utf-8")).get("aliases", [])
-        except (OSError, tomllib.TOMLDecodeError):
+            data = parse_toml(decode(read_bytes(path), name), name)
+        except DlaunchError:
             continue
-        names.extend(alias for alias in aliases if isinstance(alias, str))
+        aliases = data.get("aliases")
+        if isinstance(aliases, list):
+            names.extend(alias for alias in aliases if whole(NAME, alias))
     return sorted(name for name in set(names) if name.startswith(incomplete))
 
 
@@ -96,6 +99,7 @@ Output = Annotated[str, typer.Option(help="runs go to OUTPUT/EXPERIMENT/RUN_NAME
 Experiment = Annotated[Optional[str], typer.Option(help="experiment name (groups runs)")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="print the script; write and submit nothing")]
 Follow = Annotated[bool, typer.Option("--follow", help="after submitting, watch the job(s) to their end (as `dlaunch watch`)")]
+AllowLarge = Annotated[bool, typer.Option(ALLOW_LARGE, help="go beyond the limits that catch typos: --repeat over 100, more than 64 processes on this machine, a study of over 1000 jobs (README: Bad input and limits)")]
 Requeue = Annotated[Optional[bool], typer.Option("--requeue/--no-requeue", help="after a node failure the scheduler runs the job again and it resumes from its checkpoint (default: the site's `requeue`)")]
 RunDirArg = Annotated[Path, typer.Argument(help="run directory", autocompletion=complete_run_dir)]
 RunDirs = Annotated[Optional[List[Path]], typer.Argument(help="run directories, or folders holding them (default: ./runs)",
@@ -106,13 +110,15 @@ STATUS_HEADERS = ("run", "site", "job", "scheduler", "metrics", "epochs", "image
 STATUS_LEAVE_OUT = ("results", "site", "job", "images/s", "epochs")
 
 
-def show_status(runs: List[RunDir]) -> None:
+def show_status(runs: List[RunDir]) -> int:
     """A table of the runs (scheduler state, metrics status, epochs done, images/s), then why any failed
-    and each run's figures."""
+    and each run's figures, and a `rejected:` line for each run whose files cannot be read (exit code
+    1, else 0)."""
     from launcher.runs import service
     from launcher.runs.failures import scheduler_label
     from launcher.tables import fit_table
 
+    runs, rejected = readable(runs)
     rows, notes = [], []
     for snapshot in service.observe(runs):
         p = snapshot.progress
@@ -126,10 +132,14 @@ def show_status(runs: List[RunDir]) -> None:
         figures = service.run_figures(snapshot)
         if figures:
             notes.append("%s: %s" % (snapshot.name, figures))
-    out.print(fit_table("dlaunch runs", STATUS_HEADERS, rows, out.width, leave_out=STATUS_LEAVE_OUT))
+    if rows:
+        out.print(fit_table("dlaunch runs", STATUS_HEADERS, rows, out.width, leave_out=STATUS_LEAVE_OUT))
     for line in notes:
-        out.print(line, markup=False, highlight=False)
+        out.print(escape(line), markup=False, highlight=False)
     record_results(runs)
+    for message in rejected:
+        err.print("rejected: %s" % escape(message), highlight=False)
+    return 1 if rejected else 0
 
 
 def record_results(runs: List[RunDir]) -> None:

@@ -24,18 +24,20 @@ def dlaunch(cwd: Path, *args: object) -> subprocess.CompletedProcess:
 
 
 def experiment(tmp_path: Path) -> Path:
-    """An experiment of two runs of site `local` (metrics written by the test, plan.json and a log too)."""
+    """An experiment of two runs of site `local` (metrics written by the test, plan.json, the profile the
+    job was made from and a log too)."""
     for name, gpus in (("g1", 1), ("g2", 2)):
         run = write_run(tmp_path / "runs", name, gpus, [10.0, 20.0], site="local", experiment="exp").parent
         run.joinpath("plan.json").write_text(json.dumps({"plan": {"site": "local", "scheduler": "local"},
                                                          "request": {"site": "local"}}))
         run.joinpath("local.log").write_text("log of %s\n" % name)
+        run.joinpath("site.toml").write_text((REPO / "sites" / "local.toml").read_text())
         run.joinpath("checkpoints").mkdir()
         run.joinpath("checkpoints", "checkpoint.pt").write_bytes(b"\0" * 1000)
     return tmp_path / "runs" / "exp"
 
 
-def test_archive_holds_every_file_but_checkpoints_the_profiles_and_a_manifest_of_hashes(tmp_path):
+def test_archive_holds_every_file_but_checkpoints_with_the_runs_profiles_and_a_manifest_of_hashes(tmp_path):
     folder = experiment(tmp_path)
     result = dlaunch(tmp_path, "archive", folder, "-o", tmp_path / "exp.tar.gz")
     assert result.returncode == 0, result.stderr
@@ -45,8 +47,8 @@ def test_archive_holds_every_file_but_checkpoints_the_profiles_and_a_manifest_of
         for name, entry in manifest.items():
             data = tar.extractfile(name).read()
             assert hashlib.sha256(data).hexdigest() == entry["sha256"] and len(data) == entry["bytes"]
-    assert names == sorted(["exp/manifest.json", "exp/profiles/local.toml"]
-                           + ["exp/%s/%s" % (run, f) for run in ("g1", "g2") for f in ("local.log", "metrics.jsonl", "plan.json")])
+    assert names == sorted(["exp/manifest.json"] + ["exp/%s/%s" % (run, f) for run in ("g1", "g2")
+                                                    for f in ("local.log", "metrics.jsonl", "plan.json", "site.toml")])
     assert set(manifest) == set(names) - {"exp/manifest.json"}
     assert (tmp_path / "runs" / "exp" / "g1" / "checkpoints" / "checkpoint.pt").exists()  # left where it was
 

@@ -30,6 +30,14 @@ SCHEDULES = ("step", "cosine", "exponential")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
+# Limits of values the libraries refuse only once the job runs: numpy seeds take 0..2^32-1 (the MXNet
+# trainer seeds numpy with --seed); one image's ResNet-50 training activations grow with its pixels
+# (about 0.1 GB at 224 px, about 120 GB at 8192 px: the memory of the largest GPUs). The launcher
+# parses the trainer's flags with this module, so a job beyond them is refused before it queues.
+MAX_SEED = 2 ** 32 - 1
+MAX_IMAGE_SIZE = 8192
+
+
 class ConfigError(ValueError):
     """Bad input: printed as one line `train: error: ...`, exit code 2."""
 
@@ -258,6 +266,11 @@ def _validate(cfg: TrainConfig, check_paths: bool) -> None:
             raise ConfigError("%s %s must not be negative" % (flag, value))
     if cfg.image_size < 32:
         raise ConfigError("--image-size %d is too small (ResNets need at least 32)" % cfg.image_size)
+    if cfg.image_size > MAX_IMAGE_SIZE:
+        raise ConfigError("--image-size %d is too large: one image's activations would not fit a GPU (at most %d)"
+                          % (cfg.image_size, MAX_IMAGE_SIZE))
+    if not 0 <= cfg.seed <= MAX_SEED:
+        raise ConfigError("--seed %d is outside 0..%d (numpy's seed range)" % (cfg.seed, MAX_SEED))
     if not 0.0 <= cfg.label_smoothing < 1.0:
         raise ConfigError("--label-smoothing %s must be in [0, 1)" % cfg.label_smoothing)
     if not 0.0 < cfg.gamma <= 1.0:

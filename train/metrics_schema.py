@@ -26,8 +26,12 @@ latest session's (`Metrics.network`).
 Measured figures are a number or the text "unavailable: <reason>", never a zero standing in for
 "not measured". Energy is per domain (`ENERGY_DOMAINS`), in joules, summed over the job's ranks.
 """
+import errno
 import json
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+import math
+import os
+import stat
+from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Optional, Tuple
 
 SCHEMA = "dlaunch.metrics"
 VERSION = 3
@@ -238,7 +242,7 @@ def validate_record(record: Any) -> None:
         raise MetricsError("unsupported schema version %r (this reader knows %s)"
                            % (record.get("version"), ", ".join(map(str, READABLE_VERSIONS))))
     rtype = record.get("type")
-    if rtype not in RECORD_FIELDS:
+    if not isinstance(rtype, str) or rtype not in RECORD_FIELDS:
         raise MetricsError("unknown record type %r" % (rtype,))
     if not isinstance(record.get("time"), _NUM) or isinstance(record.get("time"), bool):
         raise MetricsError("%s record: field 'time' missing or not a number" % rtype)
@@ -256,18 +260,117 @@ def validate_record(record: Any) -> None:
         raise MetricsError("end record: status %r not in %s" % (record["status"], END_STATUSES))
 
 
-def iter_records(path: str) -> Iterator[Dict[str, Any]]:
-    """Yield validated records; raise MetricsError naming the file and line of the first bad one."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+# Bounds of the figures a reader computes with (None: open). The reader refuses NaN, infinity and a
+# value outside its bounds as it refuses a wrong type: the file is rejected, never reported as a figure.
+# The losses are exempt: a diverging run records the non-finite loss it saw (`--max-nonfinite-steps`).
+# The writer does not check bounds: a run is never stopped for a figure it measured.
+BOUNDS: Dict[str, Dict[str, Tuple[Optional[float], Optional[float]]]] = {
+    "header": {"world_size": (1, None), "nodes": (1, None), "batch_per_worker": (1, None), "global_batch": (1, None),
+               "lr_scaled": (0, None)},
+    "epoch": {"epoch": (0, None), "steps": (0, None), "images": (0, None), "images_per_s": (0, None),
+              "epoch_time_s": (0, None), "data_wait_s": (0, None), "lr": (0, None), "top1": (0, 1), "top5": (0, 1),
+              "gpu_utilization_pct": (0, None), "gpu_memory_peak_bytes": (0, None)},
+    "profile": {"steps": (0, None), "step_s": (0, None), "compute_s": (0, None), "comm_s": (0, None), "data_s": (0, None)},
+    "resume": {"epoch": (0, None), "step": (0, None)},
+    "end": {"total_time_s": (0, None), "epochs_completed": (0, None), "best_top1": (0, 1), "target_accuracy": (0, 1),
+            "time_to_accuracy_s": (0, None), "energy_to_accuracy_j": (0, None)},
+}
+NON_FINITE_ALLOWED = ("loss", "val_loss")
+# Header fields inside `config`, `loader_settings` and `request` that readers use: their types.
+NESTED = {
+    "config": {"epochs": (int, type(None)), "schedule": _OPT_STR, "amp": _OPT_STR},
+    "loader_settings": {"total_steps": (int, type(None)), "steps_per_epoch": (int, type(None))},
+    "request": {"framework": (str,), "world_size": (int,), "options": (dict,)},
+}
+MAX_METRICS_BYTES = 64 * 1024 * 1024  # a trainer writes a few KB per epoch; anything near this is not its file
+
+
+def check_bounds(record: Dict[str, Any]) -> None:
+    """Raise MetricsError for a figure of a validated record that is not finite or outside `BOUNDS`,
+    and for a header whose nested fields (`NESTED`, `hosts`, `argv`) readers cannot use."""
+    rtype = record["type"]
+    if not math.isfinite(record["time"]):
+        raise MetricsError("%s record: field 'time' is %r" % (rtype, record["time"]))
+    bounds = BOUNDS.get(rtype, {})
+    for name, value in record.items():
+        values = list(value.values()) if name == "energy_j" and isinstance(value, dict) else [value]
+        for v in values:
+            if not is_number(v) or (name in NON_FINITE_ALLOWED and not math.isfinite(v)):
+                continue
+            low, high = bounds.get(name, (0, None) if name == "energy_j" else (None, None))
+            if not math.isfinite(v) or (low is not None and v < low) or (high is not None and v > high):
+                where = "%s..%s" % ("" if low is None else low, "" if high is None else high)
+                raise MetricsError("%s record: field %r is %r, outside %s" % (rtype, name, v, where))
+    if rtype == "header":
+        for name, fields in NESTED.items():
+            for key, types in fields.items() if isinstance(record.get(name), dict) else ():
+                value = record[name].get(key)
+                if (key in record[name] or name == "request") and not _check_value(types, value):
+                    raise MetricsError("header record: field '%s.%s' has type %s" % (name, key, type(value).__name__))
+        request = record.get("request")
+        if isinstance(request, dict) and request["world_size"] < 1:
+            raise MetricsError("header record: field 'request.world_size' is %r, outside 1.." % request["world_size"])
+        for name in ("hosts", "argv"):
+            if not all(isinstance(item, str) for item in record[name]):
+                raise MetricsError("header record: field %r holds an item that is not a text" % name)
+
+
+class FileRefused(ValueError):
+    """A file a reader will not open: not a regular file, too large, or a link it must not follow."""
+
+
+def open_regular(path: str, limit: int, follow_links: bool = True) -> BinaryIO:
+    """`path` opened for reading in binary, after checking that it is a regular file of at most `limit`
+    bytes: opened without blocking, so a FIFO or device is refused before a byte is read; with
+    `follow_links=False` a symbolic link is refused too. FileRefused or OSError otherwise."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if not follow_links and e.errno == errno.ELOOP:
+            raise FileRefused("a symbolic link (dlaunch does not follow links out of a run directory)") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused("not a regular file")
+        if info.st_size > limit:
+            raise FileRefused("%d bytes, more than the %d this file may have" % (info.st_size, limit))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def iter_records(path: str, follow_links: bool = True) -> Iterator[Dict[str, Any]]:
+    """Yield validated records (UTF-8, the schema, `check_bounds`); raise MetricsError naming the file
+    and line of the first bad one, or the file when it is no metrics file at all (`open_regular`)."""
+    try:
+        f = open_regular(path, MAX_METRICS_BYTES, follow_links)
+    except FileRefused as e:
+        raise MetricsError("%s: %s" % (path, e)) from None
+    with f:
+        yield from parse_records(f, path)
+
+
+def parse_records(lines: Iterable[bytes], path: str) -> Iterator[Dict[str, Any]]:
+    """The validated records of a metrics file's lines (bytes); MetricsError names `path` and the line."""
+    for lineno, raw in enumerate(lines, 1):
+        try:
+            line = raw.decode("utf-8")
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-                validate_record(record)
-            except (ValueError, MetricsError) as e:
-                raise MetricsError("%s:%d: %s" % (path, lineno, e)) from None
-            yield record
+            record = json.loads(line)
+            validate_record(record)
+            check_bounds(record)
+        except UnicodeDecodeError as e:
+            raise MetricsError("%s:%d: not UTF-8 text (byte 0x%02x at column %d)" % (path, lineno, raw[e.start], e.start + 1)) from None
+        except RecursionError:
+            raise MetricsError("%s:%d: nested too deeply" % (path, lineno)) from None
+        except (ValueError, MetricsError) as e:
+            raise MetricsError("%s:%d: %s" % (path, lineno, e)) from None
+        yield record
 
 
 class Metrics:
@@ -302,10 +405,16 @@ class Metrics:
         return self.end["status"] if self.end else "running"
 
 
-def read_metrics(path: str) -> Metrics:
-    """Read and validate a whole metrics file (MetricsError names the file on any problem)."""
+def parse_metrics(data: bytes, path: str) -> Metrics:
+    """A metrics file's content (e.g. an archive's member) read as `read_metrics` reads the file `path`."""
+    return Metrics(path, list(parse_records(data.splitlines(keepends=True), path)))
+
+
+def read_metrics(path: str, follow_links: bool = True) -> Metrics:
+    """Read and validate a whole metrics file (MetricsError names the file on any problem); with
+    `follow_links=False` (a run directory's file) a symbolic link is refused."""
     try:
-        records = list(iter_records(path))
+        records = list(iter_records(path, follow_links))
     except OSError as e:
         raise MetricsError("%s: %s" % (path, e.strerror or e)) from None
     return Metrics(path, records)

@@ -68,6 +68,7 @@ import typer
 from rich.console import Console
 
 from launcher.analysis.scaling import Run, load_runs
+from launcher.boundary import finite_number
 from launcher.errors import DlaunchError
 from launcher.analysis.perfmodel_nccl import DEFAULT_INTRA_NODE_GBPS, RING_PLATEAU, Machine, straggler_factor
 from launcher.jobs.sites import Site, resolve_site
@@ -959,8 +960,8 @@ def predict_command(
     site: Annotated[str, typer.Option(help="Site profile (name or TOML path); its \\[network] section gives the nominal interconnect.")],
     gpus: Annotated[Optional[str], typer.Option(help="Comma-separated GPU counts; E_G is relative to the smallest. Default: 4, 8, ... 1024, up to what the site has.")] = None,
     model: Annotated[Optional[str], typer.Option(help="Model (gradient size from its parameter count).")] = None,
-    compute_ms: Annotated[Optional[float], typer.Option(help="Measured forward+backward time per step (ms).")] = None,
-    data_ms: Annotated[Optional[float], typer.Option(help="Measured time waiting for data per step (ms); default 0 (the loader keeps up).")] = None,
+    compute_ms: Annotated[Optional[float], typer.Option(parser=finite_number(), help="Measured forward+backward time per step (ms).")] = None,
+    data_ms: Annotated[Optional[float], typer.Option(parser=finite_number(), help="Measured time waiting for data per step (ms); default 0 (the loader keeps up).")] = None,
     batch: Annotated[Optional[int], typer.Option(help="Batch per GPU the compute time was measured with.")] = None,
     framework: Framework = "ddp",
     zero_stage: Annotated[Optional[int], typer.Option(min=0, max=2, help="DeepSpeed ZeRO stage (0: all-reduce; 1, 2: reduce-scatter + all-gather). Default 0.")] = None,
@@ -968,7 +969,7 @@ def predict_command(
     from_run: Annotated[Optional[Path], typer.Option(help="Run directory or metrics file with a profile record (the workload only).")] = None,
     from_runs: Annotated[Optional[List[Path]], typer.Option(help="Calibrate machine and workload on your own small sweep: run directories or a sweep folder (repeat the flag), >= 2 GPU counts, each run made with --profile-steps N (e.g. `dlaunch sweep --nodes 1,2,4 --steps 60 --warmup-steps 10 --profile-steps 20`). Prints each run's leave-one-out error of step time and profiled comm share.")] = None,
     calibrated: Annotated[Optional[str], typer.Option(help="Machine fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs: 'dali' (loader keeps up) or 'native' (adds the native loader's fitted data wait unless --data-ms is given, and the file system's images/s fitted on the paper's E_G statements unless --storage-images-per-s or the site's [storage] gives one; a GPU faster than the loader's 8 workers waits for them). On JUWELS Booster, ResNet-50, batch 64, shows the paper's values beside the model's.")] = None,
-    storage_images_per_s: Annotated[Optional[float], typer.Option(help="Images/s the site's shared file system sustains for a loader that reads every sample as a file (native): p GPUs cannot step faster than p * batch / this. Default: the site's [storage] loader_images_per_s, else no ceiling (unknown).")] = None,
+    storage_images_per_s: Annotated[Optional[float], typer.Option(parser=finite_number(), help="Images/s the site's shared file system sustains for a loader that reads every sample as a file (native): p GPUs cannot step faster than p * batch / this. Default: the site's [storage] loader_images_per_s, else no ceiling (unknown).")] = None,
 ) -> None:
     """Predict step time, throughput, E_G and NCCL kernel share over GPU counts (NCCL ring/tree cost model, buckets, stragglers)."""
     if framework not in gradient_exchanges():

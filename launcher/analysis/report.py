@@ -15,6 +15,7 @@ from launcher.analysis.scaling import (Comparison, GroupKey, Run, ScalingPoint, 
                                rich_table, scaling, verdict)
 from launcher.analysis.convergence import RCP_SOURCE, RCPVerdict, rcp_verdicts
 from launcher.atomic import atomic_file, write_atomic
+from launcher.boundary import escape, output_folder
 from launcher.errors import DlaunchError
 from launcher.analysis.perfmodel import MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site, predict
 from launcher.jobs.sites import Site, resolve_site
@@ -554,10 +555,11 @@ def report_command(
     Exit code 0; 1 when some metrics files were rejected (each named on stderr, the rest reported);
     2 on bad input (nothing written).
     """
+    output_folder("--output", output)  # before anything is read or written
     loaded = load_runs(str(p) for p in paths)
     console, errors = Console(soft_wrap=True), Console(stderr=True, soft_wrap=True)
     for message in loaded.rejected:
-        errors.print("rejected: %s" % message, markup=False, highlight=False)
+        errors.print("rejected: %s" % escape(message), markup=False, highlight=False)
     if not loaded.runs:
         raise DlaunchError("no valid metrics files in %s" % ", ".join(str(p) for p in paths))
     names = {r.key.site for r in loaded.runs}

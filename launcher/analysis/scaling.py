@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optiona
 from rich import box
 from rich.table import Table
 
+from launcher.boundary import escape
 from launcher.errors import DlaunchError
 
 if TYPE_CHECKING:  # the site and study models (pydantic) stay out of `dlaunch status`'s start-up
@@ -289,14 +290,15 @@ def find_metrics_files(paths: Iterable[str]) -> List[str]:
         if p.is_file():
             found.append(str(p))
         elif p.is_dir():
-            found.extend(sorted(str(f) for f in p.rglob(METRICS_FILE) if f.is_file()))
+            found.extend(sorted(str(f) for f in p.rglob(METRICS_FILE) if f.is_file() and not f.is_symlink()))  # no link out of the folder
         else:
-            raise DlaunchError("%s: no such file or directory" % path)
+            raise DlaunchError("%s: no such file or directory" % escape(str(path)))
     return sorted(set(found))
 
 
 def _text(value: Optional[str]) -> str:
-    return value if value else "-"
+    """A header's text for tables and plots: "-" when unset, control characters escaped."""
+    return escape(value) if value else "-"
 
 
 def _total(energy: Optional[dict]) -> Tuple[Optional[float], Optional[str]]:
@@ -307,7 +309,8 @@ def _total(energy: Optional[dict]) -> Tuple[Optional[float], Optional[str]]:
 def run_from_metrics(metrics: Metrics) -> Run:
     """Reduce a parsed metrics file (schema version 1 or 2) to a Run."""
     h = metrics.header
-    key = GroupKey(_text(h["experiment"]), _text(h["site"]), h["model"], h["framework"], h["loader"], h["batch_per_worker"])
+    key = GroupKey(_text(h["experiment"]), _text(h["site"]), _text(h["model"]), _text(h["framework"]), _text(h["loader"]),
+                   h["batch_per_worker"])
     epochs, domains = [], None
     for e in metrics.epochs:
         joules, counted = _total(e.get("energy_j"))
@@ -322,12 +325,12 @@ def run_from_metrics(metrics: Metrics) -> Run:
         last = metrics.profiles[-1]
         profile = Profile(last["step_s"], last["compute_s"], last["comm_s"], last["data_s"])
     return Run(
-        path=metrics.path,
+        path=escape(metrics.path),
         key=key,
         world_size=h["world_size"],
         nodes=h["nodes"],
         global_batch=h["global_batch"],
-        schedule=str(h["config"].get("schedule") or "-"),
+        schedule=_text(h["config"].get("schedule")),
         status=metrics.status,
         epochs=tuple(epochs),
         profile=profile,
@@ -336,8 +339,8 @@ def run_from_metrics(metrics: Metrics) -> Run:
         end_energy_j=end_energy,
         time_to_accuracy_s=end.get("time_to_accuracy_s"),
         energy_to_accuracy_j=end.get("energy_to_accuracy_j"),
-        reason=end.get("reason"),
-        amp=str(h["config"].get("amp") or "none"),
+        reason=escape(end["reason"]) if end.get("reason") else None,
+        amp=escape(h["config"].get("amp") or "none"),
         kernel_shares=KernelShares.from_record(metrics.kernel_profiles[-1]) if metrics.kernel_profiles else None,
         target_accuracy=end.get("target_accuracy", h["config"].get("target_accuracy")),
         data=str(h["config"].get("data") or "synthetic"),
@@ -533,12 +536,15 @@ def read_published(path: Path, column: str, share_of: Sequence[str], match: Dict
             cells = [row[column]] + [row[c] for c in share_of]
             if not all(cell.strip() for cell in cells):
                 continue
-            value = float(row[column])
-            if share_of:
-                value /= sum(float(row[c]) for c in share_of)
-            elif percent:
-                value /= 100.0
-            points.append((int(row["gpus"]), value))
+            try:
+                value = float(row[column])
+                if share_of:
+                    value /= sum(float(row[c]) for c in share_of)
+                elif percent:
+                    value /= 100.0
+                points.append((int(row["gpus"]), value))
+            except (ValueError, ZeroDivisionError):
+                raise DlaunchError("%s: row with gpus %s: %s is not a number" % (path, escape(str(row["gpus"])), ", ".join([column, *share_of]))) from None
     return sorted(points)
 
 

@@ -35,7 +35,7 @@ def image_name(group: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH)
     """`<stack>-<image group>-<arch>`, the name every image kind is built from."""
     if group not in image_groups():
         raise ValueError(f"unknown image (framework group) {group!r} (one of {', '.join(image_groups())})")
-    if not re.match(r"^[a-z][a-z0-9_-]*$", stack):
+    if not re.fullmatch(r"[a-z][a-z0-9_-]*", stack):
         raise ValueError(f"bad image stack name {stack!r}")
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r} (one of {', '.join(ARCHITECTURES)})")

@@ -19,12 +19,13 @@ from typing import Annotated, Dict, List, Literal, Optional, Tuple
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from rich.console import Console
-from rich.table import Table
 
 from launcher.atomic import write_atomic
+from launcher.boundary import escape
 from launcher.errors import DlaunchError
 from launcher.jobs.imagepaths import REPO, default_image, image_reference, images_dir, stack_of
 from launcher.jobs.sites import available_sites, load_site, resolve_site
+from launcher.tables import fit_table
 from train.framework_table import image_groups, import_checks
 
 CONTAINERS = REPO / "containers"
@@ -63,9 +64,9 @@ class LockError(DlaunchError):
 def _check_versions(table: Dict[str, str], group: str = "") -> Dict[str, str]:
     where = f"{group}." if group else ""
     for name, version in table.items():
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise ValueError(f"{where}{name}: bad package name")
-        if not _VERSION.match(version) or version.lower() == "latest":
+        if not _VERSION.fullmatch(version) or version.lower() == "latest":
             raise ValueError(f"{where}{name} = {version!r} is not an exact version")
     return table
 
@@ -101,14 +102,14 @@ class Stack(BaseModel):
     @model_validator(mode="after")
     def _pinned_base(self) -> "Stack":
         if self.bootstrap == "docker":
-            if not _IMAGE.match(self.base) or self.base.endswith(":latest"):
+            if not _IMAGE.fullmatch(self.base) or self.base.endswith(":latest"):
                 raise ValueError(f"base: {self.base!r} is not a registry/repository:tag reference with a fixed tag")
             if self.mirror:
                 raise ValueError("mirror: only for bootstrap = \"debootstrap\"")
         else:
-            if not re.match(r"^[a-z]+$", self.base):
+            if not re.fullmatch(r"^[a-z]+$", self.base):
                 raise ValueError(f"base: {self.base!r} is not a Debian suite name (bootstrap = \"debootstrap\")")
-            if not re.match(r"^https?://[A-Za-z0-9./_-]+$", self.mirror):
+            if not re.fullmatch(r"^https?://[A-Za-z0-9./_-]+$", self.mirror):
                 raise ValueError(f"mirror: {self.mirror!r} is not an archive URL (bootstrap = \"debootstrap\")")
             if self.base_digest:
                 raise ValueError("base_digest: a debootstrap base has no digest")
@@ -128,14 +129,14 @@ class Stack(BaseModel):
     def _package_names(cls, groups: Dict[str, List[str]]) -> Dict[str, List[str]]:
         for group, names in groups.items():
             for name in names:
-                if not re.match(r"^[a-z0-9][a-z0-9.+-]+$", name):
+                if not re.fullmatch(r"^[a-z0-9][a-z0-9.+-]+$", name):
                     raise ValueError(f"{group}: {name!r} is not a distribution package name")
         return groups
 
     @field_validator("base_digest")
     @classmethod
     def _digest(cls, digest: str) -> str:
-        if not _DIGEST.match(digest):
+        if not _DIGEST.fullmatch(digest):
             raise ValueError(f"{digest!r} is not sha256:<64 hex digits> or empty")
         return digest
 
@@ -143,7 +144,7 @@ class Stack(BaseModel):
     @classmethod
     def _https(cls, urls: List[str]) -> List[str]:
         for url in urls:
-            if not re.match(r"^https://[A-Za-z0-9./_-]+$", url):
+            if not re.fullmatch(r"^https://[A-Za-z0-9./_-]+$", url):
                 raise ValueError(f"{url!r} is not an https URL")
         return urls
 
@@ -203,7 +204,7 @@ class Lock(BaseModel):
     @classmethod
     def _names(cls, stacks: Dict[str, Stack]) -> Dict[str, Stack]:
         for name in stacks:
-            if not re.match(r"^[a-z][a-z0-9_-]*$", name):
+            if not re.fullmatch(r"^[a-z][a-z0-9_-]*$", name):
                 raise ValueError(f"stack name {name!r} must be lower-case letters, digits, - or _")
         return stacks
 
@@ -457,6 +458,10 @@ def _pins_of(sif: Path, rootfs: Path, stack: Optional[Stack], group: str,
     return stack.pins(group), why
 
 
+IMAGES_HEADERS = ("image", "sites", "built", "pins from", "pins")
+IMAGES_LEAVE_OUT = ("pins from", "built", "sites")
+
+
 def images_command(
     site: Annotated[Optional[str], typer.Option("--site", help="Only the images this site uses (name, alias or file).")] = None,
     render: Annotated[
@@ -487,10 +492,9 @@ def images_command(
         raise typer.Exit(2)
     binary = container_binary()
     title = f"dlaunch images in {images_dir()}" + ("" if binary else " (no apptainer/singularity on PATH)")
-    table = Table(title=title, caption="image: NAME.sif (Apptainer) or NAME/ (unpacked root fs, Charliecloud)")
-    # The image name is <stack>-<image group>-<arch>: no separate columns for them (80 columns).
-    for column in ("image", "sites", "built", "pins from", "pins"):
-        table.add_column(column, overflow="fold", no_wrap=column == "image")
+    # The image name is <stack>-<image group>-<arch>: no separate columns for them (80 columns). Every
+    # pin is one word: the table wraps between pins, never inside a version (launcher/tables.py).
+    rows = []
     for stack_name, arch in shown:
         sites_text = ", ".join(name for name, used in users.items() if used == (stack_name, arch)) or "-"
         for group in image_groups():
@@ -498,8 +502,8 @@ def images_command(
             rootfs = Path(image_reference(group, stack_name, arch, "dir"))
             pins, source = _pins_of(sif, rootfs, lock.stacks.get(stack_name), group, binary)
             built = [kind for kind, there in (("sif", sif.is_file()), ("root fs", rootfs.is_dir())) if there]
-            table.add_row(
-                sif.stem, sites_text,
-                ", ".join(built) or "missing", source, " ".join(f"{name}={version}" for name, version in pins.items()),
-            )
-    console.print(table)
+            rows.append((sif.stem, sites_text, ", ".join(built) or "missing", source,
+                         " ".join(escape(f"{name}={version}") for name, version in pins.items())))
+    console = Console(soft_wrap=True, markup=False)
+    console.print(fit_table(title, IMAGES_HEADERS, rows, console.width, leave_out=IMAGES_LEAVE_OUT))
+    console.print("image: NAME.sif (Apptainer) or NAME/ (unpacked root fs, Charliecloud)", highlight=False)

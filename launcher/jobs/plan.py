@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from launcher.boundary import check_limit, check_value
 from launcher.errors import DlaunchError, SchedulerError
 from launcher.jobs.jobspec import JobSpec, PreludeItem, Prepend, RequireVariable, TaskEnv, joined
 from launcher.jobs.launchers import launch_mode
@@ -46,10 +47,12 @@ class LaunchPlan:
     warnings: Tuple[str, ...] = ()  # for the user, before submission; nothing in the script
     partition: Optional[str] = None  # the profile's partition row the job goes to (None: local)
     notes: Tuple[str, ...] = ()  # decisions the user did not ask for by name (a row picked by size)
+    profile: str = ""  # the site profile's text as read: the run directory keeps it (`site.toml`), not its path
 
     def to_dict(self) -> Dict[str, Any]:
         data = dataclasses.asdict(self)
         data["prelude"] = [dict(type=type(item).__name__, **dataclasses.asdict(item)) for item in self.prelude]
+        del data["profile"]  # a file of its own
         return data
 
 
@@ -62,13 +65,13 @@ def resolve_account(site: Site, account: Optional[str], environ: Mapping[str, st
     if account is None and site.account_required and required:
         hint = " or set $%s" % site.account_env if site.account_env else ""
         raise DlaunchError("--account: site %s needs an account: pass --account%s" % (site.name, hint))
-    if account is not None and not re.match(SAFE_NAME, account):
+    if account is not None and not re.fullmatch(SAFE_NAME, account):
         raise DlaunchError("--account: %r may only contain letters, digits and _.+-" % account)
     return account
 
 
 def _bindable(flag: str, path: str) -> str:
-    if not BINDABLE.match(path):
+    if not BINDABLE.fullmatch(path):
         raise DlaunchError("%s: %r has characters a Slurm/container path cannot carry (use letters, digits, _./+@=-)" % (flag, path))
     return path
 
@@ -78,6 +81,7 @@ def _shape(site: Site, request: LaunchRequest) -> Tuple[int, int]:
     if registration(site.scheduler.kind).foreground:
         if request.nodes not in (None, 1):
             raise DlaunchError("--nodes: site %s runs on this machine only (1 node), got %d" % (site.name, request.nodes))
+        check_limit("--gpus", request.gpus or site.gpus_per_node, "local processes", request.allow_large)
         return 1, request.gpus or site.gpus_per_node
     if request.nodes is not None and request.gpus is not None:  # e.g. 2 GPUs on each of 2 nodes
         per_node, rest = divmod(request.gpus, request.nodes)
@@ -201,6 +205,9 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         ("DLAUNCH_RUN_DIR", run_dir),
         ("DLAUNCH_PARENT_RUN", environ.get("DLAUNCH_PARENT_RUN")),  # set by `dlaunch rerun`
     ) if value)
+    given_as = {"DLAUNCH_IMAGE": "--image", "DLAUNCH_RUN_DIR": "--output", "DLAUNCH_EXPERIMENT": "--experiment"}
+    for name, value in provenance:  # no NUL or line break in an export (the site's `env` is checked by its schema)
+        check_value(given_as.get(name, "$" + name), value)
     engine = FRAMEWORKS[request.framework].engine
     checkpoints = engine == "torch"  # the TensorFlow and MXNet trainers keep none
     trainer_argv = ("--framework", request.framework) + trainer_arguments(request) + (

@@ -18,14 +18,14 @@ _SUFFIX = re.compile(HOST_SUFFIX)
 def quote(arg: str) -> str:
     """Single-quote a value; launcher-made ShellWords keep their $VARIABLES inside double quotes."""
     if isinstance(arg, ShellWord):
-        if not _SHELL_WORD.match(arg):
+        if not _SHELL_WORD.fullmatch(arg):
             raise ValueError("not a plain shell word: %r" % arg)
         return '"%s"' % arg
     return shlex.quote(arg)
 
 
 def _name(name: str) -> str:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ValueError("not a variable name: %r" % name)
     return name
 
@@ -43,7 +43,7 @@ def _(item: Export) -> str:
 
 @render_item.register
 def _(item: RequireVariable) -> str:
-    if not re.match(r"^[a-z_.]+$", item.needed_by):
+    if not re.fullmatch(r"[a-z_.]+", item.needed_by):
         raise ValueError("not a profile field: %r" % item.needed_by)
     return ': "${%s:?is not set: %s needs it (load the module that sets it)}"\n' % (_name(item.name), item.needed_by)
 
@@ -56,7 +56,7 @@ def _(item: Prepend) -> str:
 
 @render_item.register
 def _(item: FirstHost) -> str:
-    if not _SUFFIX.match(item.suffix):
+    if not _SUFFIX.fullmatch(item.suffix):
         raise ValueError("not a host-name suffix: %r" % item.suffix)
     command = " ".join(quote(a) for a in item.hosts_command)
     return '%s="$(%s | sed -n 1p)%s"\nexport %s\n' % (_name(item.name), command, item.suffix, item.name)

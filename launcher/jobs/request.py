@@ -1,10 +1,10 @@
 """What the user asks for: a `LaunchRequest`, and the trainer flags it passes through."""
 import dataclasses
 import os
-import re
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
+from launcher.boundary import check_name
 from launcher.errors import DlaunchError
 from train.config import FLAGS, Flag  # the trainer's own definitions (torch-free module)
 from train.framework_table import FRAMEWORKS
@@ -35,6 +35,7 @@ class LaunchRequest:
     trainer: Tuple[Tuple[str, Any], ...] = ()  # (flag name, value), only flags the user set
     resume: bool = False
     requeue: Optional[bool] = None  # run again after a node failure (None: the site's default)
+    allow_large: bool = False  # --allow-large: beyond the limits that catch typos (launcher/boundary.py LIMITS)
 
     def __post_init__(self) -> None:
         check_framework(self.framework)
@@ -43,11 +44,9 @@ class LaunchRequest:
         for flag, value in (("--nodes", self.nodes), ("--gpus", self.gpus)):
             if value is not None and value < 1:
                 raise DlaunchError("%s: must be at least 1, got %d" % (flag, value))
-        from launcher.jobs.schema import SAFE_NAME  # pydantic's module: not for every command's start-up
-
         for flag, value in (("--experiment", self.experiment), ("--run-name", self.run_name)):
-            if value is not None and not re.match(SAFE_NAME, value):
-                raise DlaunchError("%s: %r may only contain letters, digits and _.+- (not first)" % (flag, value))
+            if value is not None:
+                check_name(flag, value)
 
     def option(self, name: str, default: Any = None) -> Any:
         """The value of trainer flag `name` if the user set it."""

@@ -1,14 +1,17 @@
 """Validated building blocks of site profiles (pydantic), shared by `sites.py` and the backends.
 
 Every pattern here is a promise to `render.py`: a value that matches it may appear in a batch
-script (quoted or inside a directive line) without changing the script's meaning.
+script (quoted or inside a directive line) without changing the script's meaning. Pydantic matches
+them as whole strings; Python code must use `re.fullmatch` (`re.match` with `$` passes `value\n`).
 """
 import re
 from typing import Annotated, List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
+from launcher.boundary import NAME
+
+SAFE_NAME = "^%s$" % NAME
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # Open MPI's OMPI_MCA_btl etc. are lowercase
 OPTION = r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@+=-]+)?$"
 MODULE = r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$"
@@ -24,6 +27,8 @@ HOST_SUFFIX = r"^[A-Za-z0-9.-]*$"
 PBS_DIRECTIVE = r"^-[A-Za-z] [A-Za-z0-9_.,:/@+=-]+$"
 PBS_RESOURCES = r"^(:[A-Za-z0-9_]+=[A-Za-z0-9_.+-]+)*$"  # `:system=polaris:ngpus=4`
 WORD = r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.,:/@+=-]*$"  # one option word of a command (`--cpu-bind`, `depth`)
+# A value exported by the script (quoted there): no NUL or other control character (launcher/boundary.py).
+ENV_VALUE = r"^[^\x00-\x1f\x7f]*$"
 
 SafeName = Annotated[str, StringConstraints(pattern=SAFE_NAME)]
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME)]
@@ -33,17 +38,21 @@ AbsPath = Annotated[str, StringConstraints(pattern=PATH)]
 Bind = Annotated[str, StringConstraints(pattern=BIND)]
 Word = Annotated[str, StringConstraints(pattern=WORD)]
 VarPath = Annotated[str, StringConstraints(pattern=VAR_PATH)]
+EnvValue = Annotated[str, StringConstraints(pattern=ENV_VALUE)]
 
-_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_TIME = re.compile(r"(?:([0-9]{1,4})-)?([0-9]{1,6})(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?")  # ASCII digits only
 
 
 def parse_time(text: str) -> int:
-    """Seconds of a Slurm time limit (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`)."""
-    m = _TIME.match(text.strip())
+    """Seconds of a Slurm time limit (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`);
+    minutes and seconds below 60, hours below 24 after days (`25:99:00` is a typo, not 26:39:00)."""
+    m = _TIME.fullmatch(text.strip())
     if not m:
         raise ValueError("%r is not a Slurm time (HH:MM:SS or D-HH:MM:SS)" % text)
     days, a, b, c = m.groups()
     a, b, c = int(a), int(b or 0), int(c or 0)
+    if any(int(v) >= 60 for v in m.groups()[2:] if v is not None) or (days is not None and a >= 24):
+        raise ValueError("%r is not a Slurm time: minutes and seconds go to 59, hours after days to 23" % text)
     if days is not None:
         seconds = int(days) * 86400 + a * 3600 + b * 60 + c
     elif m.group(4) is not None:
@@ -65,9 +74,10 @@ def format_time(seconds: int) -> str:
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are errors (a typo in a profile must not pass silently); values are frozen."""
+    """Unknown keys are errors (a typo in a profile must not pass silently); values are frozen and of
+    their type (`gpus_per_node = "4"` is an error, not 4); numbers are finite (TOML has `inf` and `nan`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Partition(StrictModel):
@@ -78,8 +88,8 @@ class Partition(StrictModel):
     name: SafeName
     partition: Optional[Annotated[str, StringConstraints(pattern=r"^([A-Za-z0-9][A-Za-z0-9_.+-]*)?$")]] = None
     qos: Optional[SafeName] = None
-    min_nodes: int = Field(default=1, gt=0)
-    max_nodes: int = Field(gt=0)
+    min_nodes: int = Field(default=1, gt=0, le=1_000_000)
+    max_nodes: int = Field(gt=0, le=1_000_000)
     max_time: str
     default: bool = False
     auto: bool = True  # False: used only when named (--partition), never picked by the job's size
@@ -130,6 +140,6 @@ def check_partitions(partitions: List[Partition], directive: str, form: str) -> 
         raise ValueError("exactly one partition must have default = true")
     for p in partitions:
         for line in p.directives:
-            if not re.match(directive, line):
+            if not re.fullmatch(directive, line):
                 raise ValueError("partition %s: directive %r is not of the form %s" % (p.name, line, form))
     return partitions

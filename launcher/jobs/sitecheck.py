@@ -12,6 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from launcher.boundary import read_text
 from launcher.errors import DlaunchError
 from launcher.jobs.sites import Site, available_sites, load_site
 from launcher.runs.rundir import display_path
@@ -59,7 +60,7 @@ def is_first_schema(data: Dict[str, Any]) -> bool:
 def check_warnings(path: Path, today: datetime.date) -> List[str]:
     """Everything `sites check` warns about in a valid profile (load_site has refused invalid ones)."""
     site = load_site(path)
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    data = tomllib.loads(read_text(path))  # valid UTF-8 and TOML: load_site read it
     warnings = []
     if is_first_schema(data):
         warnings.append("written in the first schema (scheduler = %r at the top): `dlaunch sites migrate %s` "
@@ -97,8 +98,8 @@ def migrate(path: Path) -> Tuple[str, bool]:
     The result is read back and must give the same Site as the original."""
     import tomlkit
 
-    text = path.read_text(encoding="utf-8")
-    original = load_site(path)
+    original = load_site(path)  # the boundary's checks first (UTF-8, size, schema)
+    text = read_text(path)
     doc = tomlkit.parse(text)
     if not is_first_schema(doc.unwrap()):
         return text, False

@@ -1,21 +1,20 @@
 """Site profiles: TOML files validated by pydantic, found by name, alias or path (schema: docs/sites.md)."""
 import os
 import re
-import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Literal, Optional, Type, TypeVar
+from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Type
 
-from pydantic import BaseModel, Field, SerializeAsAny, StringConstraints, ValidationError, create_model, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, StringConstraints, create_model, field_validator, model_validator
 
 from launcher.errors import DlaunchError
-from launcher.runs.rundir import display_path
+from launcher.boundary import ModelT, read_toml, read_toml_text
 from launcher.runtimes import NoContainer, Runtime
 from launcher.runtimes import validate_config as runtime_config
 from launcher.schedulers import registration, scheduler_for
 from launcher.schedulers import validate_config as scheduler_config
 from launcher.jobs.jobspec import ShellWord
 from launcher.jobs.network import Network
-from launcher.jobs.schema import HOST_SUFFIX, AbsPath, EnvName, ModuleName, Partition, SafeName, StrictModel, VarPath, Word
+from launcher.jobs.schema import HOST_SUFFIX, AbsPath, EnvName, EnvValue, ModuleName, Partition, SafeName, StrictModel, VarPath, Word
 from launcher.paths import SHIPPED_SITES_DIR
 from train.framework_table import FRAMEWORKS
 
@@ -71,7 +70,7 @@ class NcclNetPlugin(StrictModel):
     @property
     def variable(self) -> Optional[str]:
         """The variable `library_dir` starts with (None: a plain path)."""
-        m = re.match(r"^\$([A-Za-z_][A-Za-z0-9_]*)", self.library_dir or "")
+        m = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)(/.*)?", self.library_dir or "")
         return m.group(1) if m else None
 
 
@@ -116,7 +115,7 @@ class EnvByNodes(StrictModel):
 
     min_nodes: int = Field(default=1, gt=0)
     max_nodes: Optional[int] = Field(default=None, gt=0)
-    env: Dict[EnvName, str] = Field(min_length=1)
+    env: Dict[EnvName, EnvValue] = Field(min_length=1)
 
     def applies(self, nodes: int) -> bool:
         return self.min_nodes <= nodes and (self.max_nodes is None or nodes <= self.max_nodes)
@@ -154,11 +153,12 @@ class Site(StrictModel):
     aliases: List[SafeName] = []
     arch: Literal["x86_64", "aarch64"] = "x86_64"  # of the compute nodes: picks the image
     scheduler: SerializeAsAny[StrictModel]  # the backend's Config (launcher/schedulers/), by `kind`
-    gpus_per_node: int = Field(gt=0)
-    cores_per_node: int = Field(gt=0)
+    # Bounds far above any node (16 GPUs, a few hundred cores) that stop a typo's 2^63 GPUs reaching a script.
+    gpus_per_node: int = Field(gt=0, le=64)
+    cores_per_node: int = Field(gt=0, le=4096)
     # Hardware threads per core that the site's Slurm counts as CPUs (`--cpus-per-task` counts these):
     # 2 where SMT threads are CPUs (JSC), 1 where they are not or jobs default to --hint=nomultithread.
-    threads_per_core: int = Field(default=1, gt=0)
+    threads_per_core: int = Field(default=1, gt=0, le=8)
     gpu_vendor: Literal["nvidia", "amd", "none"]
     gpu_model: Optional[SafeName] = None  # e.g. A100-40GB: lets `dlaunch predict` pick published compute times
     driver: Optional[Annotated[str, StringConstraints(pattern=DRIVER)]] = None  # GPU driver the site states
@@ -167,9 +167,9 @@ class Site(StrictModel):
     module_purge: bool = False  # `module purge` first
     module_use: List[AbsPath] = []  # `module use PATH` before `module load`
     modules: List[ModuleName] = []
-    env: Dict[EnvName, str] = {}
+    env: Dict[EnvName, EnvValue] = {}
     env_by_nodes: List[EnvByNodes] = []  # overrides `env` for jobs of some sizes
-    env_prepend: Dict[EnvName, str] = {}  # NAME = "/x" -> NAME=/x:$NAME (or /x when NAME is unset)
+    env_prepend: Dict[EnvName, EnvValue] = {}  # NAME = "/x" -> NAME=/x:$NAME (or /x when NAME is unset)
     nccl_net_plugin: Optional[NcclNetPlugin] = None
     # Python per engine where the site runs without containers (e.g. tensorflow = "/opt/tf/bin/python").
     interpreters: Dict[Literal["torch", "tensorflow", "mxnet"], AbsPath] = {}
@@ -237,7 +237,7 @@ class Site(StrictModel):
                 raise ValueError("launch.%s.mode: %r is not one of %s" % (name, chosen.mode, ", ".join(LAUNCH_MODES[info.launch])))
             form = scheduler_for(self.scheduler.kind).step_option_form  # the scheduler's step, unless mpirun starts it
             for option in chosen.step_options if form and chosen.mode != "mpirun" else ():
-                if not re.match(form[0], option):
+                if not re.fullmatch(form[0], option):
                     raise ValueError("launch.%s.step_options: %r is not %s" % (name, option, form[1]))
 
     def env_for(self, nodes: int) -> Dict[str, str]:
@@ -270,30 +270,19 @@ class Site(StrictModel):
         raise DlaunchError("--partition: %r is not a partition of site %s (known: %s)" % (name, self.name, known))
 
 
-ModelT = TypeVar("ModelT", bound=BaseModel)
-
-
-def load_toml(path: Path, model: Type[ModelT]) -> ModelT:
-    """Read a TOML file into `model`; errors name the file and the field."""
-    shown = display_path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise DlaunchError("%s: %s" % (shown, e.strerror or e)) from None
-    except tomllib.TOMLDecodeError as e:
-        raise DlaunchError("%s: invalid TOML: %s" % (shown, e)) from None
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        message = first["msg"].replace("Value error, ", "")
-        raise DlaunchError("%s: %s%s" % (shown, where + ": " if where else "", message)) from None
+def load_toml(path: Path, model: "Type[ModelT]") -> "ModelT":
+    """Read a TOML file into `model` through the boundary (strict UTF-8, bounded); errors name the file and the field."""
+    return read_toml(path, model)
 
 
 def load_site(path: Path) -> Site:
     """Read and validate one profile."""
     return load_toml(path, Site)
+
+
+def load_profile(path: Path) -> Tuple[Site, str]:
+    """One profile and its text as read (a run directory keeps the text: `site.toml`)."""
+    return read_toml_text(path, Site)
 
 
 def site_dirs() -> List[Path]:
@@ -316,19 +305,24 @@ def available_sites() -> Dict[str, Path]:
 
 def resolve_site(name_or_path: str) -> Site:
     """A profile by file path (`x.toml`), file name, profile name or alias."""
+    return resolve_profile(name_or_path)[0]
+
+
+def resolve_profile(name_or_path: str) -> Tuple[Site, str]:
+    """`resolve_site` and the profile's text as read."""
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
-        return load_site(Path(name_or_path))
+        return load_profile(Path(name_or_path))
     files = available_sites()
     if name_or_path in files:
-        return load_site(files[name_or_path])
+        return load_profile(files[name_or_path])
     unreadable = []
     for path in files.values():  # aliases: one broken user profile must not hide the others
         try:
-            site = load_site(path)
+            site, text = load_profile(path)
         except DlaunchError as e:
             unreadable.append(str(e))
             continue
         if name_or_path == site.name or name_or_path in site.aliases:
-            return site
+            return site, text
     hint = "; unreadable profile %s" % unreadable[0] if unreadable else ""
     raise DlaunchError("--site: unknown site %r (known: %s)%s" % (name_or_path, ", ".join(files), hint))

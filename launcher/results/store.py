@@ -236,7 +236,7 @@ def read_rows(metrics_files: Iterable[Path], known: Dict[str, str]) -> Tuple[Lis
             stamp = _stamp(path)
             if known.get(os.path.abspath(path)) == stamp:
                 continue
-            metrics = read_metrics(str(path))
+            metrics = read_metrics(str(path), follow_links=False)  # a run's file: never through a link (launcher/boundary.py)
         except OSError as e:
             rejected.append("%s: %s" % (path, e.strerror or e))
             continue

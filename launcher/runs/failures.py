@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from launcher.boundary import LOG_TAIL_BYTES, log_tail, printable
 from launcher.schedulers import JobState
 
 ATTEMPT = re.compile(r"^dlaunch: job \S+ attempt (\d+)\b")
@@ -50,13 +51,14 @@ class Cause:
     line: str
 
     def __str__(self) -> str:
-        return "%s: %s" % (self.where, self.line)
+        return "%s: %s" % (self.where, printable(self.line))
 
 
 def attempts(path: Path) -> List[List[Tuple[int, str]]]:
-    """The log's attempts, newest first, each as (line number, line)."""
+    """The log's attempts, newest first, each as (line number, line); of a log longer than
+    LOG_TAIL_BYTES only its end (launcher/boundary.py), line numbers counted from there (`log_name`)."""
     sections: List[List[Tuple[int, str]]] = [[]]
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for number, line in enumerate(log_tail(path)[0].splitlines(), 1):
         if ATTEMPT.match(line) and sections[-1]:
             sections.append([])
         sections[-1].append((number, line.strip()))
@@ -74,13 +76,23 @@ def best_cause(lines: Sequence[Tuple[int, str]], name: str, causes: Ranked) -> O
     return best
 
 
+def log_name(path: Path) -> str:
+    """The log's name as a cause names it: `slurm-12.out`, or for a log read from its end only
+    `slurm-12.out (last 4 MiB)` (its line numbers count from there)."""
+    try:
+        cut = path.lstat().st_size > LOG_TAIL_BYTES
+    except OSError:
+        cut = False
+    return "%s (last %d MiB)" % (path.name, LOG_TAIL_BYTES // 2 ** 20) if cut else path.name
+
+
 def explain(logs: Sequence[Path], verdicts: Tuple[str, ...] = (), noise: Tuple[str, ...] = ()) -> Optional[Cause]:
     """The cause of the newest attempt that shows one; `logs` oldest first (`Scheduler.log_files`),
     `verdicts` and `noise` the scheduler's (`Scheduler.log_verdicts`, `log_noise`)."""
     causes = ranked(tuple(verdicts), tuple(noise))
     for path in reversed(logs):
         for lines in attempts(path):
-            cause = best_cause(lines, path.name, causes)
+            cause = best_cause(lines, log_name(path), causes)
             if cause:
                 return cause
     return None

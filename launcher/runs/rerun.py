@@ -10,14 +10,16 @@ and `DLAUNCH_PARENT_RUN`, which the trainer writes into its header as `parent_ru
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, List, Optional, Tuple
 
 import typer
 
+from launcher.boundary import escape
 from launcher.errors import DlaunchError
 from launcher.jobs.request import FLAGS_BY_NAME, LaunchRequest
-from launcher.terminal import err, out
+from launcher.terminal import AllowLarge, err, out
 from train.metrics_schema import METRICS_FILE, Metrics, MetricsError, abstract_request, read_metrics
 
 PARENT_FILE = "parent.json"
@@ -34,7 +36,7 @@ def read_result(result: Path) -> Tuple[Metrics, str]:
         return read_member(bundle, member), "%s:%s" % (bundle.resolve(), member)
     path = result / METRICS_FILE if result.is_dir() else result
     if not path.is_file():
-        raise DlaunchError("%s: no metrics file (give a metrics.jsonl, a run directory or ARCHIVE.tar.gz:RUN)" % result)
+        raise DlaunchError("%s: no metrics file (give a metrics.jsonl, a run directory or ARCHIVE.tar.gz:RUN)" % escape(str(result)))
     try:
         return read_metrics(str(path)), str(path.resolve())
     except MetricsError as e:
@@ -48,16 +50,16 @@ def _typed(name: str, value: Any) -> Any:
 
 
 def request_of(metrics: Metrics, site: str, nodes: Optional[int], gpus: Optional[int], output: str,
-               data: Optional[str]) -> LaunchRequest:
+               data: Optional[str], allow_large: bool = False) -> LaunchRequest:
     """The result's request for `site`: its framework and trainer options, its GPU count unless told otherwise."""
     asked = abstract_request(metrics.header)
     options = {k: _typed(k, v) for k, v in asked["options"].items() if k in FLAGS_BY_NAME}
     if data:
         options["data"] = data
     count = {"nodes": nodes} if nodes else {"gpus": gpus or asked["world_size"]}
-    experiment = "rerun-%s" % (metrics.header.get("experiment") or "run").replace("/", "-")
+    experiment = "rerun-%s" % re.sub(r"[^A-Za-z0-9_.+-]", "-", metrics.header.get("experiment") or "run")[:100]
     return LaunchRequest(site=site, framework=asked["framework"], output=output, experiment=experiment,
-                         trainer=tuple(options.items()), **count)
+                         trainer=tuple(options.items()), allow_large=allow_large, **count)
 
 
 def differences(metrics: Metrics, request: LaunchRequest, plan: Any) -> List[Tuple[str, str, str]]:
@@ -85,7 +87,7 @@ def differences(metrics: Metrics, request: LaunchRequest, plan: Any) -> List[Tup
 
 
 def rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Optional[int] = None, dry_run: bool = False,
-          output: str = "runs", data: Optional[str] = None) -> int:
+          output: str = "runs", data: Optional[str] = None, allow_large: bool = False) -> int:
     """Print (--dry-run) or submit the result's job on `site`, with what differs from the parent."""
     from launcher.runs import service
     from launcher.tables import fit_table
@@ -93,8 +95,12 @@ def rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Optional[i
     if nodes and gpus:
         raise DlaunchError("--nodes/--gpus: give one of them")
     metrics, parent = read_result(result)
+    try:
+        asked = request_of(metrics, site, nodes, gpus, output, data, allow_large)
+    except DlaunchError as e:  # what the header recorded, not what was typed here
+        raise DlaunchError("%s: header: %s" % (escape(parent), e)) from None
     environ = dict(os.environ, DLAUNCH_PARENT_RUN=parent)  # the script exports it: the trainer's `parent_run`
-    job = service.prepare(request_of(metrics, site, nodes, gpus, output, data), dry_run=dry_run, environ=environ)
+    job = service.prepare(asked, dry_run=dry_run, environ=environ)
     for warning in job.warnings:
         err.print("dlaunch: warning: %s" % warning)
     rows = differences(metrics, job.request, job.plan)
@@ -117,6 +123,7 @@ def rerun_command(
     data: Annotated[Optional[str], typer.Option(help="the dataset's path on the new site (default: the result's)")] = None,
     output: Annotated[str, typer.Option(help="the run goes to OUTPUT/rerun-EXPERIMENT/RUN_NAME")] = "runs",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the job and the differences; write and submit nothing")] = False,
+    allow_large: AllowLarge = False,
 ) -> int:
     """Rerun a result on another site: its request resolved for the site, the differences printed."""
-    return rerun(result, site, nodes, gpus, dry_run, output, data)
+    return rerun(result, site, nodes, gpus, dry_run, output, data, allow_large)

@@ -1,23 +1,23 @@
-"""A run directory: `job.sh`, `plan.json`, `job_id`, `state`, logs, `metrics.jsonl`, `checkpoints/`."""
+"""A run directory: `job.sh`, `plan.json`, `site.toml` (the profile text the job was made from), `job_id`,
+`state`, logs, `metrics.jsonl`, `checkpoints/`. Its files are read through launcher/boundary.py."""
 import json
 import os
 import secrets
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from launcher.atomic import write_atomic
+from launcher.boundary import JOB_ID, display_path, escape, read_json, read_text, whole
 from launcher.errors import DlaunchError
 from train.metrics_schema import METRICS_FILE
 
 if TYPE_CHECKING:
+    from launcher.jobs.request import LaunchRequest
     from launcher.schedulers import Scheduler
 
-
-def display_path(path: Path) -> str:
-    """`path` relative to the working directory when it lies below it."""
-    rel = os.path.relpath(path)
-    return path.as_posix() if rel.startswith("..") else rel
+LOCAL_LOG = "local.log"
+SITE_PROFILE = "site.toml"  # the site profile's text the job was made from
 
 
 def default_run_name() -> str:
@@ -53,27 +53,42 @@ class RunDir:
         write_atomic(self.path / name, text, mode)
 
     def read(self, name: str) -> Optional[str]:
-        try:
-            return (self.path / name).read_text(encoding="utf-8").strip()
-        except FileNotFoundError:
-            return None
+        """A file of the run directory (UTF-8, not through a link, bounded: launcher/boundary.py), None when missing."""
+        path = self.path / name
+        return read_text(path, follow_links=False).strip() if os.path.lexists(path) else None
 
     def write_plan(self, plan: Dict[str, Any], request: Dict[str, Any]) -> None:
         self.write("plan.json", json.dumps({"plan": plan, "request": request}, indent=2, sort_keys=True) + "\n")
 
     def plan(self) -> Dict[str, Any]:
-        try:
-            return json.loads(self.read("plan.json") or "")
-        except ValueError as e:
-            raise DlaunchError("%s: unreadable plan.json: %s" % (self.path, e)) from None
+        """plan.json, validated (launcher/runs/runfiles.py): its `plan` has a known `scheduler` and a `site`."""
+        from launcher.runs.runfiles import PlanFile
+
+        return read_json(self.path / "plan.json", PlanFile, follow_links=False).model_dump()
+
+    def request(self) -> "LaunchRequest":
+        """The request plan.json recorded, every field checked."""
+        from launcher.runs.runfiles import stored_request
+
+        return stored_request(self.plan()["request"], display_path(self.path / "plan.json"))
 
     @property
     def job_id(self) -> Optional[str]:
-        return self.read("job_id")
+        job_id = self.read("job_id")
+        if job_id is not None and not whole(JOB_ID, job_id):
+            raise DlaunchError("%s: %s is not a job id" % (display_path(self.path / "job_id"), escape(repr(job_id[:80]))))
+        return job_id
 
     @property
     def state(self) -> Optional[str]:
-        return self.read("state")
+        """The state file's line, control characters escaped (it is shown as it is)."""
+        state = self.read("state")
+        return escape(state) if state is not None else None
+
+    def check(self) -> None:
+        """Read what a listing of runs reads (plan.json, job_id, state): DlaunchError naming the file
+        that is broken, so that the listing rejects this run and shows the others."""
+        _ = (self.plan(), self.job_id, self.state)
 
     def set_state(self, state: str) -> None:
         self.write("state", state.replace("\n", " ") + "\n")
@@ -107,6 +122,19 @@ def find_runs(paths: Iterable[Path]) -> List[RunDir]:
     return runs
 
 
+def readable(runs: Iterable[RunDir]) -> Tuple[List[RunDir], List[str]]:
+    """(runs whose files a listing can read, one message per run that it cannot, naming the file)."""
+    ok, rejected = [], []
+    for run in runs:
+        try:
+            run.check()
+        except DlaunchError as e:
+            rejected.append(str(e))
+            continue
+        ok.append(run)
+    return ok, rejected
+
+
 def newest_first(runs: Iterable[RunDir]) -> List[RunDir]:
     """Runs by the time of their last submission (plan.json is written then), newest first."""
-    return sorted(runs, key=lambda run: (run.path / "plan.json").stat().st_mtime, reverse=True)
+    return sorted(runs, key=lambda run: (run.path / "plan.json").lstat().st_mtime, reverse=True)  # a dangling link too

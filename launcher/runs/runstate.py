@@ -5,16 +5,18 @@ metrics file; `dlaunch status`, `runs` and `watch` show what it returns.
 """
 import dataclasses
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from launcher.boundary import alive_since, escape
 from launcher.runs.failures import reconcile
 from launcher.runs.network import run_network_problems
 from launcher.runs.rundir import RunDir, display_path
 from launcher.schedulers import Job, JobState, registration, scheduler_for
-from train.metrics_schema import Metrics, MetricsError, read_metrics
+from train.metrics_schema import MAX_METRICS_BYTES, FileRefused, Metrics, MetricsError, open_regular, read_metrics
 
 # A run succeeded when its job did (and its metrics end `ok`); a job the scheduler forgot is judged by its metrics.
 SUCCEEDED = (JobState.COMPLETED, JobState.GONE)
@@ -55,25 +57,32 @@ class Progress:
 
 def _read(path: Path) -> Metrics:
     try:
-        return read_metrics(str(path))
+        return read_metrics(str(path), follow_links=False)
     except MetricsError:
-        with open(path, "rb") as f:
-            f.seek(-1, os.SEEK_END)
-            being_written = f.read(1) != b"\n"
-        if not being_written:
+        if not _being_written(path):
             raise
         time.sleep(0.2)  # the trainer writes a record with one write + flush; read it once it is whole
-        return read_metrics(str(path))
+        return read_metrics(str(path), follow_links=False)
+
+
+def _being_written(path: Path) -> bool:
+    """The metrics file's last byte ends no line: a record is being written (a FIFO or link is not)."""
+    try:
+        with open_regular(str(path), MAX_METRICS_BYTES, follow_links=False) as f:
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except (FileRefused, OSError):
+        return False
 
 
 def read_progress(path: Path) -> Progress:
     """The progress in a metrics file (a missing or still empty file is 'no metrics yet')."""
-    if not path.is_file() or path.stat().st_size == 0:  # opened, header not yet written
+    if not os.path.lexists(path) or (path.is_file() and path.stat().st_size == 0):  # opened, header not yet written
         return Progress("no metrics yet")
     try:
         metrics = _read(path)
-    except MetricsError as e:
-        return Progress("unreadable: %s" % e)
+    except (MetricsError, OSError) as e:
+        return Progress("unreadable: %s" % escape(str(e)))
     settings = metrics.header.get("loader_settings") or {}
     config = metrics.header.get("config") or {}
     steps_total = settings.get("total_steps")
@@ -126,16 +135,6 @@ class Snapshot:
         return (self.ended and not self.ok) or stopped or (self.meaning is not None and self.meaning.failed)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _unsubmitted_state(run: RunDir, now: float) -> Tuple[str, bool]:
     """(state, ended) of a run without a job id: being submitted, refused, or never submitted."""
     state = run.state
@@ -145,15 +144,20 @@ def _unsubmitted_state(run: RunDir, now: float) -> Tuple[str, bool]:
 
 
 def _foreground_state(run: RunDir, now: float) -> Tuple[str, bool]:
-    """(state, ended) of a run in the foreground on this machine: `dlaunch run` records it running, then finished."""
+    """(state, ended) of a run in the foreground on this machine: `dlaunch run` records it running, then
+    finished. The process the state names runs it only if it started before the state was written
+    (boundary.alive_since)."""
     state = run.state or ""
     if state.startswith("finished"):
         return state, True
-    if state.startswith("running here"):
-        pid = int(state.rsplit(" ", 1)[1].rstrip(")"))
-        if _pid_alive(pid):
+    running = re.fullmatch(re.escape(LOCAL_RUNNING).replace("%d", "([0-9]{1,9})"), state)
+    if running:
+        pid = int(running.group(1))
+        if alive_since(pid, (run.path / "state").lstat().st_mtime):
             return state, False
         return "dlaunch (pid %d) ended without recording the job's exit" % pid, True
+    if state and not state.startswith("submission failed"):
+        return "unknown state: %s" % state, True
     return _unsubmitted_state(run, now)
 
 

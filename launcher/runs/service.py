@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, Tuple
 
+from launcher.boundary import display_path, fits_file_system
 from launcher.errors import DlaunchError, SchedulerError
 from launcher.jobs.request import LaunchRequest
 from launcher.paths import REPO
-from launcher.runs.rundir import RunDir, default_run_name
+from launcher.runs.rundir import SITE_PROFILE, RunDir, default_run_name
 from launcher.runs.runstate import LOCAL_RUNNING, Snapshot, observe
 from launcher.schedulers import registration
 
@@ -72,12 +73,12 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None, dry_run: boo
     from launcher.jobs.imagepaths import check_loader, default_image_for_site, driver_warning
     from launcher.jobs.plan import build_plan, resolve_account
     from launcher.jobs.render import render_script
-    from launcher.jobs.sites import resolve_site
+    from launcher.jobs.sites import resolve_profile
     from launcher.runtimes import runtime_class
 
     if not request.site:
         raise DlaunchError("--site: required (see `dlaunch sites`)")
-    site = resolve_site(request.site)
+    site, profile = resolve_profile(request.site)
     experiment = request.experiment or "%s-%s-%s" % (site.name, request.framework, request.option("model", "resnet50"))
     check_loader(site, request.option("loader", "native"))
     warnings: List[str] = []
@@ -91,14 +92,17 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None, dry_run: boo
     request = dataclasses.replace(request, experiment=experiment, image=image).normalized()
     if run_dir is None:
         run_dir = Path(request.output) / experiment / (request.run_name or default_run_name())
+        fits_file_system(run_dir, {"--experiment": experiment, "--run-name": run_dir.name})
     revision = git_revision()
     if dry_run:
         try:
             resolve_account(site, request.account, environ)
         except DlaunchError as e:
-            warnings.append("%s (the dry run renders the script without it)" % e)
+            if resolve_account(site, request.account, environ, required=False) is None:  # missing, not malformed
+                warnings.append("%s (the dry run renders the script without it)" % e)
     plan = build_plan(site, request, run_dir=str(run_dir), git_revision=revision, image=request.image,
                       environ=environ, require_account=not dry_run)
+    plan = dataclasses.replace(plan, profile=profile)
     warnings.extend(plan.warnings)
     if require_image and plan.image and runtime_class(plan.runtime).missing(plan.image):
         message = "--image: %s does not exist (build it with `make image-%s`; `dlaunch images` lists them)" % (plan.image, plan.framework)
@@ -111,15 +115,18 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None, dry_run: boo
     return Prepared(request, plan, render_script(plan, header), tuple(warnings), tuple(plan.notes), request.resume)
 
 
-def resume(run_dir: Path, dry_run: bool = False) -> Prepared:
-    """A run directory's job again, from its checkpoint (all options from its plan.json); refused while
-    its job still runs: a second job must not append to the metrics and checkpoints of one that runs."""
+def resume(run_dir: Path, dry_run: bool = False, allow_large: bool = False) -> Prepared:
+    """A run directory's job again, from its checkpoint (all options from its plan.json, every field
+    checked; `allow_large` adds --allow-large to the stored request's); refused while its job still
+    runs: a second job must not append to the metrics and checkpoints of one that runs."""
     existing = RunDir.open(run_dir)
     if not registration(existing.plan()["plan"]["scheduler"]).foreground and existing.job_id:
         job = existing.scheduler.jobs([existing.job_id])[existing.job_id]
         if job.kind.active:
-            raise DlaunchError("--resume: job %s of %s is still %s (dlaunch cancel it first)" % (existing.job_id, existing.path, job.state))
-    request = dataclasses.replace(LaunchRequest.from_dict(existing.plan()["request"]), resume=True)
+            raise DlaunchError("--resume: job %s of %s is still %s (dlaunch cancel it first)"
+                               % (existing.job_id, display_path(existing.path), job.state))
+    stored = existing.request()
+    request = dataclasses.replace(stored, resume=True, allow_large=stored.allow_large or allow_large)
     return prepare(request, run_dir=existing.path.resolve(), dry_run=dry_run)
 
 
@@ -147,6 +154,7 @@ def _submit(job: Prepared) -> Tuple[RunDir, int]:
     """Write the run directory, hand the script to its scheduler, record the outcome."""
     run = RunDir.open(job.run_dir) if job.resume else RunDir.create(job.run_dir)
     run.write("job.sh", job.script, mode=0o755)
+    run.write(SITE_PROFILE, job.plan.profile)  # what the job was made from: `archive` bundles this, never a path
     run.write_plan(job.plan.to_dict(), job.request.to_dict())
     for name, text in job.files:
         run.write(name, text)
@@ -257,14 +265,14 @@ def logs(run: RunDir) -> Logs:
         return Logs(files)
     (snapshot,) = observe([run])
     if snapshot.failed:
-        return Logs([], "no log in %s: the run %s (%s)" % (run.path, snapshot.progress.status, why_failed(snapshot)), True)
-    return Logs([], "no log in %s yet (state: %s)" % (run.path, snapshot.state))
+        return Logs([], "no log in %s: the run %s (%s)" % (display_path(run.path), snapshot.progress.status, why_failed(snapshot)), True)
+    return Logs([], "no log in %s yet (state: %s)" % (display_path(run.path), snapshot.state))
 
 
 def cancel(run: RunDir) -> str:
     """Cancel the run's job; its id."""
     if not run.job_id:
-        raise DlaunchError("%s: no job id (state: %s)" % (run.path, run.state))
+        raise DlaunchError("%s: no job id (state: %s)" % (display_path(run.path), run.state))
     run.scheduler.cancel(run.job_id)
     run.set_state("cancel requested")
     return run.job_id

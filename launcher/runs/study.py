@@ -31,11 +31,12 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Literal, Optional, Sequence, Tuple
+from typing import Annotated, Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple
 
 import typer
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from launcher.boundary import ALLOW_LARGE, LIMITS, escape, quoted, read_json, read_text, whole
 from launcher.errors import DlaunchError
 from launcher.jobs.request import LaunchRequest, check_trainer_value
 from launcher.runs.rundir import RunDir, display_path, find_runs
@@ -43,7 +44,7 @@ from launcher.jobs.schema import EnvName, SafeName, parse_time
 from launcher.jobs.sites import load_toml
 from launcher.paths import PUBLISHED_DIR, SHIPPED_SITES_DIR
 from launcher.schedulers import registration
-from launcher.terminal import err, out, show_status
+from launcher.terminal import AllowLarge, err, out, show_status
 from train.config import MODELS, SCHEDULES
 from train.framework_table import FRAMEWORKS
 
@@ -56,11 +57,14 @@ METRICS = ("images_per_s", "speedup", "efficiency", "comm_share", "kernel_comm_s
 LOADERS = ("native", "dali")
 KINDS = ("gpu", "cpu")
 
+FILE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"  # a file directly in data/published/: no folder, no `..`
+LISTS = {"framework": "frameworks", "loader": "loaders", "model": "models", "gpus": "gpus", "nodes": "nodes",
+         "schedule": "schedules"}  # a dimension -> the matrix's list of its values
 Count = Annotated[int, Field(gt=0)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 def _check_recipe(recipe: Dict[str, Any]) -> Dict[str, Any]:
@@ -119,8 +123,8 @@ class Compare(_Model):
     @field_validator("file")
     @classmethod
     def _exists(cls, name: str) -> str:
-        if not (PUBLISHED_DIR / name).is_file():
-            raise ValueError("%s is not a file in data/published/" % name)
+        if not whole(FILE_NAME, name) or not (PUBLISHED_DIR / name).is_file() or (PUBLISHED_DIR / name).is_symlink():
+            raise ValueError("%s is not a file in data/published/" % escape(name))
         return name
 
 
@@ -188,7 +192,30 @@ class Matrix(_WithRecipe):
     def _counts(self) -> "Matrix":
         if (self.gpus is None) == (self.nodes is None):
             raise ValueError("give exactly one of gpus and nodes")
+        lists = self.lists()
+        for dimension, values in lists.items():
+            twice = [v for v in values if values.count(v) > 1]
+            if twice:  # two jobs would get one run directory
+                raise ValueError("%s: %s appears twice" % (LISTS[dimension], quoted(twice[0])))
+        for i, rule in enumerate(self.exclude):  # the matrix has every combination: a rule matches one iff each value is listed
+            if not all(value in lists[key] for key, value in rule.items()):
+                raise ValueError("exclude.%d: %s matches no job of the matrix" % (i, _rule_text(rule)))
+        named = [d for d in lists if any(d in rule for rule in self.exclude)]  # only these decide
+        if not any(not _excluded(dict(zip(named, values)), self.exclude)
+                   for values in itertools.product(*(lists[d] for d in named))):
+            raise ValueError("exclude: the exclusions leave no job of the matrix")
         return self
+
+    def lists(self) -> Dict[str, List[Any]]:
+        """The matrix's dimensions (framework, loader, model, gpus or nodes, schedule) and their values."""
+        return {"framework": self.frameworks, "loader": self.loaders, "model": self.models,
+                self.count_key: list(self.gpus or self.nodes or []), "schedule": self.schedules}
+
+    def points(self) -> Iterator[Dict[str, Any]]:
+        """Every combination of the lists, in file order (before exclusions and repeats)."""
+        lists = self.lists()
+        for values in itertools.product(*lists.values()):
+            yield dict(zip(lists, values))
 
     @property
     def count_key(self) -> str:
@@ -247,6 +274,17 @@ class Study(_WithRecipe):
         return next((d for d in self.dataset if loader in d.loaders), None)
 
 
+class StudyInfo(BaseModel):
+    """`study.json` in a study directory: the study, its file, the site, protocol and stack it runs with."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    study: str
+    file: str
+    site: str
+    protocol: Optional[str] = None
+    stack: Optional[str] = None
+
+
 def load_study(path: Path) -> Study:
     """Read and validate a study file; errors name the file and the field (exit code 2)."""
     return load_toml(Path(path), Study)
@@ -272,6 +310,10 @@ class Job:
 
 def _excluded(point: Dict[str, Any], exclusions: Sequence[Dict[str, Any]]) -> bool:
     return any(all(point.get(k) == v for k, v in rule.items()) for rule in exclusions)
+
+
+def _rule_text(rule: Dict[str, Any]) -> str:
+    return "{%s}" % ", ".join("%s = %s" % (k, quoted(v)) for k, v in rule.items())
 
 
 def parse_only(only: Sequence[str]) -> Dict[str, List[str]]:
@@ -340,9 +382,10 @@ def _overlays(study: Study, m: Matrix, protocol: Optional[str], point: Dict[str,
 
 def expand(study: Study, site: str, output: Path, data: Optional[Dict[str, str]] = None, account: Optional[str] = None,
            image: Optional[str] = None, only: Sequence[str] = (), protocol: Optional[str] = None,
-           stack: Optional[str] = None) -> List[Job]:
+           stack: Optional[str] = None, allow_large: bool = False) -> List[Job]:
     """Every job of the study's matrix (in file order), as requests for `site`; `data`: loader -> path;
-    `stack` overrides the study's (`site`: the site's own)."""
+    `stack` overrides the study's (`site`: the site's own). More than the limit of `study jobs` (a
+    typo's million) is refused as soon as it is reached, unless `allow_large`."""
     from launcher.jobs.imagepaths import default_image_for_site
     from launcher.jobs.sites import resolve_site
 
@@ -353,9 +396,8 @@ def expand(study: Study, site: str, output: Path, data: Optional[Dict[str, str]]
     jobs = []
     for m in study.matrix:
         key = m.count_key
-        counts = m.gpus if key == "gpus" else m.nodes
-        for framework, loader, model, count, schedule in itertools.product(m.frameworks, m.loaders, m.models, counts or [], m.schedules):
-            point = {"framework": framework, "loader": loader, "model": model, key: count, "schedule": schedule}
+        for point in m.points():
+            framework, loader, model, count, schedule = point.values()
             if _excluded(point, m.exclude):
                 continue
             extra_recipe, extra_time = _overlays(study, m, protocol, point)
@@ -370,12 +412,16 @@ def expand(study: Study, site: str, output: Path, data: Optional[Dict[str, str]]
                 coordinates = dict(point, matrix=m.name, repeat=repeat)
                 if not _selected(filters, coordinates, m.figures):
                     continue
+                if len(jobs) == LIMITS["study jobs"] and not allow_large:
+                    raise DlaunchError("study %s: more than %d jobs (at matrix %s): pass %s if you mean it"
+                                       % (study.name, LIMITS["study jobs"], m.name, ALLOW_LARGE))
                 name = "%s-%s-%s-%s%04d-%s-r%d" % (framework, loader, model, key[0], count, schedule, repeat)
                 trainer = dict(recipe, model=model, loader=loader, schedule=schedule)
                 request = LaunchRequest(site=site, framework=framework, partition=m.partition or study.partition,
                                         time=extra_time or m.time or study.time, account=account, image=job_image,
                                         output=str(output), experiment="%s.%s" % (study.name, m.name), run_name=name,
-                                        trainer=tuple(trainer.items()), **{key: count}, **({"nodes": nodes} if nodes else {}))
+                                        trainer=tuple(trainer.items()), allow_large=allow_large, **{key: count},
+                                        **({"nodes": nodes} if nodes else {}))
                 jobs.append(Job(m.name, name, coordinates, request, tuple(m.figures), m.repeats))
     return jobs
 
@@ -387,15 +433,15 @@ def study_dir(study: Study, output: Path) -> Path:
 def _check_recorded(folder: Path, site: str, protocol: Optional[str]) -> None:
     """Refuse to add runs of another site or protocol to a study directory."""
     info = folder / STUDY_INFO
-    if not info.is_file():
+    if not os.path.lexists(info):
         return
-    recorded = json.loads(info.read_text(encoding="utf-8"))
-    if recorded["site"] != site:
+    recorded = read_json(info, StudyInfo, follow_links=False)
+    if recorded.site != site:
         raise DlaunchError("--site: %s was run on site %s; give another --output to run it on %s"
-                           % (display_path(folder), recorded["site"], site))
-    if recorded.get("protocol") != protocol:
+                           % (display_path(folder), escape(recorded.site), site))
+    if recorded.protocol != protocol:
         raise DlaunchError("--protocol: %s was run with protocol %s; give another --output to run protocol %s"
-                           % (display_path(folder), recorded.get("protocol"), protocol))
+                           % (display_path(folder), escape(str(recorded.protocol)), protocol))
 
 
 def _record_study(path: Path, folder: Path, site: str, protocol: Optional[str], stack: Optional[str]) -> None:
@@ -404,7 +450,7 @@ def _record_study(path: Path, folder: Path, site: str, protocol: Optional[str], 
 
     if (folder / STUDY_INFO).is_file():
         return
-    write_atomic(folder / STUDY_COPY, path.read_text(encoding="utf-8"))
+    write_atomic(folder / STUDY_COPY, read_text(path))
     info = {"study": load_study(path).name, "file": str(path.resolve()), "site": site, "protocol": protocol, "stack": stack}
     write_atomic(folder / STUDY_INFO, json.dumps(info, indent=2) + "\n")
 
@@ -442,7 +488,7 @@ def _datasets(study: Study, data: Sequence[str], dry_run: bool) -> Tuple[Dict[st
 
 def run_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool = False, only: Sequence[str] = (),
               data: Sequence[str] = (), account: Optional[str] = None, image: Optional[str] = None,
-              protocol: Optional[str] = None, stack: Optional[str] = None) -> int:
+              protocol: Optional[str] = None, stack: Optional[str] = None, allow_large: bool = False) -> int:
     """Render (--dry-run: print) or submit the jobs of a study that are missing or failed; exit code as
     the run service's (1 for a refusal, a failed run's here)."""
     from launcher.runs import service
@@ -450,7 +496,7 @@ def run_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool 
     study = load_study(path)
     protocol = choose_protocol(study, protocol)
     paths, data_warnings = _datasets(study, data, dry_run)
-    jobs = expand(study, site, output, paths, account, image, only, protocol, stack)
+    jobs = expand(study, site, output, paths, account, image, only, protocol, stack, allow_large)
     if not jobs:
         raise DlaunchError("--only: no job of study %s matches %s" % (study.name, " ".join(only)))
     folder = study_dir(study, output)
@@ -534,7 +580,7 @@ def report_study(folder: Path, output: Path) -> int:
     from launcher.analysis.report import report_command, write_comparison
 
     study = recorded_study(folder)
-    info = json.loads((folder / STUDY_INFO).read_text(encoding="utf-8")) if (folder / STUDY_INFO).is_file() else {}
+    info = read_json(folder / STUDY_INFO, StudyInfo, follow_links=False).model_dump() if os.path.lexists(folder / STUDY_INFO) else {}
     code = 0
     try:
         report_command([folder], output=output, site=None)
@@ -679,9 +725,10 @@ def study_run_command(
     image: Annotated[Optional[str], typer.Option(help="container image for every job; default: images/<stack>-<framework>-<arch> per framework")] = None,
     protocol: ProtocolOption = None,
     stack: StackOption = None,
+    allow_large: AllowLarge = False,
 ) -> int:
     """Submit the jobs of a study that are missing or failed (or print them with --dry-run)."""
-    return run_study(file, site, output, dry_run, only or (), data or (), account, image, protocol, stack)
+    return run_study(file, site, output, dry_run, only or (), data or (), account, image, protocol, stack, allow_large)
 
 
 @study_app.command("check")
@@ -699,8 +746,7 @@ def study_check_command(
 @study_app.command("status")
 def study_status_command(folder: Annotated[Path, typer.Argument(help="study directory")]) -> int:
     """State and figures of every run of a study directory."""
-    show_status(study_runs(folder))
-    return 0
+    return show_status(study_runs(folder))
 
 
 @study_app.command("report")

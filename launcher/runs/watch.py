@@ -7,7 +7,6 @@ Through a pipe plain lines: one per run whenever its state or figures change (no
 characters), and one `overall:` line whenever runs start or end. `--once` looks once and exits.
 Exit code: 0 when every run ended ok (with --once: none failed so far), 1 when one failed.
 """
-import re
 import shutil
 import sys
 import time
@@ -17,19 +16,13 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
+from launcher.boundary import escape, printable
 from launcher.errors import DlaunchError, SchedulerError
-from launcher.runs.rundir import find_runs
+from launcher.runs.rundir import find_runs, readable
 from launcher.runs.runstate import Snapshot, observe
 from launcher.schedulers import JobState, scheduler_for
 
 BAR_WIDTH = 20
-_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def plain(text: str) -> str:
-    """`text` without terminal escapes or control characters (log lines may carry colours)."""
-    return _CONTROL.sub(" ", _ESCAPES.sub("", text))
 
 
 def duration(seconds: float) -> str:
@@ -67,16 +60,28 @@ def figures(snapshot: Snapshot, now: Optional[float] = None) -> str:
 class Watcher:
     """Looks at the runs under `targets` again on every `poll`; a run that ended is not asked about again."""
 
-    def __init__(self, targets: Sequence[Path], explain: Callable[[Snapshot], str]):
+    def __init__(self, targets: Sequence[Path], explain: Callable[[Snapshot], str],
+                 reject: Callable[[str], None] = lambda message: print("rejected: " + message, file=sys.stderr, flush=True)):
         self.targets = list(targets)
         self.explain = explain
+        self.reject = reject  # told once about each run whose files cannot be read (launcher/boundary.py)
         self.ended: Dict[Path, Snapshot] = {}
         self.reasons: Dict[Path, Tuple[bool, str]] = {}  # path -> (ended when explained, reason)
+        self.rejected: Dict[str, None] = {}
 
     def poll(self) -> List[Snapshot]:
-        runs = find_runs(self.targets)  # every time: a sweep being submitted adds runs
+        found = find_runs(self.targets)  # every time: a sweep being submitted adds runs
+        runs, rejected = readable(r for r in found if r.path not in self.ended)
+        keep = {r.path for r in runs} | set(self.ended)
+        runs = [r for r in found if r.path in keep]
         if not runs:
-            raise DlaunchError("no run directories under %s" % ", ".join(str(t) for t in self.targets))
+            if rejected:
+                raise DlaunchError(rejected[0])
+            raise DlaunchError("no run directories under %s" % ", ".join(escape(str(t)) for t in self.targets))
+        for message in rejected:
+            if message not in self.rejected:
+                self.rejected[message] = None
+                self.reject(printable(message))
         fresh = {s.run.path: s for s in observe([r for r in runs if r.path not in self.ended])}
         self.ended.update((path, s) for path, s in fresh.items() if s.ended)
         return [self.ended.get(run.path) or fresh[run.path] for run in runs]
@@ -87,7 +92,7 @@ class Watcher:
             return ""
         known = self.reasons.get(snapshot.run.path)
         if known is None or known[0] != snapshot.ended:
-            known = (snapshot.ended, plain(self.explain(snapshot)))
+            known = (snapshot.ended, printable(self.explain(snapshot)))
             self.reasons[snapshot.run.path] = known
         return known[1]
 
@@ -111,11 +116,12 @@ def details(snapshot: Snapshot, reason: str, now: Optional[float] = None) -> str
 
 def plain_line(snapshot: Snapshot, reason: str) -> str:
     """One run as one line: 'name: STATE; status; figures; why: reason'."""
-    return plain("%s: %s; %s" % (snapshot.name, snapshot.state, details(snapshot, reason)))
+    return printable("%s: %s; %s" % (snapshot.name, snapshot.state, details(snapshot, reason)))
 
 
-def exit_code(snapshots: Sequence[Snapshot]) -> int:
-    return 1 if any(s.failed for s in snapshots) else 0
+def exit_code(snapshots: Sequence[Snapshot], watcher: Optional["Watcher"] = None) -> int:
+    """1 when a run failed, or a run's files could not be read (a `rejected:` line), else 0."""
+    return 1 if any(s.failed for s in snapshots) or (watcher is not None and watcher.rejected) else 0
 
 
 def follow_plain(watcher: Watcher, interval: float, once: bool, write: Callable[[str], None]) -> int:
@@ -134,7 +140,7 @@ def follow_plain(watcher: Watcher, interval: float, once: bool, write: Callable[
             shown_overall = overall(snapshots)
             write(stamp + "overall: " + shown_overall)
         if once or all(s.ended for s in snapshots):
-            return exit_code(snapshots)
+            return exit_code(snapshots, watcher)
         time.sleep(interval)
 
 
@@ -203,7 +209,7 @@ def follow_live(watcher: Watcher, console: Console, interval: float, title: str)
         while True:
             live.update(view(watcher, snapshots, time.time(), title, console.height), refresh=True)
             if all(s.ended for s in snapshots):
-                return exit_code(snapshots)
+                return exit_code(snapshots, watcher)
             time.sleep(max(0.0, min(1.0, next_poll - time.monotonic())))
             if time.monotonic() >= next_poll:
                 snapshots = watcher.poll()
@@ -229,7 +235,7 @@ def follow(targets: Sequence[Path], explain: Callable[[Snapshot], str], console:
     if once:
         snapshots = watcher.poll()
         console.print(view(watcher, snapshots, time.time(), title))
-        return exit_code(snapshots)
+        return exit_code(snapshots, watcher)
     return follow_live(watcher, console, interval, title)
 
 

@@ -76,7 +76,7 @@ class Runtime(StrictModel):
 
 
 def _is_path(image: str) -> bool:
-    return bool(re.match(PATH, image))
+    return bool(re.fullmatch(PATH, image))
 
 
 class NoContainer(Runtime):

@@ -24,7 +24,7 @@ class PodmanHpc(Runtime):
     binary = "podman-hpc"
 
     def check_image(self, image: str) -> str:
-        if not _IMAGE_NAME.match(image):
+        if not _IMAGE_NAME.fullmatch(image):
             raise DlaunchError("--image: %r is not an image name like dlaunch/current-ddp:x86_64 (podman-hpc)" % image)
         return image
 

@@ -34,10 +34,10 @@ class Pyxis(Runtime):
 
     def check_image(self, image: str) -> str:
         if self.environment:
-            if re.match(PATH, image) or re.match(SAFE_NAME, image):
+            if re.fullmatch(PATH, image) or re.fullmatch(SAFE_NAME, image):
                 return image
             raise DlaunchError("--image: %r is neither an EDF file path nor an EDF name (pyxis with environment = true)" % image)
-        if re.match(PATH, image) or _REGISTRY_REF.match(image):
+        if re.fullmatch(PATH, image) or _REGISTRY_REF.fullmatch(image):
             return image
         raise DlaunchError("--image: %r is neither a squashfs path nor an enroot registry reference like "
                            "nvcr.io#nvidia/pytorch:25.12-py3 (pyxis)" % image)

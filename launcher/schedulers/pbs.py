@@ -120,7 +120,7 @@ class Pbs(Scheduler):
     def submit(self, script: Path, run_dir: Path) -> Submission:
         result = self._run(["qsub", str(script)])
         job_id = result.stdout.strip()
-        if result.returncode != 0 or not _JOB_ID.match(job_id):
+        if result.returncode != 0 or not _JOB_ID.fullmatch(job_id):
             reason = (result.stderr.strip() or job_id or "no reason given").splitlines()[-1]
             raise SchedulerError("qsub refused the job: %s" % reason)
         return Submission(job_id)

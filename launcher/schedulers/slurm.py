@@ -286,7 +286,7 @@ class Slurm(Scheduler):
         `srun: `); headers are sentences."""
         listed = self._run(["srun", "--mpi=list"])
         words = [line.replace("srun: ", "").strip() for line in (listed.stdout + listed.stderr).splitlines()]
-        return [word for word in words if re.match(r"^[a-z][a-z0-9_]*$", word)]
+        return [word for word in words if re.fullmatch(r"[a-z][a-z0-9_]*", word)]
 
     def log_files(self, run_dir: Path) -> List[Path]:
         """`slurm-<job>.out` of every submission, in job order (`slurm-9.out` before `slurm-10.out`)."""

@@ -49,7 +49,7 @@ class ShardSampler(gluon.data.Sampler):
         self.length = size // (batch * workers) * batch
 
     def __iter__(self):
-        order = np.random.RandomState(self.seed * 1000003 + self.epoch).permutation(self.size)
+        order = np.random.RandomState((self.seed * 1000003 + self.epoch) % 2 ** 32).permutation(self.size)  # numpy's seed range
         return iter(order[self.worker::self.workers][:self.length].tolist())
 
     def __len__(self) -> int:
