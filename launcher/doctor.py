@@ -454,7 +454,7 @@ def image_cuda(site: Site, image: Optional[str], framework: str) -> Optional[str
     if image is None and site.container.containerized:
         stack = images.load_lock().stacks.get(site.container.stack)
         group = image_group(framework)
-        return stack.pins(group).get("cuda") if stack and group else None
+        return stack.pins(group).get("cuda") if stack and group in stack.image_groups() else None
     return None
 
 

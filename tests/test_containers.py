@@ -13,14 +13,14 @@ import importlib.util
 import pytest
 
 from launcher.jobs import images
-from train.framework_table import image_groups
+from train.framework_table import FRAMEWORKS, group_engine, group_entry, image_groups, import_checks
 
 REPO = images.REPO
 _spec = importlib.util.spec_from_file_location("build_rootfs", REPO / "scripts" / "build-rootfs.py")
 build_rootfs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(build_rootfs)
 LOCK = images.load_lock()
-CASES = [(stack, fw) for stack in LOCK.stacks for fw in image_groups()]
+CASES = [(stack, fw) for stack, lock_stack in LOCK.stacks.items() for fw in lock_stack.image_groups()]
 IDS = [f"{stack}-{fw}" for stack, fw in CASES]
 REQUIRED_SECTIONS = {"arguments", "files", "labels", "environment", "post", "runscript", "test"}
 
@@ -69,7 +69,7 @@ def test_definition_parses_with_spython_and_has_every_section(stack, framework):
     assert layer.install == [line.strip() for line in body["post"] if line.strip()]
     assert layer.test == [line.strip() for line in body["test"] if line.strip()]
     assert "train /opt/dlaunch/train" in layer.files
-    assert layer.cmd == 'exec python -m train "$@"'
+    assert layer.cmd == f'exec python -m {group_entry(framework)} "$@"'
     assert f"DLAUNCH_STACK={stack}" in layer.environ
     assert f"org.dlaunch.framework {framework}" in layer.labels
     assert "org.dlaunch.git-revision {{ GIT_REVISION }}" in layer.labels
@@ -143,7 +143,7 @@ def test_horovod_gpu_operations_and_cxx_standard_follow_the_lock():
 
 def test_dali_is_imported_only_by_stacks_that_have_it():
     for stack_name, stack in LOCK.stacks.items():
-        for framework in image_groups():
+        for framework in stack.image_groups():
             test = "\n".join(sections(definition(stack_name, framework))["test"])
             assert ("nvidia.dali" in test) == bool(stack.dali_package), (stack_name, framework)
     assert not LOCK.stacks["rocm"].dali_package and not LOCK.stacks["cpu"].dali_package
@@ -158,6 +158,66 @@ def test_cpu_stack_is_a_debian_bootstrap_with_the_launchers_torch():
     text = definition("cpu", "horovod")
     assert text.count("Bootstrap: debootstrap") == 1 and "OSVersion: bookworm" in text
     assert "openmpi-bin libopenmpi-dev" in text and "python3.11 -m venv /opt/venv" in text
+
+
+def test_engine_images_are_in_the_cpu_stack_only_and_every_image_group_has_a_make_target():
+    engines = {(stack, group) for stack, group in CASES if group_engine(group) != "torch"}
+    assert engines == {("cpu", "tensorflow"), ("cpu", "mxnet")}
+    assert set(image_groups()) == {"ddp", "horovod", "deepspeed", "tensorflow", "mxnet"}
+    assert {FRAMEWORKS[name].pip_group for name in ("tf-allreduce", "tf-ps-async", "tf-ps-sync")} == {"tensorflow"}
+    assert {FRAMEWORKS[name].pip_group for name in ("mx-allreduce", "mx-ps-sync", "mx-ps-async")} == {"mxnet"}
+
+
+@pytest.mark.parametrize("group,entry,imports", [
+    ("tensorflow", "train.tf", ["tensorflow", "train.tf.trainer"]),
+    ("mxnet", "train.mx", ["mxnet, horovod.mxnet", "train.mx.trainer"]),
+])
+def test_engine_images_have_their_own_environment_without_torch(group, entry, imports):
+    """The engine images take only their own group (numpy 1.23.5 beside torch's 2.4.6 would not install),
+    %test imports the rows' import_check and the trainer's modules, and the runscript starts the engine."""
+    text = definition("cpu", group)
+    body = sections(text)
+    assert "torch" not in LOCK.stacks["cpu"].pip_pins(group) and "torch" not in "\n".join(body["post"])
+    tests = [line.strip() for line in body["test"]]
+    assert [f"python -c 'import {line}'" for line in imports] == [t for t in tests if re.match(r"python -c 'import [^;]*'$", t)]
+    assert set(import_checks(group)) <= {word.strip(",") for line in imports for word in line.split()}
+    assert not any("torch" in line for line in tests)
+    assert [line.strip() for line in body["runscript"] if line] == [f'exec python -m {entry} "$@"']
+
+
+def test_engine_pins_are_the_bootstrapped_environments():
+    """The images pin what scripts/bootstrap-engines.sh installs for the tests (.venv-tf, .venv-mx); the
+    script's tensorflow-cpu is pinned as `tensorflow` (tf-keras requires it; no aarch64 tensorflow-cpu)."""
+    script = (REPO / "scripts" / "bootstrap-engines.sh").read_text()
+    pip = LOCK.stacks["cpu"].pip
+    for array, group in (("TF_PINS", "tensorflow"), ("MX_PINS", "mxnet"), ("HOROVOD_DEPS", "mxnet")):
+        specs = re.search(rf"^{array}=\((.*)\)$", script, re.M).group(1).split()
+        for spec in specs:
+            name, version = spec.split("==")
+            name = name.removesuffix("-cpu")
+            if array != "HOROVOD_DEPS" or name in pip[group]:
+                assert pip[group][name] == version, (array, spec)
+    assert pip["mxnet"]["horovod"] == pip["horovod"]["horovod"]  # one Horovod per stack (horovod_build.py)
+
+
+def test_mxnet_image_builds_horovod_against_mxnet_with_gloo():
+    body = sections(definition("cpu", "mxnet"))
+    post, test = "\n".join(body["post"]), "\n".join(body["test"])
+    assert "HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1" in post and "HOROVOD_WITHOUT_MPI=1" in post
+    assert "HOROVOD_WITH_PYTORCH" not in post and "CMAKE_TOOLCHAIN_FILE" not in post and " cmake" in post
+    assert 'import horovod.mxnet as hvd; assert hvd.gloo_built(), "Horovod lacks Gloo"' in test
+
+
+def test_lock_keeps_one_version_per_engine_and_engine_images_off_base_pythons(tmp_path):
+    lock = tmp_path / "versions.toml"
+    text = images.LOCK_PATH.read_text()
+    lock.write_text(text.replace('[stacks.cpu.pip.ddp]\n', '[stacks.cpu.pip.ddp]\nnumpy = "1.23.5"\n', 1))
+    with pytest.raises(images.LockError, match="numpy: 1.23.5 differs from 2.4.6"):
+        images.load_lock(lock)
+    lock.write_text(text.replace('[stacks.current.pip.ddp]\n', '[stacks.current.pip.mxnet]\nmxnet = "1.9.1"\n\n'
+                                                                '[stacks.current.pip.ddp]\n', 1))
+    with pytest.raises(images.LockError, match='pip.mxnet: a mxnet image needs python_source = "apt"'):
+        images.load_lock(lock)
 
 
 def test_current_stack_records_its_driver_floor_and_architectures():
@@ -234,6 +294,17 @@ def test_fake_apptainer_make_images_builds_all_three(fake_apptainer, tmp_path):
     built = re.findall(r"^fake-apptainer build .* (\S+\.sif) (\S+\.def)$", result.stdout, re.M)
     arch = platform.machine()
     assert [Path(sif).name for sif, _ in built] == [f"paper-{fw}-{arch}.sif" for fw in ("ddp", "horovod", "deepspeed")]
+
+
+def test_fake_apptainer_make_builds_the_engine_images_in_the_cpu_stack_only(fake_apptainer, tmp_path):
+    result = _make(["images", "STACK=cpu"], fake_apptainer, tmp_path)
+    assert result.returncode == 0, result.stderr
+    built = re.findall(r"^fake-apptainer build .* (\S+\.sif) (\S+\.def)$", result.stdout, re.M)
+    assert [Path(d).stem for _, d in built] == ["ddp", "horovod", "deepspeed", "tensorflow", "mxnet"]
+    refused = _make(["image-tensorflow", "STACK=current"], fake_apptainer, tmp_path / "current")
+    assert refused.returncode != 0
+    assert "make image-tensorflow: stack current has no tensorflow image (stacks with one: cpu)" in refused.stderr
+    assert "fake-apptainer" not in refused.stdout and not (tmp_path / "current").exists()
 
 
 def test_fake_apptainer_make_rejects_an_unknown_stack(fake_apptainer, tmp_path):

@@ -14,7 +14,6 @@ from launcher.jobs import imagepaths
 from launcher.jobs import images
 from launcher.errors import DlaunchError
 from launcher.jobs.sites import Site
-from train.framework_table import image_groups
 
 app = typer.Typer()
 app.command("images")(images.images_command)
@@ -82,7 +81,7 @@ def test_image_reference_per_runtime_image_kind(kind, expected, images_dir):
     assert imagepaths.image_reference("ddp", "cpu", "aarch64", kind) == expected.format(dir=images_dir)
 
 
-@pytest.mark.parametrize("framework,stack,arch", [("tensorflow", "current", "x86_64"), ("ddp", "../x", "x86_64"),
+@pytest.mark.parametrize("framework,stack,arch", [("tf-allreduce", "current", "x86_64"), ("ddp", "../x", "x86_64"),
                                                   ("ddp", "current", "ppc64le")])
 def test_default_image_rejects_bad_names(framework, stack, arch):
     with pytest.raises(ValueError, match="image|stack|architecture"):
@@ -140,6 +139,26 @@ def test_wrong_stack_for_the_site_is_a_dlaunch_error(arch, vendor, stack, messag
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("framework,group", [("tf-allreduce", "tensorflow"), ("tf-ps-sync", "tensorflow"),
+                                             ("mx-allreduce", "mxnet"), ("mx-ps-async", "mxnet")])
+def test_engine_images_are_the_cpu_stacks_and_other_stacks_name_it(framework, group, images_dir):
+    cpu = fake_site(gpu_vendor="none", stack="cpu", kind="charliecloud")
+    assert imagepaths.default_image_for_site(cpu, framework) == str(images_dir / f"cpu-{group}-x86_64")
+    for stack in ("current", "paper"):
+        with pytest.raises(DlaunchError) as err:
+            imagepaths.default_image_for_site(fake_site(stack=stack), framework)
+        message = str(err.value)
+        assert f"--framework {framework}: image stack '{stack}' (site s) has no image of the" in message
+        assert f"stacks with it: cpu (make image-{group} STACK=cpu)" in message and "--image" in message
+        assert "\n" not in message
+
+
+def test_image_names_give_back_their_stack_also_for_engine_images(images_dir):
+    assert imagepaths.stack_of_image(imagepaths.image_reference("mxnet", "cpu", "x86_64", "dir")) == "cpu"
+    assert imagepaths.stack_of_image("dlaunch/cpu-tensorflow:aarch64") == "cpu"
+    assert imagepaths.stack_of_image("/x/cpu-tf-allreduce-x86_64.sif") is None  # a framework, not an image group
+
+
 def test_site_without_a_container_has_no_default_image():
     with pytest.raises(DlaunchError, match="runs without a container"):
         imagepaths.default_image_for_site(fake_site(kind="none"), "ddp")
@@ -179,7 +198,10 @@ def test_lists_every_stack_per_architecture_with_pins_from_the_lock(images_dir, 
     assert result.exit_code == 0, result.output
     rows = rows_of(result.output)
     lock = images.load_lock()
-    assert len(rows) == sum(len(stack.architectures) for stack in lock.stacks.values()) * len(image_groups())
+    assert len(rows) == sum(len(stack.architectures) * len(stack.image_groups()) for stack in lock.stacks.values())
+    for name in ("cpu-tensorflow-x86_64", "cpu-mxnet-aarch64"):
+        assert any(f"{name} " in row for row in rows), name
+    assert not any("current-tensorflow" in row or "paper-mxnet" in row for row in rows)
     assert f"dlaunch images in {images_dir}" in result.output
     assert all("missing" in row and " lock " in row for row in rows)
     for name in ("cpu-ddp-x86_64", "cpu-ddp-aarch64", "current-ddp-aarch64", "rocm-horovod-x86_64", "paper-ddp-x86_64"):
@@ -262,7 +284,7 @@ def test_render_writes_the_definition_files(tmp_path, monkeypatch):
     result = invoke("--render")
     assert result.exit_code == 0, result.output
     expected = images.render_all(images.load_lock())
-    assert len(expected) == 4 * len(image_groups())
+    assert len(expected) == 4 * 3 + 2  # every stack's torch images, the cpu stack's TensorFlow and MXNet ones
     for path, text in expected.items():
         assert path.parent.parent == tmp_path and path.read_text() == text
 

@@ -1,6 +1,7 @@
 """The `dlaunch` command line against fake Slurm commands on PATH (no cluster here)."""
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -51,6 +52,23 @@ def test_issue_command_dry_run_prints_script_and_writes_nothing(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("#!/bin/bash\n#SBATCH --job-name=juwels-booster-ddp-resnet50\n#SBATCH --nodes=256\n")
     assert "does not exist" in result.stderr  # the default image is only warned about in a dry run
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_engine_frameworks_run_the_cpu_stacks_images_and_other_stacks_name_the_fix(tmp_path):
+    """JUWELS Cluster (cpu stack) runs tf-allreduce from cpu-tensorflow; JUWELS Booster (current) refuses it."""
+    def run(site, framework):
+        return subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--site", site, "--nodes", "2",
+                               "--framework", framework, "--account", "p", "--dry-run"],
+                              cwd=tmp_path, capture_output=True, text=True)
+    cluster = run("juwels-cluster", "tf-allreduce")
+    assert cluster.returncode == 0, cluster.stderr
+    assert "cpu-tensorflow-x86_64.sif does not exist (build it with `make image-tensorflow STACK=cpu`" in cluster.stderr
+    assert re.search(r"cpu-tensorflow-x86_64\.sif \\\n\s+python -m train\.tf ", cluster.stdout)
+    booster = run("juwels-booster", "mx-ps-async")
+    assert booster.returncode == 2 and len(booster.stderr.strip().splitlines()) == 1
+    assert "image stack 'current' (site juwels-booster) has no image of the mxnet trainer (stacks with it: cpu " \
+           "(make image-mxnet STACK=cpu)); set [container] stack to one with it or give --image" in booster.stderr
     assert list(tmp_path.iterdir()) == []
 
 

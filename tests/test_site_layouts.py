@@ -15,7 +15,7 @@ import pytest
 
 import slurm
 from launcher.errors import DlaunchError
-from launcher.jobs.imagepaths import default_image_for_site
+from launcher.jobs.imagepaths import default_image_for_site, stack_groups
 from launcher.jobs.request import FRAMEWORKS, LaunchRequest
 from launcher.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
 from launcher.jobs.render import render_script
@@ -46,8 +46,9 @@ def requests(site: Site) -> Iterator[Tuple[str, LaunchRequest]]:
     for row in site.partitions:
         sizes += [(row.min_nodes, row.name, row.max_time), (row.max_nodes, row.name, row.max_time)]
     for framework in FRAMEWORKS:
-        # An engine no image stack builds runs from an image the user names (the ddp one's place stands in).
-        image = default_image_for_site(site, "ddp") if site.container.containerized and not image_group(framework) else None
+        # An engine the site's stack has no image of runs from an image the user names (the ddp one's place stands in).
+        image = (default_image_for_site(site, "ddp") if site.container.containerized
+                 and image_group(framework) not in stack_groups(site.container.stack) else None)
         for nodes, row, time in dict.fromkeys(sizes):
             label = "%s %d node(s)%s %s" % (framework, nodes, " row " + row if row else "", time)
             yield label, LaunchRequest(site=site.name, framework=framework, nodes=nodes, partition=row, time=time,

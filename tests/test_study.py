@@ -317,12 +317,9 @@ def test_study_check_names_the_jobs_that_cannot_run_on_a_site_and_exits_1(tmp_pa
 # What keeps a shipped study from rendering on a shipped site of its kind today, and why: each entry is
 # asserted (the reason and the count), so that the entry fails once the gap closes and is taken out.
 # - partitions: Polaris takes jobs of 3-9 nodes for at most an hour (debug-scaling; preemptable is picked only
-#   by name), and the study asks a day;
-# - engine images: no image stack builds the TensorFlow and MXNet trainers (containers/versions.toml).
+#   by name), and the study asks a day.
 KNOWN_GAPS = {
     ("aach2023", "polaris"): ("no partition of site polaris takes", 12),
-    ("mahon2020-cpu", "juwels-cluster"): ("no image stack builds the", 60),
-    ("cpu-ps", "juwels-cluster"): ("no image stack builds the", 72),
 }
 
 

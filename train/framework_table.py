@@ -5,15 +5,16 @@ The one table of them (`FRAMEWORKS`), read where it is used, so that a row added
   (`train/config.py`), the task-per-worker engines' roles (`train/engines.py`);
 - the launcher: `--framework`'s choices (`launcher/jobs/request.py`), how processes start and which
   module they run (`launcher/jobs/launchers.py`: `launch`, `entry`), the default image (`imagepaths.py`);
-- the images: one image per pip group of the rows whose engine has images (`image_groups`): the lock's
-  `pip.<group>` pins (`containers/versions.toml`), the definition files and their %test imports
+- the images: one image per pip group (`image_groups`; every stack builds the torch groups, the
+  other engines' groups only the stacks that pin them: `stack_image_groups`): the lock's `pip.<group>`
+  pins (`containers/versions.toml`), the definition files and their %test imports
   (`launcher/jobs/images.py`: `import_check`), `make image-<group>` (`containers/images.mk`:
   `python3 -c 'import train.framework_table as t; print(*t.image_groups())'`);
 - the performance model: how gradients travel (`gradient_exchange`, `launcher/analysis/perfmodel.py`).
 Adding a framework: its implementation file (the seam class) plus one row here.
 """
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterable, Tuple
 
 # How processes start (launcher/jobs/launchers.py has one class per style):
 #   torchrun-per-node  one torchrun per node, c10d rendezvous at the first host (DDP, DeepSpeed)
@@ -23,7 +24,9 @@ from typing import Dict, Optional, Tuple
 #                      coordinators, then servers_per_node servers on every node, the rest workers.
 #                      Tasks in all: nodes x (workers per node + servers_per_node) + coordinators.
 LAUNCH_STYLES = ("torchrun-per-node", "mpi-per-gpu", "task-per-worker")
-IMAGE_ENGINES = ("torch",)  # the engines the image stacks (containers/versions.toml) build images for
+# The engine every image stack (containers/versions.toml) builds images for; TensorFlow's and MXNet's
+# images exist in the stacks whose lock pins their group (the cpu stack's pip.tensorflow, pip.mxnet).
+EVERY_STACK_ENGINE = "torch"
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ class FrameworkInfo:
     engine: str  # torch | tensorflow | mxnet: which trainer and image stack
     implementation: str  # "module:Class" of the trainer's framework seam
     launch: str  # one of LAUNCH_STYLES
-    pip_group: str  # its image (engines with images) and the lock's `pip.<group>` pins installed into it
+    pip_group: str  # its image and the lock's `pip.<group>` pins installed into it (one engine per group)
     import_check: str  # module its image's %test imports (and that must import for the trainer to start)
     install_hint: str  # what to install when the import fails
     description: str
@@ -100,20 +103,45 @@ def task_per_worker() -> Dict[str, FrameworkInfo]:
     return {name: row for name, row in FRAMEWORKS.items() if row.launch == "task-per-worker"}
 
 
-def image_group(name: str) -> Optional[str]:
-    """The image a framework runs in (its pip group), None when its engine has no images."""
-    row = FRAMEWORKS[name]
-    return row.pip_group if row.engine in IMAGE_ENGINES else None
+def image_group(name: str) -> str:
+    """The image a framework runs in (its pip group)."""
+    return FRAMEWORKS[name].pip_group
 
 
 def image_groups() -> Tuple[str, ...]:
-    """A stack's images (`make image-<group>`), in table order."""
-    return tuple(dict.fromkeys(group for group in map(image_group, FRAMEWORKS) if group))
+    """Every stack's possible images (`make image-<group>`), in table order."""
+    return tuple(dict.fromkeys(map(image_group, FRAMEWORKS)))
+
+
+def _group_rows(group: str) -> Tuple[FrameworkInfo, ...]:
+    return tuple(row for row in FRAMEWORKS.values() if row.pip_group == group)
+
+
+def group_engine(group: str) -> str:
+    """The engine whose trainer an image group's image runs."""
+    return _group_rows(group)[0].engine
+
+
+def group_entry(group: str) -> str:
+    """The module an image's runscript starts (`python -m <entry>`): its first row's."""
+    return _group_rows(group)[0].entry
+
+
+def stack_image_groups(pinned: Iterable[str]) -> Tuple[str, ...]:
+    """The images of a stack whose lock has `pip.<group>` tables for `pinned`: every torch group, and
+    the other engines' groups it pins."""
+    pinned = set(pinned)
+    return tuple(g for g in image_groups() if group_engine(g) == EVERY_STACK_ENGINE or g in pinned)
 
 
 def import_checks(group: str) -> Tuple[str, ...]:
     """What an image's %test imports: every module its frameworks need."""
-    return tuple(dict.fromkeys(row.import_check for name, row in FRAMEWORKS.items() if image_group(name) == group))
+    return tuple(dict.fromkeys(row.import_check for row in _group_rows(group)))
+
+
+def trainer_modules(group: str) -> Tuple[str, ...]:
+    """The modules of an image's framework seams (`implementation`), which its %test imports."""
+    return tuple(dict.fromkeys(row.implementation.split(":")[0] for row in _group_rows(group)))
 
 
 def gradient_exchanges() -> Dict[str, str]:

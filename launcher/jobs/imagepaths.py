@@ -10,11 +10,11 @@ import re
 import tomllib
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 from launcher.errors import DlaunchError
 from launcher.paths import REPO
-from train.framework_table import FRAMEWORKS, image_group, image_groups
+from train.framework_table import FRAMEWORKS, image_group, image_groups, stack_image_groups
 
 if TYPE_CHECKING:
     from launcher.jobs.sites import Site
@@ -59,11 +59,11 @@ def default_image(group: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_AR
 
 
 def stack_of_image(image: Optional[str]) -> Optional[str]:
-    """The stack of an image named as `image_reference` names them (`<stack>-<framework>-<arch>` plus
-    an extension, or `dlaunch/<stack>-<framework>:<arch>`); None for an image named otherwise."""
-    frameworks, archs = "|".join(map(re.escape, FRAMEWORKS)), "|".join(map(re.escape, ARCHITECTURES))
+    """The stack of an image named as `image_reference` names them (`<stack>-<image group>-<arch>` plus
+    an extension, or `dlaunch/<stack>-<image group>:<arch>`); None for an image named otherwise."""
+    groups, archs = "|".join(map(re.escape, image_groups())), "|".join(map(re.escape, ARCHITECTURES))
     extensions = "|".join(re.escape(e) for e in IMAGE_EXTENSIONS.values() if e)
-    m = re.fullmatch(r"(?:.*/)?([a-z][a-z0-9_-]*)-(?:%s)(?:-(?:%s)(?:%s)?/?|:(?:%s))" % (frameworks, archs, extensions, archs),
+    m = re.fullmatch(r"(?:.*/)?([a-z][a-z0-9_-]*)-(?:%s)(?:-(?:%s)(?:%s)?/?|:(?:%s))" % (groups, archs, extensions, archs),
                      image or "")
     return m.group(1) if m else None
 
@@ -91,6 +91,11 @@ def stack_facts(stack: str) -> dict:
     return stacks[stack]
 
 
+def stack_groups(stack: str) -> Tuple[str, ...]:
+    """The images a stack builds (train/framework_table.py's stack_image_groups of its `pip` groups)."""
+    return stack_image_groups(stack_facts(stack).get("pip", {}))
+
+
 def check_site_stack(site: "Site", stack: str) -> None:
     """DlaunchError (exit 2) when `stack` does not exist for the site's architecture or GPU vendor."""
     facts = stack_facts(stack)
@@ -113,10 +118,13 @@ def default_image_for_site(site: "Site", framework: str, stack: Optional[str] = 
     if stack is None:
         raise DlaunchError(f"--image: site {site.name} runs without a container")
     group = image_group(framework)
-    if group is None:
-        raise DlaunchError(f"--framework {framework}: no image stack builds the {FRAMEWORKS[framework].engine} trainer "
-                           f"(containers/versions.toml has images for {', '.join(image_groups())}); give --image with its "
-                           f"environment, or use a profile without containers whose `interpreters` name its Python")
+    if group not in stack_groups(stack):
+        others = [name for name in _lock_stacks(LOCK_PATH) if group in stack_groups(name)]
+        where = f"stacks with it: {', '.join(others)} (make image-{group} STACK={others[0]})" if others else "no stack has it"
+        raise DlaunchError(f"--framework {framework}: image stack {stack!r} (site {site.name}) has no image of the "
+                           f"{FRAMEWORKS[framework].engine} trainer ({where}); set [container] stack to one with it "
+                           f"or give --image with its environment, or use a profile without containers whose "
+                           f"`interpreters` name its Python")
     check_site_stack(site, stack)
     return image_reference(group, stack, site.arch, site.container.image_kind)
 

@@ -1,8 +1,9 @@
 """Container images: the version lock, the definition files rendered from it, and `dlaunch images`.
 
 `containers/versions.toml` holds every pinned version of every stack (one source of truth); a stack
-has one image per image group of the framework table (train/framework_table.py: a row's pip group,
-for the engines images exist for), each with the lock's `pip.common` and `pip.<group>` pins.
+has one image per image group of the framework table (train/framework_table.py: a row's pip group;
+every stack builds the torch groups, TensorFlow's and MXNet's only where it pins them), each with the
+lock's `pip.<group>` pins (and `pip.common`'s, in the torch images).
 `containers/<stack>/<group>.def` are generated from it (`dlaunch images --render`) and built by
 `make image-<group> STACK=<stack>` into `images/<stack>-<group>-<arch>.sif` (or, for debootstrap
 stacks without Apptainer, `make rootfs-<group>` into an unpacked root file system for Charliecloud).
@@ -26,11 +27,12 @@ from launcher.errors import DlaunchError
 from launcher.jobs.imagepaths import REPO, default_image, image_reference, images_dir, stack_of
 from launcher.jobs.sites import available_sites, load_site, resolve_site
 from launcher.tables import fit_table
-from train.framework_table import image_groups, import_checks
+from train.framework_table import (EVERY_STACK_ENGINE, group_engine, group_entry, image_groups, import_checks,
+                                   stack_image_groups, trainer_modules)
 
 CONTAINERS = REPO / "containers"
 LOCK_PATH = CONTAINERS / "versions.toml"
-COMMON = "common"  # the lock's group that goes into every image
+COMMON = "common"  # the lock's group that goes into every torch image (the other engines have their own)
 LABEL_PREFIX = "org.dlaunch."
 PIN_LABEL_PREFIX = LABEL_PREFIX + "pin."
 
@@ -53,6 +55,14 @@ _PROVIDED_CHECKS = {
 HOROVOD_BUILD_ENV = (
     "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1"
 )
+# Per engine whose image builds Horovod: its build variables, the module its %test imports, the
+# controllers it must have. MXNet's as scripts/bootstrap-engines.sh builds it (mx-allreduce runs over Gloo).
+_HOROVOD_ENGINES = {
+    "torch": (HOROVOD_BUILD_ENV, "horovod.torch", ("mpi", "gloo")),
+    "mxnet": ("HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 "
+              "HOROVOD_WITHOUT_MPI=1", "horovod.mxnet", ("gloo",)),
+}
+_HOROVOD_OPERATIONS = {"nccl": "NCCL", "mpi": "MPI", "gloo": "Gloo"}
 # Horovod's GPU operations per stack (`horovod_gpu`); RCCL is NCCL's API on ROCm.
 _HOROVOD_GPU_ENV = {"": "", "cuda": "HOROVOD_GPU_OPERATIONS=NCCL ", "rocm": "HOROVOD_GPU=ROCM HOROVOD_GPU_OPERATIONS=NCCL "}
 
@@ -94,7 +104,8 @@ class Stack(BaseModel):
     horovod_include: List[Literal["string"]] = []
     pip_index: List[str] = []
     provided: Dict[str, str] = {}
-    # Per group: `common` (every image) or an image group of the framework table; a group may be absent.
+    # Per group: `common` (every torch image) or an image group of the framework table; a torch group may be
+    # absent (no pins of its own), another engine's group present makes its image (stack_image_groups).
     apt: Dict[str, List[str]] = {}
     build: Dict[str, Dict[Literal["openmpi"], str]] = {}
     pip: Dict[str, Dict[str, str]]
@@ -164,11 +175,16 @@ class Stack(BaseModel):
     def _consistent(self) -> "Stack":
         if COMMON not in self.pip:
             raise ValueError(f"pip: missing group {COMMON}")
-        seen: Dict[str, str] = {}
+        seen: Dict[Tuple[str, str], str] = {}
         for group in self.pip:
+            engine = EVERY_STACK_ENGINE if group == COMMON else group_engine(group)
+            if engine != EVERY_STACK_ENGINE and self.python_source != "apt":
+                raise ValueError(f"pip.{group}: a {engine} image needs python_source = \"apt\" (the base's Python has torch)")
             for name, version in self.pip[group].items():
-                if seen.setdefault(name, version) != version:
-                    raise ValueError(f"pip.{group}.{name}: {version} differs from {seen[name]} in another group")
+                # One version per engine's images (MXNet needs an older numpy), and one Horovod per stack.
+                key = ("", name) if name == "horovod" else (engine, name)
+                if seen.setdefault(key, version) != version:
+                    raise ValueError(f"pip.{group}.{name}: {version} differs from {seen[key]} in another group")
         return self
 
     @property
@@ -181,14 +197,22 @@ class Stack(BaseModel):
     def has_dali(self) -> bool:
         return bool(self.dali_package)
 
+    def image_groups(self) -> Tuple[str, ...]:
+        """The images this stack builds (every torch group, the other engines' groups it pins)."""
+        return stack_image_groups(self.pip)
+
+    def _groups(self, group: str) -> Tuple[str, ...]:
+        """The lock's groups an image takes: `common` goes into the torch images only."""
+        return (COMMON, group) if group_engine(group) == EVERY_STACK_ENGINE else (group,)
+
     def apt_packages(self, group: str) -> List[str]:
-        return list(dict.fromkeys(self.apt.get(COMMON, []) + self.apt.get(group, [])))
+        return list(dict.fromkeys(name for g in self._groups(group) for name in self.apt.get(g, [])))
 
     def pip_pins(self, group: str) -> Dict[str, str]:
-        return {**self.pip[COMMON], **self.pip.get(group, {})}
+        return {name: version for g in self._groups(group) for name, version in self.pip.get(g, {}).items()}
 
     def build_pins(self, group: str) -> Dict[str, str]:
-        return {**self.build.get(COMMON, {}), **self.build.get(group, {})}
+        return {name: version for g in self._groups(group) for name, version in self.build.get(g, {}).items()}
 
     def pins(self, group: str) -> Dict[str, str]:
         """Every pinned version in an image group's image (the image's `org.dlaunch.pin.*` labels)."""
@@ -308,8 +332,9 @@ def _post(stack: Stack, group: str) -> List[str]:
     if pip:
         lines.append(_pip_install(stack, pip))
     if horovod:
-        env = _HOROVOD_GPU_ENV[stack.horovod_gpu] + HOROVOD_BUILD_ENV
-        if stack.horovod_cxx_std:
+        engine = group_engine(group)
+        env = _HOROVOD_GPU_ENV[stack.horovod_gpu] + _HOROVOD_ENGINES[engine][0]
+        if stack.horovod_cxx_std and engine == EVERY_STACK_ENGINE:  # the standard torch's headers need
             lines += _cxx_standard_lines(stack.horovod_cxx_std)
             env = f"CMAKE_TOOLCHAIN_FILE=/opt/dlaunch/cmake/toolchain.cmake {env}"
         if stack.horovod_include:
@@ -329,9 +354,11 @@ def _python_check(code: str) -> str:
 
 def _test(stack: Stack, group: str) -> List[str]:
     lines = ["set -eu"]
+    engine = group_engine(group)
+    torch = engine == EVERY_STACK_ENGINE
     provided = {"python": stack.python, **stack.provided}
     for name, version in provided.items():
-        if name in _PROVIDED_CHECKS:
+        if name in _PROVIDED_CHECKS and (torch or name == "python"):  # the others read torch's or DALI's
             imp, expr = _PROVIDED_CHECKS[name]
             lines.append(_python_check(
                 f"{imp}; v = str({expr}); pin = {json.dumps(version)}; a, b = sorted([v, pin], key=len); "
@@ -343,16 +370,19 @@ def _test(stack: Stack, group: str) -> List[str]:
             f"from importlib.metadata import version; pins = {json.dumps(pip)}; "
             "bad = {n: version(n) for n in pins if version(n) != pins[n]}; assert not bad, bad"
         ))
-    dali = "nvidia.dali, " if stack.has_dali else ""
-    lines.append(_python_check(f"import torch, torchvision, {dali}{', '.join(import_checks(group))}"))
+    base = ("torch", "torchvision") + (("nvidia.dali",) if stack.has_dali else ()) if torch else ()
+    lines.append(_python_check(f"import {', '.join(base + import_checks(group))}"))
     if "horovod" in pip:  # the image builds Horovod: with the operations the stack asks for
-        if stack.horovod_gpu:
-            built, lacks = "hvd.nccl_built() and hvd.mpi_built() and hvd.gloo_built()", "NCCL, MPI or Gloo"
-        else:
-            built, lacks = "hvd.mpi_built() and hvd.gloo_built()", "MPI or Gloo"
-        lines.append(_python_check(f"import horovod.torch as hvd; assert {built}, \"Horovod lacks {lacks}\""))
+        _, module, controllers = _HOROVOD_ENGINES[engine]
+        operations = [_HOROVOD_OPERATIONS[op] for op in (("nccl",) if stack.horovod_gpu else ()) + controllers]
+        built = " and ".join(f"hvd.{op.lower()}_built()" for op in operations)
+        lacks = " or ".join(filter(None, [", ".join(operations[:-1]), operations[-1]]))
+        lines.append(_python_check(f"import {module} as hvd; assert {built}, \"Horovod lacks {lacks}\""))
         lines.append("horovodrun --check-build")
-    lines.append("python -m train --help > /dev/null")
+    if torch:
+        lines.append("python -m train --help > /dev/null")
+    else:  # the engine trainers start only as tasks of a job (train/engines.py): their modules import
+        lines.append(_python_check(f"import {', '.join(trainer_modules(group))}"))
     return lines
 
 
@@ -388,7 +418,7 @@ def render_definition(stack_name: str, stack: Stack, group: str) -> str:
     text += _section("labels", labels)
     text += _section("environment", environment)
     text += _section("post", _post(stack, group))
-    text += _section("runscript", ['exec python -m train "$@"'])
+    text += _section("runscript", [f'exec python -m {group_entry(group)} "$@"'])
     text += _section("test", _test(stack, group))
     return "\n".join(text).rstrip("\n") + "\n"
 
@@ -398,7 +428,7 @@ def render_all(lock: Lock) -> Dict[Path, str]:
     return {
         definition_path(name, group): render_definition(name, stack, group)
         for name, stack in lock.stacks.items()
-        for group in image_groups()
+        for group in stack.image_groups()
     }
 
 
@@ -497,10 +527,11 @@ def images_command(
     rows = []
     for stack_name, arch in shown:
         sites_text = ", ".join(name for name, used in users.items() if used == (stack_name, arch)) or "-"
-        for group in image_groups():
+        stack = lock.stacks.get(stack_name)
+        for group in stack.image_groups() if stack else image_groups():
             sif = default_image(group, stack_name, arch)
             rootfs = Path(image_reference(group, stack_name, arch, "dir"))
-            pins, source = _pins_of(sif, rootfs, lock.stacks.get(stack_name), group, binary)
+            pins, source = _pins_of(sif, rootfs, stack, group, binary)
             built = [kind for kind, there in (("sif", sif.is_file()), ("root fs", rootfs.is_dir())) if there]
             rows.append((sif.stem, sites_text, ", ".join(built) or "missing", source,
                          " ".join(escape(f"{name}={version}") for name, version in pins.items())))

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, T
 
 from launcher.boundary import display_path, fits_file_system
 from launcher.errors import DlaunchError, SchedulerError
+from launcher.jobs.imagepaths import stack_of_image
 from launcher.jobs.request import LaunchRequest
 from launcher.paths import REPO
 from launcher.runs.rundir import SITE_PROFILE, RunDir, default_run_name
 from launcher.runs.runstate import LOCAL_RUNNING, Snapshot, observe
 from launcher.schedulers import registration
+from train.framework_table import image_group
 
 if TYPE_CHECKING:
     from launcher.jobs.plan import LaunchPlan
@@ -105,7 +107,9 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None, dry_run: boo
     plan = dataclasses.replace(plan, profile=profile)
     warnings.extend(plan.warnings)
     if require_image and plan.image and runtime_class(plan.runtime).missing(plan.image):
-        message = "--image: %s does not exist (build it with `make image-%s`; `dlaunch images` lists them)" % (plan.image, plan.framework)
+        stack = stack_of_image(plan.image)  # a default image: its group's make target in its stack
+        target = "image-%s%s" % (image_group(plan.framework), " STACK=%s" % stack if stack else "")
+        message = "--image: %s does not exist (build it with `make %s`; `dlaunch images` lists them)" % (plan.image, target)
         if not dry_run:
             raise DlaunchError(message)
         warnings.append(message)
