@@ -30,7 +30,7 @@ torchrun therefore starts with SIGUSR1 ignored (`IGNORE_USR1`, inherited through
 install their own handler and receive the signal from Slurm directly.
 """
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Any, Tuple
 
 from launcher.errors import DlaunchError
 from launcher.jobs.jobspec import CommandOutput, Export, FirstHost, PreludeItem, ShellWord
@@ -93,6 +93,11 @@ class LaunchStyle:
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
         raise NotImplementedError
 
+    def rank_per_gpu(self, site: Site, nproc_per_node: int, **how: Any) -> LaunchSpec:
+        """One task per GPU with its share of the node's CPUs, each starting the row's entry."""
+        return LaunchSpec(tasks_per_node=nproc_per_node, cpus_per_task=max(1, site.cpus_per_node // nproc_per_node),
+                          whole_node=False, launch_prefix=("python", "-m", self.info.entry), **how)
+
 
 class TorchrunPerNode(LaunchStyle):
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
@@ -117,14 +122,7 @@ class TorchrunPerNode(LaunchStyle):
 
 class MpiPerGpu(LaunchStyle):
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
-        return LaunchSpec(
-            tasks_per_node=nproc_per_node,
-            cpus_per_task=max(1, site.cpus_per_node // nproc_per_node),
-            prelude=(),
-            mpi=True,
-            whole_node=False,
-            launch_prefix=("python", "-m", self.info.entry),
-        )
+        return self.rank_per_gpu(site, nproc_per_node, prelude=(), mpi=True)
 
 
 class TaskPerGpu(LaunchStyle):
@@ -132,14 +130,7 @@ class TaskPerGpu(LaunchStyle):
     rank from the task's variables; MASTER_ADDR/MASTER_PORT come from the batch script."""
 
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
-        return LaunchSpec(
-            tasks_per_node=nproc_per_node,
-            cpus_per_task=max(1, site.cpus_per_node // nproc_per_node),
-            prelude=rendezvous_prelude(site, scheduler),
-            mpi=False,
-            whole_node=False,
-            launch_prefix=("python", "-m", self.info.entry),
-        )
+        return self.rank_per_gpu(site, nproc_per_node, prelude=rendezvous_prelude(site, scheduler), mpi=False)
 
 
 class Mpirun(LaunchStyle):
@@ -148,15 +139,8 @@ class Mpirun(LaunchStyle):
 
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
         step = ("mpirun", "-np", str(nodes * nproc_per_node), "--map-by", "ppr:%d:node" % nproc_per_node)
-        return LaunchSpec(
-            tasks_per_node=nproc_per_node,
-            cpus_per_task=max(1, site.cpus_per_node // nproc_per_node),
-            prelude=(),
-            mpi=True,
-            whole_node=False,
-            launch_prefix=("python", "-m", self.info.entry),
-            own_step=step + tuple(site.launch.framework(self.info.name).step_options),
-        )
+        return self.rank_per_gpu(site, nproc_per_node, prelude=(), mpi=True,
+                                 own_step=step + tuple(site.launch.framework(self.info.name).step_options))
 
 
 class LocalTorchrun(LaunchStyle):
