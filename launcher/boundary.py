@@ -186,15 +186,16 @@ def read_json(path: Path, model: "Optional[Type[ModelT]]" = None, limit: int = M
     return validate(model, data, shown) if model is not None else data
 
 
-def read_toml(path: Path, model: "Type[ModelT]", limit: int = MAX_FILE_BYTES) -> "ModelT":
+def read_toml(path: Path, model: "Type[ModelT]", limit: int = MAX_FILE_BYTES, follow_links: bool = True) -> "ModelT":
     """A TOML file validated with `model`; errors name the file and the field."""
-    return read_toml_text(path, model, limit)[0]
+    return read_toml_text(path, model, limit, follow_links)[0]
 
 
-def read_toml_text(path: Path, model: "Type[ModelT]", limit: int = MAX_FILE_BYTES) -> "Tuple[ModelT, str]":
+def read_toml_text(path: Path, model: "Type[ModelT]", limit: int = MAX_FILE_BYTES,
+                   follow_links: bool = True) -> "Tuple[ModelT, str]":
     """`read_toml` and the text it validated (for a copy of exactly what was read)."""
     shown = display_path(path)
-    text = decode(read_bytes(path, limit), shown)
+    text = decode(read_bytes(path, limit, follow_links), shown)
     return validate(model, parse_toml(text, shown), shown), text
 
 

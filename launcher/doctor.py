@@ -9,7 +9,6 @@ profile's `[network]` and whose bus bandwidth stands beside the nominal one.
 Standard library only (sockets, ioctl, ELF and SIF headers): the login node has no torch.
 """
 import fcntl
-import json
 import os
 import platform
 import re
@@ -19,10 +18,12 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, List, Mapping, Optional, Sequence, Tuple
+from typing import Annotated, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import typer
+from pydantic import BaseModel
 
+from launcher.boundary import parse_json, validate
 from launcher.errors import DlaunchError, SchedulerError
 from launcher.jobs.imagepaths import version_tuple
 from launcher.jobs.launchers import VISIBLE_DEVICES
@@ -522,6 +523,16 @@ def netcheck_script(site: Site, site_arg: str, node: Node, image: Optional[str],
                                                      "--nodes", str(len(node.hosts)), "--procs-per-node", str(procs)))
 
 
+class NetcheckResult(BaseModel):
+    """The line `python -m train.netcheck` prints: the bus bandwidth and what each library selected."""
+
+    busbw_gbps: float
+    nodes: int
+    ranks: int
+    bytes: int
+    network: List[Dict[str, Any]]
+
+
 def check_allreduce(site: Site, site_arg: str, node: Node, image: Optional[str], framework: str,
                     partition: Optional[str]) -> Check:
     """A short all-reduce across the allocation's nodes (train/netcheck.py, one doctor task per node):
@@ -559,13 +570,16 @@ def check_allreduce(site: Site, site_arg: str, node: Node, image: Optional[str],
     if ran.returncode != 0 or not lines:
         said = (ran.stderr.strip().splitlines() or ["no output"])[-1]
         return Check(name, FAIL, "the all-reduce failed (exit %d): %s" % (ran.returncode, said), fix)
-    result = json.loads(lines[-1])
+    try:
+        result = validate(NetcheckResult, parse_json(lines[-1], "train.netcheck's result"), "train.netcheck's result")
+    except DlaunchError as e:
+        return Check(name, FAIL, str(e), fix)
     measured = "bus bandwidth %.3g Gbit/s (%d nodes, %d ranks, %.0f MiB)" % (
-        result["busbw_gbps"], result["nodes"], result["ranks"], result["bytes"] / 2 ** 20)
-    beside = ("nominal %g Gbit/s per node: %.0f%%" % (nominal, 100 * result["busbw_gbps"] / nominal) if nominal
+        result.busbw_gbps, result.nodes, result.ranks, result.bytes / 2 ** 20)
+    beside = ("nominal %g Gbit/s per node: %.0f%%" % (nominal, 100 * result.busbw_gbps / nominal) if nominal
               else "no nominal bandwidth ([network] bandwidth_gbps_per_node)")
-    found = "%s; %s, %s" % (describe(result["network"]), measured, beside)
-    problems = network_problems(result["network"], site.network)
+    found = "%s; %s, %s" % (describe(result.network), measured, beside)
+    problems = network_problems(result.network, site.network)
     if problems:
         return Check(name, FAIL, found, "; ".join(problems) + " (set the library's variables in the profile's [env])")
     return Check(name, PASS, found)

@@ -232,6 +232,26 @@ def test_status_and_watch_flag_a_run_off_its_profiles_interface(tmp_path, capsys
     assert "ok" in line and "network: Gloo sent TCP traffic over ib0" in line
 
 
+def test_status_judges_a_run_by_the_profile_text_it_kept_and_survives_a_tampered_request(tmp_path, capsys, monkeypatch):
+    """The profile a run was made from (`site.toml` in its directory) decides, not today's file of that
+    name; a plan.json whose request names no readable profile gives no flag, never a traceback."""
+    profile = profile_expecting(tmp_path, ["dl0"])
+    kept = written_run(tmp_path, "kept", profile, GLOO_IB0)
+    (kept / "site.toml").write_text(profile.read_text())
+    profile.write_text(profile_expecting(tmp_path / "..", ["ib0"]).read_text())  # the file changed since
+    tampered = written_run(tmp_path, "tampered", profile, GLOO_IB0)
+    plan = json.loads((tampered / "plan.json").read_text())
+    plan["request"]["site"] = 5
+    (tampered / "plan.json").write_text(json.dumps(plan))
+    monkeypatch.setenv("COLUMNS", "200")
+    main(["status", str(kept), str(tampered)])
+    shown = capsys.readouterr()
+    assert "Traceback" not in shown.out + shown.err
+    flagged = [line for line in shown.out.splitlines() if "network:" in line]
+    assert flagged == ["%s: network: Gloo sent TCP traffic over ib0 (10.78.0.11, 10.78.0.12) on dl-node1, dl-node2; "
+                       "the profile expects dl0: not the fabric's throughput" % display_path(kept)]
+
+
 def network_run(root: Path, name: str, gpus: int, x: float, network: list) -> None:
     path = write_metrics(root, name, gpus, [x / 2, x], site="fabric", version=3)
     records = [json.loads(line) for line in path.read_text().splitlines()]

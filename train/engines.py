@@ -58,9 +58,6 @@ class TaskLayout:
         """This task's place among the workers (ValueError for a coordinator or server)."""
         return self.ids(WORKER).index(self.task)
 
-    def is_first(self, role: str) -> bool:
-        return self.ids(role)[:1] == [self.task]
-
     @property
     def num_workers(self) -> int:
         return len(self.ids(WORKER))

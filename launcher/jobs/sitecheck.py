@@ -12,9 +12,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from launcher.boundary import read_text
 from launcher.errors import DlaunchError
-from launcher.jobs.sites import Site, available_sites, load_site
+from launcher.jobs.sites import Site, available_sites, load_profile, load_site
 from launcher.runs.rundir import display_path
 
 READ_DATE = re.compile(r"\bread (\d{4}-\d{2}-\d{2})\b")
@@ -59,8 +58,8 @@ def is_first_schema(data: Dict[str, Any]) -> bool:
 
 def check_warnings(path: Path, today: datetime.date) -> List[str]:
     """Everything `sites check` warns about in a valid profile (load_site has refused invalid ones)."""
-    site = load_site(path)
-    data = tomllib.loads(read_text(path))  # valid UTF-8 and TOML: load_site read it
+    site, text = load_profile(path)
+    data = tomllib.loads(text)  # valid UTF-8 and TOML: load_profile read it
     warnings = []
     if is_first_schema(data):
         warnings.append("written in the first schema (scheduler = %r at the top): `dlaunch sites migrate %s` "
@@ -98,8 +97,7 @@ def migrate(path: Path) -> Tuple[str, bool]:
     The result is read back and must give the same Site as the original."""
     import tomlkit
 
-    original = load_site(path)  # the boundary's checks first (UTF-8, size, schema)
-    text = read_text(path)
+    original, text = load_profile(path)  # the boundary's checks first (UTF-8, size, schema)
     doc = tomlkit.parse(text)
     if not is_first_schema(doc.unwrap()):
         return text, False

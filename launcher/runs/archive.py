@@ -8,6 +8,7 @@ out). Files are streamed into the bundle (bounded memory for any size). `read_me
 metrics back out of such a bundle, after checking its hash (`dlaunch rerun ARCHIVE.tar.gz:RUN`).
 """
 import hashlib
+import io
 import json
 import os
 import tarfile
@@ -26,7 +27,6 @@ from train.metrics_schema import MAX_METRICS_BYTES, METRICS_FILE, FileRefused, M
 
 MANIFEST = "manifest.json"
 SKIPPED_FOLDERS = ("checkpoints",)  # model weights: large, and not a result
-CHUNK = 1024 * 1024
 
 
 class Entry(BaseModel):
@@ -101,19 +101,10 @@ def write_archive(folder: Path, output: Path) -> Dict[str, Dict[str, object]]:
             text = json.dumps({"experiment": folder.name, "files": manifest}, indent=2, sort_keys=True).encode()
             info = tarfile.TarInfo("%s/%s" % (folder.name, MANIFEST))
             info.size, info.mode, info.mtime = len(text), 0o644, 0
-            tar.addfile(info, _Bytes(text))
+            tar.addfile(info, io.BytesIO(text))
 
     atomic_file(output, write)
     return manifest
-
-
-class _Bytes:
-    def __init__(self, data: bytes):
-        self.data = data
-
-    def read(self, size: int = -1) -> bytes:
-        part, self.data = (self.data, b"") if size < 0 else (self.data[:size], self.data[size:])
-        return part
 
 
 def _member(tar: tarfile.TarFile, name: str, limit: int, archive: Path) -> bytes:

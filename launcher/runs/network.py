@@ -12,7 +12,7 @@ import functools
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from launcher.errors import DlaunchError
-from launcher.runs.rundir import RunDir
+from launcher.runs.rundir import SITE_PROFILE, RunDir
 from train.network import NO_PLUGIN, TRANSPORTS, interfaces_match
 
 LIBRARY_NAMES = {"nccl": "NCCL", "rccl": "RCCL", "gloo": "Gloo", "mpi": "MPI"}
@@ -107,8 +107,16 @@ def profile_network(site: str) -> Any:
 
 
 def run_network_problems(run: RunDir, records: Optional[Sequence[Dict[str, Any]]]) -> List[str]:
-    """`network_problems` of a run directory's records against the profile it was submitted with."""
+    """`network_problems` of a run directory's records against the profile it was made from: the text
+    it kept (`site.toml`), else the profile its request named (runs made before they kept one)."""
     if not records:
         return []
-    saved = run.plan()
-    return network_problems(records, profile_network(saved.get("request", {}).get("site") or saved["plan"]["site"]))
+    from launcher.boundary import read_toml
+    from launcher.jobs.sites import Site
+
+    kept = run.path / SITE_PROFILE
+    try:
+        expected = read_toml(kept, Site, follow_links=False).network if kept.exists() else profile_network(run.request().site)
+    except DlaunchError:
+        expected = None
+    return network_problems(records, expected)

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from launcher.jobs.request import LaunchRequest
     from launcher.schedulers import Scheduler
 
-LOCAL_LOG = "local.log"
 SITE_PROFILE = "site.toml"  # the site profile's text the job was made from
 
 

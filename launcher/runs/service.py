@@ -210,7 +210,7 @@ def failure_reason(run: RunDir) -> Optional[str]:
     if cause:
         return str(cause)
     try:
-        end = read_metrics(str(run.metrics_path)).end if run.metrics_path.is_file() else None
+        end = read_metrics(str(run.metrics_path), follow_links=False).end if run.metrics_path.is_file() else None
     except MetricsError:
         end = None
     return str(end["reason"]) if end and end.get("reason") else None
@@ -236,7 +236,7 @@ def run_figures(snapshot: Snapshot) -> str:
     from train.metrics_schema import MetricsError, read_metrics
 
     try:
-        f = status_figures(read_metrics(str(snapshot.run.metrics_path)))
+        f = status_figures(read_metrics(str(snapshot.run.metrics_path), follow_links=False))
     except (MetricsError, OSError):
         return ""
     parts = []

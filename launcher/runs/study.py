@@ -270,9 +270,6 @@ class Study(_WithRecipe):
                 raise ValueError("matrix %s: part %s: the study has no [protocol.NAME]" % (m.name, m.part))
         return self
 
-    def dataset_for(self, loader: str) -> Optional[Dataset]:
-        return next((d for d in self.dataset if loader in d.loaders), None)
-
 
 class StudyInfo(BaseModel):
     """`study.json` in a study directory: the study, its file, the site, protocol and stack it runs with."""

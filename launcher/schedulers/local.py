@@ -40,10 +40,6 @@ class Local(Scheduler):
     # torchrun's and the step's words around a failed task.
     log_noise = (r"dlaunch-local-step: task \d+ (exited|killed)",)
 
-    def __init__(self, console: Optional[Any] = None):
-        super().__init__()
-        self.console = console
-
     def job_environment(self, cfg: LocalConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
         """The job id `local-<pid of the script's shell>` (what `submit` records), one node; a step of
         one task gets that task's variables here, a step of several from `run_step`."""
@@ -69,7 +65,7 @@ class Local(Scheduler):
     def submit(self, script: Path, run_dir: Path) -> Submission:
         from rich.console import Console
 
-        console = self.console or Console(soft_wrap=True)
+        console = Console(soft_wrap=True)
         env = dict(os.environ)
         # torchrun/horovodrun/python of the environment dlaunch runs in, even when it is not activated.
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
