@@ -163,7 +163,8 @@ def check_scheduler_commands(site: Site) -> Check:
 def check_controller(site: Site) -> Check:
     """The batch system's server answers (`scontrol ping`): an unreachable controller is not a wrong account."""
     name = "scheduler controller"
-    command = scheduler_for(site.scheduler.kind).ping_command
+    scheduler = scheduler_for(site.scheduler.kind)
+    command = scheduler.ping_command
     if not command:
         return Check(name, PASS, "%s site: none" % site.scheduler.kind)
     if shutil.which(command[0]) is None:
@@ -174,9 +175,11 @@ def check_controller(site: Site) -> Check:
     except subprocess.TimeoutExpired:
         pinged, said = None, "no answer within %d s" % COMMAND_TIMEOUT_S
     if pinged is None or pinged.returncode != 0:
+        variable = scheduler.server_variable
+        where = "%s (%s) or " % (variable, os.environ.get(variable, "not set")) if variable else ""
         return Check(name, FAIL, "%s: %s" % (" ".join(command), said or "failed"),
-                     "the controller does not answer (account and partition are not the problem): check SLURM_CONF "
-                     "(%s) or the site's status page, then run doctor again" % os.environ.get("SLURM_CONF", "not set"))
+                     "the controller does not answer (account and partition are not the problem): check %sthe "
+                     "site's status page, then run doctor again" % where)
     return Check(name, PASS, said)
 
 

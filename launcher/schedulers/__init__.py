@@ -125,6 +125,7 @@ class Scheduler:
     commands: Tuple[str, ...] = ()  # the batch system's commands a login node needs (`dlaunch doctor`)
     status_command = ""  # the one that answers `jobs()` (`dlaunch watch` needs it)
     ping_command: Tuple[str, ...] = ()  # exits 0 when the batch system's server answers (`dlaunch doctor`)
+    server_variable: str = ""  # the environment variable that points its commands at the server, if any
     # Seconds before the time limit at which the scheduler signals the job to checkpoint (None: it does not).
     signal_lead_s: Optional[int] = None
     # (pattern, what it is) the profile's per-framework options of its step must match (`[launch.<fw>]`);

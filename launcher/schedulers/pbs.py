@@ -65,6 +65,7 @@ class Pbs(Scheduler):
     commands = ("qsub", "qstat", "qdel")
     status_command = "qstat"
     ping_command = ("qstat", "-B")  # the server's status line, an error when it does not answer
+    server_variable = "PBS_SERVER"
     Config = PbsConfig
     # What Cray PALS' mpiexec gives every rank (HPE's pals.h, "Environment variables available for
     # applications"; PALS runs Polaris' mpiexec).

@@ -95,6 +95,7 @@ class Slurm(Scheduler):
     commands = ("sbatch", "squeue", "scontrol", "scancel")
     status_command = "squeue"
     ping_command = ("scontrol", "ping")  # "Slurmctld(primary) at HOST is UP", exit 1 when down
+    server_variable = "SLURM_CONF"
     signal_lead_s = 120  # `--signal=USR1@120`: the trainer checkpoints (train/signals.py)
     step_option_form = (OPTION, "an srun option (--name or --name=value)")
     Config = SlurmConfig
