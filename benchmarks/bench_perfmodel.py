@@ -17,6 +17,7 @@ statements with their errors; the storage ceiling's sensitivity; DeepSpeed's one
 sensitivity to the assumed precision and the loader's CPU; the E_G and kernel-share curves for
 ResNet-50/101/152 (recorded in benchmarks/README.md).
 """
+import math
 from dataclasses import replace
 from statistics import mean
 from typing import Dict, List
@@ -29,7 +30,9 @@ from launcher.analysis.perfmodel import (
     STATEMENT_TOLERANCE,
     Prediction,
     PublishedFit,
+    PublishedRow,
     Workload,
+    _golden_min,
     fit_published,
     load_published,
     load_statements,
@@ -37,6 +40,7 @@ from launcher.analysis.perfmodel import (
     predict,
     published_workload,
 )
+from launcher.analysis.perfmodel_nccl import Machine
 
 GPUS = [4, 8, 16, 32, 64, 128, 256, 512, 1024]
 FRAMEWORKS = ["ddp", "horovod", "deepspeed"]
@@ -117,6 +121,7 @@ def main() -> None:
             " | ".join("%+.1f" % (100 * (p.comm_share - r.comm_share)) for p, r in zip(shares, rows)),
             eg["ddp", 256], eg["horovod", 128], eg["deepspeed", 128], max(eg[f, 512] for f in FRAMEWORKS)))
 
+    goal_window(fit, workloads["native"], rows)
     deepspeed_reference(fit)
 
     print("\nPredicted E_G and NCCL kernel share (%) with the same fit (batch 64; compute from the A100 TF32 figure "
@@ -130,6 +135,37 @@ def main() -> None:
                 curve = predict(paper_workload(fit, model, loader, framework), m, GPUS)
                 print("| %s | %s | %s | %s |" % (model, loader, framework, " | ".join(
                     "%.3f (%.0f)" % (p.efficiency, 100 * p.comm_share) for p in curve)))
+
+
+def goal_window(fit: PublishedFit, native: Workload, rows: List[PublishedRow]) -> None:
+    """The file-system speeds at which every native done-when item of issue 27 holds at once (reading only)."""
+    m = fit.machine
+    points = [(f, s.gpus_from, s.value) for s in load_statements() if s.relation == "=" and s.loader == "native"
+              for f in s.frameworks]
+
+    def efficiency(storage: Machine, framework: str, gpus: int) -> float:
+        return predict(paper_workload(fit, loader="native", framework=framework), storage, [4, gpus])[1].efficiency
+
+    def meets(r: float) -> bool:
+        storage = replace(m, storage_images_per_s=r)
+        errors = [abs(100 * (p.comm_share - row.comm_share))
+                  for p, row in zip(predict(native, storage, [row.gpus for row in rows]), rows)]
+        said = all(s.holds(efficiency(storage, f, s.gpus_from)) for s in load_statements() if s.loader == "native"
+                   for f in s.frameworks)
+        return said and mean(errors) <= 5.0 and max(errors) <= 10.0
+
+    def relative_cost(log_r: float) -> float:
+        storage = replace(m, storage_images_per_s=math.exp(log_r))
+        return sum(math.log(efficiency(storage, f, g) / v) ** 2 for f, g, v in points)
+
+    grid = [fit.storage_floor * 1.005 ** k for k in range(200)]
+    inside = [r for r in grid if meets(r)]
+    relative = math.exp(_golden_min(relative_cost, math.log(fit.storage_floor), math.log(100 * fit.storage_floor)))
+    print("\nFile systems at which the native comm share at %s GPUs is within 5 pp mean / 10 pp max AND every native "
+          "E_G statement holds (0.5 %% steps from %.0f): %s. Fits on the point statements: least squares %.0f (the "
+          "model), least squares of log(E_G / statement) %.0f." % (
+              "-".join(str(r.gpus) for r in rows[::len(rows) - 1]), fit.storage_floor,
+              "%.0f-%.0f images/s" % (inside[0], inside[-1]) if inside else "none", m.storage_images_per_s, relative))
 
 
 def capped(workload: Workload, fit: PublishedFit, loader_images_per_s: float) -> Workload:
