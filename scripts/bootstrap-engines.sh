@@ -43,16 +43,16 @@ fi
 if [ "$WHICH" = mx ] || [ "$WHICH" = all ]; then
   make_env "$MX_VENV" "import mxnet, numpy; assert mxnet.__version__ == '1.9.1' and numpy.__version__ == '1.23.5'" "${MX_PINS[@]}"
   if ! "$MX_VENV/bin/python" -c "import horovod.mxnet" 2>/dev/null; then
-    scratch=$(mktemp -d)  # HOROVOD_VERSION: the cpu image stack's (its C++ standard files are not needed here)
-    eval "$("${DLAUNCH_VENV:-$ROOT/.venv}/bin/python" -m launcher.jobs.horovod_build cpu "$scratch")"
+    scratch=$(mktemp -d)  # HOROVOD_VERSION, HOROVOD_BUILD_ENV: the cpu image stack's, built for mxnet
+    eval "$("${DLAUNCH_VENV:-$ROOT/.venv}/bin/python" -m launcher.jobs.horovod_build cpu "$scratch" mxnet)"
     rm -rf "$scratch"
     "$MX_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${HOROVOD_DEPS[@]}"
     wheel=$(ls "$MX_WHEELS"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n1 || true)
     if [ -z "$wheel" ]; then
       echo "bootstrap-engines.sh: building Horovod $HOROVOD_VERSION against MXNet (about 4 minutes, once)" >&2
       mkdir -p "$MX_WHEELS"
-      HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 \
-        HOROVOD_WITHOUT_MPI=1 HOROVOD_GPU_OPERATIONS= MAKEFLAGS=-j"$(nproc)" \
+      # shellcheck disable=SC2086  # HOROVOD_BUILD_ENV: NAME=value words
+      env $HOROVOD_BUILD_ENV HOROVOD_GPU_OPERATIONS= MAKEFLAGS=-j"$(nproc)" \
         "$MX_VENV/bin/python" -m pip wheel --quiet --no-binary horovod --no-cache-dir --no-deps \
         --no-build-isolation -w "$MX_WHEELS" "horovod==$HOROVOD_VERSION"
       wheel=$(ls "$MX_WHEELS"/horovod-"$HOROVOD_VERSION"-*.whl)

@@ -304,6 +304,12 @@ def test_bootstrap_builds_horovod_with_the_cpu_stacks_pin_and_cxx_standard(tmp_p
     assert assignments["HOROVOD_VERSION"] == cpu.pip["horovod"]["horovod"]
     assert "CMAKE_TOOLCHAIN_FILE=%s/toolchain.cmake HOROVOD_WITH_PYTORCH=1" % tmp_path in assignments["HOROVOD_BUILD_ENV"]
     assert '"-std=%s"' % cpu.horovod_cxx_std in (tmp_path / "cxx-standard.cmake").read_text()
+    mxnet = dict(line.split("=", 1) for line in horovod_build.settings("cpu", tmp_path / "mx", "mxnet"))
+    assert mxnet["HOROVOD_VERSION"] == assignments["HOROVOD_VERSION"]
+    assert "HOROVOD_WITH_MXNET=1" in mxnet["HOROVOD_BUILD_ENV"] and "CMAKE_TOOLCHAIN_FILE" not in mxnet["HOROVOD_BUILD_ENV"]
+    assert mxnet["HOROVOD_BUILD_ENV"].strip("'") in images.render_definition("cpu", cpu, "mxnet")  # as its image builds it
+    assert not (tmp_path / "mx").exists()
     for script in ("bootstrap.sh", "bootstrap-engines.sh"):
         text = (images.REPO / "scripts" / script).read_text()
-        assert not re.search(r"HOROVOD_VERSION=[0-9]|CMAKE_CXX14|HOROVOD_WITH_PYTORCH", text), script
+        assert not re.search(r"HOROVOD_VERSION=[0-9]|CMAKE_CXX14|HOROVOD_WITH_(PYTORCH|MXNET)", text), script
+    assert horovod_build.main(["cpu", str(tmp_path), "tensorflow"]) == 2

@@ -59,8 +59,8 @@ _ROWS = (
                   "DeepSpeed (pip install deepspeed)", "DeepSpeed engine, ZeRO stages 0-3", gradient_exchange="deepspeed-zero"),
 )
 
-_TF_HINT = "the TensorFlow environment: scripts/bootstrap-engines.sh tf (tensorflow-cpu==2.21.0, tf-keras==2.21.0)"
-_MX_HINT = "the MXNet environment: scripts/bootstrap-engines.sh mx (mxnet==1.9.1, numpy==1.23.5)"
+_TF_HINT = "the TensorFlow environment: scripts/bootstrap-engines.sh tf"
+_MX_HINT = "the MXNet environment: scripts/bootstrap-engines.sh mx"
 _PS = dict(architecture="parameter-server", coordinators=1, servers_per_node=1)
 # The task-per-worker engines (train/tf, train/mx, train/frameworks/torch_ps.py).
 _TASK_ROWS = (

@@ -62,6 +62,13 @@ _HOROVOD_ENGINES = {
     "mxnet": ("HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 "
               "HOROVOD_WITHOUT_MPI=1", "horovod.mxnet", ("gloo",)),
 }
+
+
+def horovod_engine_env(engine: str) -> str:
+    """Horovod's build variables for an engine (`torch`, `mxnet`): the frameworks and controllers it is built with."""
+    return _HOROVOD_ENGINES[engine][0]
+
+
 _HOROVOD_OPERATIONS = {"nccl": "NCCL", "mpi": "MPI", "gloo": "Gloo"}
 # Horovod's GPU operations per stack (`horovod_gpu`); RCCL is NCCL's API on ROCm.
 _HOROVOD_GPU_ENV = {"": "", "cuda": "HOROVOD_GPU_OPERATIONS=NCCL ", "rocm": "HOROVOD_GPU=ROCM HOROVOD_GPU_OPERATIONS=NCCL "}
@@ -333,7 +340,7 @@ def _post(stack: Stack, group: str) -> List[str]:
         lines.append(_pip_install(stack, pip))
     if horovod:
         engine = group_engine(group)
-        env = _HOROVOD_GPU_ENV[stack.horovod_gpu] + _HOROVOD_ENGINES[engine][0]
+        env = _HOROVOD_GPU_ENV[stack.horovod_gpu] + horovod_engine_env(engine)
         if stack.horovod_cxx_std and engine == EVERY_STACK_ENGINE:  # the standard torch's headers need
             lines += _cxx_standard_lines(stack.horovod_cxx_std)
             env = f"CMAKE_TOOLCHAIN_FILE=/opt/dlaunch/cmake/toolchain.cmake {env}"
