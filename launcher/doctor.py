@@ -41,12 +41,6 @@ PASS, FAIL, SKIP = "pass", "fail", "skip"
 COMMAND_TIMEOUT_S = 30
 ALLREDUCE = "network all-reduce"
 NETCHECK_TIMEOUT_S = 180  # train/netcheck.py waits up to 90 s for the other nodes, then measures seconds
-# `uname -m` names of ELF e_machine values (the ELF specification's EM_* numbers).
-ELF_MACHINES = {3: "i686", 40: "arm", 62: "x86_64", 183: "aarch64", 21: "ppc64le", 243: "riscv64"}
-# SIF global header (github.com/sylabs/sif, pkg/sif/sif.go): 32-byte launch line, "SIF_MAGIC\0", a 3-byte
-# version, then a 3-byte architecture code.
-SIF_MAGIC = b"SIF_MAGIC"
-SIF_ARCHES = {b"01": "i686", b"02": "x86_64", b"03": "arm", b"04": "aarch64", b"06": "ppc64le", b"11": "s390x"}
 # Go/OCI architecture names (podman, apptainer) as `uname -m` prints them.
 ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 # Oldest driver that runs a CUDA major release (minor version compatibility; NVIDIA's CUDA compatibility
@@ -321,61 +315,16 @@ def check_runtime(site: Site) -> Check:
     return Check("container runtime", PASS, "%s: %s" % (kind, path))
 
 
-def resolve_in_root(root: Path, path: str, max_links: int = 40) -> Path:
-    """`path` inside the file system tree at `root`, following symbolic links as a chroot would."""
-    parts = [p for p in path.split("/") if p]
-    current = root
-    links = 0
-    while parts:
-        part = parts.pop(0)
-        if part == "..":
-            current = current if current == root else current.parent
-            continue
-        candidate = current / part
-        if part != "." and candidate.is_symlink():
-            links += 1
-            if links > max_links:
-                raise OSError("too many symbolic links under %s" % root)
-            target = os.readlink(candidate)
-            parts = [p for p in target.split("/") if p] + parts
-            current = root if target.startswith("/") else current
-        elif part != ".":
-            current = candidate
-    return current
-
-
-def elf_machine(path: Path) -> str:
-    """The `uname -m` name of an ELF file's machine (e_machine at byte 18, in the file's byte order)."""
-    with path.open("rb") as f:
-        head = f.read(20)
-    if len(head) < 20 or head[:4] != b"\x7fELF":
-        raise ValueError("%s is not an ELF file" % path)
-    machine = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
-    return ELF_MACHINES.get(machine, "e_machine %d" % machine)
-
-
-def sif_arch(path: Path) -> str:
-    """The architecture in a SIF image's global header (written by apptainer/singularity at build)."""
-    with path.open("rb") as f:
-        head = f.read(48)
-    if head[32:41] != SIF_MAGIC:
-        raise ValueError("%s is not a SIF image" % path)
-    return SIF_ARCHES.get(head[45:47], "SIF code %s" % head[45:47].decode(errors="replace"))
-
-
 def image_arch(runtime: Runtime, image: str) -> Optional[str]:
-    """The image's CPU architecture; None where it cannot be read here (a squashfs or EDF file)."""
-    if runtime.image_kind == "dir":
-        return elf_machine(resolve_in_root(Path(image), "/bin/sh"))
-    if image.endswith(".sif"):
-        return sif_arch(Path(image))
+    """The image's CPU architecture: asked of the runtime's command, else read from its file by the
+    runtime (`Runtime.read_arch`); None where it cannot be read here (a squashfs or EDF file)."""
     command = runtime.arch_command(image)
     if command:
         shown = subprocess.run(list(command), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
         if shown.returncode != 0:
             raise FileNotFoundError(" ".join(shown.stderr.split()) or "%s does not know the image" % runtime.binary)
         return ARCH_ALIASES.get(shown.stdout.strip(), shown.stdout.strip())
-    return None
+    return runtime.read_arch(image)
 
 
 def check_image(site: Site, image: Optional[str], framework: str) -> List[Check]:

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from launcher import cli, doctor
+from launcher.runtimes import imagearch
+from launcher.runtimes.apptainer import Apptainer
 from launcher.runtimes.charliecloud import Charliecloud
 from launcher.schedulers import scheduler_for
 from launcher.jobs.sites import Site, load_site
@@ -98,8 +100,8 @@ def test_interface_addresses_of_this_machine():
 
 def test_charliecloud_tree_of_the_host_shell_is_the_host_architecture(tmp_path):
     tree = charliecloud_tree(tmp_path / "img")
-    assert doctor.resolve_in_root(tree, "/bin/sh") == tree / "usr" / "bin" / "dash"
-    assert doctor.elf_machine(doctor.resolve_in_root(tree, "/bin/sh")) == platform.machine()
+    assert imagearch.resolve_in_root(tree, "/bin/sh") == tree / "usr" / "bin" / "dash"
+    assert imagearch.elf_machine(imagearch.resolve_in_root(tree, "/bin/sh")) == platform.machine()
 
 
 def test_absolute_links_resolve_inside_the_image_not_on_the_host(tmp_path):
@@ -112,16 +114,25 @@ def test_a_link_cycle_in_the_image_is_an_error_not_a_hang(tmp_path):
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "sh").symlink_to("sh")
     with pytest.raises(OSError, match="too many symbolic links"):
-        doctor.resolve_in_root(tmp_path, "/bin/sh")
+        imagearch.resolve_in_root(tmp_path, "/bin/sh")
 
 
 def test_sif_header_architecture(tmp_path):
     """Fake SIF image: only the global header (launch line, magic, version "01", arch "04" = aarch64)."""
     image = tmp_path / "fake.sif"
     image.write_bytes(b"#!/usr/bin/env run-singularity\n".ljust(32, b"\0") + b"SIF_MAGIC\0" + b"01\0" + b"04\0" + b"\0" * 64)
-    assert doctor.sif_arch(image) == "aarch64"
+    assert imagearch.sif_arch(image) == "aarch64"
+    assert doctor.image_arch(Apptainer(kind="apptainer"), str(image)) == "aarch64"
     with pytest.raises(ValueError, match="not a SIF image"):
-        doctor.sif_arch(Path(shutil.which("python3")))
+        imagearch.sif_arch(Path(shutil.which("python3")))
+
+
+def test_an_apptainer_sandbox_directory_reads_as_a_root_file_system(tmp_path):
+    """Fake aarch64 /bin/sh in a sandbox directory (`apptainer build --sandbox`); a squashfs file reads as unknown."""
+    tree = charliecloud_tree(tmp_path / "sandbox", sh_bytes=FAKE_AARCH64_ELF)
+    assert doctor.image_arch(Apptainer(kind="apptainer"), str(tree)) == "aarch64"
+    (tmp_path / "image.sqsh").write_bytes(b"hsqs")
+    assert doctor.image_arch(Apptainer(kind="apptainer"), str(tmp_path / "image.sqsh")) is None
 
 
 @needs_v2

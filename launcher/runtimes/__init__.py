@@ -45,6 +45,10 @@ class Runtime(StrictModel):
         """A command that prints the image's architecture where the image is no file to read (`doctor`)."""
         return None
 
+    def read_arch(self, image: str) -> Optional[str]:
+        """The architecture read from the image's files (`doctor`); None where this runtime's images cannot be read here."""
+        return None
+
     def check_image(self, image: str) -> str:
         """The image reference, or DlaunchError naming --image."""
         if not _is_path(image):

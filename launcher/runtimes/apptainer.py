@@ -4,10 +4,12 @@ Apptainer passes the host's environment into the container except LD_LIBRARY_PAT
 itself; a site's library folders (a NCCL network plugin) go in through `APPTAINERENV_LD_LIBRARY_PATH`
 (`SINGULARITYENV_` for Singularity), as ALCF's and OLCF's container guides do.
 """
-from typing import List, Literal, Sequence, Tuple
+from pathlib import Path
+from typing import List, Literal, Optional, Sequence, Tuple
 
 from launcher.jobs.jobspec import PreludeItem, Prepend, joined
 from launcher.runtimes import Runtime
+from launcher.runtimes.imagearch import sif_arch, tree_arch
 from launcher.jobs.schema import Option
 
 
@@ -18,6 +20,12 @@ class Apptainer(Runtime):
     @property
     def binary(self) -> str:  # type: ignore[override]
         return self.kind
+
+    def read_arch(self, image: str) -> Optional[str]:
+        """A SIF file's header, or a sandbox directory's /bin/sh."""
+        if image.endswith(".sif"):
+            return sif_arch(Path(image))
+        return tree_arch(Path(image)) if Path(image).is_dir() else None
 
     def exports(self, prepends: Sequence[Prepend]) -> Tuple[PreludeItem, ...]:
         inside = "%sENV_LD_LIBRARY_PATH" % self.kind.upper()

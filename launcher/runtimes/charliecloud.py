@@ -4,11 +4,13 @@ The image is an unpacked root file system (a directory). ch-run passes the envir
 binds read-write; it cannot create a bind's target inside the image, so images carry the targets
 (`scripts/build-rootfs.py` creates them). A `:ro` bind is refused: ch-run has no such option.
 """
+from pathlib import Path
 from typing import List, Literal, Sequence, Tuple
 
 from pydantic import field_validator
 
 from launcher.runtimes import Runtime
+from launcher.runtimes.imagearch import tree_arch
 from launcher.jobs.schema import Option
 
 
@@ -25,6 +27,9 @@ class Charliecloud(Runtime):
             if bind.endswith(":ro"):
                 raise ValueError("%s: ch-run binds cannot be read-only (drop :ro)" % bind)
         return binds
+
+    def read_arch(self, image: str) -> str:
+        return tree_arch(Path(image))
 
     def prefix(self, image: str, binds: Sequence[str]) -> Tuple[str, ...]:
         mounts = tuple(arg for bind in self.every_bind(binds) for arg in ("-b", bind))
