@@ -172,10 +172,15 @@ def test_a_job_ended_by_its_time_limit_reads_as_interrupted(two_nodes, tmp_path)
     # `--signal=URG@1` replaces the USR1 warning with a signal every process ignores: the time limit's
     # SIGTERM is all the trainer gets, and it must read as a resumable interruption, not a cancel.
     site = two_nodes.site_profile(tmp_path / "slurm-no-warning.toml", sbatch_directives=["--signal=URG@1"])
+    # The run holds after its first epoch (never released): the limit strikes it there, mid-way, however
+    # fast the machine; the two minutes only bound the start and first epoch, as JOB_TIMEOUT_S elsewhere.
+    hold = Hold(tmp_path)
     ran = dlaunch(two_nodes, tmp_path, "run", "--site", str(site), "--experiment", "tests", "--run-name", "limit",
-                  "--nodes", "2", "--time", "00:01:00", *TINY, "--steps", "100000")
+                  "--nodes", "2", "--time", "00:02:00", *TINY, "--steps", "100000", **hold.env())
     assert ran.returncode == 0, ran.stderr
     run_dir = tmp_path / "runs" / "tests" / "limit"
+    wait_for(lambda: epochs_written(run_dir) >= 1 and (run_dir / "checkpoints" / "last.pt").is_file(), "a first epoch",
+             timeout=120)
     assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "TIMEOUT"
     metrics = read_metrics(str(run_dir / "metrics.jsonl"))
     assert metrics.status == "interrupted", log_text(run_dir)
