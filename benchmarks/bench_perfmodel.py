@@ -125,7 +125,7 @@ def main() -> None:
     deepspeed_reference(fit)
 
     print("\nPredicted E_G and NCCL kernel share (%) with the same fit (batch 64; compute from the A100 TF32 figure "
-          "scaled by FLOPs, plus the loader's I/O kernels; DeepSpeed from the mixed-precision figure, as assumed for the "
+          "scaled by FLOPs, plus the loader's I/O kernels per image; DeepSpeed from the mixed-precision figure, as assumed for the "
           "paper's runs; the native loader's CPU as measured):\n")
     print("| model | loader | framework | " + " | ".join(str(g) for g in GPUS) + " |")
     print("|---|---|---|" + "---|" * len(GPUS))

@@ -509,15 +509,26 @@ def io_kernel_factor(loader: str, max_gpus: int = CALIBRATION_MAX_GPUS, path: Pa
     return 1.0 + io / math.fsum(100.0 - r.comm - r.io for r in rows)
 
 
+def io_kernel_s(loader: str, batch: int, gpu: str = "A100", path: Path = AACH2023_TABLE2A) -> float:
+    """The loader's I/O kernel time per step: Table 2a's proportion to a ResNet-50 TF32 step
+    (`io_kernel_factor`), per image. Decoding and augmenting an image costs the same whatever network
+    and precision train on it, so it does not scale with the model's FLOPs or the precision."""
+    return batch * (io_kernel_factor(loader, path=path) - 1.0) / PUBLISHED_RESNET50_IMAGES_PER_S[gpu]["tf32"]
+
+
+def published_gpu(site: Site) -> Optional[str]:
+    """The key of `PUBLISHED_RESNET50_IMAGES_PER_S` the site's GPU model starts with, if any."""
+    return next((g for g in PUBLISHED_RESNET50_IMAGES_PER_S if (site.gpu_model or "").startswith(g)), None)
+
+
 def published_workload(model: str = "resnet50", loader: str = "dali", path: Path = AACH2023_TABLE2A,
                        precision: str = "tf32") -> Workload:
     """Table 2a's workload per GPU: batch 64; the GPU's kernel time per step other than NCCL's: the
     published A100 throughput at `precision` (a whole training step; FLOP-scaled for other models) plus
-    the loader's I/O kernels in their Table 2a proportion (`io_kernel_factor`); data wait 0; the native
-    loader reads files."""
+    the loader's I/O kernels (`io_kernel_s`); data wait 0; the native loader reads files."""
     images_per_s = PUBLISHED_RESNET50_IMAGES_PER_S["A100"][precision]
     step = DEFAULT_BATCH / (images_per_s * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS[model])
-    return Workload(step * io_kernel_factor(loader, path=path), DEFAULT_BATCH, gradient_bytes(model),
+    return Workload(step + io_kernel_s(loader, DEFAULT_BATCH, path=path), DEFAULT_BATCH, gradient_bytes(model),
                     reads_files=loader == "native")
 
 
@@ -755,7 +766,7 @@ def parse_gpu_counts(text: str, site: Optional[Site] = None) -> List[int]:
 
 def published_compute_ms(site: Site, model: str, batch: int, precision: str = "tf32") -> Optional[float]:
     """Compute time per step from the published throughput of the site's GPU model at `precision`, if one is known."""
-    gpu = next((g for g in PUBLISHED_RESNET50_IMAGES_PER_S if (site.gpu_model or "").startswith(g)), None)
+    gpu = published_gpu(site)
     if gpu is None or model not in MODEL_GFLOPS:
         return None
     images_per_s = PUBLISHED_RESNET50_IMAGES_PER_S[gpu][precision] * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS[model]
@@ -1015,7 +1026,9 @@ def predict_command(
             machine_source = "noise fitted on Aach et al. 2023 Table 2a, 4-%d GPUs (JUWELS Booster)" % CALIBRATION_MAX_GPUS
             published = compute_ms is None and from_run is None
             if published:  # the paper's workload: its loader's I/O kernels run on the GPU too
-                workload = replace(workload, compute_s=workload.compute_s * io_kernel_factor(calibrated))
+                gpu = published_gpu(profile)
+                assert gpu is not None  # the compute time came from its published throughput
+                workload = replace(workload, compute_s=workload.compute_s + io_kernel_s(calibrated, workload.batch, gpu))
                 source += ", plus Table 2a's %s I/O kernels" % calibrated
             workload = calibrated_workload(workload, fit, calibrated, data_ms is not None or from_run is not None)
             basis = _basis([g for g in counts if g <= CALIBRATION_MAX_GPUS], CALIBRATION_MAX_GPUS)
