@@ -3,6 +3,7 @@ that is forced, not hoped for: the job pauses after its first epoch until the te
 `Lines` reads a command's output as it comes, so that a test can wait for a line, then release the run."""
 import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -22,6 +23,14 @@ class Hold:
         """The variables that arm the hold (`pythonpath`: what else the processes need on PYTHONPATH)."""
         paths = [str(FAILPOINTS)] + [p for p in (pythonpath or os.environ.get("PYTHONPATH", "")).split(os.pathsep) if p]
         return {"PYTHONPATH": os.pathsep.join(paths), "DLAUNCH_TEST_HOLD": str(self.file)}
+
+    def container_env(self) -> Dict[str, str]:
+        """`env()` for processes inside a container that binds the release file's folder at the same path: a
+        copy of the failpoint there, and nothing of this host's PYTHONPATH (the image has its own trainer)."""
+        inside = self.file.parent / "failpoints"
+        inside.mkdir(exist_ok=True)
+        shutil.copy(FAILPOINTS / "sitecustomize.py", inside / "sitecustomize.py")
+        return {"PYTHONPATH": str(inside), "DLAUNCH_TEST_HOLD": str(self.file)}
 
     def release(self, rank: Optional[int] = None) -> None:
         """Let every held process go on, or only the one of `rank`."""

@@ -137,7 +137,7 @@ def test_cancel_keeps_finished_epochs_and_resume_continues(two_nodes, slurm_site
     metrics = read_metrics(str(run_dir / "metrics.jsonl"))
     assert metrics.status == "cancelled", log_text(run_dir)
     finished = [e["epoch"] for e in metrics.epochs]
-    assert finished == list(range(len(finished))) and 1 <= len(finished) < 12
+    assert finished == [0]  # the cancel came between epochs 0 and 1 (held): the run stops there
     assert (run_dir / "checkpoints" / "last.pt").is_file()
     assert "CANCELLED" in dlaunch(two_nodes, tmp_path, "status", str(run_dir)).stdout
 

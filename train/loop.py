@@ -1,8 +1,8 @@
 """The training loop: framework- and loader-agnostic (it only calls `Framework` and the loader interface).
 
 Per step: set the LR of `global_step` (train/schedule.py), forward (autocast per `--amp`), backward,
-optimizer step; every `STOP_CHECK_STEPS` steps all ranks agree whether a stop signal arrived (an
-all-reduce and a device sync, so not every step). Per epoch: throughput of the
+optimizer step; every `STOP_CHECK_STEPS` steps, and after each epoch's checkpoint, all ranks agree
+whether a stop signal arrived (an all-reduce and a device sync, so not every step). Per epoch: throughput of the
 whole job over the non-warm-up, non-profiled steps (rank 0, after a device sync and a barrier at both
 ends of the measured window), rank-mean loss and data wait, validation (counts summed over ranks),
 an `epoch` record, a checkpoint.
@@ -218,6 +218,8 @@ class Trainer:
                                                              self.steps_per_epoch), self.init_started)
         for epoch in range(start_epoch, self.epochs):
             status = self.train_epoch(epoch, skip, progress)
+            if status is None and epoch + 1 < self.epochs:
+                status = self.agreed_stop()  # a signal during validation or the checkpoint: no new epoch begins
             if status is not None:
                 return status
             skip, progress = 0, EpochProgress()
