@@ -65,7 +65,7 @@ class FakeBatch(Scheduler):
     def submit(self, script: Path, run_dir: Path) -> Submission:
         job_id = str(len(list(self.spool.glob("*.job"))) + 1)
         log = open(run_dir / ("fakebatch-%s.log" % job_id), "ab")
-        proc = subprocess.Popen(["bash", "-c", 'bash "$1"; echo $? > "$2"', "fakebatch", str(script),
+        proc = subprocess.Popen(["bash", "-c", 'bash "$1"; echo $? > "$2.tmp" && mv "$2.tmp" "$2"', "fakebatch", str(script),
                                  str(self.spool / ("%s.exit" % job_id))],
                                 env=dict(self.environ, FAKEBATCH_JOB_ID=job_id), cwd=run_dir, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)

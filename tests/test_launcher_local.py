@@ -71,6 +71,7 @@ def _signal_step(tmp_path: Path, prefix):
     deadline = time.time() + 60
     while len(list(tmp_path.glob("ready-*"))) < 2 and time.time() < deadline:
         time.sleep(0.1)
+    assert len(list(tmp_path.glob("ready-*"))) == 2, "the workers did not install their handlers within 60 s"
     for pid in step_processes(proc.pid):
         try:
             os.kill(pid, signal.SIGUSR1)

@@ -44,7 +44,7 @@ attempt() { PBS_JOBID=$id PBS_NODEFILE="$FAKE_PBS/$id.nodes" bash "$script" >> "
     touch "$FAKE_PBS/rerun"; attempt; code=$?
   fi
   printf '{"job_state": "F", "Exit_status": %d, "comment": "Job run at today on (localhost:ncpus=2) and finished"}\n' \
-    "$code" > "$FAKE_PBS/$id.json"
+    "$code" > "$FAKE_PBS/$id.json.tmp" && mv "$FAKE_PBS/$id.json.tmp" "$FAKE_PBS/$id.json"  # qstat never reads half of it
 ) </dev/null >/dev/null 2>&1 &
 echo "$id"
 """

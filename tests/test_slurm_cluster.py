@@ -173,10 +173,19 @@ def _assert_stop_leaves_nothing(directory: Path) -> None:
 
 
 def _wait_running(cluster: slurm.Cluster, job_id: str) -> None:
-    deadline = time.monotonic() + 30
-    while cluster.job_state(job_id) != "RUNNING":
-        assert time.monotonic() < deadline, "job %s never started" % job_id
+    """Until the job runs and its step's `sleep` has started in a node's namespace (so the processes that stop
+    must end include it)."""
+    deadline = time.monotonic() + 180
+    while cluster.job_state(job_id) != "RUNNING" or not any(_command(pid) == b"sleep" for pid in _processes_in_namespaces()):
+        assert time.monotonic() < deadline, "job %s never started its step" % job_id
         time.sleep(0.3)
+
+
+def _command(pid: int) -> bytes:
+    try:
+        return Path("/proc/%d/comm" % pid).read_bytes().strip()
+    except OSError:
+        return b""
 
 
 def _processes_in_namespaces():
