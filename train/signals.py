@@ -5,7 +5,8 @@ asks for a checkpoint and end status `interrupted` (resumable, exit 75). SIGTERM
 (Ctrl-C in a local run) asks for a checkpoint and `cancelled` (exit 143), except that a SIGTERM at the
 job's time limit is Slurm ending the job for its limit: that is an interruption too. Slurm 22.05 does not
 tell a job its end time (SLURM_JOB_END_TIME exists from 23.02 on), so the batch script exports
-`DLAUNCH_JOB_END_TIME` (Unix seconds). The handlers only record; the loop asks all ranks every few steps and after each epoch.
+`DLAUNCH_JOB_END_TIME` (Unix seconds). The handlers only record; the loop asks all ranks every few steps
+and after each epoch.
 
 A worker under torchrun starts with SIGUSR1 ignored (inherited from torchrun, see launcher/jobs/launchers.py):
 a warning sent before `install()` is lost, which is why it is the first thing `python -m train` does.
