@@ -112,7 +112,8 @@ def rank_pid(cluster: slurm.Cluster, rank: int) -> int:
 
 def test_rank_0_killed_as_the_oom_killer_does_reads_died_with_the_signal(two_nodes, slurm_site, tmp_path):
     """SIGKILL is what the kernel's OOM killer sends (a real OOM needs memory cgroups this cluster lacks)."""
-    run_dir = submit(two_nodes, tmp_path, slurm_site, "oom", "--nodes", "2", "--steps", "100000")
+    # held after the first epoch: rank 0 dies at the same place in every run, rank 1 waits for the SIGTERM
+    run_dir = submit(two_nodes, tmp_path, slurm_site, "oom", "--nodes", "2", "--steps", "100000", **Hold(tmp_path).env())
     wait_for(lambda: epochs_written(run_dir) >= 1, "a first epoch")
     victim = rank_pid(two_nodes, 0)  # rank 0 writes the metrics: nobody records how the run ended
     os.kill(victim, signal.SIGKILL)

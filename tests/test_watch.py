@@ -412,10 +412,13 @@ def worker_of_rank(root: int, rank: str) -> int:
 
 @pytest.mark.slow
 def test_watch_sees_a_real_local_run_fail_and_exits_1_with_the_reason(tmp_path):
-    """A rank of a running 2-worker local run is killed; `dlaunch watch` (through a pipe) ends with 1 and why."""
+    """A rank of a running 2-worker local run is killed; `dlaunch watch` (through a pipe) ends with 1 and why.
+    Both ranks hold after their first epoch, so rank 1 dies at the same place in every run (not mid-collective
+    or mid-checkpoint), and rank 0 leaves the hold only on torchrun's SIGTERM."""
     run = subprocess.Popen(DLAUNCH + ["run", "--site", "local", "--gpus", "2", "--steps", "1000", "--steps-per-epoch", "2",
                                       "--experiment", "e", "--run-name", "killed", "--data", "synthetic"] + TINY,
-                           cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env=dict(os.environ, **Hold(tmp_path).env()))
     try:
         deadline = time.monotonic() + 300
         while read_progress(tmp_path / "runs/e/killed/metrics.jsonl").epochs_done < 1:
