@@ -39,6 +39,7 @@ from launcher.analysis.perfmodel import (
     paper_workload,
     predict,
     published_workload,
+    storage_points,
 )
 from launcher.analysis.perfmodel_nccl import Machine
 
@@ -140,8 +141,8 @@ def main() -> None:
 def goal_window(fit: PublishedFit, native: Workload, rows: List[PublishedRow]) -> None:
     """The file-system speeds at which every native done-when item of issue 27 holds at once (reading only)."""
     m = fit.machine
-    points = [(f, s.gpus_from, s.value) for s in load_statements() if s.relation == "=" and s.loader == "native"
-              for f in s.frameworks]
+    statements = [s for s in load_statements() if s.loader == "native"]
+    points = storage_points(statements)
 
     def efficiency(storage: Machine, framework: str, gpus: int) -> float:
         return predict(paper_workload(fit, loader="native", framework=framework), storage, [4, gpus])[1].efficiency
@@ -150,8 +151,7 @@ def goal_window(fit: PublishedFit, native: Workload, rows: List[PublishedRow]) -
         storage = replace(m, storage_images_per_s=r)
         errors = [abs(100 * (p.comm_share - row.comm_share))
                   for p, row in zip(predict(native, storage, [row.gpus for row in rows]), rows)]
-        said = all(s.holds(efficiency(storage, f, s.gpus_from)) for s in load_statements() if s.loader == "native"
-                   for f in s.frameworks)
+        said = all(s.holds(efficiency(storage, f, s.gpus_from)) for s in statements for f in s.frameworks)
         return said and mean(errors) <= 5.0 and max(errors) <= 10.0
 
     def relative_cost(log_r: float) -> float:

@@ -501,19 +501,19 @@ def load_statements(path: Path = AACH2023_STATEMENTS) -> List[Statement]:
                       r["relation"], float(r["value"])) for r in csv.DictReader(lines)]
 
 
-def io_kernel_factor(loader: str, max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TABLE2A) -> float:
-    """A step's kernel time other than NCCL's over that of a training step without the loader's I/O
-    kernels (cuDNN and other kernels): 1 + I/O / (cuDNN + other), Table 2a's rows up to `max_gpus`."""
+def storage_points(statements: Sequence[Statement]) -> List[Tuple[str, int, float]]:
+    """[(framework, gpus, E_G)] of the point statements on the native loader: what the file system is fitted on."""
+    return [(f, s.gpus_from, s.value) for s in statements if s.relation == "=" and s.loader == "native" for f in s.frameworks]
+
+
+def io_kernel_s(loader: str, batch: int, gpu: str = "A100", max_gpus: int = CALIBRATION_MAX_GPUS,
+                path: Path = AACH2023_TABLE2A) -> float:
+    """The loader's I/O kernel time per step: Table 2a's I/O kernels over its cuDNN and other kernels (a
+    ResNet-50 TF32 step), rows up to `max_gpus`, per image. Decoding and augmenting an image costs the
+    same whatever network and precision train on it, so it does not scale with FLOPs or the precision."""
     rows = [r for r in load_published(path)[loader] if r.gpus <= max_gpus]
-    io = math.fsum(r.io for r in rows)
-    return 1.0 + io / math.fsum(100.0 - r.comm - r.io for r in rows)
-
-
-def io_kernel_s(loader: str, batch: int, gpu: str = "A100", path: Path = AACH2023_TABLE2A) -> float:
-    """The loader's I/O kernel time per step: Table 2a's proportion to a ResNet-50 TF32 step
-    (`io_kernel_factor`), per image. Decoding and augmenting an image costs the same whatever network
-    and precision train on it, so it does not scale with the model's FLOPs or the precision."""
-    return batch * (io_kernel_factor(loader, path=path) - 1.0) / PUBLISHED_RESNET50_IMAGES_PER_S[gpu]["tf32"]
+    per_step = math.fsum(r.io for r in rows) / math.fsum(100.0 - r.comm - r.io for r in rows)
+    return batch * per_step / PUBLISHED_RESNET50_IMAGES_PER_S[gpu]["tf32"]
 
 
 def published_gpu(site: Site) -> Optional[str]:
@@ -553,8 +553,7 @@ def fit_published(max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TA
     fitted = [r for r in columns["native"] if r.gpus <= max_gpus]
     native = replace(native, data_s=fit_loader_stall([(r.gpus, r.comm_share) for r in fitted], native, machine))
     floor = storage_floor([r.gpus for r in fitted], native, machine)
-    points = [(f, s.gpus_from, s.value) for s in load_statements(statements) if s.relation == "=" and s.loader == "native"
-              for f in s.frameworks]
+    points = storage_points(load_statements(statements))
     unstalled = PublishedFit(machine, native.data_s / native.compute_s, floor)
     workloads = {f: paper_workload(unstalled, loader="native", framework=f, path=path) for f, _, _ in points}
     storage = fit_storage(points, workloads, machine, floor)
@@ -1035,7 +1034,7 @@ def predict_command(
             if calibrated == "native" and storage_images_per_s is None and profile.storage is None:
                 storage_images_per_s = fit.machine.storage_images_per_s
                 storage_source = STORAGE_FIT
-                storage_counts = {s.gpus_from for s in load_statements() if s.loader == "native" and s.relation == "="}
+                storage_counts = {gpus for _, gpus, _ in storage_points(load_statements())}
                 basis = _basis([g for g in counts if g <= CALIBRATION_MAX_GPUS or g in storage_counts], CALIBRATION_MAX_GPUS)
             if (published and model_name == "resnet50" and workload.batch == DEFAULT_BATCH and data_ms is None
                     and counts[0] == AACH2023_REFERENCE_GPUS and _paper_machine(profile)):

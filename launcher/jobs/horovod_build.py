@@ -14,7 +14,7 @@ from typing import List, Optional
 
 from launcher.atomic import write_atomic
 from launcher.errors import DlaunchError
-from launcher.jobs.images import cxx_standard_files, horovod_engine_env, load_lock
+from launcher.jobs.images import cxx_standard_files, horovod_cxx_std, horovod_engine_env, load_lock
 from train.framework_table import EVERY_STACK_ENGINE
 
 
@@ -28,8 +28,9 @@ def settings(stack_name: str, folder: Path, engine: str = EVERY_STACK_ENGINE) ->
         env = horovod_engine_env(engine)
     except KeyError:
         raise DlaunchError("unknown engine %r for Horovod (torch, mxnet)" % engine) from None
-    if stack.horovod_cxx_std and engine == EVERY_STACK_ENGINE:  # the standard torch's headers need
-        files = cxx_standard_files(stack.horovod_cxx_std, str(folder))
+    cxx_std = horovod_cxx_std(stack, engine)
+    if cxx_std:
+        files = cxx_standard_files(cxx_std, str(folder))
         for path, text in files.items():
             write_atomic(Path(path), text)
         env = "CMAKE_TOOLCHAIN_FILE=%s %s" % (list(files)[-1], env)

@@ -51,14 +51,12 @@ _PROVIDED_CHECKS = {
     "dali": ("import nvidia.dali", "nvidia.dali.__version__"),
     "cuda": ("import torch", "torch.version.cuda"),
 }
-# How Horovod is built for the torch trainer, here and by scripts/bootstrap.sh (launcher/jobs/horovod_build.py).
-HOROVOD_BUILD_ENV = (
-    "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1"
-)
 # Per engine whose image builds Horovod: its build variables, the module its %test imports, the
-# controllers it must have. MXNet's as scripts/bootstrap-engines.sh builds it (mx-allreduce runs over Gloo).
+# controllers it must have. The host's builds take the same variables (scripts/bootstrap.sh for torch,
+# scripts/bootstrap-engines.sh for MXNet, through launcher/jobs/horovod_build.py); mx-allreduce runs over Gloo.
 _HOROVOD_ENGINES = {
-    "torch": (HOROVOD_BUILD_ENV, "horovod.torch", ("mpi", "gloo")),
+    "torch": ("HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 "
+              "HOROVOD_WITH_MPI=1", "horovod.torch", ("mpi", "gloo")),
     "mxnet": ("HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 "
               "HOROVOD_WITHOUT_MPI=1", "horovod.mxnet", ("gloo",)),
 }
@@ -67,6 +65,11 @@ _HOROVOD_ENGINES = {
 def horovod_engine_env(engine: str) -> str:
     """Horovod's build variables for an engine (`torch`, `mxnet`): the frameworks and controllers it is built with."""
     return _HOROVOD_ENGINES[engine][0]
+
+
+def horovod_cxx_std(stack: "Stack", engine: str) -> str:
+    """The C++ standard Horovod's build must be forced to for `engine` in `stack` ('' for none): torch's headers need it."""
+    return stack.horovod_cxx_std if engine == EVERY_STACK_ENGINE else ""
 
 
 _HOROVOD_OPERATIONS = {"nccl": "NCCL", "mpi": "MPI", "gloo": "Gloo"}
@@ -341,8 +344,9 @@ def _post(stack: Stack, group: str) -> List[str]:
     if horovod:
         engine = group_engine(group)
         env = _HOROVOD_GPU_ENV[stack.horovod_gpu] + horovod_engine_env(engine)
-        if stack.horovod_cxx_std and engine == EVERY_STACK_ENGINE:  # the standard torch's headers need
-            lines += _cxx_standard_lines(stack.horovod_cxx_std)
+        cxx_std = horovod_cxx_std(stack, engine)
+        if cxx_std:
+            lines += _cxx_standard_lines(cxx_std)
             env = f"CMAKE_TOOLCHAIN_FILE=/opt/dlaunch/cmake/toolchain.cmake {env}"
         if stack.horovod_include:
             env = "CXXFLAGS='%s' %s" % (" ".join("-include " + h for h in stack.horovod_include), env)
