@@ -31,7 +31,7 @@ def write_run(root: Path, name: str, metrics: bytes) -> Path:
 def measure(argv, cwd: Path):
     """(seconds, peak resident MB, exit code) of `dlaunch ARGV` in a fresh interpreter (GNU time's %M)."""
     started = time.monotonic()
-    done = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "launcher.cli", *argv], cwd=cwd,
+    done = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "dlaunch.cli", *argv], cwd=cwd,
                           capture_output=True, text=True, timeout=600, env=dict(os.environ, COLUMNS="100", MPLBACKEND="Agg"))
     seconds = time.monotonic() - started
     peak_kb = int(done.stderr.strip().splitlines()[-1])

@@ -3,7 +3,7 @@
   .venv/bin/python benchmarks/bench_frameworks.py [--model resnet44] [--image-size 32] [--batch-size 32]
       [--steps 40] [--warmup-steps 10] [--profile-steps 5] [--repeats 2]
 
-Each variant is a real trainer run (`python -m train`, started by torchrun or horovodrun) of the same
+Each variant is a real trainer run (`python -m dlaunch.train`, started by torchrun or horovodrun) of the same
 model, data and schedule; images/s is the trainer's own measurement (whole job, after the warm-up
 and profiled steps). Runs are repeated, interleaved, and the fastest counts (other processes share
 the machine). The profiled steps split a step into compute and an explicit all-reduce of all
@@ -25,7 +25,7 @@ sys.path.insert(0, ROOT)
 
 from benchlib import save_results  # noqa: E402
 
-from train.metrics_schema import read_metrics  # noqa: E402
+from dlaunch.train.metrics_schema import read_metrics  # noqa: E402
 
 WORLD = 2
 BIN = os.path.dirname(sys.executable)
@@ -46,7 +46,7 @@ def run_variant(name: str, repeat: int, args: argparse.Namespace, workdir: str) 
     launcher, flags, extra_env = VARIANTS[name]
     metrics_path = os.path.join(workdir, "%s-%d.jsonl" % (name, repeat))
     profile = 0 if name == "deepspeed-z1" else args.profile_steps
-    trainer = ["-m", "train", "--model", args.model, "--image-size", str(args.image_size), "--num-classes", "10",
+    trainer = ["-m", "dlaunch.train", "--model", args.model, "--image-size", str(args.image_size), "--num-classes", "10",
                "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--steps-per-epoch", str(args.steps),
                "--warmup-steps", str(args.warmup_steps), "--profile-steps", str(profile), "--device", "cpu",
                "--threads", "1", "--metrics", metrics_path] + flags

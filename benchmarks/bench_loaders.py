@@ -25,10 +25,10 @@ sys.path.insert(0, ROOT)
 
 from benchlib import save_results  # noqa: E402
 
-from train.config import parse_config  # noqa: E402
-from train.data import build_loaders  # noqa: E402
-from train.data.make_folder import make_pattern_folder  # noqa: E402
-from train.frameworks.base import DistInfo  # noqa: E402
+from dlaunch.train.config import parse_config  # noqa: E402
+from dlaunch.train.data import build_loaders  # noqa: E402
+from dlaunch.train.data.make_folder import make_pattern_folder  # noqa: E402
+from dlaunch.train.frameworks.base import DistInfo  # noqa: E402
 
 
 

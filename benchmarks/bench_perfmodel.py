@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_perfmodel.py
 
-One model gives both observables (launcher.analysis.perfmodel, v3): NCCL kernel time = transfers +
+One model gives both observables (dlaunch.analysis.perfmodel, v3): NCCL kernel time = transfers +
 every message's wait for its slowest peer + kernels beside back-propagation; the step pays only the
 last wait and the transfers left over. Fitted on the rows up to 64 GPUs only and predicting 128-1024
 (the question before a large allocation): timing noise and kernels beside back-propagation on the DALI
@@ -22,7 +22,7 @@ from dataclasses import replace
 from statistics import mean
 from typing import Dict, List
 
-from launcher.analysis.perfmodel import (
+from dlaunch.analysis.perfmodel import (
     AACH2023_REFERENCE_GPUS,
     CALIBRATION_MAX_GPUS,
     NATIVE_WORKER_IMAGES_PER_S,
@@ -41,7 +41,7 @@ from launcher.analysis.perfmodel import (
     published_workload,
     storage_points,
 )
-from launcher.analysis.perfmodel_nccl import Machine
+from dlaunch.analysis.perfmodel_nccl import Machine
 
 GPUS = [4, 8, 16, 32, 64, 128, 256, 512, 1024]
 FRAMEWORKS = ["ddp", "horovod", "deepspeed"]

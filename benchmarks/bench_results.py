@@ -12,9 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from launcher.results.compare import compare, mann_whitney, with_history, with_scaling
-from launcher.results.store import ResultsDB, record
-from train.metrics_schema import make_record
+from dlaunch.results.compare import compare, mann_whitney, with_history, with_scaling
+from dlaunch.results.store import ResultsDB, record
+from dlaunch.train.metrics_schema import make_record
 
 
 def write_runs(root: Path, n: int) -> list:
@@ -23,7 +23,7 @@ def write_runs(root: Path, n: int) -> list:
     for i in range(n):
         gpus = 2 ** (i % 4)
         experiment = "exp-%d" % (i % 2)
-        header = make_record("header", 1000.0 + i, run_id="r%05d" % i, argv=["python", "-m", "train"],
+        header = make_record("header", 1000.0 + i, run_id="r%05d" % i, argv=["python", "-m", "dlaunch.train"],
                              config={"schedule": "step", "amp": "none"}, framework="ddp", loader="native",
                              model="resnet50", device="cuda", world_size=gpus, nodes=1, hosts=["n0"] * gpus,
                              batch_per_worker=64, global_batch=64 * gpus, lr_scaled=0.1, versions={"torch": "2.14.1"},

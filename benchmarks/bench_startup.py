@@ -24,7 +24,7 @@ sys.path.insert(0, ROOT)
 
 from benchlib import save_results  # noqa: E402
 
-from train.metrics_schema import make_record  # noqa: E402
+from dlaunch.train.metrics_schema import make_record  # noqa: E402
 
 # (label, argv after `dlaunch`, extra environment)
 COMMANDS: List[Tuple[str, List[str], Dict[str, str]]] = [
@@ -69,7 +69,7 @@ def write_runs(folder: str) -> None:
 
 def dlaunch_argv() -> List[str]:
     script = os.path.join(os.path.dirname(sys.executable), "dlaunch")
-    return [script] if os.path.isfile(script) else [sys.executable, "-m", "launcher.cli"]
+    return [script] if os.path.isfile(script) else [sys.executable, "-m", "dlaunch.cli"]
 
 
 def time_command(argv: List[str], env: Dict[str, str], cwd: str, runs: int) -> Optional[List[float]]:
@@ -97,7 +97,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         write_runs(folder)
         baselines = [("python -c pass", [sys.executable, "-c", "pass"]),
-                     ("import launcher.cli", [sys.executable, "-c", "import launcher.cli"])]
+                     ("import dlaunch.cli", [sys.executable, "-c", "import dlaunch.cli"])]
         for label, argv in baselines:
             results.append((label, time_command(argv, env, folder, args.runs)))
         for label, tail, extra in COMMANDS:

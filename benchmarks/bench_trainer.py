@@ -3,7 +3,7 @@
   .venv/bin/python benchmarks/bench_trainer.py [--model resnet50] [--image-size 96] [--batch-size 16]
       [--steps 20] [--warmup-steps 5] [--threads 1]
 
-1. trainer: `python -m train` (DDP, synthetic data, 1 process) reports images/s over the steps after
+1. trainer: `python -m dlaunch.train` (DDP, synthetic data, 1 process) reports images/s over the steps after
    the warm-up steps; bare: a plain loop of the same model, batch, threads, SGD and loss in a fresh
    process, timed over the same steps. Ratio = trainer / bare (goal >= 0.98).
 2. scaling: the trainer with 1 rank and with 2 gloo ranks (torchrun, the same batch per rank and
@@ -26,7 +26,7 @@ sys.path.insert(0, ROOT)
 
 from benchlib import save_results  # noqa: E402
 
-from train.metrics_schema import read_metrics  # noqa: E402
+from dlaunch.train.metrics_schema import read_metrics  # noqa: E402
 
 
 
@@ -41,7 +41,7 @@ def run_trainer(args: argparse.Namespace, nproc: Optional[int], workdir: str) ->
         os.unlink(metrics_path)
     launcher = [sys.executable] if nproc is None else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
-    command = launcher + ["-m", "train", "--model", args.model, "--image-size", str(args.image_size),
+    command = launcher + ["-m", "dlaunch.train", "--model", args.model, "--image-size", str(args.image_size),
                           "--num-classes", "1000", "--batch-size", str(args.batch_size), "--steps", str(args.steps),
                           "--steps-per-epoch", str(args.steps), "--warmup-steps", str(args.warmup_steps),
                           "--threads", str(args.threads), "--device", "cpu", "--metrics", metrics_path]

@@ -7,7 +7,7 @@ images/s of the same model, batch and steps with 2 worker processes on this mach
 
 Every mode is a real trainer run: `ddp` through torchrun, the task-per-worker modes as one process per
 task (coordinator and server tasks beside the 2 workers, as srun would start them; the local scheduler's
-step, launcher/schedulers/local.py).
+step, dlaunch/schedulers/local.py).
 images/s is the trainer's own whole-job figure (after the warm-up steps) from its metrics file; with
 --repeats > 1 runs are interleaved and the fastest counts (other processes share the machine).
 Coordinator and server processes share the same CPUs as the workers: on one machine a parameter
@@ -28,11 +28,11 @@ sys.path.insert(0, ROOT)
 
 from benchlib import save_results  # noqa: E402
 
-from launcher.analysis.scaling import read_published_row  # noqa: E402
-from launcher.paths import PUBLISHED_DIR  # noqa: E402
-from launcher.schedulers.local import run_step  # noqa: E402
-from train.framework_table import FRAMEWORKS  # noqa: E402
-from train.metrics_schema import read_metrics  # noqa: E402
+from dlaunch.analysis.scaling import read_published_row  # noqa: E402
+from dlaunch.paths import PUBLISHED_DIR  # noqa: E402
+from dlaunch.schedulers.local import run_step  # noqa: E402
+from dlaunch.train.framework_table import FRAMEWORKS  # noqa: E402
+from dlaunch.train.metrics_schema import read_metrics  # noqa: E402
 
 WORKERS = 2
 PYTHONS = {"tensorflow": os.path.join(ROOT, ".venv-tf", "bin", "python"),
@@ -63,7 +63,7 @@ def run_mode(mode: str, args: List[str], timeout: float) -> Optional[float]:
                              env, output, ROOT, timeout)
         else:
             codes = run_step([python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                              str(WORKERS), "-m", "train"] + flags, 1, env, output, ROOT, timeout)
+                              str(WORKERS), "-m", "dlaunch.train"] + flags, 1, env, output, ROOT, timeout)
         if any(codes):
             output.seek(0)
             print("%s: exit codes %s:\n%s" % (mode, codes, output.read()[-2000:]), file=sys.stderr)

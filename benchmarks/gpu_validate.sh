@@ -11,7 +11,7 @@
 #   GPU_VALIDATE_CONFIGS    BATCH:AMP configurations of the throughput benchmark (default "256:fp16 256:bf16
 #                           64:fp16 64:bf16"); GPU_VALIDATE_ROUNDS rounds of them (default 1)
 #   GPU_VALIDATE_DIAG       configurations also run with the trainer's every-10-step stop check and energy
-#                           poll switched off (a diagnostic, monkeypatched: train.loop.STOP_CHECK_STEPS)
+#                           poll switched off (a diagnostic, monkeypatched: dlaunch.train.loop.STOP_CHECK_STEPS)
 #   GPU_VALIDATE_REVISION   the repository revision, for the record (the device copy has no .git)
 # Carried files: .whl/*.whl are installed into /tmp/site and used by the DeepSpeed checks and the Horovod
 # build only (deepspeed, hjson, pydantic, cffi...); .whl/src/horovod-*.tar.gz is built with NCCL operations;
@@ -21,9 +21,9 @@
 # Groups:
 #   env        GPU, driver, CUDA, cuDNN, NCCL, torch, nvcc (nvidia-smi and torch; read-only queries)
 #   bench      ResNet-50, synthetic data, channels-last, per configuration (batch, AMP) a pair of runs:
-#              benchmarks/bare_loop_gpu.py, then the trainer (python -m train), each in a fresh process;
+#              benchmarks/bare_loop_gpu.py, then the trainer (python -m dlaunch.train), each in a fresh process;
 #              nvidia-smi samples power during the trainer runs (cross-check of NVML energy)
-#   loader     a generated JPEG folder (train/data/make_folder.py): the native loader alone (images/s into
+#   loader     a generated JPEG folder (dlaunch/train/data/make_folder.py): the native loader alone (images/s into
 #              GPU memory)
 #   folder     training on that folder: native loader, DALI CPU and GPU where DALI is importable
 #   paths      NCCL process group (torchrun --standalone, one rank) with sync-BN and fp16 loss scaling,
@@ -89,8 +89,8 @@ check() {
   return 0
 }
 
-TRAIN=($PY -m train --device cuda --model resnet50 --image-size 224)
-TORCHRUN=($PY -m torch.distributed.run --standalone --nproc_per_node=1 -m train --device cuda --model resnet50
+TRAIN=($PY -m dlaunch.train --device cuda --model resnet50 --image-size 224)
+TORCHRUN=($PY -m torch.distributed.run --standalone --nproc_per_node=1 -m dlaunch.train --device cuda --model resnet50
           --image-size 224)
 
 # trainer NAME LIMIT_S ARGS...: the trainer (one process) with its metrics in $LOGS/NAME.jsonl
@@ -156,8 +156,8 @@ read -r -a BENCH_CONFIGS <<< "${GPU_VALIDATE_CONFIGS:-256:fp16 256:bf16 64:fp16 
 DIAG=" ${GPU_VALIDATE_DIAG:-} "
 # steps and warm-up steps per batch size (the same for the bare loop: bare_loop_gpu.py's defaults)
 steps_for() { if [ "${1%%:*}" -le 64 ]; then echo "230 30"; else echo "80 20"; fi; }
-NOCHECK='import sys, train.loop as loop; loop.STOP_CHECK_STEPS = 10 ** 9
-from train.__main__ import main; sys.exit(main(sys.argv[1:]))'
+NOCHECK='import sys, dlaunch.train.loop as loop; loop.STOP_CHECK_STEPS = 10 ** 9
+from dlaunch.train.__main__ import main; sys.exit(main(sys.argv[1:]))'
 if wanted bench; then
   for round in $(seq 1 "$ROUNDS"); do
     for config in "${BENCH_CONFIGS[@]}"; do
@@ -179,15 +179,15 @@ fi
 DATA=$WORK/jpeg
 if wanted loader; then
   rm -rf "$DATA"
-  check make-folder 90 $PY -m train.data.make_folder "$DATA" --classes 16 --images-per-class 128 \
+  check make-folder 90 $PY -m dlaunch.train.data.make_folder "$DATA" --classes 16 --images-per-class 128 \
     --val-per-class 16 --size 256
   check loader-native-alone 90 $PY - "$DATA" "$LOGS/loader-native-alone.json" <<'EOF'
 """The native loader alone: training batches (decode, crop, flip, normalise) delivered into GPU memory."""
 import json, sys, time
 import torch
-from train.config import parse_config
-from train.data import build_loaders
-from train.frameworks.base import DistInfo
+from dlaunch.train.config import parse_config
+from dlaunch.train.data import build_loaders
+from dlaunch.train.frameworks.base import DistInfo
 data, out = sys.argv[1], sys.argv[2]
 results = []
 for workers in (6, 12):
@@ -209,7 +209,7 @@ json.dump(results, open(out, "w"), indent=1)
 EOF
 fi
 if wanted folder; then
-  [ -d "$DATA" ] || check make-folder 90 $PY -m train.data.make_folder "$DATA" --classes 16 --images-per-class 128 \
+  [ -d "$DATA" ] || check make-folder 90 $PY -m dlaunch.train.data.make_folder "$DATA" --classes 16 --images-per-class 128 \
     --val-per-class 16 --size 256
   trainer train-native-folder 150 --data "$DATA" --workers 12 --batch-size 64 --amp bf16 --channels-last \
     --epochs 2 --warmup-steps 8
@@ -304,7 +304,7 @@ fi
 $PY - "$LOGS" "$OUT_DIR" "${GPU_VALIDATE_REVISION:-unknown}" <<'EOF'
 """checks.tsv + metrics files + bare-loop lines -> results.json and summary.md."""
 import glob, json, os, statistics, sys
-from train.metrics_schema import MetricsError, read_metrics
+from dlaunch.train.metrics_schema import MetricsError, read_metrics
 
 logs, out, revision = sys.argv[1:4]
 env = json.load(open(os.path.join(logs, "env.json"))) if os.path.exists(os.path.join(logs, "env.json")) else {}

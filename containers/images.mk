@@ -2,7 +2,7 @@
 #   make image-ddp | image-horovod | image-deepspeed [STACK=paper|current|cpu|rocm]   one image
 #   make image-tensorflow | image-mxnet STACK=cpu      the TensorFlow and MXNet trainers (cpu stack only)
 #   make images [STACK=...]                                                           all of the stack's
-# (one image per image group of the framework table, train/framework_table.py's image_groups(), in the
+# (one image per image group of the framework table, dlaunch/train/framework_table.py's image_groups(), in the
 # stacks that have its containers/<stack>/<group>.def)
 #   make rootfs-ddp STACK=cpu     without Apptainer: a debootstrap recipe into an unpacked root file
 #                                 system (Charliecloud's image format), scripts/build-rootfs.py
@@ -19,7 +19,7 @@ APPTAINER_BUILD_FLAGS ?= --fakeroot
 ROOTFS_PYTHON ?= $(or $(wildcard .venv/bin/python),python3)
 # The commit, "-dirty" with uncommitted changes; "unknown" outside a git checkout (e.g. a source archive).
 GIT_REVISION ?= $(shell rev=$$(git rev-parse --verify -q HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null && echo "$$rev" || echo "$$rev-dirty"; } || echo unknown)
-IMAGE_FRAMEWORKS := $(shell python3 -c 'import train.framework_table as t; print(*t.image_groups())')
+IMAGE_FRAMEWORKS := $(shell python3 -c 'import dlaunch.train.framework_table as t; print(*t.image_groups())')
 IMAGE_TARGETS := $(addprefix image-,$(IMAGE_FRAMEWORKS))
 ROOTFS_TARGETS := $(addprefix rootfs-,$(IMAGE_FRAMEWORKS))
 IMAGE_STACKS := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard containers/*/*.def)))))

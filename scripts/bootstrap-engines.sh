@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The TensorFlow and MXNet trainers' environments (train/tf, train/mx), idempotently:
+# The TensorFlow and MXNet trainers' environments (dlaunch/train/tf, dlaunch/train/mx), idempotently:
 #   .venv-tf  tensorflow-cpu + tf-keras (Keras 2: MultiWorkerMirroredStrategy's model.fit fails with Keras 3)
 #   .venv-mx  mxnet 1.9.1 + numpy 1.23.5 (mxnet uses np.bool, removed in numpy 1.24: its own environment)
 #             + Horovod built against it (gloo, CPU; about 4 minutes once, then from the wheel cache), the
-#               version of the cpu image stack (containers/versions.toml, read through launcher/jobs/horovod_build.py)
+#               version of the cpu image stack (containers/versions.toml, read through dlaunch/jobs/horovod_build.py)
 # Horovod 0.28.1 does not build against TensorFlow 2.21 (its xla_mpi_ops.cc includes TF's xla/printer.h,
 # which needs highwayhash/arch_specific.h, a header the tensorflow wheel does not ship).
-# Each gets a .pth file that puts this repository on sys.path, so `python -m train.tf` / `python -m train.mx`
-# import the torch-free shared modules (train/config.py, schedule.py, metrics_core.py, signals.py) from
+# Each gets a .pth file that puts this repository on sys.path, so `python -m dlaunch.train.tf` / `python -m dlaunch.train.mx`
+# import the torch-free shared modules (dlaunch/train/config.py, schedule.py, metrics_core.py, signals.py) from
 # any working directory, without installing dlaunch's torch dependencies.
 #   bootstrap-engines.sh [tf|mx|all]   (default all)
 # The environments live in $DLAUNCH_VENV_TF / $DLAUNCH_VENV_MX (default .venv-tf / .venv-mx in the repository).
@@ -44,7 +44,7 @@ if [ "$WHICH" = mx ] || [ "$WHICH" = all ]; then
   make_env "$MX_VENV" "import mxnet, numpy; assert mxnet.__version__ == '1.9.1' and numpy.__version__ == '1.23.5'" "${MX_PINS[@]}"
   if ! "$MX_VENV/bin/python" -c "import horovod.mxnet" 2>/dev/null; then
     scratch=$(mktemp -d)  # HOROVOD_VERSION, HOROVOD_BUILD_ENV: the cpu image stack's, built for mxnet
-    eval "$("${DLAUNCH_VENV:-$ROOT/.venv}/bin/python" -m launcher.jobs.horovod_build cpu "$scratch" mxnet)"
+    eval "$("${DLAUNCH_VENV:-$ROOT/.venv}/bin/python" -m dlaunch.jobs.horovod_build cpu "$scratch" mxnet)"
     rm -rf "$scratch"
     "$MX_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${HOROVOD_DEPS[@]}"
     wheel=$(ls "$MX_WHEELS"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n1 || true)

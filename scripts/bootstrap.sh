@@ -34,7 +34,7 @@ fi
 # and build settings (HOROVOD_VERSION, HOROVOD_BUILD_ENV: the C++ standard this torch needs, written into
 # $tmp) are the cpu image stack's in containers/versions.toml: that image reuses this wheel.
 tmp=$(mktemp -d)
-eval "$("$VENV/bin/python" -m launcher.jobs.horovod_build cpu "$tmp")"
+eval "$("$VENV/bin/python" -m dlaunch.jobs.horovod_build cpu "$tmp")"
 if ! "$VENV/bin/python" -c "import horovod.torch" 2>/dev/null; then
   wheel=$(ls "$WHEELS"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n1 || true)
   if [ -z "$wheel" ]; then

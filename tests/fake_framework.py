@@ -1,13 +1,13 @@
 """fake-ddp, a framework that exists only in tests (tests/test_added_backends.py adds it with this file and
-`ROW` in `train.framework_table.FRAMEWORKS`): PyTorch DDP under another name, in an image group of its own.
+`ROW` in `dlaunch.train.framework_table.FRAMEWORKS`): PyTorch DDP under another name, in an image group of its own.
 
 Started as its row's entry (`torchrun ... -m fake_framework`), it adds its row to the table of the
 trainer's process and runs the trainer.
 """
 import sys
 
-from train.framework_table import FRAMEWORKS, FrameworkInfo
-from train.frameworks.ddp import DDP
+from dlaunch.train.framework_table import FRAMEWORKS, FrameworkInfo
+from dlaunch.train.frameworks.ddp import DDP
 
 ROW = FrameworkInfo("fake-ddp", "torch", "fake_framework:FakeDDP", "torchrun-per-node", "fake-ddp", "torch.distributed",
                     "torch with torch.distributed", "DDP under a test-only name", entry="fake_framework",
@@ -20,6 +20,6 @@ class FakeDDP(DDP):
 
 if __name__ == "__main__":
     FRAMEWORKS[ROW.name] = ROW
-    from train.__main__ import main
+    from dlaunch.train.__main__ import main
 
     sys.exit(main())

@@ -1,9 +1,9 @@
 """Fakebox, a container runtime that exists only in tests (tests/test_added_backends.py adds it with this
-file and one row in `launcher.runtimes.RUNTIMES`): `fakebox run --bind SRC,... IMAGE -- COMMAND`. The
+file and one row in `dlaunch.runtimes.RUNTIMES`): `fakebox run --bind SRC,... IMAGE -- COMMAND`. The
 `fakebox` command the test puts on PATH records its image and binds and runs COMMAND on the host."""
 from typing import ClassVar, Literal, Sequence, Tuple
 
-from launcher.runtimes import Runtime
+from dlaunch.runtimes import Runtime
 
 
 class Fakebox(Runtime):

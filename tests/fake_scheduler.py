@@ -1,5 +1,5 @@
 """FakeBatch, a batch system that exists only in tests (tests/test_added_backends.py adds it with this
-file and one row in `launcher.schedulers.BACKENDS`).
+file and one row in `dlaunch.schedulers.BACKENDS`).
 
 `submit` runs the job script at once in the background as the job's batch host would, with
 `FAKEBATCH_JOB_ID`; its output goes to `fakebatch-<id>.log` in the run directory and its exit status to
@@ -15,11 +15,11 @@ from typing import Dict, List, Literal, Optional, Sequence, Tuple
 
 from pydantic import Field, field_validator
 
-from launcher.errors import SchedulerError
-from launcher.jobs.jobspec import Export, HostList, JobSpec, PreludeItem, ShellWord
-from launcher.jobs.schema import OPTION, Partition, StrictModel, check_partitions
-from launcher.schedulers import Job, JobState, Scheduler, Submission
-from train import jobenv
+from dlaunch.errors import SchedulerError
+from dlaunch.jobs.jobspec import Export, HostList, JobSpec, PreludeItem, ShellWord
+from dlaunch.jobs.schema import OPTION, Partition, StrictModel, check_partitions
+from dlaunch.schedulers import Job, JobState, Scheduler, Submission
+from dlaunch.train import jobenv
 
 
 class FakeBatchConfig(StrictModel):

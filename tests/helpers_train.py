@@ -12,9 +12,9 @@ TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "4", "--thr
 
 def trainer_command(args: List[str], nproc: Optional[int] = None) -> List[str]:
     if nproc is None:
-        return [sys.executable, "-m", "train"] + args
+        return [sys.executable, "-m", "dlaunch.train"] + args
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            "-m", "train"] + args
+            "-m", "dlaunch.train"] + args
 
 
 def trainer_env(extra: Optional[dict] = None) -> dict:
@@ -36,7 +36,7 @@ def start_trainer(args: List[str], nproc: Optional[int] = None, env: Optional[di
 
 
 def load_model_state(checkpoint_dir: str) -> dict:
-    from train.checkpoint import checkpoint_path, load_checkpoint
+    from dlaunch.train.checkpoint import checkpoint_path, load_checkpoint
     return load_checkpoint(checkpoint_path(checkpoint_dir))["framework"]["model"]
 
 

@@ -20,8 +20,8 @@ from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 from hypothesis import strategies as st
 
-from launcher.cli import main
-from train.metrics_schema import make_record
+from dlaunch.cli import main
+from dlaunch.train.metrics_schema import make_record
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT_S = 60  # no command of these tests comes near it; a hang does
@@ -95,7 +95,7 @@ class Sandbox:
 def console_width() -> Iterator[None]:
     """The CLI's consoles as wide as this run's $COLUMNS: a fresh `dlaunch` process reads it when its
     consoles are made, an in-process run would keep the width of whichever test imported them first."""
-    from launcher import terminal
+    from dlaunch import terminal
 
     consoles = (terminal.out, terminal.err)
     saved = [console._width for console in consoles]  # None: rich asks the terminal each time

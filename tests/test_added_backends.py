@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 import fake_framework
-import launcher.cli
-from launcher.cli import main
-from launcher.runtimes import RUNTIMES
-from launcher.schedulers import BACKENDS, Registration
-from launcher.schedulers.local import free_port_base
+import dlaunch.cli
+from dlaunch.cli import main
+from dlaunch.runtimes import RUNTIMES
+from dlaunch.schedulers import BACKENDS, Registration
+from dlaunch.schedulers.local import free_port_base
 from test_launcher_fakes import install_fakes
-from train.framework_table import FRAMEWORKS
-from train.metrics_schema import read_metrics
+from dlaunch.train.framework_table import FRAMEWORKS
+from dlaunch.train.metrics_schema import read_metrics
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -52,7 +52,7 @@ def added(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "%s:%s" % (REPO, TESTS))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(launcher.cli.out, "width", 300)
+    monkeypatch.setattr(dlaunch.cli.out, "width", 300)
     (tmp_path / "fake.sif").write_text("")
     site = tmp_path / "added.toml"
     site.write_text("\n".join([

@@ -1,14 +1,14 @@
-"""launcher/analysis/scaling.py on hand-made metrics files: throughput, S_G, E_G, grouping, rejects, verdicts."""
+"""dlaunch/analysis/scaling.py on hand-made metrics files: throughput, S_G, E_G, grouping, rejects, verdicts."""
 import json
 from pathlib import Path
 from typing import Optional, Sequence
 
 import pytest
 
-from launcher.analysis.scaling import Spread, find_metrics_files, group_runs, load_runs, scaling, status_figures, verdict
-from launcher.errors import DlaunchError
-from launcher.jobs.sites import Reference
-from train.metrics_schema import MetricsError, energy_total, make_record, read_metrics, unavailable, validate_record
+from dlaunch.analysis.scaling import Spread, find_metrics_files, group_runs, load_runs, scaling, status_figures, verdict
+from dlaunch.errors import DlaunchError
+from dlaunch.jobs.sites import Reference
+from dlaunch.train.metrics_schema import MetricsError, energy_total, make_record, read_metrics, unavailable, validate_record
 
 NO_GPU = unavailable("this run uses no GPU (device cpu)")
 
@@ -23,7 +23,7 @@ def write_run(root: Path, name: str, world_size: int, throughputs: Sequence[floa
     `version` 1 for a file of the first schema."""
     nodes = -(-world_size // gpus_per_node)
     records = [make_record(
-        "header", 1000.0, run_id=name, argv=["python", "-m", "train"], config={"schedule": schedule, "amp": amp, **(config or {})},
+        "header", 1000.0, run_id=name, argv=["python", "-m", "dlaunch.train"], config={"schedule": schedule, "amp": amp, **(config or {})},
         framework="ddp", loader=loader, model=model, device="cuda", world_size=world_size, nodes=nodes,
         hosts=["node%d" % (r // gpus_per_node) for r in range(world_size)], batch_per_worker=batch,
         global_batch=batch * world_size, lr_scaled=0.1, versions={"torch": "2.14.1"}, slurm_job_id=None,

@@ -4,10 +4,10 @@ import ast
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set
 
-from launcher.runtimes import RUNTIMES
-from launcher.schedulers import BACKENDS
+from dlaunch.runtimes import RUNTIMES
+from dlaunch.schedulers import BACKENDS
 
-LAUNCHER = Path(__file__).resolve().parent.parent / "launcher"
+LAUNCHER = Path(__file__).resolve().parent.parent / "dlaunch"
 BACKEND_FOLDERS = (LAUNCHER / "schedulers", LAUNCHER / "runtimes")
 
 
@@ -86,8 +86,8 @@ def test_launcher_has_no_import_circle():
 
 
 def test_no_module_imports_the_command_line():
-    importers = sorted(name for name, imports in import_graph().items() if "launcher.cli" in imports)
-    assert importers == [], "%s import launcher.cli (use launcher.terminal and launcher.runs.service)" % importers
+    importers = sorted(name for name, imports in import_graph().items() if "dlaunch.cli" in imports)
+    assert importers == [], "%s import dlaunch.cli (use dlaunch.terminal and dlaunch.runs.service)" % importers
 
 
 def _constants(node: ast.expr) -> Iterator[str]:

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
-from launcher.errors import DlaunchError
-from launcher.jobs.request import LaunchRequest
-from launcher.schedulers import JobState, scheduler_for
-from launcher.schedulers.slurm import classify
-from launcher.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
+from dlaunch.cli import main
+from dlaunch.errors import DlaunchError
+from dlaunch.jobs.request import LaunchRequest
+from dlaunch.schedulers import JobState, scheduler_for
+from dlaunch.schedulers.slurm import classify
+from dlaunch.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
 from test_launcher_fakes import plan_for, script_for
 
 REQUEST = dict(nodes=2, account="proj42", experiment="exp", trainer=(("steps", 20),))
@@ -190,10 +190,10 @@ def test_parameter_server_job_places_coordinator_servers_and_workers():
     assert "#SBATCH --ntasks=5" in script and "--ntasks-per-node" not in script
     assert 'DLAUNCH_NODELIST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)"' in script
     assert "srun --ntasks=5 --kill-on-bad-exit=1 \\\n  bash -c " in script
-    assert "dlaunch-task \\\n  /opt/mx/bin/python -m train.mx \\\n  --framework mx-ps-async" in script
+    assert "dlaunch-task \\\n  /opt/mx/bin/python -m dlaunch.train.mx \\\n  --framework mx-ps-async" in script
     assert "--checkpoint-dir" not in script and "--overcommit" not in script  # no checkpoints; 32 cores per node
     allreduce = script_for(site, LaunchRequest(site="generic-slurm", framework="tf-allreduce", **REQUEST))
-    assert "#SBATCH --ntasks-per-node=1" in allreduce and "python -m train.tf" in allreduce
+    assert "#SBATCH --ntasks-per-node=1" in allreduce and "python -m dlaunch.train.tf" in allreduce
     small = Site.model_validate(dict(data, cores_per_node=2))  # 2 x (1 + 1) + 1 tasks on 2-CPU nodes
     assert script_for(small, LaunchRequest(site="generic-slurm", framework="mx-ps-sync", **REQUEST)).count("--overcommit") == 2
     with pytest.raises(DlaunchError, match="--amp bf16: not supported by the tensorflow trainer"):
@@ -203,11 +203,11 @@ def test_parameter_server_job_places_coordinator_servers_and_workers():
 def test_engine_modes_that_cannot_run_are_refused_with_the_reason(capsys, monkeypatch):
     import dataclasses
 
-    from train.framework_table import FRAMEWORKS
+    from dlaunch.train.framework_table import FRAMEWORKS
 
     row = dataclasses.replace(FRAMEWORKS["mx-allreduce"], refused="Horovod does not build against this MXNet")
     monkeypatch.setitem(FRAMEWORKS, "mx-allreduce", row)  # a row as the table marks a combination that cannot run
     assert main(["run", "--site", "generic-slurm", "--framework", "mx-allreduce", "--nodes", "2", "--dry-run"]) == 2
     assert "dlaunch: error: --framework mx-allreduce: Horovod does not build against this MXNet" in capsys.readouterr().err
     assert main(["run", "--site", "local", "--framework", "mx-ps-sync", "--dry-run"]) == 0  # the local step starts its tasks
-    assert "exec python -m launcher.schedulers.local --tasks 4 -- python -m train.mx" in capsys.readouterr().out
+    assert "exec python -m dlaunch.schedulers.local --tasks 4 -- python -m dlaunch.train.mx" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""One regression test per class of issue 25 (bad input at the boundary: launcher/boundary.py), each
+"""One regression test per class of issue 25 (bad input at the boundary: dlaunch/boundary.py), each
 through `dlaunch` in this process (tests/hostile.py: sandbox, time limit, the promises checked).
 
 Written against main 448d661, where each of them failed (a traceback, a hang, a wrong exit code, a
@@ -14,12 +14,12 @@ import tracemalloc
 
 import pytest
 
-import launcher.runs.archive
-import launcher.runs.study
+import dlaunch.runs.archive
+import dlaunch.runs.study
 from hostile import (REPO, header, jsonl, kept_promises, metrics_records, plan_file, sandbox, script_is_sound, scripts_in,
                      time_limit, write_run)
-from launcher.boundary import LIMITS
-from train.metrics_schema import make_record
+from dlaunch.boundary import LIMITS
+from dlaunch.train.metrics_schema import make_record
 
 
 @pytest.fixture
@@ -152,7 +152,7 @@ def test_a_rerun_of_a_header_whose_experiment_ends_in_a_newline_renders_whole_di
 def test_no_pattern_guard_in_the_launcher_matches_a_prefix():
     """`re.match(...$)` lets `value\\n` through: guards use re.fullmatch (or pydantic, which matches whole)."""
     prefix_matches = []
-    for path in sorted((REPO / "launcher").rglob("*.py")):
+    for path in sorted((REPO / "dlaunch").rglob("*.py")):
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if re.search(r"\.match\(", line) and "ATTEMPT.match(line)" not in line:  # failures.py reads log lines
                 prefix_matches.append("%s:%d: %s" % (path.relative_to(REPO), number, line.strip()))
@@ -220,14 +220,14 @@ def test_a_study_of_a_million_jobs_is_refused_at_once_unless_allowed(box):
     big = text.replace("gpus = [1, 2]\nrepeats = 2", "gpus = [%s]\nrepeats = 1000" % ", ".join(map(str, range(1, 1001))))
     (box.work / "big.toml").write_text(big)  # 1000 GPU counts x 1000 repeats
     built = []
-    real = launcher.runs.study.LaunchRequest
+    real = dlaunch.runs.study.LaunchRequest
 
     def counted(*args, **kwargs):
         built.append(1)
         return real(*args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patched:
-        patched.setattr(launcher.runs.study, "LaunchRequest", counted)
+        patched.setattr(dlaunch.runs.study, "LaunchRequest", counted)
         line = error_line(box.run("study", "run", "big.toml", "--site", "local", "--dry-run"))
     assert "more than %d jobs" % LIMITS["study jobs"] in line and "--allow-large" in line
     assert len(built) <= LIMITS["study jobs"] + 1  # refused before the million jobs were built, not after
@@ -280,7 +280,7 @@ def test_a_log_that_is_a_fifo_never_blocks(box):
 
 
 def test_rerun_of_an_oversized_archive_member_is_refused_without_reading_it(box, monkeypatch):
-    monkeypatch.setattr(launcher.runs.archive, "MAX_METRICS_BYTES", 1000)
+    monkeypatch.setattr(dlaunch.runs.archive, "MAX_METRICS_BYTES", 1000)
     write_run(box.work)
     kept_promises(box.run("archive", "runs/exp", "-o", "exp.tar.gz"), codes=(0,), may_change=["work/exp.tar.gz"])
     line = error_line(box.run("rerun", "exp.tar.gz:exp/r1", "--site", "local", "--dry-run"))
@@ -421,7 +421,7 @@ def test_with_the_limit_the_time_limit_helper_stops_a_hang():
 def test_make_record_still_writes_what_the_reader_reads():
     record = make_record("epoch", 1.0, epoch=0, steps=1, images=1, images_per_s=1.0, epoch_time_s=1.0,
                          data_wait_s=0.0, loss=float("nan"), lr=0.1)  # a diverging run's loss is kept
-    from train.metrics_schema import check_bounds
+    from dlaunch.train.metrics_schema import check_bounds
     check_bounds(json.loads(json.dumps(record)))
 
 

@@ -1,10 +1,10 @@
-"""Property-based tests of the boundary (launcher/boundary.py): per surface, random and hostile bytes,
+"""Property-based tests of the boundary (dlaunch/boundary.py): per surface, random and hostile bytes,
 JSON and TOML in every file dlaunch reads and random text in every name and path flag; each outcome
 keeps the promises of tests/hostile.py (exit 0, or 2 with one `dlaunch: error:` line; listings 1 with
 `rejected:` lines; no traceback, no hang, nothing written outside what the command writes), and a
 rendered script is valid bash with its directives in one block.
 
-In-process through `launcher.cli.main`, a modest number of examples each (CI time)."""
+In-process through `dlaunch.cli.main`, a modest number of examples each (CI time)."""
 import hashlib
 import io
 import json
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from hostile import (REPO, hostile_bytes, hostile_text, jsonl, kept_promises, metrics_records, mutated, plan_file, sandbox,
                      script_is_sound, scripts_in, toml_text, write_run)
-from launcher.boundary import NAME, escape, has_control, printable, whole
+from dlaunch.boundary import NAME, escape, has_control, printable, whole
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SHIPPED = ["generic-slurm", "juwels-booster", "alps", "polaris", "local"]

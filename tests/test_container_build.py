@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from prerequisites import require
-from train.metrics_schema import MetricsError, read_metrics
+from dlaunch.train.metrics_schema import MetricsError, read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +77,7 @@ def test_the_image_carries_its_labels_environment_and_bind_targets(image):
     assert environment["DLAUNCH_STACK"] == "cpu" and environment["PATH"].startswith("/opt/venv/bin:")
     for target in ("work", "scratch", "tmp"):
         assert (image / target).is_dir(), target
-    assert (image / "opt" / "dlaunch" / "train" / "__main__.py").read_text() == (REPO / "train" / "__main__.py").read_text()
+    assert (image / "opt" / "dlaunch" / "dlaunch" / "train" / "__main__.py").read_text() == (REPO / "dlaunch" / "train" / "__main__.py").read_text()
 
 
 def test_python_inside_is_the_images_not_the_hosts(image):
@@ -94,7 +94,7 @@ def test_python_inside_is_the_images_not_the_hosts(image):
 def test_local_ddp_job_in_the_container_ends_ok(image, tmp_path):
     """Two gloo ranks under torchrun, inside ch-run, write their metrics to the host through a bind."""
     run_dir = tmp_path / "run"
-    command = ch_run(image, "torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=2", "-m", "train", *TINY,
+    command = ch_run(image, "torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=2", "-m", "dlaunch.train", *TINY,
                      "--steps", "4", "--checkpoint-dir", str(run_dir), binds=[tmp_path])
     ran = subprocess.run(command, capture_output=True, text=True, timeout=600, env=container_env())
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-4000:]
@@ -109,7 +109,7 @@ def test_local_ddp_job_in_the_container_ends_ok(image, tmp_path):
 ], ids=["gloo", "mpi"])
 def test_horovod_job_in_the_container_ends_ok(horovod_image, tmp_path, launcher):
     run_dir = tmp_path / "run"
-    command = ch_run(horovod_image, *launcher, "python", "-m", "train", "--framework", "horovod", *TINY,
+    command = ch_run(horovod_image, *launcher, "python", "-m", "dlaunch.train", "--framework", "horovod", *TINY,
                      "--steps", "4", "--checkpoint-dir", str(run_dir), binds=[tmp_path])
     # HOME: horovodrun keeps a cache in ~/.horovod, and the image's /root is read-only.
     ran = subprocess.run(command, capture_output=True, text=True, timeout=600, env=container_env(HOME=str(tmp_path)))
@@ -131,7 +131,7 @@ def test_a_signal_to_ch_run_reaches_the_trainer_inside(image, tmp_path, signum, 
     """ch-run execs the command in the container (same process): Slurm's USR1 warning and scancel's TERM
     reach the trainer, which checkpoints and records why it stopped."""
     run_dir = tmp_path / "run"
-    command = ch_run(image, "python", "-m", "train", *TINY, "--steps", "100000", "--checkpoint-dir", str(run_dir),
+    command = ch_run(image, "python", "-m", "dlaunch.train", *TINY, "--steps", "100000", "--checkpoint-dir", str(run_dir),
                      binds=[tmp_path])
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=container_env())
     try:

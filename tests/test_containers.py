@@ -12,8 +12,8 @@ import importlib.util
 
 import pytest
 
-from launcher.jobs import images
-from train.framework_table import FRAMEWORKS, group_engine, group_entry, image_groups, import_checks
+from dlaunch.jobs import images
+from dlaunch.train.framework_table import FRAMEWORKS, group_engine, group_entry, image_groups, import_checks
 
 REPO = images.REPO
 _spec = importlib.util.spec_from_file_location("build_rootfs", REPO / "scripts" / "build-rootfs.py")
@@ -169,8 +169,8 @@ def test_engine_images_are_in_the_cpu_stack_only_and_every_image_group_has_a_mak
 
 
 @pytest.mark.parametrize("group,entry,imports", [
-    ("tensorflow", "train.tf", ["tensorflow", "train.tf.trainer"]),
-    ("mxnet", "train.mx", ["mxnet, horovod.mxnet", "train.mx.trainer"]),
+    ("tensorflow", "dlaunch.train.tf", ["tensorflow", "dlaunch.train.tf.trainer"]),
+    ("mxnet", "dlaunch.train.mx", ["mxnet, horovod.mxnet", "dlaunch.train.mx.trainer"]),
 ])
 def test_engine_images_have_their_own_environment_without_torch(group, entry, imports):
     """The engine images take only their own group (numpy 1.23.5 beside torch's 2.4.6 would not install),
@@ -320,9 +320,10 @@ def test_git_revision_outside_a_git_checkout_is_unknown(fake_apptainer, tmp_path
     (tree / "containers" / "cpu").mkdir(parents=True)
     shutil.copy(REPO / "containers" / "images.mk", tree / "containers")
     shutil.copy(images.definition_path("cpu", "ddp"), tree / "containers" / "cpu")
-    (tree / "train").mkdir()
+    (tree / "dlaunch" / "train").mkdir(parents=True)
+    shutil.copy(REPO / "dlaunch" / "__init__.py", tree / "dlaunch")
     for name in ("__init__.py", "framework_table.py"):  # make's image targets come from the framework table
-        shutil.copy(REPO / "train" / name, tree / "train")
+        shutil.copy(REPO / "dlaunch" / "train" / name, tree / "dlaunch" / "train")
     (tree / "Makefile").write_text("include containers/images.mk\n")
     env = {**os.environ, "PATH": fake_apptainer, "GIT_CEILING_DIRECTORIES": str(tmp_path)}
     result = subprocess.run(["make", "-n", "image-ddp", "STACK=cpu"], cwd=tree, env=env, capture_output=True, text=True)
@@ -343,7 +344,7 @@ def test_make_without_apptainer_says_so_and_fails(tmp_path):
     bin_dir.mkdir()
     for tool in ("make", "git"):
         (bin_dir / tool).symlink_to(shutil.which(tool))
-    (bin_dir / "python3").symlink_to(os.path.realpath(sys.executable))  # the image targets: train/framework_table.py
+    (bin_dir / "python3").symlink_to(os.path.realpath(sys.executable))  # the image targets: dlaunch/train/framework_table.py
     result = _make(["image-horovod"], str(bin_dir), tmp_path)
     assert result.returncode != 0
     assert "neither apptainer nor singularity is on PATH" in result.stderr

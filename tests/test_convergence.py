@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from launcher.analysis.convergence import RCP_FILE, load_rcps, rcp_at, t_cdf, t_quantile
-from launcher.cli import app
+from dlaunch.analysis.convergence import RCP_FILE, load_rcps, rcp_at, t_cdf, t_quantile
+from dlaunch.cli import app
 from prerequisites import require_library
 from test_analysis import write_run
 from test_report import table_rows

@@ -1,5 +1,5 @@
 """The DALI loader (CPU pipelines, real DALI) against the folder it reads and the native loader, and
-against the TFRecords that `python -m train.data.make_tfrecord` makes of that folder (DALI's TFRecord
+against the TFRecords that `python -m dlaunch.train.data.make_tfrecord` makes of that folder (DALI's TFRecord
 reader with the converter's index files).
 
 Every image of the test folder is one solid colour: red identifies the image (augmentation keeps a
@@ -14,8 +14,8 @@ import torch
 from PIL import Image
 
 from prerequisites import require_library
-from train.config import parse_config
-from train.frameworks.base import DistInfo
+from dlaunch.train.config import parse_config
+from dlaunch.train.frameworks.base import DistInfo
 
 pytestmark = pytest.mark.dali
 
@@ -52,7 +52,7 @@ def folder(tmp_path_factory):
 def tfrecords(folder, tmp_path_factory):
     """The folder as TFRecords (3 training shards, 2 validation shards, by 2 worker processes)."""
     require_library("google_crc32c")
-    from train.data.make_tfrecord import main
+    from dlaunch.train.data.make_tfrecord import main
 
     out = tmp_path_factory.mktemp("tfrecord") / "set"
     assert main([folder[0], str(out), "--train-shards", "3", "--val-shards", "2", "--workers", "2"]) == 0
@@ -67,7 +67,7 @@ def source(request, folder):
 
 def loaders(root, rank, world, tmp_path, loader="dali", extra=()):
     require_library("nvidia.dali")
-    from train.data import build_loaders
+    from dlaunch.train.data import build_loaders
 
     cfg = parse_config(["--loader", loader, "--data", root, "--batch-size", str(BATCH), "--image-size", str(SIZE),
                         "--workers", "1", "--seed", "3", "--metrics", str(tmp_path / "unused.jsonl")] + list(extra))
@@ -132,7 +132,7 @@ def test_same_training_batches_per_epoch_as_the_native_loader(folder, tmp_path):
 def test_gpu_pipeline_without_gpu_is_refused(folder, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible")
-    from train.config import ConfigError
+    from dlaunch.train.config import ConfigError
 
     with pytest.raises(ConfigError, match="--dali-device gpu needs a CUDA GPU"):
         loaders(folder[0], 0, 1, tmp_path, extra=["--dali-device", "gpu"])
@@ -142,8 +142,8 @@ def test_tfrecord_set_reports_its_format_and_counts_and_only_dali_reads_it(tfrec
     import json
     import shutil
 
-    from train.config import ConfigError
-    from train.data.make_tfrecord import main
+    from dlaunch.train.config import ConfigError
+    from dlaunch.train.data.make_tfrecord import main
 
     root, _ = tfrecords
     manifest = json.loads(open(os.path.join(root, "tfrecords.json")).read())

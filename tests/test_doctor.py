@@ -1,6 +1,6 @@
 """`dlaunch doctor`: real interfaces, name resolution, Charliecloud-style image trees and exit codes on this machine.
 
-Sites are written as schema-v2 TOML files and read by launcher.jobs.sites.load_site (tests marked `needs_v2`
+Sites are written as schema-v2 TOML files and read by dlaunch.jobs.sites.load_site (tests marked `needs_v2`
 skip until the lead's "backends:" commit makes load_site accept them). Fakes, named as such: an aarch64 ELF
 header and a SIF header (no aarch64 binary and no apptainer here).
 """
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from launcher import cli, doctor
-from launcher.runtimes import imagearch
-from launcher.runtimes.apptainer import Apptainer
-from launcher.runtimes.charliecloud import Charliecloud
-from launcher.schedulers import scheduler_for
-from launcher.jobs.sites import Site, load_site
+from dlaunch import cli, doctor
+from dlaunch.runtimes import imagearch
+from dlaunch.runtimes.apptainer import Apptainer
+from dlaunch.runtimes.charliecloud import Charliecloud
+from dlaunch.schedulers import scheduler_for
+from dlaunch.jobs.sites import Site, load_site
 
 needs_v2 = pytest.mark.skipif("arch" not in Site.model_fields, reason="site schema v2 (lead's 'backends:' commit) not landed")
 HOST_SH = Path("/bin/sh").resolve()

@@ -1,4 +1,4 @@
-"""train/energy.py: each source against the real interface where this machine has it (it has no
+"""dlaunch/train/energy.py: each source against the real interface where this machine has it (it has no
 GPU, no readable RAPL, no HPE Cray counters: then the reason is tested), and the parsing of
 sysfs-style files written by the test. NVML, amdsmi and rocm-smi counters, which cannot exist here,
 are fed by fakes named as such. The all-rank sum runs on two real gloo ranks."""
@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from helpers_train import REPO, TINY, assert_ok, run_trainer
-from train.energy import (NOT_LEADER, AmdSmiGpu, CrayNodeCounter, EnergyMeter, NvmlGpu, RaplCounter, RocmSmiGpu,
+from dlaunch.train.energy import (NOT_LEADER, AmdSmiGpu, CrayNodeCounter, EnergyMeter, NvmlGpu, RaplCounter, RocmSmiGpu,
                           Unavailable, probe_sources)
-from train.metrics_schema import ENERGY_DOMAINS, UNAVAILABLE, read_metrics
+from dlaunch.train.metrics_schema import ENERGY_DOMAINS, UNAVAILABLE, read_metrics
 
 CPU = torch.device("cpu")
 
@@ -234,8 +234,8 @@ import os, sys
 sys.path.insert(0, %(repo)r)
 from types import SimpleNamespace
 import torch
-from train.energy import EnergyMeter, RaplCounter
-from train.frameworks.ddp import DDP
+from dlaunch.train.energy import EnergyMeter, RaplCounter
+from dlaunch.train.frameworks.ddp import DDP
 
 fw = DDP()
 dist = fw.init(SimpleNamespace(device="cpu", sync_bn=False, amp="none"))
@@ -296,13 +296,13 @@ def test_two_process_run_writes_energy_fields_in_header_epochs_and_end(tmp_path)
     ("", "unavailable: sacct knows no job 4711"),
 ])
 def test_consumed_energy_parses_fake_sacct_output(output, expected):
-    from launcher.schedulers.slurm import parse_consumed_energy
+    from dlaunch.schedulers.slurm import parse_consumed_energy
     assert parse_consumed_energy(output, "4711") == expected
 
 
 def test_slurm_job_energy_runs_sacct_and_turns_failures_into_reasons(tmp_path):
     """The Slurm backend's accounting query against fake sacct commands (no accounting database here)."""
-    from launcher.schedulers.slurm import Slurm, sacct_energy_command
+    from dlaunch.schedulers.slurm import Slurm, sacct_energy_command
 
     def slurm_with_sacct(body: str) -> Slurm:
         folder = tmp_path / str(len(list(tmp_path.iterdir())))

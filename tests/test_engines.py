@@ -2,7 +2,7 @@
 
 Every mode runs as `dlaunch run --site local --gpus 2 --framework MODE`: 2 workers plus the coordinator
 and server tasks its row asks for, one process per task, started by the local scheduler's step with the
-neutral variables of train/jobenv.py (DLAUNCH_TASK_ID, DLAUNCH_NTASKS, ...; Slurm itself:
+neutral variables of dlaunch/train/jobenv.py (DLAUNCH_TASK_ID, DLAUNCH_NTASKS, ...; Slurm itself:
 tests/test_slurm_engines.py). The TensorFlow and MXNet runs use their own environments
 (scripts/bootstrap-engines.sh), named in the local profile's `interpreters`, and are skipped, saying
 so, where those are missing.
@@ -16,12 +16,12 @@ from typing import List
 
 import pytest
 
-from train.config import ConfigError
-from launcher.jobs.sites import SHIPPED_SITES_DIR
-from train.engines import engine_config, task_layout
-from train.framework_table import task_per_worker
-from train.jobenv import expand_tasks_per_node, step_environment
-from train.metrics_schema import read_metrics
+from dlaunch.train.config import ConfigError
+from dlaunch.jobs.sites import SHIPPED_SITES_DIR
+from dlaunch.train.engines import engine_config, task_layout
+from dlaunch.train.framework_table import task_per_worker
+from dlaunch.train.jobenv import expand_tasks_per_node, step_environment
+from dlaunch.train.metrics_schema import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHONS = {"tensorflow": os.path.join(REPO, ".venv-tf", "bin", "python"),
@@ -54,7 +54,7 @@ def run_job(mode: str, args: List[str], folder: Path, timeout: float = 600) -> P
     env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
     for name in ("WORLD_SIZE", "RANK", "MASTER_PORT", "TF_CONFIG"):
         env.pop(name, None)
-    ran = subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--site", str(local_site(folder)), "--gpus", "2",
+    ran = subprocess.run([sys.executable, "-m", "dlaunch.cli", "run", "--site", str(local_site(folder)), "--gpus", "2",
                           "--framework", mode, "--output", str(folder / "runs"), "--experiment", "engines",
                           "--run-name", mode] + args, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
     assert ran.returncode == 0, ran.stdout[-6000:] + ran.stderr[-2000:]
@@ -119,7 +119,7 @@ def test_flags_the_tensorflow_trainer_lacks_are_refused(flag):
 
 
 def test_wrong_mode_exits_2_with_one_line_before_importing_tensorflow():
-    ran = subprocess.run([sys.executable, "-m", "train.tf", "--framework", "mx-ps-sync"], cwd=REPO,
+    ran = subprocess.run([sys.executable, "-m", "dlaunch.train.tf", "--framework", "mx-ps-sync"], cwd=REPO,
                          env=dict(os.environ, PYTHONPATH=REPO, **task_env(0, 3, **ONE_NODE)),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
     assert ran.returncode == 2
@@ -127,7 +127,7 @@ def test_wrong_mode_exits_2_with_one_line_before_importing_tensorflow():
 
 
 def test_mxnet_roles_become_ps_lite_variables():
-    from train.mx.roles import dmlc_environment
+    from dlaunch.train.mx.roles import dmlc_environment
     env = {"DLAUNCH_TASKS_PER_NODE": "4", "DLAUNCH_NODELIST": "localhost", "DLAUNCH_ENGINE_PORT": "9000"}
     layout = task_layout(task_env(3, 4, **env), coordinators=1, servers_per_node=1)
     assert dmlc_environment(layout) == {
@@ -171,7 +171,7 @@ def test_resnet50_trains_in_the_engine(mode, tmp_path):
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    from train.data.make_folder import make_digits_folder
+    from dlaunch.train.data.make_folder import make_digits_folder
     root = str(tmp_path_factory.mktemp("digits") / "digits")
     make_digits_folder(root, size=32)
     return root

@@ -1,12 +1,12 @@
-"""The failure explainer (launcher/runs/failures.py) on logs the tests write, shaped like real ones."""
+"""The failure explainer (dlaunch/runs/failures.py) on logs the tests write, shaped like real ones."""
 from pathlib import Path
 
 import pytest
 
-from launcher.runs.failures import explain, reconcile, scheduler_label
-from launcher.schedulers import JobState
-from launcher.schedulers.pbs import Pbs
-from launcher.schedulers.slurm import Slurm
+from dlaunch.runs.failures import explain, reconcile, scheduler_label
+from dlaunch.schedulers import JobState
+from dlaunch.schedulers.pbs import Pbs
+from dlaunch.schedulers.slurm import Slurm
 
 SLURM = dict(verdicts=Slurm.log_verdicts, noise=Slurm.log_noise)
 

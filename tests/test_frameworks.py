@@ -16,7 +16,7 @@ import torch
 
 from prerequisites import require, require_library
 from helpers_train import REPO, TINY, assert_ok, load_model_state, run_trainer, trainer_env
-from train.metrics_schema import read_metrics
+from dlaunch.train.metrics_schema import read_metrics
 
 STEPS, WORLD = 4, 2
 UNPROFILED = TINY + ["--steps", str(STEPS), "--steps-per-epoch", str(STEPS), "--warmup-steps", "1",
@@ -41,7 +41,7 @@ def horovodrun(args, controller: str, timeout: float = 600) -> subprocess.Comple
     else:
         command.append("--mpi")
         env.update(OMPI_MCA_btl="self,tcp", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    command += [sys.executable, "-m", "train", "--framework", "horovod"] + args
+    command += [sys.executable, "-m", "dlaunch.train", "--framework", "horovod"] + args
     return subprocess.run(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           timeout=timeout)
 
@@ -121,7 +121,7 @@ def test_horovod_knobs_are_applied_and_recorded(tmp_path):
 @pytest.mark.horovod
 def test_horovod_job_size_comes_from_the_most_specific_launcher_variable():
     require_library("horovod.torch")
-    from train.frameworks.horovod import expected_size
+    from dlaunch.train.frameworks.horovod import expected_size
 
     assert expected_size({}) is None
     assert expected_size({"DLAUNCH_NTASKS": "8"}) == ("DLAUNCH_NTASKS", 8)
@@ -133,8 +133,8 @@ def test_horovod_job_size_comes_from_the_most_specific_launcher_variable():
 @pytest.mark.horovod
 def test_horovod_gloo_operations_under_the_mpi_controller_are_refused():
     require_library("horovod.torch")
-    from train.config import ConfigError
-    from train.frameworks.horovod import check_controller
+    from dlaunch.train.config import ConfigError
+    from dlaunch.train.frameworks.horovod import check_controller
 
     check_controller({"HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_CONTROLLER": "gloo"})  # horovodrun --gloo
     check_controller({"OMPI_COMM_WORLD_SIZE": "2"})  # mpirun
@@ -156,7 +156,7 @@ def test_horovod_started_by_torchrun_fails_loudly(tmp_path):
 
 @pytest.fixture(scope="module")
 def image_folder(tmp_path_factory):
-    from train.data.make_folder import make_pattern_folder
+    from dlaunch.train.data.make_folder import make_pattern_folder
 
     root = str(tmp_path_factory.mktemp("data") / "folder")
     make_pattern_folder(root, classes=2, images_per_class=8, val_per_class=2, size=40)
@@ -203,10 +203,10 @@ def test_channels_last_trains_under_deepspeed_and_horovod(framework, tmp_path):
 
 ENGINE_DTYPE = """
 import sys, torch
-from train.config import parse_config
-from train.frameworks.deepspeed import DeepSpeed
-from train.loop import build_optimizer
-from train.models import build_model
+from dlaunch.train.config import parse_config
+from dlaunch.train.frameworks.deepspeed import DeepSpeed
+from dlaunch.train.loop import build_optimizer
+from dlaunch.train.models import build_model
 cfg = parse_config(sys.argv[1:])
 framework = DeepSpeed()
 framework.init(cfg)
@@ -261,7 +261,7 @@ def test_fake_missing_library_is_a_one_line_error(flags, package, message, image
     metrics_path = tmp_path / "metrics.jsonl"
     env = trainer_env()
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "shim"), REPO])
-    command = [sys.executable, "-m", "train"] + TINY + ["--num-classes", "2", "--data", image_folder, "--steps", "1",
+    command = [sys.executable, "-m", "dlaunch.train"] + TINY + ["--num-classes", "2", "--data", image_folder, "--steps", "1",
                                                         "--metrics", str(metrics_path)] + flags
     result = subprocess.run(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             timeout=120)
@@ -284,11 +284,11 @@ def test_deepspeed_refuses_profiling_under_zero(tmp_path):
 
 RESUME_SCRIPT = """
 import copy, json, sys, torch
-from train.config import parse_config
-from train.data.synthetic import synthetic_batch
-from train.frameworks import get_framework
-from train.loop import build_optimizer
-from train.models import build_model
+from dlaunch.train.config import parse_config
+from dlaunch.train.data.synthetic import synthetic_batch
+from dlaunch.train.frameworks import get_framework
+from dlaunch.train.loop import build_optimizer
+from dlaunch.train.models import build_model
 
 cfg = parse_config(sys.argv[1:])
 fw = get_framework("deepspeed")

@@ -1,4 +1,4 @@
-"""`dlaunch images` (launcher/jobs/images.py) and `default_image` (launcher/jobs/imagepaths.py), run through typer on a tiny app."""
+"""`dlaunch images` (dlaunch/jobs/images.py) and `default_image` (dlaunch/jobs/imagepaths.py), run through typer on a tiny app."""
 import json
 import os
 import re
@@ -10,10 +10,10 @@ import typer
 from typer.testing import CliRunner
 
 
-from launcher.jobs import imagepaths
-from launcher.jobs import images
-from launcher.errors import DlaunchError
-from launcher.jobs.sites import Site
+from dlaunch.jobs import imagepaths
+from dlaunch.jobs import images
+from dlaunch.errors import DlaunchError
+from dlaunch.jobs.sites import Site
 
 app = typer.Typer()
 app.command("images")(images.images_command)
@@ -290,14 +290,14 @@ def test_render_writes_the_definition_files(tmp_path, monkeypatch):
 
 
 def test_launcher_images_does_not_import_torch():
-    code = "import sys, launcher.jobs.images; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, dlaunch.jobs.images; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=images.REPO)
 
 
 def test_bootstrap_builds_horovod_with_the_cpu_stacks_pin_and_cxx_standard(tmp_path):
     """scripts/bootstrap*.sh take Horovod's pin and CMake workaround from the lock's cpu stack (that image
-    reuses their wheel), through launcher/jobs/horovod_build.py: no copy in the scripts."""
-    from launcher.jobs import horovod_build
+    reuses their wheel), through dlaunch/jobs/horovod_build.py: no copy in the scripts."""
+    from dlaunch.jobs import horovod_build
 
     cpu = images.load_lock().stacks["cpu"]
     assignments = dict(line.split("=", 1) for line in horovod_build.settings("cpu", tmp_path))

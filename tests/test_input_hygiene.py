@@ -1,14 +1,14 @@
 """NaN and infinity in float flags: refused by the launcher before anything is written or submitted.
 
-The launcher runs the trainer's own parser (train/config.py, torch-free) on the trainer flags, so a
+The launcher runs the trainer's own parser (dlaunch/train/config.py, torch-free) on the trainer flags, so a
 value that the trainer refuses is refused by `dlaunch run --dry-run` too: exit 2, one line naming the
 flag. (The trainer side, every float flag, is in tests/test_train_config.py.)
 """
 import pytest
 
-import launcher.cli
-from launcher.cli import main
-from launcher.jobs.request import TRAINER_FLAGS
+import dlaunch.cli
+from dlaunch.cli import main
+from dlaunch.jobs.request import TRAINER_FLAGS
 
 FLOAT_FLAGS = sorted("--" + flag.name for flag in TRAINER_FLAGS if flag.kind is float)
 
@@ -22,7 +22,7 @@ def test_the_launcher_passes_the_issue_s_float_flags():
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_dry_run_refuses_a_non_finite_float_flag_naming_it(flag, value, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(launcher.cli.out, "width", 300)
+    monkeypatch.setattr(dlaunch.cli.out, "width", 300)
     assert main(["run", "--site", "local", "--dry-run", flag, value]) == 2
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()

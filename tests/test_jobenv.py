@@ -1,5 +1,5 @@
-"""The job's neutral environment (train/jobenv.py): the rendered script sets it from the scheduler's own
-variables, and train/ reads no scheduler's variable anywhere else."""
+"""The job's neutral environment (dlaunch/train/jobenv.py): the rendered script sets it from the scheduler's own
+variables, and dlaunch/train reads no scheduler's variable anywhere else."""
 import ast
 import json
 import re
@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher.jobs.request import LaunchRequest
-from launcher.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
+from dlaunch.jobs.request import LaunchRequest
+from dlaunch.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
 from test_launcher_fakes import fake_env, install_fakes, script_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ done
 for pid in "${pids[@]}"; do wait "$pid" || exit 1; done
 """
 # Stands in for the engine's interpreter: what the trainer's adapter makes of this task's environment.
-LAYOUT = ("import json, os; from train.engines import task_layout; l = task_layout(os.environ); "
+LAYOUT = ("import json, os; from dlaunch.train.engines import task_layout; l = task_layout(os.environ); "
           "open(os.path.join(os.environ['FAKE_LOG'], 'task-%d.json' % l.task), 'w').write(json.dumps("
           "{'role': l.role, 'host': l.hosts[l.task], 'port': l.ports[l.task], 'job': os.environ['DLAUNCH_JOB_ID']}))")
 
@@ -43,13 +43,13 @@ def string_constants(tree: ast.AST):
 
 def test_train_reads_no_scheduler_variable_outside_its_adapter():
     found = []
-    for path in sorted((REPO / "train").rglob("*.py")):
+    for path in sorted((REPO / "dlaunch" / "train").rglob("*.py")):
         if path.name == "jobenv.py" and path.parent.name == "train":
             continue
         for node in string_constants(ast.parse(path.read_text(encoding="utf-8"))):
             if SCHEDULER_VARIABLE.match(node.value) or re.search(r"\$\{?(SLURM|PBS|PALS|PMI)_", node.value):
                 found.append("%s:%d: %s" % (path.relative_to(REPO), node.lineno, node.value))
-    assert not found, "read the job through train/jobenv.py:\n" + "\n".join(found)
+    assert not found, "read the job through dlaunch/train/jobenv.py:\n" + "\n".join(found)
 
 
 def test_each_task_of_a_slurm_step_gets_its_neutral_ids(tmp_path):

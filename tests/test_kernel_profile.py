@@ -1,4 +1,4 @@
-"""Table 2's measure: CUDA kernel time per class (train/profiling.py), on kernel records shaped like the
+"""Table 2's measure: CUDA kernel time per class (dlaunch/train/profiling.py), on kernel records shaped like the
 PyTorch profiler's. No GPU here: the records are fakes, real torch FunctionEvent objects built by the
 test with device_type CUDA and kernel names as NCCL, cuDNN, cuBLAS, DALI and PyTorch name their kernels;
 the classification and aggregation are the trainer's own, and so is the path from the `kernel_profile`
@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch.autograd.profiler_util import FunctionEvent
 
-from launcher.analysis.scaling import KernelShares, load_runs, read_published, run_values
-from train.metrics_schema import make_record, read_metrics
-from train.profiling import KERNEL_CLASSES, KernelTimes, device_kernels, kernel_class, kernel_fields
+from dlaunch.analysis.scaling import KernelShares, load_runs, read_published, run_values
+from dlaunch.train.metrics_schema import make_record, read_metrics
+from dlaunch.train.profiling import KERNEL_CLASSES, KernelTimes, device_kernels, kernel_class, kernel_fields
 
 # (name, class): names of real kernels and GPU memory operations as the profiler reports them.
 KERNELS = [
@@ -59,7 +59,7 @@ def test_kernel_time_per_class_from_profiler_records_leaves_out_cpu_events():
 def test_kernel_profile_record_reaches_the_analysis_as_the_papers_shares(tmp_path):
     # two ranks' seconds per class, summed: comm 2, compute 5, io 1, other 2 of 10 s
     fields = kernel_fields([2.0, 5.0, 1.0, 2.0], steps=100, ranks=8, top={"comm": [["ncclKernel_x", 1.0]]})
-    records = [make_record("header", 1.0, run_id="r", argv=["python", "-m", "train"], config={}, framework="ddp",
+    records = [make_record("header", 1.0, run_id="r", argv=["python", "-m", "dlaunch.train"], config={}, framework="ddp",
                            loader="dali", model="resnet50", device="cuda", world_size=8, nodes=2,
                            hosts=["a"] * 4 + ["b"] * 4, batch_per_worker=64, global_batch=512, lr_scaled=0.2,
                            versions={}, slurm_job_id=None, site="juwels-booster", experiment="aach2023.table2a",

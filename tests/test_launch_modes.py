@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import DlaunchError
-from launcher.jobs.request import LaunchRequest
-from launcher.jobs.sites import SHIPPED_SITES_DIR, load_site
+from dlaunch.errors import DlaunchError
+from dlaunch.jobs.request import LaunchRequest
+from dlaunch.jobs.sites import SHIPPED_SITES_DIR, load_site
 from test_launcher_fakes import FAKES, fake_env, install_fakes, plan_for, read_args, script_for
 
 BASE = (SHIPPED_SITES_DIR / "generic-slurm.toml").read_text()
@@ -54,7 +54,7 @@ def test_task_per_gpu_starts_one_task_per_gpu_without_torchrun(tmp_path):
     lines = script.splitlines()
     assert "#SBATCH --ntasks-per-node=4" in lines and "#SBATCH --cpus-per-task=8" in lines
     assert "srun --ntasks-per-node=4 --kill-on-bad-exit=1 --gpus-per-task=1 --gpu-bind=closest \\" in lines
-    assert "torchrun" not in script and "  python -m train \\" in lines
+    assert "torchrun" not in script and "  python -m dlaunch.train \\" in lines
     deepspeed = script_for(site, request("deepspeed"))  # no [launch.deepspeed]: the table's torchrun per node
     assert "ignore-usr1 torchrun " in deepspeed and "--gpu-bind" not in deepspeed
 
@@ -75,7 +75,7 @@ def test_horovod_through_mpirun_instead_of_the_mpi_plugin(tmp_path):
     run_with_fakes(tmp_path, script, mpirun='printf "%s\\0" "$@" > "$FAKE_LOG/mpirun.args"\n')
     args = read_args(tmp_path / "mpirun.args")
     assert args[:7] == ["-np", "8", "--map-by", "ppr:4:node", "--bind-to", "core", "apptainer"]
-    assert args[args.index("python"):][:3] == ["python", "-m", "train"]
+    assert args[args.index("python"):][:3] == ["python", "-m", "dlaunch.train"]
 
 
 def test_environment_by_node_count(tmp_path):

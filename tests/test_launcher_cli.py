@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-import launcher.cli
-from launcher.cli import main
-from launcher.errors import SchedulerError
-from launcher.schedulers.slurm import Slurm
+import dlaunch.cli
+from dlaunch.cli import main
+from dlaunch.errors import SchedulerError
+from dlaunch.schedulers.slurm import Slurm
 from test_launcher_fakes import install_fakes, read_args
-from train.framework_table import FRAMEWORKS
-from train.metrics_schema import make_record
+from dlaunch.train.framework_table import FRAMEWORKS
+from dlaunch.train.metrics_schema import make_record
 
 JUWELS = ["--site", "juwels", "--nodes", "2", "--account", "proj42", "--experiment", "exp"]
 FAKE_SLURM = {
@@ -33,7 +33,7 @@ def fake_slurm(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_LOG", str(tmp_path))
     monkeypatch.setenv("SLURM_CONF", "/tmp/throwaway/slurm.conf")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(launcher.cli.out, "width", 300)  # rich tables: no wrapped cells, whatever the terminal
+    monkeypatch.setattr(dlaunch.cli.out, "width", 300)  # rich tables: no wrapped cells, whatever the terminal
     (tmp_path / "img.sif").write_text("")
     return tmp_path
 
@@ -46,7 +46,7 @@ def error_line(capsys) -> str:
 
 def test_issue_command_dry_run_prints_script_and_writes_nothing(tmp_path):
     """`dlaunch --site juwels --nodes 256 --framework ddp` (no sub-command = run), as a real process."""
-    result = subprocess.run([sys.executable, "-m", "launcher.cli", "--site", "juwels", "--nodes", "256",
+    result = subprocess.run([sys.executable, "-m", "dlaunch.cli", "--site", "juwels", "--nodes", "256",
                              "--framework", "ddp", "--account", "proj42", "--dry-run"],
                             cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -58,7 +58,7 @@ def test_issue_command_dry_run_prints_script_and_writes_nothing(tmp_path):
 def test_engine_frameworks_run_the_cpu_stacks_images_and_other_stacks_name_the_fix(tmp_path):
     """JUWELS Cluster (cpu stack) runs tf-allreduce from cpu-tensorflow; JUWELS Booster (current) refuses it."""
     def run(site, framework):
-        return subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--site", site, "--nodes", "2",
+        return subprocess.run([sys.executable, "-m", "dlaunch.cli", "run", "--site", site, "--nodes", "2",
                                "--framework", framework, "--account", "p", "--dry-run"],
                               cwd=tmp_path, capture_output=True, text=True)
     cluster = run("juwels-cluster", "tf-allreduce")
@@ -75,7 +75,7 @@ def test_engine_frameworks_run_the_cpu_stacks_images_and_other_stacks_name_the_f
 def test_readme_dry_run_without_account_warns_and_renders_no_account(tmp_path):
     """The README's first cluster example has no --account: a dry run warns, a submission refuses."""
     env = {k: v for k, v in os.environ.items() if k != "SBATCH_ACCOUNT"}
-    result = subprocess.run([sys.executable, "-m", "launcher.cli", "--site", "juwels", "--nodes", "256",
+    result = subprocess.run([sys.executable, "-m", "dlaunch.cli", "--site", "juwels", "--nodes", "256",
                              "--framework", "ddp", "--dry-run"], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     assert "warning: --account: site juwels-booster needs an account" in result.stderr
@@ -84,7 +84,7 @@ def test_readme_dry_run_without_account_warns_and_renders_no_account(tmp_path):
 
 
 def test_bad_input_exits_2_with_one_line_as_a_process(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--site", "juwels", "--nodes", "999",
+    result = subprocess.run([sys.executable, "-m", "dlaunch.cli", "run", "--site", "juwels", "--nodes", "999",
                              "--account", "p", "--dry-run"], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr == ("dlaunch: error: --nodes: no partition of site juwels-booster takes 999 node(s) for 01:00:00; "
@@ -234,7 +234,7 @@ def test_user_sites_dir_and_sites_commands(fake_slurm, monkeypatch, capsys):
 
 
 def test_launcher_never_imports_torch():
-    code = "import sys, launcher.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
+    code = "import sys, dlaunch.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
@@ -244,7 +244,7 @@ def test_make_demo_command_renders_a_two_worker_torchrun(fake_slurm, capsys):
     demo = next(line for line in makefile.splitlines() if line.startswith("\tdlaunch run --site local"))
     assert main(shlex.split(demo)[1:] + ["--dry-run"]) == 0
     script = capsys.readouterr().out
-    assert "exec torchrun --standalone --nnodes=1 --nproc_per_node=2 -m train \\\n  --framework ddp \\\n  --model resnet50" in script
+    assert "exec torchrun --standalone --nnodes=1 --nproc_per_node=2 -m dlaunch.train \\\n  --framework ddp \\\n  --model resnet50" in script
     assert not (fake_slurm / "runs").exists()
 
 
@@ -257,7 +257,7 @@ def test_sites_table_at_80_columns_through_a_pipe_cuts_no_name_or_path(tmp_path)
     (tmp_path / "mysites" / (long_name + ".toml")).write_text(
         text.replace('name = "generic-slurm"', 'name = "%s"' % long_name).replace('aliases = ["slurm"]', 'aliases = ["mine"]'))
     env = dict(os.environ, COLUMNS="80", DLAUNCH_SITES_DIR=str(tmp_path / "mysites"))
-    listed = subprocess.run([sys.executable, "-m", "launcher.cli", "sites"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    listed = subprocess.run([sys.executable, "-m", "dlaunch.cli", "sites"], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert listed.returncode == 0, listed.stderr
     assert "…" not in listed.stdout
     words = listed.stdout.replace(";", " ").split()
@@ -272,7 +272,7 @@ def test_runs_at_80_columns_through_a_pipe_cuts_no_run_path(fake_slurm):
         run.mkdir(parents=True)
         (run / "plan.json").write_text(json.dumps({"plan": {"scheduler": "slurm", "site": "juwels-booster"}, "request": {}}))
         (run / "job_id").write_text("4711\n")
-    listed = subprocess.run([sys.executable, "-m", "launcher.cli", "runs"], cwd=fake_slurm, capture_output=True,
+    listed = subprocess.run([sys.executable, "-m", "dlaunch.cli", "runs"], cwd=fake_slurm, capture_output=True,
                             text=True, env=dict(os.environ, COLUMNS="80"))
     assert listed.returncode == 0, listed.stderr
     assert "…" not in listed.stdout and max(len(line) for line in listed.stdout.splitlines()) <= 80
@@ -282,14 +282,14 @@ def test_runs_at_80_columns_through_a_pipe_cuts_no_run_path(fake_slurm):
 
 
 def test_completion_functions_complete_sites_aliases_and_run_directories(fake_slurm):
-    assert launcher.cli.complete_site("jur") == ["jureca", "jureca-dc"]
-    assert "localhost" in launcher.cli.complete_site("")
+    assert dlaunch.cli.complete_site("jur") == ["jureca", "jureca-dc"]
+    assert "localhost" in dlaunch.cli.complete_site("")
     for name in ("exp/r1", "exp/r2", "study/exp2/n0001"):
         (fake_slurm / "runs" / name).mkdir(parents=True)
         (fake_slurm / "runs" / name / "plan.json").write_text("{}")
-    assert launcher.cli.complete_run_dir("runs/e") == ["runs/exp", "runs/exp/r1", "runs/exp/r2"]
-    assert launcher.cli.complete_run_dir("runs/study/") == ["runs/study/exp2", "runs/study/exp2/n0001"]
-    assert launcher.cli.complete_run_dir("") == ["runs", "runs/exp", "runs/exp/r1", "runs/exp/r2", "runs/study",
+    assert dlaunch.cli.complete_run_dir("runs/e") == ["runs/exp", "runs/exp/r1", "runs/exp/r2"]
+    assert dlaunch.cli.complete_run_dir("runs/study/") == ["runs/study/exp2", "runs/study/exp2/n0001"]
+    assert dlaunch.cli.complete_run_dir("") == ["runs", "runs/exp", "runs/exp/r1", "runs/exp/r2", "runs/study",
                                                  "runs/study/exp2", "runs/study/exp2/n0001"]
 
 
@@ -308,7 +308,7 @@ def test_install_completion_for_bash_and_complete_through_bash(fake_slurm):
     home = fake_slurm / "home"
     home.mkdir()
     env = dict(os.environ, HOME=str(home), _TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1")
-    installed = subprocess.run([sys.executable, "-m", "launcher.cli", "--install-completion", "bash"], cwd=fake_slurm,
+    installed = subprocess.run([sys.executable, "-m", "dlaunch.cli", "--install-completion", "bash"], cwd=fake_slurm,
                                capture_output=True, text=True, env=env)
     assert installed.returncode == 0, installed.stderr
     assert "source '%s/.bash_completions/dlaunch.sh'" % home in (home / ".bashrc").read_text()

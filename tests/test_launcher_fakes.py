@@ -5,11 +5,11 @@ from pathlib import Path
 from typing import Dict, Optional
 from unittest import mock
 
-from launcher.jobs.imagepaths import default_image_for_site
-from launcher.jobs.plan import LaunchPlan, build_plan
-from launcher.jobs.render import render_script
-from launcher.jobs.request import LaunchRequest
-from launcher.jobs.sites import Site
+from dlaunch.jobs.imagepaths import default_image_for_site
+from dlaunch.jobs.plan import LaunchPlan, build_plan
+from dlaunch.jobs.render import render_script
+from dlaunch.jobs.request import LaunchRequest
+from dlaunch.jobs.sites import Site
 
 RUN_DIR = "/scratch/runs/exp/run"
 REVISION = "0" * 40

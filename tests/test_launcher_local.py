@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.jobs.launchers import IGNORE_USR1
-from train.metrics_schema import read_metrics
+from dlaunch.jobs.launchers import IGNORE_USR1
+from dlaunch.train.metrics_schema import read_metrics
 
 TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "4", "--threads", "1", "--device", "cpu",
         "--data", "synthetic"]
@@ -18,7 +18,7 @@ TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "4", "--thr
 
 @pytest.mark.slow
 def test_local_site_runs_two_workers_end_to_end(tmp_path):
-    dlaunch = [sys.executable, "-m", "launcher.cli"]
+    dlaunch = [sys.executable, "-m", "dlaunch.cli"]
     result = subprocess.run(dlaunch + ["run", "--site", "local", "--gpus", "2", "--steps", "4", "--warmup-steps", "1",
                                        "--output", str(tmp_path / "runs"), "--experiment", "e2e", "--run-name", "r"] + TINY,
                             cwd=tmp_path, capture_output=True, text=True, timeout=600)

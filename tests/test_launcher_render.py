@@ -10,12 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from launcher.errors import DlaunchError
-from launcher.jobs.plan import build_plan
-from launcher.jobs.render import render_script
-from launcher.jobs.request import LaunchRequest
-from train.framework_table import FRAMEWORKS
-from launcher.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
+from dlaunch.errors import DlaunchError
+from dlaunch.jobs.plan import build_plan
+from dlaunch.jobs.render import render_script
+from dlaunch.jobs.request import LaunchRequest
+from dlaunch.train.framework_table import FRAMEWORKS
+from dlaunch.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
 from test_launcher_fakes import fake_env, install_fakes, plan_for, read_args, script_for
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -101,7 +101,7 @@ def test_horovod_uses_one_task_per_gpu_through_the_mpi_plugin(tmp_path):
     subprocess.run(["bash", str(tmp_path / "job.sh")], env=fake_env(fakes, tmp_path), check=True)
     args = read_args(tmp_path / "srun.args")
     assert args[:2] == ["--ntasks-per-node=4", "--mpi=pspmix"]
-    assert args[args.index("python"):][:4] == ["python", "-m", "train", "--framework"]
+    assert args[args.index("python"):][:4] == ["python", "-m", "dlaunch.train", "--framework"]
 
 
 def test_torchrun_gets_rendezvous_from_the_host(tmp_path):
@@ -232,10 +232,10 @@ def test_hostile_values_fake_cluster_refused_or_inert(sandbox, site_name, field,
 
 
 def test_every_trainer_setting_has_one_flag():
-    """TrainConfig's fields and train.config.FLAGS (the one definition both parsers use) match one to one."""
+    """TrainConfig's fields and dlaunch.train.config.FLAGS (the one definition both parsers use) match one to one."""
     import dataclasses
 
-    from train.config import FLAGS, TrainConfig, build_parser
+    from dlaunch.train.config import FLAGS, TrainConfig, build_parser
 
     assert sorted(f.name for f in dataclasses.fields(TrainConfig)) == sorted(flag.attr for flag in FLAGS)
     actions = {opt: a for a in build_parser()._actions for opt in a.option_strings}
@@ -245,7 +245,7 @@ def test_every_trainer_setting_has_one_flag():
 
 @pytest.mark.parametrize("framework", SCRIPTED)
 def test_rendered_trainer_argv_is_accepted_by_the_trainer(framework):
-    from train.config import parse_config
+    from dlaunch.train.config import parse_config
 
     request = LaunchRequest(site="local", framework=framework, trainer=TRAINER + (("zero-stage", 2), ("amp", "bf16")))
     plan = build_plan(site("local"), request, run_dir="/tmp/run", git_revision=None, image=None, environ={})

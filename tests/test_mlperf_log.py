@@ -1,4 +1,4 @@
-"""The trainer's MLPerf-format log (train/mllog.py), checked by mlperf-logging's own compliance checker."""
+"""The trainer's MLPerf-format log (dlaunch/train/mllog.py), checked by mlperf-logging's own compliance checker."""
 import dataclasses
 import json
 import subprocess
@@ -8,7 +8,7 @@ import pytest
 
 from helpers_train import assert_ok, run_trainer
 from prerequisites import require_library
-from train.mllog import MLLOG_FILE, MLPerfLog
+from dlaunch.train.mllog import MLLOG_FILE, MLPerfLog
 
 # What a dlaunch run cannot meet of the closed ResNet rules (training 4.0.0), each listed in README.md
 # ("MLPerf-format logs") with the reason; the checker must find these and nothing else.
@@ -39,7 +39,7 @@ def compliance_findings(log, tmp_path):
 
 @pytest.fixture(scope="module")
 def pattern_folder(tmp_path_factory):
-    from train.data.make_folder import make_pattern_folder
+    from dlaunch.train.data.make_folder import make_pattern_folder
     root = str(tmp_path_factory.mktemp("patterns") / "data")
     make_pattern_folder(root, classes=4, images_per_class=8, val_per_class=4, size=32)
     return root
@@ -109,9 +109,9 @@ def test_an_interrupted_run_writes_no_run_stop_and_its_resumption_continues_the_
 def test_batch_keys_follow_the_optimizer_update():
     """Horovod's gradient accumulation: 4 steps of 16 images per update; an asynchronous parameter server
     with 4 workers: one worker's 4 images per update."""
-    from train.config import TrainConfig
-    from train.mllog import hyperparameters
-    from train.schedule import LRSchedule
+    from dlaunch.train.config import TrainConfig
+    from dlaunch.train.mllog import hyperparameters
+    from dlaunch.train.schedule import LRSchedule
 
     cfg = TrainConfig(batch_size=4, schedule="exponential", lr=0.064, warmup_epochs=1)
     accumulated = hyperparameters(cfg, LRSchedule(0.064, 64, 64, 10, 30, "exponential", 1.0), 16, 64, 10)

@@ -1,4 +1,4 @@
-"""What the collective libraries selected (train/network.py), recorded in the metrics header (schema
+"""What the collective libraries selected (dlaunch/train/network.py), recorded in the metrics header (schema
 version 3) and checked against the profile's `[network]` by status, watch and report.
 
 NCCL/RCCL output: the samples in tests/nccl_logs/ (one file each, its source in its first line; no GPU
@@ -16,16 +16,16 @@ from typing import Any, Dict, List
 import pytest
 from typer.testing import CliRunner
 
-from launcher.cli import app, main
-from launcher.errors import DlaunchError
-from launcher.jobs.network import Network
-from launcher.jobs.sites import load_site
-from launcher.runs.network import describe, network_problems
-from launcher.runs.rundir import display_path
+from dlaunch.cli import app, main
+from dlaunch.errors import DlaunchError
+from dlaunch.jobs.network import Network
+from dlaunch.jobs.sites import load_site
+from dlaunch.runs.network import describe, network_problems
+from dlaunch.runs.rundir import display_path
 from test_analysis import write_run as write_metrics
 from test_watch import finished, header, write_run
-from train.metrics_schema import MetricsError, make_record, read_metrics, validate_record
-from train.network import (by_node, interface_addresses, interfaces_match, mpi_components, nccl_debug_path, nccl_record, parse_nccl_debug,
+from dlaunch.train.metrics_schema import MetricsError, make_record, read_metrics, validate_record
+from dlaunch.train.network import (by_node, interface_addresses, interfaces_match, mpi_components, nccl_debug_path, nccl_record, parse_nccl_debug,
                            route_nccl_debug,
                            socket_record, tcp_sockets, transport_kind)
 
@@ -289,7 +289,7 @@ def test_report_leaves_runs_off_their_network_out_of_scaling_unless_asked(tmp_pa
 
 
 def test_doctor_measures_only_inside_an_allocation_of_several_nodes(tmp_path):
-    from launcher import doctor
+    from dlaunch import doctor
     from test_doctor import write_site
 
     site = load_site(write_site(tmp_path, "slurm"))
@@ -304,9 +304,9 @@ def test_doctor_measures_only_inside_an_allocation_of_several_nodes(tmp_path):
 
 def test_the_all_reduce_runs_in_the_jobs_environment_without_its_step(tmp_path):
     """Modules, the site's variables and path prepends as in the job script, then the command; no srun."""
-    from launcher.jobs.plan import build_plan
-    from launcher.jobs.render import render_in_job_environment
-    from launcher.jobs.request import LaunchRequest
+    from dlaunch.jobs.plan import build_plan
+    from dlaunch.jobs.render import render_in_job_environment
+    from dlaunch.jobs.request import LaunchRequest
     from test_doctor import write_site
 
     path = write_site(tmp_path, "slurm", env={"GLOO_SOCKET_IFNAME": "ib0"})
@@ -315,20 +315,20 @@ def test_the_all_reduce_runs_in_the_jobs_environment_without_its_step(tmp_path):
     site = load_site(path)
     plan = build_plan(site, LaunchRequest(site=str(path), nodes=2, time="00:10:00"), run_dir=str(tmp_path / "run"),
                       git_revision=None, image=None, environ={}, require_account=False)
-    script = render_in_job_environment(plan, ("python", "-m", "train.netcheck", "--node-rank", "1", "--nodes", "2"))
+    script = render_in_job_environment(plan, ("python", "-m", "dlaunch.train.netcheck", "--node-rank", "1", "--nodes", "2"))
     assert script.splitlines()[:3] == ["set -eo pipefail", "module load Stages/2026", "export GLOO_SOCKET_IFNAME=ib0"]
     assert 'export LD_LIBRARY_PATH=/opt/plugin/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"' in script
-    assert script.endswith("python -m train.netcheck --node-rank 1 --nodes 2\n")
+    assert script.endswith("python -m dlaunch.train.netcheck --node-rank 1 --nodes 2\n")
     assert "srun" not in script and "MASTER_ADDR" not in script and "echo" not in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
 @pytest.mark.slow
 def test_netcheck_on_two_processes_prints_transport_and_bus_bandwidth_on_each_node(tmp_path):
-    """Two `python -m train.netcheck` as two nodes of one machine (Gloo over loopback); every node prints
+    """Two `python -m dlaunch.train.netcheck` as two nodes of one machine (Gloo over loopback); every node prints
     the same line. No assertion on the bandwidth's value: it is timing."""
     environ = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), GLOO_SOCKET_IFNAME="lo")
-    started = [subprocess.Popen([sys.executable, "-m", "train.netcheck", "--node-rank", str(n), "--nodes", "2",
+    started = [subprocess.Popen([sys.executable, "-m", "dlaunch.train.netcheck", "--node-rank", str(n), "--nodes", "2",
                                  "--megabytes", "1", "--iterations", "2"], stdout=subprocess.PIPE, text=True, env=environ)
                for n in (0, 1)]
     outputs = [p.communicate(timeout=240)[0] for p in started]

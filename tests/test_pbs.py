@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-import launcher.cli
-from launcher.cli import main
-from launcher.jobs.request import LaunchRequest
-from launcher.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
-from launcher.schedulers import JobState
-from launcher.schedulers.local import free_port_base
-from launcher.schedulers.pbs import Pbs, classify
+import dlaunch.cli
+from dlaunch.cli import main
+from dlaunch.jobs.request import LaunchRequest
+from dlaunch.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
+from dlaunch.schedulers import JobState
+from dlaunch.schedulers.local import free_port_base
+from dlaunch.schedulers.pbs import Pbs, classify
 from test_launcher_fakes import install_fakes, script_for
-from train.metrics_schema import read_metrics
+from dlaunch.train.metrics_schema import read_metrics
 
 REPO = Path(__file__).resolve().parent.parent
 REQUEST = dict(nodes=2, account="proj42", experiment="exp", trainer=(("steps", 20),))
@@ -172,7 +172,7 @@ def fake_pbs(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(launcher.cli.out, "width", 300)
+    monkeypatch.setattr(dlaunch.cli.out, "width", 300)
     return site
 
 

@@ -1,4 +1,4 @@
-"""launcher/analysis/perfmodel.py (+ perfmodel_nccl.py): NCCL cost model, buckets, stragglers, fits against Aach et al.
+"""dlaunch/analysis/perfmodel.py (+ perfmodel_nccl.py): NCCL cost model, buckets, stragglers, fits against Aach et al.
 2023 and the user's runs, `dlaunch predict`."""
 import math
 import subprocess
@@ -9,9 +9,9 @@ from statistics import mean
 import pytest
 from typer.testing import CliRunner
 
-from launcher.cli import app
-from launcher.errors import DlaunchError
-from launcher.analysis.perfmodel import (
+from dlaunch.cli import app
+from dlaunch.errors import DlaunchError
+from dlaunch.analysis.perfmodel import (
     AACH2023_MACHINE,
     AACH2023_STATEMENTS,
     CALIBRATION_MAX_GPUS,
@@ -39,7 +39,7 @@ from launcher.analysis.perfmodel import (
     storage_floor,
     workload_from_options,
 )
-from launcher.analysis.perfmodel_nccl import Machine, harmonic, straggler_factor
+from dlaunch.analysis.perfmodel_nccl import Machine, harmonic, straggler_factor
 from test_analysis import write_run
 
 # Extrapolated from Table 2a's 4-64 GPUs to 128-1024: the errors recorded in benchmarks/README.md
@@ -471,7 +471,7 @@ def test_predict_refuses_batch_0_instead_of_using_64():
 
 
 def test_predict_exits_2_with_one_line_for_bad_input():
-    shown = subprocess.run([sys.executable, "-m", "launcher.cli", "predict", "--site", "juwels", "--gpus", "4,100000000",
+    shown = subprocess.run([sys.executable, "-m", "dlaunch.cli", "predict", "--site", "juwels", "--gpus", "4,100000000",
                             "--model", "resnet50"], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 2
     assert shown.stderr.strip().count("\n") == 0 and "--gpus" in shown.stderr and "1536" in shown.stderr
@@ -588,7 +588,7 @@ def test_predict_compares_with_the_paper_only_for_its_workload_and_machine():
 
 
 def test_predict_calibrated_starts_without_numpy():
-    shown = subprocess.run([sys.executable, "-c", "import sys\nfrom launcher.cli import main\ntry:\n    main(['predict', "
+    shown = subprocess.run([sys.executable, "-c", "import sys\nfrom dlaunch.cli import main\ntry:\n    main(['predict', "
                             "'--site', 'juwels-booster', '--model', 'resnet50', '--calibrated', 'native'])\n"
                             "except SystemExit:\n    pass\nprint('numpy' in sys.modules)"],
                            capture_output=True, text=True, timeout=120)
@@ -659,13 +659,13 @@ def test_predict_without_a_published_figure_asks_for_a_measurement():
 
 
 def test_importing_the_model_does_not_import_numpy():
-    shown = subprocess.run([sys.executable, "-c", "import sys, launcher.analysis.perfmodel; print('numpy' in sys.modules)"],
+    shown = subprocess.run([sys.executable, "-c", "import sys, dlaunch.analysis.perfmodel; print('numpy' in sys.modules)"],
                            capture_output=True, text=True, timeout=60)
     assert shown.stdout.strip() == "False", shown.stderr
 
 
 def test_published_machine_is_juwels_booster():
-    from launcher.jobs.sites import resolve_site
+    from dlaunch.jobs.sites import resolve_site
 
     site = resolve_site("juwels-booster")
     assert (AACH2023_MACHINE.gpus_per_node, AACH2023_MACHINE.latency_us, AACH2023_MACHINE.bandwidth_gbps_per_node) == (

@@ -4,10 +4,10 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers_train import TINY, assert_ok, run_trainer
-from launcher.cli import app, main
-from launcher.analysis.report import ENERGY_PLOT, PLOTS
+from dlaunch.cli import app, main
+from dlaunch.analysis.report import ENERGY_PLOT, PLOTS
 from test_analysis import write_run
-from train.metrics_schema import read_metrics
+from dlaunch.train.metrics_schema import read_metrics
 
 RUNNER = CliRunner(env={"COLUMNS": "250"})  # wide enough for rich to print whole cells
 PROFILE = dict(step_s=0.3, compute_s=0.2, comm_s=0.05, data_s=0.05)
@@ -249,8 +249,8 @@ def test_repeats_are_reported_as_medians_with_their_spread_and_drawn_as_error_ba
     import matplotlib.pyplot as plt
     from matplotlib.container import ErrorbarContainer
 
-    from launcher.analysis.scaling import load_runs
-    from launcher.analysis.report import build_results, plot_scaling
+    from dlaunch.analysis.scaling import load_runs
+    from dlaunch.analysis.report import build_results, plot_scaling
 
     fig, (ax_x, ax_s, ax_e) = plt.subplots(1, 3)
     plot_scaling(ax_x, ax_s, ax_e, build_results(load_runs([str(runs)]).runs, {}))

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from helpers_train import TINY, run_trainer
-from train.metrics_schema import abstract_request, make_record, read_metrics
+from dlaunch.train.metrics_schema import abstract_request, make_record, read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
-DLAUNCH = ("import sys; from launcher.cli import app, main; from launcher.runs.rerun import rerun_command; "
+DLAUNCH = ("import sys; from dlaunch.cli import app, main; from dlaunch.runs.rerun import rerun_command; "
            "app.command('rerun')(rerun_command); sys.exit(main(sys.argv[1:]))")
 
 
@@ -74,6 +74,7 @@ def test_gpus_and_nodes_change_the_shape_and_are_listed(tmp_path):
 
 
 def test_a_version_1_file_without_request_is_rerun_from_its_argv(tmp_path):
+    """A file of a trainer before the package move (`python -m train`) is rerun with today's module."""
     header = make_record("header", 1.0, run_id="old", argv=["python", "-m", "train", "--model", "resnet44",
                                                             "--image-size", "32", "--metrics", "/gone/m.jsonl"],
                          config={"model": "resnet44", "image_size": 32, "metrics": "/gone/m.jsonl"},
@@ -87,6 +88,7 @@ def test_a_version_1_file_without_request_is_rerun_from_its_argv(tmp_path):
     result = dlaunch(tmp_path, "rerun", path, "--site", "jureca-dc", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "--framework horovod" in result.stdout and "--image-size 32" in result.stdout
+    assert "-m dlaunch.train" in result.stdout and "-m train " not in result.stdout
     assert "/gone/m.jsonl" not in result.stdout
     assert rows(result.stdout)["site"] == ("juwels-booster", "jureca-dc")
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from launcher.cli import app, main
+from dlaunch.cli import app, main
 from prerequisites import require_library
-from launcher.results.compare import mann_whitney, smallest_p
-from launcher.results.store import NETWORK_FILESYSTEMS, ResultsDB, filesystem_type, journal_mode, record
+from dlaunch.results.compare import mann_whitney, smallest_p
+from dlaunch.results.store import NETWORK_FILESYSTEMS, ResultsDB, filesystem_type, journal_mode, record
 from test_analysis import write_run
 
 RUNNER = CliRunner(env={"COLUMNS": "250"})
@@ -164,11 +164,11 @@ def test_selectors_filter_by_date_pins_and_keys_and_bad_ones_are_bad_input(tmp_p
 
 
 def test_the_table_keeps_whole_names_at_80_columns(tmp_path, results_db, monkeypatch):
-    import launcher.results.command
+    import dlaunch.results.command
 
     write_run(tmp_path, "a-long-run-name-kept-whole-0001", 1, [1.0, 10.0], experiment="an-experiment")
     record(sorted(tmp_path.rglob("metrics.jsonl")))
-    monkeypatch.setattr(launcher.results.command.out, "width", 80)
+    monkeypatch.setattr(dlaunch.results.command.out, "width", 80)
     shown = results()
     assert shown.exit_code == 0
     table = shown.stdout.split("left out at 80 columns: ")[0].splitlines()

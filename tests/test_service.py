@@ -1,14 +1,14 @@
-"""The run service's one submission rule (launcher/runs/service.py), the same for run, sweep, --repeat and
+"""The run service's one submission rule (dlaunch/runs/service.py), the same for run, sweep, --repeat and
 study run: new run directories are checked free first; a refusal stops the rest; a foreground run that
 ends badly does not."""
 import os
 
 import pytest
 
-import launcher.cli
-from launcher.cli import main
-from launcher.schedulers import Submission
-from launcher.schedulers.local import Local
+import dlaunch.cli
+from dlaunch.cli import main
+from dlaunch.schedulers import Submission
+from dlaunch.schedulers.local import Local
 from test_launcher_fakes import install_fakes
 
 # Fake sbatch (no Slurm here): refuses the second job it is given, accepts the others.
@@ -21,7 +21,7 @@ echo "470$n;cluster"
 @pytest.fixture
 def here(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(launcher.cli.out, "width", 300)
+    monkeypatch.setattr(dlaunch.cli.out, "width", 300)
     (tmp_path / "img.sif").write_text("")
     return tmp_path
 

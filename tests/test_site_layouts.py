@@ -14,13 +14,13 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import pytest
 
 import slurm
-from launcher.errors import DlaunchError
-from launcher.jobs.imagepaths import default_image_for_site, stack_groups
-from launcher.jobs.request import FRAMEWORKS, LaunchRequest
-from launcher.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
-from launcher.jobs.render import render_script
+from dlaunch.errors import DlaunchError
+from dlaunch.jobs.imagepaths import default_image_for_site, stack_groups
+from dlaunch.jobs.request import FRAMEWORKS, LaunchRequest
+from dlaunch.jobs.sites import SHIPPED_SITES_DIR, Site, load_site
+from dlaunch.jobs.render import render_script
 from test_launcher_fakes import plan_for
-from train.framework_table import image_group
+from dlaunch.train.framework_table import image_group
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[1]

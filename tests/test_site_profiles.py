@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
-from launcher.errors import DlaunchError
-from launcher.jobs.request import LaunchRequest
-from launcher.jobs.sitecheck import age_warnings, check_warnings, migrate, source_dates
-from launcher.jobs.sites import SHIPPED_SITES_DIR, load_site
+from dlaunch.cli import main
+from dlaunch.errors import DlaunchError
+from dlaunch.jobs.request import LaunchRequest
+from dlaunch.jobs.sitecheck import age_warnings, check_warnings, migrate, source_dates
+from dlaunch.jobs.sites import SHIPPED_SITES_DIR, load_site
 from test_backends import V1
 from test_launcher_fakes import plan_for
 

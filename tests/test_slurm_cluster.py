@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import slurm
-from launcher.jobs.sites import load_site
+from dlaunch.jobs.sites import load_site
 
 MPI_HELLO = r"""
 #include <mpi.h>

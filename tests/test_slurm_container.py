@@ -13,7 +13,7 @@ import slurm
 from holds import Hold
 from prerequisites import require
 from test_slurm_dlaunch import DLAUNCH, JOB_TIMEOUT_S, TINY, dlaunch, epochs_written, job_id, log_text, wait_for
-from train.metrics_schema import read_metrics
+from dlaunch.train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.slow
 

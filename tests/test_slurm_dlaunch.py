@@ -13,7 +13,7 @@ import pytest
 import slurm
 from holds import Hold
 from prerequisites import require_library
-from train.metrics_schema import MetricsError, read_metrics
+from dlaunch.train.metrics_schema import MetricsError, read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +84,7 @@ def test_run_completes_on_two_hosts(framework, site_fixture, two_nodes, request,
     assert len(set(metrics.header["hosts"])) == 2 and set(metrics.header["hosts"]) <= set(two_nodes.node_names)
     assert metrics.header["slurm_job_id"] == job_id(run_dir)
     assert metrics.status == "ok" and len(metrics.epochs) == 2
-    if framework != "horovod":  # Gloo on the profile's interface, read from the trainers' own sockets (train/network.py)
+    if framework != "horovod":  # Gloo on the profile's interface, read from the trainers' own sockets (dlaunch/train/network.py)
         second = site_fixture == "jsc_like_site"
         gloo = {r["host"]: r for r in metrics.header["network"] if r["library"] == "gloo"}
         assert sorted(gloo) == sorted(set(metrics.header["hosts"])), metrics.header["network"]
@@ -207,7 +207,7 @@ def test_a_killed_rank_fails_the_job_promptly(two_nodes, slurm_site, tmp_path):
 
 
 def trainer_pids(namespace: str) -> List[int]:
-    """The `python -m train` worker processes inside a node's network namespace."""
+    """The `python -m dlaunch.train` worker processes inside a node's network namespace."""
     listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, timeout=30)
     pids = []
     for pid in map(int, listed.stdout.split()):
@@ -235,7 +235,7 @@ def test_sbatch_refusal_reaches_the_user_and_the_run_directory(two_nodes, tmp_pa
 USER_TRAINER = "import sys\nprint('a user trainer ran, not the benchmark')\nsys.exit(3)\n"
 
 
-@pytest.mark.parametrize("shadow", ["train.py", "train/__main__.py"])
+@pytest.mark.parametrize("shadow", ["train.py", "dlaunch/train/__main__.py"])
 def test_a_job_submitted_beside_a_users_train_module_runs_the_benchmark(shadow, two_nodes, slurm_site, tmp_path):
     """Most ML projects hold a train.py or a train/ package: a job submitted from such a folder must still run
     dlaunch's trainer (sbatch starts the script in the folder it was submitted from; `python -m` looks there first)."""

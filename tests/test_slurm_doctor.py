@@ -56,7 +56,7 @@ def test_rendezvous_and_interfaces_pass_inside_the_allocation(two_nodes, jsc_lik
         assert " pass " in row(lines, "interface NCCL_SOCKET_IFNAME") and "ib0" in row(lines, "interface NCCL_SOCKET_IFNAME")
         assert " pass " in row(lines, "account and partition") and "--test-only accepted" in row(lines, "account and partition")
         assert " pass " in row(lines, "scheduler controller") and " pass " in row(lines, "MPI plugin")
-        # one all-reduce across both nodes (train/netcheck.py in the job's environment): transport and bandwidth
+        # one all-reduce across both nodes (dlaunch/train/netcheck.py in the job's environment): transport and bandwidth
         measured = row(lines, "network all-reduce")
         assert " pass " in measured and "Gloo: TCP sockets over ib0 on %s" % ", ".join(two_nodes.node_names[:2]) in measured
         assert re.search(r"bus bandwidth [0-9.e+]+ Gbit/s \(2 nodes, 2 ranks, 8 MiB\), nominal 10 Gbit/s per node: \d+%", measured)

@@ -8,8 +8,8 @@ import pytest
 
 import slurm
 from test_slurm_dlaunch import JOB_TIMEOUT_S, dlaunch, job_id, log_text
-from train.framework_table import FRAMEWORKS
-from train.metrics_schema import read_metrics
+from dlaunch.train.framework_table import FRAMEWORKS
+from dlaunch.train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.slow
 

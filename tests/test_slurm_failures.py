@@ -13,8 +13,8 @@ import pytest
 import slurm
 from holds import Hold
 from test_slurm_dlaunch import JOB_TIMEOUT_S, TINY, dlaunch, epochs_written, job_id, log_text, submit, trainer_pids, wait_for
-from train.data.make_folder import make_pattern_folder
-from train.metrics_schema import read_metrics
+from dlaunch.train.data.make_folder import make_pattern_folder
+from dlaunch.train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.slow
 # Real JPEG folders: ResNet-18 at 32 px, 2 images per rank and step, one epoch over everything.

@@ -1,6 +1,6 @@
 """The network a run really used, on the real Slurm cluster whose nodes carry a JSC-like second network
 (`<node>i` on ib0): `status`, `watch` and `report` flag a run whose profile expects another interface than
-the one its collective library used (the header's `network`, train/network.py).
+the one its collective library used (the header's `network`, dlaunch/train/network.py).
 
 The test world differs as a real site can: the profile expects the fabric (ib0) while its
 GLOO_SOCKET_IFNAME sends Gloo over the nodes' first network (dl0), as a profile with a wrong or missing
@@ -9,7 +9,7 @@ test failed (no `network` in the header, no flag in status or report)."""
 import pytest
 
 from test_slurm_dlaunch import JOB_TIMEOUT_S, dlaunch, job_id, log_text, submit
-from train.metrics_schema import read_metrics
+from dlaunch.train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ import re
 import pytest
 
 from test_slurm_dlaunch import JOB_TIMEOUT_S, TINY, dlaunch, job_id, log_text
-from train.metrics_schema import read_metrics
+from dlaunch.train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ import pytest
 
 from prerequisites import require_library
 from test_slurm_dlaunch import JOB_TIMEOUT_S, dlaunch, job_id, log_text
-from train.metrics_schema import read_metrics
+from dlaunch.train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +77,7 @@ def test_a_study_with_repeats_survives_a_killed_job_and_reports_medians(two_node
 
 DALI_STUDY = '''
 name = "tfrec"
-description = "DALI (CPU) reading TFRecords made by train.data.make_tfrecord, over 2 nodes"
+description = "DALI (CPU) reading TFRecords made by dlaunch.train.data.make_tfrecord, over 2 nodes"
 based_on = ["tests/test_slurm_study.py"]
 kind = "cpu"
 time = "00:10:00"
@@ -116,8 +116,8 @@ def test_a_dali_study_job_reads_the_converters_tfrecords_on_two_nodes(two_nodes,
     profile (no CUDA here: its figures say so)."""
     require_library("nvidia.dali")
     require_library("google_crc32c")
-    from train.data.make_folder import main as make_folder
-    from train.data.make_tfrecord import main as make_tfrecord
+    from dlaunch.train.data.make_folder import main as make_folder
+    from dlaunch.train.data.make_tfrecord import main as make_tfrecord
 
     assert make_folder([str(tmp_path / "jpeg"), "--classes", "3", "--images-per-class", "12", "--val-per-class", "4",
                         "--size", "40"]) == 0

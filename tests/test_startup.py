@@ -11,7 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("numpy", "matplotlib", "torch")
-MODELS = ("launcher.jobs.sites", "launcher.jobs.images")  # the site profiles' and the image lock's pydantic models
+MODELS = ("dlaunch.jobs.sites", "dlaunch.jobs.images")  # the site profiles' and the image lock's pydantic models
 
 
 def modules_after(code: str, cwd: Path) -> set:
@@ -25,21 +25,21 @@ def modules_after(code: str, cwd: Path) -> set:
 
 
 def test_import_launcher_cli_imports_neither_numpy_nor_matplotlib(tmp_path):
-    loaded = modules_after("import launcher.cli", tmp_path)
+    loaded = modules_after("import dlaunch.cli", tmp_path)
     assert not [m for m in HEAVY + MODELS + ("pydantic",) if m in loaded]
     assert "rich.table" not in loaded and "rich.live" not in loaded
 
 
 def dlaunch(*argv: str) -> str:
-    return "from launcher.cli import main\nmain(%r)\n" % (list(argv),)
+    return "from dlaunch.cli import main\nmain(%r)\n" % (list(argv),)
 
 
 @pytest.mark.parametrize("argv, absent", [
     (["--help"], HEAVY + MODELS + ("pydantic",)),  # typer converts given values with pydantic, --help has none
-    (["run", "--site", "juwels", "--account", "p", "--dry-run"], HEAVY + ("launcher.jobs.images", "rich.table")),
+    (["run", "--site", "juwels", "--account", "p", "--dry-run"], HEAVY + ("dlaunch.jobs.images", "rich.table")),
     (["runs"], HEAVY + MODELS),
     (["watch", "--once", "runs"], HEAVY + MODELS),
-    (["sites"], HEAVY + ("launcher.jobs.images",)),
+    (["sites"], HEAVY + ("dlaunch.jobs.images",)),
 ])
 def test_commands_import_only_what_they_use(tmp_path, argv, absent):
     run = tmp_path / "runs" / "e" / "r"
@@ -51,11 +51,11 @@ def test_commands_import_only_what_they_use(tmp_path, argv, absent):
 
 
 def test_lazy_commands_run_and_show_their_help_line(tmp_path):
-    listing = subprocess.run([sys.executable, "-m", "launcher.cli", "--help"], cwd=tmp_path, capture_output=True,
+    listing = subprocess.run([sys.executable, "-m", "dlaunch.cli", "--help"], cwd=tmp_path, capture_output=True,
                              text=True, env=dict(os.environ, COLUMNS="200"))
     assert listing.returncode == 0, listing.stderr
     for name in ("images", "report", "predict"):
         assert any(line.split()[1:2] == [name] and len(line.split()) > 3 for line in listing.stdout.splitlines()), name
-    helped = subprocess.run([sys.executable, "-m", "launcher.cli", "predict", "--help"], cwd=tmp_path,
+    helped = subprocess.run([sys.executable, "-m", "dlaunch.cli", "predict", "--help"], cwd=tmp_path,
                             capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
     assert helped.returncode == 0 and "--calibrated" in helped.stdout, helped.stderr

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from launcher.runs.study import expand, figure_counts, load_study
-from train.metrics_schema import make_record, read_metrics
+from dlaunch.runs.study import expand, figure_counts, load_study
+from dlaunch.train.metrics_schema import make_record, read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = REPO / "studies"
 # `dlaunch` with the study group registered (as cli.py's lazy registration will do), through cli.main's
 # error handling: bad input is one line and exit code 2.
-DLAUNCH = ("import sys; from launcher.cli import app, main; from launcher.runs.study import study_app; "
+DLAUNCH = ("import sys; from dlaunch.cli import app, main; from dlaunch.runs.study import study_app; "
            "app.add_typer(study_app, name='study'); sys.exit(main(sys.argv[1:]))")
 
 
@@ -171,14 +171,14 @@ def test_a_study_may_name_its_stack_and_the_site_may_keep_its_own():
 
 
 def test_later_recipes_win_and_a_run_length_replaces_the_other():
-    from launcher.runs.study import merge_recipes
+    from dlaunch.runs.study import merge_recipes
 
     assert merge_recipes({"epochs": 90, "lr": 0.1}, {"lr": 0.2}, {"steps": 500}) == {"lr": 0.2, "steps": 500}
     assert merge_recipes({"steps": 5}, {"epochs": 3, "steps": 4}) == {"epochs": 3, "steps": 4}  # one recipe: both kept
 
 
 def test_gpu_counts_above_a_node_spread_evenly_over_the_fewest_nodes():
-    from launcher.runs.study import spread_nodes
+    from dlaunch.runs.study import spread_nodes
 
     assert [spread_nodes(g, 4) for g in (1, 3, 4, 8, 12)] == [None, None, None, None, None]
     assert [spread_nodes(g, 8) for g in (4, 8, 12, 16, 20)] == [None, None, 2, None, 4]
@@ -243,7 +243,7 @@ def test_smoke_study_runs_here_reports_against_published_and_resubmits_only_fail
     assert refused.returncode == 2 and "was run on site local" in refused.stderr
 
 
-# `dlaunch run --repeat N` (launcher/runs/repeat.py names the runs, the run service submits them): the
+# `dlaunch run --repeat N` (dlaunch/runs/repeat.py names the runs, the run service submits them): the
 # same tiny request as the smoke study, on this machine.
 SMOKE_TRAINER = ["--model", "resnet44", "--data", "synthetic", "--num-classes", "10", "--image-size", "32",
                  "--batch-size", "8", "--steps", "6", "--steps-per-epoch", "3", "--warmup-steps", "1", "--threads", "1",
@@ -251,14 +251,14 @@ SMOKE_TRAINER = ["--model", "resnet44", "--data", "synthetic", "--num-classes", 
 
 
 def _repeat(output: Path, repeats: int, *more: str) -> int:
-    from launcher.cli import main
+    from dlaunch.cli import main
 
     return main(["run", "--site", "local", "--gpus", "1", "--output", str(output), "--experiment", "rep", "--run-name", "x",
                  "--repeat", str(repeats), *more] + SMOKE_TRAINER)
 
 
 def test_repeat_names_are_deterministic_and_sort_in_submission_order():
-    from launcher.runs.repeat import repeat_names
+    from dlaunch.runs.repeat import repeat_names
 
     assert repeat_names("g4", 3) == ["g4-r1", "g4-r2", "g4-r3"]
     assert repeat_names("g4", 10)[:2] == ["g4-r01", "g4-r02"] and repeat_names("g4", 10)[-1] == "g4-r10"
@@ -325,7 +325,7 @@ KNOWN_GAPS = {
 
 @pytest.mark.parametrize("path", sorted(STUDIES.glob("*.toml")), ids=lambda p: p.stem)
 def test_every_shipped_study_renders_on_every_shipped_site_of_its_kind(path):
-    from launcher.runs.study import check_study
+    from dlaunch.runs.study import check_study
 
     results = check_study(path)
     checked = [r for r in results if not r.skipped]
@@ -340,7 +340,7 @@ def test_every_shipped_study_renders_on_every_shipped_site_of_its_kind(path):
 
 def _engine_run(root: Path, framework: str, name: str, workers: int, images_per_s: float) -> None:
     """A hand-made metrics file of one run (two epochs, the second measured)."""
-    records = [make_record("header", 1.0, run_id=name, argv=["python", "-m", "train.tf"], config={}, framework=framework,
+    records = [make_record("header", 1.0, run_id=name, argv=["python", "-m", "dlaunch.train.tf"], config={}, framework=framework,
                            loader="native", model="resnet44", device="cpu", world_size=workers, nodes=workers,
                            hosts=["n%d" % i for i in range(workers)], batch_per_worker=128, global_batch=128 * workers,
                            lr_scaled=0.1, versions={}, slurm_job_id=None, site="juwels-cluster",
@@ -353,8 +353,8 @@ def _engine_run(root: Path, framework: str, name: str, workers: int, images_per_
 
 
 def test_throughput_ratio_comparison_draws_the_published_ratio_beside_this_runs(tmp_path):
-    from launcher.analysis.scaling import compare_published, load_runs
-    from launcher.paths import PUBLISHED_DIR
+    from dlaunch.analysis.scaling import compare_published, load_runs
+    from dlaunch.paths import PUBLISHED_DIR
 
     for repeat, (torch_x, tf_x) in enumerate([(300.0, 100.0), (330.0, 110.0)], 1):
         _engine_run(tmp_path, "ddp", "ddp-n2-r%d" % repeat, 2, torch_x)

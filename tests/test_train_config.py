@@ -6,8 +6,8 @@ from typing import Optional
 import pytest
 
 from helpers_train import TINY, run_trainer
-from train.config import ConfigError, TrainConfig, parse_config
-from train.data.make_folder import make_pattern_folder
+from dlaunch.train.config import ConfigError, TrainConfig, parse_config
+from dlaunch.train.data.make_folder import make_pattern_folder
 
 
 @pytest.fixture(scope="module")

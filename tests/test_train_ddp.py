@@ -3,12 +3,12 @@ import pytest
 import torch
 
 from helpers_train import TINY, assert_ok, load_model_state, run_trainer
-from train.config import parse_config
-from train.data.synthetic import synthetic_batch
-from train.loop import build_optimizer
-from train.metrics_schema import read_metrics
-from train.models import build_model
-from train.schedule import LRSchedule
+from dlaunch.train.config import parse_config
+from dlaunch.train.data.synthetic import synthetic_batch
+from dlaunch.train.loop import build_optimizer
+from dlaunch.train.metrics_schema import read_metrics
+from dlaunch.train.models import build_model
+from dlaunch.train.schedule import LRSchedule
 
 pytestmark = pytest.mark.slow  # real multi-process / multi-epoch training runs
 

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from train.config import ConfigError
-from train.gpus import device_index
+from dlaunch.train.config import ConfigError
+from dlaunch.train.gpus import device_index
 
 JSC_LIKE = {"CUDA_VISIBLE_DEVICES": "0"}  # psslurm's view of a task bound to one GPU
 
@@ -46,7 +46,7 @@ FAKE_CUDA = textwrap.dedent("""
     def no_nccl(*args, **kwargs):
         raise SystemExit("init_process_group reached")
     torch.distributed.init_process_group = no_nccl
-    from train.__main__ import main
+    from dlaunch.train.__main__ import main
     sys.exit(main())
 """)
 
@@ -66,7 +66,7 @@ def test_the_trainer_exits_2_before_nccl_when_torchrun_workers_share_one_visible
 
 
 def test_one_task_per_gpu_takes_its_rank_from_the_tasks_neutral_variables():
-    from train.frameworks.ddp import rank_environment
+    from dlaunch.train.frameworks.ddp import rank_environment
 
     task = {"DLAUNCH_NTASKS": "8", "DLAUNCH_TASK_ID": "5", "DLAUNCH_LOCAL_TASK_ID": "1", "DLAUNCH_NODE_ID": "1",
             "DLAUNCH_NODELIST": "n1,n2", "DLAUNCH_TASKS_PER_NODE": "4(x2)"}

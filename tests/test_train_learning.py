@@ -2,14 +2,14 @@
 import pytest
 
 from helpers_train import assert_ok, run_trainer
-from train.metrics_schema import read_metrics
+from dlaunch.train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.slow  # real multi-process / multi-epoch training runs
 
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    from train.data.make_folder import make_digits_folder
+    from dlaunch.train.data.make_folder import make_digits_folder
     root = str(tmp_path_factory.mktemp("digits") / "digits")
     make_digits_folder(root, size=32)
     return root

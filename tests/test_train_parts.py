@@ -6,11 +6,11 @@ import pytest
 import torch
 from PIL import Image
 
-from train.config import ConfigError
-from train.data.folder import ResumableDistributedSampler, ShardSampler
-from train.data.make_folder import main as make_folder_main
-from train.data.make_folder import make_pattern_folder
-from train.models import build_model
+from dlaunch.train.config import ConfigError
+from dlaunch.train.data.folder import ResumableDistributedSampler, ShardSampler
+from dlaunch.train.data.make_folder import main as make_folder_main
+from dlaunch.train.data.make_folder import make_pattern_folder
+from dlaunch.train.models import build_model
 
 
 def test_resnet44_is_he_et_al_6n_plus_2_with_option_a_shortcuts():

@@ -8,10 +8,10 @@ import pytest
 
 from helpers_train import REPO, TINY, assert_ok, load_model_state, run_trainer, start_trainer, worker_pids
 from holds import Hold
-from train.checkpoint import checkpoint_path, load_checkpoint
-from train.config import EXIT_INTERRUPTED
-from train.data.make_folder import make_pattern_folder
-from train.metrics_schema import read_metrics
+from dlaunch.train.checkpoint import checkpoint_path, load_checkpoint
+from dlaunch.train.config import EXIT_INTERRUPTED
+from dlaunch.train.data.make_folder import make_pattern_folder
+from dlaunch.train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.slow  # real multi-process / multi-epoch training runs
 

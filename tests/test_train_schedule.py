@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from train.schedule import LRSchedule
+from dlaunch.train.schedule import LRSchedule
 
 
 def schedule(name: str, **kw) -> LRSchedule:

@@ -1,4 +1,4 @@
-"""The trainer's stop signals (train/signals.py), delivered for real to fresh Python processes."""
+"""The trainer's stop signals (dlaunch/train/signals.py), delivered for real to fresh Python processes."""
 import os
 import subprocess
 import sys
@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from train.signals import END_TIME_VARIABLE, TIME_LIMIT_SLACK_S, at_time_limit, job_end_time
+from dlaunch.train.signals import END_TIME_VARIABLE, TIME_LIMIT_SLACK_S, at_time_limit, job_end_time
 
 # Install the handlers, send this process the given signals, print the flags the loop would reduce.
 PROBE = """
 import os, signal, sys
-from train.signals import StopSignals
+from dlaunch.train.signals import StopSignals
 signals = StopSignals().install()
 for name in sys.argv[1:]:
     os.kill(os.getpid(), getattr(signal, name))
@@ -54,7 +54,7 @@ def test_job_end_time_is_read_or_unknown(value, expected):
 def test_python_m_train_installs_the_handlers_before_importing_torch():
     # A worker under torchrun starts with SIGUSR1 ignored; until the trainer's handler is installed a
     # warning is lost. Importing the entry point installs it, and torch is not imported yet by then.
-    probe = ("import signal, sys; signal.signal(signal.SIGUSR1, signal.SIG_IGN); import train.__main__; "
+    probe = ("import signal, sys; signal.signal(signal.SIGUSR1, signal.SIG_IGN); import dlaunch.train.__main__; "
              "print(signal.getsignal(signal.SIGUSR1) not in (signal.SIG_IGN, signal.SIG_DFL), 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

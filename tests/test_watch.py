@@ -19,20 +19,20 @@ import pytest
 
 from rich.console import Console
 
-import launcher.cli
-import launcher.runs.watch
-from launcher.cli import main
-from launcher.terminal import STATUS_HEADERS, STATUS_LEAVE_OUT
-from launcher.runs.runstate import LOCAL_RUNNING, SUBMIT_GRACE_S, Progress, read_progress
-from launcher.tables import fit_table
-from launcher.runs.watch import duration
+import dlaunch.cli
+import dlaunch.runs.watch
+from dlaunch.cli import main
+from dlaunch.terminal import STATUS_HEADERS, STATUS_LEAVE_OUT
+from dlaunch.runs.runstate import LOCAL_RUNNING, SUBMIT_GRACE_S, Progress, read_progress
+from dlaunch.tables import fit_table
+from dlaunch.runs.watch import duration
 from holds import Hold, run_until_released
 from prerequisites import require
 from test_launcher_fakes import install_fakes
 from test_launcher_local import step_processes
-from train.metrics_schema import make_record
+from dlaunch.train.metrics_schema import make_record
 
-DLAUNCH = [sys.executable, "-m", "launcher.cli"]
+DLAUNCH = [sys.executable, "-m", "dlaunch.cli"]
 TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "4", "--threads", "1", "--device", "cpu",
         "--warmup-steps", "1"]
 LINE = re.compile(r"^\d\d:\d\d:\d\d (\S+): (.*)$")
@@ -139,7 +139,7 @@ def test_once_reports_a_running_written_run_and_exits_at_once(tmp_path, monkeypa
         raise AssertionError("--once slept %g s" % seconds)
 
     with pytest.MonkeyPatch.context() as patched:  # one look, no wait (time.sleep is the module's, shared)
-        patched.setattr(launcher.runs.watch.time, "sleep", no_sleep)
+        patched.setattr(dlaunch.runs.watch.time, "sleep", no_sleep)
         assert main(["watch", "--once", "--interval", "30", "runs/r"]) == 0
     [line] = watch_lines(capsys)
     assert "runs/r: running here (dlaunch pid %d); running; steps 2/6, epoch 1/3" % os.getpid() in line and "ETA" in line
@@ -166,15 +166,15 @@ def test_run_directory_never_submitted_ends_after_the_grace_time(tmp_path, monke
 
 
 class Looks:
-    """Counts the watcher's looks at the runs (`launcher.runs.watch.observe`), so that a writer thread can wait
+    """Counts the watcher's looks at the runs (`dlaunch.runs.watch.observe`), so that a writer thread can wait
     for them instead of sleeping and hoping the watcher keeps up."""
 
     def __init__(self, monkeypatch) -> None:
-        import launcher.runs.watch
+        import dlaunch.runs.watch
 
         self.count = 0
         self.changed = threading.Condition()
-        observe = launcher.runs.watch.observe
+        observe = dlaunch.runs.watch.observe
 
         def counted(runs):
             snapshots = observe(runs)
@@ -183,7 +183,7 @@ class Looks:
                 self.changed.notify_all()
             return snapshots
 
-        monkeypatch.setattr(launcher.runs.watch, "observe", counted)
+        monkeypatch.setattr(dlaunch.runs.watch, "observe", counted)
 
     def wait_for_two_more(self, timeout: float = 60) -> None:
         with self.changed:
@@ -254,7 +254,7 @@ def test_duration(seconds, text):
 
 def test_runs_newest_first_and_status_without_arguments_is_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(launcher.cli.out, "width", 200)
+    monkeypatch.setattr(dlaunch.cli.out, "width", 200)
     for name, mtime in (("older", 1000), ("newest", 3000), ("middle", 2000)):
         run = write_run(tmp_path / "runs" / "e", name, finished())
         os.utime(run / "plan.json", (mtime, mtime))
@@ -451,8 +451,8 @@ def test_watching_slurm_jobs_without_slurm_commands_is_refused_but_once_shows_th
 
 
 def test_live_view_of_more_runs_than_the_screen_holds_shows_the_failed_and_running_first(tmp_path, monkeypatch):
-    from launcher.runs.service import why_failed
-    from launcher.runs.watch import Watcher, view
+    from dlaunch.runs.service import why_failed
+    from dlaunch.runs.watch import Watcher, view
 
     monkeypatch.chdir(tmp_path)
     for i in range(8):

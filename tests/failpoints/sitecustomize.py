@@ -18,7 +18,7 @@ GIVE_UP_S = 900.0  # a test that died without releasing its job does not leave i
 
 
 def hold() -> None:
-    from train.signals import StopSignals
+    from dlaunch.train.signals import StopSignals
 
     files = (HOLD_FILE, "%s.rank%s" % (HOLD_FILE, os.environ.get("RANK", "0")))
     deadline = time.monotonic() + GIVE_UP_S
@@ -39,10 +39,10 @@ def patch(module) -> None:
 
 
 class HoldFinder(importlib.abc.MetaPathFinder):
-    """Finds `train.loop` as Python would, and patches it once it has been executed."""
+    """Finds `dlaunch.train.loop` as Python would, and patches it once it has been executed."""
 
     def find_spec(self, name, path, target=None):
-        if name != "train.loop":
+        if name != "dlaunch.train.loop":
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:

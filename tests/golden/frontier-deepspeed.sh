@@ -58,7 +58,7 @@ export MASTER_PORT=3442
 srun --ntasks-per-node=8 --kill-on-bad-exit=1 --gpus-per-task=1 --gpu-bind=closest \
   bash -c 'export DLAUNCH_NTASKS="$SLURM_NTASKS" DLAUNCH_TASK_ID="$SLURM_PROCID" DLAUNCH_LOCAL_TASK_ID="$SLURM_LOCALID" DLAUNCH_NODE_ID="$SLURM_NODEID" DLAUNCH_TASKS_PER_NODE="$SLURM_STEP_TASKS_PER_NODE"; exec "$@"' dlaunch-task \
   apptainer exec --rocm --bind "/scratch/runs/exp/run,$OLCF_OFI_NCCL_ROOT/lib" /images/rocm-deepspeed-x86_64.sif \
-  python -m train \
+  python -m dlaunch.train \
   --framework deepspeed \
   --model resnet50 \
   --batch-size 64 \

@@ -16,7 +16,7 @@ export DLAUNCH_TASK_ID=0
 export DLAUNCH_LOCAL_TASK_ID=0
 export DLAUNCH_NODE_ID=0
 
-exec torchrun --standalone --nnodes=1 --nproc_per_node=2 -m train \
+exec torchrun --standalone --nnodes=1 --nproc_per_node=2 -m dlaunch.train \
   --framework deepspeed \
   --model resnet50 \
   --batch-size 64 \

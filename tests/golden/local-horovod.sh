@@ -16,7 +16,7 @@ export DLAUNCH_TASK_ID=0
 export DLAUNCH_LOCAL_TASK_ID=0
 export DLAUNCH_NODE_ID=0
 
-exec horovodrun --gloo -np 2 python -m train \
+exec horovodrun --gloo -np 2 python -m dlaunch.train \
   --framework horovod \
   --model resnet50 \
   --batch-size 64 \

@@ -46,7 +46,7 @@ export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 srun --ntasks-per-node=8 --mpi=pmi2 --kill-on-bad-exit=1 --cpu-bind=mask_cpu:0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000 \
   bash -c 'export DLAUNCH_NTASKS="$SLURM_NTASKS" DLAUNCH_TASK_ID="$SLURM_PROCID" DLAUNCH_LOCAL_TASK_ID="$SLURM_LOCALID" DLAUNCH_NODE_ID="$SLURM_NODEID" DLAUNCH_TASKS_PER_NODE="$SLURM_STEP_TASKS_PER_NODE"; exec "$@"' dlaunch-task \
   singularity exec --rocm --bind "/var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run,$EBROOTAWSMINOFIMINRCCL/lib" /images/rocm-horovod-x86_64.sif \
-  python -m train \
+  python -m dlaunch.train \
   --framework horovod \
   --model resnet50 \
   --batch-size 64 \

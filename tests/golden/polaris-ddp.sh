@@ -48,7 +48,7 @@ export MASTER_PORT=29500
 mpiexec -n 8 --ppn 4 --depth=16 --cpu-bind depth \
   bash -c 'export DLAUNCH_TASK_ID="$PALS_RANKID" DLAUNCH_LOCAL_TASK_ID="$PALS_LOCAL_RANKID" DLAUNCH_NODE_ID="$PALS_NODEID"; exec "$@"' dlaunch-task \
   apptainer exec --nv --bind /opt,/var/run/palsd,/soft/libraries/hwloc/lib,/scratch/runs/exp/run,/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib /images/current-ddp-x86_64.sif \
-  python -m train \
+  python -m dlaunch.train \
   --framework ddp \
   --model resnet50 \
   --batch-size 64 \

@@ -1,0 +1,592 @@
+"""Metrics files -> runs -> scaling groups: throughput, speed-up S_G, parallel efficiency E_G.
+
+Definitions (also printed in the report):
+
+- Throughput X of a run: the mean of its epochs' `images_per_s` (whole job, rank 0), leaving out
+  the first epoch when the run has two or more (it carries warm-up: cuDNN autotuning, loader
+  start-up, allocator growth).
+- Runs are grouped by experiment, site, model, framework, loader and batch per GPU: runs with
+  different batch sizes per GPU do different work per step, so each batch size is its own curve.
+- Within a group the reference is the smallest GPU count G_ref (the paper's one node, 4 GPUs):
+  speed-up S_G = X_G / X_ref and E_G = S_G / (G / G_ref). For a fixed amount of work
+  T = work / X, so E_G = (T_ref / T_G) / (G / G_ref), the textbook definition.
+- Time shares (from `profile` records, un-overlapped timers): comm_s, compute_s and data_s
+  each divided by their sum.
+- Kernel shares (from `kernel_profile` records, `--kernel-profile-steps`; Table 2's measure): CUDA
+  kernel time in NCCL (comm), cuDNN/cuBLAS (compute) and I/O kernels, each divided by all kernel time
+  of all ranks (the rest is other kernels, so they do not sum to 1). Runs that only profile count here
+  without a throughput.
+- Energy (metrics schema version 2; `metrics_schema.energy_total`: the node counter where measured,
+  else GPU + CPU + DRAM as far as measured): joules per image J/img = the energy of the same epochs
+  that give X divided by the images trained in them (steps x global batch; an epoch's energy
+  includes its validation); energy per epoch = their mean. Energy-to-accuracy (Zeus's definition)
+  and time-to-accuracy: the run's energy and time at the first validation that reached
+  `--target-accuracy`, from the `end` record; epochs to target: the epochs trained by then. Runs
+  without energy figures (version 1 files, or no source) have none; they are never counted as zero.
+- Diverged runs (end status `diverged`) enter no throughput, speed-up, E_G or energy figure.
+- Repeats (several runs at one GPU count: `dlaunch run --repeat N`, a study's `repeats`): per GPU count
+  the median of the runs' values and their spread (`Spread`): the distribution-free 95% confidence
+  interval of the median (order statistics, binomial coverage >= 95%) from 6 runs on, the min-max
+  range below that (fewer than 6 runs cannot give 95%). A run's speed-up is its X over the median X
+  at G_ref, its E_G that over G / G_ref; so S_G and E_G of a point are medians too. Time shares are
+  the runs' mean (means of shares still sum to 1).
+
+Metrics files are read only through `dlaunch.train.metrics_schema` (torch-free).
+"""
+import csv
+from dataclasses import dataclass, field
+from math import comb
+from pathlib import Path
+from statistics import mean, median
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+from rich import box
+from rich.table import Table
+
+from dlaunch.boundary import escape
+from dlaunch.errors import DlaunchError
+
+if TYPE_CHECKING:  # the site and study models (pydantic) stay out of `dlaunch status`'s start-up
+    from dlaunch.jobs.sites import Reference
+    from dlaunch.runs.study import Compare
+from dlaunch.train.metrics_schema import METRICS_FILE, Metrics, MetricsError, energy_total, read_metrics
+
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Fractions of comm + compute + data time per step (they sum to 1)."""
+
+    comm: float
+    compute: float
+    data: float
+
+    @classmethod
+    def from_profile(cls, comm_s: float, compute_s: float, data_s: float) -> Optional["Shares"]:
+        total = comm_s + compute_s + data_s
+        if total <= 0:
+            return None
+        return cls(comm_s / total, compute_s / total, data_s / total)
+
+
+@dataclass(frozen=True)
+class KernelShares:
+    """Fractions of all CUDA kernel time in NCCL, cuDNN/cuBLAS and I/O kernels (the rest: other kernels)."""
+
+    comm: float
+    compute: float
+    io: float
+
+    @classmethod
+    def from_record(cls, record: Dict) -> Optional["KernelShares"]:
+        """None when the record's figures are unavailable (a CPU run) or no kernel ran."""
+        values = [record[k] for k in ("kernel_s", "comm_s", "compute_s", "io_s")]
+        if not all(isinstance(v, (int, float)) for v in values) or values[0] <= 0:
+            return None
+        total, comm, compute, io = values
+        return cls(comm / total, compute / total, io / total)
+
+
+@dataclass(frozen=True)
+class EpochPoint:
+    epoch: int
+    images_per_s: float
+    images: int  # images counted for throughput; 0 when every step was warm-up or profiled
+    top1: Optional[float]
+    trained_images: int = 0  # every image trained in the epoch (steps x global batch)
+    energy_j: Optional[float] = None  # energy_total of the epoch (None: not measured)
+    epoch_time_s: float = 0.0
+
+
+def epochs_to(epochs: Sequence[EpochPoint], target: Optional[float]) -> Optional[int]:
+    """Epochs trained (epoch index + 1) at the first validation whose top-1 is at least `target`."""
+    if target is None:
+        return None
+    return next((e.epoch + 1 for e in epochs if e.top1 is not None and e.top1 >= target), None)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Mean seconds per step from a run's last `profile` record."""
+
+    step_s: float
+    compute_s: float
+    comm_s: float
+    data_s: float
+
+
+class GroupKey(NamedTuple):
+    experiment: str
+    site: str
+    model: str
+    framework: str
+    loader: str
+    batch_per_worker: int
+
+    @property
+    def label(self) -> str:
+        return "%s/%s/%s/%s/%s b%d" % self
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run directory's metrics, reduced to what the analysis needs."""
+
+    path: str
+    key: GroupKey
+    world_size: int
+    nodes: int
+    global_batch: int
+    schedule: str
+    status: str
+    epochs: Tuple[EpochPoint, ...]
+    profile: Optional[Profile]
+    end_best_top1: Optional[float]
+    energy_domains: Optional[str] = None  # what the energy figures count, e.g. "gpu+cpu" or "node"
+    end_energy_j: Optional[float] = None  # the whole run's energy from the end record
+    time_to_accuracy_s: Optional[float] = None
+    energy_to_accuracy_j: Optional[float] = None
+    reason: Optional[str] = None  # the end record's reason (failed or diverged runs)
+    amp: str = "none"  # the trainer's --amp (none: FP32/TF32)
+    kernel_shares: Optional[KernelShares] = None  # the last kernel_profile record's
+    target_accuracy: Optional[float] = None  # the trainer's --target-accuracy
+    data: str = "synthetic"  # the trainer's --data
+    num_classes: Optional[int] = None
+    network: Optional[List[Dict[str, Any]]] = field(default=None, hash=False)  # what its collective libraries selected
+
+    @property
+    def measured_epochs(self) -> List[EpochPoint]:
+        """The epochs with counted images, the first of them left out when there are >= 2."""
+        counted = [e for e in self.epochs if e.images > 0]
+        return counted[1:] if len(counted) >= 2 else counted
+
+    @property
+    def throughput(self) -> Optional[float]:
+        """Mean images/s over the measured epochs."""
+        measured = self.measured_epochs
+        return mean(e.images_per_s for e in measured) if measured else None
+
+    @property
+    def epoch_time_s(self) -> Optional[float]:
+        """Mean training time of the measured epochs (the epochs that give X)."""
+        measured = self.measured_epochs
+        return mean(e.epoch_time_s for e in measured) if measured else None
+
+    @property
+    def epochs_to_target(self) -> Optional[int]:
+        """Epochs trained up to the first validation at or above --target-accuracy (None: not reached)."""
+        return epochs_to(self.epochs, self.target_accuracy)
+
+    @property
+    def diverged(self) -> bool:
+        return self.status == "diverged"
+
+    def _measured_with_energy(self) -> List[EpochPoint]:
+        return [e for e in self.measured_epochs if e.energy_j is not None and e.trained_images > 0]
+
+    @property
+    def joules_per_image(self) -> Optional[float]:
+        """Energy of the measured epochs per image trained in them."""
+        epochs = self._measured_with_energy()
+        if not epochs:
+            return None
+        return sum(e.energy_j for e in epochs) / sum(e.trained_images for e in epochs)  # type: ignore[misc]
+
+    @property
+    def energy_per_epoch(self) -> Optional[float]:
+        epochs = self._measured_with_energy()
+        return mean(e.energy_j for e in epochs) if epochs else None  # type: ignore[type-var]
+
+    @property
+    def energy_j(self) -> Optional[float]:
+        """The run's energy: the end record's, else the sum over the epochs so far."""
+        if self.end_energy_j is not None:
+            return self.end_energy_j
+        measured = [e.energy_j for e in self.epochs if e.energy_j is not None]
+        return sum(measured) if measured else None
+
+    @property
+    def best_top1(self) -> Optional[float]:
+        accuracies = [e.top1 for e in self.epochs if e.top1 is not None]
+        return max(accuracies) if accuracies else self.end_best_top1
+
+    @property
+    def shares(self) -> Optional[Shares]:
+        p = self.profile
+        return Shares.from_profile(p.comm_s, p.compute_s, p.data_s) if p else None
+
+
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Repeated measurements of one quantity: the median and its spread (`low`-`high`, `kind`)."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+    kind: str  # "min-max", or "95% CI": the distribution-free confidence interval of the median
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Spread":
+        """The order-statistic interval [x_(k), x_(n+1-k)] with the largest k whose coverage
+        1 - 2 P(Binomial(n, 1/2) <= k - 1) is at least 95% (n >= 6); the min-max range below that.
+        Written out (5 lines) rather than taken from scipy, which the launcher does not depend on."""
+        ordered = sorted(values)
+        n = len(ordered)
+        k = 0
+        while 1 - 2 * sum(comb(n, i) for i in range(k + 1)) / 2 ** n >= CONFIDENCE:
+            k += 1
+        if k == 0:
+            return cls(median(ordered), ordered[0], ordered[-1], n, "min-max")
+        return cls(median(ordered), ordered[k - 1], ordered[n - k], n, "%d%% CI" % round(100 * CONFIDENCE))
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """One GPU count of a group: medians and spreads over its runs (repeats)."""
+
+    gpus: int
+    nodes: int
+    runs: int
+    throughput: Spread  # images/s
+    speedups: Spread
+    efficiencies: Spread
+    shares: Optional[Shares]  # the runs' mean
+    energy: Optional[Spread] = None  # J/img of the runs that measured energy
+    epochs_to_target: Optional[Spread] = None  # of the runs that reached --target-accuracy
+    time_to_target: Optional[Spread] = None  # seconds, of the runs that reached it
+
+    @property
+    def images_per_s(self) -> float:
+        return self.throughput.median
+
+    @property
+    def speedup(self) -> float:
+        return self.speedups.median
+
+    @property
+    def efficiency(self) -> float:
+        return self.efficiencies.median
+
+    @property
+    def joules_per_image(self) -> Optional[float]:
+        return self.energy.median if self.energy else None
+
+
+@dataclass(frozen=True)
+class Loaded:
+    runs: List[Run]
+    rejected: List[str]  # one message per rejected file, naming it
+
+
+def find_metrics_files(paths: Iterable[str]) -> List[str]:
+    """Metrics files named by `paths`: files as given, directories searched recursively (sorted)."""
+    found = []
+    for path in paths:
+        p = Path(path)
+        if p.is_file():
+            found.append(str(p))
+        elif p.is_dir():
+            found.extend(sorted(str(f) for f in p.rglob(METRICS_FILE) if f.is_file() and not f.is_symlink()))  # no link out of the folder
+        else:
+            raise DlaunchError("%s: no such file or directory" % escape(str(path)))
+    return sorted(set(found))
+
+
+def _text(value: Optional[str]) -> str:
+    """A header's text for tables and plots: "-" when unset, control characters escaped."""
+    return escape(value) if value else "-"
+
+
+def _total(energy: Optional[dict]) -> Tuple[Optional[float], Optional[str]]:
+    total = energy_total(energy)
+    return (total[0], total[1]) if total else (None, None)
+
+
+def run_from_metrics(metrics: Metrics) -> Run:
+    """Reduce a parsed metrics file (schema version 1 or 2) to a Run."""
+    h = metrics.header
+    key = GroupKey(_text(h["experiment"]), _text(h["site"]), _text(h["model"]), _text(h["framework"]), _text(h["loader"]),
+                   h["batch_per_worker"])
+    epochs, domains = [], None
+    for e in metrics.epochs:
+        joules, counted = _total(e.get("energy_j"))
+        domains = counted or domains
+        epochs.append(EpochPoint(e["epoch"], float(e["images_per_s"]), e["images"], e.get("top1"),
+                                 trained_images=e["steps"] * h["global_batch"], energy_j=joules,
+                                 epoch_time_s=float(e["epoch_time_s"])))
+    end = metrics.end or {}
+    end_energy, end_domains = _total(end.get("energy_j"))
+    profile = None
+    if metrics.profiles:
+        last = metrics.profiles[-1]
+        profile = Profile(last["step_s"], last["compute_s"], last["comm_s"], last["data_s"])
+    return Run(
+        path=escape(metrics.path),
+        key=key,
+        world_size=h["world_size"],
+        nodes=h["nodes"],
+        global_batch=h["global_batch"],
+        schedule=_text(h["config"].get("schedule")),
+        status=metrics.status,
+        epochs=tuple(epochs),
+        profile=profile,
+        end_best_top1=end.get("best_top1"),
+        energy_domains=end_domains or domains,
+        end_energy_j=end_energy,
+        time_to_accuracy_s=end.get("time_to_accuracy_s"),
+        energy_to_accuracy_j=end.get("energy_to_accuracy_j"),
+        reason=escape(end["reason"]) if end.get("reason") else None,
+        amp=escape(h["config"].get("amp") or "none"),
+        kernel_shares=KernelShares.from_record(metrics.kernel_profiles[-1]) if metrics.kernel_profiles else None,
+        target_accuracy=end.get("target_accuracy", h["config"].get("target_accuracy")),
+        data=str(h["config"].get("data") or "synthetic"),
+        num_classes=h["config"].get("num_classes"),
+        network=metrics.network,
+    )
+
+
+def load_runs(paths: Iterable[str]) -> Loaded:
+    """Read every metrics file under `paths`; broken or foreign files are rejected, not skipped silently."""
+    runs, rejected = [], []
+    for path in find_metrics_files(paths):
+        try:
+            runs.append(run_from_metrics(read_metrics(path)))
+        except MetricsError as e:
+            rejected.append(str(e))
+    runs.sort(key=lambda r: (r.key, r.world_size, r.path))
+    return Loaded(runs, rejected)
+
+
+def group_runs(runs: Iterable[Run]) -> Dict[GroupKey, List[Run]]:
+    """Runs by group key, groups and runs in sorted order."""
+    groups: Dict[GroupKey, List[Run]] = {}
+    for run in sorted(runs, key=lambda r: (r.key, r.world_size, r.path)):
+        groups.setdefault(run.key, []).append(run)
+    return groups
+
+
+def _mean_shares(shares: Sequence[Shares]) -> Optional[Shares]:
+    if not shares:
+        return None
+    return Shares(mean(s.comm for s in shares), mean(s.compute for s in shares), mean(s.data for s in shares))
+
+
+def scaling(runs: Sequence[Run]) -> List[ScalingPoint]:
+    """Throughput, S_G, E_G and J/img per GPU count of one group (median and spread over the runs);
+    diverged runs and runs without epochs are left out."""
+    metrics = ("images_per_s", "speedup", "efficiency", "joules_per_image", "epochs_to_target", "time_to_target_s")
+    values = {metric: run_values(runs, metric) for metric in metrics}
+
+    def spread(metric: str, gpus: int) -> Optional[Spread]:
+        found = values[metric].get(gpus)
+        return Spread.of(found) if found else None
+
+    points = []
+    for gpus, throughputs in values["images_per_s"].items():
+        group = [r for r in _measured(runs) if r.world_size == gpus]
+        points.append(ScalingPoint(
+            gpus=gpus,
+            nodes=max(r.nodes for r in group),
+            runs=len(group),
+            throughput=Spread.of(throughputs),
+            speedups=Spread.of(values["speedup"][gpus]),
+            efficiencies=Spread.of(values["efficiency"][gpus]),
+            shares=_mean_shares([r.shares for r in group if r.shares is not None]),
+            energy=spread("joules_per_image", gpus),
+            epochs_to_target=spread("epochs_to_target", gpus),
+            time_to_target=spread("time_to_target_s", gpus),
+        ))
+    return points
+
+
+@dataclass(frozen=True)
+class StatusFigures:
+    """What `dlaunch status` shows of one run's metrics beside its state (None: not known yet)."""
+
+    time_to_accuracy_s: Optional[float]
+    energy_to_accuracy_j: Optional[float]
+    joules_per_image: Optional[float]
+    energy_j: Optional[float]
+    energy_domains: Optional[str]  # what the trainer's energy counts ("gpu+cpu", "node")
+    diverged: bool
+
+
+def status_figures(metrics: Metrics) -> StatusFigures:
+    """The derived figures of one run for `dlaunch status` (torch-free; version 1 files give Nones)."""
+    run = run_from_metrics(metrics)
+    return StatusFigures(run.time_to_accuracy_s, run.energy_to_accuracy_j, run.joules_per_image, run.energy_j,
+                         run.energy_domains, run.diverged)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    reference: "Reference"
+    measured: float
+
+    @property
+    def passed(self) -> bool:
+        """Pass when no slower than the reference by more than its tolerance (faster always passes)."""
+        return self.measured >= self.reference.images_per_s * (1.0 - self.reference.tolerance)
+
+    @property
+    def deviation(self) -> float:
+        return self.measured / self.reference.images_per_s - 1.0
+
+
+def reference_for(run: Run, references: Sequence["Reference"]) -> Optional["Reference"]:
+    """The site's reference for the run's model, GPU count and precision."""
+    return matching_reference(run.key.model, run.world_size, run.amp, references)
+
+
+def matching_reference(model: str, gpus: int, amp: str, references: Sequence["Reference"]) -> Optional["Reference"]:
+    """The reference for a model, GPU count and precision (one without `amp` is of full precision, --amp none)."""
+    for ref in references:
+        if ref.model == model and ref.gpus == gpus and getattr(ref, "amp", "none") == amp:
+            return ref
+    return None
+
+
+def verdict(run: Run, references: Sequence["Reference"]) -> Optional[Verdict]:
+    """The run's verdict against the reference for its model, GPU count and precision, if there is one."""
+    ref = reference_for(run, references)
+    if run.throughput is None or ref is None:
+        return None
+    return Verdict(ref, run.throughput)
+
+
+def rich_table(title: Optional[str], headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    """A console table whose cells keep their full width on narrow terminals (headers wrap at spaces)."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), pad_edge=False, collapse_padding=True)
+    for i, header in enumerate(headers):
+        widest = max([len(word) for word in header.split()] + [len(row[i]) for row in rows])
+        table.add_column(header, min_width=widest)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _measured(runs: Sequence[Run]) -> List[Run]:
+    return [r for r in runs if r.throughput is not None and not r.diverged]
+
+
+def reference_point(points: Sequence[Tuple[int, float]]) -> Tuple[int, float]:
+    """(G_ref, X_ref) of a group's (GPUs, X) points: the smallest GPU count and the median X there."""
+    g_ref = min(g for g, _ in points)
+    return g_ref, median(x for g, x in points if g == g_ref)
+
+
+def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
+    """Per GPU count, each run's value of `metric` (images_per_s, speedup, efficiency, comm_share,
+    kernel_comm_share, kernel_compute_share, kernel_io_share, joules_per_image, epochs_to_target,
+    time_to_target_s) in one group; runs without it (no epochs, no profile, no energy, target not
+    reached, diverged) are left out."""
+    if metric.startswith("kernel_"):  # runs that only profile have no throughput
+        part = metric[len("kernel_"):-len("_share")]
+        shares: Dict[int, List[float]] = {}
+        for r in runs:
+            if r.kernel_shares is not None and not r.diverged:
+                shares.setdefault(r.world_size, []).append(getattr(r.kernel_shares, part))
+        return dict(sorted(shares.items()))
+    measured = _measured(runs)
+    if not measured:
+        return {}
+    g_ref, x_ref = reference_point([(r.world_size, r.throughput) for r in measured])  # type: ignore[misc]
+    values: Dict[int, List[float]] = {}
+    for r in measured:
+        if metric == "comm_share":
+            value = r.shares.comm if r.shares else None
+        elif metric in ("images_per_s", "joules_per_image", "epochs_to_target", "time_to_target_s"):
+            value = {"images_per_s": r.throughput, "joules_per_image": r.joules_per_image,
+                     "epochs_to_target": r.epochs_to_target, "time_to_target_s": r.time_to_accuracy_s}[metric]
+        else:
+            value = r.throughput / x_ref  # type: ignore[operator]
+            value = value / (r.world_size / g_ref) if metric == "efficiency" else value
+        if value is not None:
+            values.setdefault(r.world_size, []).append(value)
+    return dict(sorted(values.items()))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Published values of one metric and this run's, for the groups the comparison matches."""
+
+    label: str
+    metric: str
+    source: str  # the published file
+    published: List[Tuple[int, float]]  # (GPUs, value)
+    measured: Dict[str, List[Tuple[int, Spread]]]  # group label -> (GPUs, spread over repeats)
+
+
+def read_published(path: Path, column: str, share_of: Sequence[str], match: Dict[str, str],
+                   percent: bool = False) -> List[Tuple[int, float]]:
+    """(GPUs, value) from a published CSV (a `gpus` column): rows whose columns named in `match` agree,
+    empty cells left out; with `share_of` the value is divided by the sum of those columns, with
+    `percent` by 100."""
+    points = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(row for row in f if not row.startswith("#")):
+            if missing := [c for c in ["gpus", column, *share_of] if c not in row]:
+                raise DlaunchError("%s: no column %s" % (path, missing[0]))
+            if any(k in row and row[k] != v for k, v in match.items()):
+                continue
+            cells = [row[column]] + [row[c] for c in share_of]
+            if not all(cell.strip() for cell in cells):
+                continue
+            try:
+                value = float(row[column])
+                if share_of:
+                    value /= sum(float(row[c]) for c in share_of)
+                elif percent:
+                    value /= 100.0
+                points.append((int(row["gpus"]), value))
+            except (ValueError, ZeroDivisionError):
+                raise DlaunchError("%s: row with gpus %s: %s is not a number" % (path, escape(str(row["gpus"])), ", ".join([column, *share_of]))) from None
+    return sorted(points)
+
+
+def read_published_row(path: Path, column: str, row: Dict[str, str]) -> float:
+    """The value in `column` of the one published row whose cells agree with `row` (no count column)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(line for line in f if not line.startswith("#"))
+                if all(r.get(k) == v for k, v in row.items())]
+    if len(rows) != 1 or column not in rows[0]:
+        raise DlaunchError("%s: %d rows match %s, or no column %s (need one row)" % (path, len(rows), row, column))
+    return float(rows[0][column])
+
+
+def throughput_ratios(runs: Sequence[Run], faster: str, slower: str, match: Dict[str, str]) -> List[Tuple[int, Spread]]:
+    """Per count, the median images/s of framework `faster` over that of `slower` (groups matching
+    `match`); the spread runs from the lowest to the highest ratio of any two of their runs."""
+    per_framework: Dict[str, Dict[int, List[float]]] = {faster: {}, slower: {}}
+    for key, group in group_runs(runs).items():
+        if key.framework in per_framework and all(getattr(key, k) == v for k, v in match.items()):
+            for gpus, values in run_values(group, "images_per_s").items():
+                per_framework[key.framework].setdefault(gpus, []).extend(values)
+    ratios = []
+    for gpus in sorted(set(per_framework[faster]) & set(per_framework[slower])):
+        f, s = per_framework[faster][gpus], per_framework[slower][gpus]
+        ratios.append((gpus, Spread(median(f) / median(s), min(f) / max(s), max(f) / min(s), len(f) + len(s), "min-max")))
+    return ratios
+
+
+def compare_published(compare: "Compare", path: Path, runs: Sequence[Run]) -> Comparison:
+    """The published values of a study's `[[compare]]` entry beside the matching groups of `runs`."""
+    if compare.metric == "throughput_ratio":
+        faster, slower = compare.ratio_of
+        ratios = throughput_ratios(runs, faster, slower, dict(compare.match))
+        value = read_published_row(path, compare.column, dict(compare.row))
+        published = [(gpus, value) for gpus, _ in ratios] or [(1, value)]
+        return Comparison(compare.label, compare.metric, path.name, published,
+                          {"%s / %s" % (faster, slower): ratios} if ratios else {})
+    measured = {}
+    for key, group in group_runs(runs).items():
+        if all(getattr(key, k) == v for k, v in compare.match.items()):
+            values = run_values(group, compare.metric)
+            if values:
+                measured[key.label] = [(gpus, Spread.of(v)) for gpus, v in values.items()]
+    return Comparison(compare.label, compare.metric, path.name,
+                      read_published(path, compare.column, compare.share_of, dict(compare.match), compare.percent), measured)

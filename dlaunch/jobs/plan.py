@@ -1,0 +1,249 @@
+"""Profile + request -> `LaunchPlan`: every decision about a job, before any text is rendered.
+
+The site's scheduler, container runtime and the framework's launch style each contribute their part
+(dlaunch/schedulers/, dlaunch/runtimes/, dlaunch/jobs/launchers.py); `render.py` writes the text.
+"""
+import dataclasses
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from dlaunch.boundary import check_limit, check_value
+from dlaunch.errors import DlaunchError, SchedulerError
+from dlaunch.jobs.jobspec import JobSpec, PreludeItem, Prepend, RequireVariable, TaskEnv, WorkDir, joined
+from dlaunch.jobs.launchers import launch_mode
+from dlaunch.jobs.request import LaunchRequest, trainer_arguments
+from dlaunch.schedulers import registration, scheduler_for
+from dlaunch.jobs.schema import BIND_PATH, SAFE_NAME, Partition, format_time, parse_time
+from dlaunch.jobs.sites import Site
+from dlaunch.train import jobenv
+from dlaunch.train.config import ConfigError, parse_config
+from dlaunch.train.engines import check_engine_flags
+from dlaunch.train.framework_table import FRAMEWORKS
+from dlaunch.train.metrics_schema import METRICS_FILE
+
+BINDABLE = re.compile(BIND_PATH)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    site: str
+    scheduler: str  # the scheduler's kind (dlaunch/schedulers/)
+    runtime: str  # the container runtime's kind (dlaunch/runtimes/)
+    framework: str
+    nodes: int
+    nproc_per_node: int
+    run_dir: str
+    image: Optional[str]
+    directives: Tuple[str, ...]  # without the scheduler's prefix (`#SBATCH `)
+    module_purge: bool
+    module_use: Tuple[str, ...]
+    modules: Tuple[str, ...]
+    env: Tuple[Tuple[str, str], ...]
+    prelude: Tuple[PreludeItem, ...]
+    command: Tuple[Tuple[Any, ...], ...]  # lines in front of the trainer's flags: step, task variables, container, launch
+    trainer_argv: Tuple[str, ...]
+    warnings: Tuple[str, ...] = ()  # for the user, before submission; nothing in the script
+    partition: Optional[str] = None  # the profile's partition row the job goes to (None: local)
+    notes: Tuple[str, ...] = ()  # decisions the user did not ask for by name (a row picked by size)
+    profile: str = ""  # the site profile's text as read: the run directory keeps it (`site.toml`), not its path
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["prelude"] = [dict(type=type(item).__name__, **dataclasses.asdict(item)) for item in self.prelude]
+        del data["profile"]  # a file of its own
+        return data
+
+
+def resolve_account(site: Site, account: Optional[str], environ: Mapping[str, str], required: bool = True) -> Optional[str]:
+    """`--account`, else the site's account variable (e.g. $BUDGET); never hard-coded."""
+    if account is None and site.account_env:
+        account = environ.get(site.account_env) or None
+    if registration(site.scheduler.kind).foreground:
+        return None
+    if account is None and site.account_required and required:
+        hint = " or set $%s" % site.account_env if site.account_env else ""
+        raise DlaunchError("--account: site %s needs an account: pass --account%s" % (site.name, hint))
+    if account is not None and not re.fullmatch(SAFE_NAME, account):
+        raise DlaunchError("--account: %r may only contain letters, digits and _.+-" % account)
+    return account
+
+
+def _bindable(flag: str, path: str) -> str:
+    if not BINDABLE.fullmatch(path):
+        raise DlaunchError("%s: %r has characters a Slurm/container path cannot carry (use letters, digits, _./+@=-)" % (flag, path))
+    return path
+
+
+def _shape(site: Site, request: LaunchRequest) -> Tuple[int, int]:
+    """(nodes, processes per node) from --nodes or --gpus."""
+    if registration(site.scheduler.kind).foreground:
+        if request.nodes not in (None, 1):
+            raise DlaunchError("--nodes: site %s runs on this machine only (1 node), got %d" % (site.name, request.nodes))
+        check_limit("--gpus", request.gpus or site.gpus_per_node, "local processes", request.allow_large)
+        return 1, request.gpus or site.gpus_per_node
+    if request.nodes is not None and request.gpus is not None:  # e.g. 2 GPUs on each of 2 nodes
+        per_node, rest = divmod(request.gpus, request.nodes)
+        if rest or not 1 <= per_node <= site.gpus_per_node:
+            raise DlaunchError("--gpus: %d GPUs do not spread evenly over --nodes %d with 1 to %d per node (site %s)"
+                               % (request.gpus, request.nodes, site.gpus_per_node, site.name))
+        return request.nodes, per_node
+    if request.gpus is not None and request.nodes is None:
+        if request.gpus < site.gpus_per_node:
+            return 1, request.gpus
+        if request.gpus % site.gpus_per_node:
+            raise DlaunchError("--gpus: %d is not a multiple of the %d GPUs per node of site %s" % (request.gpus, site.gpus_per_node, site.name))
+        return request.gpus // site.gpus_per_node, site.gpus_per_node
+    return request.nodes or 1, site.gpus_per_node
+
+
+def _queue_and_time(site: Site, request: LaunchRequest, nodes: int) -> Tuple[Partition, int, Tuple[str, ...]]:
+    """The partition row the job goes to, its time limit in seconds, and a note when the row was picked
+    by the job's size. A row the user named is checked against its limits; without one, the default
+    row takes the job if it fits, else the first row (in the profile's order, `auto` rows only) that does."""
+    try:
+        seconds = parse_time(request.time)
+    except ValueError as e:
+        raise DlaunchError("--time: %s" % e) from None
+    if request.partition is not None:
+        partition = site.partition(request.partition)
+        if nodes > partition.max_nodes:
+            raise DlaunchError("--nodes: %d exceeds the %d nodes of partition %s (site %s)" % (nodes, partition.max_nodes, partition.name, site.name))
+        if nodes < partition.min_nodes:
+            raise DlaunchError("--nodes: partition %s of site %s takes jobs of %d nodes or more, not %d"
+                               % (partition.name, site.name, partition.min_nodes, nodes))
+        if seconds > partition.max_seconds:
+            raise DlaunchError("--time: %s exceeds the limit %s of partition %s (site %s)" % (format_time(seconds), partition.max_time, partition.name, site.name))
+        return partition, seconds, ()
+    default = site.partition(None)
+    if default.fits(nodes, seconds):
+        return default, seconds, ()
+    fitting = [p for p in site.partitions if p.auto and p.fits(nodes, seconds)]
+    if not fitting:
+        by_size = any(p.min_nodes <= nodes <= p.max_nodes for p in site.partitions)
+        raise DlaunchError("%s: no partition of site %s takes %d node(s) for %s; its partitions: %s"
+                           % ("--time" if by_size else "--nodes", site.name, nodes, format_time(seconds),
+                              ", ".join(p.limits() for p in site.partitions)))
+    chosen = fitting[0]
+    return chosen, seconds, ("partition %s chosen for %d node(s) and %s: the default, %s, does not take the job"
+                             % (chosen.limits(), nodes, format_time(seconds), default.limits()),)
+
+
+def _environment(site: Site) -> Tuple[Prepend, ...]:
+    """Path lists the site extends (`env_prepend`, the NCCL network plugin's folder first)."""
+    prepend: Dict[str, str] = dict(site.env_prepend)
+    plugin = site.nccl_net_plugin
+    if plugin and plugin.library_dir:
+        rest = prepend.get("LD_LIBRARY_PATH")
+        prepend["LD_LIBRARY_PATH"] = joined(":", (plugin.directory,) + ((rest,) if rest else ()))
+    required = (RequireVariable(plugin.variable, "nccl_net_plugin.library_dir"),) if plugin and plugin.variable else ()
+    return required + tuple(Prepend(name, value) for name, value in prepend.items())
+
+
+def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision: Optional[str],
+               image: Optional[str], environ: Mapping[str, str], require_account: bool = True) -> LaunchPlan:
+    """Validate the request against the site and decide everything the script will contain.
+
+    `require_account=False` (dry runs) renders a script without `--account` where none is known.
+    """
+    nodes, nproc = _shape(site, request)
+    scheduler = scheduler_for(site.scheduler.kind)
+    on_batch_system = not registration(site.scheduler.kind).foreground
+    spec = launch_mode(site, request.framework).spec(site, scheduler, nodes, nproc)
+    runtime = site.container
+    experiment = request.experiment or "default"
+    data = request.option("data")
+    warnings: Tuple[str, ...] = ()
+    queue, seconds, account, binds, notes = None, 0, None, (), ()
+    if on_batch_system:
+        _bindable("--output", run_dir)
+        queue, seconds, notes = _queue_and_time(site, request, nodes)
+        account = resolve_account(site, request.account, environ, required=require_account)
+        lead = scheduler.signal_lead_s
+        if lead and seconds < 2 * lead:
+            warnings += ("--time %s leaves less than twice the %d s warning before the limit: the job may get no "
+                         "checkpoint warning (%s sends it up to a minute early or late)" % (format_time(seconds), lead, scheduler.label),)
+        plugin_dir = site.nccl_net_plugin.directory if site.nccl_net_plugin else None
+        binds = (run_dir,) + ((_bindable("--data", data),) if data not in (None, "synthetic") else ()) + ((plugin_dir,) if plugin_dir else ())
+    requeue = site.requeue if request.requeue is None else request.requeue
+    job = JobSpec(name=experiment, nodes=nodes, tasks_per_node=spec.tasks_per_node, cpus_per_task=spec.cpus_per_task,
+                  gpus_per_node=nproc, seconds=seconds, queue=queue, account=account, run_dir=run_dir, requeue=requeue,
+                  extra_tasks=spec.extra_tasks, overcommit=spec.overcommit)
+    container_options: Tuple[str, ...] = ()
+    container_prefix: Tuple[str, ...] = ()
+    if runtime.containerized:
+        if not image:
+            raise DlaunchError("--image: site %s runs in a container; give --image" % site.name)
+        image = runtime.check_image(image)
+        container_options = runtime.step_options(image, binds)
+        container_prefix = runtime.prefix(image, binds)
+        warnings += runtime.warnings(binds)
+    else:
+        image = None
+    if spec.own_step:
+        if container_options:
+            raise DlaunchError("--framework %s: site %s starts it with %s, which cannot pass the %s runtime's step options"
+                               % (request.framework, site.name, spec.own_step[0], runtime.kind))
+        step = spec.own_step
+    else:
+        step_options = tuple(site.launch.framework(request.framework).step_options) + container_options
+        try:
+            step = scheduler.step(site.scheduler, job, spec.mpi, spec.whole_node, step_options)
+        except SchedulerError as e:
+            raise DlaunchError("--framework %s: site %s: %s" % (request.framework, site.name, e)) from None
+    environment = _environment(site)
+    # The scheduler's task variables as the neutral ones, in each task its step starts (mpirun's ranks are
+    # not the scheduler's tasks: Horovod asks MPI).
+    task_env = (TaskEnv(scheduler.task_variables),) if scheduler.task_variables and not spec.own_step else ()
+    provenance = tuple((name, value) for name, value in (
+        ("DLAUNCH_SITE", site.name),
+        (jobenv.SCHEDULER, site.scheduler.kind),
+        ("DLAUNCH_IMAGE", image),
+        ("DLAUNCH_GIT_REVISION", git_revision),
+        ("DLAUNCH_EXPERIMENT", experiment),
+        ("DLAUNCH_RUN_DIR", run_dir),
+        ("DLAUNCH_PARENT_RUN", environ.get("DLAUNCH_PARENT_RUN")),  # set by `dlaunch rerun`
+    ) if value)
+    given_as = {"DLAUNCH_IMAGE": "--image", "DLAUNCH_RUN_DIR": "--output", "DLAUNCH_EXPERIMENT": "--experiment"}
+    for name, value in provenance:  # no NUL or line break in an export (the site's `env` is checked by its schema)
+        check_value(given_as.get(name, "$" + name), value)
+    engine = FRAMEWORKS[request.framework].engine
+    checkpoints = engine == "torch"  # the TensorFlow and MXNet trainers keep none
+    trainer_argv = ("--framework", request.framework) + trainer_arguments(request) + (
+        "--metrics", os.path.join(run_dir, METRICS_FILE),
+    ) + (("--checkpoint-dir", os.path.join(run_dir, "checkpoints")) if checkpoints else ()) + (
+        ("--resume",) if request.resume and checkpoints else ())
+    # The trainer's own checks (torch-free), so that no job is submitted only to exit 2; the data folder
+    # too where this machine sees it (a node-local path is checked on the nodes only).
+    data_here = data not in (None, "synthetic") and os.path.exists(data)
+    if data not in (None, "synthetic") and not data_here:
+        if not on_batch_system:
+            raise DlaunchError("--data: %s does not exist" % data)
+        warnings += ("--data %s is not visible here; it is checked on the nodes only" % data,)
+    try:
+        check_engine_flags(parse_config(list(trainer_argv), check_paths=data_here), engine)
+    except ConfigError as e:
+        raise DlaunchError("trainer options: %s" % e) from None
+    return LaunchPlan(
+        site=site.name,
+        scheduler=site.scheduler.kind,
+        runtime=runtime.kind,
+        framework=request.framework,
+        nodes=nodes,
+        nproc_per_node=nproc,
+        run_dir=run_dir,
+        image=image,
+        directives=scheduler.directives(site.scheduler, job),
+        module_purge=site.module_purge,
+        module_use=tuple(site.module_use),
+        modules=tuple(site.modules),
+        env=tuple(site.env_for(nodes).items()) + provenance,
+        prelude=(WorkDir(run_dir),) + (environment + runtime.exports([p for p in environment if isinstance(p, Prepend)])
+                 + scheduler.job_environment(site.scheduler, job) + scheduler.prelude(site.scheduler, job) + spec.prelude),
+        command=scheduler.command(step, task_env, container_prefix, spec.launch_prefix),
+        trainer_argv=trainer_argv,
+        warnings=warnings,
+        partition=queue.name if queue else None,
+        notes=notes,
+    )

@@ -1,0 +1,328 @@
+"""Site profiles: TOML files validated by pydantic, found by name, alias or path (schema: docs/sites.md)."""
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Type
+
+from pydantic import Field, SerializeAsAny, StringConstraints, create_model, field_validator, model_validator
+
+from dlaunch.errors import DlaunchError
+from dlaunch.boundary import ModelT, read_toml, read_toml_text
+from dlaunch.runtimes import NoContainer, Runtime
+from dlaunch.runtimes import validate_config as runtime_config
+from dlaunch.schedulers import registration, scheduler_for
+from dlaunch.schedulers import validate_config as scheduler_config
+from dlaunch.jobs.jobspec import ShellWord
+from dlaunch.jobs.network import Network
+from dlaunch.jobs.schema import HOST_SUFFIX, AbsPath, EnvName, EnvValue, ModuleName, Partition, SafeName, StrictModel, VarPath, Word
+from dlaunch.paths import SHIPPED_SITES_DIR
+from dlaunch.train.framework_table import FRAMEWORKS
+
+
+# Environment values with a documented range; a value outside it is refused with the source.
+ENV_RANGES = {
+    # NCCL env docs: "Values can be 1-31" (1-22 before NCCL 2.14); larger ones lose their high bits.
+    "NCCL_IB_TIMEOUT": (1, 31, "NCCL's documentation (docs.nvidia.com/deeplearning/nccl, env.html)"),
+    "NCCL_IB_RETRY_CNT": (0, 7, "NCCL's documentation (docs.nvidia.com/deeplearning/nccl, env.html)"),
+}
+DRIVER = r"^[0-9]+(\.[0-9]+)*$"
+
+
+def check_env_ranges(env: Dict[str, str]) -> None:
+    """Values with a documented range (ENV_RANGES) inside it."""
+    for name, (low, high, source) in ENV_RANGES.items():
+        if name in env and not (env[name].isdigit() and low <= int(env[name]) <= high):
+            raise ValueError("%s = %r is outside %d-%d, the range %s gives" % (name, env[name], low, high, source))
+
+
+class Storage(StrictModel):
+    """The shared file system, for the performance model."""
+
+    loader_images_per_s: float = Field(gt=0)  # what a loader reading each image as a file gets in all
+
+
+class Reference(StrictModel):
+    """A reference throughput measured on this site (`tolerance`: accepted relative deviation)."""
+
+    model: str
+    gpus: int = Field(gt=0)
+    amp: Literal["none", "bf16", "fp16"] = "none"  # the trainer's --amp the figure was measured with (none: FP32/TF32)
+    images_per_s: float = Field(gt=0)
+    tolerance: float = Field(gt=0, lt=1)
+
+
+class NcclNetPlugin(StrictModel):
+    """A NCCL/RCCL network plugin (aws-ofi-nccl on Slingshot). `library_dir` (on the nodes) goes first
+    on LD_LIBRARY_PATH, where NCCL looks for libnccl-net*.so, and into the container's binds; it may
+    start with a variable a module of the profile sets (`$OLCF_OFI_NCCL_ROOT/lib`). Without it the
+    plugin comes with the image or the site's container hooks (CSCS EDF annotations, podman-hpc --nccl)."""
+
+    name: SafeName
+    library_dir: Optional[VarPath] = None
+
+    @property
+    def directory(self) -> Optional[str]:
+        """`library_dir` as the script carries it: a ShellWord when a variable names it."""
+        if self.library_dir and self.library_dir.startswith("$"):
+            return ShellWord(self.library_dir)
+        return self.library_dir
+
+    @property
+    def variable(self) -> Optional[str]:
+        """The variable `library_dir` starts with (None: a plain path)."""
+        m = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)(/.*)?", self.library_dir or "")
+        return m.group(1) if m else None
+
+
+# The launch modes a profile may choose per framework, by the framework table's launch style (the first:
+# the default). dlaunch/jobs/launchers.py has one class per mode.
+LAUNCH_MODES = {
+    "torchrun-per-node": ("torchrun-per-node", "task-per-gpu"),
+    "mpi-per-gpu": ("mpi-per-gpu", "mpirun"),
+}
+LaunchMode = Literal["torchrun-per-node", "task-per-gpu", "mpi-per-gpu", "mpirun"]
+
+
+class FrameworkLaunch(StrictModel):
+    """How one framework starts on this site (`[launch.<framework>]`)."""
+
+    mode: Optional[LaunchMode] = None  # None: the framework table's style
+    # Options of this framework's step only: srun options on Slurm, mpiexec/mpirun words otherwise.
+    step_options: List[Word] = []
+
+
+class LaunchBase(StrictModel):
+    """`[launch]`: the rendezvous address and GPU visibility, and per framework its mode (fields added below)."""
+
+    # Run on the first node (the batch host); its first word is MASTER_ADDR, e.g. ["hostname", "-i"] (OLCF).
+    rendezvous_command: List[Word] = []
+    # The site shows each task only the GPU(s) bound to it (JSC's psslurm): a per-node launcher's task,
+    # which starts all of a node's workers, gets the node's GPUs made visible (CUDA_VISIBLE_DEVICES=0,1,..).
+    binds_gpu_per_task: bool = False
+
+    def framework(self, name: str) -> FrameworkLaunch:
+        return getattr(self, name.replace("-", "_"), None) or FrameworkLaunch()
+
+
+Launch = create_model(  # one optional `[launch.<name>]` per framework the profile may launch differently
+    "Launch", __base__=LaunchBase,
+    **{name.replace("-", "_"): (Optional[FrameworkLaunch], Field(default=None, alias=name))
+       for name, info in FRAMEWORKS.items() if info.launch in LAUNCH_MODES})
+
+
+class EnvByNodes(StrictModel):
+    """`[[env_by_nodes]]`: variables exported only for jobs of `min_nodes` to `max_nodes` nodes."""
+
+    min_nodes: int = Field(default=1, gt=0)
+    max_nodes: Optional[int] = Field(default=None, gt=0)
+    env: Dict[EnvName, EnvValue] = Field(min_length=1)
+
+    def applies(self, nodes: int) -> bool:
+        return self.min_nodes <= nodes and (self.max_nodes is None or nodes <= self.max_nodes)
+
+
+def _from_v1(data: Any) -> Any:
+    """A profile of the first schema (flat `scheduler = "slurm"`, `[container] runtime`) in the current one."""
+    if not isinstance(data, dict) or not isinstance(data.get("scheduler"), str):
+        return data
+    data = dict(data)
+    scheduler: Dict[str, Any] = {"kind": data.pop("scheduler")}
+    by_qos = data.pop("partition_directive", "partition") == "qos"
+    if "partitions" in data:
+        scheduler["partitions"] = [dict(p, partition="", qos=p.get("name")) if by_qos and isinstance(p, dict) else p
+                                   for p in data.pop("partitions")]
+    for old, new in (("mpi_plugin", "mpi_plugin"), ("gres", "gres"), ("srun_args", "step_options"),
+                     ("sbatch_directives", "directives")):
+        if old in data:
+            scheduler[new] = data.pop(old)
+    data["scheduler"] = scheduler
+    container = data.get("container")
+    if isinstance(container, dict) and "runtime" in container:
+        container = dict(container)
+        container["kind"] = container.pop("runtime")
+        data["container"] = container
+    return data
+
+
+class Site(StrictModel):
+    """A site profile; the schema reference for users is docs/sites.md."""
+
+    name: SafeName
+    description: str
+    based_on: List[str] = Field(min_length=1)
+    aliases: List[SafeName] = []
+    arch: Literal["x86_64", "aarch64"] = "x86_64"  # of the compute nodes: picks the image
+    scheduler: SerializeAsAny[StrictModel]  # the backend's Config (dlaunch/schedulers/), by `kind`
+    # Bounds far above any node (16 GPUs, a few hundred cores) that stop a typo's 2^63 GPUs reaching a script.
+    gpus_per_node: int = Field(gt=0, le=64)
+    cores_per_node: int = Field(gt=0, le=4096)
+    # Hardware threads per core that the site's Slurm counts as CPUs (`--cpus-per-task` counts these):
+    # 2 where SMT threads are CPUs (JSC), 1 where they are not or jobs default to --hint=nomultithread.
+    threads_per_core: int = Field(default=1, gt=0, le=8)
+    gpu_vendor: Literal["nvidia", "amd", "none"]
+    gpu_model: Optional[SafeName] = None  # e.g. A100-40GB: lets `dlaunch predict` pick published compute times
+    driver: Optional[Annotated[str, StringConstraints(pattern=DRIVER)]] = None  # GPU driver the site states
+    account_env: Optional[EnvName] = None
+    account_required: bool = False
+    module_purge: bool = False  # `module purge` first
+    module_use: List[AbsPath] = []  # `module use PATH` before `module load`
+    modules: List[ModuleName] = []
+    env: Dict[EnvName, EnvValue] = {}
+    env_by_nodes: List[EnvByNodes] = []  # overrides `env` for jobs of some sizes
+    env_prepend: Dict[EnvName, EnvValue] = {}  # NAME = "/x" -> NAME=/x:$NAME (or /x when NAME is unset)
+    nccl_net_plugin: Optional[NcclNetPlugin] = None
+    # Python per engine where the site runs without containers (e.g. tensorflow = "/opt/tf/bin/python").
+    interpreters: Dict[Literal["torch", "tensorflow", "mxnet"], AbsPath] = {}
+    container: SerializeAsAny[Runtime] = NoContainer()  # the runtime's model (dlaunch/runtimes/), by `kind`
+    rendezvous_host_suffix: Annotated[str, StringConstraints(pattern=HOST_SUFFIX)] = ""
+    master_port: int = Field(default=29500, ge=1024, le=65535)
+    launch: Launch = Launch()  # type: ignore[valid-type]
+    # Run a job again when its node fails (Slurm's own default, JobRequeue=1); the trainer resumes.
+    requeue: bool = True
+    network: Optional[Network] = None
+    storage: Optional[Storage] = None
+    reference: List[Reference] = []
+
+    _v1 = model_validator(mode="before")(_from_v1)
+    _scheduler = field_validator("scheduler", mode="before")(scheduler_config)
+    _container = field_validator("container", mode="before")(runtime_config)
+
+    @field_validator("env")
+    @classmethod
+    def _documented_ranges(cls, env: Dict[str, str]) -> Dict[str, str]:
+        check_env_ranges(env)
+        return env
+
+    @field_validator("env_by_nodes")
+    @classmethod
+    def _rows(cls, rows: List[EnvByNodes]) -> List[EnvByNodes]:
+        for i, row in enumerate(rows):
+            check_env_ranges(row.env)
+            if row.max_nodes is not None and row.max_nodes < row.min_nodes:
+                raise ValueError("row %d: max_nodes %d is below min_nodes %d" % (i, row.max_nodes, row.min_nodes))
+            for other in rows[:i]:
+                shared = set(row.env) & set(other.env)
+                low = max(row.min_nodes, other.min_nodes)
+                if shared and all(r.max_nodes is None or low <= r.max_nodes for r in (row, other)):
+                    raise ValueError("two rows set %s for %d nodes" % (sorted(shared)[0], low))
+        return rows
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Site":
+        if registration(self.scheduler.kind).foreground and self.container.containerized:
+            raise ValueError("a site whose jobs run in the foreground on this machine has no container runtime")
+        both = (set(self.env) | {n for row in self.env_by_nodes for n in row.env}) & set(self.env_prepend)
+        if both:
+            raise ValueError("env and env_prepend both set %s" % sorted(both)[0])
+        self._check_launch()
+        return self
+
+    def _check_launch(self) -> None:
+        gpu_request = getattr(self.scheduler, "gpu_request", "none")
+        if gpu_request != "none" and self.gpu_vendor == "none":
+            raise ValueError("scheduler.gpu_request: a site without GPUs (gpu_vendor = \"none\") asks for none")
+        if gpu_request != "none" and "gpu" in (getattr(self.scheduler, "gres", None) or ""):
+            raise ValueError("scheduler.gres and scheduler.gpu_request both ask for GPUs: keep gpu_request")
+        launch = self.launch
+        if launch.rendezvous_command and self.rendezvous_host_suffix:
+            raise ValueError("launch.rendezvous_command and rendezvous_host_suffix both name the rendezvous host: keep one")
+        for name, info in FRAMEWORKS.items():
+            chosen = launch.framework(name)
+            if info.launch not in LAUNCH_MODES or chosen == FrameworkLaunch():
+                continue
+            if registration(self.scheduler.kind).foreground:
+                raise ValueError("launch.%s: a site that runs its jobs in the foreground starts its processes itself "
+                                 "(torchrun --standalone, horovodrun)" % name)
+            if chosen.mode and chosen.mode not in LAUNCH_MODES[info.launch]:
+                raise ValueError("launch.%s.mode: %r is not one of %s" % (name, chosen.mode, ", ".join(LAUNCH_MODES[info.launch])))
+            form = scheduler_for(self.scheduler.kind).step_option_form  # the scheduler's step, unless mpirun starts it
+            for option in chosen.step_options if form and chosen.mode != "mpirun" else ():
+                if not re.fullmatch(form[0], option):
+                    raise ValueError("launch.%s.step_options: %r is not %s" % (name, option, form[1]))
+
+    def env_for(self, nodes: int) -> Dict[str, str]:
+        """`env`, then the `env_by_nodes` rows that take a job of `nodes` nodes."""
+        env = dict(self.env)
+        for row in self.env_by_nodes:
+            if row.applies(nodes):
+                env.update(row.env)
+        return env
+
+    def launch_mode(self, framework: str) -> str:
+        """How `framework` starts here: the profile's `[launch.<framework>] mode`, else the table's style."""
+        return self.launch.framework(framework).mode or FRAMEWORKS[framework].launch
+
+    @property
+    def cpus_per_node(self) -> int:
+        """What Slurm counts as a node's CPUs."""
+        return self.cores_per_node * self.threads_per_core
+
+    @property
+    def partitions(self) -> List[Partition]:
+        return list(getattr(self.scheduler, "partitions", []))
+
+    def partition(self, name: Optional[str]) -> Partition:
+        """The partition called `name` (None: the default one)."""
+        for p in self.partitions:
+            if (p.name == name) if name else p.default:
+                return p
+        known = ", ".join(p.name for p in self.partitions)
+        raise DlaunchError("--partition: %r is not a partition of site %s (known: %s)" % (name, self.name, known))
+
+
+def load_toml(path: Path, model: "Type[ModelT]") -> "ModelT":
+    """Read a TOML file into `model` through the boundary (strict UTF-8, bounded); errors name the file and the field."""
+    return read_toml(path, model)
+
+
+def load_site(path: Path) -> Site:
+    """Read and validate one profile."""
+    return load_toml(path, Site)
+
+
+def load_profile(path: Path) -> Tuple[Site, str]:
+    """One profile and its text as read (a run directory keeps the text: `site.toml`)."""
+    return read_toml_text(path, Site)
+
+
+def site_dirs() -> List[Path]:
+    """Where profiles are looked up by name: user folders first, then the shipped ones."""
+    user = os.environ.get("DLAUNCH_SITES_DIR")
+    dirs = [Path(user)] if user else []
+    dirs.append(Path.home() / ".config" / "dlaunch" / "sites")
+    dirs.append(SHIPPED_SITES_DIR)
+    return dirs
+
+
+def available_sites() -> Dict[str, Path]:
+    """Profile name -> file, earlier folders shadowing later ones."""
+    found: Dict[str, Path] = {}
+    for folder in reversed(site_dirs()):
+        for path in sorted(folder.glob("*.toml")) if folder.is_dir() else ():
+            found[path.stem] = path
+    return dict(sorted(found.items()))
+
+
+def resolve_site(name_or_path: str) -> Site:
+    """A profile by file path (`x.toml`), file name, profile name or alias."""
+    return resolve_profile(name_or_path)[0]
+
+
+def resolve_profile(name_or_path: str) -> Tuple[Site, str]:
+    """`resolve_site` and the profile's text as read."""
+    if name_or_path.endswith(".toml") or os.sep in name_or_path:
+        return load_profile(Path(name_or_path))
+    files = available_sites()
+    if name_or_path in files:
+        return load_profile(files[name_or_path])
+    unreadable = []
+    for path in files.values():  # aliases: one broken user profile must not hide the others
+        try:
+            site, text = load_profile(path)
+        except DlaunchError as e:
+            unreadable.append(str(e))
+            continue
+        if name_or_path == site.name or name_or_path in site.aliases:
+            return site, text
+    hint = "; unreadable profile %s" % unreadable[0] if unreadable else ""
+    raise DlaunchError("--site: unknown site %r (known: %s)%s" % (name_or_path, ", ".join(files), hint))

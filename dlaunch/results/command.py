@@ -1,0 +1,164 @@
+"""`dlaunch results`: list and filter the results database, compare two sets of runs, rebuild it.
+
+Formats: `table` (80 columns, names never cut: dlaunch/tables.py), `csv`, `json` (every column),
+`markdown`. Selectors and the comparison's statistics: dlaunch/results/compare.py.
+"""
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Annotated, Any, Dict, List, Literal, Optional, Sequence, Tuple
+
+import typer
+from rich.console import Console
+
+from dlaunch.analysis.convergence import load_rcps, run_rcp_verdict
+from dlaunch.errors import DlaunchError
+from dlaunch.results.compare import METRICS, Comparison, compare, select, with_history, with_scaling
+from dlaunch.results.store import NAMES, ResultsDB, db_path, read_rows
+from dlaunch.tables import fit_table, markdown
+
+results_app = typer.Typer(help="The results database: list runs (no sub-command), compare, rebuild.",
+                          invoke_without_command=True)
+out = Console(soft_wrap=True, markup=False, highlight=False)
+err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
+
+Db = Annotated[Optional[Path], typer.Option("--db", help="results database (default: $DLAUNCH_RESULTS_DB, else runs/results.sqlite)")]
+Format = Annotated[Literal["table", "csv", "json", "markdown"], typer.Option("--format", help="output format")]
+
+LIST_HEADERS = ("run", "experiment", "site", "ended", "GPUs", "framework", "model", "status", "images/s", "S_G", "E_G",
+                "epochs to target", "time to target s", "RCP", "history")
+LIST_LEAVE_OUT = ("history", "RCP", "time to target s", "epochs to target", "S_G", "ended", "site", "experiment", "model",
+                  "framework")
+EXTRA = ("speedup", "efficiency", "history", "rcp")  # derived when read
+
+
+def _number(value: Optional[float], fmt: str) -> str:
+    return "-" if value is None else fmt % value
+
+
+def _open(db: Optional[Path]) -> ResultsDB:
+    path = db_path(db)
+    if not path.is_file():
+        raise DlaunchError("%s: no results database (runs are recorded when they end; `dlaunch results rebuild` "
+                           "reads run directories)" % path)
+    return ResultsDB(path)
+
+
+def emit(fmt: str, title: str, headers: Sequence[str], cells: Sequence[Sequence[str]], records: Sequence[Dict[str, Any]],
+         leave_out: Sequence[str] = (), notes: Sequence[str] = ()) -> None:
+    """`cells` as a table or Markdown (with `title` and `notes`), or `records` as CSV or JSON."""
+    if fmt == "json":
+        out.out(json.dumps(list(records), indent=2, sort_keys=True))
+    elif fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=list(records[0]) if records else [], lineterminator="\n")
+        writer.writeheader()
+        for record in records:
+            writer.writerow({k: json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v for k, v in record.items()})
+        out.out(buffer.getvalue(), end="")
+    elif fmt == "markdown":
+        out.out("\n\n".join(["## " + title, *notes, markdown(headers, cells)]))
+    else:
+        out.print(fit_table(title, headers, cells, out.width, leave_out=leave_out))
+        for note in notes:
+            out.print(note, soft_wrap=True)
+
+
+@results_app.callback()
+def results(ctx: typer.Context,
+            where: Annotated[Optional[List[str]], typer.Option("--where", "-w", help="selector, e.g. site=juwels,gpus=8 or date=2026-10 (repeatable; all must hold)")] = None,
+            fmt: Format = "table", db: Db = None) -> None:
+    """List the runs in the results database, oldest first, with S_G, E_G and history verdicts."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with _open(db) as store:
+        everything = with_scaling(store.rows())
+    rows = with_history(select(everything, where or []), everything)
+    rcps = load_rcps()
+    rows = [dict(r, rcp=None if r["epochs_to_mlperf_target"] is None else
+                 run_rcp_verdict(r["global_batch"], r["epochs_to_mlperf_target"], rcps)) for r in rows]
+    cells = [[r["run"], r["experiment"], r["site"], r["ended"][:10], str(r["gpus"]), r["framework"], r["model"], r["status"],
+              _number(r["images_per_s"], "%.1f"), _number(r["speedup"], "%.2f"), _number(r["efficiency"], "%.3f"),
+              _number(r["epochs_to_target"], "%d"), _number(r["time_to_target_s"], "%.1f"), r["rcp"] or "-", r["history"] or "-"]
+             for r in rows]
+    records = [{k: r[k] for k in NAMES + EXTRA} for r in rows]
+    emit(fmt, "dlaunch results: %d run(s)" % len(rows), LIST_HEADERS, cells, records, LIST_LEAVE_OUT,
+         ["database: %s" % db_path(db)])
+
+
+COMPARE_HEADERS = ("A median", "A range", "A runs", "B median", "B range", "B runs", "change %", "p", "significant")
+
+
+def comparison_output(c: Comparison) -> Tuple[List[str], List[List[str]], List[Dict[str, Any]], List[str]]:
+    """(headers, cells, records, notes) of a comparison."""
+    keys = list(c.matches[0].key) if c.matches else []
+    varying = [k for k in keys if len({str(m.key[k]) for m in c.matches}) > 1] or keys[:1]
+    fmt = "%.4g"
+    cells, records = [], []
+    for m in c.matches:
+        spreads = [m.spread(m.a), m.spread(m.b)]
+        row = [str(m.key[k]) for k in varying]
+        record: Dict[str, Any] = dict(m.key)
+        for side, values, s in (("a", m.a, spreads[0]), ("b", m.b, spreads[1])):
+            row += [_number(s.median if s else None, fmt), "%s-%s" % (fmt % s.low, fmt % s.high) if s and s.n > 1 else "-",
+                    str(len(values))]
+            record.update({side + "_median": s.median if s else None, side + "_low": s.low if s else None,
+                           side + "_high": s.high if s else None, side + "_spread": s.kind if s else None,
+                           side + "_runs": len(values), side + "_values": values})
+        p = m.p_value
+        row += [_number(None if m.change is None else 100 * m.change, "%+.1f"), _number(p, "%.3g"), m.significance]
+        record.update(change_pct=None if m.change is None else 100 * m.change, p_value=p, significant=m.significance)
+        cells.append(row)
+        records.append(record)
+    same = ["%s %s" % (k, c.matches[0].key[k]) for k in keys if k not in varying]
+    notes = ["A: %s (%d runs); B: %s (%d runs); figure: %s" % (c.a.label, len(c.a.rows), c.b.label, len(c.b.rows), c.metric)]
+    if c.changed:
+        notes.append("changed: " + "; ".join("%s %s -> %s" % (k, va, vb) for k, (va, vb) in c.changed.items()))
+    if c.pins:
+        notes.append("versions: " + "; ".join("%s %s -> %s" % (k, va, vb) for k, (va, vb) in c.pins.items()))
+    if same:
+        notes.append("same in every row: " + ", ".join(same))
+    notes.append("significant: two-sided exact Mann-Whitney U test, p < 0.05 (rank-based: repeats are few and "
+                 "not normal); ranges: min-max below 6 runs, 95% CI of the median from 6")
+    return varying + list(COMPARE_HEADERS), cells, records, notes
+
+
+@results_app.command("compare")
+def compare_command(a: Annotated[str, typer.Argument(help="selector of side A: an experiment, or key=value[,key=value] (site, stack, date, framework, pins.torch, ...)")],
+                    b: Annotated[str, typer.Argument(help="selector of side B")],
+                    metric: Annotated[str, typer.Option(help="figure to compare: %s" % ", ".join(METRICS))] = "images_per_s",
+                    fmt: Format = "table", db: Db = None) -> None:
+    """Compare two experiments, sites, stacks or dates per model, framework and GPU count."""
+    with _open(db) as store:
+        comparison = compare(store.rows(), a, b, metric)
+    headers, cells, records, notes = comparison_output(comparison)
+    emit(fmt, "dlaunch results compare: %s (A) against %s (B)" % (a, b), headers, cells, records, notes=notes)
+
+
+@results_app.command("rebuild")
+def rebuild_command(paths: Annotated[Optional[List[Path]], typer.Argument(help="run directories or folders holding them (default: ./runs)")] = None,
+                    prune: Annotated[bool, typer.Option("--prune", help="also drop the rows whose metrics file no longer exists")] = False,
+                    db: Db = None) -> int:
+    """Write the rows of every ended run under PATHS anew (the database may be deleted first).
+
+    Rows of runs elsewhere stay (the database may be the only record of runs whose directories were
+    cleaned up) unless --prune drops those whose metrics file is gone. Exit 1 when a metrics file
+    was unreadable (each named on stderr; the others are written)."""
+    from dlaunch.analysis.scaling import find_metrics_files
+
+    files = [Path(f) for f in find_metrics_files(str(p) for p in paths or [Path("runs")])]
+    rows, rejected = read_rows(files, {})
+    with ResultsDB(db_path(db)) as store:
+        if rows:
+            store.upsert(rows)
+        gone = [r["uid"] for r in store.rows() if not Path(r["provenance"]["metrics_file"]).is_file()]
+        if prune and gone:
+            store.delete(gone)
+    for message in rejected:
+        err.print("rejected: %s" % message)
+    kept = "" if prune or not gone else "; %d row(s) of runs whose metrics file is gone kept (--prune drops them)" % len(gone)
+    err.print("%s: %d row(s) from %d metrics file(s)%s%s" % (db_path(db), len(rows), len(files),
+                                                             "; %d dropped" % len(gone) if prune else "", kept))
+    return 1 if rejected else 0
+

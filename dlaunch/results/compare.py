@@ -1,0 +1,258 @@
+"""Selecting, comparing and judging rows of the results database.
+
+Selectors: `key=value` conditions, comma-separated within one selector (all must hold); a bare word
+is an experiment. Keys: SELECTOR_KEYS, `pins.NAME` (a library version of the header: `pins.torch=2.14.1`)
+and `date` (the day a run ended, UTC: a prefix `2026-10`, or a range `2026-10-01..2026-10-15`, either
+end open).
+
+`compare A B`: the runs of each side (status ok, with the figure) matched per MATCH_KEY less the
+attributes that tell the sides apart (each side has one value and they differ: comparing two
+frameworks matches per model and GPU count): per match, each side's median and spread (as `dlaunch
+report`: min-max below 6 runs, the median's 95% confidence interval from 6 on), the change of the
+medians, and whether the repeats make it significant.
+
+Significance: the two-sided Mann-Whitney U test (Wilcoxon rank-sum) with its exact p-value, at 5%.
+Rank-based because a few repeats of a throughput are not normal (a slow node, a noisy neighbour, give
+outliers a t-test is swayed by); exact because repeats are few (3-5) and the normal approximation is
+wrong there. The exact distribution is the rank sum's over all splits of the pooled runs, counted
+(ties get mid-ranks, so it is the exact permutation test of U), as scipy's `mannwhitneyu(method="exact")`
+and `permutation_test` give (tests/test_results.py checks both); written out because the launcher does
+not depend on scipy. With 3 runs a side the smallest two-sided p is 0.1: no change is significant;
+from 4 a side (p >= 0.029) it can be.
+
+History verdict of a run: its images/s against the median of the site's recent runs of the same
+model, GPU count, precision, framework, loader and batch per GPU (the last HISTORY_RUNS that ended
+before it started, at least MIN_HISTORY): REGRESSION when slower by more than the tolerance of the
+site's `[[reference]]` for the model, GPU count and precision (DEFAULT_TOLERANCE without one).
+"""
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from statistics import median
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from dlaunch.analysis.scaling import Spread, matching_reference, reference_point
+from dlaunch.errors import DlaunchError
+
+SELECTOR_KEYS = ("experiment", "site", "stack", "framework", "loader", "model", "gpus", "nodes", "batch_per_gpu",
+                 "global_batch", "amp", "schedule", "status", "image", "run")
+MATCH_KEY = ("model", "framework", "loader", "gpus", "batch_per_gpu", "amp")
+GROUP_KEY = ("experiment", "site", "model", "framework", "loader", "batch_per_gpu")  # a scaling curve, as report's
+METRICS = ("images_per_s", "epoch_time_s", "speedup", "efficiency", "joules_per_image", "energy_j",
+           "time_to_target_s", "epochs_to_target", "energy_to_target_j", "best_top1")
+SIGNIFICANCE = 0.05
+HISTORY_RUNS = 10
+MIN_HISTORY = 3
+DEFAULT_TOLERANCE = 0.05
+
+
+# -- selectors ----------------------------------------------------------------------------------------
+def _date_matches(ended: str, value: str) -> bool:
+    if ".." not in value:
+        return ended.startswith(value)
+    low, high = value.split("..", 1)
+    return (not low or ended[:len(low)] >= low) and (not high or ended[:len(high)] <= high)
+
+
+def parse_selector(text: str) -> Callable[[Dict[str, Any]], bool]:
+    """A predicate over rows; DlaunchError (exit 2) naming the selector for an unknown key."""
+    conditions = []
+    for part in (p.strip() for p in text.split(",")):
+        key, sep, value = part.partition("=")
+        key, value = (key.strip(), value.strip()) if sep else ("experiment", part)
+        if not part or (sep and not value):
+            raise DlaunchError("selector %r: give key=value (keys: %s, pins.NAME, date)" % (text, ", ".join(SELECTOR_KEYS)))
+        if key == "date":
+            conditions.append(lambda row, v=value: _date_matches(row["ended"], v))
+        elif key.startswith("pins.") and len(key) > 5:
+            conditions.append(lambda row, k=key[5:], v=value: str(row["pins"].get(k)) == v)
+        elif key in SELECTOR_KEYS:
+            conditions.append(lambda row, k=key, v=value: str(row[k]) == v)
+        else:
+            raise DlaunchError("selector %r: unknown key %r (keys: %s, pins.NAME, date)" % (text, key, ", ".join(SELECTOR_KEYS)))
+    return lambda row: all(condition(row) for condition in conditions)
+
+
+def select(rows: Sequence[Dict[str, Any]], selectors: Sequence[str]) -> List[Dict[str, Any]]:
+    predicates = [parse_selector(s) for s in selectors]
+    return [row for row in rows if all(p(row) for p in predicates)]
+
+
+# -- figures that depend on other runs ------------------------------------------------------------------
+def with_scaling(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The rows with `speedup` and `efficiency` within their scaling curve (GROUP_KEY), as `dlaunch
+    report` computes them: against the median images/s at the curve's smallest GPU count; ok runs only."""
+    curves: Dict[Tuple[Any, ...], List[Dict[str, Any]]] = {}
+    for row in rows:
+        if row["status"] == "ok" and row["images_per_s"] is not None:
+            curves.setdefault(tuple(row[k] for k in GROUP_KEY), []).append(row)
+    derived: Dict[str, Tuple[float, float]] = {}
+    for curve in curves.values():
+        g_ref, x_ref = reference_point([(r["gpus"], r["images_per_s"]) for r in curve])
+        for r in curve:
+            speedup = r["images_per_s"] / x_ref
+            derived[r["uid"]] = (speedup, speedup / (r["gpus"] / g_ref))
+    return [dict(row, speedup=derived.get(row["uid"], (None, None))[0], efficiency=derived.get(row["uid"], (None, None))[1])
+            for row in rows]
+
+
+# -- significance -------------------------------------------------------------------------------------
+def mann_whitney(a: Sequence[float], b: Sequence[float]) -> Tuple[float, float]:
+    """(U of `a`, exact two-sided p): twice the smaller tail of `a`'s rank sum over all C(n+m, n)
+    splits of the pooled values (mid-ranks for ties), at most 1."""
+    pooled = sorted(list(a) + list(b))
+    doubled_rank: Dict[float, int] = {}  # twice the mid-rank: an integer
+    i = 0
+    while i < len(pooled):
+        j = i
+        while j + 1 < len(pooled) and pooled[j + 1] == pooled[i]:
+            j += 1
+        doubled_rank[pooled[i]] = i + j + 2
+        i = j + 1
+    n = len(a)
+    observed = sum(doubled_rank[x] for x in a)
+    counts: List[Dict[int, int]] = [{0: 1}] + [{} for _ in range(n)]  # subsets of size k -> sum -> count
+    for seen, value in enumerate(pooled, 1):
+        rank = doubled_rank[value]
+        for k in range(min(seen, n), 0, -1):
+            for total, c in counts[k - 1].items():
+                counts[k][total + rank] = counts[k].get(total + rank, 0) + c
+    splits = math.comb(len(pooled), n)
+    lower = sum(c for total, c in counts[n].items() if total <= observed) / splits
+    upper = sum(c for total, c in counts[n].items() if total >= observed) / splits
+    return observed / 2 - n * (n + 1) / 2, min(1.0, 2 * min(lower, upper))
+
+
+def smallest_p(n: int, m: int) -> float:
+    """The smallest two-sided exact p of n against m runs (no ties): 2 / C(n+m, n)."""
+    return min(1.0, 2 / math.comb(n + m, n))
+
+
+# -- comparison ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Side:
+    label: str
+    rows: List[Dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Match:
+    key: Dict[str, Any]  # the matched attributes
+    a: List[float]
+    b: List[float]
+
+    def spread(self, values: Sequence[float]) -> Optional[Spread]:
+        return Spread.of(values) if values else None
+
+    @property
+    def change(self) -> Optional[float]:
+        """B's median over A's, less 1."""
+        if not self.a or not self.b or median(self.a) == 0:
+            return None
+        return median(self.b) / median(self.a) - 1
+
+    @cached_property
+    def p_value(self) -> Optional[float]:
+        return mann_whitney(self.a, self.b)[1] if self.a and self.b else None
+
+    @property
+    def significance(self) -> str:
+        p = self.p_value
+        if p is None:
+            return "only in %s" % ("A" if self.a else "B")
+        if p < SIGNIFICANCE:
+            return "yes"
+        floor = smallest_p(len(self.a), len(self.b))
+        return "no (too few runs: p >= %.3g)" % floor if floor >= SIGNIFICANCE else "no"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: Side
+    b: Side
+    metric: str
+    changed: Dict[str, Tuple[Any, Any]]  # attributes that tell the sides apart: (A's, B's)
+    pins: Dict[str, Tuple[Any, Any]]  # library versions that differ between the sides (one value each)
+    matches: List[Match]
+
+
+def _single(rows: Sequence[Dict[str, Any]], get: Callable[[Dict[str, Any]], Any]) -> Optional[Any]:
+    values = {get(r) for r in rows}
+    return values.pop() if len(values) == 1 else None
+
+
+def compare(rows: Sequence[Dict[str, Any]], selector_a: str, selector_b: str, metric: str) -> Comparison:
+    """Compare the rows selected by A and B on `metric` (see the module's docstring)."""
+    if metric not in METRICS:
+        raise DlaunchError("--metric: %r is not one of %s" % (metric, ", ".join(METRICS)))
+    rows = with_scaling(rows)
+    sides = []
+    for label, selector in (("A", selector_a), ("B", selector_b)):
+        chosen = [r for r in select(rows, [selector]) if r["status"] == "ok" and r[metric] is not None]
+        if not chosen:
+            raise DlaunchError("%s (%s): no ok run with %s in the results database" % (label, selector, metric))
+        sides.append(Side(selector, chosen))
+    a, b = sides
+    changed = {}
+    for key in ("experiment", "site", "stack") + MATCH_KEY:
+        va, vb = _single(a.rows, lambda r: r[key]), _single(b.rows, lambda r: r[key])
+        if va is not None and vb is not None and va != vb:
+            changed[key] = (va, vb)
+    names = sorted({n for r in a.rows + b.rows for n in r["pins"]})
+    pins = {}
+    for name in names:
+        va, vb = _single(a.rows, lambda r: r["pins"].get(name)), _single(b.rows, lambda r: r["pins"].get(name))
+        if va != vb and va is not None and vb is not None:
+            pins[name] = (va, vb)
+    key = [k for k in MATCH_KEY if k not in changed]
+    values: Dict[Tuple[Any, ...], Tuple[List[float], List[float]]] = {}
+    for side, rows_ in ((0, a.rows), (1, b.rows)):
+        for r in rows_:
+            values.setdefault(tuple(r[k] for k in key), ([], []))[side].append(float(r[metric]))
+    matches = [Match(dict(zip(key, k)), v[0], v[1]) for k, v in sorted(values.items(), key=lambda kv: [str(x) for x in kv[0]])]
+    return Comparison(a, b, metric, changed, pins, matches)
+
+
+# -- history ------------------------------------------------------------------------------------------
+HISTORY_KEY = ("site", "model", "gpus", "amp", "framework", "loader", "batch_per_gpu")
+
+
+def history_verdict(row: Dict[str, Any], rows: Sequence[Dict[str, Any]], tolerance: Optional[float]) -> Optional[str]:
+    """PASS/REGRESSION against the recent median (see the module's docstring); None without enough history."""
+    if row["images_per_s"] is None:
+        return None
+    earlier = sorted((r for r in rows if r["uid"] != row["uid"] and r["status"] == "ok" and r["images_per_s"] is not None
+                      and r["ended"] < row["started"] and all(r[k] == row[k] for k in HISTORY_KEY)),
+                     key=lambda r: r["ended"])[-HISTORY_RUNS:]
+    if len(earlier) < MIN_HISTORY:
+        return None
+    recent = median(r["images_per_s"] for r in earlier)
+    tol = DEFAULT_TOLERANCE if tolerance is None else tolerance
+    deviation = row["images_per_s"] / recent - 1
+    return "%s %+.1f%% vs last %d (tol. %.0f%%%s)" % ("PASS" if deviation >= -tol else "REGRESSION", 100 * deviation,
+                                                      len(earlier), 100 * tol, "" if tolerance is not None else ", default")
+
+
+def _tolerances(rows: Sequence[Dict[str, Any]]) -> Dict[Tuple[str, str, int, str], Optional[float]]:
+    """The tolerance of each row's site reference for its model, GPU count and precision (None: none)."""
+    from dlaunch.jobs.sites import resolve_site  # pydantic: only when rows are judged
+
+    sites: Dict[str, Any] = {}
+    found = {}
+    for row in rows:
+        if row["site"] not in sites:
+            try:
+                sites[row["site"]] = resolve_site(row["site"]) if row["site"] != "-" else None
+            except DlaunchError:
+                sites[row["site"]] = None
+        site = sites[row["site"]]
+        ref = matching_reference(row["model"], row["gpus"], row["amp"], site.reference) if site else None
+        found[row["site"], row["model"], row["gpus"], row["amp"]] = ref.tolerance if ref else None
+    return found
+
+
+def with_history(rows: Sequence[Dict[str, Any]], history: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The rows with their history verdict against `history` (every row of the database)."""
+    tolerances = _tolerances(rows)
+    return [dict(row, history=history_verdict(row, history, tolerances[row["site"], row["model"], row["gpus"], row["amp"]]))
+            for row in rows]

@@ -1,0 +1,125 @@
+"""Why a run ended badly: every log of the run, newest attempt first, the most telling line, and the
+run's real state when the scheduler and the metrics file disagree.
+
+A run's logs are its scheduler's (`Scheduler.log_files`: `slurm-<job>.out` per submission, `pbs.out`,
+`local.log`); a rerun attempt appends to its file after a `dlaunch: job J attempt N` banner. The newest
+attempt that explains anything wins; inside it, causes rank (first observed line of the best rank):
+  0 the trainer's own one-line error (`train: error: ...`, bad input found on the nodes);
+  1 an operating-system error (no space left, out of memory): the root cause of whatever reported it;
+  2 the failing rank's root cause: a worker killed by a signal, an exception that is not a peer's symptom;
+  3 the scheduler's verdict (time limit, cancel, node failure: `Scheduler.log_verdicts`);
+  4 a peer's symptom (connection closed or reset by the rank that died first);
+  5 launcher noise (torchrun's `exitcode`, `ChildFailedError`; the scheduler's own: `Scheduler.log_noise`).
+"""
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from dlaunch.boundary import LOG_TAIL_BYTES, log_tail, printable
+from dlaunch.schedulers import JobState
+
+ATTEMPT = re.compile(r"^dlaunch: job \S+ attempt (\d+)\b")
+_SYMPTOM = (r"Connection (closed|reset) by peer|Broken pipe|Socket Timeout|remote process exited|"
+            r"communicator was aborted|Connection refused|timed out|Timeout")
+_NOISE = r"ChildFailedError|SignalException|exitcode\s*:\s*-?\d"
+Ranked = Tuple[Tuple[int, "re.Pattern[str]", Optional["re.Pattern[str]"]], ...]
+
+
+@functools.lru_cache(maxsize=None)
+def ranked(verdicts: Tuple[str, ...] = (), noise: Tuple[str, ...] = ()) -> Ranked:
+    """The causes by rank, with a scheduler's verdicts (rank 3) and noise (rank 5)."""
+    all_noise = "|".join((_NOISE,) + noise)
+    patterns = (
+        (0, r"\btrain: error: ", None),
+        (1, r"No space left on device|ENOSPC|Out of memory|Cannot allocate memory|oom[-_ ]kill|Killed process \d+", None),
+        (2, r"Signal \d+ \(\w+\) received by PID", None),
+        (2, r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception)\b:", "%s|%s" % (_SYMPTOM, all_noise)),
+        *((3, verdict, None) for verdict in verdicts),
+        (4, _SYMPTOM, None),
+        (5, all_noise, None),
+    )
+    return tuple((rank, re.compile(pattern, re.IGNORECASE if rank == 1 else 0), re.compile(exclude) if exclude else None)
+                 for rank, pattern, exclude in patterns)
+
+
+@dataclass(frozen=True)
+class Cause:
+    rank: int
+    where: str  # `slurm-12.out:68`
+    line: str
+
+    def __str__(self) -> str:
+        return "%s: %s" % (self.where, printable(self.line))
+
+
+def attempts(path: Path) -> List[List[Tuple[int, str]]]:
+    """The log's attempts, newest first, each as (line number, line); of a log longer than
+    LOG_TAIL_BYTES only its end (dlaunch/boundary.py), line numbers counted from there (`log_name`)."""
+    sections: List[List[Tuple[int, str]]] = [[]]
+    for number, line in enumerate(log_tail(path)[0].splitlines(), 1):
+        if ATTEMPT.match(line) and sections[-1]:
+            sections.append([])
+        sections[-1].append((number, line.strip()))
+    return [s for s in reversed(sections) if s]
+
+
+def best_cause(lines: Sequence[Tuple[int, str]], name: str, causes: Ranked) -> Optional[Cause]:
+    """The best-ranked line of one attempt (the first observed among equals)."""
+    best: Optional[Cause] = None
+    for number, line in lines:
+        for rank, pattern, exclude in causes:
+            if (best is None or rank < best.rank) and pattern.search(line) and not (exclude and exclude.search(line)):
+                best = Cause(rank, "%s:%d" % (name, number), line)
+                break
+    return best
+
+
+def log_name(path: Path) -> str:
+    """The log's name as a cause names it: `slurm-12.out`, or for a log read from its end only
+    `slurm-12.out (last 4 MiB)` (its line numbers count from there)."""
+    try:
+        cut = path.lstat().st_size > LOG_TAIL_BYTES
+    except OSError:
+        cut = False
+    return "%s (last %d MiB)" % (path.name, LOG_TAIL_BYTES // 2 ** 20) if cut else path.name
+
+
+def explain(logs: Sequence[Path], verdicts: Tuple[str, ...] = (), noise: Tuple[str, ...] = ()) -> Optional[Cause]:
+    """The cause of the newest attempt that shows one; `logs` oldest first (`Scheduler.log_files`),
+    `verdicts` and `noise` the scheduler's (`Scheduler.log_verdicts`, `log_noise`)."""
+    causes = ranked(tuple(verdicts), tuple(noise))
+    for path in reversed(logs):
+        for lines in attempts(path):
+            cause = best_cause(lines, log_name(path), causes)
+            if cause:
+                return cause
+    return None
+
+
+UNFINISHED = ("running", "no metrics yet")
+
+
+def reconcile(meaning: Optional[JobState], metrics_status: str, ended: bool) -> str:
+    """The run's status: the metrics file's, unless the scheduler ended a job that never said how it ended.
+
+    `died`: the job ended (launch failure, OOM kill, a crashed node) while its metrics say running or
+    were never written. A `cancelled` run that the scheduler ended for its time limit is `interrupted`
+    (older trainers could not tell the two apart)."""
+    if ended and metrics_status in UNFINISHED:
+        return "died"
+    if meaning is JobState.TIMEOUT and metrics_status == "cancelled":
+        return "interrupted"
+    return metrics_status
+
+
+# What the trainer's own exit codes mean when the scheduler calls the job failed (see dlaunch/train/__main__.py).
+TRAINER_ENDINGS = {"interrupted": "exit 75: checkpointed, resume it", "diverged": "exit 65: the loss diverged"}
+
+
+def scheduler_label(scheduler_state: str, meaning: Optional[JobState], status: str) -> str:
+    """The scheduler's word, with what a failed job's trainer meant by it when that was no failure of the job."""
+    if meaning is JobState.FAILED and status in TRAINER_ENDINGS:
+        return "%s (%s)" % (scheduler_state, TRAINER_ENDINGS[status])
+    return scheduler_state

@@ -1,0 +1,129 @@
+"""`dlaunch rerun RESULT --site OTHER`: a result (metrics file, run directory, or a run inside an archive
+made by `dlaunch archive`) turned back into a job on another site.
+
+The metrics header holds the abstract request (framework, GPU count, trainer options:
+`metrics_schema.abstract_request`) apart from the resolved launch (site, image, versions, hosts,
+script hash). The request is resolved again against the new site by the run service; what differs
+is printed attribute by attribute. The new run links its parent: `parent.json` in its run directory
+and `DLAUNCH_PARENT_RUN`, which the trainer writes into its header as `parent_run`.
+"""
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, List, Optional, Tuple
+
+import typer
+
+from dlaunch.boundary import escape
+from dlaunch.errors import DlaunchError
+from dlaunch.jobs.request import FLAGS_BY_NAME, LaunchRequest
+from dlaunch.terminal import AllowLarge, err, out
+from dlaunch.train.metrics_schema import METRICS_FILE, Metrics, MetricsError, abstract_request, read_metrics
+
+PARENT_FILE = "parent.json"
+
+
+def read_result(result: Path) -> Tuple[Metrics, str]:
+    """(metrics, what it is called) of a metrics file, a run directory, or ARCHIVE.tar.gz:RUN/metrics.jsonl."""
+    text = str(result)
+    if ".tar.gz:" in text:
+        from dlaunch.runs.archive import read_member
+
+        archive, member = text.split(".tar.gz:", 1)
+        bundle = Path(archive + ".tar.gz")
+        return read_member(bundle, member), "%s:%s" % (bundle.resolve(), member)
+    path = result / METRICS_FILE if result.is_dir() else result
+    if not path.is_file():
+        raise DlaunchError("%s: no metrics file (give a metrics.jsonl, a run directory or ARCHIVE.tar.gz:RUN)" % escape(str(result)))
+    try:
+        return read_metrics(str(path)), str(path.resolve())
+    except MetricsError as e:
+        raise DlaunchError(str(e)) from None
+
+
+def _typed(name: str, value: Any) -> Any:
+    """A header's option value as the launcher's flag takes it (e.g. --zero-stage is a choice of strings)."""
+    flag = FLAGS_BY_NAME[name]
+    return str(value) if flag.kind is str and not isinstance(value, str) else value
+
+
+def request_of(metrics: Metrics, site: str, nodes: Optional[int], gpus: Optional[int], output: str,
+               data: Optional[str], allow_large: bool = False) -> LaunchRequest:
+    """The result's request for `site`: its framework and trainer options, its GPU count unless told otherwise."""
+    asked = abstract_request(metrics.header)
+    options = {k: _typed(k, v) for k, v in asked["options"].items() if k in FLAGS_BY_NAME}
+    if data:
+        options["data"] = data
+    count = {"nodes": nodes} if nodes else {"gpus": gpus or asked["world_size"]}
+    experiment = "rerun-%s" % re.sub(r"[^A-Za-z0-9_.+-]", "-", metrics.header.get("experiment") or "run")[:100]
+    return LaunchRequest(site=site, framework=asked["framework"], output=output, experiment=experiment,
+                         trainer=tuple(options.items()), allow_large=allow_large, **count)
+
+
+def differences(metrics: Metrics, request: LaunchRequest, plan: Any) -> List[Tuple[str, str, str]]:
+    """(attribute, parent, rerun) for every attribute that differs, the request's options included."""
+    h = metrics.header
+    parent_options = abstract_request(h)["options"]
+    per_node = max(1, h["world_size"] // max(1, h["nodes"]))
+    pairs: List[Tuple[str, Any, Any]] = [
+        ("site", h.get("site"), plan.site),
+        ("scheduler", h.get("scheduler"), plan.scheduler),
+        ("nodes", h["nodes"], plan.nodes),
+        ("processes per node", per_node, plan.nproc_per_node),
+        ("GPUs (world size)", h["world_size"], plan.nodes * plan.nproc_per_node),
+        ("global batch", h["global_batch"], plan.nodes * plan.nproc_per_node * (request.option("batch-size") or h["batch_per_worker"])),
+        ("image", h.get("image"), plan.image),
+        ("dlaunch revision", h.get("git_revision"), dict(plan.env).get("DLAUNCH_GIT_REVISION")),
+        ("hosts", ",".join(sorted(set(h["hosts"]))), "allocated when it runs"),
+        ("device", h["device"], "known when it runs"),
+    ]
+    for name in sorted(set(parent_options) | {k for k, _ in request.trainer}):
+        pairs.append(("--" + name, parent_options.get(name), request.option(name)))
+    for name, version in sorted((h.get("versions") or {}).items()):
+        pairs.append(("version " + name, version, "the image's (known when it runs)"))
+    return [(a, "-" if p is None else str(p), "-" if r is None else str(r)) for a, p, r in pairs if str(p) != str(r)]
+
+
+def rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Optional[int] = None, dry_run: bool = False,
+          output: str = "runs", data: Optional[str] = None, allow_large: bool = False) -> int:
+    """Print (--dry-run) or submit the result's job on `site`, with what differs from the parent."""
+    from dlaunch.runs import service
+    from dlaunch.tables import fit_table
+
+    if nodes and gpus:
+        raise DlaunchError("--nodes/--gpus: give one of them")
+    metrics, parent = read_result(result)
+    try:
+        asked = request_of(metrics, site, nodes, gpus, output, data, allow_large)
+    except DlaunchError as e:  # what the header recorded, not what was typed here
+        raise DlaunchError("%s: header: %s" % (escape(parent), e)) from None
+    environ = dict(os.environ, DLAUNCH_PARENT_RUN=parent)  # the script exports it: the trainer's `parent_run`
+    job = service.prepare(asked, dry_run=dry_run, environ=environ)
+    for warning in job.warnings:
+        err.print("dlaunch: warning: %s" % warning)
+    rows = differences(metrics, job.request, job.plan)
+    if dry_run:
+        out.out(job.script, end="")
+    out.print(fit_table("rerun of %s on %s: what differs" % (parent, job.plan.site), ("attribute", "parent", "rerun"),
+                        rows, out.width))
+    if dry_run:
+        return 0
+    link = json.dumps({"parent": parent, "run_id": metrics.header["run_id"],
+                       "differences": [dict(zip(("attribute", "parent", "rerun"), r)) for r in rows]}, indent=2) + "\n"
+    return service.submit_all([dataclasses.replace(job, files=((PARENT_FILE, link),))], err.print).exit_code
+
+
+def rerun_command(
+    result: Annotated[Path, typer.Argument(help="metrics file, run directory, or ARCHIVE.tar.gz:RUN (a run inside `dlaunch archive`'s bundle)")],
+    site: Annotated[str, typer.Option("--site", help="the site to run it on (profile name, alias or path)")],
+    nodes: Annotated[Optional[int], typer.Option(min=1, help="nodes (default: the result's GPU count)")] = None,
+    gpus: Annotated[Optional[int], typer.Option(min=1, help="GPUs in all (default: the result's)")] = None,
+    data: Annotated[Optional[str], typer.Option(help="the dataset's path on the new site (default: the result's)")] = None,
+    output: Annotated[str, typer.Option(help="the run goes to OUTPUT/rerun-EXPERIMENT/RUN_NAME")] = "runs",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the job and the differences; write and submit nothing")] = False,
+    allow_large: AllowLarge = False,
+) -> int:
+    """Rerun a result on another site: its request resolved for the site, the differences printed."""
+    return rerun(result, site, nodes, gpus, dry_run, output, data, allow_large)

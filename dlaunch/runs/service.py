@@ -1,0 +1,282 @@
+"""The run service: what every command does with runs, between the command line (which parses and
+prints: `cli.py`, the command modules) and the backends (dlaunch/schedulers/, dlaunch/runtimes/).
+
+- `prepare`: a request resolved against its site, checked and rendered; nothing is written, and the
+  warnings come back with the script for the caller to show;
+- `submit_all`: the run directories written and the jobs handed to their scheduler, in order, under one
+  rule for `run`, `sweep`, `run --repeat` and `study run`: every new run directory is checked to be free
+  before the first job goes out; a job the scheduler refuses stops the submission, and the runs after it
+  are not created (they would be refused alike: an account, a partition, a server that is down); a run
+  in the foreground that ends badly does not stop the others (each run is a measurement of its own).
+  The exit code is the refusal's (1), else the first failed foreground run's, else 0;
+- `observe`, `why_failed`, `run_figures`: what runs are doing, why one failed, its figures;
+- `resume`, `logs`, `cancel`.
+"""
+import dataclasses
+import functools
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, Tuple
+
+from dlaunch.boundary import display_path, fits_file_system
+from dlaunch.errors import DlaunchError, SchedulerError
+from dlaunch.jobs.imagepaths import stack_of_image
+from dlaunch.jobs.request import LaunchRequest
+from dlaunch.paths import REPO
+from dlaunch.runs.rundir import SITE_PROFILE, RunDir, default_run_name
+from dlaunch.runs.runstate import LOCAL_RUNNING, Snapshot, observe
+from dlaunch.schedulers import registration
+from dlaunch.train.framework_table import image_group
+
+if TYPE_CHECKING:
+    from dlaunch.jobs.plan import LaunchPlan
+
+__all__ = ["Logs", "Prepared", "Submitted", "cancel", "check_new", "git_revision", "logs", "observe", "prepare",
+           "resume", "run_figures", "submit_all", "why_failed"]
+
+
+@functools.lru_cache(maxsize=1)
+def git_revision() -> Optional[str]:
+    """The launcher's own commit, for the trainer's provenance (asked once per command: a sweep renders many jobs)."""
+    try:
+        result = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One job, rendered: the completed request, its plan, the script, and what the user should know."""
+
+    request: LaunchRequest
+    plan: "LaunchPlan"
+    script: str
+    warnings: Tuple[str, ...] = ()
+    notes: Tuple[str, ...] = ()  # what the plan decided for the user (e.g. the partition row picked by size)
+    resume: bool = False  # the run directory exists: the job continues it
+    files: Tuple[Tuple[str, str], ...] = ()  # (name, text) the run directory gets beside the job (parent.json)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.plan.run_dir)
+
+    @property
+    def foreground(self) -> bool:
+        return registration(self.plan.scheduler).foreground
+
+
+def prepare(request: LaunchRequest, run_dir: Optional[Path] = None, dry_run: bool = False,
+            environ: Mapping[str, str] = os.environ, require_image: bool = True) -> Prepared:
+    """Resolve the site, complete and check the request, render the script (nothing is written). A
+    missing image stops it (a dry run warns; `require_image=False` neither)."""
+    from dlaunch.jobs.imagepaths import check_loader, default_image_for_site, driver_warning
+    from dlaunch.jobs.plan import build_plan, resolve_account
+    from dlaunch.jobs.render import render_script
+    from dlaunch.jobs.sites import resolve_profile
+    from dlaunch.runtimes import runtime_class
+
+    if not request.site:
+        raise DlaunchError("--site: required (see `dlaunch sites`)")
+    site, profile = resolve_profile(request.site)
+    experiment = request.experiment or "%s-%s-%s" % (site.name, request.framework, request.option("model", "resnet50"))
+    check_loader(site, request.option("loader", "native"))
+    warnings: List[str] = []
+    image = request.image
+    if site.container.containerized:
+        if not image:
+            image = default_image_for_site(site, request.framework)
+        warning = driver_warning(site)
+        if warning:
+            warnings.append(warning)
+    request = dataclasses.replace(request, experiment=experiment, image=image).normalized()
+    if run_dir is None:
+        run_dir = Path(request.output) / experiment / (request.run_name or default_run_name())
+        fits_file_system(run_dir, {"--experiment": experiment, "--run-name": run_dir.name})
+    revision = git_revision()
+    if dry_run:
+        try:
+            resolve_account(site, request.account, environ)
+        except DlaunchError as e:
+            if resolve_account(site, request.account, environ, required=False) is None:  # missing, not malformed
+                warnings.append("%s (the dry run renders the script without it)" % e)
+    plan = build_plan(site, request, run_dir=str(run_dir), git_revision=revision, image=request.image,
+                      environ=environ, require_account=not dry_run)
+    plan = dataclasses.replace(plan, profile=profile)
+    warnings.extend(plan.warnings)
+    if require_image and plan.image and runtime_class(plan.runtime).missing(plan.image):
+        stack = stack_of_image(plan.image)  # a default image: its group's make target in its stack
+        target = "image-%s%s" % (image_group(plan.framework), " STACK=%s" % stack if stack else "")
+        message = "--image: %s does not exist (build it with `make %s`; `dlaunch images` lists them)" % (plan.image, target)
+        if not dry_run:
+            raise DlaunchError(message)
+        warnings.append(message)
+    header = "dlaunch %s: site %s, %s, %d node(s) x %d processes%s" % (
+        (revision or "unknown")[:12], site.name, plan.framework, plan.nodes, plan.nproc_per_node,
+        ", partition %s" % plan.partition if plan.partition else "")
+    return Prepared(request, plan, render_script(plan, header), tuple(warnings), tuple(plan.notes), request.resume)
+
+
+def resume(run_dir: Path, dry_run: bool = False, allow_large: bool = False) -> Prepared:
+    """A run directory's job again, from its checkpoint (all options from its plan.json, every field
+    checked; `allow_large` adds --allow-large to the stored request's); refused while its job still
+    runs: a second job must not append to the metrics and checkpoints of one that runs."""
+    existing = RunDir.open(run_dir)
+    if not registration(existing.plan()["plan"]["scheduler"]).foreground and existing.job_id:
+        job = existing.scheduler.jobs([existing.job_id])[existing.job_id]
+        if job.kind.active:
+            raise DlaunchError("--resume: job %s of %s is still %s (dlaunch cancel it first)"
+                               % (existing.job_id, display_path(existing.path), job.state))
+    stored = existing.request()
+    request = dataclasses.replace(stored, resume=True, allow_large=stored.allow_large or allow_large)
+    return prepare(request, run_dir=existing.path.resolve(), dry_run=dry_run)
+
+
+def check_new(jobs: Sequence[Prepared]) -> None:
+    """Refuse, before anything is written, a new run whose directory exists."""
+    taken = [job.run_dir for job in jobs if not job.resume and job.run_dir.exists()]
+    if taken:
+        raise DlaunchError("run directory %s exists (choose another --run-name or --experiment, or --resume it)" % taken[0])
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What `submit_all` did: the runs it created or resumed, in order, and each one's exit code."""
+
+    runs: Tuple[RunDir, ...]
+    codes: Tuple[int, ...]  # 0: submitted, or ended ok in the foreground; else the foreground run's exit code
+
+    @property
+    def exit_code(self) -> int:
+        """The first failed foreground run's exit code, else 0."""
+        return next((code for code in self.codes if code), 0)
+
+
+def _submit(job: Prepared) -> Tuple[RunDir, int]:
+    """Write the run directory, hand the script to its scheduler, record the outcome."""
+    run = RunDir.open(job.run_dir) if job.resume else RunDir.create(job.run_dir)
+    run.write("job.sh", job.script, mode=0o755)
+    run.write(SITE_PROFILE, job.plan.profile)  # what the job was made from: `archive` bundles this, never a path
+    run.write_plan(job.plan.to_dict(), job.request.to_dict())
+    for name, text in job.files:
+        run.write(name, text)
+    if job.foreground:  # runs in this process's child: `dlaunch watch` checks that it lives
+        run.set_state(LOCAL_RUNNING % os.getpid())
+    try:
+        submission = run.scheduler.submit(run.path / "job.sh", run.path)
+    except SchedulerError as e:
+        run.set_state("submission failed: %s" % e)
+        raise
+    run.write("job_id", submission.job_id + "\n")
+    if submission.exit_code is None:
+        run.set_state("submitted")
+        return run, 0
+    run.set_state("finished (exit %d)" % submission.exit_code)
+    return run, submission.exit_code
+
+
+def submit_all(jobs: Sequence[Prepared], say: Callable[[str], None]) -> Submitted:
+    """Submit `jobs` in order under the module's one rule (a refusal is raised: SchedulerError, exit
+    code 1); `say` tells the user about each."""
+    check_new(jobs)
+    runs: List[RunDir] = []
+    codes: List[int] = []
+    for i, job in enumerate(jobs, 1):
+        if len(jobs) > 1 or job.resume:  # which one, as experiment (or matrix)/run
+            say("[%d/%d] %s %s/%s" % (i, len(jobs), "resubmitting" if job.resume else "submitting",
+                                      job.run_dir.parent.name, job.run_dir.name))
+        try:
+            run, code = _submit(job)
+        except SchedulerError:
+            if len(jobs) > i:
+                say("%d run(s) after it not submitted" % (len(jobs) - i))
+            raise
+        runs.append(run)
+        codes.append(code)
+        if not job.foreground:
+            say("submitted job %s; run directory %s" % (run.job_id, run.path))
+    return Submitted(tuple(runs), tuple(codes))
+
+
+def failure_reason(run: RunDir) -> Optional[str]:
+    """The line that explains a failed run (dlaunch/runs/failures.py ranks them), else the end record's reason."""
+    from dlaunch.runs.failures import explain
+    from dlaunch.train.metrics_schema import MetricsError, read_metrics
+
+    scheduler = run.scheduler
+    cause = explain(scheduler.log_files(run.path), scheduler.log_verdicts, scheduler.log_noise)
+    if cause:
+        return str(cause)
+    try:
+        end = read_metrics(str(run.metrics_path), follow_links=False).end if run.metrics_path.is_file() else None
+    except MetricsError:
+        end = None
+    return str(end["reason"]) if end and end.get("reason") else None
+
+
+def why_failed(snapshot: Snapshot) -> str:
+    """Why a failed run failed: `failure_reason`, else the scheduler's verdict, else what its state and metrics say."""
+    reason = failure_reason(snapshot.run)
+    if reason:
+        return reason
+    if snapshot.job != "-" and not registration(snapshot.scheduler).foreground:
+        scheduler = snapshot.run.scheduler
+        ended = scheduler.end_reason(snapshot.job)
+        if ended:
+            return "%s ended the job (%s); its log says nothing (was the run directory visible on the nodes?)" % (scheduler.label, ended)
+    return "%s, metrics %s" % (snapshot.state, snapshot.progress.status)
+
+
+def run_figures(snapshot: Snapshot) -> str:
+    """Time and energy to accuracy, the trainer's energy and the scheduler's accounting of it (Slurm's
+    `sacct`), each named; '' when none is known."""
+    from dlaunch.analysis.scaling import status_figures
+    from dlaunch.train.metrics_schema import MetricsError, read_metrics
+
+    try:
+        f = status_figures(read_metrics(str(snapshot.run.metrics_path), follow_links=False))
+    except (MetricsError, OSError):
+        return ""
+    parts = []
+    if f.time_to_accuracy_s is not None:
+        parts.append("time to target accuracy %.0f s" % f.time_to_accuracy_s)
+    if f.energy_to_accuracy_j is not None:
+        parts.append("energy to target accuracy %.1f kJ" % (f.energy_to_accuracy_j / 1e3))
+    if f.energy_j is not None:
+        per_image = ", %.3g J/image" % f.joules_per_image if f.joules_per_image is not None else ""
+        parts.append("energy %.1f kJ (trainer: %s)%s" % (f.energy_j / 1e3, f.energy_domains, per_image))
+    if snapshot.ended and snapshot.job != "-" and not registration(snapshot.scheduler).foreground:
+        scheduler = snapshot.run.scheduler
+        accounted = scheduler.job_energy(snapshot.job)
+        if not isinstance(accounted, str):
+            parts.append("energy %.1f kJ (%s accounting: the job's nodes)" % (accounted / 1e3, scheduler.label))
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Logs:
+    files: List[Path]  # oldest first, as the run's scheduler names them
+    missing: str = ""  # why there is none
+    failed: bool = False  # the run failed without writing one (e.g. a launch failure)
+
+
+def logs(run: RunDir) -> Logs:
+    """The run's logs, or why it has none."""
+    files = run.log_files()
+    if files:
+        return Logs(files)
+    (snapshot,) = observe([run])
+    if snapshot.failed:
+        return Logs([], "no log in %s: the run %s (%s)" % (display_path(run.path), snapshot.progress.status, why_failed(snapshot)), True)
+    return Logs([], "no log in %s yet (state: %s)" % (display_path(run.path), snapshot.state))
+
+
+def cancel(run: RunDir) -> str:
+    """Cancel the run's job; its id."""
+    if not run.job_id:
+        raise DlaunchError("%s: no job id (state: %s)" % (display_path(run.path), run.state))
+    run.scheduler.cancel(run.job_id)
+    run.set_state("cancel requested")
+    return run.job_id

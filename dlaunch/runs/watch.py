@@ -1,0 +1,252 @@
+"""`dlaunch watch`: follow runs (one, an experiment's, a study's) until every one has ended.
+
+In a terminal a live view (rich's Live): per run its job state, a progress bar (steps done of the
+total), images/s, loss, ETA (at the rate measured so far, counting down between records), the queue
+place while pending and why a run failed as soon as it fails; with several runs an overall bar.
+Through a pipe plain lines: one per run whenever its state or figures change (no control
+characters), and one `overall:` line whenever runs start or end. `--once` looks once and exits.
+Exit code: 0 when every run ended ok (with --once: none failed so far), 1 when one failed.
+"""
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from rich.console import Console, Group, RenderableType
+from rich.text import Text
+
+from dlaunch.boundary import escape, printable
+from dlaunch.errors import DlaunchError, SchedulerError
+from dlaunch.runs.rundir import find_runs, readable
+from dlaunch.runs.runstate import Snapshot, observe
+from dlaunch.schedulers import JobState, scheduler_for
+
+BAR_WIDTH = 20
+
+
+def duration(seconds: float) -> str:
+    """e.g. 45s, 3m12s, 2h05m, 3d04h."""
+    s = int(round(seconds))
+    if s < 60:
+        return "%ds" % s
+    if s < 3600:
+        return "%dm%02ds" % divmod(s, 60)
+    if s < 86400:
+        return "%dh%02dm" % (s // 3600, s % 3600 // 60)
+    return "%dd%02dh" % (s // 86400, s % 86400 // 3600)
+
+
+def figures(snapshot: Snapshot, now: Optional[float] = None) -> str:
+    """Queue place while pending, else steps, epochs, images/s, loss and ETA as far as known."""
+    if snapshot.queue:
+        return snapshot.queue
+    p = snapshot.progress
+    parts = []
+    if p.steps_total:
+        parts.append("steps %d/%d" % (p.steps_done, p.steps_total))
+    if p.epochs_total:
+        parts.append("epoch %d/%d" % (p.epochs_done, p.epochs_total))
+    if p.images_per_s is not None:
+        parts.append("%.1f images/s" % p.images_per_s)
+    if p.loss is not None:
+        parts.append("loss %.3f" % p.loss)
+    eta = p.eta_s(now)
+    if eta is not None:
+        parts.append("ETA %s" % duration(eta))
+    return ", ".join(parts)
+
+
+class Watcher:
+    """Looks at the runs under `targets` again on every `poll`; a run that ended is not asked about again."""
+
+    def __init__(self, targets: Sequence[Path], explain: Callable[[Snapshot], str],
+                 reject: Callable[[str], None] = lambda message: print("rejected: " + message, file=sys.stderr, flush=True)):
+        self.targets = list(targets)
+        self.explain = explain
+        self.reject = reject  # told once about each run whose files cannot be read (dlaunch/boundary.py)
+        self.ended: Dict[Path, Snapshot] = {}
+        self.reasons: Dict[Path, Tuple[bool, str]] = {}  # path -> (ended when explained, reason)
+        self.rejected: Dict[str, None] = {}
+
+    def poll(self) -> List[Snapshot]:
+        found = find_runs(self.targets)  # every time: a sweep being submitted adds runs
+        runs, rejected = readable(r for r in found if r.path not in self.ended)
+        keep = {r.path for r in runs} | set(self.ended)
+        runs = [r for r in found if r.path in keep]
+        if not runs:
+            if rejected:
+                raise DlaunchError(rejected[0])
+            raise DlaunchError("no run directories under %s" % ", ".join(escape(str(t)) for t in self.targets))
+        for message in rejected:
+            if message not in self.rejected:
+                self.rejected[message] = None
+                self.reject(printable(message))
+        fresh = {s.run.path: s for s in observe([r for r in runs if r.path not in self.ended])}
+        self.ended.update((path, s) for path, s in fresh.items() if s.ended)
+        return [self.ended.get(run.path) or fresh[run.path] for run in runs]
+
+    def reason(self, snapshot: Snapshot) -> str:
+        """Why a failed run failed (looked up when it fails and once more when it has ended)."""
+        if not snapshot.failed:
+            return ""
+        known = self.reasons.get(snapshot.run.path)
+        if known is None or known[0] != snapshot.ended:
+            known = (snapshot.ended, printable(self.explain(snapshot)))
+            self.reasons[snapshot.run.path] = known
+        return known[1]
+
+
+def overall(snapshots: Sequence[Snapshot]) -> str:
+    """e.g. '2 of 4 runs ended (1 ok, 1 failed), 1 running, 1 pending'."""
+    ended = [s for s in snapshots if s.ended]
+    ok = sum(s.ok for s in ended)
+    text = "%d of %d runs ended (%d ok, %d failed)" % (len(ended), len(snapshots), ok, len(ended) - ok)
+    pending = sum(not s.ended and s.meaning is JobState.PENDING for s in snapshots)
+    running = len(snapshots) - len(ended) - pending
+    return text + "".join(", %d %s" % (n, word) for n, word in ((running, "running"), (pending, "pending")) if n)
+
+
+def details(snapshot: Snapshot, reason: str, now: Optional[float] = None) -> str:
+    """'status; figures; why: reason; network: ...' (the parts that say something)."""
+    parts = [snapshot.progress.status, figures(snapshot, now), "why: " + reason if reason else ""]
+    parts += ["network: " + problem for problem in snapshot.network]
+    return "; ".join(part for part in parts if part)
+
+
+def plain_line(snapshot: Snapshot, reason: str) -> str:
+    """One run as one line: 'name: STATE; status; figures; why: reason'."""
+    return printable("%s: %s; %s" % (snapshot.name, snapshot.state, details(snapshot, reason)))
+
+
+def exit_code(snapshots: Sequence[Snapshot], watcher: Optional["Watcher"] = None) -> int:
+    """1 when a run failed, or a run's files could not be read (a `rejected:` line), else 0."""
+    return 1 if any(s.failed for s in snapshots) or (watcher is not None and watcher.rejected) else 0
+
+
+def follow_plain(watcher: Watcher, interval: float, once: bool, write: Callable[[str], None]) -> int:
+    """Print a line per run whenever it changes, and the overall line when runs start or end."""
+    shown: Dict[Path, str] = {}
+    shown_overall = ""
+    while True:
+        snapshots = watcher.poll()
+        stamp = time.strftime("%H:%M:%S ")
+        for s in snapshots:
+            line = plain_line(s, watcher.reason(s))
+            if shown.get(s.run.path) != line:
+                write(stamp + line)
+                shown[s.run.path] = line
+        if len(snapshots) > 1 and overall(snapshots) != shown_overall:
+            shown_overall = overall(snapshots)
+            write(stamp + "overall: " + shown_overall)
+        if once or all(s.ended for s in snapshots):
+            return exit_code(snapshots, watcher)
+        time.sleep(interval)
+
+
+def _style(snapshot: Snapshot) -> str:
+    if snapshot.failed:
+        return "bold red"
+    if snapshot.ok:
+        return "green"
+    return "yellow" if snapshot.meaning is JobState.PENDING else "cyan"
+
+
+def _bar_row(fraction: Optional[float], detail: Text) -> RenderableType:
+    """An indented progress bar (blank without a known total) and the text beside it, wrapped at spaces."""
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+
+    row = Table.grid(padding=(0, 1))
+    row.add_column(width=1)
+    row.add_column(width=BAR_WIDTH)
+    row.add_column(ratio=1, overflow="fold")
+    bar = ProgressBar(total=1.0, completed=fraction, width=BAR_WIDTH) if fraction is not None else Text("")
+    row.add_row("", bar, detail)
+    return row
+
+
+def _shown(snapshots: Sequence[Snapshot], room: int) -> Tuple[List[Snapshot], str]:
+    """The runs that fit `room` runs of the screen: all in their order, or else the failed, running and
+    pending ones first; and a line counting the others ('' when all fit)."""
+    if len(snapshots) <= room:
+        return list(snapshots), ""
+    order = sorted(snapshots, key=lambda s: (not s.failed, s.ended, s.meaning is JobState.PENDING))
+    shown, rest = order[:max(1, room - 1)], order[max(1, room - 1):]
+    ok = sum(s.ok for s in rest)
+    return shown, "%d more not shown (%d ended ok, %d not ended); `dlaunch runs` lists all" % (
+        len(rest), ok, sum(not s.ended for s in rest))
+
+
+def view(watcher: Watcher, snapshots: Sequence[Snapshot], now: float, title: str,
+         height: Optional[int] = None) -> RenderableType:
+    """The live view: per run a line with its name and state, below it the bar and the figures (or
+    why it failed); with several runs an overall bar. Names fold only when wider than the console;
+    when the runs do not fit the screen's `height` (if given), runs that ended ok give way first."""
+    parts: List[RenderableType] = [Text(title, style="dim")]
+    shown, more = _shown(snapshots, (height - 4) // 3) if height else (list(snapshots), "")  # 3 lines a run at most
+    for s in shown:
+        reason = watcher.reason(s)
+        parts.append(Text.assemble(s.name, "  ", (s.state, _style(s))))
+        style = "red" if reason else ("yellow" if s.network else "")
+        parts.append(_bar_row(s.progress.fraction, Text(details(s, reason, now), style=style)))
+    if more:
+        parts.append(Text(more, style="dim"))
+    if len(snapshots) > 1:
+        done = sum(1.0 if s.ended else (s.progress.fraction or 0.0) for s in snapshots) / len(snapshots)
+        parts.append(Text("overall", style="bold"))
+        parts.append(_bar_row(done, Text(overall(snapshots), style="bold")))
+    return Group(*parts)
+
+
+def follow_live(watcher: Watcher, console: Console, interval: float, title: str) -> int:
+    """Redraw the view every second (the ETAs count down), look at the runs every `interval` s."""
+    from rich.live import Live
+
+    snapshots = watcher.poll()
+    next_poll = time.monotonic() + interval
+    with Live(console=console, auto_refresh=False, redirect_stderr=False) as live:
+        while True:
+            live.update(view(watcher, snapshots, time.time(), title, console.height), refresh=True)
+            if all(s.ended for s in snapshots):
+                return exit_code(snapshots, watcher)
+            time.sleep(max(0.0, min(1.0, next_poll - time.monotonic())))
+            if time.monotonic() >= next_poll:
+                snapshots = watcher.poll()
+                next_poll = time.monotonic() + interval
+
+
+def follow(targets: Sequence[Path], explain: Callable[[Snapshot], str], console: Console,
+           interval: float = 5.0, once: bool = False) -> int:
+    """Watch the runs under `targets`: live in a terminal, plain lines otherwise; the exit code."""
+    watcher = Watcher(targets, explain)
+    if not once:
+        for kind in sorted({s.scheduler for s in watcher.poll() if not s.ended and s.meaning is JobState.UNKNOWN}):
+            scheduler = scheduler_for(kind)
+            if scheduler.status_command and shutil.which(scheduler.status_command) is None:
+                raise SchedulerError("%s: command not found: watch %s jobs from a login node of their cluster "
+                                     "(--once shows what the run directories say)" % (scheduler.status_command, scheduler.label))
+    if not console.is_terminal or console.is_dumb_terminal:
+        return follow_plain(watcher, interval, once, lambda line: print(line, file=sys.stdout, flush=True))
+    # The view wraps its lines itself: a soft-wrapping console would let Live crop them at the edge.
+    console = Console(file=console.file, markup=False, soft_wrap=False)
+    title = "dlaunch watch %s: every %gs; Ctrl-C stops watching, not the runs" % (
+        " ".join(str(t) for t in targets), interval)
+    if once:
+        snapshots = watcher.poll()
+        console.print(view(watcher, snapshots, time.time(), title))
+        return exit_code(snapshots, watcher)
+    return follow_live(watcher, console, interval, title)
+
+
+def resolve_targets(names: Sequence[Path], output: Path = Path("runs")) -> List[Path]:
+    """Each name as a path, or else as an experiment or study under `output` (`dlaunch watch scaling`)."""
+    targets = []
+    for name in names:
+        if name.exists():
+            targets.append(name)
+        elif (output / name).is_dir():
+            targets.append(output / name)
+        else:
+            raise DlaunchError("%s: no such run, experiment or study directory (nor %s)" % (name, output / name))
+    return targets

@@ -1,0 +1,187 @@
+"""This machine: the script runs in the foreground, its output streamed to the terminal and `local.log`.
+
+A step of one task is the launch command itself (`exec torchrun --standalone ...`); a step of several
+(one task per process of the engine modes) is `python -m dlaunch.schedulers.local --tasks N -- COMMAND`,
+which does here what srun does on a cluster: it starts COMMAND N times with each task's neutral
+variables (dlaunch/train/jobenv.py) and a free port base for the tasks to listen on, passes SIGTERM and SIGUSR1
+on to the tasks, ends the others when one fails (`--kill-on-bad-exit`), and exits with the first
+failure's code.
+"""
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Literal, Optional, Sequence, TextIO, Tuple
+
+from dlaunch.errors import SchedulerError
+from dlaunch.jobs.jobspec import Export, JobSpec, PreludeItem, ShellWord
+from dlaunch.jobs.schema import StrictModel
+from dlaunch.schedulers import Job, JobState, Scheduler, Submission
+from dlaunch.train import jobenv
+from dlaunch.train.engines import ENGINE_PORT
+
+LOCAL_LOG = "local.log"
+# After one task failed, the others get SIGTERM, then SIGKILL this much later (srun's KillWait default).
+KILL_WAIT_S = 30.0
+
+
+class LocalConfig(StrictModel):
+    kind: Literal["local"]
+
+
+class Local(Scheduler):
+    kind = "local"
+    label = "this machine"
+    Config = LocalConfig
+    # torchrun's and the step's words around a failed task.
+    log_noise = (r"dlaunch-local-step: task \d+ (exited|killed)",)
+
+    def job_environment(self, cfg: LocalConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
+        """The job id `local-<pid of the script's shell>` (what `submit` records), one node; a step of
+        one task gets that task's variables here, a step of several from `run_step`."""
+        one_task = jobenv.step_environment(0, 1, 0, 0) if job.tasks == 1 else {}
+        return (
+            Export(jobenv.JOB_ID, ShellWord("local-$BASHPID")),
+            Export(jobenv.NNODES, "1"),
+            Export(jobenv.NODELIST, "localhost"),
+            *(Export(name, value) for name, value in one_task.items()),
+        )
+
+    def step(self, cfg: LocalConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]) -> Tuple[str, ...]:
+        if job.tasks == 1:
+            return ("exec",)
+        return ("exec", "python", "-m", "dlaunch.schedulers.local", "--tasks", str(job.tasks), "--")
+
+    def command(self, step: Tuple[str, ...], *rest: Tuple[Any, ...]) -> Tuple[Tuple[Any, ...], ...]:
+        return (step + tuple(word for line in rest for word in line),)
+
+    def hosts_command(self) -> Tuple[str, ...]:
+        return ("echo", "localhost")
+
+    def submit(self, script: Path, run_dir: Path) -> Submission:
+        from rich.console import Console
+
+        console = Console(soft_wrap=True)
+        env = dict(os.environ)
+        # torchrun/horovodrun/python of the environment dlaunch runs in, even when it is not activated.
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        with open(run_dir / LOCAL_LOG, "a", encoding="utf-8") as log:  # a resumed run keeps the earlier log
+            proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, bufsize=1, env=env, cwd=run_dir)
+            try:
+                with console.status("running %s on this machine (log: %s)" % (script.name, log.name)):
+                    _copy_output(proc, log, console)
+            except KeyboardInterrupt:
+                # The terminal's SIGINT reached the job too: the trainer checkpoints and ends `cancelled`.
+                _copy_output(proc, log, console)
+        return Submission("local-%d" % proc.pid, proc.wait())
+
+    def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
+        return {job_id: Job("local", JobState.UNKNOWN) for job_id in job_ids}
+
+    def cancel(self, job_id: str) -> None:
+        raise SchedulerError("local runs end with the dlaunch command that started them (Ctrl-C)")
+
+    def log_files(self, run_dir: Path) -> List[Path]:
+        return [p for p in [run_dir / LOCAL_LOG] if p.is_file()]
+
+
+def _copy_output(proc: subprocess.Popen, log: TextIO, console: Any) -> None:
+    for line in proc.stdout:
+        log.write(line)
+        log.flush()
+        console.out(line, end="", highlight=False)
+
+
+def free_port_base(count: int) -> int:
+    """A port with `count` free ports from it on (each task of a local step may listen on base + its index)."""
+    import random
+
+    for _ in range(50):
+        base = random.randint(20000, 60000)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("", port))
+            return base
+        except OSError:
+            continue
+    raise SchedulerError("no %d consecutive free ports on this machine" % count)
+
+
+def task_environments(ntasks: int, environ: Dict[str, str]) -> List[Dict[str, str]]:
+    """Every task's environment: `environ`, the task's neutral variables, the step's tasks per node and,
+    unless set, a free port base."""
+    port = environ.get(ENGINE_PORT) or str(free_port_base(ntasks))
+    return [dict(environ, **jobenv.step_environment(task, ntasks, task, 0),
+                 **{jobenv.TASKS_PER_NODE: str(ntasks), ENGINE_PORT: port}) for task in range(ntasks)]
+
+
+def run_step(command: List[str], ntasks: int, environ: Optional[Dict[str, str]] = None,
+             output: Optional[TextIO] = None, cwd: Optional[str] = None, timeout: Optional[float] = None) -> List[int]:
+    """Start `command` as every task of a one-node step and wait for all; each task's exit code. One
+    task failing ends the others (SIGTERM, SIGKILL after KILL_WAIT_S), as do SIGTERM and SIGUSR1 sent to
+    this process (passed on); `timeout` kills all. `output`: where the tasks write (default: inherited)."""
+    envs = task_environments(ntasks, dict(os.environ if environ is None else environ))
+    procs = [subprocess.Popen(command, env=env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT if output is not None else None)
+             for env in envs]
+
+    def forward(signum: int, frame: Any) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGTERM, signal.SIGUSR1)}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to the tasks too
+    deadline = time.monotonic() + timeout if timeout else None
+    stop_at: Optional[float] = None
+    try:
+        while any(proc.poll() is None for proc in procs):
+            now = time.monotonic()
+            failed = [t for t, proc in enumerate(procs) if proc.returncode not in (None, 0)]
+            if failed and stop_at is None:
+                print("dlaunch-local-step: task %d exited with %d; ending the others" % (failed[0], procs[failed[0]].returncode),
+                      file=sys.stderr, flush=True)
+                forward(signal.SIGTERM, None)
+                stop_at = now + KILL_WAIT_S
+            if (stop_at is not None and now > stop_at) or (deadline is not None and now > deadline):
+                for proc in procs:
+                    if proc.poll() is None:
+                        proc.kill()
+            time.sleep(0.1)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    return [proc.returncode for proc in procs]
+
+
+def step_exit_code(codes: Sequence[int]) -> int:
+    """The step's exit code: the first failing task's (a signal as 128 + its number, as a shell says)."""
+    failed = [code for code in codes if code != 0]
+    if not failed:
+        return 0
+    return failed[0] if failed[0] > 0 else 128 - failed[0]
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dlaunch.schedulers.local",
+                                     description="Run COMMAND as every task of a step on this machine.")
+    parser.add_argument("--tasks", type=int, required=True)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.tasks < 1 or not command:
+        parser.error("give --tasks N (N >= 1) and a command after --")
+    return step_exit_code(run_step(command, args.tasks))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""What the commands share at the terminal: the consoles, the option types and their completion, the
+trainer's flags as options, and the status table. `cli.py` and the command modules (doctor, study,
+rerun, archive, images, report, predict) import these; none of them imports `cli.py`.
+
+Start-up matters on login nodes (every command, every TAB): only what every command needs is imported
+here; the status table imports its parts when it is printed.
+"""
+import functools
+import inspect
+from pathlib import Path
+from typing import Annotated, Any, Callable, List, Literal, Optional
+
+import typer
+from rich.console import Console
+
+from dlaunch.boundary import ALLOW_LARGE, NAME, escape, whole
+from dlaunch.errors import DlaunchError
+from dlaunch.jobs.request import TRAINER_FLAGS
+from dlaunch.runs.rundir import RunDir, display_path, find_runs, readable
+
+out = Console(soft_wrap=True, markup=False)
+err = Console(stderr=True, soft_wrap=True, markup=False)
+
+
+def complete_site(incomplete: str) -> List[str]:
+    """Site profile names and aliases starting with `incomplete` (TAB after --site)."""
+    from dlaunch.boundary import decode, parse_toml, read_bytes
+    from dlaunch.jobs.sites import available_sites
+
+    names = []
+    for name, path in available_sites().items():
+        names.append(name)
+        try:
+            data = parse_toml(decode(read_bytes(path), name), name)
+        except DlaunchError:
+            continue
+        aliases = data.get("aliases")
+        if isinstance(aliases, list):
+            names.extend(alias for alias in aliases if whole(NAME, alias))
+    return sorted(name for name in set(names) if name.startswith(incomplete))
+
+
+def complete_framework(incomplete: str) -> List[str]:
+    """The framework table's names starting with `incomplete` (TAB after --framework)."""
+    from dlaunch.train.framework_table import FRAMEWORKS
+
+    return [name for name in FRAMEWORKS if name.startswith(incomplete)]
+
+
+def complete_run_dir(incomplete: str) -> List[str]:
+    """Run directories (and the experiment and study folders above them) starting with `incomplete`:
+    those under ./runs, or under the folder typed so far."""
+    typed = Path(incomplete).parent if "/" in incomplete else Path("runs")
+    found = set()
+    for run in find_runs([typed, Path("runs")]):
+        found.update(str(p) for p in [run.path, *run.path.parents] if str(p) != ".")
+    return sorted(p for p in found if p.startswith(incomplete))
+
+
+def _trainer_parameters() -> List[inspect.Parameter]:
+    params = []
+    for flag in TRAINER_FLAGS:
+        if flag.kind is bool:
+            annotation: Any = Annotated[bool, typer.Option("--" + flag.name, help=flag.help, rich_help_panel="Trainer")]
+            default: Any = False
+        else:
+            kind = Literal[flag.values] if flag.values and flag.kind is str else flag.kind  # int choices: checked by the request
+            option = typer.Option("--" + flag.name, help=flag.help, rich_help_panel="Trainer")
+            annotation, default = Annotated[Optional[kind], option], None
+        params.append(inspect.Parameter(flag.attr, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+    return params
+
+
+def with_trainer_options(command: Callable) -> Callable:
+    """Give `command` one option per trainer flag; it receives the ones set as `trainer` (name, value) pairs."""
+    own = [p for name, p in inspect.signature(command).parameters.items() if name != "trainer"]
+    extra = _trainer_parameters()
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> Any:
+        values = [(flag.name, kwargs.pop(flag.attr)) for flag in TRAINER_FLAGS]
+        # `is`, not `in`: 0 == False, and --workers 0 or --label-smoothing 0 must reach the trainer.
+        return command(trainer=tuple((k, v) for k, v in values if v is not None and v is not False), **kwargs)
+
+    wrapper.__signature__ = inspect.Signature(own + extra)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
+    return wrapper
+
+
+Site_ = Annotated[Optional[str], typer.Option("--site", help="profile name, alias or path to a .toml", autocompletion=complete_site)]
+# Checked against the framework table when the request is made (a row added later counts too).
+Framework = Annotated[str, typer.Option(help="training framework (dlaunch/train/framework_table.py; TAB lists them)",
+                                        autocompletion=complete_framework)]
+Partition = Annotated[Optional[str], typer.Option(help="partition (or QOS); default: the site's default")]
+TimeLimit = Annotated[str, typer.Option("--time", help="time limit (HH:MM:SS or D-HH:MM:SS)")]
+Account = Annotated[Optional[str], typer.Option(help="account/budget; default: the site's account variable")]
+Image = Annotated[Optional[str], typer.Option(help="container image (.sif); default: images/<stack>-<framework>.sif")]
+Output = Annotated[str, typer.Option(help="runs go to OUTPUT/EXPERIMENT/RUN_NAME")]
+Experiment = Annotated[Optional[str], typer.Option(help="experiment name (groups runs)")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="print the script; write and submit nothing")]
+Follow = Annotated[bool, typer.Option("--follow", help="after submitting, watch the job(s) to their end (as `dlaunch watch`)")]
+AllowLarge = Annotated[bool, typer.Option(ALLOW_LARGE, help="go beyond the limits that catch typos: --repeat over 100, more than 64 processes on this machine, a study of over 1000 jobs (README: Bad input and limits)")]
+Requeue = Annotated[Optional[bool], typer.Option("--requeue/--no-requeue", help="after a node failure the scheduler runs the job again and it resumes from its checkpoint (default: the site's `requeue`)")]
+RunDirArg = Annotated[Path, typer.Argument(help="run directory", autocompletion=complete_run_dir)]
+RunDirs = Annotated[Optional[List[Path]], typer.Argument(help="run directories, or folders holding them (default: ./runs)",
+                                                         autocompletion=complete_run_dir)]
+
+STATUS_HEADERS = ("run", "site", "job", "scheduler", "metrics", "epochs", "images/s", "results")
+# Left out in this order when the columns' longest words do not fit the console side by side.
+STATUS_LEAVE_OUT = ("results", "site", "job", "images/s", "epochs")
+
+
+def show_status(runs: List[RunDir]) -> int:
+    """A table of the runs (scheduler state, metrics status, epochs done, images/s), then why any failed
+    and each run's figures, and a `rejected:` line for each run whose files cannot be read (exit code
+    1, else 0)."""
+    from dlaunch.runs import service
+    from dlaunch.runs.failures import scheduler_label
+    from dlaunch.tables import fit_table
+
+    runs, rejected = readable(runs)
+    rows, notes = [], []
+    for snapshot in service.observe(runs):
+        p = snapshot.progress
+        epochs = "%d/%d" % (p.epochs_done, p.epochs_total) if p.epochs_total else (str(p.epochs_done) if p.epochs_done else "-")
+        speed = "%.1f" % p.images_per_s if p.images_per_s is not None else "-"
+        rows.append((snapshot.name, snapshot.site, snapshot.job, scheduler_label(snapshot.state, snapshot.meaning, p.status),
+                     p.status, epochs, speed, display_path(snapshot.run.metrics_path)))
+        if snapshot.failed:
+            notes.append("%s: %s" % (snapshot.name, service.why_failed(snapshot)))
+        notes += ["%s: network: %s" % (snapshot.name, problem) for problem in snapshot.network]
+        figures = service.run_figures(snapshot)
+        if figures:
+            notes.append("%s: %s" % (snapshot.name, figures))
+    if rows:
+        out.print(fit_table("dlaunch runs", STATUS_HEADERS, rows, out.width, leave_out=STATUS_LEAVE_OUT))
+    for line in notes:
+        out.print(escape(line), markup=False, highlight=False)
+    record_results(runs)
+    for message in rejected:
+        err.print("rejected: %s" % escape(message), highlight=False)
+    return 1 if rejected else 0
+
+
+def record_results(runs: List[RunDir]) -> None:
+    """Rows for the runs that ended into the results database (dlaunch/results/store.py); a database
+    that cannot be written is a warning."""
+    from dlaunch.results.store import record
+
+    warning = record([run.metrics_path for run in runs]).warning
+    if warning:
+        err.print("dlaunch: warning: %s" % warning)

@@ -1,0 +1,112 @@
+"""ImageNet-layout folders (train/<class>/*.JPEG, val/<class>/*.JPEG) via torchvision's ImageFolder.
+
+Training: DistributedSampler (seed, set_epoch; drop_last so every rank runs the same number of full
+batches), RandomResizedCrop + horizontal flip. The augmentation of sample i in epoch e is seeded by
+(seed, e, i), so it is the same with any number of workers and after a mid-epoch resume.
+Validation: resize to image_size*256/224, center crop; every image is evaluated exactly once
+(rank r takes images r, r+world, ...), so summed counts give the exact top-1 of the whole set.
+"""
+import itertools
+from typing import Any, Iterator
+
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
+from torchvision import datasets, transforms
+
+from dlaunch.train.config import ConfigError
+from dlaunch.train.data import Loaders
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class SeededImageFolder(datasets.ImageFolder):
+    """ImageFolder whose random transforms are a function of (seed, epoch, index)."""
+
+    def __init__(self, root: str, transform: Any, seed: int):
+        super().__init__(root, transform=transform)
+        self.seed = seed
+        self.epoch = 0
+
+    def __getitem__(self, index: int):
+        torch.manual_seed(((self.seed * 1000003 + self.epoch) * 10000019 + index) % (2 ** 63))
+        return super().__getitem__(index)
+
+
+class ResumableDistributedSampler(DistributedSampler):
+    """DistributedSampler that can start the epoch after its first `skip` samples."""
+
+    skip = 0
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.islice(super().__iter__(), self.skip, None)
+
+    def __len__(self) -> int:
+        return self.num_samples - self.skip
+
+
+class ShardSampler(Sampler):
+    """Indices rank, rank+world, ...: each sample on exactly one rank, no padding."""
+
+    def __init__(self, size: int, rank: int, world_size: int):
+        self.indices = range(rank, size, world_size)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class DeviceLoader:
+    """A DataLoader whose batches arrive on `device` (optionally channels-last)."""
+
+    def __init__(self, loader: DataLoader, device: torch.device, channels_last: bool, batches: int):
+        self.loader = loader
+        self.device = device
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.batches = batches
+
+    def set_epoch(self, epoch: int, skip_batches: int = 0) -> None:
+        sampler = self.loader.sampler
+        if isinstance(sampler, ResumableDistributedSampler):
+            sampler.set_epoch(epoch)
+            sampler.skip = skip_batches * self.loader.batch_size
+            self.loader.dataset.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.batches
+
+    def __iter__(self):
+        non_blocking = self.device.type == "cuda"
+        for images, labels in self.loader:
+            yield (images.to(self.device, non_blocking=non_blocking, memory_format=self.memory_format),
+                   labels.to(self.device, non_blocking=non_blocking))
+
+
+def build_folder_loaders(cfg: Any, dist: Any) -> Loaders:
+    normalize = transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)
+    train_set = SeededImageFolder(cfg.data + "/train", transforms.Compose([
+        transforms.RandomResizedCrop(cfg.image_size),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+        normalize,
+    ]), cfg.seed)
+    val_set = datasets.ImageFolder(cfg.data + "/val", transforms.Compose([
+        transforms.Resize(int(round(cfg.image_size * 256 / 224))),
+        transforms.CenterCrop(cfg.image_size),
+        transforms.ToTensor(),
+        normalize,
+    ]))
+    train_sampler = ResumableDistributedSampler(train_set, num_replicas=dist.world_size, rank=dist.rank,
+                                                shuffle=True, seed=cfg.seed, drop_last=True)
+    batches = len(train_sampler) // cfg.batch_size
+    if batches == 0:
+        raise ConfigError("--batch-size %d x %d ranks is more than the %d images in %s/train"
+                          % (cfg.batch_size, dist.world_size, len(train_set), cfg.data))
+    common = dict(batch_size=cfg.batch_size, num_workers=cfg.workers, pin_memory=dist.device.type == "cuda")
+    train = DataLoader(train_set, sampler=train_sampler, drop_last=True, **common)
+    val_sampler = ShardSampler(len(val_set), dist.rank, dist.world_size)
+    val = DataLoader(val_set, sampler=val_sampler, **common)
+    return Loaders(DeviceLoader(train, dist.device, cfg.channels_last, batches),
+                   DeviceLoader(val, dist.device, cfg.channels_last, len(val)))

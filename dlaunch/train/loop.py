@@ -1,0 +1,479 @@
+"""The training loop: framework- and loader-agnostic (it only calls `Framework` and the loader interface).
+
+Per step: set the LR of `global_step` (dlaunch/train/schedule.py), forward (autocast per `--amp`), backward,
+optimizer step; every `STOP_CHECK_STEPS` steps, and after each epoch's checkpoint, all ranks agree
+whether a stop signal arrived (an all-reduce and a device sync, so not every step). Per epoch: throughput of the
+whole job over the non-warm-up, non-profiled steps (rank 0, after a device sync and a barrier at both
+ends of the measured window), rank-mean loss and data wait, validation (counts summed over ranks),
+an `epoch` record, a checkpoint.
+
+Energy (dlaunch/train/energy.py): every rank reads its counters at each stop check and at the end of each
+epoch (after validation), where one sum over ranks gives the run's energy so far; an epoch's energy
+is the difference to the epoch's start, energy-to-accuracy the run's energy at the first validation
+that reaches `--target-accuracy` (the Zeus definition). A resumed run carries the energy before.
+
+Divergence: each step's loss is checked on the device (no sync); a rank that saw
+`--max-nonfinite-steps` consecutive non-finite losses tells the others at the next stop check or
+epoch end, and all stop with status `diverged` without checkpointing the non-finite weights.
+
+The MLPerf-format log (`mlperf.log` beside the metrics file, dlaunch/train/mllog.py) is written at the same
+moments by rank 0: init and run start, blocks, epochs, evaluations, run stop.
+
+Warm-up and profiled steps (`--warmup-steps`, then `--profile-steps` timed without overlap, then
+`--kernel-profile-steps` under torch.profiler) are counted from the start of this process, so a resumed
+run warms up again before it measures; none of them count for throughput. A kernel profile may run to
+the end of the run (a profiling run then reports no throughput).
+"""
+import contextlib
+import math
+import os
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.nn as nn
+
+from dlaunch.train import jobenv
+from dlaunch.train.checkpoint import checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from dlaunch.train.config import (EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, ConfigError,
+                          TrainConfig)
+from dlaunch.train.data import build_loaders
+from dlaunch.train.energy import EnergyMeter, Figure
+from dlaunch.train.frameworks.base import DistInfo, Framework
+from dlaunch.train.metrics import library_versions
+from dlaunch.train.metrics_core import MetricsWriter, git_revision, print_summary, run_id
+from dlaunch.train.metrics_schema import energy_total, is_number
+from dlaunch.train.mllog import MLPerfLog, hyperparameters, mllog_path
+from dlaunch.train.models import build_model
+from dlaunch.train.network import NCCL_LOG_DIR, by_node, nccl_warnings, observe, route_nccl_debug
+from dlaunch.train.profiling import KernelProfiler, StepProfiler, kernel_fields, unavailable_kernel_fields
+from dlaunch.train.schedule import LRSchedule
+from dlaunch.train.signals import StopSignals
+
+# Steps between stop-signal checks: bounds the extra work after Slurm's warning (sent 120 s early)
+# while keeping the all-reduce and device sync of a check off most steps.
+STOP_CHECK_STEPS = 10
+EXIT_CODES = {"ok": EXIT_OK, "interrupted": EXIT_INTERRUPTED, "cancelled": EXIT_CANCELLED, "diverged": EXIT_DIVERGED}
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """SGD with momentum; weight decay on conv/linear weights only (not on BatchNorm weights or biases)."""
+    decay = [p for p in model.parameters() if p.ndim > 1]
+    no_decay = [p for p in model.parameters() if p.ndim <= 1]
+    return torch.optim.SGD([{"params": decay, "weight_decay": cfg.weight_decay},
+                            {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, momentum=cfg.momentum)
+
+
+def autocast(cfg: TrainConfig, device: torch.device) -> Any:
+    if cfg.amp == "none":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16 if cfg.amp == "bf16" else torch.float16)
+
+
+def cpu_count() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@dataclass
+class EpochProgress:
+    """Accumulators of one epoch (kept in a mid-epoch checkpoint). Loss and data wait are rank means."""
+
+    steps: int = 0
+    loss_sum: float = 0.0
+    measured_steps: int = 0
+    measured_time: float = 0.0
+    data_wait: float = 0.0
+    time: float = 0.0
+    energy_start_j: Dict[str, float] = field(default_factory=dict)  # the run's energy when the epoch began
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, argv: List[str], framework: Framework, dist: DistInfo,
+                 signals: StopSignals):
+        self.cfg, self.argv, self.fw, self.dist, self.signals = cfg, argv, framework, dist, signals
+        self.init_started = time.time()  # MLPerf's init_start
+        self.device = dist.device
+        self.writer: Optional[MetricsWriter] = None
+        self.started = time.perf_counter()
+        self.elapsed_before = 0.0  # run time before the checkpoint this process resumed from
+        self.best_top1: Optional[float] = None
+        self.time_to_accuracy: Optional[float] = None
+        self.epoch_records: List[Dict[str, Any]] = []
+        self.session_steps = 0
+        self.epochs_completed = 0
+        self.meter = EnergyMeter.for_rank(dist.device, dist.rank, dist.world_size, dist.local_rank)
+        self.energy_before: Dict[str, float] = {}  # the run's energy before this process (resume)
+        self.energy_j: Dict[str, Figure] = {}  # the run's energy at the last reading
+        self.energy_to_accuracy: Optional[float] = None
+        # Consecutive non-finite losses (this rank, on the device) and the longest such run so far.
+        self.nonfinite_streak = torch.zeros((), dtype=torch.float64, device=dist.device)
+        self.nonfinite_longest = torch.zeros((), dtype=torch.float64, device=dist.device)
+
+        torch.set_num_threads(cfg.threads or max(1, cpu_count() // dist.local_world_size))
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True
+        torch.manual_seed(cfg.seed)
+        self.loaders = build_loaders(cfg, dist)
+        batches = len(self.loaders.train)
+        self.steps_per_epoch = min(cfg.steps, batches) if cfg.steps else batches
+        self.total_steps = cfg.steps if cfg.steps else cfg.epochs * self.steps_per_epoch
+        self.epochs = math.ceil(self.total_steps / self.steps_per_epoch)
+        self.kernel_steps = min(cfg.kernel_profile_steps, max(0, self.total_steps - cfg.warmup_steps - cfg.profile_steps))
+        if cfg.warmup_steps + cfg.profile_steps >= self.total_steps:
+            raise ConfigError("--warmup-steps %d + --profile-steps %d leave none of the %d steps to measure"
+                              % (cfg.warmup_steps, cfg.profile_steps, self.total_steps))
+        self.global_batch = cfg.batch_size * dist.world_size  # images per loop step
+        self.update_batch = self.global_batch * framework.batches_per_update(cfg)  # images per optimizer update
+        self.schedule = LRSchedule(cfg.lr, cfg.reference_batch, self.update_batch, self.steps_per_epoch,
+                                   self.total_steps, cfg.schedule, cfg.warmup_epochs, cfg.lr_min, cfg.gamma)
+
+        memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+        self.model = build_model(cfg.model, cfg.num_classes).to(self.device, memory_format=memory_format)
+        self.wrapped, _ = framework.wrap(self.model, build_optimizer(self.model, cfg), cfg)
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+        self.profiler = StepProfiler(framework, framework.parameters(self.model), self.synchronize, dist.world_size)
+        self.kernel_profiler = KernelProfiler(self.synchronize) if self.device.type == "cuda" else None
+        self.mllog = MLPerfLog(mllog_path(cfg.metrics_path) if dist.is_main else None, cfg.target_accuracy,
+                               cfg.val_every, self.epochs)
+
+    # -- collectives and clocks ------------------------------------------------------------------
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def synced_time(self) -> float:
+        """perf_counter once the device and all ranks are done with everything before."""
+        self.synchronize()
+        self.fw.barrier()
+        return time.perf_counter()
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.started
+
+    def rank_means(self, values: List[float]) -> List[float]:
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        return self.fw.all_reduce_mean(tensor).tolist()
+
+    def diverged_flag(self) -> torch.Tensor:
+        """1 when this rank saw --max-nonfinite-steps consecutive non-finite losses, else 0 (on the device)."""
+        return (self.nonfinite_longest >= self.cfg.max_nonfinite_steps).double().reshape(1)
+
+    def agreed_stop(self) -> Optional[str]:
+        """`diverged` / `cancelled` / `interrupted` when any rank diverged / got SIGTERM / SIGUSR1, on every
+        rank alike (no checkpoint is worth resuming from non-finite weights, so divergence comes first)."""
+        flags = torch.tensor(self.signals.flags(), dtype=torch.float64, device=self.device)
+        usr1, term, diverged = self.fw.all_reduce_sum(torch.cat([flags, self.diverged_flag()])).tolist()
+        if diverged > 0:
+            return "diverged"
+        if term > 0:
+            return "cancelled"
+        return "interrupted" if usr1 > 0 else None
+
+    def write_kernel_profile(self) -> None:
+        """The `kernel_profile` record: every rank's kernel time per class, summed (one collective)."""
+        ranks = self.dist.world_size
+        if self.kernel_profiler is None:
+            fields = unavailable_kernel_fields("no CUDA device (a %s run)" % self.device.type, self.kernel_steps, ranks)
+        else:
+            summed = self.fw.all_reduce_sum(torch.tensor(self.kernel_profiler.finish(), dtype=torch.float64,
+                                                         device=self.device)).tolist()
+            fields = kernel_fields(summed, self.kernel_steps, ranks, self.kernel_profiler.times.top())
+        if self.writer:
+            self.writer.write("kernel_profile", **fields)
+
+    def read_energy(self) -> Any:
+        """The run's energy so far on every rank (one collective); returns the reading."""
+        reading = self.meter.reduce(self.fw.all_reduce_sum)
+        self.energy_j = {d: self.energy_before.get(d, 0.0) + v if is_number(v) else v
+                         for d, v in reading.energy_j.items()}
+        return reading
+
+    def measured_energy(self) -> Dict[str, float]:
+        return {d: v for d, v in self.energy_j.items() if is_number(v)}
+
+    # -- run ---------------------------------------------------------------------------------------
+    def run(self) -> str:
+        """Train to the end or to a stop signal; return the end status."""
+        cfg = self.cfg
+        start_epoch, skip, progress = 0, 0, EpochProgress()
+        self.global_step = 0
+        state = load_checkpoint(checkpoint_path(cfg.checkpoint_dir)) if cfg.resume else None
+        if state is not None:
+            start_epoch, skip, progress = self.restore(state)
+        hosts = self.fw.all_gather_object(socket.gethostname())
+        network = self.network_records()
+        if self.dist.is_main:
+            continuing = os.path.exists(cfg.metrics_path) and os.path.getsize(cfg.metrics_path) > 0
+            self.writer = MetricsWriter(cfg.metrics_path)
+            if state is not None and continuing:
+                self.writer.write("resume", epoch=start_epoch, step=self.global_step,
+                                  checkpoint=checkpoint_path(cfg.checkpoint_dir), network=network)
+                self.mllog.resume()
+            else:
+                header = self.writer.write("header", network=network, **self.header_fields(hosts))
+                self.mllog.run_start(header, hyperparameters(cfg, self.schedule, self.global_batch, self.update_batch,
+                                                             self.steps_per_epoch), self.init_started)
+        for epoch in range(start_epoch, self.epochs):
+            status = self.train_epoch(epoch, skip, progress)
+            if status is None and epoch + 1 < self.epochs:
+                status = self.agreed_stop()  # a signal during validation or the checkpoint: no new epoch begins
+            if status is not None:
+                return status
+            skip, progress = 0, EpochProgress()
+        return "ok"
+
+    def train_epoch(self, epoch: int, skip: int, progress: EpochProgress) -> Optional[str]:
+        cfg, fw = self.cfg, self.fw
+        loader = self.loaders.train
+        loader.set_epoch(epoch, skip)
+        self.model.train()
+        if not progress.energy_start_j:
+            progress.energy_start_j = self.measured_energy() or dict(self.energy_before)
+        self.meter.start_epoch()
+        if skip == 0:
+            self.mllog.epoch_start(epoch)
+        batches = iter(loader)
+        epoch_start = time.perf_counter()
+        window_start: Optional[float] = None
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        data_wait = 0.0
+        measured_steps = 0
+        warmup_and_profile = cfg.warmup_steps + cfg.profile_steps
+        kernel_end = warmup_and_profile + self.kernel_steps
+        status = None
+        while progress.steps < self.steps_per_epoch and self.global_step < self.total_steps:
+            measured = self.session_steps >= kernel_end
+            profiled = cfg.warmup_steps <= self.session_steps < warmup_and_profile
+            kernel_profiled = warmup_and_profile <= self.session_steps < kernel_end
+            if kernel_profiled and self.session_steps == warmup_and_profile and self.kernel_profiler:
+                self.kernel_profiler.start()
+            if measured and window_start is None:
+                window_start = self.synced_time()
+            requested = time.perf_counter()
+            images, labels = next(batches)
+            if profiled:
+                self.synchronize()
+            waited = time.perf_counter() - requested
+            lr = self.schedule(self.global_step)
+            for group in fw.param_groups:
+                group["lr"] = lr
+
+            def forward_backward() -> torch.Tensor:
+                with autocast(cfg, self.device):
+                    loss = self.criterion(self.wrapped(images), labels)
+                fw.backward(loss)
+                return loss
+
+            if profiled:
+                loss = self.profiler.step(forward_backward, requested, waited)
+            else:
+                fw.zero_grad()
+                loss = forward_backward()
+                fw.step()
+            loss = loss.detach()
+            loss_sum += loss
+            self.nonfinite_streak = (self.nonfinite_streak + 1) * (~torch.isfinite(loss)).double()
+            self.nonfinite_longest = torch.max(self.nonfinite_longest, self.nonfinite_streak)
+            data_wait += waited
+            progress.steps += 1
+            measured_steps += int(measured)
+            self.global_step += 1
+            self.session_steps += 1
+            if profiled and self.session_steps == warmup_and_profile and self.writer:
+                self.writer.write("profile", **self.profiler.summary())
+            if kernel_profiled:
+                if self.kernel_profiler:
+                    self.kernel_profiler.step()
+                if self.session_steps == kernel_end:
+                    self.write_kernel_profile()
+            if self.global_step % STOP_CHECK_STEPS == 0:
+                self.meter.poll()
+                status = self.agreed_stop()
+                if status:
+                    break
+        now = self.synced_time()
+        if window_start is not None:
+            progress.measured_time += now - window_start
+        progress.time += now - epoch_start
+        progress.measured_steps += measured_steps
+        rank_loss_sum, rank_data_wait, diverged = self.rank_means([loss_sum.item(), data_wait,
+                                                                    self.diverged_flag().item()])
+        progress.loss_sum += rank_loss_sum
+        progress.data_wait += rank_data_wait
+        if diverged > 0 or status == "diverged":
+            return "diverged"  # the last checkpoint (finite weights) stays as it is
+        if status:
+            self.read_energy()
+            self.save(epoch, progress)
+            return status
+        self.finish_epoch(epoch, progress)
+        self.save(epoch + 1, EpochProgress())
+        return None
+
+    def finish_epoch(self, epoch: int, progress: EpochProgress) -> None:
+        fields: Dict[str, Any] = {}
+        last = epoch == self.epochs - 1
+        reached = False
+        self.mllog.epoch_stop(epoch)
+        block_ends = (epoch + 1) % self.cfg.val_every == 0 or last
+        if self.loaders.val is not None and block_ends:
+            self.mllog.eval_start(epoch)
+            fields = self.validate()
+            self.mllog.eval_stop(epoch, fields["top1"], fields.pop("images"))
+            if self.best_top1 is None or fields["top1"] > self.best_top1:
+                self.best_top1 = fields["top1"]
+            target = self.cfg.target_accuracy
+            if target is not None and self.time_to_accuracy is None and fields["top1"] >= target:
+                self.time_to_accuracy = self.elapsed()
+                reached = True
+        if block_ends:
+            self.mllog.block_stop(epoch)
+            self.mllog.reached(fields.get("top1"))
+        reading = self.read_energy()
+        if reached:
+            total = energy_total(self.energy_j)
+            self.energy_to_accuracy = total[0] if total else None
+        epoch_energy = {d: v - progress.energy_start_j.get(d, 0.0) if is_number(v) else v
+                        for d, v in self.energy_j.items()}
+        images = progress.measured_steps * self.global_batch
+        record = dict(epoch=epoch, steps=progress.steps, images=images,
+                      images_per_s=images / progress.measured_time if progress.measured_time > 0 else 0.0,
+                      epoch_time_s=progress.time, data_wait_s=progress.data_wait,
+                      loss=progress.loss_sum / max(progress.steps, 1), lr=self.schedule(self.global_step - 1),
+                      energy_j=epoch_energy, gpu_utilization_pct=reading.utilization_pct,
+                      gpu_memory_peak_bytes=reading.memory_peak_bytes, **fields)
+        self.epochs_completed = epoch + 1
+        if self.writer:
+            self.epoch_records.append(self.writer.write("epoch", **record))
+
+    def validate(self) -> Dict[str, float]:
+        """top-1/top-5 fractions, mean cross-entropy (without label smoothing) and images of the whole val set."""
+        module = self.fw.eval_module(self.model)
+        module.eval()
+        counts = torch.zeros(4, dtype=torch.float64, device=self.device)  # top1, top5, loss sum, images
+        with torch.no_grad():
+            for images, labels in self.loaders.val:
+                with autocast(self.cfg, self.device):
+                    logits = module(images)
+                top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+                hits = top == labels[:, None]
+                counts += torch.stack([hits[:, 0].sum(), hits.any(dim=1).sum(),
+                                       nn.functional.cross_entropy(logits.float(), labels, reduction="sum"),
+                                       torch.tensor(labels.numel(), device=self.device)]).double()
+        module.train()
+        top1, top5, loss, total = self.fw.all_reduce_sum(counts).tolist()
+        return {"top1": top1 / total, "top5": top5 / total, "val_loss": loss / total, "images": int(total)}
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+    def save(self, epoch: int, progress: EpochProgress) -> None:
+        """Checkpoint the position `epoch` + `progress.steps` (all ranks call; rank 0 writes)."""
+        if not self.cfg.checkpoint_dir:
+            return
+        state = {"epoch": epoch, "step_in_epoch": progress.steps, "global_step": self.global_step,
+                 "framework": self.fw.state_dict(), "rng": rng_state(), "progress": asdict(progress),
+                 "world_size": self.dist.world_size, "global_batch": self.global_batch,
+                 "elapsed_s": self.elapsed(), "best_top1": self.best_top1,
+                 "time_to_accuracy_s": self.time_to_accuracy, "energy_j": self.measured_energy(),
+                 "energy_to_accuracy_j": self.energy_to_accuracy}
+        if self.dist.is_main:
+            save_checkpoint(checkpoint_path(self.cfg.checkpoint_dir), state)
+        self.fw.barrier()
+
+    def restore(self, state: Dict[str, Any]) -> tuple:
+        path = checkpoint_path(self.cfg.checkpoint_dir)
+        if (state["world_size"], state["global_batch"]) != (self.dist.world_size, self.global_batch):
+            raise ConfigError("--resume: %s was written by %d ranks x batch %d; this run has %d x %d"
+                              % (path, state["world_size"], state["global_batch"] // state["world_size"],
+                                 self.dist.world_size, self.cfg.batch_size))
+        self.fw.load_state_dict(state["framework"])
+        set_rng_state(state["rng"])
+        self.global_step = state["global_step"]
+        self.elapsed_before = state["elapsed_s"]
+        self.best_top1 = state["best_top1"]
+        self.time_to_accuracy = state["time_to_accuracy_s"]
+        self.energy_before = state.get("energy_j", {})  # absent in checkpoints of older trainers
+        self.energy_to_accuracy = state.get("energy_to_accuracy_j")
+        self.epochs_completed = state["epoch"]
+        return state["epoch"], state["step_in_epoch"], EpochProgress(**state["progress"])
+
+    # -- records -------------------------------------------------------------------------------------
+    def network_records(self) -> List[Dict[str, Any]]:
+        """What the collective libraries selected, one record per node and library: every rank reads
+        its own (after the first collectives, which start NCCL), one gather (dlaunch/train/network.py)."""
+        mine = observe(self.fw.collective_libraries(), os.environ)
+        return by_node(record for records in self.fw.all_gather_object(mine) for record in records)
+
+    def header_fields(self, hosts: List[str]) -> Dict[str, Any]:
+        cfg = self.cfg
+        versions = library_versions()
+        versions.update(self.fw.versions())
+        return dict(
+            run_id=run_id(), argv=[sys.executable, "-m", "dlaunch.train"] + self.argv, config=cfg.to_dict(),
+            framework=cfg.framework, loader=cfg.loader, model=cfg.model, device=self.device.type,
+            world_size=self.dist.world_size, nodes=len(set(hosts)), hosts=hosts,
+            batch_per_worker=cfg.batch_size, global_batch=self.global_batch, lr_scaled=self.schedule.lr_max,
+            versions=versions, framework_settings=self.fw.settings(),
+            loader_settings=dict(getattr(self.loaders.train, "settings", {}), data=cfg.data, workers=cfg.workers,
+                                 batches_per_epoch=len(self.loaders.train), steps_per_epoch=self.steps_per_epoch,
+                                 total_steps=self.total_steps),
+            slurm_job_id=jobenv.job_id(os.environ), scheduler=jobenv.scheduler(os.environ), site=cfg.site, experiment=cfg.experiment,
+            image=cfg.image, git_revision=git_revision(), energy_sources=self.meter.describe())
+
+    def finish(self, status: str) -> None:
+        """Write the `end` record with every rank's parameter digest and the run's energy, and print the summary."""
+        digests = self.fw.all_gather_object(self.fw.parameter_digest(self.model))
+        self.read_energy()
+        reason = None
+        if status == "diverged":
+            reason = ("the loss was not finite for %d consecutive steps on some rank (by step %d); "
+                      "the checkpoint, if any, is of the last finished epoch"
+                      % (self.cfg.max_nonfinite_steps, self.global_step))
+        if self.writer:
+            end = self.writer.write("end", status=status, total_time_s=self.elapsed(),
+                                    epochs_completed=self.epochs_completed,
+                                    best_top1=self.best_top1, target_accuracy=self.cfg.target_accuracy,
+                                    time_to_accuracy_s=self.time_to_accuracy, param_digests=digests,
+                                    energy_j=self.energy_j, energy_to_accuracy_j=self.energy_to_accuracy,
+                                    reason=reason)
+            print_summary(self.epoch_records, end)
+        self.mllog.run_stop(status)
+
+
+def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
+    """Run the trainer in this process; return the exit code (see dlaunch/train/config.py)."""
+    signals = StopSignals().install()
+    trainer: Optional[Trainer] = None
+    nccl_log = None
+    if cfg.device != "cpu" and torch.cuda.is_available():  # before NCCL/RCCL start: they read it once
+        nccl_log = route_nccl_debug(os.environ, os.path.join(os.path.dirname(os.path.abspath(cfg.metrics_path)), NCCL_LOG_DIR))
+    try:
+        dist = framework.init(cfg)
+        trainer = Trainer(cfg, argv, framework, dist, signals)
+        status = trainer.run()
+        trainer.finish(status)
+        framework.barrier()  # no rank tears down the group while another still uses it
+        return EXIT_CODES[status]
+    except ConfigError as e:
+        print("train: error: %s" % e, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BaseException as e:
+        if trainer is not None and trainer.writer:
+            status = "cancelled" if isinstance(e, KeyboardInterrupt) else "failed"
+            trainer.writer.write("end", status=status, total_time_s=trainer.elapsed(),
+                                 epochs_completed=trainer.epochs_completed, best_top1=trainer.best_top1,
+                                 target_accuracy=cfg.target_accuracy, time_to_accuracy_s=trainer.time_to_accuracy,
+                                 reason=("%s: %s" % (type(e).__name__, e))[:2000])
+            trainer.mllog.run_stop(status)
+        for line in nccl_warnings(nccl_log) if nccl_log else ():  # they went to the debug file, not the log
+            print(line, file=sys.stderr)
+        raise
+    finally:
+        if trainer is not None:
+            trainer.mllog.close()
+            if trainer.writer:
+                trainer.writer.close()
+        trainer = None  # release the model before the process group goes
+        framework.shutdown()

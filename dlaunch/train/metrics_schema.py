@@ -1,0 +1,420 @@
+"""The metrics file schema (`dlaunch.metrics`, versioned), shared by the trainer and the launcher.
+
+Plain Python 3.9, no third-party imports: the launcher reads metrics files on login nodes without
+torch, and the trainer writes them inside images that carry nothing but the trainer.
+
+A metrics file is JSON lines. Every record has `schema`, `version`, `type` and `time` (Unix
+seconds). Types and their fields are in `RECORD_FIELDS`; `validate_record` checks one record,
+`read_metrics` reads and checks a whole file.
+
+Versions: 3 is written; 1, 2 and 3 are read (a file resumed by a newer trainer mixes them). Version 3
+adds the record type `kernel_profile` (CUDA kernel time per class, `--kernel-profile-steps`) and the
+optional `network` of header and `resume` records (below). Version 2
+adds energy and utilisation (header `energy_sources`; epoch `energy_j`, `gpu_utilization_pct`,
+`gpu_memory_peak_bytes`; end `energy_j`, `energy_to_accuracy_j`) and the end status `diverged`.
+Its fields are optional, so every version 1 record is a valid version 2 record too. Later optional
+header fields (version 2, never required): `request` (the abstract request: framework, world size and
+the trainer options given on the command line, apart from the resolved launch: site, image, versions,
+hosts), `parent_run` (the run this one reruns), `script_sha256` (the batch script's hash) and `scheduler`
+(its kind: slurm, pbs, local...; `slurm_job_id`, named when Slurm was the only one, holds the job id of
+any scheduler); for files without `request`, `abstract_request` derives it from `argv` and `config`.
+`network` (version 3, header and `resume` records): per node and collective library what the library
+really selected at run time (dlaunch/train/network.py: transport, NCCL's network and plugin, interfaces and
+addresses, GPUDirect), each a record checked by `NETWORK_FIELDS`; a resumed run's last `network` is its
+latest session's (`Metrics.network`).
+
+Measured figures are a number or the text "unavailable: <reason>", never a zero standing in for
+"not measured". Energy is per domain (`ENERGY_DOMAINS`), in joules, summed over the job's ranks.
+"""
+import errno
+import json
+import math
+import os
+import stat
+from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Optional, Tuple
+
+SCHEMA = "dlaunch.metrics"
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+METRICS_FILE = "metrics.jsonl"  # a run directory's metrics file
+
+# Closing statuses: `interrupted` is a run stopped by a signal after checkpointing (resumable);
+# `diverged` a run stopped because its loss stayed non-finite (`--max-nonfinite-steps`).
+END_STATUSES = ("ok", "failed", "cancelled", "interrupted", "diverged")
+
+# gpu: the GPUs' own counters; cpu and dram: RAPL package and DRAM; node: whole-node counters (HPE
+# Cray pm_counters), which include the GPUs, CPUs and memory of the node.
+ENERGY_DOMAINS = ("gpu", "cpu", "dram", "node")
+UNAVAILABLE = "unavailable: "
+
+_NUM = (int, float)
+_OPT_NUM = (int, float, type(None))
+_OPT_STR = (str, type(None))
+FIGURE = "figure"  # a number or "unavailable: <reason>"
+ENERGY = "energy"  # {domain: figure} over ENERGY_DOMAINS
+NETWORK = "network"  # a list of NETWORK_FIELDS records
+# One record of `network` (dlaunch/train/network.py): a text or a list of texts per field; True: required.
+NETWORK_FIELDS = {"host": True, "library": True, "transport": True, "network": False, "version": False,
+                  "plugin": False, "provider": False, "devices": False, "interfaces": False, "addresses": False,
+                  "bootstrap": False, "gpudirect": False, "components": False, "source": False}
+
+# type -> {field: (accepted python types, or FIGURE or ENERGY; required)}
+RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
+    "header": {
+        "run_id": ((str,), True),
+        "argv": ((list,), True),
+        "config": ((dict,), True),
+        "framework": ((str,), True),
+        "loader": ((str,), True),
+        "model": ((str,), True),
+        "device": ((str,), True),
+        "world_size": ((int,), True),
+        "nodes": ((int,), True),
+        "hosts": ((list,), True),  # host name of every rank, index = rank
+        "batch_per_worker": ((int,), True),
+        "global_batch": ((int,), True),
+        "lr_scaled": (_NUM, True),
+        "versions": ((dict,), True),  # python, torch, torchvision, cuda, nccl, cudnn, + frameworks
+        "framework_settings": ((dict,), False),
+        "loader_settings": ((dict,), False),
+        "slurm_job_id": (_OPT_STR, True),
+        "site": (_OPT_STR, True),
+        "experiment": (_OPT_STR, True),
+        "image": (_OPT_STR, True),
+        "git_revision": (_OPT_STR, True),
+        "energy_sources": ((dict,), False),  # domain -> source on rank 0, or "unavailable: <reason>"
+        "request": ((dict,), False),  # abstract_request(): framework, world_size, options
+        "parent_run": (_OPT_STR, False),  # the run this one reruns (`dlaunch rerun`)
+        "script_sha256": (_OPT_STR, False),  # sha256 of the run directory's job.sh
+        "scheduler": (_OPT_STR, False),  # the kind of scheduler that ran the job (`slurm_job_id`: its job id, any kind)
+        "network": (NETWORK, False),  # version 3: what the collective libraries selected, per node
+    },
+    "epoch": {
+        "epoch": ((int,), True),  # 0-based
+        "steps": ((int,), True),  # optimizer steps in this epoch (this rank)
+        "images": ((int,), True),  # images of the whole job counted for throughput
+        "images_per_s": (_NUM, True),  # whole job, measured on rank 0 after a barrier
+        "epoch_time_s": (_NUM, True),
+        "data_wait_s": (_NUM, True),
+        "loss": (_NUM, True),
+        "lr": (_NUM, True),
+        "top1": (_OPT_NUM, False),
+        "top5": (_OPT_NUM, False),
+        "val_loss": (_OPT_NUM, False),
+        "energy_j": (ENERGY, False),  # this epoch (with its validation), all ranks
+        "gpu_utilization_pct": (FIGURE, False),  # mean over ranks of NVML/AMD SMI samples in the epoch
+        "gpu_memory_peak_bytes": (FIGURE, False),  # largest torch.cuda.max_memory_allocated of any rank
+    },
+    "profile": {
+        "steps": ((int,), True),
+        "step_s": (_NUM, True),  # mean wall time per profiled step
+        "compute_s": (_NUM, True),  # mean forward+backward time not overlapped with communication
+        "comm_s": (_NUM, True),  # mean time in gradient all-reduce
+        "data_s": (_NUM, True),  # mean time waiting for the next batch
+        "method": ((str,), True),
+    },
+    "kernel_profile": {  # version 3: CUDA kernel time per class, summed over every rank (dlaunch/train/profiling.py)
+        "steps": ((int,), True),  # profiled steps per rank
+        "ranks": ((int,), True),
+        "method": ((str,), True),
+        "kernel_s": (FIGURE, True),  # all GPU activity: kernels, copies, sets
+        "comm_s": (FIGURE, True),  # NCCL kernels
+        "compute_s": (FIGURE, True),  # cuDNN and cuBLAS kernels
+        "io_s": (FIGURE, True),  # host-to-device copies, DALI and nvJPEG kernels
+        "other_s": (FIGURE, True),
+        "top_kernels": ((dict,), False),  # rank 0's longest kernels per class: {class: [[name, s], ...]}
+    },
+    "resume": {
+        "epoch": ((int,), True),  # first epoch run after resuming
+        "step": ((int,), True),  # global step restored from the checkpoint
+        "checkpoint": ((str,), True),
+        "network": (NETWORK, False),  # version 3: this session's, as in the header
+    },
+    "end": {
+        "status": ((str,), True),
+        "total_time_s": (_NUM, True),
+        "epochs_completed": ((int,), True),
+        "best_top1": (_OPT_NUM, False),
+        "target_accuracy": (_OPT_NUM, False),
+        "time_to_accuracy_s": (_OPT_NUM, False),
+        "reason": (_OPT_STR, False),
+        "param_digests": ((list,), False),  # sha256 of every rank's parameters, index = rank
+        "energy_j": (ENERGY, False),  # the whole run (all sessions of a resumed run), all ranks
+        "energy_to_accuracy_j": (_OPT_NUM, False),  # energy_total at the first validation >= target
+    },
+}
+
+
+# Trainer flags the launcher sets from the run directory and its provenance: not part of a request.
+LAUNCHER_SET_FLAGS = ("framework", "metrics", "checkpoint-dir", "resume", "experiment", "site", "image")
+
+
+def requested_options(argv: List[str], config: Dict[str, Any]) -> Dict[str, Any]:
+    """The trainer options given on the command line `argv`, with their parsed values from `config`."""
+    options = {}
+    for token in argv:
+        name = token[2:].split("=", 1)[0] if token.startswith("--") else None
+        if name and name not in LAUNCHER_SET_FLAGS and name.replace("-", "_") in config:
+            options[name] = config[name.replace("-", "_")]
+    return options
+
+
+def abstract_request(header: Dict[str, Any]) -> Dict[str, Any]:
+    """What a run asked for (framework, world size, trainer options), from its header's `request`, or
+    derived from `argv` and `config` (files written before `request` existed)."""
+    if isinstance(header.get("request"), dict):
+        return header["request"]
+    return {"framework": header["framework"], "world_size": header["world_size"],
+            "options": requested_options(header["argv"], header["config"])}
+
+
+class MetricsError(ValueError):
+    """A metrics record or file that does not follow the schema."""
+
+
+def unavailable(reason: str) -> str:
+    """The figure that stands for a quantity that could not be measured."""
+    return UNAVAILABLE + reason
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, _NUM) and not isinstance(value, bool)
+
+
+def energy_total(energy: Optional[Dict[str, Any]]) -> Optional[Tuple[float, str]]:
+    """(joules, domains counted) from a record's `energy_j`: the node counter where it was measured
+    (it includes everything else), else the sum of the measured gpu, cpu and dram figures; None when
+    nothing was measured."""
+    if not energy:
+        return None
+    if is_number(energy.get("node")):
+        return float(energy["node"]), "node"
+    measured = [d for d in ("gpu", "cpu", "dram") if is_number(energy.get(d))]
+    if not measured:
+        return None
+    return float(sum(energy[d] for d in measured)), "+".join(measured)
+
+
+def _check_figure(value: Any) -> bool:
+    return is_number(value) or (isinstance(value, str) and value.startswith(UNAVAILABLE))
+
+
+_EXPECTED = {FIGURE: "a number or 'unavailable: <reason>'",
+             ENERGY: "{domain: number or 'unavailable: <reason>'} with domains %s" % ", ".join(ENERGY_DOMAINS),
+             NETWORK: "a list of records with the texts %s (other fields: texts or lists of texts)"
+                      % ", ".join(k for k, need in NETWORK_FIELDS.items() if need)}
+
+
+def _check_network(value: Any) -> bool:
+    def text_or_texts(v: Any) -> bool:
+        return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+    return isinstance(value, list) and all(
+        isinstance(r, dict) and all(isinstance(r.get(k), str) for k, need in NETWORK_FIELDS.items() if need)
+        and all(text_or_texts(v) for v in r.values()) for r in value)
+
+
+def _check_value(types: Any, value: Any) -> bool:
+    if types == FIGURE:
+        return _check_figure(value)
+    if types == ENERGY:
+        return isinstance(value, dict) and all(k in ENERGY_DOMAINS and _check_figure(v) for k, v in value.items())
+    if types == NETWORK:
+        return _check_network(value)
+    return not isinstance(value, bool) and isinstance(value, types)
+
+
+def make_record(record_type: str, time: float, **fields: Any) -> Dict[str, Any]:
+    """Build one record of `record_type`, validated."""
+    record = {"schema": SCHEMA, "version": VERSION, "type": record_type, "time": time}
+    record.update(fields)
+    validate_record(record)
+    return record
+
+
+def validate_record(record: Any) -> None:
+    """Raise MetricsError naming the first field that breaks the schema."""
+    if not isinstance(record, dict):
+        raise MetricsError("record is not a JSON object")
+    if record.get("schema") != SCHEMA:
+        raise MetricsError("not a %s record (schema=%r)" % (SCHEMA, record.get("schema")))
+    if record.get("version") not in READABLE_VERSIONS:
+        raise MetricsError("unsupported schema version %r (this reader knows %s)"
+                           % (record.get("version"), ", ".join(map(str, READABLE_VERSIONS))))
+    rtype = record.get("type")
+    if not isinstance(rtype, str) or rtype not in RECORD_FIELDS:
+        raise MetricsError("unknown record type %r" % (rtype,))
+    if not isinstance(record.get("time"), _NUM) or isinstance(record.get("time"), bool):
+        raise MetricsError("%s record: field 'time' missing or not a number" % rtype)
+    for name, (types, required) in RECORD_FIELDS[rtype].items():
+        if name not in record:
+            if required:
+                raise MetricsError("%s record: missing field %r" % (rtype, name))
+            continue
+        value = record[name]
+        if not _check_value(types, value):
+            if types in _EXPECTED:
+                raise MetricsError("%s record: field %r is %r, expected %s" % (rtype, name, value, _EXPECTED[types]))
+            raise MetricsError("%s record: field %r has type %s" % (rtype, name, type(value).__name__))
+    if rtype == "end" and record["status"] not in END_STATUSES:
+        raise MetricsError("end record: status %r not in %s" % (record["status"], END_STATUSES))
+
+
+# Bounds of the figures a reader computes with (None: open). The reader refuses NaN, infinity and a
+# value outside its bounds as it refuses a wrong type: the file is rejected, never reported as a figure.
+# The losses are exempt: a diverging run records the non-finite loss it saw (`--max-nonfinite-steps`).
+# The writer does not check bounds: a run is never stopped for a figure it measured.
+BOUNDS: Dict[str, Dict[str, Tuple[Optional[float], Optional[float]]]] = {
+    "header": {"world_size": (1, None), "nodes": (1, None), "batch_per_worker": (1, None), "global_batch": (1, None),
+               "lr_scaled": (0, None)},
+    "epoch": {"epoch": (0, None), "steps": (0, None), "images": (0, None), "images_per_s": (0, None),
+              "epoch_time_s": (0, None), "data_wait_s": (0, None), "lr": (0, None), "top1": (0, 1), "top5": (0, 1),
+              "gpu_utilization_pct": (0, None), "gpu_memory_peak_bytes": (0, None)},
+    "profile": {"steps": (0, None), "step_s": (0, None), "compute_s": (0, None), "comm_s": (0, None), "data_s": (0, None)},
+    "resume": {"epoch": (0, None), "step": (0, None)},
+    "end": {"total_time_s": (0, None), "epochs_completed": (0, None), "best_top1": (0, 1), "target_accuracy": (0, 1),
+            "time_to_accuracy_s": (0, None), "energy_to_accuracy_j": (0, None)},
+}
+NON_FINITE_ALLOWED = ("loss", "val_loss")
+# Header fields inside `config`, `loader_settings` and `request` that readers use: their types.
+NESTED = {
+    "config": {"epochs": (int, type(None)), "schedule": _OPT_STR, "amp": _OPT_STR},
+    "loader_settings": {"total_steps": (int, type(None)), "steps_per_epoch": (int, type(None))},
+    "request": {"framework": (str,), "world_size": (int,), "options": (dict,)},
+}
+MAX_METRICS_BYTES = 64 * 1024 * 1024  # a trainer writes a few KB per epoch; anything near this is not its file
+
+
+def check_bounds(record: Dict[str, Any]) -> None:
+    """Raise MetricsError for a figure of a validated record that is not finite or outside `BOUNDS`,
+    and for a header whose nested fields (`NESTED`, `hosts`, `argv`) readers cannot use."""
+    rtype = record["type"]
+    if not math.isfinite(record["time"]):
+        raise MetricsError("%s record: field 'time' is %r" % (rtype, record["time"]))
+    bounds = BOUNDS.get(rtype, {})
+    for name, value in record.items():
+        values = list(value.values()) if name == "energy_j" and isinstance(value, dict) else [value]
+        for v in values:
+            if not is_number(v) or (name in NON_FINITE_ALLOWED and not math.isfinite(v)):
+                continue
+            low, high = bounds.get(name, (0, None) if name == "energy_j" else (None, None))
+            if not math.isfinite(v) or (low is not None and v < low) or (high is not None and v > high):
+                where = "%s..%s" % ("" if low is None else low, "" if high is None else high)
+                raise MetricsError("%s record: field %r is %r, outside %s" % (rtype, name, v, where))
+    if rtype == "header":
+        for name, fields in NESTED.items():
+            for key, types in fields.items() if isinstance(record.get(name), dict) else ():
+                value = record[name].get(key)
+                if (key in record[name] or name == "request") and not _check_value(types, value):
+                    raise MetricsError("header record: field '%s.%s' has type %s" % (name, key, type(value).__name__))
+        request = record.get("request")
+        if isinstance(request, dict) and request["world_size"] < 1:
+            raise MetricsError("header record: field 'request.world_size' is %r, outside 1.." % request["world_size"])
+        for name in ("hosts", "argv"):
+            if not all(isinstance(item, str) for item in record[name]):
+                raise MetricsError("header record: field %r holds an item that is not a text" % name)
+
+
+class FileRefused(ValueError):
+    """A file a reader will not open: not a regular file, too large, or a link it must not follow."""
+
+
+def open_regular(path: str, limit: int, follow_links: bool = True) -> BinaryIO:
+    """`path` opened for reading in binary, after checking that it is a regular file of at most `limit`
+    bytes: opened without blocking, so a FIFO or device is refused before a byte is read; with
+    `follow_links=False` a symbolic link is refused too. FileRefused or OSError otherwise."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if not follow_links and e.errno == errno.ELOOP:
+            raise FileRefused("a symbolic link (dlaunch does not follow links out of a run directory)") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused("not a regular file")
+        if info.st_size > limit:
+            raise FileRefused("%d bytes, more than the %d this file may have" % (info.st_size, limit))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def iter_records(path: str, follow_links: bool = True) -> Iterator[Dict[str, Any]]:
+    """Yield validated records (UTF-8, the schema, `check_bounds`); raise MetricsError naming the file
+    and line of the first bad one, or the file when it is no metrics file at all (`open_regular`)."""
+    try:
+        f = open_regular(path, MAX_METRICS_BYTES, follow_links)
+    except FileRefused as e:
+        raise MetricsError("%s: %s" % (path, e)) from None
+    with f:
+        yield from parse_records(f, path)
+
+
+def parse_records(lines: Iterable[bytes], path: str) -> Iterator[Dict[str, Any]]:
+    """The validated records of a metrics file's lines (bytes); MetricsError names `path` and the line."""
+    for lineno, raw in enumerate(lines, 1):
+        try:
+            line = raw.decode("utf-8")
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            validate_record(record)
+            check_bounds(record)
+        except UnicodeDecodeError as e:
+            raise MetricsError("%s:%d: not UTF-8 text (byte 0x%02x at column %d)" % (path, lineno, raw[e.start], e.start + 1)) from None
+        except RecursionError:
+            raise MetricsError("%s:%d: nested too deeply" % (path, lineno)) from None
+        except (ValueError, MetricsError) as e:
+            raise MetricsError("%s:%d: %s" % (path, lineno, e)) from None
+        yield record
+
+
+class Metrics:
+    """A parsed metrics file: the header, epochs (last record per epoch wins), profiles, the end."""
+
+    def __init__(self, path: str, records: List[Dict[str, Any]]):
+        self.path = path
+        self.records = records
+        headers = [r for r in records if r["type"] == "header"]
+        if not headers:
+            raise MetricsError("%s: no header record" % path)
+        self.header: Dict[str, Any] = headers[0]
+        by_epoch: Dict[int, Dict[str, Any]] = {}
+        for r in records:
+            if r["type"] == "epoch":
+                by_epoch[r["epoch"]] = r
+        self.epochs: List[Dict[str, Any]] = [by_epoch[k] for k in sorted(by_epoch)]
+        self.profiles = [r for r in records if r["type"] == "profile"]
+        self.kernel_profiles = [r for r in records if r["type"] == "kernel_profile"]
+        ends = [r for r in records if r["type"] == "end"]
+        self.end: Optional[Dict[str, Any]] = ends[-1] if ends else None
+
+    @property
+    def network(self) -> Optional[List[Dict[str, Any]]]:
+        """What the collective libraries selected in the latest session (None: not recorded, version <= 2)."""
+        recorded = [r["network"] for r in self.records if r["type"] in ("header", "resume") and "network" in r]
+        return recorded[-1] if recorded else None
+
+    @property
+    def status(self) -> str:
+        """`running` while no end record exists, else the last end record's status."""
+        return self.end["status"] if self.end else "running"
+
+
+def parse_metrics(data: bytes, path: str) -> Metrics:
+    """A metrics file's content (e.g. an archive's member) read as `read_metrics` reads the file `path`."""
+    return Metrics(path, list(parse_records(data.splitlines(keepends=True), path)))
+
+
+def read_metrics(path: str, follow_links: bool = True) -> Metrics:
+    """Read and validate a whole metrics file (MetricsError names the file on any problem); with
+    `follow_links=False` (a run directory's file) a symbolic link is refused."""
+    try:
+        records = list(iter_records(path, follow_links))
+    except OSError as e:
+        raise MetricsError("%s: %s" % (path, e.strerror or e)) from None
+    return Metrics(path, records)
