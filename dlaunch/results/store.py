@@ -170,11 +170,24 @@ class ResultsDB:
             raise DlaunchError("%s: results database of schema version %d; this dlaunch knows up to %d (update dlaunch)"
                                % (self.path, version, SCHEMA_VERSION))
         if self.conn.execute("PRAGMA journal_mode").fetchone()[0].upper() != journal_mode(self.path):
-            self.conn.execute("PRAGMA journal_mode=%s" % journal_mode(self.path))
+            self._set_journal_mode(journal_mode(self.path))
         if version < SCHEMA_VERSION:
             with self.transaction():
                 self.conn.execute("CREATE TABLE IF NOT EXISTS runs (%s)" % ", ".join("%s %s" % c for c in COLUMNS))
                 self.conn.execute("PRAGMA user_version = %d" % SCHEMA_VERSION)
+
+    def _set_journal_mode(self, mode: str) -> None:
+        """Switch the journal mode, waiting up to BUSY_TIMEOUT_S: SQLite answers the switch with 'database is
+        locked' at once, without its busy handler, while another process creates the same database."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                self.conn.execute("PRAGMA journal_mode=%s" % mode)
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def __enter__(self) -> "ResultsDB":
         return self
