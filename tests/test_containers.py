@@ -68,7 +68,7 @@ def test_definition_parses_with_spython_and_has_every_section(stack, framework):
     body = sections(text)
     assert layer.install == [line.strip() for line in body["post"] if line.strip()]
     assert layer.test == [line.strip() for line in body["test"] if line.strip()]
-    assert "train /opt/dlaunch/train" in layer.files
+    assert "dlaunch/train /opt/dlaunch/dlaunch/train" in layer.files
     assert layer.cmd == f'exec python -m {group_entry(framework)} "$@"'
     assert f"DLAUNCH_STACK={stack}" in layer.environ
     assert f"org.dlaunch.framework {framework}" in layer.labels

@@ -61,7 +61,7 @@ def test_each_task_of_a_slurm_step_gets_its_neutral_ids(tmp_path):
     data = load_site(SHIPPED_SITES_DIR / "generic-slurm.toml").model_dump()
     data.update(container={"kind": "none"}, gpus_per_node=2, interpreters={"tensorflow": str(fake_python)})
     script = script_for(Site.model_validate(data), LaunchRequest(site="generic-slurm", framework="tf-allreduce", nodes=2,
-                                                                 account="p", experiment="exp"))
+                                                                 account="p", experiment="exp"), str(tmp_path))
     (tmp_path / "job.sh").write_text(script)
     fakes = install_fakes(tmp_path / "bin", {"srun": FAKE_SRUN, "scontrol": 'printf "node1\\nnode2\\n"\n'})
     env = dict(fake_env(fakes, tmp_path), PYTHONPATH=str(REPO))

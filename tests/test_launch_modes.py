@@ -61,7 +61,7 @@ def test_task_per_gpu_starts_one_task_per_gpu_without_torchrun(tmp_path):
 
 def test_the_rendezvous_address_is_the_first_word_of_the_command_on_the_first_node(tmp_path):
     site = profile(tmp_path, BASE + LAUNCH)
-    script = script_for(site, request())
+    script = script_for(site, request(), str(tmp_path))
     assert 'MASTER_ADDR="$(hostname -i)"\nMASTER_ADDR="${MASTER_ADDR%% *}"\nexport MASTER_ADDR\n' in script
     # fake hostname (two addresses, as on a multi-homed node); fake srun records MASTER_ADDR as the tasks get it
     run_with_fakes(tmp_path, script, hostname='echo "10.1.0.7 10.2.0.7"\n',
@@ -70,7 +70,7 @@ def test_the_rendezvous_address_is_the_first_word_of_the_command_on_the_first_no
 
 
 def test_horovod_through_mpirun_instead_of_the_mpi_plugin(tmp_path):
-    script = script_for(profile(tmp_path, BASE + LAUNCH), request("horovod"))
+    script = script_for(profile(tmp_path, BASE + LAUNCH), request("horovod"), str(tmp_path))
     assert "srun" not in script.split("set -eo pipefail")[1]
     run_with_fakes(tmp_path, script, mpirun='printf "%s\\0" "$@" > "$FAKE_LOG/mpirun.args"\n')
     args = read_args(tmp_path / "mpirun.args")
@@ -139,7 +139,7 @@ def test_a_plugin_directory_named_by_a_module_variable_reaches_the_container(tmp
     the job runs, and the job stops with the field named when the module did not set it."""
     text = BASE.replace('account_required = false', 'account_required = false\n'
                         'nccl_net_plugin = { name = "aws-ofi-rccl", library_dir = "$OLCF_OFI_NCCL_ROOT/lib" }')
-    script = script_for(profile(tmp_path, text), request())
+    script = script_for(profile(tmp_path, text), request(), str(tmp_path))
     assert ': "${OLCF_OFI_NCCL_ROOT:?is not set: nccl_net_plugin.library_dir needs it' in script
     assert 'export APPTAINERENV_LD_LIBRARY_PATH="$OLCF_OFI_NCCL_ROOT/lib""${APPTAINERENV_LD_LIBRARY_PATH:+' in script
     env_root = dict(OLCF_OFI_NCCL_ROOT="/opt/plugin")
@@ -147,7 +147,7 @@ def test_a_plugin_directory_named_by_a_module_variable_reaches_the_container(tmp
     bin_dir = install_fakes(tmp_path / "bin")
     subprocess.run(["bash", str(tmp_path / "job.sh")], env=dict(fake_env(bin_dir, tmp_path), **env_root), check=True)
     args = read_args(tmp_path / "srun.args")  # the fake srun records the step's argv, the container's included
-    assert args[args.index("--bind") + 1] == "/scratch/runs/exp/run,/opt/plugin/lib"
+    assert args[args.index("--bind") + 1] == "%s,/opt/plugin/lib" % tmp_path
     unset = subprocess.run(["bash", str(tmp_path / "job.sh")], env=fake_env(bin_dir, tmp_path), capture_output=True, text=True)
     assert unset.returncode != 0 and "OLCF_OFI_NCCL_ROOT: is not set: nccl_net_plugin.library_dir needs it" in unset.stderr
 

@@ -64,7 +64,7 @@ def test_engine_frameworks_run_the_cpu_stacks_images_and_other_stacks_name_the_f
     cluster = run("juwels-cluster", "tf-allreduce")
     assert cluster.returncode == 0, cluster.stderr
     assert "cpu-tensorflow-x86_64.sif does not exist (build it with `make image-tensorflow STACK=cpu`" in cluster.stderr
-    assert re.search(r"cpu-tensorflow-x86_64\.sif \\\n\s+python -m train\.tf ", cluster.stdout)
+    assert re.search(r"cpu-tensorflow-x86_64\.sif \\\n\s+python -m dlaunch\.train\.tf ", cluster.stdout)
     booster = run("juwels-booster", "mx-ps-async")
     assert booster.returncode == 2 and len(booster.stderr.strip().splitlines()) == 1
     assert "image stack 'current' (site juwels-booster) has no image of the mxnet trainer (stacks with it: cpu " \

@@ -95,7 +95,7 @@ def test_a_profile_value_outside_its_documented_range_is_refused(tmp_path, name,
 
 
 def test_horovod_uses_one_task_per_gpu_through_the_mpi_plugin(tmp_path):
-    script = script_for(site("juwels-booster"), golden_request("juwels-booster", "horovod"))
+    script = script_for(site("juwels-booster"), golden_request("juwels-booster", "horovod"), str(tmp_path))
     (tmp_path / "job.sh").write_text(script)
     fakes = install_fakes(tmp_path / "bin")
     subprocess.run(["bash", str(tmp_path / "job.sh")], env=fake_env(fakes, tmp_path), check=True)
@@ -106,13 +106,13 @@ def test_horovod_uses_one_task_per_gpu_through_the_mpi_plugin(tmp_path):
 
 def test_torchrun_gets_rendezvous_from_the_host(tmp_path):
     """MASTER_ADDR is computed on the batch host (first host + `i`) and expanded before srun."""
-    script = script_for(site("juwels-booster"), golden_request("juwels-booster", "ddp"))
+    script = script_for(site("juwels-booster"), golden_request("juwels-booster", "ddp"), str(tmp_path))
     (tmp_path / "job.sh").write_text(script)
     fakes = install_fakes(tmp_path / "bin")
     subprocess.run(["bash", str(tmp_path / "job.sh")], env=fake_env(fakes, tmp_path), check=True)
     args = read_args(tmp_path / "srun.args")
     assert "--rdzv_endpoint=node1i:29500" in args and "--nnodes=2" in args and "--rdzv_id=42" in args
-    assert args[args.index("exec") + 1:][:4] == ["--nv", "--bind", "/scratch/runs/exp/run", "/images/current-ddp-x86_64.sif"]
+    assert args[args.index("exec") + 1:][:4] == ["--nv", "--bind", str(tmp_path), "/images/current-ddp-x86_64.sif"]
 
 
 @pytest.mark.parametrize("change, message", [
@@ -158,16 +158,16 @@ FIELDS = ["account", "partition", "time", "experiment", "run_name", "output", "i
           "env_by_nodes", "plugin_dir"]
 
 
-def _hostile_case(field: str, value: str, site_name: str):
-    """(site, request, run_dir) with `value` in `field`."""
+def _hostile_case(field: str, value: str, site_name: str, base: Path):
+    """(site, request, run_dir under `base`) with `value` in `field`."""
     profile = load_site(SHIPPED_SITES_DIR / ("%s.toml" % site_name)).model_dump(by_alias=True)
     request = dict(site=site_name, framework="ddp", account="proj42", experiment="exp", run_name="run",
                    trainer=(("data", "/data/imagenet"),))
-    run_dir = "/scratch/runs/exp/run"
+    run_dir = str(base / "runs" / "exp" / "run")
     if field in ("account", "partition", "time", "experiment", "run_name"):
         request[field] = value
     elif field == "output":
-        run_dir = "/scratch/" + value + "/exp/run"
+        run_dir = str(base) + "/" + value + "/exp/run"
     elif field in ("data", "schedule", "model"):
         request["trainer"] = ((field, "/data/" + value if field == "data" else value),)
     elif field == "env":
@@ -206,13 +206,17 @@ def test_hostile_values_fake_cluster_refused_or_inert(sandbox, site_name, field,
     """Run the rendered script with fake srun/scontrol/apptainer/module/torchrun: the marker never appears."""
     root, fakes = sandbox
     try:
-        site_obj, request, run_dir, image = _hostile_case(field, value, site_name)
+        site_obj, request, run_dir, image = _hostile_case(field, value, site_name, root)
         if image is None and site_obj.container.kind != "none":
             image = "/images/current-ddp.sif"
         plan = build_plan(site_obj, request, run_dir=run_dir, git_revision="0" * 40, image=image, environ={})
         script = render_script(plan, "hostile test")
     except (DlaunchError, ValidationError):
         return  # refused with an error naming the field
+    try:
+        os.makedirs(run_dir, exist_ok=True)  # dlaunch makes the run directory before it submits; the job cds there
+    except OSError:
+        return  # a directory the file system refuses: nothing is submitted
     job = root / "job.sh"
     job.write_text(script)
     assert subprocess.run(["bash", "-n", str(job)]).returncode == 0

@@ -15,14 +15,11 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from dlaunch.train.errors import (EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED,  # noqa: F401
+                                  EXIT_OK, ConfigError)
 from dlaunch.train.framework_table import FRAMEWORKS
 from dlaunch.train.metrics_schema import METRICS_FILE
 
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: resumable, requeue
-EXIT_CANCELLED = 143  # 128 + SIGTERM
-EXIT_DIVERGED = 65  # EX_DATAERR: the run's settings or data make the loss non-finite
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet44")
 SCHEDULES = ("step", "cosine", "exponential")
@@ -36,10 +33,6 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".t
 # parses the trainer's flags with this module, so a job beyond them is refused before it queues.
 MAX_SEED = 2 ** 32 - 1
 MAX_IMAGE_SIZE = 8192
-
-
-class ConfigError(ValueError):
-    """Bad input: printed as one line `train: error: ...`, exit code 2."""
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ class FrameworkInfo:
     import_check: str  # module its image's %test imports (and that must import for the trainer to start)
     install_hint: str  # what to install when the import fails
     description: str
-    entry: str = "train"  # `python -m <entry>`, the module the launch style starts
+    entry: str = "dlaunch.train"  # `python -m <entry>`, the module the launch style starts
     gradient_exchange: str = ""  # for the performance model: ddp-buckets | horovod-fusion | deepspeed-zero ("": not modelled)
     architecture: str = "allreduce"  # allreduce | parameter-server
     synchronous: bool = True  # False: workers update without waiting for each other

@@ -32,6 +32,7 @@ export DLAUNCH_IMAGE=/images/current-deepspeed-aarch64.toml
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+cd -- /scratch/runs/exp/run
 export DLAUNCH_JOB_ID="$SLURM_JOB_ID"
 export DLAUNCH_RESTART_COUNT="$SLURM_RESTART_COUNT"
 export DLAUNCH_NNODES="$SLURM_JOB_NUM_NODES"

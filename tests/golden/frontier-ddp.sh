@@ -39,6 +39,7 @@ export DLAUNCH_IMAGE=/images/rocm-ddp-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+cd -- /scratch/runs/exp/run
 : "${OLCF_OFI_NCCL_ROOT:?is not set: nccl_net_plugin.library_dir needs it (load the module that sets it)}"
 export LD_LIBRARY_PATH="$OLCF_OFI_NCCL_ROOT/lib""${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export APPTAINERENV_LD_LIBRARY_PATH="$OLCF_OFI_NCCL_ROOT/lib""${APPTAINERENV_LD_LIBRARY_PATH:+:$APPTAINERENV_LD_LIBRARY_PATH}"

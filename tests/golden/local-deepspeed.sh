@@ -8,6 +8,7 @@ export DLAUNCH_SCHEDULER=local
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+cd -- /scratch/runs/exp/run
 export DLAUNCH_JOB_ID="local-$BASHPID"
 export DLAUNCH_NNODES=1
 export DLAUNCH_NODELIST=localhost

@@ -31,6 +31,7 @@ export DLAUNCH_IMAGE=/images/rocm-deepspeed-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+cd -- /scratch/runs/exp/run
 : "${EBROOTAWSMINOFIMINRCCL:?is not set: nccl_net_plugin.library_dir needs it (load the module that sets it)}"
 export LD_LIBRARY_PATH="$EBROOTAWSMINOFIMINRCCL/lib""${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export SINGULARITYENV_LD_LIBRARY_PATH="$EBROOTAWSMINOFIMINRCCL/lib""${SINGULARITYENV_LD_LIBRARY_PATH:+:$SINGULARITYENV_LD_LIBRARY_PATH}"

@@ -28,6 +28,7 @@ export DLAUNCH_IMAGE=/images/current-deepspeed-x86_64.sif
 export DLAUNCH_GIT_REVISION=0000000000000000000000000000000000000000
 export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
+cd -- /scratch/runs/exp/run
 export LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export APPTAINERENV_LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib"${APPTAINERENV_LD_LIBRARY_PATH:+:$APPTAINERENV_LD_LIBRARY_PATH}"
 export DLAUNCH_JOB_ID="$PBS_JOBID"

@@ -6,12 +6,10 @@ batches of `epoch` (DistributedSampler semantics: one permutation seeded by `see
 rank) minus the first `skip_batches` (a mid-epoch resume skips them without reading them).
 `val` is None where there is no validation set (synthetic data).
 """
-from collections import namedtuple
 from typing import Any
 
-from dlaunch.train.config import ConfigError
-
-Loaders = namedtuple("Loaders", ["train", "val"])
+from dlaunch.train.data.loaders import Loaders
+from dlaunch.train.errors import ConfigError
 
 
 def build_loaders(cfg: Any, dist: Any) -> Loaders:

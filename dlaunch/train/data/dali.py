@@ -31,7 +31,7 @@ from typing import Any, Dict, Iterator, Tuple
 import torch
 
 from dlaunch.train.config import ConfigError
-from dlaunch.train.data import Loaders
+from dlaunch.train.data.loaders import Loaders
 from dlaunch.train.data.folder import IMAGENET_MEAN, IMAGENET_STD
 
 import nvidia.dali
@@ -39,7 +39,7 @@ import nvidia.dali.tfrecord as tfrec
 from nvidia.dali import fn, pipeline_def, types
 from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-from dlaunch.train.data import tfrecords
+import dlaunch.train.data.tfrecords as tfrecords
 
 READER = "Reader"
 _MEAN = [255.0 * m for m in IMAGENET_MEAN]

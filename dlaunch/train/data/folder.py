@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from torchvision import datasets, transforms
 
 from dlaunch.train.config import ConfigError
-from dlaunch.train.data import Loaders
+from dlaunch.train.data.loaders import Loaders
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -7,7 +7,7 @@ from typing import Any, Tuple
 
 import torch
 
-from dlaunch.train.data import Loaders
+from dlaunch.train.data.loaders import Loaders
 
 
 def synthetic_batch(cfg: Any, rank: int) -> Tuple[torch.Tensor, torch.Tensor]:

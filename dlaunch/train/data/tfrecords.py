@@ -16,7 +16,7 @@ import json
 import os
 from typing import Any, Dict, List
 
-from dlaunch.train.config import ConfigError
+from dlaunch.train.errors import ConfigError
 
 MANIFEST = "tfrecords.json"
 FORMAT = "dlaunch.tfrecords"

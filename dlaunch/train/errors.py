@@ -1,0 +1,10 @@
+"""The trainer's exit codes and its bad-input error (torch-free; the modules below config.py raise it too)."""
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: resumable, requeue
+EXIT_CANCELLED = 143  # 128 + SIGTERM
+EXIT_DIVERGED = 65  # EX_DATAERR: the run's settings or data make the loss non-finite
+
+
+class ConfigError(ValueError):
+    """Bad input: printed as one line `train: error: ...`, exit code 2."""
