@@ -1,14 +1,17 @@
 """dlaunch/analysis/scaling.py on hand-made metrics files: throughput, S_G, E_G, grouping, rejects, verdicts."""
 import json
 from pathlib import Path
-from typing import Optional, Sequence
+from statistics import median
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 
-from dlaunch.analysis.scaling import Spread, find_metrics_files, group_runs, load_runs, scaling, status_figures, verdict
+from dlaunch.analysis.scaling import (Spread, find_metrics_files, group_runs, interval_rank, load_runs, scaling, status_figures,
+                                      verdict)
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.sites import Reference
-from dlaunch.train.metrics_schema import MetricsError, energy_total, make_record, read_metrics, unavailable, validate_record
+from dlaunch.train.metrics_schema import (VERSION, MetricsError, energy_total, make_record, read_metrics, unavailable,
+                                          validate_record)
 
 NO_GPU = unavailable("this run uses no GPU (device cpu)")
 
@@ -17,10 +20,11 @@ def write_run(root: Path, name: str, world_size: int, throughputs: Sequence[floa
               model: str = "resnet50", loader: str = "native", site: Optional[str] = "testsite",
               experiment: str = "scaling", top1: Optional[Sequence[float]] = None, schedule: str = "step",
               profile: Optional[dict] = None, gpus_per_node: int = 4, energy: Optional[Sequence[dict]] = None,
-              end: Optional[dict] = None, version: int = 2, amp: str = "none", config: Optional[dict] = None) -> Path:
+              end: Optional[dict] = None, version: int = 2, amp: str = "none", config: Optional[dict] = None,
+              epoch_fields: Optional[Sequence[dict]] = None) -> Path:
     """A run directory `<root>/<experiment>/<name>/metrics.jsonl` built with make_record: `energy` per
     epoch (`energy_j`), `end` fields of the end record, `config` more trainer settings of the header,
-    `version` 1 for a file of the first schema."""
+    `version` 1 for a file of the first schema, `epoch_fields` more fields per epoch record (`v4_fields`)."""
     nodes = -(-world_size // gpus_per_node)
     records = [make_record(
         "header", 1000.0, run_id=name, argv=["python", "-m", "dlaunch.train"], config={"schedule": schedule, "amp": amp, **(config or {})},
@@ -35,6 +39,8 @@ def write_run(root: Path, name: str, world_size: int, throughputs: Sequence[floa
             fields["top1"] = top1[epoch]
         if energy is not None:
             fields["energy_j"] = energy[epoch]
+        if epoch_fields is not None:
+            fields.update(epoch_fields[epoch])
         records.append(make_record("epoch", 1001.0 + epoch, **fields))
     if profile is not None:
         records.append(make_record("profile", 1100.0, steps=5, method="timers", **profile))
@@ -46,6 +52,41 @@ def write_run(root: Path, name: str, world_size: int, throughputs: Sequence[floa
     path.parent.mkdir(parents=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
+
+
+OVERHEAD_SPLIT = {"loader_start_s": 0.25, "validation_s": 0.5, "checkpoint_s": 0.125, "barrier_s": 0.0625, "metrics_s": 0.0625}
+
+
+def v4_fields(compute: Sequence[float], ranks_per_node: int = 1, data_s: float = 0.01, sync_s: float = 0.02,
+              optimizer_s: float = 0.005, other_s: float = 0.001, overhead_s: Optional[float] = None,
+              gpu: Optional[Sequence[object]] = None, measured_steps: int = 10, steps: int = 10) -> dict:
+    """The version 4 fields of an epoch record for ranks computing `compute` s per step (rank r on host
+    n<r // ranks_per_node>): each waits in sync_s for the slowest rank beyond `sync_s` of its own; `phases`
+    (median per field, the slowest rank's vector), `nodes` (with `gpu` per node: GPU_HEALTH, default
+    unavailable), `overhead` (`overhead_s` split as OVERHEAD_SPLIT) and `measured_steps`."""
+    slowest = max(range(len(compute)), key=lambda r: compute[r])
+    vectors: List[Dict[str, float]] = []
+    for c in compute:
+        v = {"data_s": data_s, "compute_s": c, "sync_s": sync_s + compute[slowest] - c, "optimizer_s": optimizer_s,
+             "other_s": other_s}
+        vectors.append(dict(v, step_s=sum(v.values())))
+    hosts = ["n%d" % (r // ranks_per_node) for r in range(len(compute))]
+    fields: dict = {"measured_steps": measured_steps, "phases": {
+        "method": "rank-timers", "steps": steps, "ranks": len(compute),
+        "median": {k: median(v[k] for v in vectors) for k in vectors[0]},
+        "slowest": dict(vectors[slowest], rank=slowest, host=hosts[slowest], local_rank=slowest % ranks_per_node)}}
+    nodes = []
+    for n, host in enumerate(dict.fromkeys(hosts)):
+        mine = [r for r in range(len(compute)) if hosts[r] == host]
+        worst = max(mine, key=lambda r: compute[r])
+        nodes.append({"host": host, "ranks": len(mine), "median_compute_s": median(compute[r] for r in mine),
+                      "slowest": {"rank": worst, "local_rank": worst % ranks_per_node, "compute_s": compute[worst]},
+                      "gpu": gpu[n] if gpu else NO_GPU})
+    fields["nodes"] = nodes
+    if overhead_s is not None:
+        parts = {k: share * overhead_s for k, share in OVERHEAD_SPLIT.items()}
+        fields["overhead"] = dict(parts, total_s=sum(parts.values()))
+    return fields
 
 
 def test_throughput_leaves_out_the_first_of_several_epochs(tmp_path):
@@ -198,8 +239,8 @@ def test_a_version_1_file_is_read_without_energy_figures(tmp_path):
 def test_unknown_versions_and_zero_standing_for_unmeasured_are_refused():
     record = make_record("epoch", 1.0, epoch=0, steps=1, images=1, images_per_s=1.0, epoch_time_s=1.0,
                          data_wait_s=0.0, loss=1.0, lr=0.1, energy_j={"gpu": 5.0, "cpu": NO_GPU})
-    with pytest.raises(MetricsError, match="unsupported schema version 4"):
-        validate_record(dict(record, version=4))
+    with pytest.raises(MetricsError, match="unsupported schema version %d" % (VERSION + 1)):
+        validate_record(dict(record, version=VERSION + 1))
     for bad in ({"gpu": "n/a"}, {"gpu": None}, {"disk": 1.0}, {"gpu": True}):
         with pytest.raises(MetricsError, match="field 'energy_j' is"):
             validate_record(dict(record, energy_j=bad))
@@ -247,3 +288,61 @@ def test_diverged_runs_enter_no_scaling_point(tmp_path):
     (point,) = scaling(loaded)
     assert (point.runs, point.images_per_s) == (1, 100.0)
     assert status_figures(read_metrics(loaded[1].path)).diverged
+
+
+def test_throughput_includes_each_epochs_overhead_and_keeps_the_steps_only_rate(tmp_path):
+    # batch 8 x 2 GPUs, 10 steps of which 10 counted: 160 images in 1.6 s of steps (100 images/s);
+    # 0.4 s of overhead in the epoch: X = 160 / (1.6 + 0.4) = 80 images/s
+    fields = [v4_fields([0.1, 0.1], overhead_s=9.0), v4_fields([0.1, 0.1], overhead_s=0.4), v4_fields([0.1, 0.1], overhead_s=0.4)]
+    write_run(tmp_path, "v4", 2, [50.0, 100.0, 100.0], epoch_fields=fields, version=VERSION)
+    write_run(tmp_path, "v3", 2, [50.0, 100.0, 100.0], version=3)
+    runs = {r.key.experiment + Path(r.path).parent.name: r for r in load_runs([tmp_path]).runs}
+    new, old = runs["scalingv4"], runs["scalingv3"]
+    assert new.throughput == pytest.approx(80.0) and new.steps_images_per_s == pytest.approx(100.0)
+    assert new.overhead_included and new.epoch_overhead_s == pytest.approx(0.4)  # the first epoch's 9 s left out
+    assert new.overhead.validation_s == pytest.approx(0.2) and new.overhead_per_step_s == pytest.approx(0.04)
+    assert (old.throughput, old.steps_images_per_s, old.overhead_included, old.epoch_overhead_s) == (100.0, 100.0, False, None)
+    (point,) = scaling([new])
+    assert point.images_per_s == pytest.approx(80.0)
+
+
+def test_overhead_is_shared_by_the_counted_steps_only(tmp_path):
+    # 10 steps, 5 of them counted (the others warm-up): 80 images in 0.8 s; half of 0.4 s overhead is theirs
+    fields = [v4_fields([0.1, 0.1], overhead_s=0.4, measured_steps=5)]
+    path = write_run(tmp_path, "half", 2, [100.0], epoch_fields=fields, version=VERSION)
+    path.write_text(path.read_text().replace('"images": 160', '"images": 80'))
+    (run,) = load_runs([tmp_path]).runs
+    assert run.throughput == pytest.approx(80 / (0.8 + 0.2))
+
+
+def test_phases_and_nodes_are_the_mean_over_the_measured_epochs(tmp_path):
+    fields = [v4_fields([5.0, 5.0]), v4_fields([0.1, 0.2]), v4_fields([0.1, 0.3])]
+    write_run(tmp_path, "p", 2, [10.0, 100.0, 100.0], epoch_fields=fields, version=VERSION)
+    (run,) = load_runs([tmp_path]).runs
+    assert run.phases.slowest.compute_s == pytest.approx(0.25)  # epochs 1 and 2; epoch 0 (warm-up) left out
+    assert run.phases.median.compute_s == pytest.approx((0.15 + 0.2) / 2)
+    assert run.phases.slowest_rank.host == "n1" and run.phases.wait_s == pytest.approx(0.25 - 0.175)
+    assert [(n.host, n.slowest_compute_s) for n in run.node_figures] == [("n0", pytest.approx(0.1)), ("n1", pytest.approx(0.25))]
+    assert run.node_figures[0].gpu.unavailable.startswith("unavailable: ")
+
+
+def test_a_version_3_file_has_no_phases_nodes_or_overhead(tmp_path):
+    write_run(tmp_path, "old", 2, [10.0, 100.0], version=3)
+    (run,) = load_runs([tmp_path]).runs
+    assert (run.phases, run.node_figures, run.overhead, run.overhead_per_step_s) == (None, None, None, None)
+
+
+def exact_interval_rank(n: int) -> int:
+    """The largest k whose [x_(k), x_(n+1-k)] covers the median with probability >= 95 %, in exact integers:
+    1 - 2 P(B <= k - 1) >= 19 / 20, i.e. 40 sum_{i < k} C(n, i) <= 2^n."""
+    k, below, term = 0, 0, 1  # term = C(n, k)
+    while 40 * (below + term) <= 2 ** n:
+        below += term
+        term = term * (n - k) // (k + 1)
+        k += 1
+    return k
+
+
+def test_confidence_interval_in_floating_point_picks_the_exact_order_statistics():
+    assert [exact_interval_rank(n) for n in (5, 6, 9, 20)] == [0, 1, 2, 6]  # the cases worked out above
+    assert all(interval_rank(n) == exact_interval_rank(n) for n in range(6, 2001))

@@ -2,9 +2,18 @@
 
 Definitions (also printed in the report):
 
-- Throughput X of a run: the mean of its epochs' `images_per_s` (whole job, rank 0), leaving out
-  the first epoch when the run has two or more (it carries warm-up: cuDNN autotuning, loader
-  start-up, allocator growth).
+- Throughput X of a run ("images/s", `Run.throughput`): the mean over its measured epochs of
+  images / (images / images_per_s + overhead.total_s x measured_steps / steps): each epoch's counted
+  images over their steps' time plus their part of the epoch's overhead (loader start, validation,
+  checkpoint, barriers, metrics: metrics schema version 4). Measured epochs: those with counted
+  images, the first left out when there are two or more (it carries warm-up: cuDNN autotuning,
+  loader start-up, allocator growth). Files without `overhead` (versions 1-3) give the steps-only
+  rate, images_per_s alone (`Run.overhead_included` says which). The epoch record's own
+  `images_per_s` is its steps-only rate (`EpochPoint.steps_images_per_s`).
+- Per-rank phases, nodes, GPU health and epoch overhead of a run (version 4): the mean over the
+  same measured epochs (`Run.phases`, `Run.node_figures`, `Run.overhead`). Runs with a straggler
+  (dlaunch/analysis/stragglers.py) are left out of groups and scaling points unless
+  `include_stragglers`: their E_G is understated.
 - Runs are grouped by experiment, site, model, framework, loader and batch per GPU: runs with
   different batch sizes per GPU do different work per step, so each batch size is its own curve.
 - Within a group the reference is the smallest GPU count G_ref (the paper's one node, 4 GPUs):
@@ -26,16 +35,17 @@ Definitions (also printed in the report):
 - Diverged runs (end status `diverged`) enter no throughput, speed-up, E_G or energy figure.
 - Repeats (several runs at one GPU count: `dlaunch run --repeat N`, a study's `repeats`): per GPU count
   the median of the runs' values and their spread (`Spread`): the distribution-free 95% confidence
-  interval of the median (order statistics, binomial coverage >= 95%) from 6 runs on, the min-max
-  range below that (fewer than 6 runs cannot give 95%). A run's speed-up is its X over the median X
+  interval of the median (order statistics, binomial coverage >= 95%, computed in floating point) from
+  6 runs on, the min-max range below that (fewer than 6 runs cannot give 95%). A run's speed-up is its X over the median X
   at G_ref, its E_G that over G / G_ref; so S_G and E_G of a point are medians too. Time shares are
   the runs' mean (means of shares still sum to 1).
 
 Metrics files are read only through `dlaunch.train.metrics_schema` (torch-free).
 """
 import csv
+import math
 from dataclasses import dataclass, field
-from math import comb
+from functools import lru_cache
 from pathlib import Path
 from statistics import mean, median
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
@@ -43,6 +53,8 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optiona
 from rich import box
 from rich.table import Table
 
+from dlaunch.analysis.stragglers import (DEFAULT_THRESHOLD, EpochPhases, NodeFigures, epoch_nodes, epoch_phases,
+                                         is_straggler, mean_nodes, mean_phases)
 from dlaunch.boundary import escape
 from dlaunch.errors import DlaunchError
 
@@ -87,15 +99,47 @@ class KernelShares:
         return cls(comm / total, compute / total, io / total)
 
 
+OVERHEAD_PARTS = ("loader_start_s", "validation_s", "checkpoint_s", "barrier_s", "metrics_s", "total_s")
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """An epoch's time outside its steps (rank 0's wall clock, seconds; metrics-v4's `overhead`), or a mean of them."""
+
+    loader_start_s: float
+    validation_s: float
+    checkpoint_s: float
+    barrier_s: float
+    metrics_s: float
+    total_s: float
+
+    @classmethod
+    def mean_of(cls, items: Sequence["Overhead"]) -> "Overhead":
+        return cls(*(mean(getattr(o, name) for o in items) for name in OVERHEAD_PARTS))
+
+
 @dataclass(frozen=True)
 class EpochPoint:
     epoch: int
-    images_per_s: float
+    steps_images_per_s: float  # the epoch record's images_per_s: its counted steps only
     images: int  # images counted for throughput; 0 when every step was warm-up or profiled
     top1: Optional[float]
     trained_images: int = 0  # every image trained in the epoch (steps x global batch)
     energy_j: Optional[float] = None  # energy_total of the epoch (None: not measured)
     epoch_time_s: float = 0.0
+    steps: int = 0  # optimizer steps of the epoch
+    measured_steps: int = 0  # the steps whose images are counted (images / global batch)
+    overhead: Optional[Overhead] = None  # version 4
+    phases: Optional[EpochPhases] = None  # version 4: median and slowest rank per step
+    nodes: Optional[Tuple[NodeFigures, ...]] = None  # version 4: per node, with GPU health
+
+    @property
+    def throughput(self) -> float:
+        """This epoch's part of X: its counted images over their steps' time plus their share of the
+        epoch's overhead (the steps-only rate without `overhead`)."""
+        if self.overhead is None or self.images == 0 or self.steps_images_per_s <= 0 or self.steps <= 0:
+            return self.steps_images_per_s
+        return self.images / (self.images / self.steps_images_per_s + self.overhead.total_s * self.measured_steps / self.steps)
 
 
 def epochs_to(epochs: Sequence[EpochPoint], target: Optional[float]) -> Optional[int]:
@@ -162,9 +206,50 @@ class Run:
 
     @property
     def throughput(self) -> Optional[float]:
-        """Mean images/s over the measured epochs."""
+        """X ("images/s"): the mean of the measured epochs' `EpochPoint.throughput`, epoch overhead included
+        where recorded (`overhead_included`)."""
         measured = self.measured_epochs
-        return mean(e.images_per_s for e in measured) if measured else None
+        return mean(e.throughput for e in measured) if measured else None
+
+    @property
+    def steps_images_per_s(self) -> Optional[float]:
+        """The mean of the measured epochs' steps-only images/s (no epoch overhead)."""
+        measured = self.measured_epochs
+        return mean(e.steps_images_per_s for e in measured) if measured else None
+
+    @property
+    def overhead_included(self) -> bool:
+        """Whether X includes epoch overhead: every measured epoch recorded it (version 4)."""
+        measured = self.measured_epochs
+        return bool(measured) and all(e.overhead is not None for e in measured)
+
+    @property
+    def overhead(self) -> Optional[Overhead]:
+        """Seconds per epoch outside the steps, per part: the mean over the measured epochs that recorded it."""
+        recorded = [e.overhead for e in self.measured_epochs if e.overhead is not None]
+        return Overhead.mean_of(recorded) if recorded else None
+
+    @property
+    def epoch_overhead_s(self) -> Optional[float]:
+        """The run's epoch overhead: mean overhead.total_s over the measured epochs (seconds per epoch)."""
+        overhead = self.overhead
+        return overhead.total_s if overhead else None
+
+    @property
+    def overhead_per_step_s(self) -> Optional[float]:
+        """Epoch overhead per step: the mean over the measured epochs of overhead.total_s / steps."""
+        recorded = [e.overhead.total_s / e.steps for e in self.measured_epochs if e.overhead is not None and e.steps > 0]
+        return mean(recorded) if recorded else None
+
+    @property
+    def phases(self) -> Optional[EpochPhases]:
+        """Median and slowest rank's seconds per step, the mean over the measured epochs that recorded them."""
+        return mean_phases([e.phases for e in self.measured_epochs if e.phases is not None])
+
+    @property
+    def node_figures(self) -> Optional[Tuple[NodeFigures, ...]]:
+        """Per node: median and slowest rank's compute_s and GPU health, the mean over the measured epochs."""
+        return mean_nodes([e.nodes for e in self.measured_epochs if e.nodes is not None])
 
     @property
     def epoch_time_s(self) -> Optional[float]:
@@ -236,12 +321,27 @@ class Spread:
         Written out (5 lines) rather than taken from scipy, which the launcher does not depend on."""
         ordered = sorted(values)
         n = len(ordered)
-        k = 0
-        while 1 - 2 * sum(comb(n, i) for i in range(k + 1)) / 2 ** n >= CONFIDENCE:
-            k += 1
+        k = interval_rank(n)
         if k == 0:
             return cls(median(ordered), ordered[0], ordered[-1], n, "min-max")
         return cls(median(ordered), ordered[k - 1], ordered[n - k], n, "%d%% CI" % round(100 * CONFIDENCE))
+
+
+@lru_cache(maxsize=None)
+def interval_rank(n: int) -> int:
+    """The largest k with 1 - 2 P(Binomial(n, 1/2) <= k - 1) >= CONFIDENCE (0: none). The binomial terms are
+    summed in floating point, each from log-gamma (the leading ones underflow to 0, far below the 2.5 % tail
+    that decides), in O(k) instead of exact big-integer sums; the same k as the exact computation
+    (tests/test_analysis.py compares them for n = 6..2000)."""
+    if n < 1:
+        return 0
+    log_total = n * math.log(2.0)
+    tail, k = 0.0, 0
+    while True:
+        tail += math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) - log_total)
+        if 1 - 2 * tail < CONFIDENCE:
+            return k
+        k += 1
 
 
 @dataclass(frozen=True)
@@ -306,8 +406,13 @@ def _total(energy: Optional[dict]) -> Tuple[Optional[float], Optional[str]]:
     return (total[0], total[1]) if total else (None, None)
 
 
+def _overhead(record: Dict[str, Any]) -> Optional[Overhead]:
+    overhead = record.get("overhead")
+    return Overhead(*(float(overhead[name]) for name in OVERHEAD_PARTS)) if isinstance(overhead, dict) else None
+
+
 def run_from_metrics(metrics: Metrics) -> Run:
-    """Reduce a parsed metrics file (schema version 1 or 2) to a Run."""
+    """Reduce a parsed metrics file (schema versions 1-4) to a Run."""
     h = metrics.header
     key = GroupKey(_text(h["experiment"]), _text(h["site"]), _text(h["model"]), _text(h["framework"]), _text(h["loader"]),
                    h["batch_per_worker"])
@@ -317,7 +422,9 @@ def run_from_metrics(metrics: Metrics) -> Run:
         domains = counted or domains
         epochs.append(EpochPoint(e["epoch"], float(e["images_per_s"]), e["images"], e.get("top1"),
                                  trained_images=e["steps"] * h["global_batch"], energy_j=joules,
-                                 epoch_time_s=float(e["epoch_time_s"])))
+                                 epoch_time_s=float(e["epoch_time_s"]), steps=e["steps"],
+                                 measured_steps=e.get("measured_steps", e["images"] // h["global_batch"]),
+                                 overhead=_overhead(e), phases=epoch_phases(e), nodes=epoch_nodes(e)))
     end = metrics.end or {}
     end_energy, end_domains = _total(end.get("energy_j"))
     profile = None
@@ -361,10 +468,19 @@ def load_runs(paths: Iterable[str]) -> Loaded:
     return Loaded(runs, rejected)
 
 
-def group_runs(runs: Iterable[Run]) -> Dict[GroupKey, List[Run]]:
-    """Runs by group key, groups and runs in sorted order."""
+def without_stragglers(runs: Iterable[Run], include_stragglers: bool = False,
+                       straggler_threshold: float = DEFAULT_THRESHOLD) -> List[Run]:
+    """`runs`, those with a straggler (`stragglers.is_straggler`) left out unless `include_stragglers`."""
+    return [r for r in runs if include_stragglers or not is_straggler(r, straggler_threshold)]
+
+
+def group_runs(runs: Iterable[Run], include_stragglers: bool = False,
+               straggler_threshold: float = DEFAULT_THRESHOLD) -> Dict[GroupKey, List[Run]]:
+    """Runs by group key, groups and runs in sorted order; runs with a straggler left out unless
+    `include_stragglers`."""
     groups: Dict[GroupKey, List[Run]] = {}
-    for run in sorted(runs, key=lambda r: (r.key, r.world_size, r.path)):
+    kept = without_stragglers(runs, include_stragglers, straggler_threshold)
+    for run in sorted(kept, key=lambda r: (r.key, r.world_size, r.path)):
         groups.setdefault(run.key, []).append(run)
     return groups
 
@@ -375,9 +491,11 @@ def _mean_shares(shares: Sequence[Shares]) -> Optional[Shares]:
     return Shares(mean(s.comm for s in shares), mean(s.compute for s in shares), mean(s.data for s in shares))
 
 
-def scaling(runs: Sequence[Run]) -> List[ScalingPoint]:
+def scaling(runs: Sequence[Run], include_stragglers: bool = False,
+            straggler_threshold: float = DEFAULT_THRESHOLD) -> List[ScalingPoint]:
     """Throughput, S_G, E_G and J/img per GPU count of one group (median and spread over the runs);
-    diverged runs and runs without epochs are left out."""
+    diverged runs, runs without epochs and, unless `include_stragglers`, runs with a straggler are left out."""
+    runs = without_stragglers(runs, include_stragglers, straggler_threshold)
     metrics = ("images_per_s", "speedup", "efficiency", "joules_per_image", "epochs_to_target", "time_to_target_s")
     values = {metric: run_values(runs, metric) for metric in metrics}
 

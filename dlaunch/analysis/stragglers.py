@@ -1,0 +1,257 @@
+"""Stragglers and throttled GPUs from the per-rank phases of metrics schema version 4 (metrics-v4 reader side).
+
+- Straggler: a rank whose compute_s exceeds the median rank's compute_s by more than the threshold
+  (`DEFAULT_THRESHOLD`; a site profile's `straggler_threshold`). A finished run is judged on its measured
+  epochs (those that give images/s: `Run.measured_epochs`), each node by the mean over them of its
+  slowest rank's compute_s against the mean of the median rank's; a live run on its last epoch.
+- Throttled GPU: a node whose GPU health shows an SM clock below (1 - threshold) x its maximum together
+  with a throttle reason, or any of `HARD_THROTTLES`.
+
+One flag per node at most of each kind, naming host, rank and local rank. Pure functions: a Run (or a
+parsed metrics file) and a threshold in, `Flag`s out. Epoch records are parsed here (`epoch_phases`,
+`epoch_nodes`) and averaged over epochs (`mean_phases`, `mean_nodes`); dlaunch/analysis/scaling.py keeps
+them per epoch and per run. A version 1-3 file has none of these records: no flags, never "no straggler".
+"""
+from collections import Counter
+from dataclasses import dataclass
+from statistics import mean
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from dlaunch.boundary import escape
+from dlaunch.train.metrics_schema import Metrics, is_number
+
+if TYPE_CHECKING:
+    from dlaunch.analysis.scaling import EpochPoint, Run
+
+DEFAULT_THRESHOLD = 0.10
+PHASES = ("data_s", "compute_s", "sync_s", "optimizer_s", "other_s", "step_s")
+# Reasons that slow a GPU whatever its clock shows (NVML clock event reasons, as the trainer names them).
+HARD_THROTTLES = ("thermal", "hardware slowdown", "power brake")
+STRAGGLER, THROTTLED = "straggler", "throttled"
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Seconds per step of one rank (or the median over ranks, per field), metrics-v4's definitions."""
+
+    data_s: float
+    compute_s: float
+    sync_s: float
+    optimizer_s: float
+    other_s: float
+    step_s: float
+
+    @classmethod
+    def of(cls, record: Dict[str, Any]) -> "PhaseTimes":
+        return cls(*(float(record[name]) for name in PHASES))
+
+    @classmethod
+    def mean_of(cls, items: Sequence["PhaseTimes"]) -> "PhaseTimes":
+        return cls(*(mean(getattr(p, name) for p in items) for name in PHASES))
+
+
+@dataclass(frozen=True)
+class RankId:
+    host: str
+    rank: int
+    local_rank: Optional[int]
+
+
+@dataclass(frozen=True)
+class EpochPhases:
+    """An epoch's `phases`: the median over ranks and the rank with the largest compute_s."""
+
+    median: PhaseTimes
+    slowest: PhaseTimes
+    slowest_rank: RankId
+
+    @property
+    def wait_s(self) -> float:
+        """Waiting for the slowest rank per step: its compute_s over the median rank's."""
+        return self.slowest.compute_s - self.median.compute_s
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """A node's GPU health (None: a figure not recorded); `unavailable`: why none was recorded."""
+
+    sm_clock_mhz: Optional[float] = None
+    sm_clock_max_mhz: Optional[float] = None
+    local_rank: Optional[int] = None
+    throttle: Tuple[str, ...] = ()
+    temperature_c: Optional[float] = None
+    unavailable: Optional[str] = None
+
+    @classmethod
+    def of(cls, value: Any) -> "GpuHealth":
+        if not isinstance(value, dict):
+            return cls(unavailable=escape(str(value)))
+
+        def figure(name: str) -> Optional[float]:
+            return float(value[name]) if is_number(value.get(name)) else None
+
+        return cls(figure("sm_clock_mhz"), figure("sm_clock_max_mhz"), value.get("local_rank"),
+                   tuple(escape(str(r)) for r in value.get("throttle") or ()), figure("temperature_c"))
+
+
+@dataclass(frozen=True)
+class NodeFigures:
+    """One node's entry of an epoch record's `nodes` (or the mean over epochs)."""
+
+    host: str
+    ranks: int
+    median_compute_s: float
+    slowest: RankId
+    slowest_compute_s: float
+    gpu: GpuHealth
+
+
+@dataclass(frozen=True)
+class Flag:
+    kind: str  # STRAGGLER or THROTTLED
+    host: str
+    rank: Optional[int]  # stragglers: the slow rank; throttled GPUs: None
+    local_rank: Optional[int]
+    message: str
+
+
+def epoch_phases(record: Dict[str, Any]) -> Optional[EpochPhases]:
+    """The `phases` of a (validated) epoch record; None when not recorded (versions 1-3)."""
+    phases = record.get("phases")
+    if not isinstance(phases, dict):
+        return None
+    slowest = phases["slowest"]
+    return EpochPhases(PhaseTimes.of(phases["median"]), PhaseTimes.of(slowest),
+                       RankId(escape(slowest["host"]), slowest["rank"], slowest["local_rank"]))
+
+
+def epoch_nodes(record: Dict[str, Any]) -> Optional[Tuple[NodeFigures, ...]]:
+    """The `nodes` of a (validated) epoch record; None when not recorded."""
+    nodes = record.get("nodes")
+    if not isinstance(nodes, list):
+        return None
+    return tuple(NodeFigures(escape(n["host"]), n["ranks"], float(n["median_compute_s"]),
+                             RankId(escape(n["host"]), n["slowest"]["rank"], n["slowest"]["local_rank"]),
+                             float(n["slowest"]["compute_s"]), GpuHealth.of(n.get("gpu"))) for n in nodes)
+
+
+def _most_common(items: Sequence[Any]) -> Any:
+    """The item seen most often (the first of them on a tie)."""
+    return Counter(items).most_common(1)[0][0]
+
+
+def mean_phases(epochs: Sequence[EpochPhases]) -> Optional[EpochPhases]:
+    """The mean over epochs of each vector; the slowest rank: the one slowest in most of them."""
+    if not epochs:
+        return None
+    return EpochPhases(PhaseTimes.mean_of([e.median for e in epochs]), PhaseTimes.mean_of([e.slowest for e in epochs]),
+                       _most_common([e.slowest_rank for e in epochs]))
+
+
+def _mean_health(healths: Sequence[GpuHealth]) -> GpuHealth:
+    """Mean SM clock, highest maximum clock and temperature, every throttle reason seen."""
+    measured = [h for h in healths if h.unavailable is None]
+    if not measured:
+        return healths[-1]
+
+    def figures(name: str) -> List[float]:
+        return [getattr(h, name) for h in measured if getattr(h, name) is not None]
+
+    clocks, maxima, temperatures = figures("sm_clock_mhz"), figures("sm_clock_max_mhz"), figures("temperature_c")
+    local_ranks = [h.local_rank for h in measured if h.local_rank is not None]
+    reasons = tuple(dict.fromkeys(r for h in measured for r in h.throttle))
+    return GpuHealth(mean(clocks) if clocks else None, max(maxima) if maxima else None,
+                     _most_common(local_ranks) if local_ranks else None, reasons, max(temperatures) if temperatures else None)
+
+
+def mean_nodes(epochs: Sequence[Sequence[NodeFigures]]) -> Optional[Tuple[NodeFigures, ...]]:
+    """Per host (in order of first appearance), the mean over the epochs that list it."""
+    if not epochs:
+        return None
+    by_host: Dict[str, List[NodeFigures]] = {}
+    for nodes in epochs:
+        for node in nodes:
+            by_host.setdefault(node.host, []).append(node)
+    return tuple(NodeFigures(host, max(n.ranks for n in seen), mean(n.median_compute_s for n in seen),
+                             _most_common([n.slowest for n in seen]), mean(n.slowest_compute_s for n in seen),
+                             _mean_health([n.gpu for n in seen])) for host, seen in by_host.items())
+
+
+def straggler_flags(phases: Optional[EpochPhases], nodes: Optional[Sequence[NodeFigures]], threshold: float) -> List[Flag]:
+    """A flag per node whose slowest rank computed more than `threshold` slower than the median rank
+    (without `nodes`: the run's slowest rank alone)."""
+    if phases is None or phases.median.compute_s <= 0:
+        return []
+    candidates = [(n.slowest, n.slowest_compute_s) for n in nodes] if nodes else [(phases.slowest_rank, phases.slowest.compute_s)]
+    flags = []
+    for who, compute_s in candidates:
+        excess = compute_s / phases.median.compute_s - 1.0
+        if excess > threshold:
+            flags.append(Flag(STRAGGLER, who.host, who.rank, who.local_rank, (
+                "%s rank %d (local rank %s) computed %.0f %% slower than the median rank: a straggler; "
+                "this run's E_G is understated" % (who.host, who.rank, _or_dash(who.local_rank), 100 * excess))))
+    return flags
+
+
+def _or_dash(value: Optional[int]) -> str:
+    return "-" if value is None else str(value)
+
+
+def throttled(gpu: GpuHealth, threshold: float) -> bool:
+    """An SM clock below (1 - threshold) x its maximum with a throttle reason, or a hard throttle reason."""
+    if any(r in HARD_THROTTLES for r in gpu.throttle):
+        return True
+    slow = gpu.sm_clock_mhz is not None and gpu.sm_clock_max_mhz and gpu.sm_clock_mhz < (1.0 - threshold) * gpu.sm_clock_max_mhz
+    return bool(slow and gpu.throttle)
+
+
+def throttle_flags(nodes: Optional[Sequence[NodeFigures]], threshold: float) -> List[Flag]:
+    """A flag per node whose GPU health says throttled (`throttled`)."""
+    flags = []
+    for node in nodes or ():
+        gpu = node.gpu
+        if gpu.unavailable is not None or not throttled(gpu, threshold):
+            continue
+        if gpu.sm_clock_mhz is not None and gpu.sm_clock_max_mhz:
+            clock = "SM clock %.0f of %.0f MHz (%.0f %%)" % (gpu.sm_clock_mhz, gpu.sm_clock_max_mhz,
+                                                            100 * gpu.sm_clock_mhz / gpu.sm_clock_max_mhz)
+        else:
+            clock = "SM clock not recorded"
+        flags.append(Flag(THROTTLED, node.host, None, gpu.local_rank, "%s GPU of local rank %s: %s, %s: throttled"
+                          % (node.host, _or_dash(gpu.local_rank), clock, ", ".join(gpu.throttle))))
+    return flags
+
+
+def flags_of(phases: Optional[EpochPhases], nodes: Optional[Sequence[NodeFigures]], threshold: float) -> List[Flag]:
+    """Straggler flags, then throttled GPUs."""
+    check_threshold(threshold)
+    return straggler_flags(phases, nodes, threshold) + throttle_flags(nodes, threshold)
+
+
+def check_threshold(threshold: float) -> None:
+    if not 0.0 < threshold < 1.0:
+        raise ValueError("straggler threshold %r: must be a fraction in (0, 1)" % (threshold,))
+
+
+def _run(source: Union[Metrics, "Run"]) -> "Run":
+    from dlaunch.analysis.scaling import run_from_metrics  # scaling imports this module
+
+    return run_from_metrics(source) if isinstance(source, Metrics) else source
+
+
+def run_flags(source: Union[Metrics, "Run"], threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
+    """A finished run's flags, judged on the mean over its measured epochs."""
+    run = _run(source)
+    return flags_of(run.phases, run.node_figures, threshold)
+
+
+def live_flags(source: Union[Metrics, "Run"], threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
+    """A live run's flags, judged on its last epoch record."""
+    epochs: Sequence["EpochPoint"] = _run(source).epochs
+    return flags_of(epochs[-1].phases, epochs[-1].nodes, threshold) if epochs else []
+
+
+def is_straggler(run: "Run", threshold: float = DEFAULT_THRESHOLD) -> bool:
+    """Whether a finished run has a straggler (such runs stay out of scaling figures unless included)."""
+    check_threshold(threshold)
+    return bool(straggler_flags(run.phases, run.node_figures, threshold))
