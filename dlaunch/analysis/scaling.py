@@ -505,7 +505,7 @@ def scaling(runs: Sequence[Run], include_stragglers: bool = False,
 
     points = []
     for gpus, throughputs in values["images_per_s"].items():
-        group = [r for r in _measured(runs) if r.world_size == gpus]
+        group = [r for r in measured_runs(runs) if r.world_size == gpus]
         points.append(ScalingPoint(
             gpus=gpus,
             nodes=max(r.nodes for r in group),
@@ -587,7 +587,8 @@ def rich_table(title: Optional[str], headers: Sequence[str], rows: Sequence[Sequ
     return table
 
 
-def _measured(runs: Sequence[Run]) -> List[Run]:
+def measured_runs(runs: Sequence[Run]) -> List[Run]:
+    """The runs that give a throughput and did not diverge: those that enter scaling figures."""
     return [r for r in runs if r.throughput is not None and not r.diverged]
 
 
@@ -609,7 +610,7 @@ def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
             if r.kernel_shares is not None and not r.diverged:
                 shares.setdefault(r.world_size, []).append(getattr(r.kernel_shares, part))
         return dict(sorted(shares.items()))
-    measured = _measured(runs)
+    measured = measured_runs(runs)
     if not measured:
         return {}
     g_ref, x_ref = reference_point([(r.world_size, r.throughput) for r in measured])  # type: ignore[misc]

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Type
 
 from pydantic import Field, SerializeAsAny, StringConstraints, create_model, field_validator, model_validator
 
+from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD
 from dlaunch.errors import DlaunchError
 from dlaunch.boundary import ModelT, read_toml, read_toml_text
 from dlaunch.runtimes import NoContainer, Runtime
@@ -182,6 +183,8 @@ class Site(StrictModel):
     network: Optional[Network] = None
     storage: Optional[Storage] = None
     reference: List[Reference] = []
+    # A rank computing more than this fraction slower than the median rank is a straggler (dlaunch/analysis/stragglers.py).
+    straggler_threshold: float = Field(default=DEFAULT_THRESHOLD, gt=0, lt=1)
 
     _v1 = model_validator(mode="before")(_from_v1)
     _scheduler = field_validator("scheduler", mode="before")(scheduler_config)
