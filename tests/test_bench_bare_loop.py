@@ -1,0 +1,67 @@
+"""benchmarks/bare_loop_gpu.py, the bare loop the trainer is measured against, on the CPU (no GPU here): it takes
+the trainer's workload options (--compile, --cuda-graphs, --optimizer-impl, --host-syncs) and refuses the
+combinations it cannot run in one line. Its GPU figures: benchmarks/gpu_validate.sh and benchmarks/README.md."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bare_loop_gpu.py"
+SMALL = ["--device", "cpu", "--model", "resnet18", "--image-size", "32", "--batch-size", "4"]
+
+
+def load_bare_loop():
+    spec = importlib.util.spec_from_file_location("bare_loop_gpu", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow  # ~40 s: inductor compiles forward and backward with a cold cache
+def test_compiled_bare_loop_trains_on_the_cpu_and_reports_compile_time_apart(tmp_path):
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))  # cold: the compile really happens
+    done = subprocess.run([sys.executable, str(SCRIPT)] + SMALL + ["--compile", "default", "--steps", "5",
+                                                                  "--warmup-steps", "3"],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    [line] = done.stdout.splitlines()
+    result = json.loads(line)
+    assert result["compile"] == "default" and result["model"] == "resnet18" and result["device"] == "cpu"
+    assert result["compiled_graphs"] >= 1 and result["graph_breaks"] == 0  # ResNet compiles whole
+    assert result["images_per_s"] > 0 and 0 < result["first_step_s"] <= result["warmup_s"]
+    assert any((tmp_path / "inductor").rglob("*.py"))  # inductor generated the model's code
+
+
+def test_fused_optimizer_with_minimal_host_syncs_runs_bf16_channels_last_on_the_cpu(capsys):
+    argv = SMALL + ["--amp", "bf16", "--channels-last", "--optimizer-impl", "fused", "--host-syncs", "minimal",
+                    "--steps", "3", "--warmup-steps", "1"]
+    assert load_bare_loop().main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert {k: result[k] for k in ("amp", "channels_last", "optimizer_impl", "host_syncs", "compile", "cuda_graphs")} == \
+        {"amp": "bf16", "channels_last": True, "optimizer_impl": "fused", "host_syncs": "minimal", "compile": "off",
+         "cuda_graphs": False}
+    assert result["images_per_s"] > 0 and result["compiled_graphs"] == 0
+    assert result["host_syncs_checked"] is False  # torch's sync check exists on CUDA only
+
+
+@pytest.mark.parametrize("options, flag", [
+    (["--cuda-graphs", "--amp", "bf16"], "--cuda-graphs needs --device cuda"),
+    (["--amp", "fp16"], "--amp fp16 needs --device cuda"),
+    (["--host-syncs", "minimal", "--amp", "fp16", "--optimizer-impl", "foreach"],
+     "--host-syncs minimal with --amp fp16 needs --optimizer-impl fused"),
+    (["--cuda-graphs", "--amp", "fp16"], "--cuda-graphs with --amp fp16 needs --optimizer-impl fused"),
+    (["--cuda-graphs", "--compile", "reduce-overhead"], "--cuda-graphs with --compile reduce-overhead"),
+    (["--cuda-graphs", "--warmup-steps", "3"], "--cuda-graphs needs --warmup-steps > 3"),
+    (["--steps", "5", "--warmup-steps", "5"], "--warmup-steps 5 leaves none of the --steps 5"),
+    (["--compile", "fast"], "argument --compile: invalid choice: 'fast'"),
+])
+def test_options_it_cannot_run_are_refused_in_one_line_naming_the_flag(options, flag, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        load_bare_loop().main(SMALL + options)
+    captured = capsys.readouterr()
+    assert exit_.value.code == 2 and captured.out == ""
+    assert captured.err.startswith("bare_loop_gpu.py: error: " + flag) and captured.err.count("\n") == 1
