@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 from dlaunch.cli import app, main
 from prerequisites import require_library
 from dlaunch.results.compare import mann_whitney, smallest_p
-from dlaunch.results.store import NETWORK_FILESYSTEMS, ResultsDB, filesystem_type, journal_mode, record
-from test_analysis import write_run
+from dlaunch.results.store import NETWORK_FILESYSTEMS, SCHEMA_VERSION, ResultsDB, filesystem_type, journal_mode, record
+from dlaunch.train.metrics_schema import VERSION
+from test_analysis import v4_fields, write_run
 
 RUNNER = CliRunner(env={"COLUMNS": "250"})
 
@@ -219,7 +220,7 @@ def test_foreign_and_newer_databases_are_refused_naming_the_file(tmp_path, capsy
     newer = tmp_path / "newer.sqlite"
     sqlite3.connect(str(newer)).execute("PRAGMA user_version = 99")
     assert main(["results", "--db", str(newer)]) == 2
-    assert "schema version 99; this dlaunch knows up to 1" in capsys.readouterr().err
+    assert "schema version 99; this dlaunch knows up to %d" % SCHEMA_VERSION in capsys.readouterr().err
 
 
 def test_wal_on_local_file_systems_rollback_journal_on_shared_ones(tmp_path):
@@ -274,3 +275,32 @@ def test_the_version_of_a_record_in_a_row_does_not_matter(tmp_path, results_db):
     record([path])
     (row,) = ResultsDB(results_db).rows()
     assert row["energy_j"] is None and row["images_per_s"] == 20.0
+
+
+def test_a_row_keeps_the_runs_straggler_and_throttle_flags(tmp_path, results_db):
+    slow = v4_fields([0.1, 0.2, 0.1, 0.1], ranks_per_node=2)
+    flagged = write_run(tmp_path, "slow", 4, [1.0, 50.0], epoch_fields=[slow, slow], version=VERSION)
+    equal = v4_fields([0.1, 0.1])
+    fine = write_run(tmp_path, "fine", 2, [1.0, 50.0], epoch_fields=[equal, equal], version=VERSION)
+    old = write_run(tmp_path, "old", 2, [1.0, 50.0], version=3)
+    record([flagged, fine, old])
+    rows = {r["run"]: r for r in rows_as_json(results_db)}
+    assert rows["slow"]["flags"] == [{"kind": "straggler", "message": "n0 rank 1 (local rank 1) computed 100 % slower "
+                                                                      "than the median rank: a straggler; this run's E_G is understated"}]
+    assert rows["fine"]["flags"] == [] and rows["old"]["flags"] is None  # none found; not recorded
+
+
+def test_a_version_1_database_is_upgraded_and_its_rows_judged_when_read_again(tmp_path, results_db):
+    slow = v4_fields([0.1, 0.2])
+    path = write_run(tmp_path, "slow", 2, [1.0, 50.0], epoch_fields=[slow, slow], version=VERSION)
+    record([path])
+    conn = sqlite3.connect(str(results_db))  # the database as schema version 1 left it: no flags column
+    conn.execute("ALTER TABLE runs DROP COLUMN flags")
+    conn.execute("PRAGMA user_version = 1")
+    conn.close()
+    (row,) = ResultsDB(results_db).rows()
+    assert row["run"] == "slow" and row["flags"] is None  # upgraded: not judged yet
+    assert sqlite3.connect(str(results_db)).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert record([path]).rows == 1  # the unchanged file is read again after the upgrade
+    (row,) = ResultsDB(results_db).rows()
+    assert [f["kind"] for f in row["flags"]] == ["straggler"]

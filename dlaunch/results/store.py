@@ -18,7 +18,10 @@ network filesystem"): on a network or parallel file system (NFS, Lustre, GPFS, B
 login nodes share a home, the database keeps SQLite's rollback journal, whose POSIX locks those file
 systems carry between hosts.
 
-Schema: `PRAGMA user_version` = SCHEMA_VERSION; a newer file is refused, an older one migrated.
+Schema: `PRAGMA user_version` = SCHEMA_VERSION; a newer file is refused, an older one migrated
+(`MIGRATIONS`). Version 2 adds `flags`, the run's straggler and throttled-GPU flags: the rows a version 1
+database holds get none (NULL, read as None: not judged) until dlaunch next reads their runs (the
+migration clears their `source` stamps) or `dlaunch results rebuild`.
 """
 import json
 import os
@@ -30,11 +33,12 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from dlaunch.analysis.convergence import MLPERF_TARGET_TOP1, rcp_applies
 from dlaunch.analysis.scaling import epochs_to, run_from_metrics
+from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, run_flags
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.imagepaths import stack_of_image
 from dlaunch.train.metrics_schema import Metrics, MetricsError, read_metrics
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_ENV = "DLAUNCH_RESULTS_DB"
 DEFAULT_DB = Path("runs") / "results.sqlite"
 BUSY_TIMEOUT_S = 60.0
@@ -63,7 +67,7 @@ COLUMNS = (
     ("image", "TEXT"),
     ("stack", "TEXT NOT NULL"),  # the image's stack (`<stack>-<framework>-<arch>`), '-' when not named so
     ("pins", "TEXT NOT NULL"),  # JSON: the header's library versions (python, torch, cuda, nccl, ...)
-    ("images_per_s", "REAL"),  # X as `dlaunch report` computes it
+    ("images_per_s", "REAL"),  # X as `dlaunch report` computes it (epoch overhead included where recorded)
     ("epoch_time_s", "REAL"),  # mean of the epochs that give X
     ("epochs", "INTEGER NOT NULL"),  # epochs completed
     ("total_time_s", "REAL"),
@@ -80,9 +84,17 @@ COLUMNS = (
     ("provenance", "TEXT NOT NULL"),  # JSON: git revision, job id, hosts, script hash, parent run, data
     ("path", "TEXT NOT NULL"),  # the run directory where the row was last read
     ("source", "TEXT NOT NULL"),  # the metrics file's size and mtime when read (unchanged files are skipped)
+    # JSON: [{"kind": "straggler" or "throttled", "message": ...}] at DEFAULT_THRESHOLD (the row depends on
+    # the metrics file alone), [] for none; null: not recorded (metrics before version 4, rows before schema 2)
+    ("flags", "TEXT"),
 )
 NAMES = tuple(name for name, _ in COLUMNS)
-JSON_COLUMNS = ("pins", "request", "provenance")
+JSON_COLUMNS = ("pins", "request", "provenance", "flags")
+# SQL that brings a database of the version before each key to that version.
+MIGRATIONS = {
+    2: ("ALTER TABLE runs ADD COLUMN flags TEXT",
+        "UPDATE runs SET source = ''"),  # every run is read again when dlaunch next sees it
+}
 
 
 def db_path(given: Optional[Path] = None) -> Path:
@@ -147,6 +159,8 @@ def row_of(metrics: Metrics, source: str) -> Dict[str, Any]:
         "joules_per_image": run.joules_per_image, "energy_to_target_j": run.energy_to_accuracy_j,
         "request": h.get("request") or {}, "provenance": provenance,
         "path": os.path.abspath(os.path.dirname(metrics.path)), "source": source,
+        "flags": None if run.phases is None and run.node_figures is None else
+        [{"kind": f.kind, "message": f.message} for f in run_flags(run, DEFAULT_THRESHOLD)],
     }
     return row
 
@@ -173,7 +187,12 @@ class ResultsDB:
             self._set_journal_mode(journal_mode(self.path))
         if version < SCHEMA_VERSION:
             with self.transaction():
-                self.conn.execute("CREATE TABLE IF NOT EXISTS runs (%s)" % ", ".join("%s %s" % c for c in COLUMNS))
+                version = self.conn.execute("PRAGMA user_version").fetchone()[0]  # another process may have been first
+                if version == 0:
+                    self.conn.execute("CREATE TABLE IF NOT EXISTS runs (%s)" % ", ".join("%s %s" % c for c in COLUMNS))
+                else:
+                    for sql in (sql for step in range(version + 1, SCHEMA_VERSION + 1) for sql in MIGRATIONS[step]):
+                        self.conn.execute(sql)
                 self.conn.execute("PRAGMA user_version = %d" % SCHEMA_VERSION)
 
     def _set_journal_mode(self, mode: str) -> None:
@@ -217,7 +236,7 @@ class ResultsDB:
         for r in self.conn.execute("SELECT %s FROM runs ORDER BY ended, uid" % ", ".join(NAMES)):
             row = dict(r)
             for name in JSON_COLUMNS:
-                row[name] = json.loads(row[name])
+                row[name] = None if row[name] is None else json.loads(row[name])
             found.append(row)
         return found
 
