@@ -5,6 +5,7 @@ NCCL/RCCL output: the samples in tests/nccl_logs/ (one file each, its source in 
 was lent, so they are NCCL's documented and source formats and the lines operators quote). Gloo: real
 TCP sockets of this process. The Slurm cluster's runs: tests/test_slurm_network.py.
 """
+import hashlib
 import json
 import os
 import socket
@@ -53,6 +54,31 @@ def test_nccl_output_samples_parse_to_what_their_header_expects(path):
     assert source  # every sample says where it came from
     parsed = parse_nccl_debug(text)
     assert {k: parsed.get(k) for k in expected} == expected
+
+
+H100_SOCKET = Path(__file__).parent / "nccl_logs" / "nccl-2.28.9-h100-socket.log"
+H100_SOCKET_SHA256 = "876c19414bdd7f135df98fa6015d008cb7c0d38d6535bd20771fd314e6bc0e9c"  # as captured (README there)
+
+
+def test_real_nccl_2_28_output_of_an_h100_without_infiniband_reads_as_socket_over_eth0(tmp_path):
+    """NCCL 2.28.9's own init output on an H100 VM (no IB device: Socket over eth0), kept byte for byte, read
+    the trainer's way (one process's debug file) into the record, the metrics header and what status prints."""
+    captured = "".join(line for line in H100_SOCKET.read_text().splitlines(keepends=True) if not line.startswith("# "))
+    assert hashlib.sha256(captured.encode()).hexdigest() == H100_SOCKET_SHA256
+    (tmp_path / "nccl.vm.2043.log").write_text(captured)
+    record = nccl_record("vm", str(tmp_path / "nccl.%h.%p.log"), pid=2043)
+    assert {k: record.get(k) for k in ("host", "library", "version", "network", "transport", "interfaces", "addresses",
+                                        "bootstrap", "gpudirect")} == {
+        "host": "vm", "library": "nccl", "version": "2.28.9+cuda13.0", "network": "Socket", "transport": "socket",
+        "interfaces": ["eth0"], "addresses": ["192.0.2.2"], "bootstrap": "eth0 192.0.2.2",
+        "gpudirect": "GPUDirect RDMA disabled"}
+    assert not record.get("devices")  # NCCL found no IB device: none is claimed
+    validate_record(network_header([record]))
+    assert describe([record]) == "NCCL 2.28.9+cuda13.0: TCP sockets (Socket; GPUDirect RDMA disabled) over eth0 on vm"
+    fabric = Network(latency_us=1.0, bandwidth_gbps_per_node=100.0, transport="ib")
+    assert network_problems([record], fabric) == [
+        "NCCL ran on TCP sockets (Socket) on vm; the profile expects InfiniBand verbs: not the fabric's throughput"]
+    assert network_problems([record], fabric.model_copy(update={"transport": "socket", "interfaces": ["eth"]})) == []
 
 
 def test_samples_cover_ib_socket_and_a_net_plugin():
