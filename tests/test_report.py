@@ -1,11 +1,15 @@
 """`dlaunch report`: tables, report.md, plots, determinism, rejects, reference verdicts, real runs."""
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
 from helpers_train import TINY, assert_ok, run_trainer
 from dlaunch.cli import app, main
-from dlaunch.analysis.report import ENERGY_PLOT, PLOTS
+from dlaunch.analysis.plots import ENERGY_PLOT, PLOTS
+from dlaunch.analysis.report import build_results, load_profiles
+from dlaunch.analysis.scaling import load_runs
 from test_analysis import write_run
 from dlaunch.train.metrics_schema import read_metrics
 
@@ -30,6 +34,17 @@ def _report(*args: object):
     return RUNNER.invoke(app, ["report", *(str(a) for a in args)])
 
 
+def embedded(markdown: str):
+    """The figures report.md embeds."""
+    return re.findall(r"!\[[^]]*\]\(([^)]+)\)", markdown)
+
+
+def results_of(runs, site=None):
+    """The report's groups of the runs under `runs` (each judged by its own profile, or `site`)."""
+    loaded = load_runs([str(runs)]).runs
+    return build_results(loaded, load_profiles(loaded, site))
+
+
 @pytest.fixture
 def sweep(tmp_path):
     """A small DDP scaling sweep with profiles and accuracies, plus a site profile with references."""
@@ -47,7 +62,7 @@ def test_report_writes_tables_markdown_and_every_plot(tmp_path, sweep):
     out = tmp_path / "report"
     result = _report(runs, "--output", out, "--site", site)
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in out.iterdir()) == sorted(["report.md", *PLOTS])
+    assert sorted(p.name for p in out.iterdir()) == sorted(["report.md", "report.html", *PLOTS])
     for name in PLOTS:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = (out / "report.md").read_text()
@@ -84,7 +99,7 @@ def test_two_reports_of_the_same_runs_are_byte_identical(tmp_path, sweep):
     first, second = tmp_path / "one", tmp_path / "two"
     assert _report(runs, "-o", first, "--site", site).exit_code == 0
     assert _report(runs, "-o", second, "--site", site).exit_code == 0
-    for name in ["report.md", *PLOTS]:
+    for name in ["report.md", "report.html", *PLOTS]:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
 
 
@@ -143,8 +158,10 @@ def test_report_on_real_one_and_two_process_runs(tmp_path):
     out = tmp_path / "report"
     result = _report(tmp_path / "runs", "-o", out)
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in out.iterdir()) == sorted(["report.md", *PLOTS])
-    rows = table_rows((out / "report.md").read_text(), "## Scaling")
+    text = (out / "report.md").read_text()
+    assert sorted(p.name for p in out.glob("*.png")) == sorted(embedded(text))
+    assert {"throughput.png", "speedup.png", "efficiency.png", "time_shares.png"} <= set(embedded(text))
+    rows = table_rows(text, "## Scaling")
     assert [(row[1], row[8]) for row in rows] == [("1", "1.000"), ("2", rows[1][8])]  # 1 process: the reference
     assert all(row[12] != "-" for row in rows)  # comm share from the profile records
     assert float(rows[0][11]) == 0 < float(rows[1][11])  # comm %: one process communicates nothing
@@ -249,11 +266,10 @@ def test_repeats_are_reported_as_medians_with_their_spread_and_drawn_as_error_ba
     import matplotlib.pyplot as plt
     from matplotlib.container import ErrorbarContainer
 
-    from dlaunch.analysis.scaling import load_runs
-    from dlaunch.analysis.report import build_results, plot_scaling
+    from dlaunch.analysis.plots import plot_scaling
 
     fig, (ax_x, ax_s, ax_e) = plt.subplots(1, 3)
-    plot_scaling(ax_x, ax_s, ax_e, build_results(load_runs([str(runs)]).runs, {}))
+    plot_scaling(ax_x, ax_s, ax_e, results_of(runs))
     expected = {ax_x: ([900.0, 1500.0], [1100.0, 1700.0]), ax_s: ([900 / x_ref, 1500 / x_ref], [1100 / x_ref, 1700 / x_ref]),
                 ax_e: ([900 / x_ref, 1500 / x_ref / 2], [1100 / x_ref, 1700 / x_ref / 2])}
     for ax, (low, high) in expected.items():
@@ -299,3 +315,162 @@ def test_every_shipped_reference_is_a_published_figure():
             assert ref["images_per_s"] == published[ref["gpus"], precision], (path, ref)
             checked += 1
     assert checked >= 1  # juwels-booster's one-GPU TF32 figure at least
+
+
+def test_console_tables_fit_80_columns_cut_no_name_and_say_what_they_left_out(tmp_path, sweep):
+    """Issue 37 item 2: at COLUMNS=80 `report` printed 94-96-column tables with no note of what they left out."""
+    runs, site = sweep
+    write_run(runs, "energy-and-accuracy-g2", 2, [100.0, 200.0], experiment="energy",
+              energy=[{"gpu": 1000.0, "cpu": NO_RAPL}, {"gpu": 400.0, "cpu": NO_RAPL}],
+              end=dict(energy_j={"gpu": 1400.0, "cpu": NO_RAPL}, target_accuracy=0.5, time_to_accuracy_s=30.0,
+                       energy_to_accuracy_j=1200.0))
+    out = tmp_path / "report"
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["report", str(runs), "-o", str(out), "--site", str(site)])
+    assert result.exit_code == 0, result.output
+    *tables, wrote = result.stdout.splitlines()
+    assert wrote.startswith("wrote ")  # a path: printed whole, a terminal wraps it
+    assert max(len(line) for line in tables) <= 80, "\n".join(line for line in tables if len(line) > 80)
+    words = {word for line in tables for word in line.split()}
+    assert {"energy-and-accuracy-g2", "cosine-g4", "g16", "scaling/testsite/resnet50/ddp/native"} <= words
+    assert "left out at 80 columns: images/s range, E_G range" in result.stdout
+    text = (out / "report.md").read_text()
+    assert "| images/s range |" in text and "| schedule |" in text  # the files keep every column
+
+
+def _drawn(ax):
+    """Every y value an axis shows: its lines' points and its error bars' ends."""
+    from matplotlib.collections import LineCollection
+
+    values = [y for line in ax.get_lines() for y in line.get_ydata()]
+    values += [y for c in ax.collections if isinstance(c, LineCollection) for seg in c.get_segments() for _, y in seg]
+    return values
+
+
+def _ticks(axis):
+    return [t.get_text() for t in axis.get_ticklabels()]
+
+
+PLAIN = re.compile(r"^\d+(\.\d+)?$")  # "20", "0.5": no "2.9x10^1", no mathtext
+
+
+def test_scaling_plots_have_log2_gpu_axes_with_integer_ticks_plain_values_ideal_lines_markers_and_error_bars(tmp_path):
+    """Issue 37 item 4: GPU ticks were "1.0, 2.0", throughput ticks "2.9x10^1", a speed-up point lay below the lowest tick."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dlaunch.analysis.plots import plot_scaling
+
+    runs = tmp_path / "runs"
+    for gpus in (4, 8, 16, 32, 64, 128, 256, 512, 1024):
+        for repeat, x in enumerate((0.97, 1.0, 1.03)):
+            write_run(runs, "ddp-g%d-r%d" % (gpus, repeat), gpus, [1.0, 900.0 * gpus / 4 * 0.99 ** (gpus // 4) * x])
+    for gpus in (4, 8, 16):
+        path = write_run(runs, "hvd-g%d" % gpus, gpus, [1.0, 800.0 * gpus / 4], experiment="hvd")
+        path.write_text(path.read_text().replace('"framework": "ddp"', '"framework": "horovod"'))
+    fig, axes = plt.subplots(1, 3)
+    plot_scaling(*axes, results_of(runs))
+    ax_x, ax_s, ax_e = axes
+    for ax in axes:
+        assert _ticks(ax.xaxis) == ["4", "8", "16", "32", "64", "128", "256", "512", "1024"]
+        assert ax.xaxis.get_scale() == "log" and ax.xaxis._scale.base == 2
+        labels = _ticks(ax.yaxis)
+        assert labels and all(PLAIN.match(t) for t in labels), labels
+        ticks = [float(t) for t in labels]
+        drawn = _drawn(ax)
+        assert min(ticks) <= min(drawn) and max(drawn) <= max(ticks)  # no point outside the labelled ticks
+    # ideal lines, dotted: X_ref G / G_ref, G / G_ref, E_G = 1
+    ideal_s = [line for line in ax_s.get_lines() if line.get_linestyle() == ":" and len(line.get_xdata()) == 9]
+    assert [list(line.get_ydata()) for line in ideal_s] == [[g / 4 for g in (4, 8, 16, 32, 64, 128, 256, 512, 1024)]]
+    assert any(line.get_linestyle() == ":" and list(line.get_ydata()) == [1.0, 1.0] for line in ax_e.get_lines())
+    assert any(line.get_linestyle() == ":" and line.get_ydata()[-1] == pytest.approx(900.0 * 0.99 * 256) for line in ax_x.get_lines())
+    # one marker per framework (DDP circles, Horovod squares), error bars over the repeats
+    from matplotlib.container import ErrorbarContainer
+
+    bars = {c.get_label(): c for c in ax_e.containers if isinstance(c, ErrorbarContainer)}
+    assert {label: c.lines[0].get_marker() for label, c in bars.items()} == {
+        "hvd/testsite/resnet50/horovod/native b8": "s", "scaling/testsite/resnet50/ddp/native b8 (median, bars: min-max)": "o"}
+    assert len(bars["scaling/testsite/resnet50/ddp/native b8 (median, bars: min-max)"].lines[2][0].get_segments()) == 9
+    plt.close(fig)
+
+
+def test_a_slower_second_gpu_has_plain_ticks_and_lies_above_the_lowest_tick(tmp_path):
+    """Two CPU processes slower than one: images/s 29 and 26, S_G 0.9 (the case of the issue's screenshots)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dlaunch.analysis.plots import plot_scaling
+
+    write_run(tmp_path / "runs", "np1", 1, [20.0, 29.0], site=None)
+    write_run(tmp_path / "runs", "np2", 2, [20.0, 26.0], site=None)
+    fig, axes = plt.subplots(1, 3)
+    plot_scaling(*axes, results_of(tmp_path / "runs"))
+    for ax in axes:
+        assert _ticks(ax.xaxis) == ["1", "2"]
+        labels = _ticks(ax.yaxis)
+        assert all(PLAIN.match(t) for t in labels), labels
+        assert min(float(t) for t in labels) <= min(_drawn(ax))
+    assert _ticks(axes[1].yaxis) == ["0.5", "1", "2"]  # S_G = 26 / 29 lies above 0.5
+    plt.close(fig)
+
+
+def test_a_figure_without_data_is_neither_written_nor_embedded(tmp_path):
+    """Issue 37 item 4: three plots were empty axes with a note, and still embedded in report.md."""
+    runs = tmp_path / "runs"
+    write_run(runs, "g4", 4, [100.0, 950.0])  # no profile, no validation accuracy
+    write_run(runs, "g8", 8, [100.0, 1700.0])
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "time_shares.png").write_bytes(b"an earlier report's figure")
+    result = _report(runs, "-o", out)
+    assert result.exit_code == 0, result.output
+    text = (out / "report.md").read_text()
+    assert embedded(text) == ["throughput.png", "speedup.png", "efficiency.png"]
+    assert sorted(p.name for p in out.glob("*.png")) == ["efficiency.png", "speedup.png", "throughput.png"]
+
+
+def test_dollars_in_an_experiment_name_are_drawn_as_written(tmp_path):
+    """Issue 37 item 11: matplotlib read `$...$` as mathtext; `cost$_$` ended `report` in a ParseSyntaxException."""
+    runs = tmp_path / "runs"
+    for experiment in ("cost$_$", "a$5"):
+        write_run(runs, "g4", 4, [100.0, 950.0], experiment=experiment, top1=[0.3, 0.5], profile=PROFILE)
+        write_run(runs, "g8", 8, [100.0, 1700.0], experiment=experiment, top1=[0.3, 0.5], profile=PROFILE)
+    out = tmp_path / "report"
+    result = _report(runs, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert sorted(embedded((out / "report.md").read_text())) == sorted(PLOTS)
+    assert "cost$_$/testsite/resnet50/ddp/native b8" in result.output
+
+
+def test_a_run_made_with_a_profile_path_is_judged_by_the_profile_its_directory_kept(tmp_path):
+    """Issue 37 item 10: a run made with `--site path/to/my-site.toml` was reported with "no profile"."""
+    runs = tmp_path / "runs"
+    for gpus, x in ((4, 950.0), (8, 1700.0)):
+        path = write_run(runs, "g%d" % gpus, gpus, [100.0, x], site="my-site", profile=PROFILE)
+        (path.parent / "site.toml").write_text(SITE.replace('"testsite"', '"my-site"'))  # as `dlaunch run` keeps it
+    out = tmp_path / "report"
+    result = _report(runs, "-o", out)
+    assert result.exit_code == 0, result.output
+    text = (out / "report.md").read_text()
+    assert "no profile" not in text.split("## Definitions")[0] and "no profile" not in result.stderr
+    assert {row[1]: row[-2] for row in table_rows(text, "## Runs")} == {"g4": "PASS -5.0%", "g8": "REGRESSION -15.0%"}
+    assert [row[10] for row in table_rows(text, "## Scaling")][0] == "1.000"  # predicted from the kept [network]
+    assert "my-site: 2 run(s) by the profile their run directories kept (site.toml)" in text
+
+
+def test_a_kept_profile_that_is_a_link_or_invalid_is_not_used(tmp_path):
+    runs = tmp_path / "runs"
+    elsewhere = tmp_path / "elsewhere.toml"
+    elsewhere.write_text(SITE.replace('"testsite"', '"my-site"'))
+    (write_run(runs, "linked", 4, [100.0, 950.0], site="my-site").parent / "site.toml").symlink_to(elsewhere)
+    (write_run(runs, "broken", 4, [100.0, 950.0], site="my-site").parent / "site.toml").write_text("name = 5\n")
+    out = tmp_path / "report"
+    result = _report(runs, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert {row[1]: row[-2] for row in table_rows((out / "report.md").read_text(), "## Runs")} == {
+        "broken": "no profile", "linked": "no profile"}
+    assert "the kept profile of run %s is not valid here" % (runs / "scaling" / "broken" / "metrics.jsonl") in result.stderr
+    assert "site 'my-site' of the runs: no profile" in result.stderr

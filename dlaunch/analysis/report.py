@@ -1,7 +1,9 @@
-"""`dlaunch report`: run directories -> rich tables, report.md and PNG plots (deterministic).
+"""`dlaunch report`: run directories -> console tables, report.md, report.html and PNG plots (deterministic).
 
 The same inputs give byte-identical outputs: rows are sorted, the report carries no time stamps
 but the data's, plots are written with a fixed DPI and without PNG software/date metadata.
+Each run is judged by the site profile it was made from: the text its run directory kept
+(`site.toml`), else the profile of its site's name found here, or every run by `--site`.
 """
 import os
 from dataclasses import dataclass, field
@@ -11,29 +13,20 @@ from typing import Annotated, Dict, List, Optional, Sequence, Tuple
 import typer
 from rich.console import Console
 
-from dlaunch.analysis.scaling import (Comparison, GroupKey, Run, ScalingPoint, Spread, group_runs, load_runs, reference_for,
-                               rich_table, scaling, verdict)
+from dlaunch import __version__
+from dlaunch.analysis.scaling import Comparison, GroupKey, Run, ScalingPoint, Spread, group_runs, load_runs, reference_for, scaling, verdict
 from dlaunch.analysis.convergence import RCP_SOURCE, RCPVerdict, rcp_verdicts
-from dlaunch.atomic import atomic_file, write_atomic
-from dlaunch.boundary import escape, output_folder
+from dlaunch.analysis.html import PAGE, write_page
+from dlaunch.analysis.plots import COMPARISON_PLOT, COMPARISON_TITLE, plot_titles, write_comparison_plot, write_plots
+from dlaunch.atomic import write_atomic
+from dlaunch.boundary import MAX_FILE_BYTES, decode, escape, output_folder, parse_toml, read_bytes, validate
 from dlaunch.errors import DlaunchError
 from dlaunch.analysis.perfmodel import MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site, predict
 from dlaunch.jobs.sites import Site, resolve_site
 from dlaunch.runs.network import network_problems
-from dlaunch.tables import markdown
+from dlaunch.tables import fit_table, markdown
 
-DPI = 100
-PLOTS = {
-    "throughput.png": "Throughput (images/s) against GPUs, per framework and loader",
-    "speedup.png": "Speed-up S_G against GPUs (dotted: ideal, G / G_ref)",
-    "efficiency.png": "Parallel efficiency E_G against GPUs (dotted: ideal)",
-    "time_shares.png": "Share of time in communication, computation and data loading per GPU count",
-    "accuracy_vs_batch.png": "Best validation top-1 against global batch, per LR schedule",
-    "accuracy_vs_epoch.png": "Validation top-1 against epoch",
-}
-# Written beside efficiency.png whenever some run measured energy.
-ENERGY_PLOT = "energy_per_image.png"
-ENERGY_PLOT_TITLE = "Energy per image (J) against GPUs, per framework and loader"
+KEPT_PROFILE = "site.toml"  # the profile text a run directory keeps (dlaunch/runs/rundir.py's SITE_PROFILE)
 KERNEL_HEADERS = ("GPUs", "comm %", "compute %", "I/O %", "other %")
 DEFINITIONS = """\
 - Throughput X: mean of the epochs' images/s (whole job), leaving out the first epoch when a run
@@ -200,25 +193,24 @@ def verdict_cell(run: Run, site: Optional[Site]) -> str:
     return "%s %+.1f%%" % ("PASS" if v.passed else "REGRESSION", 100 * v.deviation)
 
 
-def missing_references(results: Sequence[GroupResult], sites: Dict[str, Site]) -> List[str]:
+def missing_references(runs: Sequence[Run], profiles: "Profiles") -> List[str]:
     """One note per site, model, GPU count and precision whose runs have no reference to be judged by."""
     missing: Dict[Tuple[str, str, int, str], int] = {}
-    for g in results:
-        site = sites.get(g.key.site)
-        for run in g.runs:
-            if site is not None and run.throughput is not None and reference_for(run, site.reference) is None:
-                key = (site.name, run.key.model, run.world_size, run.amp)
-                missing[key] = missing.get(key, 0) + 1
+    for run in runs:
+        site = profiles.of(run)
+        if site is not None and run.throughput is not None and reference_for(run, site.reference) is None:
+            key = (site.name, run.key.model, run.world_size, run.amp)
+            missing[key] = missing.get(key, 0) + 1
     return ["site %s has no [[reference]] for %s on %d GPUs%s: no verdict for %d run(s)"
             % (name, model, gpus, "" if amp == "none" else " with --amp %s" % amp, n)
             for (name, model, gpus, amp), n in sorted(missing.items())]
 
 
-def run_rows(g: GroupResult, site: Optional[Site], columns: Columns, history: Optional[Dict[str, str]] = None) -> List[List[str]]:
+def run_rows(g: GroupResult, profiles: "Profiles", columns: Columns, history: Optional[Dict[str, str]] = None) -> List[List[str]]:
     """`history`: metrics file -> history verdict (dlaunch/results/compare.py)."""
     rows = []
     for run in g.runs:
-        check = verdict_cell(run, site)
+        check = verdict_cell(run, profiles.of(run))
         row = [Path(run.path).parent.name, str(run.world_size), str(run.global_batch), run.schedule, run.status,
                _number(run.throughput), _number(run.best_top1, "%.4f"), check]
         if columns.accuracy:
@@ -239,11 +231,11 @@ def diverged_rows(runs: Sequence[Run]) -> List[List[str]]:
     return [[Path(r.path).parent.name, str(r.world_size), str(len(r.epochs)), r.reason or "-", r.path] for r in runs]
 
 
-def off_network(runs: Sequence[Run], sites: Dict[str, Site]) -> Dict[str, List[str]]:
+def off_network(runs: Sequence[Run], profiles: "Profiles") -> Dict[str, List[str]]:
     """Metrics file -> how the run is off its site's `[network]`, for the runs that are."""
     found = {}
     for run in runs:
-        site = sites.get(run.key.site)
+        site = profiles.of(run)
         problems = network_problems(run.network, site.network if site else None)
         if problems:
             found[run.path] = problems
@@ -268,172 +260,6 @@ def markdown_table(headers: Sequence[str], groups: Sequence[Tuple[str, List[List
     return markdown(["group", *headers], [[label, *row] for label, group_rows in groups for row in group_rows])
 
 
-def _note(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
-
-
-def _log2_axis(ax, label: str) -> None:
-    """A base-2 log x axis with plain numbers (4, 8, 16, ...)."""
-    from matplotlib.ticker import ScalarFormatter
-
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    ax.set_xlabel(label)
-    ax.grid(True, which="both", alpha=0.3)
-
-
-def _error_bars(ax, gpus: Sequence[int], spreads: Sequence[Spread], color: str, label: str) -> None:
-    """Medians joined by a line, each with its spread as an error bar (none for a single run)."""
-    err = [[s.median - s.low for s in spreads], [s.high - s.median for s in spreads]]
-    ax.errorbar(gpus, [s.median for s in spreads], yerr=err, fmt="o-", color=color, capsize=3, label=label)
-
-
-def _spread_label(points: Sequence[ScalingPoint]) -> str:
-    kinds = sorted({p.throughput.kind for p in points if p.runs > 1})
-    return " (median, bars: %s)" % " or ".join(kinds) if kinds else ""
-
-
-def plot_scaling(ax_x, ax_s, ax_e, results: Sequence[GroupResult]) -> None:
-    """Fig. 3 (throughput), the speed-up S_G and Fig. 4-7 (E_G), medians with error bars over
-    repeats, with dashed predictions where available."""
-    from matplotlib.ticker import ScalarFormatter
-
-    for i, g in enumerate(r for r in results if r.points):
-        color = "C%d" % (i % 10)
-        gpus = [p.gpus for p in g.points]
-        label = g.key.label + _spread_label(g.points)
-        _error_bars(ax_x, gpus, [p.throughput for p in g.points], color, label)
-        _error_bars(ax_s, gpus, [p.speedups for p in g.points], color, label)
-        ax_s.plot(gpus, [n / gpus[0] for n in gpus], ":", color=color, label=None if i else "ideal (dotted)")
-        _error_bars(ax_e, gpus, [p.efficiencies for p in g.points], color, label)
-        if g.predictions:
-            pred = [g.predictions[n] for n in gpus]
-            ax_x.plot(gpus, [p.images_per_s for p in pred], "--", color=color, label=g.key.label + " (model)")
-            ax_e.plot(gpus, [p.efficiency for p in pred], "--", color=color, label=g.key.label + " (model)")
-    ax_e.axhline(1.0, color="black", linestyle=":", label="ideal")
-    ax_x.set_yscale("log")
-    ax_x.set_ylabel("images/s")
-    ax_s.set_yscale("log", base=2)
-    ax_s.yaxis.set_major_formatter(ScalarFormatter())
-    ax_s.set_ylabel("S_G")
-    ax_e.set_ylabel("E_G")
-    ax_e.set_ylim(bottom=0)
-    for ax in (ax_x, ax_s, ax_e):
-        _log2_axis(ax, "GPUs")
-        ax.legend(fontsize="x-small")
-
-
-def plot_energy_per_image(ax, results: Sequence[GroupResult]) -> None:
-    """J/img against GPUs, one line per group (the points of runs that measured energy)."""
-    for i, g in enumerate(r for r in results if r.points):
-        points = [p for p in g.points if p.energy is not None]
-        if points:
-            _error_bars(ax, [p.gpus for p in points], [p.energy for p in points], "C%d" % (i % 10),  # type: ignore[misc]
-                        g.key.label + _spread_label(points))
-    _log2_axis(ax, "GPUs")
-    ax.set_ylabel("J per image")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize="x-small")
-
-
-def plot_shares(fig, results: Sequence[GroupResult]) -> None:
-    """Table 2 as stacked bars: one panel per group with profile records."""
-    with_shares = [g for g in results if any(p.shares for p in g.points)]
-    if not with_shares:
-        _note(fig.add_subplot(), "no profile records (run the trainer with --profile-steps N)")
-        return
-    axes = fig.subplots(len(with_shares), 1, squeeze=False)[:, 0]
-    for ax, g in zip(axes, with_shares):
-        points = [p for p in g.points if p.shares]
-        labels = [str(p.gpus) for p in points]
-        bottom = [0.0] * len(points)
-        for part, color in (("comm", "C3"), ("compute", "C0"), ("data", "C2")):
-            values = [100 * getattr(p.shares, part) for p in points]
-            ax.bar(labels, values, bottom=bottom, color=color, label=part)
-            bottom = [b + v for b, v in zip(bottom, values)]
-        ax.set_title(g.key.label, fontsize="small")
-        ax.set_ylabel("% of step")
-        ax.legend(fontsize="x-small")
-    axes[-1].set_xlabel("GPUs")
-
-
-def plot_accuracy_vs_batch(ax, runs: Sequence[Run]) -> None:
-    """Fig. 8b: best top-1 against global batch, one series per model and LR schedule."""
-    series: Dict[Tuple[str, str], List[Tuple[int, float]]] = {}
-    for run in runs:
-        if run.best_top1 is not None:
-            series.setdefault((run.key.model, run.schedule), []).append((run.global_batch, run.best_top1))
-    if not series:
-        _note(ax, "no validation accuracy in the runs")
-        return
-    for (model, schedule), values in sorted(series.items()):
-        values.sort()
-        ax.plot([b for b, _ in values], [a for _, a in values], "o-", label="%s, %s" % (model, schedule))
-    _log2_axis(ax, "global batch")
-    ax.set_ylabel("best top-1")
-    ax.legend(fontsize="x-small")
-
-
-def plot_accuracy_vs_epoch(ax, runs: Sequence[Run]) -> None:
-    """Fig. 9: top-1 against epoch, one line per run."""
-    drawn = False
-    for run in runs:
-        points = [(e.epoch, e.top1) for e in run.epochs if e.top1 is not None]
-        if points:
-            label = "%s G=%d %s" % (run.key.label, run.world_size, run.schedule)
-            ax.plot([e for e, _ in points], [a for _, a in points], "o-", label=label)
-            drawn = True
-    if not drawn:
-        _note(ax, "no validation accuracy in the runs")
-        return
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("top-1")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="x-small")
-
-
-def plot_titles(results: Sequence[GroupResult]) -> Dict[str, str]:
-    """The plots of this report: PLOTS, and the energy plot beside E_G when some point has J/img."""
-    titles = {}
-    for name, title in PLOTS.items():
-        titles[name] = title
-        if name == "efficiency.png" and any(p.joules_per_image is not None for g in results for p in g.points):
-            titles[ENERGY_PLOT] = ENERGY_PLOT_TITLE
-    return titles
-
-
-def write_plots(output: Path, results: Sequence[GroupResult]) -> None:
-    """Write every plot of `plot_titles` into `output`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    runs = [r for g in results for r in g.runs]
-    titles = plot_titles(results)
-    figures = {name: plt.figure(figsize=(7, 4.5)) for name in titles}
-    figures["time_shares.png"].set_size_inches(7, 2.5 + 2.5 * max(1, sum(1 for g in results if any(p.shares for p in g.points))))
-    axes = [figures[name].add_subplot() for name in ("throughput.png", "speedup.png", "efficiency.png")]
-    if any(g.points for g in results):
-        plot_scaling(*axes, results)
-    else:
-        for ax in axes:
-            _note(ax, "no epoch records")
-    plot_shares(figures["time_shares.png"], results)
-    plot_accuracy_vs_batch(figures["accuracy_vs_batch.png"].add_subplot(), runs)
-    plot_accuracy_vs_epoch(figures["accuracy_vs_epoch.png"].add_subplot(), runs)
-    if ENERGY_PLOT in figures:
-        plot_energy_per_image(figures[ENERGY_PLOT].add_subplot(), results)
-    for name, fig in figures.items():
-        fig.suptitle(titles[name], fontsize="medium")
-        fig.tight_layout()
-        atomic_file(output / name, lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None}))
-        plt.close(fig)
-
-
 RCP_HEADERS = ["global batch", "runs", "reached 75.9%", "epochs to 75.9%", "RCP mean", "min epochs", "RCP", "verdict"]
 
 
@@ -443,35 +269,105 @@ def rcp_rows(verdicts: Sequence[RCPVerdict]) -> List[List[str]]:
              v.rcp.name if v.rcp else "-", v.verdict] for v in verdicts]
 
 
-def markdown_report(results: Sequence[GroupResult], sites: Dict[str, Site], rejected: Sequence[str],
-                    notes: Sequence[str], diverged: Sequence[Run] = (), history: Optional[Dict[str, str]] = None,
+
+
+@dataclass(frozen=True)
+class Profiles:
+    """The site profile each run is judged by (metrics file -> Site), where they came from, and the
+    notes on runs that have none here."""
+
+    of_run: Dict[str, Site]
+    sources: List[str]  # one line per site name: where its runs' profiles came from (provenance)
+    notes: List[str]
+
+    def of(self, run: Run) -> Optional[Site]:
+        return self.of_run.get(run.path)
+
+    def of_group(self, runs: Sequence[Run]) -> Optional[Site]:
+        """The profile of the first of `runs` that has one (the group's predictions)."""
+        return next((self.of_run[r.path] for r in runs if r.path in self.of_run), None)
+
+
+KEPT = "the profile their run directories kept (%s)" % KEPT_PROFILE
+BY_NAME = "the profile of that name found here"
+
+
+def kept_profile(run: Run, validated: Dict[bytes, Site]) -> Optional[Site]:
+    """The profile text `run`'s directory kept (None: it kept none); `validated` caches profiles by text
+    (a sweep's runs keep the same one). DlaunchError naming the file when it is no valid profile."""
+    path = Path(run.path).parent / KEPT_PROFILE
+    if path.is_symlink() or not path.is_file():
+        return None
+    data = read_bytes(path, MAX_FILE_BYTES, follow_links=False)
+    if data not in validated:
+        shown = str(path)
+        validated[data] = validate(Site, parse_toml(decode(data, shown), shown), shown)
+    return validated[data]
+
+
+def load_profiles(runs: Sequence[Run], override: Optional[str]) -> Profiles:
+    """Each run's profile: `override` (--site) for all; else the one its directory kept; else its site's name here."""
+    if override:
+        site = resolve_site(override)  # a bad --site is bad input
+        return Profiles({r.path: site for r in runs}, ["every run: --site %s (%s)" % (override, site.name)], [])
+    validated: Dict[bytes, Site] = {}
+    named: Dict[str, Optional[Site]] = {}
+    unknown: Dict[str, str] = {}  # site name -> why it has no profile here
+    of_run: Dict[str, Site] = {}
+    counts: Dict[Tuple[str, str], int] = {}
+    notes = []
+    for run in runs:
+        source = KEPT
+        try:
+            site = kept_profile(run, validated)
+        except DlaunchError as e:
+            notes.append("the kept profile of run %s is not valid here, so its site's name is looked up (%s)" % (run.path, e))
+            site = None
+        if site is None and run.key.site != "-":
+            source = BY_NAME
+            if run.key.site not in named:
+                try:
+                    named[run.key.site] = resolve_site(run.key.site)
+                except DlaunchError as e:
+                    named[run.key.site], unknown[run.key.site] = None, str(e)
+            site = named[run.key.site]
+        if site is not None:
+            of_run[run.path] = site
+            counts[run.key.site, source] = counts.get((run.key.site, source), 0) + 1
+    notes += ["site %r of the runs: no profile, so no reference verdicts or predictions (%s)" % (name, why)
+              for name, why in sorted(unknown.items())]
+    sources = ["%s: %d run(s) by %s" % (name, n, source) for (name, source), n in sorted(counts.items())]
+    return Profiles(of_run, sources, notes)
+
+
+def markdown_report(results: Sequence[GroupResult], profiles: Profiles, rejected: Sequence[str],
+                    notes: Sequence[str], diverged: Sequence[Run] = (), recorded: Optional["Recorded"] = None,
                     rcp: Sequence[RCPVerdict] = (), off: Sequence[Run] = (),
-                    problems: Optional[Dict[str, List[str]]] = None, off_included: bool = False) -> str:
-    """`history`: metrics file -> history verdict; `rcp`: the convergence verdicts per global batch; `off`: the
-    runs off their network (`problems`: metrics file -> how), left out of the tables unless `off_included`."""
+                    problems: Optional[Dict[str, List[str]]] = None, off_included: bool = False,
+                    plots: Optional[Dict[str, str]] = None, inputs: Sequence[str] = ()) -> str:
+    """`recorded`: the results database's history verdicts and rows; `rcp`: the convergence verdicts per
+    global batch; `off`: the runs off their network (`problems`: metrics file -> how), left out of the
+    tables unless `off_included`; `plots`: the figures written (file -> title); `inputs`: the paths reported on."""
+    recorded = recorded or Recorded()
     n_runs = sum(len(g.runs) for g in results)
-    columns = Columns.of([r for g in results for r in g.runs], history=bool(history))
+    columns = Columns.of([r for g in results for r in g.runs], history=bool(recorded.history))
     parts = [
         "# dlaunch report",
-        "%d runs in %d groups; %d diverged runs apart; %d files rejected." % (n_runs, len(results), len(diverged), len(rejected))
+        "%d run(s) in %d group(s); %d diverged run(s) apart; %d file(s) rejected." % (n_runs, len(results), len(diverged), len(rejected))
         + ("" if off_included or not off else " %d run(s) off their network apart." % len(off)),
-        "## Definitions",
-        DEFINITIONS.rstrip(),
         "## Scaling",
         markdown_table(columns.scaling_headers(), [(g.key.label, scaling_rows(g, columns)) for g in results]),
         "## Runs",
-        markdown_table(columns.run_headers(),
-                       [(g.key.label, run_rows(g, sites.get(g.key.site), columns, history)) for g in results]),
+        markdown_table(columns.run_headers(), [(g.key.label, run_rows(g, profiles, columns, recorded.history)) for g in results]),
     ]
     if rcp:
         parts += ["## Convergence against MLPerf's reference convergence points",
                   markdown_table(RCP_HEADERS, [(v.label, [row]) for v, row in zip(rcp, rcp_rows(rcp))]),
                   "ResNet-50 on ImageNet, epochs to MLPerf's target of 75.9%% top-1 per global batch, against "
                   "the RCPs of %s (method: dlaunch/analysis/convergence.py)." % RCP_SOURCE]
-    parts += [
-        "## Plots",
-        "\n\n".join("![%s](%s)" % (title, name) for name, title in plot_titles(results).items()),
-    ]
+    plots = plot_titles(results) if plots is None else plots
+    parts += ["## Plots", "\n\n".join("![%s](%s)" % (title, name) for name, title in plots.items())
+              or "No figure: no run has data to draw."]
     kernel_rows = [(g.key.label, [[str(r.world_size)] + ["%.1f" % (100 * v) for v in (
         r.kernel_shares.comm, r.kernel_shares.compute, r.kernel_shares.io,
         1 - r.kernel_shares.comm - r.kernel_shares.compute - r.kernel_shares.io)]
@@ -489,68 +385,107 @@ def markdown_report(results: Sequence[GroupResult], sites: Dict[str, Site], reje
         parts += ["## Rejected files", "\n".join("- `%s`" % msg for msg in rejected)]
     if notes:
         parts += ["## Notes", "\n".join("- %s" % note for note in notes)]
+    parts += ["## Definitions", DEFINITIONS.rstrip()]
+    everything = [r for g in results for r in g.runs] + list(diverged) + [r for r in off if not off_included]
+    parts += ["## Provenance", provenance_text(everything, profiles, recorded, inputs)]
     return "\n\n".join(parts) + "\n"
 
 
-def build_results(runs: Sequence[Run], sites: Dict[str, Site]) -> List[GroupResult]:
+PROVENANCE_HEADERS = ["run", "started", "image", "git revision", "versions", "job id", "metrics file"]
+
+
+def provenance_text(runs: Sequence[Run], profiles: Profiles, recorded: "Recorded", inputs: Sequence[str]) -> str:
+    """Who made the report from what, and per run what it ran (from the results database's rows)."""
+    lines = ["- Made by dlaunch %s (`dlaunch report`) from %d metrics file(s) under %s." % (
+        __version__, len(runs), ", ".join("`%s`" % p for p in inputs) or "-")]
+    lines += ["- Site profiles: %s." % ("; ".join(profiles.sources) or "none")]
+    rows = []
+    for run in sorted(runs, key=lambda r: (r.key, r.world_size, r.path)):
+        row = recorded.rows.get(run.path)
+        if row is None:
+            rows.append((run.key.label, [[Path(run.path).parent.name, "-", "-", "-", "-", "-", run.path]]))
+            continue
+        versions = ", ".join("%s %s" % item for item in sorted(row["pins"].items())) or "-"
+        rows.append((run.key.label, [[Path(run.path).parent.name, row["started"], row["image"] or "-",
+                                      row["provenance"].get("git_revision") or "-", versions,
+                                      row["provenance"].get("job_id") or "-", run.path]]))
+    missing = sum(1 for r in runs if r.path not in recorded.rows)
+    why = [] if not missing else ["%d run(s) without a row in the results database (running, or the database "
+                                  "was not written) show '-'." % missing]
+    return "\n".join(lines) + "\n\n" + "\n\n".join(why + [markdown_table(PROVENANCE_HEADERS, rows)])
+
+
+def build_results(runs: Sequence[Run], profiles: Profiles) -> List[GroupResult]:
     """Groups of the runs that did not diverge, with their scaling points and predictions."""
     results = []
     for key, group in group_runs(r for r in runs if not r.diverged).items():
         points = scaling(group)
-        results.append(GroupResult(key, group, points, _group_predictions(group, points, sites.get(key.site))))
+        results.append(GroupResult(key, group, points, _group_predictions(group, points, profiles.of_group(group))))
     return results
 
 
-def run_history(metrics_files: Sequence[str]) -> Dict[str, str]:
-    """Record the ended runs among `metrics_files` in the results database, and their history
-    verdicts (metrics file -> verdict, where a run has enough history)."""
+@dataclass(frozen=True)
+class Recorded:
+    """What the results database says of the report's runs (metrics file -> ...)."""
+
+    history: Dict[str, str] = field(default_factory=dict)  # the history verdict, where a run has enough history
+    rows: Dict[str, Dict] = field(default_factory=dict)  # its row (ended runs)
+
+
+def record_runs(metrics_files: Sequence[str]) -> Recorded:
+    """Record the ended runs among `metrics_files` in the results database; their rows and history verdicts."""
     from dlaunch.results.compare import with_history
     from dlaunch.results.store import ResultsDB, db_path, record
 
     recorded = record([Path(f) for f in metrics_files])
     if recorded.warning:
         Console(stderr=True, soft_wrap=True).print("dlaunch: warning: %s" % recorded.warning, markup=False, highlight=False)
-        return {}
+        return Recorded()
     with ResultsDB(db_path()) as store:
         everything = store.rows()
     wanted = {os.path.abspath(f): f for f in metrics_files}
     mine = [r for r in everything if r["provenance"]["metrics_file"] in wanted]
-    return {wanted[r["provenance"]["metrics_file"]]: r["history"] for r in with_history(mine, everything) if r["history"]}
+    history = {wanted[r["provenance"]["metrics_file"]]: r["history"] for r in with_history(mine, everything) if r["history"]}
+    return Recorded(history, {wanted[r["provenance"]["metrics_file"]]: r for r in mine})
 
 
-def load_sites(names: Sequence[str], override: Optional[str]) -> Tuple[Dict[str, Site], List[str]]:
-    """Site profiles by the runs' site names (all `override` when given) and notes on missing ones."""
-    if override:
-        site = resolve_site(override)  # a bad --site is bad input
-        return {name: site for name in names}, []
-    sites, notes = {}, []
-    for name in names:
-        try:
-            sites[name] = resolve_site(name)
-        except DlaunchError as e:
-            notes.append("site %r of the runs: no profile, so no reference verdicts or predictions (%s)" % (name, e))
-    return sites, notes
-
-
-def write_report(output: Path, results: Sequence[GroupResult], sites: Dict[str, Site], rejected: Sequence[str],
-                 notes: Sequence[str], diverged: Sequence[Run] = (), history: Optional[Dict[str, str]] = None,
+def write_report(output: Path, results: Sequence[GroupResult], profiles: Profiles, rejected: Sequence[str],
+                 notes: Sequence[str], diverged: Sequence[Run] = (), recorded: Optional[Recorded] = None,
                  rcp: Sequence[RCPVerdict] = (), off: Sequence[Run] = (),
-                 problems: Optional[Dict[str, List[str]]] = None, off_included: bool = False) -> None:
-    """report.md and the plots into `output` (created), each file written atomically."""
+                 problems: Optional[Dict[str, List[str]]] = None, off_included: bool = False,
+                 inputs: Sequence[str] = ()) -> None:
+    """report.md, report.html and the plots into `output` (created), each file written atomically."""
     output.mkdir(parents=True, exist_ok=True)
-    write_plots(output, results)
-    text = markdown_report(results, sites, rejected, notes, diverged, history, rcp, off, problems, off_included)
+    plots = write_plots(output, results)
+    text = markdown_report(results, profiles, rejected, notes, diverged, recorded, rcp, off, problems, off_included,
+                           plots, inputs)
     write_atomic(output / "report.md", text)
+    write_page(output)
+
+
+SCALING_LEAVE_OUT = ["images/s range", "E_G range", "J/img range", "spread", "nodes", "runs", "data %", "compute %",
+                     "comm %", "time to target s", "epochs to target", "TTA S_G", "J/img", "pred. E_G"]
+RUN_LEAVE_OUT = ["schedule", "global batch", "energy to acc. kJ", "kJ/epoch", "energy kJ", "time to acc. s",
+                 "epochs to target", "J/img", "best top-1", "history", "status"]
+
+
+def print_table(console: Console, title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
+                leave_out: Sequence[str] = ()) -> None:
+    """A table that fits the console without cutting a name (tables.fit_table), leaving out first what a
+    reader came for least; report.md and report.html keep every column. Printed with wrapping on, so that its
+    caption (what it left out) wraps at spaces too."""
+    table = fit_table(title, headers, rows, console.width, leave_out=[h for h in leave_out if h in headers])
+    console.print(table, soft_wrap=False)
 
 
 def report_command(
     paths: Annotated[List[Path], typer.Argument(help="Run directories (searched recursively for metrics.jsonl) or metrics files.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Folder for report.md and the PNG plots.")] = Path("report"),
-    site: Annotated[Optional[str], typer.Option(help="Site profile (name or TOML path) for every run; default: each run's own site.")] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder for report.md, report.html and the PNG plots.")] = Path("report"),
+    site: Annotated[Optional[str], typer.Option(help="Site profile (name or TOML path) for every run; default: the one each run's directory kept (site.toml), else its site's name.")] = None,
     include_network_mismatches: Annotated[bool, typer.Option(
         "--include-network-mismatches", help="keep runs whose network is not the site's \\[network] in the tables and plots")] = False,
 ) -> None:
-    """Turn run directories into the study's tables, report.md and plots.
+    """Turn run directories into the study's tables, report.md, report.html (one page to share) and plots.
 
     Exit code 0; 1 when some metrics files were rejected (each named on stderr, the rest reported);
     2 on bad input (nothing written).
@@ -562,45 +497,40 @@ def report_command(
         errors.print("rejected: %s" % escape(message), markup=False, highlight=False)
     if not loaded.runs:
         raise DlaunchError("no valid metrics files in %s" % ", ".join(str(p) for p in paths))
-    names = {r.key.site for r in loaded.runs}
-    sites, notes = load_sites(sorted(names if site else names - {"-"}), site)  # --site covers site-less runs too
-    problems = off_network(loaded.runs, sites)
+    profiles = load_profiles(loaded.runs, site)
+    notes = list(profiles.notes)
+    problems = off_network(loaded.runs, profiles)
     off = [r for r in loaded.runs if r.path in problems]
-    results = build_results([r for r in loaded.runs if include_network_mismatches or r.path not in problems], sites)
-    notes += missing_references(results, sites)
+    results = build_results([r for r in loaded.runs if include_network_mismatches or r.path not in problems], profiles)
+    notes += missing_references([r for g in results for r in g.runs], profiles)
     diverged = [r for r in loaded.runs if r.diverged]
-    history = run_history([r.path for r in loaded.runs])
+    recorded = record_runs([r.path for r in loaded.runs])
     rcp = rcp_verdicts({g.key.label: g.runs for g in results})
-    columns = Columns.of([r for g in results for r in g.runs], history=bool(history))
+    columns = Columns.of([r for g in results for r in g.runs], history=bool(recorded.history))
     for g in results:
-        console.print(rich_table(g.key.label, columns.scaling_headers(), scaling_rows(g, columns)))
-        rows = [row[:-1] for row in run_rows(g, sites.get(g.key.site), columns, history)]  # metrics file paths: report.md
-        console.print(rich_table(g.key.label + ": runs", columns.run_headers()[:-1], rows))
+        print_table(console, g.key.label, columns.scaling_headers(), scaling_rows(g, columns), SCALING_LEAVE_OUT)
+        rows = [row[:-1] for row in run_rows(g, profiles, columns, recorded.history)]  # metrics file paths: report.md
+        print_table(console, g.key.label + ": runs", columns.run_headers()[:-1], rows, RUN_LEAVE_OUT)
     if rcp:
-        console.print(rich_table("convergence against MLPerf's RCPs (%s)" % RCP_SOURCE, ["group"] + RCP_HEADERS,
-                                 [[v.label] + row for v, row in zip(rcp, rcp_rows(rcp))]))
+        print_table(console, "convergence against MLPerf's RCPs (%s)" % RCP_SOURCE, ["group"] + RCP_HEADERS,
+                    [[v.label] + row for v, row in zip(rcp, rcp_rows(rcp))], ["min epochs", "RCP mean", "runs", "RCP"])
     if diverged:
         rows = [[r.key.label] + row[:-1] for r in diverged for row in diverged_rows([r])]
-        console.print(rich_table("diverged runs (left out of every table above)", ["group"] + DIVERGED_HEADERS[:-1], rows))
+        print_table(console, "diverged runs (left out of every table above)", ["group"] + DIVERGED_HEADERS[:-1], rows, ["epochs"])
     if off:
         rows = [[r.key.label] + row[:-1] for r in off for row in off_network_rows([r], problems)]
-        console.print(rich_table("runs off their network", ["group"] + OFF_NETWORK_HEADERS[:-1], rows))
+        print_table(console, "runs off their network", ["group"] + OFF_NETWORK_HEADERS[:-1], rows)
         notes.append(off_network_note(off, include_network_mismatches))
     for note in notes:
         errors.print("note: %s" % note, markup=False, highlight=False)
-    write_report(output, results, sites, loaded.rejected, notes, diverged, history, rcp, off, problems,
-                 include_network_mismatches)
-    console.print("wrote %s" % (output / "report.md"), markup=False, highlight=False)
+    write_report(output, results, profiles, loaded.rejected, notes, diverged, recorded, rcp, off, problems,
+                 include_network_mismatches, [str(p) for p in paths])
+    console.print("wrote %s and %s" % (output / "report.md", output / PAGE), markup=False, highlight=False)
     if loaded.rejected:
         raise typer.Exit(1)
 
 
-COMPARISON_PLOT = "published_vs_this_run.png"
 COMPARISON_HEADERS = ["comparison", "GPUs", "published", "this run: group", "median", "low", "high", "runs", "spread"]
-METRIC_LABELS = {"images_per_s": "images/s", "speedup": "speed-up S_G", "efficiency": "E_G",
-                 "comm_share": "comm share of comm + compute + data",
-                 "kernel_comm_share": "NCCL share of kernel time", "kernel_compute_share": "cuDNN share of kernel time",
-                 "kernel_io_share": "I/O share of kernel time", "throughput_ratio": "images/s ratio"}
 
 
 def comparison_rows(comparisons: Sequence[Comparison]) -> List[List[str]]:
@@ -618,47 +548,16 @@ def comparison_rows(comparisons: Sequence[Comparison]) -> List[List[str]]:
     return rows
 
 
-def plot_comparisons(fig, comparisons: Sequence[Comparison]) -> None:
-    """One panel per comparison: published values as markers, this run's medians as lines with their spread as bars."""
-    if not comparisons:
-        _note(fig.add_subplot(), "the study compares with no published data")
-        return
-    axes = fig.subplots(len(comparisons), 1, squeeze=False)[:, 0]
-    for ax, c in zip(axes, comparisons):
-        if c.published:
-            ax.plot([g for g, _ in c.published], [v for _, v in c.published], "s", color="black", markersize=7,
-                    linestyle="none", label="published (%s)" % c.source)
-        for i, (label, points) in enumerate(sorted(c.measured.items())):
-            kinds = " or ".join(sorted({s.kind for _, s in points}))
-            _error_bars(ax, [g for g, _ in points], [s for _, s in points], "C%d" % (i % 10),
-                        "this run: %s (median, bars: %s)" % (label, kinds))
-        if not c.measured:
-            _note(ax, "no run of this study matches")
-        _log2_axis(ax, "GPUs")
-        counts = sorted({g for g, _ in c.published} | {g for points in c.measured.values() for g, _ in points})
-        if counts:  # every count of the panel named on its axis (the paper's 12 GPUs is no power of 2)
-            ax.set_xticks(counts, [str(g) for g in counts])
-            ax.minorticks_off()
-        ax.set_ylabel(METRIC_LABELS[c.metric])
-        ax.set_title(c.label, fontsize="small")
-        ax.legend(fontsize="x-small")
-
-
 def write_comparison(output: Path, comparisons: Sequence[Comparison], sources: Sequence[str],
-                     design: Sequence[str] = (), assumptions: Sequence[str] = ()) -> None:
-    """The published-vs-this-run plot into `output`, and its table appended to `output`/report.md, after
-    the study's design lines (protocol, stack) and its assumptions (what the sources leave unstated)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = plt.figure(figsize=(7, 1.5 + 3.5 * max(1, len(comparisons))))
-    plot_comparisons(fig, comparisons)
-    fig.suptitle("Published values (markers) and this run (lines)", fontsize="medium")
-    fig.tight_layout()
-    atomic_file(output / COMPARISON_PLOT, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None}))
-    plt.close(fig)
+                     design: Sequence[str] = (), assumptions: Sequence[str] = ()) -> Optional[Path]:
+    """The published-vs-this-run plot into `output` (when the study compares with published data; returned),
+    and its table appended to `output`/report.md (report.html made again from it), after the study's design
+    lines (protocol, stack) and its assumptions (what the sources leave unstated)."""
+    plot = output / COMPARISON_PLOT
+    if comparisons:
+        write_comparison_plot(output, comparisons)
+    elif plot.is_file() and not plot.is_symlink():
+        plot.unlink()  # an earlier report's
     section = "\n\n".join([
         "## Published vs this run",
         "Sources:\n" + "\n".join("- %s" % s for s in sources),
@@ -667,8 +566,10 @@ def write_comparison(output: Path, comparisons: Sequence[Comparison], sources: S
           if assumptions else []),
         markdown_table(COMPARISON_HEADERS[1:], [(row[0], [row[1:]]) for row in comparison_rows(comparisons)]).replace(
             "| group |", "| comparison |", 1),
-        "![Published values (markers) and this run (lines)](%s)" % COMPARISON_PLOT,
+        "![%s](%s)" % (COMPARISON_TITLE, COMPARISON_PLOT) if comparisons else "The study compares with no published data.",
     ])
     report = output / "report.md"
     previous = report.read_text(encoding="utf-8") if report.is_file() else ""
     write_atomic(report, previous + "\n" + section + "\n")
+    write_page(output)
+    return plot if comparisons else None
