@@ -13,7 +13,7 @@ case "$MODE" in run|full) ;; *) echo "bootstrap.sh: unknown mode '$MODE' (run|fu
 
 apt_packages=()
 if [ "$MODE" = full ]; then
-  apt_packages=(slurmctld slurmd slurm-client munge libpmix-dev openmpi-bin libopenmpi-dev iproute2 util-linux procps psmisc tmux)
+  apt_packages=(slurmctld slurmd slurm-client munge libpmix-dev openmpi-bin libopenmpi-dev iproute2 util-linux procps psmisc tmux chromium)
 fi
 source "$ROOT/scripts/apt-install.sh"
 apt_install bootstrap.sh "${apt_packages[@]}"
