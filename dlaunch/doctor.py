@@ -206,8 +206,10 @@ def check_submission(site: Site, site_arg: str, partition: Optional[str], accoun
     return Check(name, PASS if checked.accepted else FAIL, checked.found, checked.fix)
 
 
-def check_mpi_plugin(site: Site) -> Check:
-    """The profile's `mpi_plugin` is one the scheduler offers (Slurm: `srun --mpi=list`, no allocation needed)."""
+def check_mpi_plugin(site: Site, controller_up: bool = True) -> Check:
+    """The profile's `mpi_plugin` is one the scheduler offers (Slurm: `srun --mpi=list`, no allocation
+    needed). No plugin offered while the controller does not answer is the controller's failure: the
+    client without a configuration (Slurm's configless set-up asks the controller) lists none."""
     name = "MPI plugin"
     plugin = getattr(site.scheduler, "mpi_plugin", None)
     scheduler = scheduler_for(site.scheduler.kind)
@@ -217,6 +219,9 @@ def check_mpi_plugin(site: Site) -> Check:
         offered = scheduler.mpi_plugins()
     except SchedulerError as e:
         return Check(name, SKIP, str(e), "run doctor where the %s commands are" % scheduler.label)
+    if not offered and not controller_up:
+        return Check(name, SKIP, "%s lists no MPI plugin while the controller does not answer" % scheduler.label,
+                     "checked once `scheduler controller` passes")
     if plugin in offered:
         return Check(name, PASS, "%s (offered: %s)" % (plugin, ", ".join(offered)))
     return Check(name, FAIL, "%s offers %s, not %s" % (scheduler.label, ", ".join(offered) or "nothing", plugin),
@@ -414,6 +419,8 @@ def image_cuda(site: Site, image: Optional[str], framework: str) -> Optional[str
 def check_driver(site: Site, image: Optional[str], framework: str) -> Check:
     """The GPU driver is at least the oldest one the image's CUDA major release runs on."""
     name = "driver vs image CUDA"
+    if site.gpu_vendor == "none":
+        return Check(name, SKIP, "no GPUs (a CPU site)", "no GPU driver to check")
     if site.gpu_vendor != "nvidia":
         return Check(name, SKIP, "%s GPUs" % site.gpu_vendor, "only NVIDIA drivers are checked")
     cuda = image_cuda(site, image, framework)
@@ -545,7 +552,7 @@ def run_checks(site: Site, site_arg: str, partition: Optional[str], account: Opt
                  Check(ALLREDUCE, SKIP, "the rendezvous host fails", "fix it first: the all-reduce's processes meet there"))
     return [check_scheduler_commands(site), controller,
             check_submission(site, site_arg, partition, account, image, controller_up=controller.result != FAIL),
-            check_mpi_plugin(site), check_modules(site), check_runtime(site), check_bind_sources(site, node, os.environ),
+            check_mpi_plugin(site, controller_up=controller.result != FAIL), check_modules(site), check_runtime(site), check_bind_sources(site, node, os.environ),
             *check_image(site, image, framework), check_node_arch(site, node), rendezvous,
             *check_interfaces(site, node), check_gpus(site, node, framework, os.environ), check_driver(site, image, framework),
             allreduce]

@@ -315,6 +315,30 @@ def test_the_mpi_plugin_is_one_srun_offers(tmp_path, dead_controller, plugin, re
 
 
 @needs_v2
+def test_without_a_controller_the_mpi_plugin_is_not_blamed(tmp_path, monkeypatch, capsys, outside_allocation):
+    """No slurm.conf: the client asks DNS for a controller (configless Slurm), finds none and fails at
+    once; `srun --mpi=list` then lists nothing for the controller's reason (issue 37). The controller
+    fails, the MPI plugin is skipped, not failed."""
+    if shutil.which("scontrol") is None or shutil.which("srun") is None:
+        pytest.skip("no Slurm client here (scripts/bootstrap.sh full installs it)")
+    if Path("/etc/slurm/slurm.conf").exists():
+        pytest.skip("this machine has a default slurm.conf")
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    text = write_site(tmp_path, "slurm", arch=platform.machine()).read_text()
+    (tmp_path / "mpi.toml").write_text(text.replace('kind = "slurm"', 'kind = "slurm"\nmpi_plugin = "pmi2"'))
+    assert run_doctor(monkeypatch, "--site", str(tmp_path / "mpi.toml")) == 1
+    rows = {line.split("  ")[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert " fail " in rows["scheduler controller"]
+    assert " skip " in rows["MPI plugin"] and "the controller does not answer" in rows["MPI plugin"]
+    assert "set [scheduler] mpi_plugin" not in rows["MPI plugin"]
+
+
+def test_a_cpu_site_has_no_gpus_to_check_a_driver_of(tmp_path):
+    check = doctor.check_driver(load_site(write_site(tmp_path, "slurm")), None, "ddp")  # gpu_vendor = "none"
+    assert check.result == "skip" and check.found == "no GPUs (a CPU site)"
+
+
+@needs_v2
 def test_modules_are_asked_of_the_module_command(tmp_path, monkeypatch):
     """A fake `module` shell function (exported the way Lmod exports it) that knows one module."""
     monkeypatch.setenv("BASH_FUNC_module%%", '() { [ "$1" = use ] || [ "$2" = rocm/6.4.2 ]; }')
