@@ -265,7 +265,9 @@ def cancel(run_dir: RunDirArg) -> int:
 
 
 SITES_HEADERS = ("name", "aliases", "scheduler", "GPUs per node", "container", "description", "file")
-SITES_LEAVE_OUT = ("container", "scheduler", "GPUs per node", "aliases")
+# What a user picks a site by comes last: its names, scheduler and GPUs per node; a description is shown
+# on one line or not at all (`sites show NAME` prints it).
+SITES_LEAVE_OUT = ("description", "file", "container", "GPUs per node", "scheduler", "aliases")
 
 
 @sites_app.callback()
@@ -285,7 +287,7 @@ def sites(ctx: typer.Context) -> None:
             continue
         rows.append((site.name, ", ".join(site.aliases), site.scheduler.kind, str(site.gpus_per_node),
                      site.container.kind, escape(site.description), display_path(path)))
-    out.print(fit_table("sites", SITES_HEADERS, rows, out.width, leave_out=SITES_LEAVE_OUT))
+    out.print(fit_table("sites", SITES_HEADERS, rows, out.width, leave_out=SITES_LEAVE_OUT, one_line=("description",)))
 
 
 @sites_app.command("show")

@@ -3,10 +3,11 @@
 Rich shrinks a table that is too wide by narrowing its widest columns and then cuts words with "…"
 (`juwels-boo…`). Here every column is at least as wide as its longest word, so cells wrap only at
 spaces; when the longest words do not fit side by side, the least important columns are left out
-(named in the caption): one run or site per row for grep, whole paths for copying. When even the
-first column and the columns that must stay do not fit (a very long run name), the rows are stacked
-instead: the first cell on a line of its own, the others as `header: value` pairs on the next line,
-each line whole (a terminal wraps what is wider than itself; nothing is cut or broken).
+(named in the caption): one run or site per row for grep, whole paths for copying. A `one_line`
+column (a description) is shown only where the whole table fits unwrapped: it never fills many lines.
+When even the first column and the columns that must stay do not fit (a very long run name), the rows
+are stacked instead: the first cell on a line of its own, the others as `header: value` pairs on the
+next line, each line whole (a terminal wraps what is wider than itself; nothing is cut or broken).
 """
 from typing import List, Sequence
 
@@ -49,17 +50,22 @@ def stacked(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -
 
 
 def fit_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], width: int,
-              leave_out: Sequence[str] = ()) -> RenderableType:
+              leave_out: Sequence[str] = (), one_line: Sequence[str] = ()) -> RenderableType:
     """A table of `rows` for a console `width` wide; `leave_out` names the headers that may be left
-    out, first first, while the columns' longest words do not fit side by side; stacked rows when
-    even the others do not fit (print them with soft wrapping, as the dlaunch consoles do)."""
+    out, first first, while the columns' longest words do not fit side by side, or, while a `one_line`
+    column (which must be among them) is kept, while the whole cells do not; stacked rows when even
+    the others do not fit (print them with soft wrapping, as the dlaunch consoles do)."""
     kept = list(range(len(headers)))
 
     def minimum(i: int) -> int:
         return max([longest_word(headers[i])] + [longest_word(row[i]) for row in rows])
 
+    def natural(i: int) -> int:
+        return max([cell_len(headers[i])] + [cell_len(row[i]) for row in rows])
+
     def needed(columns: List[int]) -> int:
-        return sum(minimum(i) for i in columns) + COLUMN_GAP * (len(columns) - 1)
+        width_of = natural if any(headers[i] in one_line for i in columns) else minimum
+        return sum(width_of(i) for i in columns) + COLUMN_GAP * (len(columns) - 1)
 
     dropped = []
     for header in leave_out:
@@ -69,8 +75,7 @@ def fit_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
         dropped.append(header)
     if needed(kept) > width:
         return stacked(title, headers, rows)
-    natural = [max([cell_len(headers[i])] + [cell_len(row[i]) for row in rows]) for i in kept]
-    widths = fit_widths(natural, [minimum(i) for i in kept], width - COLUMN_GAP * (len(kept) - 1))
+    widths = fit_widths([natural(i) for i in kept], [minimum(i) for i in kept], width - COLUMN_GAP * (len(kept) - 1))
     table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
                   caption="left out at %d columns: %s" % (width, ", ".join(dropped)) if dropped else None)
     for i, column_width in zip(kept, widths):
