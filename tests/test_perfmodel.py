@@ -15,9 +15,13 @@ from dlaunch.analysis.perfmodel import (
     AACH2023_MACHINE,
     AACH2023_STATEMENTS,
     CALIBRATION_MAX_GPUS,
+    IMAGENET_VAL_IMAGES,
     NATIVE_WORKER_IMAGES_PER_S,
     NATIVE_WORKERS,
+    OVERHEAD_SHARE_LIMIT,
     STATEMENT_TOLERANCE,
+    FixedOverhead,
+    PaperOverhead,
     PublishedFit,
     Workload,
     calibrated_workload,
@@ -32,15 +36,20 @@ from dlaunch.analysis.perfmodel import (
     load_statements,
     loader_spread,
     messages,
+    native_loader_images_per_s,
+    overhead_passes,
+    paper_overhead,
     paper_workload,
     predict,
     published_workload,
     step_times,
+    steps_per_epoch,
     storage_floor,
     workload_from_options,
 )
 from dlaunch.analysis.perfmodel_nccl import Machine, harmonic, straggler_factor
-from test_analysis import write_run
+from dlaunch.train.metrics_schema import VERSION
+from test_analysis import v4_fields, write_run
 
 # Extrapolated from Table 2a's 4-64 GPUs to 128-1024: the errors recorded in benchmarks/README.md
 # (comm share, percentage points, rounded up): NCCL's share of all kernel time as published, and
@@ -255,7 +264,8 @@ def test_dali_comm_share_meets_the_issue_goal_as_published_and_renormalised():
 
 
 def _efficiency(fit, model, loader, framework, gpus):
-    return predict(paper_workload(fit, model, loader, framework), fit.machine, [4, gpus])[1].efficiency
+    """E_G of the paper's 90-epoch runs: its workload and its epoch overhead."""
+    return predict(paper_workload(fit, model, loader, framework), fit.machine, [4, gpus], paper_overhead(loader))[1].efficiency
 
 
 def test_resnet50_dali_efficiency_stays_above_0_85_up_to_256_gpus():
@@ -351,8 +361,9 @@ def test_one_machine_fit_resnet152_scales_better_and_native_well_below_dali_beyo
     assert all(d - n >= 0.35 for d, n in zip(curves["resnet50", "dali"][3:], curves["resnet50", "native"][3:]))
 
 
-def _runs_made_by(tmp_path, truth, model="resnet18", batch=8, nodes=(1, 2, 4)):
-    """Runs whose profile and throughput the model itself produced on `truth` (1 GPU per node)."""
+def _runs_made_by(tmp_path, truth, model="resnet18", batch=8, nodes=(1, 2, 4), fields_for=None):
+    """Runs whose profile and throughput the model itself produced on `truth` (1 GPU per node); `fields_for(n)`:
+    metrics version 4 fields of the epochs of the run on n nodes."""
     workload = Workload(0.5, batch, gradient_bytes(model), data_s=0.02, other_s=0.03, reads_files=True)
     paths = []
     for n in nodes:
@@ -360,8 +371,9 @@ def _runs_made_by(tmp_path, truth, model="resnet18", batch=8, nodes=(1, 2, 4)):
         comm = step_times(workload, truth, n).profiled_comm
         profile = dict(step_s=workload.compute_s + comm + workload.data_s + workload.other_s,
                        compute_s=workload.compute_s, comm_s=comm, data_s=workload.data_s)
+        v4 = dict(epoch_fields=[fields_for(n)] * 2, version=VERSION) if fields_for else {}
         paths.append(write_run(tmp_path, "n%d" % n, n, [p.images_per_s, p.images_per_s], batch=batch, model=model,
-                               profile=profile, gpus_per_node=1))
+                               profile=profile, gpus_per_node=1, **v4))
     return paths
 
 
@@ -450,6 +462,8 @@ def test_predict_from_a_run_of_another_model_refuses_to_transfer_its_compute_tim
     (["--data-ms", "-1"], "--data-ms"),
     (["--storage-images-per-s", "0"], "--storage-images-per-s"),
     (["--precision", "fp16"], "--precision"),  # a measured compute time has its own precision
+    (["--epoch-overhead", "-1"], "--epoch-overhead"),
+    (["--epoch-images", "0"], "--epoch-images"),
 ])
 def test_predict_rejects_bad_flags_by_name(site_file, args, message):
     base = {"--model": "resnet50", "--compute-ms": "200", "--batch": "64", "--gpus": "4,8"}
@@ -498,20 +512,20 @@ def test_predict_calibrated_to_the_published_table(site_file):
     assert result.exit_code == 0, result.output
     fit = fit_published()
     machine = replace(JUWELS_LIKE, noise_s=fit.machine.noise_s, beside_compute=fit.machine.beside_compute)
-    for p in predict(RESNET50, machine, [4, 1024]):
+    for p in predict(RESNET50, machine, [4, 1024], PaperOverhead("dali")):
         assert "%.3f" % p.efficiency in result.output and "%.1f" % (100 * p.comm_share) in result.output
     assert "Table 2a" in result.output and "paper E_G" not in result.output  # the user's workload: nothing to compare
     native = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--batch", "64",
                       "--gpus", "4,1024", "--calibrated", "native")
     loaded = replace(RESNET50, data_s=fit.native_data_fraction * 0.2, reads_files=True)
     fitted_storage = replace(machine, storage_images_per_s=fit.machine.storage_images_per_s)
-    assert "%.3f" % predict(loaded, fitted_storage, [4, 1024])[1].efficiency in native.output
+    assert "%.3f" % predict(loaded, fitted_storage, [4, 1024], PaperOverhead("native"))[1].efficiency in native.output
     assert "%.0f images/s" % fit.machine.storage_images_per_s in native.output and "statements" in native.output
     ceiling = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--batch", "64",
                        "--gpus", "4,1024", "--calibrated", "native", "--storage-images-per-s", "20000")
-    stalled = predict(loaded, replace(machine, storage_images_per_s=20000.0), [4, 1024])[1]
+    stalled = predict(loaded, replace(machine, storage_images_per_s=20000.0), [4, 1024], PaperOverhead("native"))[1]
     assert "%.3f" % stalled.efficiency in ceiling.output and "20000 images/s" in ceiling.output
-    assert stalled.efficiency < predict(loaded, machine, [4, 1024])[1].efficiency
+    assert stalled.efficiency < predict(loaded, machine, [4, 1024], PaperOverhead("native"))[1].efficiency
     bad = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "1", "--batch", "1", "--calibrated", "x")
     assert isinstance(bad.exception, DlaunchError) and "--calibrated" in str(bad.exception)
 
@@ -525,7 +539,8 @@ def test_predict_shows_kernel_share_and_efficiency_beside_the_papers_values_with
     result = _predict("--site", "juwels-booster", "--model", "resnet50", "--calibrated", "dali")
     assert result.exit_code == 0, result.output
     fit = fit_published()
-    curve = {p.gpus: p for p in predict(published_workload(), fit.machine, [4, 8, 16, 32, 64, 128, 256, 512, 1024])}
+    curve = {p.gpus: p for p in predict(published_workload(), fit.machine, [4, 8, 16, 32, 64, 128, 256, 512, 1024],
+                                        paper_overhead("dali"))}
     published = {r.gpus: r.comm_share for r in load_published()["dali"]}
     table = _table(result.output)
     assert sorted(table) == sorted(curve)
@@ -535,17 +550,18 @@ def test_predict_shows_kernel_share_and_efficiency_beside_the_papers_values_with
         share = ["%.1f" % (100 * p.comm_share), "%.1f" % (100 * published[gpus]),
                  "%+.1f" % (100 * (p.comm_share - published[gpus]))]
         basis = "fitted" if gpus <= 64 else "predicted"
-        expected = ["%.3f" % p.efficiency] + statement + share + [basis]
-        assert [c.replace("+0.0", "0.0").replace("-0.0", "0.0") for c in cells[-7:]] == [
+        overhead = ["%.2f" % p.epoch_overhead_s, "%.1f" % (100 * p.overhead_share)]
+        expected = ["%.3f" % p.efficiency] + statement + share + overhead + [basis]
+        assert [c.replace("+0.0", "0.0").replace("-0.0", "0.0") for c in cells[-9:]] == [
             c.replace("+0.0", "0.0").replace("-0.0", "0.0") for c in expected], (gpus, cells)
     assert "NCCL kernel share vs Table 2a, predicted counts: mean 1.1 pp, max 1.9 pp" in result.output
     assert "E_G vs the paper's statements: 6 of 6 hold" in result.output
     horovod = _predict("--site", "juwels-booster", "--model", "resnet50", "--calibrated", "native", "--framework",
                        "horovod", "--gpus", "4,64,128,512")
     rows = _table(horovod.output)
-    assert rows[128][-4:-2] == ["0.50", "+0.02"] and rows[128][-1] == "fitted"  # the storage ceiling is fitted there
-    assert rows[512][-4:-2] == ["<0.24", "holds"] and rows[512][-1] == "predicted"
-    assert rows[64][-4:-2] == ["-", "-"] and "paper %" not in horovod.output  # Table 2a is DDP's
+    assert rows[128][-6:-4] == ["0.50", "+0.02"] and rows[128][-1] == "fitted"  # the storage ceiling is fitted there
+    assert rows[512][-6:-4] == ["<0.24", "holds"] and rows[512][-1] == "predicted"
+    assert rows[64][-6:-4] == ["-", "-"] and "paper %" not in horovod.output  # Table 2a is DDP's
 
 
 def test_predict_names_what_it_assumes_about_the_papers_deepspeed_runs():
@@ -559,8 +575,8 @@ def test_predict_names_what_it_assumes_about_the_papers_deepspeed_runs():
     workload = paper_workload(fit, loader="native", framework="deepspeed")
     assert "mixed precision" in assumed.output and "compute %.2f ms" % (1e3 * workload.compute_s) in assumed.output
     rows = _table(assumed.output)
-    expected = predict(workload, fit.machine, [4, 128])[1].efficiency
-    assert rows[128][-5] == "%.3f" % expected and rows[128][-4] == "0.33" and abs(expected - 0.33) <= STATEMENT_TOLERANCE
+    expected = predict(workload, fit.machine, [4, 128], paper_overhead("native"))[1].efficiency
+    assert rows[128][-7] == "%.3f" % expected and rows[128][-6] == "0.33" and abs(expected - 0.33) <= STATEMENT_TOLERANCE
     assert "E_G vs the paper's statements: 2 of 2 hold" in assumed.output
     tf32 = _predict(*args, "--precision", "tf32", "--zero-stage", "1")  # both given: nothing assumed, and 0.33 fails
     assert tf32.exit_code == 0, tf32.output
@@ -685,3 +701,90 @@ def test_predict_calibrated_native_keeps_a_measured_data_wait_of_zero(site_file)
                       "--gpus", "4,8", "--calibrated", "native")
     assert result.exit_code == 0, result.output
     assert "compute 200.00 ms + data 0.00 ms" in result.output
+
+
+def test_epoch_overhead_is_shared_by_the_epochs_steps():
+    plain = predict(RESNET50, JUWELS_LIKE, [4, 1024])
+    fixed = predict(RESNET50, JUWELS_LIKE, [4, 1024], FixedOverhead(2.0, "--epoch-overhead"))
+    assert (steps_per_epoch(4, 64), steps_per_epoch(1024, 64)) == (5005, 20)  # ceil(1,281,167 / global batch)
+    for p, q in zip(plain, fixed):
+        assert q.step_s == p.step_s and q.steps_per_epoch == steps_per_epoch(p.gpus, 64)
+        assert q.images_per_s == pytest.approx(p.gpus * 64 / (p.step_s + 2.0 / q.steps_per_epoch))
+        assert q.overhead_share == pytest.approx(2.0 / (q.steps_per_epoch * q.step_s + 2.0))
+    assert fixed[1].efficiency < plain[1].efficiency - 0.05  # 2 s against 20 steps of 0.2 s
+    none = predict(RESNET50, JUWELS_LIKE, [4, 1024], FixedOverhead(0.0, "--epoch-overhead"))
+    assert [(p.images_per_s, p.efficiency) for p in none] == [(p.images_per_s, p.efficiency) for p in plain]
+    smaller = predict(RESNET50, JUWELS_LIKE, [4, 1024], FixedOverhead(2.0, "--epoch-overhead"), epoch_images=200000)
+    assert smaller[1].steps_per_epoch == 4 and smaller[1].efficiency < fixed[1].efficiency
+
+
+def test_the_papers_epoch_overhead_comes_from_its_stated_setup():
+    fit = fit_published()
+    dali = paper_workload(fit, loader="dali")
+    io = io_kernel_s("dali", 64)
+    parts = paper_overhead("dali").parts(dali, fit.machine, 1024)
+    forward = (io + (dali.compute_s - io) / 3) / 64  # per image: the I/O kernels and forward
+    assert parts["validation"] == pytest.approx(-(-IMAGENET_VAL_IMAGES // 1024) * forward)  # 49 images per GPU
+    assert (parts["loader start"], parts["checkpoint"], parts["logging"]) == (0.0, 0.0, 0.0)
+    assert 0 < parts["synchronisation"] < 0.1
+    native = paper_workload(fit, loader="native")
+    at = {g: paper_overhead("native").parts(native, fit.machine, g) for g in (4, 1024)}
+    assert at[1024]["loader start"] == pytest.approx(2 * 64 / NATIVE_WORKER_IMAGES_PER_S)  # training and validation
+    assert at[1024]["validation"] == pytest.approx(IMAGENET_VAL_IMAGES / fit.machine.storage_images_per_s)  # the file system
+    assert at[4]["validation"] == pytest.approx(IMAGENET_VAL_IMAGES / 4 / native_loader_images_per_s())  # the workers' CPU
+
+
+def test_overhead_passes_names_the_first_count_above_a_tenth():
+    overhead = FixedOverhead(2.0, "--epoch-overhead")
+    first = overhead_passes(RESNET50, JUWELS_LIKE, overhead, 4, 4096)
+    shares = {g: predict(RESNET50, JUWELS_LIKE, [g], overhead)[0].overhead_share for g in range(4, 4097, 4)}
+    assert first == min(g for g, share in shares.items() if share > OVERHEAD_SHARE_LIMIT)
+    assert overhead_passes(RESNET50, JUWELS_LIKE, FixedOverhead(0.01, "x"), 4, 1024) is None
+
+
+def test_predict_shows_a_stated_epoch_overhead_and_where_it_passes_a_tenth(site_file):
+    result = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--data-ms", "50", "--batch", "64",
+                      "--gpus", "4,64,1024", "--epoch-overhead", "2")
+    assert result.exit_code == 0, result.output
+    overhead = FixedOverhead(2.0, "--epoch-overhead")
+    rows = _table(result.output)
+    for p in predict(RESNET50, JUWELS_LIKE, [4, 64, 1024], overhead):
+        assert rows[p.gpus][-3:-1] == ["2.00", "%.1f" % (100 * p.overhead_share)]
+        assert rows[p.gpus][-5] == "%.3f" % p.efficiency
+    first = overhead_passes(RESNET50, JUWELS_LIKE, overhead, 4, 1024)
+    assert "epoch overhead 2.000 s per epoch (given)" in result.output
+    assert "more than 10 %% of it from %d GPUs on" % first in result.output
+    plain = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--batch", "64", "--gpus", "4,8")
+    assert "epoch overhead: none" in plain.output and "overhead %" not in plain.output
+
+
+def test_predict_calibrated_prints_the_assumptions_of_the_papers_epoch():
+    for loader, start in (("dali", "DALI's pipelines are built once"), ("native", "persistent_workers=False")):
+        result = _predict("--site", "juwels-booster", "--model", "resnet152", "--calibrated", loader)
+        assert result.exit_code == 0, result.output
+        assert "epoch overhead from Aach et al.'s stated setup (50,000 validation images every epoch" in result.output
+        assert start in result.output and "no checkpoint (not stated; 0 s)" in result.output
+        fit = fit_published()
+        big = predict(paper_workload(fit, "resnet152", loader), fit.machine, [4, 1024], paper_overhead(loader))[1]
+        assert "%.3f" % big.efficiency in _table(result.output)[1024]
+
+
+def test_predict_from_runs_measures_the_epoch_overhead_and_the_straggler_spread(tmp_path):
+    truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, noise_s=1e-3)
+    computes = {1: [0.5], 2: [0.5, 0.55], 4: [0.5, 0.5, 0.5, 0.6]}
+    _runs_made_by(tmp_path / "runs", truth, nodes=(1, 2, 4), fields_for=lambda n: v4_fields(computes[n], overhead_s=n * 1.0))
+    site = tmp_path / "cluster.toml"
+    site.write_text('name = "cluster"\ndescription = "test"\nbased_on = ["nothing"]\nscheduler = "slurm"\n'
+                    'gpus_per_node = 1\ncores_per_node = 2\ngpu_vendor = "none"\n'
+                    '[[partitions]]\nname = "p"\nmax_nodes = 8\nmax_time = "01:00:00"\ndefault = true\n')
+    result = _predict("--site", site, "--from-runs", tmp_path / "runs", "--gpus", "1,2,4,8")
+    assert result.exit_code == 0, result.output
+    assert "epoch overhead %.3f s per epoch (your runs' mean)" % (7.0 / 3) in result.output
+    rows = _table(result.output)
+    assert [rows[g][-2] for g in (1, 2, 4, 8)] == ["1.00", "%.2f" % (0.55 / 0.525), "1.20", "-"]
+    assert [rows[g][-4] for g in (1, 8)] == ["%.2f" % (7.0 / 3)] * 2
+    old = tmp_path / "old"
+    _runs_made_by(old, truth, nodes=(1, 2))  # metrics before version 4
+    result = _predict("--site", site, "--from-runs", old, "--gpus", "1,2")
+    assert "epoch overhead: not recorded by your runs" in result.output
+    assert [" ".join(_table(result.output)[g][-3:-1]) for g in (1, 2)] == ["not recorded"] * 2

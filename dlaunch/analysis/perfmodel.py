@@ -32,7 +32,13 @@ together):
               back-propagation and the last message's wait, lag(busy) (and a storage stall, below).
               The earlier waits are hidden behind back-propagation: kernel time counts every
               message's wait, the step only the last one.
-    step      busy + exposed;  X = p * batch / step;  E_G = (X_G / X_ref) / (G / G_ref).
+    step      busy + exposed.
+    epoch     steps = ceil(images / (p * batch)) per epoch (ImageNet-1k's 1,281,167 training images unless
+              given another size), and the epoch's overhead outside its steps, O(p) seconds (loader start,
+              validation, checkpoint, barriers, logging: `--epoch-overhead`, the runs' measured mean with
+              `--from-runs`, or Aach et al.'s setup with `--calibrated`, `PaperOverhead`), shared by its steps
+              as metrics-v4's reader shares it:  X = p * batch / (step + O / steps);
+              E_G = (X_G / X_ref) / (G / G_ref).
     storage   a loader that reads every sample as a file (native) on a file system that sustains R
               images/s: p GPUs cannot step faster than p * batch / R. The stall is every rank's extra
               data wait, with the spread of any data wait: the slowest rank's adds to lag, so the
@@ -59,10 +65,10 @@ parameters solved in pure Python (`dlaunch predict` starts without numpy).
 """
 import csv
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import mean
-from typing import Annotated, Callable, Dict, List, Literal, NamedTuple, Optional, Sequence, Tuple
+from typing import Annotated, Callable, Dict, List, Literal, NamedTuple, Optional, Sequence, Tuple, Union
 
 import typer
 from rich.console import Console
@@ -112,6 +118,11 @@ DEEPSPEED_BUCKET_BYTES = 4 * 5e8  # reduce_bucket_size: 5e8 fp32 elements
 # batch faster than they make one waits for its data.
 NATIVE_WORKERS = 8
 NATIVE_WORKER_IMAGES_PER_S = 170.0
+# Epochs: ImageNet-1k (Aach et al.: 1,281,167 training and 50,000 validation images, validated every epoch).
+IMAGENET_TRAIN_IMAGES = 1281167
+IMAGENET_VAL_IMAGES = 50000
+# `predict` names the GPU count from which epoch overhead is more than this share of a run's time.
+OVERHEAD_SHARE_LIMIT = 0.10
 
 AACH2023_TABLE2A = PUBLISHED_DIR / "aach2023_table2a.csv"
 AACH2023_STATEMENTS = PUBLISHED_DIR / "aach2023_statements.csv"
@@ -275,6 +286,70 @@ def step_times(workload: Workload, machine: Machine, gpus: int) -> StepTimes:
                      math.fsum(waits), kernel, stall, profiled, algorithm)
 
 
+def steps_per_epoch(gpus: int, batch: int, images: int = IMAGENET_TRAIN_IMAGES) -> int:
+    """Steps of an epoch of `images` at `batch` per GPU on `gpus` GPUs (the last one partial)."""
+    return -(-images // (gpus * batch))
+
+
+@dataclass(frozen=True)
+class FixedOverhead:
+    """An epoch overhead of `seconds` per epoch whatever the GPU count (stated, or measured by runs)."""
+
+    seconds: float
+    source: str
+
+    def parts(self, workload: Workload, machine: Machine, gpus: int) -> Dict[str, float]:
+        return {self.source: self.seconds}
+
+
+@dataclass(frozen=True)
+class PaperOverhead:
+    """Aach et al.'s epoch outside its steps (seconds), from the paper's stated setup
+    (../shared/papers/aach2023-design.md: ImageNet's 50,000 validation images every epoch, batch 64 per GPU,
+    DALI or the native loader with 8 CPU threads per loader, 90 epochs); what it leaves unstated is
+    assumed (`paper_overhead_assumptions`, printed by `predict`):
+
+    validation      forward only over ceil(50,000 / p) images per GPU: per image the loader's I/O kernels
+                    (`io_s` per batch, inside compute_s) and the rest of compute without back-propagation;
+                    the native loader's 8 workers make at most native_loader_images_per_s, and all ranks
+                    together read at most the file system's images/s.
+    loader start    native: the DataLoader's workers start again for training and validation every epoch
+                    (PyTorch's default, persistent_workers=False): each waits for its first batch, made by
+                    one worker (batch / NATIVE_WORKER_IMAGES_PER_S); DALI: none (its pipelines are built
+                    once and prefetch across the iterator's reset at an epoch's end).
+    synchronisation the validation's accuracy all-reduce and the epoch's closing barrier (two small
+                    all-reduces), after the slowest rank's lag over the validation pass.
+    checkpoint, logging  not stated: none (0 s).
+    """
+
+    loader: str  # 'dali' or 'native'
+    io_s: float = 0.0  # the loader's I/O kernel seconds per batch within the workload's compute_s
+
+    def parts(self, workload: Workload, machine: Machine, gpus: int) -> Dict[str, float]:
+        forward_per_image = (self.io_s + (workload.compute_s - self.io_s) * (1.0 - BACKWARD_FRACTION)) / workload.batch
+        if self.loader == "native":
+            forward_per_image = max(forward_per_image, 1.0 / native_loader_images_per_s())
+        validation = -(-IMAGENET_VAL_IMAGES // gpus) * forward_per_image
+        if workload.reads_files and machine.storage_images_per_s:
+            validation = max(validation, IMAGENET_VAL_IMAGES / machine.storage_images_per_s)
+        start = 2 * workload.batch / NATIVE_WORKER_IMAGES_PER_S if self.loader == "native" else 0.0
+        sync = machine.lateness_s(validation, gpus) + 2 * machine.allreduce_s(gpus, 8.0)
+        return {"validation": validation, "loader start": start, "synchronisation": sync, "checkpoint": 0.0, "logging": 0.0}
+
+
+EpochOverhead = Union[FixedOverhead, PaperOverhead]
+
+
+def paper_overhead_assumptions(loader: str) -> List[str]:
+    """What `PaperOverhead` assumes where Aach et al. are silent (printed by `predict`)."""
+    start = ("the native loader's DataLoader workers start again every epoch for training and validation "
+             "(PyTorch's default persistent_workers=False), each first batch made by one worker at %.0f images/s"
+             % NATIVE_WORKER_IMAGES_PER_S if loader == "native" else
+             "DALI's pipelines are built once and prefetch across epoch ends (no start cost)")
+    return [start, "no checkpoint (not stated; 0 s)", "no logging cost (not stated; 0 s)",
+            "validation in forward only (a third of the step's non-I/O kernels, its I/O kernels per image)"]
+
+
 @dataclass(frozen=True)
 class Prediction:
     gpus: int
@@ -291,15 +366,31 @@ class Prediction:
     efficiency: float
     comm_share: float  # NCCL kernel time / (NCCL + compute kernel time), as Table 2a
     profiled_comm_share: float  # what --profile-steps measures: comm / (comm + compute + data)
+    steps_per_epoch: int = 0
+    epoch_overhead: Dict[str, float] = field(default_factory=dict)  # seconds per epoch outside the steps, by part
+
+    @property
+    def epoch_overhead_s(self) -> float:
+        return math.fsum(self.epoch_overhead.values())
+
+    @property
+    def overhead_share(self) -> float:
+        """Epoch overhead's share of the run's time: overhead / (steps x step + overhead)."""
+        total = self.steps_per_epoch * self.step_s + self.epoch_overhead_s
+        return self.epoch_overhead_s / total if total > 0 else 0.0
 
 
-def predict(workload: Workload, network: Machine, gpus: Sequence[int]) -> List[Prediction]:
-    """The model's curve over `gpus` (sorted); E_G and speed-up relative to the smallest count."""
+def predict(workload: Workload, network: Machine, gpus: Sequence[int], overhead: Optional[EpochOverhead] = None,
+            epoch_images: int = IMAGENET_TRAIN_IMAGES) -> List[Prediction]:
+    """The model's curve over `gpus` (sorted); E_G and speed-up relative to the smallest count; epochs of
+    `epoch_images` with `overhead` outside their steps."""
     counts = sorted(set(gpus))
     if not counts or counts[0] < 1:
         raise ValueError("GPU counts must be >= 1")
     rows = [(p, step_times(workload, network, p)) for p in counts]
-    x = {p: p * workload.batch / t.step for p, t in rows}
+    steps = {p: steps_per_epoch(p, workload.batch, epoch_images) for p in counts}
+    parts = {p: overhead.parts(workload, network, p) if overhead else {} for p in counts}
+    x = {p: p * workload.batch / (t.step + math.fsum(parts[p].values()) / steps[p]) for p, t in rows}
     g_ref = counts[0]
     out = []
     for p, t in rows:
@@ -310,8 +401,21 @@ def predict(workload: Workload, network: Machine, gpus: Sequence[int]) -> List[P
             speedup=x[p] / x[g_ref], efficiency=(x[p] / x[g_ref]) / (p / g_ref),
             comm_share=t.kernel / (t.kernel + workload.compute_s),
             profiled_comm_share=t.profiled_comm / (t.profiled_comm + workload.compute_s + profiled_data),
+            steps_per_epoch=steps[p], epoch_overhead=parts[p],
         ))
     return out
+
+
+def overhead_passes(workload: Workload, machine: Machine, overhead: EpochOverhead, start: int, limit: int,
+                    epoch_images: int = IMAGENET_TRAIN_IMAGES) -> Optional[int]:
+    """The smallest GPU count from `start` (then whole nodes) up to `limit` at which epoch overhead is more
+    than OVERHEAD_SHARE_LIMIT of the run's time; None when it stays below up to `limit`."""
+    node = machine.gpus_per_node
+    counts = [start] + list(range(-(-(start + 1) // node) * node, limit + 1, node))
+    for gpus in counts:
+        if predict(workload, machine, [gpus], overhead, epoch_images)[0].overhead_share > OVERHEAD_SHARE_LIMIT:
+            return gpus
+    return None
 
 
 # --- Fits (pure Python: a few parameters each) ---------------------------------------------------
@@ -418,12 +522,12 @@ def storage_floor(gpus: Sequence[int], workload: Workload, machine: Machine) -> 
 
 
 def fit_storage(statements: Sequence[Tuple[str, int, float]], workloads: Dict[str, Workload], machine: Machine,
-                floor: float) -> float:
+                floor: float, overhead: Optional[EpochOverhead] = None) -> float:
     """The file system's images/s (>= `floor`) whose E_G best matches [(framework, gpus, E_G)] (reference 4
-    GPUs), each framework with its workload in `workloads`."""
+    GPUs), each framework with its workload in `workloads`, epochs with `overhead`."""
     def cost(log_r: float) -> float:
         storage = replace(machine, storage_images_per_s=math.exp(log_r))
-        return sum((predict(workloads[f], storage, [AACH2023_REFERENCE_GPUS, g])[1].efficiency - v) ** 2
+        return sum((predict(workloads[f], storage, [AACH2023_REFERENCE_GPUS, g], overhead)[1].efficiency - v) ** 2
                    for f, g, v in statements)
 
     return math.exp(_golden_min(cost, math.log(floor), math.log(100.0 * floor)))
@@ -516,6 +620,11 @@ def io_kernel_s(loader: str, batch: int, gpu: str = "A100", max_gpus: int = CALI
     return batch * per_step / PUBLISHED_RESNET50_IMAGES_PER_S[gpu]["tf32"]
 
 
+def paper_overhead(loader: str, batch: int = DEFAULT_BATCH, gpu: str = "A100", path: Path = AACH2023_TABLE2A) -> PaperOverhead:
+    """Aach et al.'s epoch overhead with `loader` for a workload whose compute holds Table 2a's I/O kernels."""
+    return PaperOverhead(loader, io_kernel_s(loader, batch, gpu, path=path))
+
+
 def published_gpu(site: Site) -> Optional[str]:
     """The key of `PUBLISHED_RESNET50_IMAGES_PER_S` the site's GPU model starts with, if any."""
     return next((g for g in PUBLISHED_RESNET50_IMAGES_PER_S if (site.gpu_model or "").startswith(g)), None)
@@ -544,8 +653,8 @@ def fit_published(max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TA
     """One machine fit for Table 2a's machine: noise and beside_compute on its DALI column (DALI keeps
     up: no loader wait), then the native loader's data wait on the native column with that machine,
     both on counts <= `max_gpus`; then the file system's images/s from the point statements on the
-    native loader's E_G, each framework's with its `paper_workload` (not below what the native rows
-    drew without a stall)."""
+    native loader's E_G (of 90-epoch runs: with the paper's epoch overhead), each framework's with its
+    `paper_workload` (not below what the native rows drew without a stall)."""
     columns = load_published(path)
     dali = published_workload(path=path)
     machine = fit_machine([(r.gpus, r.comm_share) for r in columns["dali"] if r.gpus <= max_gpus], dali, AACH2023_MACHINE)
@@ -556,7 +665,7 @@ def fit_published(max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TA
     points = storage_points(load_statements(statements))
     unstalled = PublishedFit(machine, native.data_s / native.compute_s, floor)
     workloads = {f: paper_workload(unstalled, loader="native", framework=f, path=path) for f, _, _ in points}
-    storage = fit_storage(points, workloads, machine, floor)
+    storage = fit_storage(points, workloads, machine, floor, paper_overhead("native", path=path))
     return replace(unstalled, machine=replace(machine, storage_images_per_s=storage))
 
 
@@ -602,8 +711,8 @@ def workload_of_run(run: Run) -> Workload:
 
 
 def wall_step_s(run: Run) -> float:
-    """A run's wall-clock step time, from its measured throughput."""
-    return run.world_size * run.key.batch_per_worker / run.throughput
+    """A run's wall-clock step time, from its steps-only throughput (no epoch overhead)."""
+    return run.world_size * run.key.batch_per_worker / run.steps_images_per_s
 
 
 def _layout(machine: Machine, run: Run) -> Machine:
@@ -856,9 +965,12 @@ def _published_columns(checks: Optional[Dict[int, PaperCheck]]) -> Tuple[bool, b
 
 
 def prediction_rows(predictions: Sequence[Prediction], basis: Callable[[int], str], profiled: bool = False,
-                    checks: Optional[Dict[int, PaperCheck]] = None) -> List[List[str]]:
+                    checks: Optional[Dict[int, PaperCheck]] = None, overhead: bool = False,
+                    spread: Optional[Dict[int, Optional[float]]] = None) -> List[List[str]]:
     """Table rows: step, exposed time, images/s, E_G and the comm share, with the paper's values and the
-    model's errors where `checks` has them, and whether each count is fitted or predicted."""
+    model's errors where `checks` has them, the epoch overhead (seconds per epoch, share of the run's
+    time) with `overhead`, the runs' straggler `spread` per GPU count, and whether each count is fitted
+    or predicted."""
     paper_eg, paper_share = _published_columns(checks)
     out = []
     for p in predictions:
@@ -873,15 +985,26 @@ def prediction_rows(predictions: Sequence[Prediction], basis: Callable[[int], st
         if paper_share:
             paper = checks[p.gpus].comm_share
             row += ["-", "-"] if paper is None else ["%.1f" % (100 * paper), _signed(100 * (share - paper), 1)]
+        if overhead:
+            row += ["%.2f" % p.epoch_overhead_s, "%.1f" % (100 * p.overhead_share)]
+        if spread is not None:
+            value = spread.get(p.gpus, "-")
+            row.append(value if isinstance(value, str) else "not recorded" if value is None else "%.2f" % value)
         out.append(row + [basis(p.gpus)])
     return out
 
 
-def prediction_headers(profiled: bool, checks: Optional[Dict[int, PaperCheck]] = None) -> List[str]:
+OVERHEAD_HEADERS = ["overhead s", "overhead %"]
+SPREAD_HEADER = "straggler spread"
+
+
+def prediction_headers(profiled: bool, checks: Optional[Dict[int, PaperCheck]] = None, overhead: bool = False,
+                       spread: bool = False) -> List[str]:
     paper_eg, paper_share = _published_columns(checks)
     share = "profiled comm %" if profiled else "NCCL kernel %"
     return (["GPUs", "nodes", "step ms", "exposed ms", "images/s", "E_G"] + (["paper E_G", "E_G error"] if paper_eg else [])
-            + [share] + (["paper %", "error pp"] if paper_share else []) + ["basis"])
+            + [share] + (["paper %", "error pp"] if paper_share else []) + (OVERHEAD_HEADERS if overhead else [])
+            + ([SPREAD_HEADER] if spread else []) + ["basis"])
 
 
 STORAGE_FIT = ("fitted on the paper's E_G values for the native loader (%s), at least what Table 2a's native rows "
@@ -914,15 +1037,43 @@ def loo_summary(left_out: Sequence[LeftOut]) -> str:
 
 
 def _from_runs(paths: Sequence[Path], profile: Site,
-               say: Callable[[str], None]) -> Tuple[str, Workload, Machine, str, List[LeftOut], List[int]]:
+               say: Callable[[str], None]) -> Tuple[str, Workload, Machine, str, List[LeftOut], List[Run]]:
     runs = calibration_runs(paths)
     base = interconnect_of_site(profile)
     left_out = leave_one_out(runs, base, profile.gpus_per_node)
     machine = replace(fit_runs(runs, base or _unknown_network(profile.gpus_per_node)), gpus_per_node=profile.gpus_per_node)
     reference = runs[0]
-    counts = sorted({r.world_size for r in runs})
     say("calibrated on %d runs (%s GPUs); each run predicted from the others:" % (len(runs), ",".join(str(r.world_size) for r in runs)))
-    return reference.key.model, workload_of_run(reference), machine, "measured in %s" % reference.path, left_out, counts
+    return reference.key.model, workload_of_run(reference), machine, "measured in %s" % reference.path, left_out, runs
+
+
+def straggler_spread(runs: Sequence[Run]) -> Dict[int, Optional[float]]:
+    """Per GPU count of `runs`, the slowest rank's compute_s over the median rank's (the mean over its runs
+    that recorded phases; None: none did)."""
+    spread: Dict[int, Optional[float]] = {}
+    for gpus in sorted({r.world_size for r in runs}):
+        ratios = [r.phases.slowest.compute_s / r.phases.median.compute_s for r in runs
+                  if r.world_size == gpus and r.phases is not None and r.phases.median.compute_s > 0]
+        spread[gpus] = mean(ratios) if ratios else None
+    return spread
+
+
+def measured_overhead(runs: Sequence[Run]) -> Optional[FixedOverhead]:
+    """The runs' mean epoch overhead (seconds per epoch); None when none recorded one (metrics before version 4)."""
+    recorded = [r.epoch_overhead_s for r in runs if r.epoch_overhead_s is not None]
+    return FixedOverhead(mean(recorded), "measured") if recorded else None
+
+
+def describe_epochs(overhead: EpochOverhead, workload: Workload, epoch_images: int) -> str:
+    """What the epochs are and where their overhead comes from (with `PaperOverhead`'s assumptions)."""
+    epochs = "epochs of %d training images (%s)" % (epoch_images, "ImageNet-1k" if epoch_images == IMAGENET_TRAIN_IMAGES
+                                                       else "--epoch-images")
+    if isinstance(overhead, FixedOverhead):
+        source = "given" if overhead.source == "--epoch-overhead" else "your runs' mean"
+        return "%s; epoch overhead %.3f s per epoch (%s)" % (epochs, overhead.seconds, source)
+    return ("%s; epoch overhead from Aach et al.'s stated setup (50,000 validation images every epoch, batch %d per GPU, "
+            "8 CPU threads per %s loader): validation, loader start, synchronisation; assumed: %s"
+            % (epochs, workload.batch, overhead.loader, "; ".join(paper_overhead_assumptions(overhead.loader))))
 
 
 def _basis(fitted: Sequence[int], fitted_max: int) -> Callable[[int], str]:
@@ -980,6 +1131,8 @@ def predict_command(
     from_runs: Annotated[Optional[List[Path]], typer.Option(help="Calibrate machine and workload on your own small sweep: run directories or a sweep folder (repeat the flag), >= 2 GPU counts, each run made with --profile-steps N (e.g. `dlaunch sweep --nodes 1,2,4 --steps 60 --warmup-steps 10 --profile-steps 20`). Prints each run's leave-one-out error of step time and profiled comm share.")] = None,
     calibrated: Annotated[Optional[str], typer.Option(help="Machine fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs: 'dali' (loader keeps up) or 'native' (adds the native loader's fitted data wait unless --data-ms is given, and the file system's images/s fitted on the paper's E_G statements unless --storage-images-per-s or the site's [storage] gives one; a GPU faster than the loader's 8 workers waits for them). On JUWELS Booster, ResNet-50, batch 64, shows the paper's values beside the model's.")] = None,
     storage_images_per_s: Annotated[Optional[float], typer.Option(parser=finite_number(), help="Images/s the site's shared file system sustains for a loader that reads every sample as a file (native): p GPUs cannot step faster than p * batch / this. Default: the site's [storage] loader_images_per_s, else no ceiling (unknown).")] = None,
+    epoch_overhead: Annotated[Optional[float], typer.Option(parser=finite_number(), help="Seconds per epoch outside the steps (loader start, validation, checkpoint, barriers, logging) at every GPU count. Default: the runs' mean measured overhead with --from-runs (metrics version 4), Aach et al.'s setup with --calibrated (assumptions printed), else none.")] = None,
+    epoch_images: Annotated[int, typer.Option(help="Training images per epoch (steps per epoch = ceil(images / global batch)). Default: ImageNet-1k's.")] = IMAGENET_TRAIN_IMAGES,
 ) -> None:
     """Predict step time, throughput, E_G and NCCL kernel share over GPU counts (NCCL ring/tree cost model, buckets, stragglers)."""
     if framework not in gradient_exchanges():
@@ -994,6 +1147,10 @@ def predict_command(
 
     if storage_images_per_s is not None and not storage_images_per_s > 0:
         raise DlaunchError("--storage-images-per-s: must be positive (got %r)" % storage_images_per_s)
+    if epoch_overhead is not None and not epoch_overhead >= 0:
+        raise DlaunchError("--epoch-overhead: must not be negative (got %r)" % epoch_overhead)
+    if epoch_images < 1:
+        raise DlaunchError("--epoch-images: must be >= 1 (got %d)" % epoch_images)
     measured_compute = compute_ms is not None or from_run is not None or bool(from_runs)
     if precision is not None and measured_compute:
         raise DlaunchError("--precision: chooses the published compute time; a measured one (--compute-ms, --from-run, "
@@ -1002,11 +1159,15 @@ def predict_command(
     precision = precision or (paper_precision(framework) if calibrated is not None else "tf32")
     left_out: List[LeftOut] = []
     checks: Optional[Dict[int, PaperCheck]] = None
+    overhead: Optional[EpochOverhead] = None
+    spread: Optional[Dict[int, Optional[float]]] = None
     storage_source = "--storage-images-per-s" if storage_images_per_s is not None else None
     if from_runs:
         if from_run is not None or calibrated is not None:
             raise DlaunchError("--from-runs: not together with --from-run or --calibrated")
-        model_name, workload, machine, source, left_out, fitted = _from_runs(from_runs, profile, say)
+        model_name, workload, machine, source, left_out, runs = _from_runs(from_runs, profile, say)
+        fitted = sorted({r.world_size for r in runs})
+        overhead, spread = measured_overhead(runs), straggler_spread(runs)
         machine_source = "fitted on your runs"
         basis = _basis(fitted, max(fitted))
     else:
@@ -1024,11 +1185,14 @@ def predict_command(
             machine = replace(machine, noise_s=fit.machine.noise_s, beside_compute=fit.machine.beside_compute)
             machine_source = "noise fitted on Aach et al. 2023 Table 2a, 4-%d GPUs (JUWELS Booster)" % CALIBRATION_MAX_GPUS
             published = compute_ms is None and from_run is None
+            io_s = 0.0
             if published:  # the paper's workload: its loader's I/O kernels run on the GPU too
                 gpu = published_gpu(profile)
                 assert gpu is not None  # the compute time came from its published throughput
-                workload = replace(workload, compute_s=workload.compute_s + io_kernel_s(calibrated, workload.batch, gpu))
+                io_s = io_kernel_s(calibrated, workload.batch, gpu)
+                workload = replace(workload, compute_s=workload.compute_s + io_s)
                 source += ", plus Table 2a's %s I/O kernels" % calibrated
+            overhead = PaperOverhead(calibrated, io_s)
             workload = calibrated_workload(workload, fit, calibrated, data_ms is not None or from_run is not None)
             basis = _basis([g for g in counts if g <= CALIBRATION_MAX_GPUS], CALIBRATION_MAX_GPUS)
             if calibrated == "native" and storage_images_per_s is None and profile.storage is None:
@@ -1061,11 +1225,18 @@ def predict_command(
            machine.beside_compute, storage, source))
     if assumed:
         say("assumption about Aach et al.'s DeepSpeed runs (%s): %s" % (PAPER_DEEPSPEED_SOURCE, ", ".join(assumed)))
-    predictions = predict(workload, machine, counts)
+    overhead_note = None
+    if epoch_overhead is not None:
+        overhead = FixedOverhead(epoch_overhead, "--epoch-overhead")
+    elif from_runs and overhead is None:
+        overhead_note = "epoch overhead: not recorded by your runs (metrics before version 4); give --epoch-overhead S"
+    say(describe_epochs(overhead, workload, epoch_images) if overhead else
+        overhead_note or "epoch overhead: none (give --epoch-overhead S, or --from-runs with version 4 runs)")
+    predictions = predict(workload, machine, counts, overhead, epoch_images)
     profiled = bool(from_runs)
-    console.print(fit_table("", prediction_headers(profiled, checks),
-                            prediction_rows(predictions, basis, profiled, checks), console.width,
-                            leave_out=["nodes", "exposed ms", "images/s", "step ms"]))
+    console.print(fit_table("", prediction_headers(profiled, checks, overhead is not None, spread is not None),
+                            prediction_rows(predictions, basis, profiled, checks, overhead is not None, spread), console.width,
+                            leave_out=["nodes", "exposed ms", "images/s", "overhead s", "step ms"]))
     say("exposed: what a step waits for beyond its own work (transfers left over after back-propagation, the "
         "slowest rank, the file system); the kernels' earlier waits for their peers are NCCL kernel time, hidden "
         "behind back-propagation")
@@ -1077,5 +1248,13 @@ def predict_command(
             % (CALIBRATION_MAX_GPUS, "; the storage ceiling: E_G values of the paper" if storage_source == STORAGE_FIT else ""))
     else:
         say("basis: nominal = the site profile's network, nothing fitted (see --calibrated, --from-runs)")
+    if overhead is not None:
+        passes = overhead_passes(workload, machine, overhead, counts[0], max(site_max_gpus(profile), counts[-1]), epoch_images)
+        say("overhead: seconds per epoch outside the steps and their share of the run's time; "
+            + ("more than %.0f %% of it from %d GPUs on" % (100 * OVERHEAD_SHARE_LIMIT, passes) if passes else
+               "under %.0f %% of it up to %d GPUs" % (100 * OVERHEAD_SHARE_LIMIT, max(site_max_gpus(profile), counts[-1]))))
+    if spread is not None:
+        say("straggler spread: your runs' slowest rank's compute time over the median rank's (metrics version 4), "
+            "at their GPU counts")
     for line in check_summary(predictions, checks) if checks else []:
         say(line)
