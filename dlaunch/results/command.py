@@ -14,7 +14,7 @@ from rich.console import Console
 
 from dlaunch.analysis.convergence import load_rcps, run_rcp_verdict
 from dlaunch.errors import DlaunchError
-from dlaunch.results.compare import METRICS, Comparison, compare, select, with_history, with_scaling
+from dlaunch.results.compare import METRICS, Comparison, compare, select, unmatched, with_history, with_scaling
 from dlaunch.results.store import NAMES, ResultsDB, db_path, read_rows
 from dlaunch.tables import fit_table, markdown
 
@@ -67,13 +67,15 @@ def emit(fmt: str, title: str, headers: Sequence[str], cells: Sequence[Sequence[
 
 @results_app.callback()
 def results(ctx: typer.Context,
-            where: Annotated[Optional[List[str]], typer.Option("--where", "-w", help="selector, e.g. site=juwels,gpus=8 or date=2026-10 (repeatable; all must hold)")] = None,
+            where: Annotated[Optional[List[str]], typer.Option("--where", "-w", help="selector, e.g. site=juwels,gpus=8 or date=2026-10 or date=2026-10-01..2026-10-15 (repeatable; all must hold)")] = None,
             fmt: Format = "table", db: Db = None) -> None:
     """List the runs in the results database, oldest first, with S_G, E_G and history verdicts."""
     if ctx.invoked_subcommand is not None:
         return
     with _open(db) as store:
         everything = with_scaling(store.rows())
+    for note in unmatched(everything, where or []):
+        err.print("dlaunch: note: -w %s" % note)
     rows = with_history(select(everything, where or []), everything)
     rcps = load_rcps()
     rows = [dict(r, rcp=None if r["epochs_to_mlperf_target"] is None else

@@ -3,7 +3,9 @@
 Selectors: `key=value` conditions, comma-separated within one selector (all must hold); a bare word
 is an experiment. Keys: SELECTOR_KEYS, `pins.NAME` (a library version of the header: `pins.torch=2.14.1`)
 and `date` (the day a run ended, UTC: a prefix `2026-10`, or a range `2026-10-01..2026-10-15`, either
-end open).
+end open). A site is named as `--site` names it (`site=juwels`: its profile's name and aliases). A
+value no run can have (`gpus=abc`, `date=2026-13`, a range that ends before it starts) is bad input;
+a condition no run in the database satisfies is named with the values the database has (`unmatched`).
 
 `compare A B`: the runs of each side (status ok, with the figure) matched per MATCH_KEY less the
 attributes that tell the sides apart (each side has one value and they differ: comparing two
@@ -25,8 +27,10 @@ model, GPU count, precision, framework, loader and batch per GPU (the last HISTO
 before it started, at least MIN_HISTORY): REGRESSION when slower by more than the tolerance of the
 site's `[[reference]]` for the model, GPU count and precision (DEFAULT_TOLERANCE without one).
 """
+import functools
 import math
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cached_property
 from statistics import median
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -47,15 +51,54 @@ DEFAULT_TOLERANCE = 0.05
 
 
 # -- selectors ----------------------------------------------------------------------------------------
-def _date_matches(ended: str, value: str) -> bool:
+COUNT_KEYS = ("gpus", "nodes", "batch_per_gpu", "global_batch")  # whole numbers
+DATE_FORMATS = {4: "%Y", 7: "%Y-%m", 10: "%Y-%m-%d"}  # a day, month or year, by its length
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One `key=value` of a selector: `text` as given, the row attribute it reads, and its test."""
+
+    text: str
+    key: str
+    holds: Callable[[Dict[str, Any]], bool]
+
+
+def _date(selector: str, value: str) -> str:
+    """A date prefix as the `ended` column writes it (YYYY, YYYY-MM or YYYY-MM-DD, UTC), checked."""
+    try:
+        datetime.strptime(value, DATE_FORMATS[len(value)])
+    except (KeyError, ValueError):
+        raise DlaunchError("selector %r: date %r is not a day, month or year (YYYY-MM-DD, YYYY-MM, YYYY)"
+                           % (selector, value)) from None
+    return value
+
+
+def _date_condition(selector: str, value: str) -> Callable[[Dict[str, Any]], bool]:
     if ".." not in value:
-        return ended.startswith(value)
-    low, high = value.split("..", 1)
-    return (not low or ended[:len(low)] >= low) and (not high or ended[:len(high)] <= high)
+        day = _date(selector, value)
+        return lambda row: row["ended"].startswith(day)
+    low, high = (_date(selector, end) if end else "" for end in value.split("..", 1))
+    if low and high and low[:len(high)] > high[:len(low)]:
+        raise DlaunchError("selector %r: the range ends (%s) before it starts (%s)" % (selector, high, low))
+    return lambda row: (not low or row["ended"][:len(low)] >= low) and (not high or row["ended"][:len(high)] <= high)
 
 
-def parse_selector(text: str) -> Callable[[Dict[str, Any]], bool]:
-    """A predicate over rows; DlaunchError (exit 2) naming the selector for an unknown key."""
+@functools.lru_cache(maxsize=None)
+def _site_names(value: str) -> Tuple[str, ...]:
+    """The site names `value` stands for: itself, and the profile it names or is an alias of (`juwels`:
+    juwels-booster), where one is found."""
+    from dlaunch.jobs.sites import resolve_site  # pydantic: only when a selector names a site
+
+    try:
+        return (value, resolve_site(value).name)
+    except (DlaunchError, OSError):
+        return (value,)
+
+
+def parse_conditions(text: str) -> List[Condition]:
+    """The conditions of one selector; DlaunchError (exit 2) naming the selector for an unknown key or a
+    value no run can have (`gpus=abc`, `date=2026-13`, a reversed date range)."""
     conditions = []
     for part in (p.strip() for p in text.split(",")):
         key, sep, value = part.partition("=")
@@ -63,19 +106,51 @@ def parse_selector(text: str) -> Callable[[Dict[str, Any]], bool]:
         if not part or (sep and not value):
             raise DlaunchError("selector %r: give key=value (keys: %s, pins.NAME, date)" % (text, ", ".join(SELECTOR_KEYS)))
         if key == "date":
-            conditions.append(lambda row, v=value: _date_matches(row["ended"], v))
+            holds = _date_condition(text, value)
         elif key.startswith("pins.") and len(key) > 5:
-            conditions.append(lambda row, k=key[5:], v=value: str(row["pins"].get(k)) == v)
+            holds = lambda row, k=key[5:], v=value: str(row["pins"].get(k)) == v
+        elif key in COUNT_KEYS:
+            if not (value.isascii() and value.isdigit()) or int(value) < 1:
+                raise DlaunchError("selector %r: %s takes a count (a whole number from 1), e.g. %s=8" % (text, key, key))
+            holds = lambda row, k=key, n=int(value): row[k] == n
+        elif key == "site":
+            holds = lambda row, names=_site_names(value): row["site"] in names
         elif key in SELECTOR_KEYS:
-            conditions.append(lambda row, k=key, v=value: str(row[k]) == v)
+            holds = lambda row, k=key, v=value: str(row[k]) == v
         else:
             raise DlaunchError("selector %r: unknown key %r (keys: %s, pins.NAME, date)" % (text, key, ", ".join(SELECTOR_KEYS)))
-    return lambda row: all(condition(row) for condition in conditions)
+        conditions.append(Condition(part if sep else "experiment=%s" % part, key, holds))
+    return conditions
+
+
+def parse_selector(text: str) -> Callable[[Dict[str, Any]], bool]:
+    """A predicate over rows: every condition of the selector holds (see parse_conditions)."""
+    conditions = parse_conditions(text)
+    return lambda row: all(c.holds(row) for c in conditions)
 
 
 def select(rows: Sequence[Dict[str, Any]], selectors: Sequence[str]) -> List[Dict[str, Any]]:
     predicates = [parse_selector(s) for s in selectors]
     return [row for row in rows if all(p(row) for p in predicates)]
+
+
+def _values(rows: Sequence[Dict[str, Any]], key: str) -> str:
+    """The values of `key` in `rows`, as a note lists them (at most 10)."""
+    if key == "date":
+        ended = sorted(row["ended"][:10] for row in rows)
+        return "its runs ended from %s to %s" % (ended[0], ended[-1])
+    get = (lambda row: row["pins"].get(key[5:])) if key.startswith("pins.") else (lambda row: row[key])
+    values = sorted({str(get(row)) for row in rows})
+    return "its values of %s: %s" % (key, ", ".join(values[:10]) + (", ..." if len(values) > 10 else ""))
+
+
+def unmatched(rows: Sequence[Dict[str, Any]], selectors: Sequence[str]) -> List[str]:
+    """A note for each condition that no row satisfies (a typo, a site never run on), naming the values
+    the rows have; none for an empty database."""
+    if not rows:
+        return []
+    return ["%s matches no run in the database (%s)" % (c.text, _values(rows, c.key))
+            for selector in selectors for c in parse_conditions(selector) if not any(c.holds(row) for row in rows)]
 
 
 # -- figures that depend on other runs ------------------------------------------------------------------
@@ -190,7 +265,8 @@ def compare(rows: Sequence[Dict[str, Any]], selector_a: str, selector_b: str, me
     for label, selector in (("A", selector_a), ("B", selector_b)):
         chosen = [r for r in select(rows, [selector]) if r["status"] == "ok" and r[metric] is not None]
         if not chosen:
-            raise DlaunchError("%s (%s): no ok run with %s in the results database" % (label, selector, metric))
+            raise DlaunchError("; ".join(["%s (%s): no ok run with %s in the results database" % (label, selector, metric)]
+                                         + unmatched(rows, [selector])))
         sides.append(Side(selector, chosen))
     a, b = sides
     changed = {}
