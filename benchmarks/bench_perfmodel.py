@@ -10,24 +10,30 @@ column, the site's nominal network (800 Gbit/s per node, 1.5 us) unchanged; the 
 wait on the native column with that machine; the file system's images/s on the paper's point
 statements on E_G (bounded below by what the native rows drew without a stall), each framework with
 the paper's workload (`paper_workload`: DeepSpeed assumed in fp16, the native loader's CPU measured).
+Every E_G is of the paper's 90-epoch runs: steps plus the epoch's overhead from its stated setup
+(`paper_overhead`: validation, loader start, synchronisation; checkpoint and logging assumed none).
 Prints Markdown: per
 GPU count the comm share (NCCL's share of all kernel time, as published, and renormalised to comm +
 I/O + compute as the v2 record did) with its error, beside E_G and the paper's statement; the
 statements with their errors; the storage ceiling's sensitivity; DeepSpeed's one-node reference and its
-sensitivity to the assumed precision and the loader's CPU; the E_G and kernel-share curves for
+sensitivity to the assumed precision and the loader's CPU; the epoch overhead per part, E_G at 1024 GPUs
+without and with it, and its sensitivity to an assumed checkpoint; the E_G and kernel-share curves for
 ResNet-50/101/152 (recorded in benchmarks/README.md).
 """
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from statistics import mean
 from typing import Dict, List
 
 from dlaunch.analysis.perfmodel import (
     AACH2023_REFERENCE_GPUS,
     CALIBRATION_MAX_GPUS,
+    IMAGENET_TRAIN_IMAGES,
     NATIVE_WORKER_IMAGES_PER_S,
     NATIVE_WORKERS,
     STATEMENT_TOLERANCE,
+    FixedOverhead,
+    PaperOverhead,
     Prediction,
     PublishedFit,
     PublishedRow,
@@ -36,6 +42,8 @@ from dlaunch.analysis.perfmodel import (
     fit_published,
     load_published,
     load_statements,
+    overhead_passes,
+    paper_overhead,
     paper_workload,
     predict,
     published_workload,
@@ -75,7 +83,7 @@ def main() -> None:
     errors: Dict[str, List[float]] = {}
     for loader, rows in published.items():
         fraction = cudnn_io_fraction(loader)
-        curve = predict(workloads[loader], m, [r.gpus for r in rows])
+        curve = predict(workloads[loader], m, [r.gpus for r in rows], paper_overhead(loader))
         for row, p in zip(rows, curve):
             said = next((s for s in statements if s.covers("resnet50", loader, "ddp", row.gpus)), None)
             raw, renorm = 100 * (p.comm_share - row.comm_share), 100 * (renormalised(p, fraction) - row.renormalised_share)
@@ -99,7 +107,8 @@ def main() -> None:
     for s in statements:
         for framework in s.frameworks:
             counts = [g for g in GPUS if s.gpus_from <= g <= s.gpus_to]
-            curve = predict(paper_workload(fit, loader=s.loader, framework=framework), m, [AACH2023_REFERENCE_GPUS] + counts)[1:]
+            curve = predict(paper_workload(fit, loader=s.loader, framework=framework), m, [AACH2023_REFERENCE_GPUS] + counts,
+                            paper_overhead(s.loader))[1:]
             worst = min(curve, key=lambda p: p.efficiency) if s.relation == ">" else max(curve, key=lambda p: p.efficiency)
             error = s.error(worst.efficiency)
             print("| %s E_G %s | %s | %s | %s | %.3f at %d | %s | %s |" % (
@@ -115,8 +124,8 @@ def main() -> None:
     for factor in (1.0, 1.25, 1.5, 2.0):
         storage = replace(m, storage_images_per_s=factor * m.storage_images_per_s)
         shares = predict(workloads["native"], storage, [r.gpus for r in rows])
-        eg = {(f, g): predict(paper_workload(fit, loader="native", framework=f), storage, [4, g])[1].efficiency
-              for f in FRAMEWORKS for g in (128, 256, 512)}
+        eg = {(f, g): predict(paper_workload(fit, loader="native", framework=f), storage, [4, g],
+                              paper_overhead("native"))[1].efficiency for f in FRAMEWORKS for g in (128, 256, 512)}
         print("| %.0f%s | %s | %.3f | %.3f | %.3f | %.3f |" % (
             storage.storage_images_per_s, " (fit)" if factor == 1.0 else "",
             " | ".join("%+.1f" % (100 * (p.comm_share - r.comm_share)) for p, r in zip(shares, rows)),
@@ -124,16 +133,17 @@ def main() -> None:
 
     goal_window(fit, workloads["native"], rows)
     deepspeed_reference(fit)
+    epoch_overhead(fit)
 
     print("\nPredicted E_G and NCCL kernel share (%) with the same fit (batch 64; compute from the A100 TF32 figure "
           "scaled by FLOPs, plus the loader's I/O kernels per image; DeepSpeed from the mixed-precision figure, as assumed for the "
-          "paper's runs; the native loader's CPU as measured):\n")
+          "paper's runs; the native loader's CPU as measured; the paper's epoch overhead):\n")
     print("| model | loader | framework | " + " | ".join(str(g) for g in GPUS) + " |")
     print("|---|---|---|" + "---|" * len(GPUS))
     for model in ("resnet50", "resnet101", "resnet152"):
         for loader in ("dali", "native"):
             for framework in (["ddp", "horovod"] if loader == "dali" else FRAMEWORKS):
-                curve = predict(paper_workload(fit, model, loader, framework), m, GPUS)
+                curve = predict(paper_workload(fit, model, loader, framework), m, GPUS, paper_overhead(loader))
                 print("| %s | %s | %s | %s |" % (model, loader, framework, " | ".join(
                     "%.3f (%.0f)" % (p.efficiency, 100 * p.comm_share) for p in curve)))
 
@@ -145,7 +155,8 @@ def goal_window(fit: PublishedFit, native: Workload, rows: List[PublishedRow]) -
     points = storage_points(statements)
 
     def efficiency(storage: Machine, framework: str, gpus: int) -> float:
-        return predict(paper_workload(fit, loader="native", framework=framework), storage, [4, gpus])[1].efficiency
+        return predict(paper_workload(fit, loader="native", framework=framework), storage, [4, gpus],
+                       paper_overhead("native"))[1].efficiency
 
     def meets(r: float) -> bool:
         storage = replace(m, storage_images_per_s=r)
@@ -183,7 +194,7 @@ def deepspeed_reference(fit: PublishedFit) -> None:
     said = {s.frameworks[0]: s.text for s in load_statements() if s.relation == "=" and s.loader == "native"}
     for framework in ("horovod", "deepspeed"):
         w = paper_workload(fit, loader="native", framework=framework)
-        ref, big = predict(w, m, [4, 128])
+        ref, big = predict(w, m, [4, 128], paper_overhead("native"))
         print("| %s | %s | %.0f | %.0f | %.3f | %s |" % (framework, "fp16" if framework == "deepspeed" else "tf32",
                                                      ref.images_per_s / 4, big.images_per_s, big.efficiency, said[framework]))
     print("\nDeepSpeed's E_G at 128 GPUs against the assumptions (NOT fits: the file system as fitted; the loader's "
@@ -194,9 +205,58 @@ def deepspeed_reference(fit: PublishedFit) -> None:
     print("|---|" + "---|" * (len(rates) + 1))
     for precision in ("tf32", "fp16"):
         base = replace(published_workload(loader="native", precision=precision), framework="deepspeed")
-        cells = [predict(capped(base, fit, NATIVE_WORKERS * r), m, [4, 128])[1].efficiency for r in rates]
-        cells.append(predict(capped(base, fit, 1e12), m, [4, 128])[1].efficiency)
+        cells = [predict(capped(base, fit, NATIVE_WORKERS * r), m, [4, 128], paper_overhead("native"))[1].efficiency
+                 for r in rates]
+        cells.append(predict(capped(base, fit, 1e12), m, [4, 128], paper_overhead("native"))[1].efficiency)
         print("| %s | %s |" % (precision, " | ".join("%.3f" % c for c in cells)))
+
+
+@dataclass(frozen=True)
+class WithCheckpoint:
+    """The paper's epoch plus an ASSUMED checkpoint of `seconds` per epoch (reading only, not the model)."""
+
+    paper: PaperOverhead
+    seconds: float
+
+    def parts(self, workload: Workload, machine: Machine, gpus: int) -> Dict[str, float]:
+        return dict(self.paper.parts(workload, machine, gpus), checkpoint=self.seconds)
+
+
+def epoch_overhead(fit: PublishedFit) -> None:
+    """The paper's epoch overhead per part, E_G at 1024 GPUs without and with it, and its sensitivity."""
+    m = fit.machine
+    print("\nEpoch overhead of the paper's runs (DDP, batch 64; ImageNet's %d training images: steps per epoch "
+          "5005 at 4 GPUs, 20 at 1024), seconds per epoch:\n" % IMAGENET_TRAIN_IMAGES)
+    print("| model | loader | GPUs | validation | loader start | synchronisation | overhead % of the run | "
+          "E_G 1024 steps only | E_G 1024 with overhead |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for model in ("resnet50", "resnet152"):
+        for loader in ("dali", "native"):
+            w = paper_workload(fit, model, loader)
+            steps_only = predict(w, m, [4, 1024])[1].efficiency
+            curve = predict(w, m, [4, 1024], paper_overhead(loader))
+            for p in curve:
+                parts = p.epoch_overhead
+                print("| %s | %s | %d | %.3f | %.3f | %.4f | %.1f | %s |" % (
+                    model, loader, p.gpus, parts["validation"], parts["loader start"], parts["synchronisation"],
+                    100 * p.overhead_share, "%.3f | %.3f" % (steps_only, p.efficiency) if p.gpus == 1024 else "- | -"))
+    seconds = [0.1, 0.25, 0.5, 1.0]
+    print("\nE_G at 1024 GPUs against an ASSUMED checkpoint per epoch (the paper states none; NOT the model, for reading):\n")
+    print("| model | loader | none (model) | " + " | ".join("%.2f s" % c for c in seconds) + " |")
+    print("|---|---|---|" + "---|" * len(seconds))
+    for model in ("resnet50", "resnet152"):
+        for loader in ("dali", "native"):
+            w = paper_workload(fit, model, loader)
+            cells = [predict(w, m, [4, 1024], WithCheckpoint(paper_overhead(loader), c))[1].efficiency for c in [0.0] + seconds]
+            print("| %s | %s | %s |" % (model, loader, " | ".join("%.3f" % c for c in cells)))
+    constant = FixedOverhead(1.0, "reading")
+    print("\nA constant 1 s per epoch (stated with --epoch-overhead 1) passes a tenth of the run's time, ResNet-50 DALI, "
+          "from %s GPUs." % overhead_passes_text(paper_workload(fit), m, constant))
+
+
+def overhead_passes_text(workload: Workload, machine: Machine, overhead: FixedOverhead) -> str:
+    found = overhead_passes(workload, machine, overhead, 4, 1536)
+    return "%d" % found if found else "none up to 1536"
 
 
 if __name__ == "__main__":
