@@ -65,3 +65,30 @@ def test_options_it_cannot_run_are_refused_in_one_line_naming_the_flag(options, 
     captured = capsys.readouterr()
     assert exit_.value.code == 2 and captured.out == ""
     assert captured.err.startswith("bare_loop_gpu.py: error: " + flag) and captured.err.count("\n") == 1
+
+
+@pytest.mark.slow  # ~30 s: two trainer runs and two bare loops of ResNet-18 at 32 px
+def test_gpu_validate_rehearsed_on_the_cpu_pairs_the_halves_shows_refusals_and_skips_what_does_not_fit(tmp_path):
+    """The bench group of benchmarks/gpu_validate.sh on the CPU: a pair that runs, one both halves refuse (fp16 needs
+    CUDA), one whose estimate (max-autotune: 420 s) is over the whole budget, so it is skipped whatever the clock says."""
+    env = dict(os.environ, GPU_VALIDATE_ONLY="bench", GPU_VALIDATE_DEVICE="cpu", GPU_VALIDATE_MODEL="resnet18",
+               GPU_VALIDATE_IMAGE_SIZE="32", GPU_VALIDATE_STEPS="5 2", GPU_VALIDATE_BUDGET_S="300",
+               GPU_VALIDATE_WORK=str(tmp_path / "work"), GPU_VALIDATE_PYTHON=sys.executable,
+               GPU_VALIDATE_PAIRS="8:none;8:fp16;8:none --compile max-autotune-no-cudagraphs")
+    done = subprocess.run(["bash", str(SCRIPT.parent / "gpu_validate.sh"), str(tmp_path / "out")], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    ran, refused, skipped = results["pairs"]
+    assert (ran["bare"], ran["trainer"], ran["status"]) == ("ok", "ok", "ran")
+    assert ran["trainer_over_bare"] == ran["trainer_images_per_s"] / ran["bare_images_per_s"] > 0
+    assert (refused["bare"], refused["trainer"]) == ("refused", "refused")
+    assert refused["notes"] == ["bare loop refused: bare_loop_gpu.py: error: --amp fp16 needs --device cuda "
+                                "(use --amp bf16 on the CPU)",
+                                "trainer refused: train: error: --amp fp16 needs --device cuda (use --amp bf16 on CPU)"]
+    assert (skipped["status"], skipped["bare"], skipped["trainer"]) == ("skipped", None, None)
+    assert results["best"]["trainer"]["pair"] == "p1-r1"
+    assert results["best"]["trainer"]["fraction_of_mlperf"] == ran["trainer_images_per_s"] / 7160
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "## Best configuration on this device" in summary and "skipped: its estimate (420 s)" in summary
+    assert (tmp_path / "out" / "logs.tar.gz").stat().st_size > 0
