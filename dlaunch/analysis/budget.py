@@ -67,7 +67,8 @@ def budget(runs: Sequence[Run], include_stragglers: bool = False,
     for point in points:
         step, here = figures[point.gpus]
         lost: Dict[str, Optional[float]] = {
-            part: None if here[part] is None or reference[part] is None else (here[part] - reference[part]) / step  # type: ignore[operator]
+            part: None if here[part] is None or reference[part] is None
+            else (here[part] - reference[part]) / step  # type: ignore[operator]
             for part in PER_STEP}
         lost[OTHER] = 1.0 - point.efficiency - sum(v for v in lost.values() if v is not None)
         rows.append(BudgetRow(point.gpus, point.efficiency, lost, step, here))

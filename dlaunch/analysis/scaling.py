@@ -36,9 +36,9 @@ Definitions (also printed in the report):
 - Repeats (several runs at one GPU count: `dlaunch run --repeat N`, a study's `repeats`): per GPU count
   the median of the runs' values and their spread (`Spread`): the distribution-free 95% confidence
   interval of the median (order statistics, binomial coverage >= 95%, computed in floating point) from
-  6 runs on, the min-max range below that (fewer than 6 runs cannot give 95%). A run's speed-up is its X over the median X
-  at G_ref, its E_G that over G / G_ref; so S_G and E_G of a point are medians too. Time shares are
-  the runs' mean (means of shares still sum to 1).
+  6 runs on, the min-max range below that (fewer than 6 runs cannot give 95%). A run's speed-up is
+  its X over the median X at G_ref, its E_G that over G / G_ref; so S_G and E_G of a point are
+  medians too. Time shares are the runs' mean (means of shares still sum to 1).
 
 Metrics files are read only through `dlaunch.train.metrics_schema` (torch-free).
 """
