@@ -7,7 +7,22 @@ A metrics file is JSON lines. Every record has `schema`, `version`, `type` and `
 seconds). Types and their fields are in `RECORD_FIELDS`; `validate_record` checks one record,
 `read_metrics` reads and checks a whole file.
 
-Versions: 3 is written; 1, 2 and 3 are read (a file resumed by a newer trainer mixes them). Version 3
+Versions: 4 is written; 1, 2, 3 and 4 are read (a file resumed by a newer trainer mixes them). Version 4
+adds optional epoch-record fields that explain where an epoch's time went (dlaunch/train/phases.py,
+dlaunch/train/gpuhealth.py; a reader treats a missing one as "not recorded", never as 0):
+- `phases`: per-rank timers of a step (`STEP_PHASES`, seconds per step, each the mean over that rank's timed
+  steps: data_s waiting for the batch; compute_s forward + backward up to the first parameter's gradient, free
+  of waiting for peers; sync_s from there to gradients ready: exposed communication + waiting for peers;
+  optimizer_s the update; step_s the whole step; other_s the rest), summarised over ranks: `median` (per
+  field) and `slowest` (the rank with the largest compute_s, with its host and local rank), method
+  "rank-timers", `steps` timed per rank, `ranks`;
+- `nodes`: per node, in order of first rank: its ranks, median compute_s, slowest rank, and its GPUs' health
+  (`GPU_HEALTH`: lowest mean SM clock and that GPU's maximum, clock event reasons seen, highest temperature;
+  or "unavailable: <reason>");
+- `overhead`: rank 0's seconds outside the steps (`OVERHEAD_FIELDS`: loader start, validation, checkpoint,
+  barriers, metrics, and their total);
+- `measured_steps`: the steps counted for images/s (images / global batch).
+All numbers in them are finite and >= 0 (`check_bounds`). Version 3
 adds the record type `kernel_profile` (CUDA kernel time per class, `--kernel-profile-steps`) and the
 optional `network` of header and `resume` records (below). Version 2
 adds energy and utilisation (header `energy_sources`; epoch `energy_j`, `gpu_utilization_pct`,
@@ -34,8 +49,8 @@ import stat
 from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Optional, Tuple
 
 SCHEMA = "dlaunch.metrics"
-VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 METRICS_FILE = "metrics.jsonl"  # a run directory's metrics file
 
 # Closing statuses: `interrupted` is a run stopped by a signal after checkpointing (resumable);
@@ -57,6 +72,27 @@ NETWORK = "network"  # a list of NETWORK_FIELDS records
 NETWORK_FIELDS = {"host": True, "library": True, "transport": True, "network": False, "version": False,
                   "plugin": False, "provider": False, "devices": False, "interfaces": False, "addresses": False,
                   "bootstrap": False, "gpudirect": False, "components": False, "source": False}
+
+# Version 4 (dlaunch/train/phases.py): the per-rank step phases, seconds per step (the module docstring defines them).
+STEP_PHASES = ("data_s", "compute_s", "sync_s", "optimizer_s", "other_s", "step_s")
+PHASES_METHOD = "rank-timers"
+# The epoch's seconds outside its steps (rank 0's wall clock); `total_s` is their sum.
+OVERHEAD_PARTS = ("loader_start_s", "validation_s", "checkpoint_s", "barrier_s", "metrics_s")
+OVERHEAD_FIELDS = OVERHEAD_PARTS + ("total_s",)
+# Clock event (throttle) reasons a GPU_HEALTH names (dlaunch/train/gpuhealth.py maps NVML's bits to them).
+THROTTLE_REASONS = ("power cap", "hardware slowdown", "thermal", "power brake", "sync boost")
+GPU_HEALTH = "gpu_health"  # GPU_HEALTH_SHAPE or "unavailable: <reason>"
+THROTTLE = "throttle"  # one of THROTTLE_REASONS
+# Shapes of the version 4 fields: a tuple of types, FIGURE, GPU_HEALTH, THROTTLE, {key: shape} (exactly these
+# keys) or [shape] (a list of any length).
+OVERHEAD_SHAPE = {name: _NUM for name in OVERHEAD_FIELDS}
+PHASES_SHAPE = {"method": (str,), "steps": (int,), "ranks": (int,), "median": {p: _NUM for p in STEP_PHASES},
+                "slowest": dict({"rank": (int,), "host": (str,), "local_rank": (int,)},
+                                **{p: _NUM for p in STEP_PHASES})}
+GPU_HEALTH_SHAPE = {"sm_clock_mhz": FIGURE, "sm_clock_max_mhz": FIGURE, "local_rank": (int, type(None)),
+                    "throttle": [THROTTLE], "temperature_c": FIGURE}
+NODES_SHAPE = [{"host": (str,), "ranks": (int,), "median_compute_s": _NUM,
+                "slowest": {"rank": (int,), "local_rank": (int,), "compute_s": _NUM}, "gpu": GPU_HEALTH}]
 
 # type -> {field: (accepted python types, or FIGURE or ENERGY; required)}
 RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
@@ -104,6 +140,10 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
         "energy_j": (ENERGY, False),  # this epoch (with its validation), all ranks
         "gpu_utilization_pct": (FIGURE, False),  # mean over ranks of NVML/AMD SMI samples in the epoch
         "gpu_memory_peak_bytes": (FIGURE, False),  # largest torch.cuda.max_memory_allocated of any rank
+        "measured_steps": ((int,), False),  # version 4: steps counted for images/s (images / global batch)
+        "overhead": (OVERHEAD_SHAPE, False),  # version 4: rank 0's seconds outside the steps
+        "phases": (PHASES_SHAPE, False),  # version 4: per-rank step phases, median and slowest rank
+        "nodes": (NODES_SHAPE, False),  # version 4: per node, in order of first rank
     },
     "profile": {
         "steps": ((int,), True),
@@ -224,6 +264,52 @@ def _check_value(types: Any, value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, types)
 
 
+def shape_problem(shape: Any, value: Any, where: str) -> Optional[str]:
+    """Why `value` (at `where`, e.g. "phases.median") does not have `shape` (a version 4 shape above); None
+    when it has."""
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return "%s is %s, expected an object with %s" % (where, type(value).__name__, ", ".join(shape))
+        if set(value) != set(shape):
+            return "%s has the keys %s, expected %s" % (where, ", ".join(sorted(value)) or "none", ", ".join(shape))
+        for key, inner in shape.items():
+            problem = shape_problem(inner, value[key], "%s.%s" % (where, key))
+            if problem:
+                return problem
+        return None
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return "%s is %s, expected a list" % (where, type(value).__name__)
+        for i, item in enumerate(value):
+            problem = shape_problem(shape[0], item, "%s[%d]" % (where, i))
+            if problem:
+                return problem
+        return None
+    if shape == GPU_HEALTH:
+        if isinstance(value, str) and value.startswith(UNAVAILABLE):
+            return None
+        return shape_problem(GPU_HEALTH_SHAPE, value, where)
+    if shape == THROTTLE:
+        return None if value in THROTTLE_REASONS else "%s is %r, expected one of %s" % (
+            where, value, ", ".join(THROTTLE_REASONS))
+    if not _check_value(shape, value):
+        expected = _EXPECTED.get(shape) or " or ".join("null" if t is type(None) else t.__name__ for t in shape)
+        return "%s is %r, expected %s" % (where, value, expected)
+    return None
+
+
+def numbers_in(value: Any, where: str) -> Iterator[Tuple[str, Any]]:
+    """(where, number) of every number nested in `value` (dicts and lists)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from numbers_in(inner, "%s.%s" % (where, key))
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from numbers_in(inner, "%s[%d]" % (where, i))
+    elif is_number(value):
+        yield where, value
+
+
 def make_record(record_type: str, time: float, **fields: Any) -> Dict[str, Any]:
     """Build one record of `record_type`, validated."""
     record = {"schema": SCHEMA, "version": VERSION, "type": record_type, "time": time}
@@ -252,6 +338,11 @@ def validate_record(record: Any) -> None:
                 raise MetricsError("%s record: missing field %r" % (rtype, name))
             continue
         value = record[name]
+        if isinstance(types, (dict, list)):
+            problem = shape_problem(types, value, name)
+            if problem:
+                raise MetricsError("%s record: field %s" % (rtype, problem))
+            continue
         if not _check_value(types, value):
             if types in _EXPECTED:
                 raise MetricsError("%s record: field %r is %r, expected %s" % (rtype, name, value, _EXPECTED[types]))
@@ -269,13 +360,14 @@ BOUNDS: Dict[str, Dict[str, Tuple[Optional[float], Optional[float]]]] = {
                "lr_scaled": (0, None)},
     "epoch": {"epoch": (0, None), "steps": (0, None), "images": (0, None), "images_per_s": (0, None),
               "epoch_time_s": (0, None), "data_wait_s": (0, None), "lr": (0, None), "top1": (0, 1), "top5": (0, 1),
-              "gpu_utilization_pct": (0, None), "gpu_memory_peak_bytes": (0, None)},
+              "gpu_utilization_pct": (0, None), "gpu_memory_peak_bytes": (0, None), "measured_steps": (0, None)},
     "profile": {"steps": (0, None), "step_s": (0, None), "compute_s": (0, None), "comm_s": (0, None), "data_s": (0, None)},
     "resume": {"epoch": (0, None), "step": (0, None)},
     "end": {"total_time_s": (0, None), "epochs_completed": (0, None), "best_top1": (0, 1), "target_accuracy": (0, 1),
             "time_to_accuracy_s": (0, None), "energy_to_accuracy_j": (0, None)},
 }
 NON_FINITE_ALLOWED = ("loss", "val_loss")
+NESTED_NON_NEGATIVE = ("overhead", "phases", "nodes")  # version 4: every number inside is finite and >= 0
 # Header fields inside `config`, `loader_settings` and `request` that readers use: their types.
 NESTED = {
     "config": {"epochs": (int, type(None)), "schedule": _OPT_STR, "amp": _OPT_STR},
@@ -301,6 +393,10 @@ def check_bounds(record: Dict[str, Any]) -> None:
             if not math.isfinite(v) or (low is not None and v < low) or (high is not None and v > high):
                 where = "%s..%s" % ("" if low is None else low, "" if high is None else high)
                 raise MetricsError("%s record: field %r is %r, outside %s" % (rtype, name, v, where))
+    for name in NESTED_NON_NEGATIVE if rtype == "epoch" else ():
+        for where, v in numbers_in(record.get(name), name):
+            if not math.isfinite(v) or v < 0:
+                raise MetricsError("%s record: field %r is %r, outside 0.." % (rtype, where, v))
     if rtype == "header":
         for name, fields in NESTED.items():
             for key, types in fields.items() if isinstance(record.get(name), dict) else ():
