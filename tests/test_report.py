@@ -474,3 +474,90 @@ def test_a_kept_profile_that_is_a_link_or_invalid_is_not_used(tmp_path):
         "broken": "no profile", "linked": "no profile"}
     assert "the kept profile of run %s is not valid here" % (runs / "scaling" / "broken" / "metrics.jsonl") in result.stderr
     assert "site 'my-site' of the runs: no profile" in result.stderr
+
+
+def test_the_efficiency_budget_is_a_table_per_gpu_count_and_a_plot(tmp_path):
+    """Issue 36: report holds the budget, from ideal to the measured E_G (dlaunch/analysis/budget.py's rows)."""
+    from test_efficiency import budget_runs
+
+    budget_runs(tmp_path / "runs")
+    out = tmp_path / "report"
+    result = _report(tmp_path / "runs", "-o", out)
+    assert result.exit_code == 0, result.output
+    text = (out / "report.md").read_text()
+    g2, g4 = table_rows(text, "## Efficiency budget\n\nPer GPU count, from ideal (1.000) to the measured E_G: the share of "
+                              "the ideal lost to each cause (communication, stragglers, data, epoch overhead, other) "
+                              "against the group's reference G_ref (definitions below); the parts and E_G add up to 1.")
+    assert g2[1:] == ["2", "1.000", "149.6", "0.000", "0.000", "0.000", "0.000", "0.000"]
+    t4 = 0.194  # the step time behind X at 4 GPUs (tests/test_efficiency.py)
+    assert g4[1:] == ["4", "%.3f" % (0.1496 / t4), "194.0", "%.3f" % (0.01 / t4), "%.3f" % (0.008 / t4),
+                      "%.3f" % (0.01 / t4), "%.3f" % ((0.03 - 0.0136) / t4), "0.000"]
+    assert 1 - sum(float(v) for v in g4[4:]) == pytest.approx(float(g4[2]), abs=0.003)
+    assert "efficiency_budget.png" in embedded(text)
+    assert (out / "efficiency_budget.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "scaling/testsite/resnet50/ddp/native b8: efficiency budget" in result.stdout
+
+
+def test_a_budget_without_recorded_phases_is_neither_shown_nor_drawn(tmp_path, sweep):
+    runs, site = sweep  # version 2 files: no phases, no overhead
+    out = tmp_path / "report"
+    result = _report(runs, "-o", out, "--site", site)
+    text = (out / "report.md").read_text()
+    assert "## Efficiency budget" not in text and not (out / "efficiency_budget.png").exists()
+    assert "4 run(s) recorded no epoch overhead (metrics version 1-3), so their images/s is the steps-only rate: " \
+           "g4, g8, g16, cosine-g4" in result.stderr
+
+
+def _flagged_sweep(root):
+    """2 and 4 GPUs (version 4), a 4-GPU run whose rank 3 computed 30 % slower, and one with a power-capped GPU (fake NVML)."""
+    from test_analysis import v4_fields
+    from test_efficiency import FAKE_HEALTHY, FAKE_POWER_CAPPED
+    from dlaunch.train.metrics_schema import VERSION
+
+    equal2, equal4, slow = v4_fields([0.1, 0.1]), v4_fields([0.1] * 4), v4_fields([0.1, 0.1, 0.1, 0.13])
+    capped = v4_fields([0.1] * 4, gpu=[FAKE_HEALTHY, FAKE_POWER_CAPPED, FAKE_HEALTHY, FAKE_HEALTHY])
+    write_run(root, "g2", 2, [1.0, 200.0], epoch_fields=[equal2] * 2, version=VERSION, gpus_per_node=1)
+    write_run(root, "g4", 4, [1.0, 380.0], epoch_fields=[equal4] * 2, version=VERSION, gpus_per_node=1)
+    write_run(root, "g4-slow", 4, [1.0, 290.0], epoch_fields=[slow] * 2, version=VERSION, gpus_per_node=1)
+    write_run(root, "g4-capped", 4, [1.0, 300.0], epoch_fields=[capped] * 2, version=VERSION, gpus_per_node=1)
+
+
+def test_stragglers_and_throttled_gpus_are_listed_apart_and_left_out_unless_included(tmp_path):
+    """Issue 36: such runs stay out of the scaling figures unless --include-stragglers, and are listed apart."""
+    _flagged_sweep(tmp_path / "runs")
+    out = tmp_path / "report"
+    result = _report(tmp_path / "runs", "-o", out)
+    assert result.exit_code == 0, result.output
+    text = (out / "report.md").read_text()
+    assert [row[1] for row in table_rows(text, "## Runs")] == ["g2", "g4"]
+    assert [(row[1], row[3], row[5]) for row in table_rows(text, "## Scaling")] == [("2", "1", "200.0"), ("4", "1", "380.0")]
+    apart = {row[1]: row[3] for row in table_rows(text, "## Stragglers and throttled GPUs\n\n2 run(s) with a straggler or a "
+                                                        "throttled GPU (threshold: each site profile's straggler_threshold "
+                                                        "(0.1 without one)) are left out of the tables and plots "
+                                                        "(--include-stragglers keeps them).")}
+    assert apart == {"g4-capped": "n1 GPU of local rank 1: SM clock 1095 of 1410 MHz (78 %), power cap: throttled",
+                     "g4-slow": "n3 rank 3 (local rank 0) computed 30 % slower than the median rank: a straggler; "
+                                "this run's E_G is understated"}
+    assert "runs with a straggler or a throttled GPU" in result.stdout and "g4-slow" in result.stdout
+    included = _report(tmp_path / "runs", "-o", out, "--include-stragglers")
+    assert included.exit_code == 0, included.output
+    text = (out / "report.md").read_text()
+    assert [row[1] for row in table_rows(text, "## Runs")] == ["g2", "g4-capped", "g4-slow", "g4"]
+    assert [(row[1], row[3], row[5]) for row in table_rows(text, "## Scaling")][1] == ("4", "3", "300.0")
+    assert "are kept in the tables and plots (--include-stragglers): their E_G is understated" in text
+
+
+def test_the_straggler_threshold_comes_from_the_flag_or_the_profile_the_run_kept(tmp_path, capsys):
+    _flagged_sweep(tmp_path / "runs")
+    out = tmp_path / "report"
+    text = lambda: (out / "report.md").read_text()  # noqa: E731
+    assert _report(tmp_path / "runs", "-o", out, "--straggler-threshold", "0.5").exit_code == 0
+    # 30 % slower and a clock at 78 % of its maximum are within 50 %: nothing apart
+    assert [row[1] for row in table_rows(text(), "## Runs")] == ["g2", "g4-capped", "g4-slow", "g4"]
+    for run in ("g2", "g4", "g4-slow", "g4-capped"):
+        (tmp_path / "runs" / "scaling" / run / "site.toml").write_text(SITE.replace("[network]", "straggler_threshold = 0.25\n[network]"))
+    assert _report(tmp_path / "runs", "-o", out).exit_code == 0
+    assert [row[1] for row in table_rows(text(), "## Runs")] == ["g2", "g4-capped", "g4"]  # 30 % > 25 %; 78 % > 75 %
+    shutil_out = tmp_path / "not-written"
+    assert main(["report", str(tmp_path / "runs"), "-o", str(shutil_out), "--straggler-threshold", "1.5"]) == 2
+    assert "--straggler-threshold" in capsys.readouterr().err and not shutil_out.exists()

@@ -6,14 +6,15 @@ plain-number ticks ("20", "50", "100", never "2.9x10^1") whose lowest and highes
 point, error bar and ideal line, so that no point lies below the lowest tick. Ideal lines are dotted,
 the model's curve dashed; each framework has its own marker (as the paper's figures tell frameworks
 apart); repeats are drawn as their median with the spread as error bars. Text is never read as
-mathtext: an experiment called "cost $5" is drawn as written. Files are written atomically, with a
+mathtext: an experiment called "cost$_$" is drawn as written. Files are written atomically, with a
 fixed DPI and without software or date metadata, so the same inputs give the same bytes.
 """
 import math
 from statistics import median
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
+from dlaunch.analysis.budget import LOST_PARTS
 from dlaunch.analysis.scaling import Comparison, Run, ScalingPoint, Spread
 from dlaunch.atomic import atomic_file
 from dlaunch.train.framework_table import FRAMEWORKS
@@ -33,6 +34,10 @@ PLOTS = {
 # Written beside efficiency.png whenever some run measured energy.
 ENERGY_PLOT = "energy_per_image.png"
 ENERGY_PLOT_TITLE = "Energy per image (J) against GPUs, per framework and loader"
+# Written after the E_G (and energy) plots whenever a group's budget names a cause (metrics version 4 phases).
+BUDGET_PLOT = "efficiency_budget.png"
+BUDGET_TITLE = "Efficiency budget: from ideal (1) to the measured E_G, the share lost per cause"
+BUDGET_COLOURS = {"communication": "C3", "stragglers": "C1", "data": "C2", "epoch overhead": "C4", "other": "C7"}
 COMPARISON_PLOT = "published_vs_this_run.png"
 COMPARISON_TITLE = "Published values (markers) and this run (lines)"
 METRIC_LABELS = {"images_per_s": "images/s", "speedup": "speed-up S_G", "efficiency": "E_G",
@@ -42,6 +47,9 @@ METRIC_LABELS = {"images_per_s": "images/s", "speedup": "speed-up S_G", "efficie
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h")
 NICE_MANTISSAS = (1, 2, 5)
 T = TypeVar("T")
+RESIDUE = 1e-9  # a budget part this small is a rounding residue of 1 - E_G - the others, not drawn
+MAX_GROUPS = 10  # groups one figure draws (one colour each); the tables hold every group
+MAX_PANELS = 4  # groups drawn as panels of their own (time shares, budget)
 LEGEND_INSIDE = 6  # legend entries drawn inside the axes; more go beside them
 MARGIN = 1.12  # the room a log axis leaves beyond its outer ticks (a factor)
 
@@ -142,6 +150,23 @@ def spread_label(points: Sequence[ScalingPoint]) -> str:
     return " (median, bars: %s)" % " or ".join(kinds) if kinds else ""
 
 
+def groups_drawn(results: Sequence["GroupResult"], has: Callable[["GroupResult"], bool], limit: int = MAX_GROUPS) -> List["GroupResult"]:
+    """The groups a figure draws: the first `limit` of those that `has` data for it."""
+    return [g for g in results if has(g)][:limit]
+
+
+def left_out(results: Sequence["GroupResult"]) -> Optional[str]:
+    """What the figures leave out of a report with many groups (None: nothing)."""
+    scaled = sum(1 for g in results if g.points)
+    panels = max(sum(1 for g in results if any(p.shares for p in g.points)), sum(1 for g in results if g.explained))
+    lines = len(_epoch_accuracies([r for g in results for r in g.runs]))
+    if scaled <= MAX_GROUPS and panels <= MAX_PANELS and lines <= MAX_GROUPS:
+        return None
+    return ("The figures draw the first %d of the %d groups with data (the time shares and the budget the first %d, "
+            "top-1 against epoch the first %d of %d lines); the tables above hold every group."
+            % (MAX_GROUPS, scaled, MAX_PANELS, MAX_GROUPS, lines))
+
+
 def legend(ax, beside: bool = False) -> None:
     """Inside the axes while a few entries fit there, else (or when `beside`) beside them on the right."""
     if not beside and len(ax.get_legend_handles_labels()[1]) <= LEGEND_INSIDE:
@@ -153,53 +178,52 @@ def legend(ax, beside: bool = False) -> None:
 def plot_scaling(ax_x, ax_s, ax_e, results: Sequence["GroupResult"]) -> None:
     """Fig. 3 (throughput), the speed-up S_G and Fig. 4-7 (E_G): medians with error bars over repeats, the
     ideal lines dotted, the model's dashed where there is one."""
-    drawn: Dict[object, List[float]] = {ax_x: [], ax_s: [], ax_e: [1.0]}
+    shown: Dict[object, List[float]] = {ax_x: [], ax_s: [], ax_e: [1.0]}
     counts: List[int] = []
     ideal_labelled = set()
-    for i, g in enumerate(r for r in results if r.points):
-        color, shape = "C%d" % (i % 10), marker(g.key.framework)
+    for i, g in enumerate(groups_drawn(results, lambda g: bool(g.points))):
+        color, shape = "C%d" % i, marker(g.key.framework)
         gpus = [p.gpus for p in g.points]
         counts += gpus
         label = g.key.label + spread_label(g.points)
-        drawn[ax_x] += error_bars(ax_x, gpus, [p.throughput for p in g.points], color, label, shape)
-        drawn[ax_s] += error_bars(ax_s, gpus, [p.speedups for p in g.points], color, label, shape)
-        drawn[ax_e] += error_bars(ax_e, gpus, [p.efficiencies for p in g.points], color, label, shape)
+        shown[ax_x] += error_bars(ax_x, gpus, [p.throughput for p in g.points], color, label, shape)
+        shown[ax_s] += error_bars(ax_s, gpus, [p.speedups for p in g.points], color, label, shape)
+        shown[ax_e] += error_bars(ax_e, gpus, [p.efficiencies for p in g.points], color, label, shape)
         ideal = [n / gpus[0] for n in gpus]
         x_ref = g.points[0].images_per_s
         for ax, values in ((ax_x, [x_ref * s for s in ideal]), (ax_s, ideal)):
             ax.plot(gpus, values, ":", color=color, label=None if ax in ideal_labelled else "ideal (dotted)")
             ideal_labelled.add(ax)
-            drawn[ax] += values
+            shown[ax] += values
         if g.predictions:
             pred = [g.predictions[n] for n in gpus]
             for ax, values in ((ax_x, [p.images_per_s for p in pred]), (ax_e, [p.efficiency for p in pred])):
                 ax.plot(gpus, values, "--", color=color, label=legend_label(g.key.label + " (model, dashed)"))
-                drawn[ax] += values
+                shown[ax] += values
     ax_e.axhline(1.0, color="black", linestyle=":", label="ideal (dotted)")
     for ax, label, scale in ((ax_x, "images/s", "log10"), (ax_s, "S_G", "log2"), (ax_e, "E_G", "linear")):
-        value_axis(ax, drawn[ax], label, scale)
+        value_axis(ax, shown[ax], label, scale)
         count_axis(ax, counts, "GPUs")
         legend(ax)
 
 
 def plot_energy_per_image(ax, results: Sequence["GroupResult"]) -> None:
     """J/img against GPUs, one line per group (the points of runs that measured energy)."""
-    drawn: List[float] = []
+    values: List[float] = []
     counts: List[int] = []
-    for i, g in enumerate(r for r in results if r.points):
+    for i, g in enumerate(groups_drawn(results, lambda g: any(p.energy is not None for p in g.points))):
         points = [p for p in g.points if p.energy is not None]
-        if points:
-            counts += [p.gpus for p in points]
-            drawn += error_bars(ax, [p.gpus for p in points], [p.energy for p in points], "C%d" % (i % 10),  # type: ignore[misc]
-                                g.key.label + spread_label(points), marker(g.key.framework))
-    value_axis(ax, drawn, "J per image")
+        counts += [p.gpus for p in points]
+        values += error_bars(ax, [p.gpus for p in points], [p.energy for p in points], "C%d" % i,  # type: ignore[misc]
+                             g.key.label + spread_label(points), marker(g.key.framework))
+    value_axis(ax, values, "J per image")
     count_axis(ax, counts, "GPUs")
     legend(ax)
 
 
 def plot_shares(fig, results: Sequence["GroupResult"]) -> None:
     """Table 2 as stacked bars: one panel per group with profile records."""
-    with_shares = [g for g in results if any(p.shares for p in g.points)]
+    with_shares = groups_drawn(results, lambda g: any(p.shares for p in g.points), MAX_PANELS)
     axes = fig.subplots(len(with_shares), 1, squeeze=False)[:, 0]
     for ax, g in zip(axes, with_shares):
         points = [p for p in g.points if p.shares]
@@ -215,6 +239,36 @@ def plot_shares(fig, results: Sequence["GroupResult"]) -> None:
     axes[-1].set_xlabel("GPUs")
 
 
+def plot_budget(fig, results: Sequence["GroupResult"]) -> None:
+    """One panel per group whose budget names a cause: per GPU count a bar of the measured E_G with what was lost
+    stacked on it up to the ideal 1; a part that is a gain against G_ref (negative) is drawn hatched, downwards
+    from the top of the losses to the ideal line."""
+    explained = groups_drawn(results, lambda g: g.explained, MAX_PANELS)
+    axes = fig.subplots(len(explained), 1, squeeze=False)[:, 0]
+    for ax, g in zip(axes, explained):
+        labels = [str(row.gpus) for row in g.budget]
+        top = [row.measured_e_g for row in g.budget]
+        ax.bar(labels, top, color="C0", label="measured E_G")
+        gains = []
+        for part in LOST_PARTS:
+            values = [row.lost[part] or 0.0 for row in g.budget]  # not recorded: inside `other`
+            values = [0.0 if abs(v) < RESIDUE else v for v in values]
+            ax.bar(labels, [max(v, 0.0) for v in values], bottom=top, color=BUDGET_COLOURS[part], label="lost: %s" % part)
+            top = [t + max(v, 0.0) for t, v in zip(top, values)]
+            gains.append((part, [min(v, 0.0) for v in values]))
+        highest = max(top)
+        for part, values in gains:
+            if any(values):
+                top = [t + v for t, v in zip(top, values)]
+                ax.bar(labels, [-v for v in values], bottom=top, color="none", edgecolor=BUDGET_COLOURS[part],
+                       hatch="//", label="gained: %s" % part)
+        ax.axhline(1.0, color="black", linestyle=":", label="ideal")
+        value_axis(ax, [highest], "share of ideal")
+        ax.set_title(g.key.label, fontsize="small")
+        ax.set_xlabel("GPUs")
+        legend(ax, beside=True)
+
+
 def _accuracy_series(runs: Sequence[Run]) -> Dict[Tuple[str, str], List[Tuple[int, float]]]:
     series: Dict[Tuple[str, str], List[Tuple[int, float]]] = {}
     for run in runs:
@@ -225,15 +279,15 @@ def _accuracy_series(runs: Sequence[Run]) -> Dict[Tuple[str, str], List[Tuple[in
 
 def plot_accuracy_vs_batch(ax, runs: Sequence[Run]) -> None:
     """Fig. 8b: best top-1 against global batch, one series per model and LR schedule."""
-    drawn: List[float] = []
+    shown: List[float] = []
     batches: List[int] = []
     for (model, schedule), values in sorted(_accuracy_series(runs).items()):
         values.sort()
         ax.plot([b for b, _ in values], [a for _, a in values], "o-", label=legend_label("%s, %s" % (model, schedule)))
         batches += [b for b, _ in values]
-        drawn += [a for _, a in values]
+        shown += [a for _, a in values]
     count_axis(ax, batches, "global batch")
-    value_axis(ax, drawn, "best top-1")
+    value_axis(ax, shown, "best top-1")
     legend(ax)
 
 
@@ -249,17 +303,17 @@ def _epoch_accuracies(runs: Sequence[Run]) -> Dict[Tuple[str, str, int, str], Li
 
 
 def plot_accuracy_vs_epoch(ax, runs: Sequence[Run]) -> None:
-    """Fig. 9: top-1 against epoch, one line per group, GPU count and schedule (the median of its runs)."""
-    drawn: List[float] = []
-    for (label, framework, gpus, schedule), points in _epoch_accuracies(runs).items():
+    """Fig. 9: top-1 against epoch, one line per group, GPU count and schedule (the median of its runs; the first MAX_GROUPS)."""
+    shown: List[float] = []
+    for (label, framework, gpus, schedule), points in list(_epoch_accuracies(runs).items())[:MAX_GROUPS]:
         ax.plot([e for e, _ in points], [a for _, a in points], "-", marker=marker(framework),
                 label=legend_label("%s G=%d %s" % (label, gpus, schedule)))
-        drawn += [a for _, a in points]
+        shown += [a for _, a in points]
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
-    value_axis(ax, drawn, "top-1 (median of the runs)")
+    value_axis(ax, shown, "top-1 (median of the runs)")
     ax.grid(True, alpha=0.3)
     legend(ax)
 
@@ -279,6 +333,8 @@ def plot_titles(results: Sequence["GroupResult"]) -> Dict[str, str]:
             titles[name] = title
         if name == "efficiency.png" and any(p.joules_per_image is not None for g in results for p in g.points):
             titles[ENERGY_PLOT] = ENERGY_PLOT_TITLE
+        if name == "efficiency.png" and any(g.explained for g in results):
+            titles[BUDGET_PLOT] = BUDGET_TITLE
     return titles
 
 
@@ -309,8 +365,9 @@ def write_plots(output: Path, results: Sequence["GroupResult"]) -> Dict[str, str
 
     titles = plot_titles(results)
     runs = [r for g in results for r in g.runs]
-    panels = sum(1 for g in results if any(p.shares for p in g.points))
-    figures = {name: plt.figure(figsize=(7, 2.5 + 2.5 * panels if name == "time_shares.png" else 4.5)) for name in titles}
+    panels = {"time_shares.png": len(groups_drawn(results, lambda g: any(p.shares for p in g.points), MAX_PANELS)),
+              BUDGET_PLOT: len(groups_drawn(results, lambda g: g.explained, MAX_PANELS))}
+    figures = {name: plt.figure(figsize=(7, 2.5 + 2.5 * panels[name] if name in panels else 4.5)) for name in titles}
     if "throughput.png" in figures:
         plot_scaling(*(figures[n].add_subplot() for n in ("throughput.png", "speedup.png", "efficiency.png")), results)
     if "time_shares.png" in figures:
@@ -321,10 +378,12 @@ def write_plots(output: Path, results: Sequence["GroupResult"]) -> Dict[str, str
         plot_accuracy_vs_epoch(figures["accuracy_vs_epoch.png"].add_subplot(), runs)
     if ENERGY_PLOT in figures:
         plot_energy_per_image(figures[ENERGY_PLOT].add_subplot(), results)
+    if BUDGET_PLOT in figures:
+        plot_budget(figures[BUDGET_PLOT], results)
     for name, fig in figures.items():
         save(output, name, fig, titles[name])
         plt.close(fig)
-    for name in (*PLOTS, ENERGY_PLOT):
+    for name in (*PLOTS, ENERGY_PLOT, BUDGET_PLOT):
         if name not in titles and (output / name).is_file() and not (output / name).is_symlink():
             (output / name).unlink()
     return titles
@@ -334,19 +393,19 @@ def plot_comparisons(fig, comparisons: Sequence[Comparison]) -> None:
     """One panel per comparison: published values as markers, this run's medians as lines with their spread as bars."""
     axes = fig.subplots(len(comparisons), 1, squeeze=False)[:, 0]
     for ax, c in zip(axes, comparisons):
-        drawn: List[float] = []
+        shown: List[float] = []
         if c.published:
             ax.plot([g for g, _ in c.published], [v for _, v in c.published], "s", color="black", markersize=7,
                     linestyle="none", label=legend_label("published (%s)" % c.source))
-            drawn += [v for _, v in c.published]
+            shown += [v for _, v in c.published]
         for i, (label, points) in enumerate(sorted(c.measured.items())):
             kinds = " or ".join(sorted({s.kind for _, s in points}))
-            drawn += error_bars(ax, [g for g, _ in points], [s for _, s in points], "C%d" % (i % 10),
+            shown += error_bars(ax, [g for g, _ in points], [s for _, s in points], "C%d" % (i % 10),
                                 "this run: %s (median, bars: %s)" % (label, kinds), "o")
         if not c.measured:
             ax.text(0.5, 0.5, "no run of this study matches", ha="center", va="center", transform=ax.transAxes)
         count_axis(ax, [g for g, _ in c.published] + [g for points in c.measured.values() for g, _ in points], "GPUs")
-        value_axis(ax, drawn, METRIC_LABELS[c.metric], "log10" if c.metric == "images_per_s" else "linear")
+        value_axis(ax, shown, METRIC_LABELS[c.metric], "log10" if c.metric == "images_per_s" else "linear")
         ax.set_title(c.label, fontsize="small")
         legend(ax)
 

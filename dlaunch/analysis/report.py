@@ -14,12 +14,14 @@ import typer
 from rich.console import Console
 
 from dlaunch import __version__
+from dlaunch.analysis.budget import LOST_PARTS, OTHER, BudgetRow, budget
+from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, Flag, check_threshold, run_flags
 from dlaunch.analysis.scaling import Comparison, GroupKey, Run, ScalingPoint, Spread, group_runs, load_runs, reference_for, scaling, verdict
 from dlaunch.analysis.convergence import RCP_SOURCE, RCPVerdict, rcp_verdicts
 from dlaunch.analysis.html import PAGE, write_page
-from dlaunch.analysis.plots import COMPARISON_PLOT, COMPARISON_TITLE, plot_titles, write_comparison_plot, write_plots
+from dlaunch.analysis.plots import COMPARISON_PLOT, COMPARISON_TITLE, left_out, plot_titles, write_comparison_plot, write_plots
 from dlaunch.atomic import write_atomic
-from dlaunch.boundary import MAX_FILE_BYTES, decode, escape, output_folder, parse_toml, read_bytes, validate
+from dlaunch.boundary import MAX_FILE_BYTES, decode, escape, finite_number, output_folder, parse_toml, read_bytes, validate
 from dlaunch.errors import DlaunchError
 from dlaunch.analysis.perfmodel import MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site, predict
 from dlaunch.jobs.sites import Site, resolve_site
@@ -29,8 +31,11 @@ from dlaunch.tables import fit_table, markdown
 KEPT_PROFILE = "site.toml"  # the profile text a run directory keeps (dlaunch/runs/rundir.py's SITE_PROFILE)
 KERNEL_HEADERS = ("GPUs", "comm %", "compute %", "I/O %", "other %")
 DEFINITIONS = """\
-- Throughput X: mean of the epochs' images/s (whole job), leaving out the first epoch when a run
-  has two or more (warm-up).
+- Throughput X ("images/s", dlaunch/analysis/scaling.py): the mean over the run's measured epochs (those
+  with counted images, the first left out when there are two or more: warm-up) of images / (images /
+  images_per_s + overhead.total_s x measured_steps / steps), i.e. epoch overhead (loader start,
+  validation, checkpoint, barriers, metrics) included; files without `overhead` (metrics versions 1-3)
+  give the steps-only rate (named under Notes).
 - Repeats (several runs at one GPU count): images/s, S_G, E_G and J/img are the median over the
   runs; `spread` says what the ranges are: `min-max` (fewer than 6 runs), or `95% CI`, the
   distribution-free 95% confidence interval of the median (order statistics) from 6 runs on; a
@@ -71,6 +76,18 @@ DEFINITIONS = """\
 - History (shown when the results database has 3 or more earlier runs of a run's site, model, GPU
   count, precision, framework, loader and batch per GPU): X against the median of the last 10 of
   them; REGRESSION when slower by more than the site's reference tolerance (5% without one).
+- Efficiency budget (runs with per-rank phases, metrics version 4; dlaunch/analysis/budget.py): per GPU
+  count G, per step t(G) = global batch / X; exposed communication = median sync_s - wait; waiting for
+  stragglers = slowest rank's compute_s - median rank's; data = median data_s; epoch overhead =
+  overhead.total_s / steps; each the median over the point's runs. Lost to x = (x(G) - x(G_ref)) / t(G);
+  `other` = 1 - E_G - those (compute and optimizer changes, host gaps, and parts not recorded), so ideal
+  (1.000) - everything lost = measured E_G exactly. Negative: a gain against G_ref.
+- Stragglers and throttled GPUs (dlaunch/analysis/stragglers.py): a rank that computed more than the
+  threshold (the site profile's `straggler_threshold`, default 10 %, or `--straggler-threshold`) slower
+  than the median rank over the measured epochs, or a GPU whose SM clock fell below (1 - threshold) of
+  its maximum with a throttle reason (or any thermal, hardware-slowdown or power-brake reason). Such runs
+  are listed apart and enter no table or plot above it (their E_G is understated), unless the report
+  was made with `--include-stragglers`.
 - Diverged runs (the loss stayed NaN/inf, end status `diverged`) are listed apart and enter no
   table or plot above it.
 - Network: a run whose collective libraries recorded another transport, net plugin, provider or
@@ -86,6 +103,12 @@ class GroupResult:
     runs: List[Run]
     points: List[ScalingPoint]
     predictions: Dict[int, Prediction] = field(default_factory=dict)
+    budget: List[BudgetRow] = field(default_factory=list)
+
+    @property
+    def explained(self) -> bool:
+        """Whether its budget names a cause somewhere: some GPU count's runs and the reference's recorded phases."""
+        return any(v is not None for row in self.budget[1:] for part, v in row.lost.items() if part != OTHER)
 
 
 def _percent(value: Optional[float]) -> str:
@@ -255,6 +278,94 @@ def off_network_note(runs: Sequence[Run], included: bool) -> str:
             "(--include-network-mismatches keeps them)" % len(runs))
 
 
+FLAGGED_HEADERS = ["run", "GPUs", "flags", "metrics file"]
+
+
+def threshold_for(run: Run, profiles: "Profiles", override: Optional[float]) -> float:
+    """The straggler threshold a run is judged by: --straggler-threshold, else its profile's, else the default."""
+    if override is not None:
+        return override
+    site = profiles.of(run)
+    return site.straggler_threshold if site is not None else DEFAULT_THRESHOLD
+
+
+def flagged(runs: Sequence[Run], profiles: "Profiles", override: Optional[float]) -> Dict[str, List[Flag]]:
+    """Metrics file -> its stragglers and throttled GPUs, for the runs (not diverged) that have some."""
+    found = {}
+    for run in runs:
+        flags = [] if run.diverged else run_flags(run, threshold_for(run, profiles, override))
+        if flags:
+            found[run.path] = flags
+    return found
+
+
+def flagged_rows(runs: Sequence[Run], flags: Dict[str, List[Flag]]) -> List[List[str]]:
+    return [[Path(r.path).parent.name, str(r.world_size), "; ".join(f.message for f in flags[r.path]), r.path] for r in runs]
+
+
+def flagged_note(runs: Sequence[Run], included: bool, override: Optional[float]) -> str:
+    """What the report did with the runs that have a straggler or a throttled GPU, and by which threshold."""
+    threshold = ("--straggler-threshold %g" % override if override is not None
+                 else "each site profile's straggler_threshold (%g without one)" % DEFAULT_THRESHOLD)
+    if included:
+        return ("%d run(s) with a straggler or a throttled GPU (threshold: %s) are kept in the tables and plots "
+                "(--include-stragglers): their E_G is understated" % (len(runs), threshold))
+    return ("%d run(s) with a straggler or a throttled GPU (threshold: %s) are left out of the tables and plots "
+            "(--include-stragglers keeps them)" % (len(runs), threshold))
+
+
+@dataclass(frozen=True)
+class SetApart:
+    """The runs the report lists apart from its tables and plots: off their site's network (`problems`: metrics
+    file -> how), with a straggler or a throttled GPU (`flags`); each kept in them only when `*_included`."""
+
+    off: Sequence[Run] = ()
+    problems: Dict[str, List[str]] = field(default_factory=dict)
+    off_included: bool = False
+    flagged: Sequence[Run] = ()
+    flags: Dict[str, List[Flag]] = field(default_factory=dict)
+    flagged_included: bool = False
+    threshold: Optional[float] = None  # --straggler-threshold
+
+    def excluded(self) -> List[Run]:
+        """The runs that are in no table or plot."""
+        left_out = ([] if self.off_included else list(self.off)) + ([] if self.flagged_included else list(self.flagged))
+        return list({r.path: r for r in left_out}.values())
+
+    def notes(self) -> List[str]:
+        return (([off_network_note(self.off, self.off_included)] if self.off else [])
+                + ([flagged_note(self.flagged, self.flagged_included, self.threshold)] if self.flagged else []))
+
+
+STEPS_ONLY_SHOWN = 10  # runs named in the note on runs without epoch overhead
+
+
+def steps_only_note(runs: Sequence[Run]) -> List[str]:
+    """A note naming the runs whose images/s lacks epoch overhead (metrics versions 1-3)."""
+    lacking = [r for r in runs if r.throughput is not None and not r.overhead_included]
+    if not lacking:
+        return []
+    names = ", ".join(Path(r.path).parent.name for r in lacking[:STEPS_ONLY_SHOWN])
+    return ["%d run(s) recorded no epoch overhead (metrics version 1-3), so their images/s is the steps-only rate: %s%s"
+            % (len(lacking), names, ", ..." if len(lacking) > STEPS_ONLY_SHOWN else "")]
+
+
+BUDGET_HEADERS = ["GPUs", "E_G", "step ms", *LOST_PARTS]  # the parts: the share of the ideal lost to each
+
+
+def budget_rows(g: GroupResult) -> List[List[str]]:
+    """Per GPU count: E_G, the step time behind it and the share of the ideal lost per cause."""
+    return [[str(row.gpus), "%.3f" % row.measured_e_g, "%.1f" % (1000 * row.step_s)]
+            + ["not recorded" if row.lost[part] is None else _share(row.lost[part]) for part in LOST_PARTS]  # type: ignore[arg-type]
+            for row in g.budget]
+
+
+def _share(value: float) -> str:
+    """A share of the ideal with three decimals; a rounding residue (-0.0001) is "0.000", not "-0.000"."""
+    text = "%.3f" % value
+    return "0.000" if text == "-0.000" else text
+
+
 def markdown_table(headers: Sequence[str], groups: Sequence[Tuple[str, List[List[str]]]]) -> str:
     """One table, the group label as first column."""
     return markdown(["group", *headers], [[label, *row] for label, group_rows in groups for row in group_rows])
@@ -342,31 +453,39 @@ def load_profiles(runs: Sequence[Run], override: Optional[str]) -> Profiles:
 
 def markdown_report(results: Sequence[GroupResult], profiles: Profiles, rejected: Sequence[str],
                     notes: Sequence[str], diverged: Sequence[Run] = (), recorded: Optional["Recorded"] = None,
-                    rcp: Sequence[RCPVerdict] = (), off: Sequence[Run] = (),
-                    problems: Optional[Dict[str, List[str]]] = None, off_included: bool = False,
+                    rcp: Sequence[RCPVerdict] = (), apart: SetApart = SetApart(),
                     plots: Optional[Dict[str, str]] = None, inputs: Sequence[str] = ()) -> str:
     """`recorded`: the results database's history verdicts and rows; `rcp`: the convergence verdicts per
-    global batch; `off`: the runs off their network (`problems`: metrics file -> how), left out of the
-    tables unless `off_included`; `plots`: the figures written (file -> title); `inputs`: the paths reported on."""
+    global batch; `apart`: the runs listed apart; `plots`: the figures written (file -> title); `inputs`:
+    the paths reported on."""
     recorded = recorded or Recorded()
     n_runs = sum(len(g.runs) for g in results)
     columns = Columns.of([r for g in results for r in g.runs], history=bool(recorded.history))
+    excluded = apart.excluded()
     parts = [
         "# dlaunch report",
         "%d run(s) in %d group(s); %d diverged run(s) apart; %d file(s) rejected." % (n_runs, len(results), len(diverged), len(rejected))
-        + ("" if off_included or not off else " %d run(s) off their network apart." % len(off)),
+        + (" %d run(s) off their network or with a straggler apart." % len(excluded) if excluded else ""),
         "## Scaling",
         markdown_table(columns.scaling_headers(), [(g.key.label, scaling_rows(g, columns)) for g in results]),
         "## Runs",
         markdown_table(columns.run_headers(), [(g.key.label, run_rows(g, profiles, columns, recorded.history)) for g in results]),
     ]
+    explained = [g for g in results if g.explained]
+    if explained:
+        parts += ["## Efficiency budget",
+                  "Per GPU count, from ideal (1.000) to the measured E_G: the share of the ideal lost to each cause "
+                  "(communication, stragglers, data, epoch overhead, other) against the group's reference G_ref "
+                  "(definitions below); the parts and E_G add up to 1.",
+                  markdown_table(BUDGET_HEADERS, [(g.key.label, budget_rows(g)) for g in explained])]
     if rcp:
         parts += ["## Convergence against MLPerf's reference convergence points",
                   markdown_table(RCP_HEADERS, [(v.label, [row]) for v, row in zip(rcp, rcp_rows(rcp))]),
                   "ResNet-50 on ImageNet, epochs to MLPerf's target of 75.9%% top-1 per global batch, against "
                   "the RCPs of %s (method: dlaunch/analysis/convergence.py)." % RCP_SOURCE]
     plots = plot_titles(results) if plots is None else plots
-    parts += ["## Plots", "\n\n".join("![%s](%s)" % (title, name) for name, title in plots.items())
+    parts += ["## Plots", "\n\n".join([*(["_%s_" % note] if (note := left_out(results)) else []),
+                                       *("![%s](%s)" % (title, name) for name, title in plots.items())])
               or "No figure: no run has data to draw."]
     kernel_rows = [(g.key.label, [[str(r.world_size)] + ["%.1f" % (100 * v) for v in (
         r.kernel_shares.comm, r.kernel_shares.compute, r.kernel_shares.io,
@@ -375,18 +494,21 @@ def markdown_report(results: Sequence[GroupResult], profiles: Profiles, rejected
     if any(rows for _, rows in kernel_rows):
         parts += ["## Kernel time shares (percent of CUDA kernel time)",
                   markdown_table(KERNEL_HEADERS, [(label, rows) for label, rows in kernel_rows if rows])]
+    if apart.flagged:
+        parts += ["## Stragglers and throttled GPUs", flagged_note(apart.flagged, apart.flagged_included, apart.threshold) + ".",
+                  markdown_table(FLAGGED_HEADERS, [(r.key.label, flagged_rows([r], apart.flags)) for r in apart.flagged])]
     if diverged:
         parts += ["## Diverged runs", "Left out of every table and plot above.",
                   markdown_table(DIVERGED_HEADERS, [(r.key.label, diverged_rows([r])) for r in diverged])]
-    if off:
-        parts += ["## Runs off their network", off_network_note(off, off_included) + ".",
-                  markdown_table(OFF_NETWORK_HEADERS, [(r.key.label, off_network_rows([r], problems or {})) for r in off])]
+    if apart.off:
+        parts += ["## Runs off their network", off_network_note(apart.off, apart.off_included) + ".",
+                  markdown_table(OFF_NETWORK_HEADERS, [(r.key.label, off_network_rows([r], apart.problems)) for r in apart.off])]
     if rejected:
         parts += ["## Rejected files", "\n".join("- `%s`" % msg for msg in rejected)]
     if notes:
         parts += ["## Notes", "\n".join("- %s" % note for note in notes)]
     parts += ["## Definitions", DEFINITIONS.rstrip()]
-    everything = [r for g in results for r in g.runs] + list(diverged) + [r for r in off if not off_included]
+    everything = [r for g in results for r in g.runs] + list(diverged) + excluded
     parts += ["## Provenance", provenance_text(everything, profiles, recorded, inputs)]
     return "\n\n".join(parts) + "\n"
 
@@ -416,11 +538,13 @@ def provenance_text(runs: Sequence[Run], profiles: Profiles, recorded: "Recorded
 
 
 def build_results(runs: Sequence[Run], profiles: Profiles) -> List[GroupResult]:
-    """Groups of the runs that did not diverge, with their scaling points and predictions."""
+    """Groups of the runs that did not diverge, with their scaling points, predictions and efficiency budget
+    (the caller has left out the runs the report sets apart: stragglers, off their network)."""
     results = []
-    for key, group in group_runs(r for r in runs if not r.diverged).items():
-        points = scaling(group)
-        results.append(GroupResult(key, group, points, _group_predictions(group, points, profiles.of_group(group))))
+    for key, group in group_runs((r for r in runs if not r.diverged), include_stragglers=True).items():
+        points = scaling(group, include_stragglers=True)
+        results.append(GroupResult(key, group, points, _group_predictions(group, points, profiles.of_group(group)),
+                                   budget(group, include_stragglers=True)))
     return results
 
 
@@ -451,15 +575,12 @@ def record_runs(metrics_files: Sequence[str]) -> Recorded:
 
 def write_report(output: Path, results: Sequence[GroupResult], profiles: Profiles, rejected: Sequence[str],
                  notes: Sequence[str], diverged: Sequence[Run] = (), recorded: Optional[Recorded] = None,
-                 rcp: Sequence[RCPVerdict] = (), off: Sequence[Run] = (),
-                 problems: Optional[Dict[str, List[str]]] = None, off_included: bool = False,
-                 inputs: Sequence[str] = ()) -> None:
+                 rcp: Sequence[RCPVerdict] = (), apart: SetApart = SetApart(), inputs: Sequence[str] = ()) -> None:
     """report.md, report.html and the plots into `output` (created), each file written atomically."""
     output.mkdir(parents=True, exist_ok=True)
     plots = write_plots(output, results)
-    text = markdown_report(results, profiles, rejected, notes, diverged, recorded, rcp, off, problems, off_included,
-                           plots, inputs)
-    write_atomic(output / "report.md", text)
+    write_atomic(output / "report.md", markdown_report(results, profiles, rejected, notes, diverged, recorded, rcp, apart,
+                                                       plots, inputs))
     write_page(output)
 
 
@@ -467,6 +588,8 @@ SCALING_LEAVE_OUT = ["images/s range", "E_G range", "J/img range", "spread", "no
                      "comm %", "time to target s", "epochs to target", "TTA S_G", "J/img", "pred. E_G"]
 RUN_LEAVE_OUT = ["schedule", "global batch", "energy to acc. kJ", "kJ/epoch", "energy kJ", "time to acc. s",
                  "epochs to target", "J/img", "best top-1", "history", "status"]
+BUDGET_LEAVE_OUT = ["step ms"]
+CONSOLE_GROUPS = 10  # groups printed as tables of their own; more: one table of all groups, the runs in the files
 
 
 def print_table(console: Console, title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
@@ -478,12 +601,48 @@ def print_table(console: Console, title: str, headers: Sequence[str], rows: Sequ
     console.print(table, soft_wrap=False)
 
 
+def print_results(console: Console, results: Sequence[GroupResult], profiles: Profiles, recorded: Recorded) -> None:
+    """Per group its scaling, runs and budget tables; beyond CONSOLE_GROUPS groups, one scaling and one budget
+    table of all groups (a group per row block) and a line saying where the runs are."""
+    columns = Columns.of([r for g in results for r in g.runs], history=bool(recorded.history))
+    if len(results) <= CONSOLE_GROUPS:
+        for g in results:
+            print_table(console, g.key.label, columns.scaling_headers(), scaling_rows(g, columns), SCALING_LEAVE_OUT)
+            rows = [row[:-1] for row in run_rows(g, profiles, columns, recorded.history)]  # metrics file paths: report.md
+            print_table(console, g.key.label + ": runs", columns.run_headers()[:-1], rows, RUN_LEAVE_OUT)
+            if g.explained:
+                print_table(console, g.key.label + ": efficiency budget", BUDGET_HEADERS, budget_rows(g), BUDGET_LEAVE_OUT)
+        return
+    print_table(console, "scaling of %d groups" % len(results), ["group"] + columns.scaling_headers(),
+                [[g.key.label] + row for g in results for row in scaling_rows(g, columns)], SCALING_LEAVE_OUT)
+    explained = [g for g in results if g.explained]
+    if explained:
+        print_table(console, "efficiency budget of %d groups" % len(explained), ["group"] + BUDGET_HEADERS,
+                    [[g.key.label] + row for g in explained for row in budget_rows(g)], BUDGET_LEAVE_OUT)
+    console.print("the runs of these %d groups: in report.md and report.html (printed here per group up to %d groups)"
+                  % (len(results), CONSOLE_GROUPS), markup=False, highlight=False)
+
+
+def fraction(text: str) -> float:
+    """A typer `parser` for --straggler-threshold: a number strictly between 0 and 1."""
+    value = finite_number()(text)
+    try:
+        check_threshold(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    return value
+
+
 def report_command(
     paths: Annotated[List[Path], typer.Argument(help="Run directories (searched recursively for metrics.jsonl) or metrics files.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder for report.md, report.html and the PNG plots.")] = Path("report"),
     site: Annotated[Optional[str], typer.Option(help="Site profile (name or TOML path) for every run; default: the one each run's directory kept (site.toml), else its site's name.")] = None,
     include_network_mismatches: Annotated[bool, typer.Option(
         "--include-network-mismatches", help="keep runs whose network is not the site's \\[network] in the tables and plots")] = False,
+    include_stragglers: Annotated[bool, typer.Option(
+        "--include-stragglers", help="keep runs with a straggler or a throttled GPU in the tables and plots (their E_G is understated)")] = False,
+    straggler_threshold: Annotated[Optional[float], typer.Option(
+        parser=fraction, help="a rank computing this fraction slower than the median rank is a straggler (default: each run's site profile's straggler_threshold, else 0.1)")] = None,
 ) -> None:
     """Turn run directories into the study's tables, report.md, report.html (one page to share) and plots.
 
@@ -498,33 +657,34 @@ def report_command(
     if not loaded.runs:
         raise DlaunchError("no valid metrics files in %s" % ", ".join(str(p) for p in paths))
     profiles = load_profiles(loaded.runs, site)
-    notes = list(profiles.notes)
     problems = off_network(loaded.runs, profiles)
-    off = [r for r in loaded.runs if r.path in problems]
-    results = build_results([r for r in loaded.runs if include_network_mismatches or r.path not in problems], profiles)
-    notes += missing_references([r for g in results for r in g.runs], profiles)
+    flags = flagged(loaded.runs, profiles, straggler_threshold)
+    apart = SetApart([r for r in loaded.runs if r.path in problems], problems, include_network_mismatches,
+                     [r for r in loaded.runs if r.path in flags], flags, include_stragglers, straggler_threshold)
+    excluded = {r.path for r in apart.excluded()}
+    results = build_results([r for r in loaded.runs if r.path not in excluded], profiles)
+    reported = [r for g in results for r in g.runs]
+    notes = profiles.notes + missing_references(reported, profiles) + steps_only_note(reported)
     diverged = [r for r in loaded.runs if r.diverged]
     recorded = record_runs([r.path for r in loaded.runs])
     rcp = rcp_verdicts({g.key.label: g.runs for g in results})
-    columns = Columns.of([r for g in results for r in g.runs], history=bool(recorded.history))
-    for g in results:
-        print_table(console, g.key.label, columns.scaling_headers(), scaling_rows(g, columns), SCALING_LEAVE_OUT)
-        rows = [row[:-1] for row in run_rows(g, profiles, columns, recorded.history)]  # metrics file paths: report.md
-        print_table(console, g.key.label + ": runs", columns.run_headers()[:-1], rows, RUN_LEAVE_OUT)
+    print_results(console, results, profiles, recorded)
     if rcp:
         print_table(console, "convergence against MLPerf's RCPs (%s)" % RCP_SOURCE, ["group"] + RCP_HEADERS,
                     [[v.label] + row for v, row in zip(rcp, rcp_rows(rcp))], ["min epochs", "RCP mean", "runs", "RCP"])
+    if apart.flagged:
+        rows = [[r.key.label] + row[:-1] for r in apart.flagged for row in flagged_rows([r], flags)]
+        print_table(console, "runs with a straggler or a throttled GPU", ["group"] + FLAGGED_HEADERS[:-1], rows)
     if diverged:
         rows = [[r.key.label] + row[:-1] for r in diverged for row in diverged_rows([r])]
         print_table(console, "diverged runs (left out of every table above)", ["group"] + DIVERGED_HEADERS[:-1], rows, ["epochs"])
-    if off:
-        rows = [[r.key.label] + row[:-1] for r in off for row in off_network_rows([r], problems)]
+    if apart.off:
+        rows = [[r.key.label] + row[:-1] for r in apart.off for row in off_network_rows([r], problems)]
         print_table(console, "runs off their network", ["group"] + OFF_NETWORK_HEADERS[:-1], rows)
-        notes.append(off_network_note(off, include_network_mismatches))
+    notes += apart.notes()
     for note in notes:
         errors.print("note: %s" % note, markup=False, highlight=False)
-    write_report(output, results, profiles, loaded.rejected, notes, diverged, recorded, rcp, off, problems,
-                 include_network_mismatches, [str(p) for p in paths])
+    write_report(output, results, profiles, loaded.rejected, notes, diverged, recorded, rcp, apart, [str(p) for p in paths])
     console.print("wrote %s and %s" % (output / "report.md", output / PAGE), markup=False, highlight=False)
     if loaded.rejected:
         raise typer.Exit(1)
