@@ -61,7 +61,7 @@ from dlaunch.errors import DlaunchError
 if TYPE_CHECKING:  # the site and study models (pydantic) stay out of `dlaunch status`'s start-up
     from dlaunch.jobs.sites import Reference
     from dlaunch.runs.study import Compare
-from dlaunch.train.metrics_schema import METRICS_FILE, Metrics, MetricsError, energy_total, read_metrics
+from dlaunch.train.metrics_schema import METRICS_FILE, OVERHEAD_FIELDS, Metrics, MetricsError, energy_total, read_metrics
 
 
 
@@ -99,9 +99,6 @@ class KernelShares:
         return cls(comm / total, compute / total, io / total)
 
 
-OVERHEAD_PARTS = ("loader_start_s", "validation_s", "checkpoint_s", "barrier_s", "metrics_s", "total_s")
-
-
 @dataclass(frozen=True)
 class Overhead:
     """An epoch's time outside its steps (rank 0's wall clock, seconds; metrics-v4's `overhead`), or a mean of them."""
@@ -115,7 +112,7 @@ class Overhead:
 
     @classmethod
     def mean_of(cls, items: Sequence["Overhead"]) -> "Overhead":
-        return cls(*(mean(getattr(o, name) for o in items) for name in OVERHEAD_PARTS))
+        return cls(*(mean(getattr(o, name) for o in items) for name in OVERHEAD_FIELDS))
 
 
 @dataclass(frozen=True)
@@ -408,7 +405,7 @@ def _total(energy: Optional[dict]) -> Tuple[Optional[float], Optional[str]]:
 
 def _overhead(record: Dict[str, Any]) -> Optional[Overhead]:
     overhead = record.get("overhead")
-    return Overhead(*(float(overhead[name]) for name in OVERHEAD_PARTS)) if isinstance(overhead, dict) else None
+    return Overhead(*(float(overhead[name]) for name in OVERHEAD_FIELDS)) if isinstance(overhead, dict) else None
 
 
 def run_from_metrics(metrics: Metrics) -> Run:

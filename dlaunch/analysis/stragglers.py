@@ -18,13 +18,12 @@ from statistics import mean
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from dlaunch.boundary import escape
-from dlaunch.train.metrics_schema import Metrics, is_number
+from dlaunch.train.metrics_schema import STEP_PHASES, Metrics, is_number
 
 if TYPE_CHECKING:
     from dlaunch.analysis.scaling import EpochPoint, Run
 
 DEFAULT_THRESHOLD = 0.10
-PHASES = ("data_s", "compute_s", "sync_s", "optimizer_s", "other_s", "step_s")
 # Reasons that slow a GPU whatever its clock shows (NVML clock event reasons, as the trainer names them).
 HARD_THROTTLES = ("thermal", "hardware slowdown", "power brake")
 STRAGGLER, THROTTLED = "straggler", "throttled"
@@ -43,11 +42,11 @@ class PhaseTimes:
 
     @classmethod
     def of(cls, record: Dict[str, Any]) -> "PhaseTimes":
-        return cls(*(float(record[name]) for name in PHASES))
+        return cls(*(float(record[name]) for name in STEP_PHASES))
 
     @classmethod
     def mean_of(cls, items: Sequence["PhaseTimes"]) -> "PhaseTimes":
-        return cls(*(mean(getattr(p, name) for p in items) for name in PHASES))
+        return cls(*(mean(getattr(p, name) for p in items) for name in STEP_PHASES))
 
 
 @dataclass(frozen=True)
