@@ -23,7 +23,7 @@ def joined(separator: str, words: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class JobSpec:
-    name: str  # the experiment: the scheduler's job name
+    name: str  # the scheduler's job name: EXPERIMENT-RUN_NAME, so each run of a sweep or study has its own
     nodes: int
     tasks_per_node: int
     cpus_per_task: int

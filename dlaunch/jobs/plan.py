@@ -167,9 +167,9 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         plugin_dir = site.nccl_net_plugin.directory if site.nccl_net_plugin else None
         binds = (run_dir,) + ((_bindable("--data", data),) if data not in (None, "synthetic") else ()) + ((plugin_dir,) if plugin_dir else ())
     requeue = site.requeue if request.requeue is None else request.requeue
-    job = JobSpec(name=experiment, nodes=nodes, tasks_per_node=spec.tasks_per_node, cpus_per_task=spec.cpus_per_task,
-                  gpus_per_node=nproc, seconds=seconds, queue=queue, account=account, run_dir=run_dir, requeue=requeue,
-                  extra_tasks=spec.extra_tasks, overcommit=spec.overcommit)
+    job = JobSpec(name="%s-%s" % (experiment, os.path.basename(run_dir)), nodes=nodes, tasks_per_node=spec.tasks_per_node,
+                  cpus_per_task=spec.cpus_per_task, gpus_per_node=nproc, seconds=seconds, queue=queue, account=account,
+                  run_dir=run_dir, requeue=requeue, extra_tasks=spec.extra_tasks, overcommit=spec.overcommit)
     container_options: Tuple[str, ...] = ()
     container_prefix: Tuple[str, ...] = ()
     if runtime.containerized:

@@ -1,5 +1,5 @@
 #!/bin/bash
-#SBATCH --job-name=exp
+#SBATCH --job-name=exp-run
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
 #SBATCH --cpus-per-task=8

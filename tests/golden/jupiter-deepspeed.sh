@@ -1,5 +1,5 @@
 #!/bin/bash
-#SBATCH --job-name=exp
+#SBATCH --job-name=exp-run
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=288

@@ -1,5 +1,5 @@
 #!/bin/bash
-#PBS -N exp
+#PBS -N exp-run
 #PBS -l select=2:system=polaris
 #PBS -l walltime=1:00:00
 #PBS -q debug
