@@ -1,7 +1,7 @@
 """dlaunch/train/energy.py: each source against the real interface where this machine has it (it has no
 GPU, no readable RAPL, no HPE Cray counters: then the reason is tested), and the parsing of
 sysfs-style files written by the test. NVML, amdsmi and rocm-smi counters, which cannot exist here,
-are fed by fakes named as such. The all-rank sum runs on two real gloo ranks."""
+are fed by fakes named as such (NVML's: tests/fake_nvml.py). The all-rank sum runs on two real gloo ranks."""
 import os
 import socket
 import stat
@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from fake_nvml import FakeNvml
 from helpers_train import REPO, TINY, assert_ok, run_trainer
 from dlaunch.train.energy import (NOT_LEADER, AmdSmiGpu, CrayNodeCounter, EnergyMeter, NvmlGpu, RaplCounter, RocmSmiGpu,
                           Unavailable, probe_sources)
@@ -129,36 +130,6 @@ def test_cray_parses_pm_counters_files_written_by_the_test(tmp_path):
 
 
 # -- fakes for the GPU libraries that cannot exist here ------------------------------------------------
-
-class FakeNvml:
-    """A fake of pynvml's calls used by NvmlGpu: a counter in mJ and a utilisation."""
-
-    class NVMLError(Exception):
-        pass
-
-    def __init__(self):
-        self.mj, self.by = 5_000, []
-
-    def nvmlInit(self):
-        pass
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        self.by.append(("index", index))
-        return index
-
-    def nvmlDeviceGetHandleByUUID(self, uuid):
-        self.by.append(("uuid", uuid))
-        return uuid
-
-    def nvmlDeviceGetName(self, handle):
-        return b"Fake H100"
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
-        return self.mj
-
-    def nvmlDeviceGetUtilizationRates(self, handle):
-        return SimpleNamespace(gpu=87, memory=40)
-
 
 def test_nvml_counter_in_millijoules_with_a_fake_nvml(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")

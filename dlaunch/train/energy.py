@@ -78,7 +78,7 @@ class NvmlGpu(Counter):
         self.nvml = nvml
         try:
             nvml.nvmlInit()
-            self.handle = _nvml_handle(nvml, device_index)
+            self.handle = nvml_handle(nvml, device_index)
             name = nvml.nvmlDeviceGetName(self.handle)
             super().__init__()
         except nvml.NVMLError as e:
@@ -108,7 +108,7 @@ def _visible_index(device_index: int, variables: Tuple[str, ...]) -> Union[int, 
     return device_index
 
 
-def _nvml_handle(nvml: Any, device_index: int) -> Any:
+def nvml_handle(nvml: Any, device_index: int) -> Any:
     """NVML's handle of torch's CUDA device: by UUID (torch >= 2.0 knows it), else through
     CUDA_VISIBLE_DEVICES (NVML counts all GPUs of the node, CUDA only the visible ones)."""
     uuid = getattr(torch.cuda.get_device_properties(device_index), "uuid", None) if torch.cuda.is_available() else None

@@ -1,11 +1,18 @@
 """The training loop: framework- and loader-agnostic (it only calls `Framework` and the loader interface).
 
 Per step: set the LR of `global_step` (dlaunch/train/schedule.py), forward (autocast per `--amp`), backward,
-optimizer step; every `STOP_CHECK_STEPS` steps, and after each epoch's checkpoint, all ranks agree
-whether a stop signal arrived (an all-reduce and a device sync, so not every step). Per epoch: throughput of the
-whole job over the non-warm-up, non-profiled steps (rank 0, after a device sync and a barrier at both
-ends of the measured window), rank-mean loss and data wait, validation (counts summed over ranks),
-an `epoch` record, a checkpoint.
+gradients ready (`Framework.synchronize_gradients`), optimizer step; every `STOP_CHECK_STEPS` steps, and after
+each epoch's checkpoint, all ranks agree whether a stop signal arrived (an all-reduce and a device sync, so not
+every step). Per epoch: throughput of the whole job over the non-warm-up, non-profiled steps (rank 0, after a
+device sync and a barrier at both ends of the measured window), rank-mean loss and data wait, validation
+(counts summed over ranks), a checkpoint, then the `epoch` record (so it carries this epoch's validation and
+checkpoint).
+
+Where the time goes (dlaunch/train/phases.py, metrics version 4): every rank times the phases of its measured
+steps (data, compute, sync, optimizer; CUDA events on a GPU, no extra device sync) and the epoch's parts outside
+the steps (loader start, validation, checkpoint, barriers, metrics); GPU health (dlaunch/train/gpuhealth.py) is
+sampled with the energy counters. One gather per epoch brings every rank's figures to rank 0, which writes
+`phases` (median and slowest rank), `nodes` (per node) and `overhead` (its own) into the epoch record.
 
 Energy (dlaunch/train/energy.py): every rank reads its counters at each stop check and at the end of each
 epoch (after validation), where one sum over ranks gives the run's energy so far; an epoch's energy
@@ -43,12 +50,14 @@ from dlaunch.train.config import (EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_DIVERGED,
 from dlaunch.train.data import build_loaders
 from dlaunch.train.energy import EnergyMeter, Figure
 from dlaunch.train.frameworks.base import DistInfo, Framework
+from dlaunch.train.gpuhealth import GpuHealth
 from dlaunch.train.metrics import library_versions
 from dlaunch.train.metrics_core import MetricsWriter, git_revision, print_summary, run_id
 from dlaunch.train.metrics_schema import energy_total, is_number
 from dlaunch.train.mllog import MLPerfLog, hyperparameters, mllog_path
 from dlaunch.train.models import build_model
 from dlaunch.train.network import NCCL_LOG_DIR, by_node, nccl_warnings, observe, route_nccl_debug
+from dlaunch.train.phases import EpochOverhead, StepTimer, gather_rows, overhead_fields, phase_fields, rank_row
 from dlaunch.train.profiling import KernelProfiler, StepProfiler, kernel_fields, unavailable_kernel_fields
 from dlaunch.train.schedule import LRSchedule
 from dlaunch.train.signals import StopSignals
@@ -105,6 +114,10 @@ class Trainer:
         self.session_steps = 0
         self.epochs_completed = 0
         self.meter = EnergyMeter.for_rank(dist.device, dist.rank, dist.world_size, dist.local_rank)
+        self.health = GpuHealth.for_device(dist.device)
+        self.hosts: List[str] = []  # every rank's host, index = rank
+        # The next epoch's time outside its steps: writing this epoch's record and the stop check after it count there.
+        self.next_overhead = EpochOverhead()
         self.energy_before: Dict[str, float] = {}  # the run's energy before this process (resume)
         self.energy_j: Dict[str, Figure] = {}  # the run's energy at the last reading
         self.energy_to_accuracy: Optional[float] = None
@@ -133,6 +146,8 @@ class Trainer:
         memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
         self.model = build_model(cfg.model, cfg.num_classes).to(self.device, memory_format=memory_format)
         self.wrapped, _ = framework.wrap(self.model, build_optimizer(self.model, cfg), cfg)
+        self.timer = StepTimer(self.device)
+        self.timer.install(self.model)  # the model itself: its forward runs inside any wrapper's
         self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
         self.profiler = StepProfiler(framework, framework.parameters(self.model), self.synchronize, dist.world_size)
         self.kernel_profiler = KernelProfiler(self.synchronize) if self.device.type == "cuda" else None
@@ -203,7 +218,7 @@ class Trainer:
         state = load_checkpoint(checkpoint_path(cfg.checkpoint_dir)) if cfg.resume else None
         if state is not None:
             start_epoch, skip, progress = self.restore(state)
-        hosts = self.fw.all_gather_object(socket.gethostname())
+        self.hosts = hosts = self.fw.all_gather_object(socket.gethostname())
         network = self.network_records()
         if self.dist.is_main:
             continuing = os.path.exists(cfg.metrics_path) and os.path.getsize(cfg.metrics_path) > 0
@@ -219,7 +234,8 @@ class Trainer:
         for epoch in range(start_epoch, self.epochs):
             status = self.train_epoch(epoch, skip, progress)
             if status is None and epoch + 1 < self.epochs:
-                status = self.agreed_stop()  # a signal during validation or the checkpoint: no new epoch begins
+                with self.next_overhead.timed("barrier_s"):
+                    status = self.agreed_stop()  # a signal during validation or the checkpoint: no new epoch begins
             if status is not None:
                 return status
             skip, progress = 0, EpochProgress()
@@ -227,15 +243,18 @@ class Trainer:
 
     def train_epoch(self, epoch: int, skip: int, progress: EpochProgress) -> Optional[str]:
         cfg, fw = self.cfg, self.fw
+        overhead, self.next_overhead = self.next_overhead, EpochOverhead()
         loader = self.loaders.train
-        loader.set_epoch(epoch, skip)
+        with overhead.timed("loader_start_s"):
+            loader.set_epoch(epoch, skip)
         self.model.train()
         if not progress.energy_start_j:
             progress.energy_start_j = self.measured_energy() or dict(self.energy_before)
         self.meter.start_epoch()
         if skip == 0:
             self.mllog.epoch_start(epoch)
-        batches = iter(loader)
+        with overhead.timed("loader_start_s"):
+            batches = iter(loader)
         epoch_start = time.perf_counter()
         window_start: Optional[float] = None
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -251,20 +270,24 @@ class Trainer:
             if kernel_profiled and self.session_steps == warmup_and_profile and self.kernel_profiler:
                 self.kernel_profiler.start()
             if measured and window_start is None:
-                window_start = self.synced_time()
+                with overhead.timed("barrier_s"):
+                    window_start = self.synced_time()
             requested = time.perf_counter()
+            self.timer.begin(timed=measured)
             images, labels = next(batches)
             if profiled:
                 self.synchronize()
             waited = time.perf_counter() - requested
+            self.timer.mark("batch")
             lr = self.schedule(self.global_step)
             for group in fw.param_groups:
                 group["lr"] = lr
 
             def forward_backward() -> torch.Tensor:
                 with autocast(cfg, self.device):
-                    loss = self.criterion(self.wrapped(images), labels)
-                fw.backward(loss)
+                    loss = self.criterion(self.wrapped(images), labels)  # hooks mark the model's forward
+                self.timer.mark("backward_begin")
+                fw.backward(loss)  # a hook marks the first parameter's gradient
                 return loss
 
             if profiled:
@@ -272,7 +295,10 @@ class Trainer:
             else:
                 fw.zero_grad()
                 loss = forward_backward()
+                fw.synchronize_gradients()
+                self.timer.mark("ready")
                 fw.step()
+                self.timer.end()
             loss = loss.detach()
             loss_sum += loss
             self.nonfinite_streak = (self.nonfinite_streak + 1) * (~torch.isfinite(loss)).double()
@@ -291,16 +317,21 @@ class Trainer:
                     self.write_kernel_profile()
             if self.global_step % STOP_CHECK_STEPS == 0:
                 self.meter.poll()
+                self.health.sample()
                 status = self.agreed_stop()
                 if status:
                     break
-        now = self.synced_time()
+        with overhead.timed("barrier_s"):
+            now = self.synced_time()
+        step_means = self.timer.epoch_means()  # every mark is done after the device sync
+        health = self.health.end_epoch()
         if window_start is not None:
             progress.measured_time += now - window_start
         progress.time += now - epoch_start
         progress.measured_steps += measured_steps
-        rank_loss_sum, rank_data_wait, diverged = self.rank_means([loss_sum.item(), data_wait,
-                                                                    self.diverged_flag().item()])
+        with overhead.timed("metrics_s"):
+            rank_loss_sum, rank_data_wait, diverged = self.rank_means([loss_sum.item(), data_wait,
+                                                                        self.diverged_flag().item()])
         progress.loss_sum += rank_loss_sum
         progress.data_wait += rank_data_wait
         if diverged > 0 or status == "diverged":
@@ -309,20 +340,23 @@ class Trainer:
             self.read_energy()
             self.save(epoch, progress)
             return status
-        self.finish_epoch(epoch, progress)
-        self.save(epoch + 1, EpochProgress())
+        self.finish_epoch(epoch, progress, overhead, step_means, health)
         return None
 
-    def finish_epoch(self, epoch: int, progress: EpochProgress) -> None:
+    def finish_epoch(self, epoch: int, progress: EpochProgress, overhead: EpochOverhead, step_means: List[float],
+                     health: List[float]) -> None:
+        """Validation, energy, the checkpoint of the next epoch's start, the phase gather, then the epoch record
+        (`step_means`: StepTimer.epoch_means, `health`: GpuHealth.end_epoch of this rank)."""
         fields: Dict[str, Any] = {}
         last = epoch == self.epochs - 1
         reached = False
         self.mllog.epoch_stop(epoch)
         block_ends = (epoch + 1) % self.cfg.val_every == 0 or last
         if self.loaders.val is not None and block_ends:
-            self.mllog.eval_start(epoch)
-            fields = self.validate()
-            self.mllog.eval_stop(epoch, fields["top1"], fields.pop("images"))
+            with overhead.timed("validation_s"):
+                self.mllog.eval_start(epoch)
+                fields = self.validate()
+                self.mllog.eval_stop(epoch, fields["top1"], fields.pop("images"))
             if self.best_top1 is None or fields["top1"] > self.best_top1:
                 self.best_top1 = fields["top1"]
             target = self.cfg.target_accuracy
@@ -332,22 +366,32 @@ class Trainer:
         if block_ends:
             self.mllog.block_stop(epoch)
             self.mllog.reached(fields.get("top1"))
-        reading = self.read_energy()
+        with overhead.timed("metrics_s"):
+            reading = self.read_energy()
         if reached:
             total = energy_total(self.energy_j)
             self.energy_to_accuracy = total[0] if total else None
         epoch_energy = {d: v - progress.energy_start_j.get(d, 0.0) if is_number(v) else v
                         for d, v in self.energy_j.items()}
+        self.epochs_completed = epoch + 1
+        with overhead.timed("checkpoint_s"):
+            self.save(epoch + 1, EpochProgress())
+        gather_began = time.perf_counter()
+        rows = gather_rows(self.fw.all_reduce_sum, rank_row(step_means, self.dist.local_rank, overhead.seconds, health),
+                           self.dist.rank, self.dist.world_size, self.device)
+        explained = phase_fields(rows, self.hosts) if self.writer else {}
+        explained["overhead"] = overhead_fields(rows[0], time.perf_counter() - gather_began)
         images = progress.measured_steps * self.global_batch
         record = dict(epoch=epoch, steps=progress.steps, images=images,
                       images_per_s=images / progress.measured_time if progress.measured_time > 0 else 0.0,
                       epoch_time_s=progress.time, data_wait_s=progress.data_wait,
                       loss=progress.loss_sum / max(progress.steps, 1), lr=self.schedule(self.global_step - 1),
                       energy_j=epoch_energy, gpu_utilization_pct=reading.utilization_pct,
-                      gpu_memory_peak_bytes=reading.memory_peak_bytes, **fields)
-        self.epochs_completed = epoch + 1
+                      gpu_memory_peak_bytes=reading.memory_peak_bytes, measured_steps=progress.measured_steps,
+                      **explained, **fields)
         if self.writer:
-            self.epoch_records.append(self.writer.write("epoch", **record))
+            with self.next_overhead.timed("metrics_s"):
+                self.epoch_records.append(self.writer.write("epoch", **record))
 
     def validate(self) -> Dict[str, float]:
         """top-1/top-5 fractions, mean cross-entropy (without label smoothing) and images of the whole val set."""

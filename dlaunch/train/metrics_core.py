@@ -12,7 +12,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from dlaunch.train import jobenv
-from dlaunch.train.metrics_schema import abstract_request, energy_total, make_record
+from dlaunch.train.metrics_schema import STEP_PHASES, abstract_request, energy_total, make_record
 
 
 class MetricsWriter:
@@ -73,9 +73,12 @@ def run_id() -> str:
 
 
 def print_summary(epochs: List[Dict[str, Any]], end: Dict[str, Any]) -> None:
-    """A short table of the epochs and the end record (rich if importable, else plain text)."""
-    columns = ("epoch", "images/s", "time s", "loss", "lr", "top1")
-    rows = [(str(e["epoch"]), "%.1f" % e["images_per_s"], "%.2f" % e["epoch_time_s"], "%.4f" % e["loss"],
+    """A short table of the epochs and the end record (rich if importable, else plain text). Its images/s is each
+    epoch's steps-only rate; the time outside the steps (`overhead`) is its own column ("-": not recorded),
+    and the last epoch's per-rank phases, where recorded, close the title."""
+    columns = ("epoch", "images/s (steps)", "steps s", "overhead s", "loss", "lr", "top1")
+    rows = [(str(e["epoch"]), "%.1f" % e["images_per_s"], "%.2f" % e["epoch_time_s"],
+             "%.2f" % e["overhead"]["total_s"] if "overhead" in e else "-", "%.4f" % e["loss"],
              "%.4g" % e["lr"], "-" if e.get("top1") is None else "%.4f" % e["top1"]) for e in epochs]
     title = "train: %s after %.1f s" % (end["status"], end["total_time_s"])
     if end.get("time_to_accuracy_s") is not None:
@@ -87,6 +90,8 @@ def print_summary(epochs: List[Dict[str, Any]], end: Dict[str, Any]) -> None:
         title += ", energy to accuracy %.1f kJ" % (end["energy_to_accuracy_j"] / 1000)
     if end.get("reason"):
         title += "\n" + end["reason"]
+    if epochs and "phases" in epochs[-1]:
+        title += "\n" + phases_line(epochs[-1]["phases"])
     try:
         from rich.console import Console
         from rich.table import Table
@@ -102,6 +107,14 @@ def print_summary(epochs: List[Dict[str, Any]], end: Dict[str, Any]) -> None:
     for row in rows:
         table.add_row(*row)
     Console().print(table)
+
+
+def phases_line(phases: Dict[str, Any]) -> str:
+    """One line of an epoch record's `phases`: the median rank's seconds per step and the slowest rank's compute."""
+    median, slowest = phases["median"], phases["slowest"]
+    return ("last epoch, median rank per step: %s; rank %d (%s, local rank %d) computed longest: %.4f s"
+            % (", ".join("%s %.4f s" % (name[:-2], median[name]) for name in STEP_PHASES),
+               slowest["rank"], slowest["host"], slowest["local_rank"], slowest["compute_s"]))
 
 
 class RunRecorder:

@@ -69,6 +69,11 @@ class Framework:
         """Back-propagate `loss` (gradients averaged across ranks by the time `step` returns)."""
         loss.backward()
 
+    def synchronize_gradients(self) -> None:
+        """Called between `backward` and `step` of a training step: return once the gradients are ready for the
+        optimizer (averaged across ranks), so that the loop can time communication apart from the update
+        (dlaunch/train/phases.py). Default: `backward` already returned them so (DDP, DeepSpeed)."""
+
     def no_sync(self) -> ContextManager[Any]:
         """A context in which `backward` leaves gradients local (not averaged); used by profiling,
         which then averages them explicitly with `all_reduce_mean`. Default: no such mode (gradients

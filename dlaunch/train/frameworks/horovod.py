@@ -55,7 +55,7 @@ class Horovod(Framework):
         self.optimizer: Any = None
         self.passes_per_step = 1
         self.passes = 0
-        self.skip_synchronize = False
+        self.skip_synchronize = False  # the next update applies the gradients as they are (no_sync, synchronized)
         self.fp16_allreduce = False
         self.on_gpu = False
 
@@ -125,6 +125,14 @@ class Horovod(Framework):
             delays.update(saved)
             self.optimizer._handles.clear()
         self.skip_synchronize = True
+
+    def synchronize_gradients(self) -> None:
+        """On the backward pass that completes an update: wait for Horovod's all-reduces
+        (`optimizer.synchronize()`); `step` then applies them under `skip_synchronize`, as Horovod's own
+        `step` would after synchronising."""
+        if (self.passes + 1) % self.passes_per_step == 0 and not self.skip_synchronize:
+            self.optimizer.synchronize()
+            self.skip_synchronize = True
 
     def step(self) -> None:
         self.passes += 1

@@ -107,6 +107,7 @@ class TorchParameterServer(ProcessGroupFramework):
         self.params: List[torch.nn.Parameter] = []
         self.version = 0
         self.world_size = 1
+        self.reply: Optional[Tuple[int, List[torch.Tensor]]] = None  # the server's answer to this step's push
 
     def init(self, cfg: Any) -> DistInfo:
         mode = engine_mode(cfg.framework, "torch")
@@ -154,10 +155,18 @@ class TorchParameterServer(ProcessGroupFramework):
             for p, value in zip(self.params, values):
                 p.copy_(value)
 
-    def step(self) -> None:
+    def synchronize_gradients(self) -> None:
+        """Push this step's gradients and LR and wait for the server's answer: the update happens there, so for
+        the loop's step timers the round trip is communication and waiting for peers; `step` copies it in."""
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         lr = self.optimizer.param_groups[0]["lr"]
-        self.receive(rpc.rpc_sync(SERVER_NAME, _push, args=(grads, lr, self.version)))
+        self.reply = rpc.rpc_sync(SERVER_NAME, _push, args=(grads, lr, self.version))
+
+    def step(self) -> None:
+        if self.reply is None:  # a profiled step pushes here (dlaunch/train/profiling.py calls step alone)
+            self.synchronize_gradients()
+        reply, self.reply = self.reply, None
+        self.receive(reply)
 
     def zero_grad(self) -> None:
         self.model.zero_grad(set_to_none=True)
