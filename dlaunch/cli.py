@@ -15,22 +15,23 @@ from typing import TYPE_CHECKING, Annotated, Any, List, Optional, Sequence, Tupl
 
 import typer
 import typer.main
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand
 from typer.models import CommandInfo
 
 from dlaunch.boundary import check_limit, escape, finite_number
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.request import LaunchRequest
 from dlaunch.runs.rundir import RunDir, default_run_name, display_path, find_runs, newest_first
-from dlaunch.terminal import (Account, AllowLarge, DryRun, Experiment, Follow, Framework, Image, Output, Partition,
-                               Requeue, RunDirArg, RunDirs, Site_, TimeLimit, complete_run_dir, complete_site, err, out,
-                               record_results, show_status, with_trainer_options)
+from dlaunch.terminal import (Account, AllowLarge, DlaunchCommand, DryRun, Experiment, Follow, Framework, Image, Output,
+                               Partition, PlainGroup, Requeue, RunDirArg, RunDirs, Site_, TimeLimit, command_group,
+                               complete_run_dir, complete_site, err, out, record_results, show_status,
+                               with_trainer_options)
 
 if TYPE_CHECKING:
     from dlaunch.runs.service import Prepared
 
 # Options of the whole program, not of `run` (which `dlaunch <run options>` stands for).
-TOP_LEVEL_OPTIONS = ("--help", "-h", "--install-completion", "--show-completion")
+TOP_LEVEL_OPTIONS = ("--help", "-h", "--version", "--install-completion", "--show-completion")
 # Commands defined in modules too heavy to import for every command: name -> (module, function).
 LAZY_COMMANDS = {
     "images": ("dlaunch.jobs.images", "images_command"),
@@ -55,7 +56,7 @@ def _first_docstring_line(module: str, function: str) -> str:
     return (ast.get_docstring(node) or "").split("\n")[0]
 
 
-class DlaunchGroup(TyperGroup):
+class DlaunchGroup(PlainGroup):
     """`dlaunch <run options>` is `dlaunch run <run options>` (also for shell completion). Imports a
     lazy command's module when the command runs; its line in `dlaunch --help` comes from the source,
     so the help imports none of them."""
@@ -83,8 +84,8 @@ class DlaunchGroup(TyperGroup):
                 return TyperCommand(name, help=_first_docstring_line(module, function))
             callback = getattr(importlib.import_module(module), function)
             self.commands[name] = typer.main.get_command_from_info(
-                CommandInfo(name=name, callback=callback), pretty_exceptions_short=app.pretty_exceptions_short,
-                rich_markup_mode=app.rich_markup_mode)
+                CommandInfo(name=name, callback=callback, cls=DlaunchCommand),
+                pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode)
         return super().get_command(ctx, name)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
@@ -95,26 +96,44 @@ class DlaunchGroup(TyperGroup):
             self.listing = False
 
 
-app = typer.Typer(help="Launch distributed training benchmarks on Slurm sites or this machine.",
-                  no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False, cls=DlaunchGroup)
-sites_app = typer.Typer(help="Site profiles: list (no sub-command), show, check, migrate.", invoke_without_command=True)
+app = command_group(help="Launch distributed training benchmarks on Slurm sites or this machine.",
+                    no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False, cls=DlaunchGroup)
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from dlaunch import __version__
+        from dlaunch.runs.service import git_revision
+
+        revision = git_revision()
+        out.out("dlaunch %s%s" % (__version__, " (git %s)" % revision[:12] if revision else ""), highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def options(version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                                  help="print dlaunch's version (and git revision) and exit")] = False) -> None:
+    """The program's own options (its help text is the app's)."""
+
+
+sites_app = command_group(help="Site profiles: list (no sub-command), show, check, migrate.", invoke_without_command=True)
 app.add_typer(sites_app, name="sites")
 
 
 def _deliver(jobs: Sequence["Prepared"], dry_run: bool, follow: bool, summary: str = "") -> int:
-    """Print the scripts (--dry-run), or submit the jobs (the run service's one rule), show the runs that
-    ran in the foreground, and follow the others (--follow)."""
+    """Print the scripts (--dry-run; notes on stderr), or submit the jobs (the run service's one rule),
+    show the runs that ran in the foreground, and follow the others (--follow)."""
     from dlaunch.runs import service
 
     for line in dict.fromkeys(warning for job in jobs for warning in job.warnings):
         err.print("dlaunch: warning: %s" % line)
     for line in dict.fromkeys(note for job in jobs for note in job.notes):
         err.print("dlaunch: note: %s" % line)
-    if dry_run:
+    if dry_run:  # stdout is the script(s) alone: `--dry-run > job.sh`
         for job in jobs:
             out.out(job.script, end="" if len(jobs) == 1 else "\n")
         if summary:
-            out.out(summary)
+            err.print("dlaunch: %s" % summary, highlight=False)
         return 0
     submitted = service.submit_all(jobs, err.print)
     foreground = [run for job, run in zip(jobs, submitted.runs) if job.foreground]
@@ -298,7 +317,10 @@ def sites_show(name: Annotated[str, typer.Argument(help="profile name, alias or 
     from dlaunch.jobs.sitecheck import age_warnings
     from dlaunch.jobs.sites import resolve_site
 
-    site = resolve_site(name)
+    try:
+        site = resolve_site(name)
+    except DlaunchError as e:  # the resolver speaks of --site, the flag of the other commands
+        raise DlaunchError(str(e).replace("--site: ", "sites show NAME: ", 1)) from None
     out.print_json(site.model_dump_json())
     for warning in age_warnings(site, datetime.date.today()):
         err.print("dlaunch: warning: site %s: %s" % (site.name, warning))

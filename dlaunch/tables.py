@@ -90,3 +90,8 @@ def markdown(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """`1 job`, `2 jobs`: a count with its noun in the number it takes (`plural` where it is not noun + s)."""
+    return "%d %s" % (n, noun if n == 1 else plural or noun + "s")

@@ -1,5 +1,5 @@
-"""What the commands share at the terminal: the consoles, the option types and their completion, the
-trainer's flags as options, and the status table. `cli.py` and the command modules (doctor, study,
+"""What the commands share at the terminal: the consoles, the help's layout, the option types and their
+completion, the trainer's flags as options, and the status table. `cli.py` and the command modules (doctor, study,
 rerun, archive, images, report, predict) import these; none of them imports `cli.py`.
 
 Start-up matters on login nodes (every command, every TAB): only what every command needs is imported
@@ -7,11 +7,15 @@ here; the status table imports its parts when it is printed.
 """
 import functools
 import inspect
+import sys
 from pathlib import Path
-from typing import Annotated, Any, Callable, List, Literal, Optional
+from typing import Annotated, Any, Callable, Dict, List, Literal, Optional, Tuple
 
 import typer
 from rich.console import Console
+from typer._click import Context as ClickContext  # typer's own copy of click
+from typer._click.formatting import HelpFormatter as ClickHelpFormatter
+from typer.core import TyperCommand, TyperGroup
 
 from dlaunch.boundary import ALLOW_LARGE, NAME, escape, whole
 from dlaunch.errors import DlaunchError
@@ -20,6 +24,74 @@ from dlaunch.runs.rundir import RunDir, display_path, find_runs, readable
 
 out = Console(soft_wrap=True, markup=False)
 err = Console(stderr=True, soft_wrap=True, markup=False)
+
+
+# Help text is wrapped with its hyphens held as this character (which no line break follows), so that a
+# line never ends inside `--from-runs` or `<stack>-<framework>`; the formatter writes them back.
+HELD_HYPHEN = "\u2011"
+
+
+class HelpFormatter(ClickHelpFormatter):
+    """click's plain help layout, with words whole: broken at spaces only, never at a hyphen."""
+
+    def write_dl(self, rows: Any, col_max: int = 30, col_spacing: int = 2) -> None:
+        super().write_dl([(first, second.replace("-", HELD_HYPHEN)) for first, second in rows], col_max, col_spacing)
+
+    def write_text(self, text: str) -> None:
+        super().write_text(text.replace("-", HELD_HYPHEN))
+
+    def write(self, string: str) -> None:
+        super().write(string.replace(HELD_HYPHEN, "-"))
+
+
+class HelpContext(ClickContext):
+    formatter_class = HelpFormatter
+
+
+class DlaunchCommand(TyperCommand):
+    """A command whose plain help lists its options in sections by their `rich_help_panel` (the
+    trainer's flags under "Trainer"), as rich's help draws its panels."""
+
+    context_class = HelpContext
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        sections: Dict[str, List[Tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                plain = "Arguments" if param.param_type_name == "argument" else "Options"
+                sections.setdefault(getattr(param, "rich_help_panel", None) or plain, []).append(record)
+        for title, rows in sections.items():
+            with formatter.section(title):
+                formatter.write_dl(rows)
+
+
+class PlainGroup(TyperGroup):
+    """A command group whose help lists each command with its whole first sentence (click shortens it
+    to one line, cutting words with `...`)."""
+
+    context_class = HelpContext
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        commands = [(name, self.get_command(ctx, name)) for name in self.list_commands(ctx)]
+        rows = [(name, command.get_short_help_str(limit=sys.maxsize)) for name, command in commands
+                if command is not None and not command.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+class CommandGroup(typer.Typer):
+    """A typer app whose commands are DlaunchCommands."""
+
+    def command(self, name: Optional[str] = None, *, cls: Any = None, **settings: Any) -> Any:
+        return super().command(name, cls=cls or DlaunchCommand, **settings)
+
+
+def command_group(**settings: Any) -> typer.Typer:
+    """A typer app whose help is plain text: wrapped at spaces to the terminal, words whole (rich's help
+    tables cut them at 80 columns), and taken literally (rich markup swallowed `[dataset]`)."""
+    return CommandGroup(**{"rich_markup_mode": None, "cls": PlainGroup, **settings})
 
 
 def complete_site(incomplete: str) -> List[str]:
@@ -92,9 +164,9 @@ Site_ = Annotated[Optional[str], typer.Option("--site", help="profile name, alia
 Framework = Annotated[str, typer.Option(help="training framework (dlaunch/train/framework_table.py; TAB lists them)",
                                         autocompletion=complete_framework)]
 Partition = Annotated[Optional[str], typer.Option(help="partition (or QOS); default: the site's default")]
-TimeLimit = Annotated[str, typer.Option("--time", help="time limit (HH:MM:SS or D-HH:MM:SS)")]
+TimeLimit = Annotated[str, typer.Option("--time", help="time limit as Slurm writes it: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS")]
 Account = Annotated[Optional[str], typer.Option(help="account/budget; default: the site's account variable")]
-Image = Annotated[Optional[str], typer.Option(help="container image (.sif); default: images/<stack>-<framework>.sif")]
+Image = Annotated[Optional[str], typer.Option(help="container image; default: images/<stack>-<framework>-<arch> in the form the site's runtime takes (.sif, .sqsh, a folder, a name: `dlaunch images`)")]
 Output = Annotated[str, typer.Option(help="runs go to OUTPUT/EXPERIMENT/RUN_NAME")]
 Experiment = Annotated[Optional[str], typer.Option(help="experiment name (groups runs)")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="print the script; write and submit nothing")]

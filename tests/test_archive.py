@@ -59,9 +59,12 @@ def test_rerun_reads_a_run_inside_an_archive_and_checks_its_hash(tmp_path):
     result = dlaunch(tmp_path, "rerun", "exp.tar.gz:exp/g2", "--site", "jureca-dc", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "#SBATCH --nodes=1" in result.stdout and "--nproc_per_node=2" in result.stdout
-    assert "exp.tar.gz:exp/g2 on jureca-dc" in result.stdout
+    assert "exp.tar.gz:exp/g2 on jureca-dc" in result.stderr  # the differences: the script alone is on stdout
     missing = dlaunch(tmp_path, "rerun", "exp.tar.gz:exp/g9", "--site", "jureca-dc", "--dry-run")
     assert missing.returncode == 2 and "no run exp/g9 (runs: exp/g1, exp/g2)" in missing.stderr
+    unnamed = dlaunch(tmp_path, "rerun", "exp.tar.gz", "--site", "jureca-dc", "--dry-run")
+    assert unnamed.returncode == 2 and unnamed.stderr == (
+        "dlaunch: error: exp.tar.gz: an archive: name the run in it, as exp.tar.gz:EXPERIMENT/RUN (its runs: exp/g1, exp/g2)\n")
     # a bundle whose metrics were changed after archiving is refused
     with tarfile.open(tmp_path / "exp.tar.gz") as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}

@@ -103,3 +103,62 @@ def test_results_where_a_condition_no_run_meets_says_so_with_the_values_there_ar
         "dlaunch: note: -w date=1971.. matches no run in the database (its runs ended from 1970-01-01 to 1970-01-01)"]
     assert main(["results", "-w", "site=juwels,gpus=2", "--format", "json"]) == 0  # each holds for a run: no note
     assert capsys.readouterr().err == ""
+
+
+# -- help ----------------------------------------------------------------------------------------------
+def command_params(*path: str) -> list:
+    """The click parameters of `dlaunch PATH...` (lazy groups loaded as a run of them would)."""
+    import typer.main
+
+    from dlaunch.cli import app
+
+    command = typer.main.get_command(app)
+    ctx = command.make_context("dlaunch", list(path) + ["--help"], resilient_parsing=True)
+    for name in path:
+        command = command.get_command(ctx, name)
+    return command.params
+
+
+@pytest.mark.parametrize("path", [["run"], ["sweep"], ["study", "run"], ["predict"], ["doctor"], ["results"]])
+def test_help_at_80_columns_keeps_every_word_and_bracket_whole(tmp_path, path):
+    """Plain help, wrapped at spaces only: every option's name, metavar and help words appear whole (rich's
+    tables cut `--backward-passes-per…` and `images/<stack>-<framew…`), and `[dataset]` or `[storage]` are
+    text, not markup."""
+    shown = dlaunch(*path, "--help", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert fits(shown.stdout) and not any(line.endswith("...") for line in shown.stdout.splitlines()[1:])
+    words = set(shown.stdout.split()) | {word.rstrip(",") for word in shown.stdout.split()}  # `-w, --where`
+    for param in command_params(*path):
+        for word in [*param.opts, *param.secondary_opts, *(param.help or "").split()]:
+            assert word in words, (word, shown.stdout)
+    assert not any(line.rstrip().endswith(("-", "‑")) and not line.rstrip().endswith(" -") for line in shown.stdout.splitlines())
+
+
+def test_help_says_what_the_defaults_and_forms_are(tmp_path):
+    from dlaunch.jobs.imagepaths import default_image_for_site
+    from dlaunch.jobs.schema import parse_time
+    from dlaunch.jobs.sites import resolve_site
+
+    shown = " ".join(dlaunch("run", "--help", cwd=tmp_path).stdout.split())
+    # was: images/<stack>-<framework>.sif, older than the architecture in the name and the runtimes' forms
+    assert "--image <str> container image; default: images/<stack>-<framework>-<arch> in the form" in shown
+    assert Path(default_image_for_site(resolve_site("juwels"), "ddp")).name == "current-ddp-x86_64.sif"
+    assert "--time <str> time limit as Slurm writes it: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS" in shown
+    examples = ["30", "30:00", "01:30:00", "1-12", "1-12:30", "1-12:30:00"]  # one of each form, in that order
+    assert [parse_time(e) for e in examples] == [1800, 1800, 5400, 129600, 131400, 131400]
+    study = " ".join(dlaunch("study", "run", "--help", cwd=tmp_path).stdout.split())
+    assert "the dataset a study's [dataset] asks for" in study
+    assert "the site's [storage] loader_images_per_s" in " ".join(dlaunch("predict", "--help", cwd=tmp_path).stdout.split())
+
+
+def test_version(tmp_path):
+    from dlaunch import __version__
+
+    shown = dlaunch("--version", cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout.startswith("dlaunch %s" % __version__) and shown.stderr == ""
+
+
+# -- errors that point the right way -------------------------------------------------------------------
+def test_sites_show_of_an_unknown_name_names_its_argument(capsys):
+    assert main(["sites", "show", "nosuch"]) == 2
+    assert capsys.readouterr().err.startswith("dlaunch: error: sites show NAME: unknown site 'nosuch' (known: alps, ")

@@ -50,7 +50,8 @@ def test_issue_command_dry_run_prints_script_and_writes_nothing(tmp_path):
                              "--framework", "ddp", "--account", "proj42", "--dry-run"],
                             cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("#!/bin/bash\n#SBATCH --job-name=juwels-booster-ddp-resnet50\n#SBATCH --nodes=256\n")
+    assert re.match(r"#!/bin/bash\n#SBATCH --job-name=juwels-booster-ddp-resnet50-\d{8}-\d{6}-\d{3}-[0-9a-f]{4}\n"
+                    r"#SBATCH --nodes=256\n", result.stdout)
     assert "does not exist" in result.stderr  # the default image is only warned about in a dry run
     assert list(tmp_path.iterdir()) == []
 
@@ -203,6 +204,8 @@ def test_sweep_is_one_experiment_with_one_job_per_node_count(fake_slurm, capsys)
     runs = sorted(p.name for p in (fake_slurm / "runs" / "scaling").iterdir())
     assert runs == ["n0001", "n0002", "n0004"]
     assert "#SBATCH --nodes=4\n" in (fake_slurm / "runs/scaling/n0004/job.sh").read_text()
+    names = [(fake_slurm / "runs/scaling" / run / "job.sh").read_text().splitlines()[1] for run in runs]
+    assert names == ["#SBATCH --job-name=scaling-%s" % run for run in runs]  # one per job in squeue
 
 
 def test_sweep_refuses_all_before_writing_any(fake_slurm, capsys):
@@ -346,8 +349,8 @@ def test_run_follow_submits_then_watches_to_the_end_with_fake_slurm(fake_slurm, 
 def test_run_repeat_dry_run_prints_n_scripts_named_r1_to_rn(tmp_path, capsys):
     assert main(["run", "--site", "local", "--gpus", "1", "--model", "resnet44", "--data", "synthetic",
                  "--output", str(tmp_path), "--experiment", "e", "--run-name", "x", "--repeat", "3", "--dry-run"]) == 0
-    shown = capsys.readouterr().out
-    assert shown.count("#!/bin/bash") == 3 and "3 runs of one request (--repeat 3)" in shown
+    shown, notes = capsys.readouterr()
+    assert shown.count("#!/bin/bash") == 3 and "3 runs of one request (--repeat 3)" in notes
     assert all(str(tmp_path / "e" / name) in shown for name in ("x-r1", "x-r2", "x-r3"))
     assert not list(tmp_path.iterdir())  # a dry run writes nothing
     assert main(["run", "--site", "local", "--repeat", "2", "--resume", str(tmp_path)]) == 2

@@ -53,7 +53,9 @@ def test_a_metrics_file_alone_is_rerun_on_jureca_with_the_differences(tmp_path):
     result = dlaunch(alone, "rerun", "metrics.jsonl", "--site", "jureca-dc", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("#!/bin/bash") and "--model resnet18" in result.stdout and "--seed 7" in result.stdout
-    diff = rows(result.stdout)
+    assert "what differs" not in result.stdout  # `--dry-run > job.sh` is the script alone: the table is on stderr
+    assert subprocess.run(["bash", "-n"], input=result.stdout, text=True).returncode == 0
+    diff = rows(result.stderr)
     assert diff["site"] == ("local", "jureca-dc")
     assert diff["scheduler"] == ("local", "slurm")
     assert diff["image"][0] == "-" and diff["image"][1].endswith(".sif")
@@ -66,7 +68,7 @@ def test_gpus_and_nodes_change_the_shape_and_are_listed(tmp_path):
     metrics = local_result(tmp_path)
     result = dlaunch(tmp_path, "rerun", metrics, "--site", "jureca-dc", "--gpus", "8", "--dry-run")
     assert result.returncode == 0, result.stderr
-    diff = rows(result.stdout)
+    diff = rows(result.stderr)
     assert diff["nodes"] == ("1", "2") and diff["GPUs (world size)"] == ("1", "8")
     assert diff["global batch"] == ("4", "32")
     both = dlaunch(tmp_path, "rerun", metrics, "--site", "jureca-dc", "--gpus", "8", "--nodes", "2", "--dry-run")
@@ -90,7 +92,7 @@ def test_a_version_1_file_without_request_is_rerun_from_its_argv(tmp_path):
     assert "--framework horovod" in result.stdout and "--image-size 32" in result.stdout
     assert "-m dlaunch.train" in result.stdout and "-m train " not in result.stdout
     assert "/gone/m.jsonl" not in result.stdout
-    assert rows(result.stdout)["site"] == ("juwels-booster", "jureca-dc")
+    assert rows(result.stderr)["site"] == ("juwels-booster", "jureca-dc")
 
 
 def test_a_rerun_here_links_its_parent(tmp_path):

@@ -16,10 +16,11 @@ from dlaunch.analysis.convergence import load_rcps, run_rcp_verdict
 from dlaunch.errors import DlaunchError
 from dlaunch.results.compare import METRICS, Comparison, compare, select, unmatched, with_history, with_scaling
 from dlaunch.results.store import NAMES, ResultsDB, db_path, read_rows
-from dlaunch.tables import fit_table, markdown
+from dlaunch.tables import counted, fit_table, markdown
+from dlaunch.terminal import command_group
 
-results_app = typer.Typer(help="The results database: list runs (no sub-command), compare, rebuild.",
-                          invoke_without_command=True)
+results_app = command_group(help="The results database: list runs (no sub-command), compare, rebuild.",
+                            invoke_without_command=True)
 out = Console(soft_wrap=True, markup=False, highlight=False)
 err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
 
@@ -114,7 +115,8 @@ def comparison_output(c: Comparison) -> Tuple[List[str], List[List[str]], List[D
         cells.append(row)
         records.append(record)
     same = ["%s %s" % (k, c.matches[0].key[k]) for k in keys if k not in varying]
-    notes = ["A: %s (%d runs); B: %s (%d runs); figure: %s" % (c.a.label, len(c.a.rows), c.b.label, len(c.b.rows), c.metric)]
+    notes = ["A: %s (%s); B: %s (%s); figure: %s" % (c.a.label, counted(len(c.a.rows), "run"), c.b.label,
+                                                     counted(len(c.b.rows), "run"), c.metric)]
     if c.changed:
         notes.append("changed: " + "; ".join("%s %s -> %s" % (k, va, vb) for k, (va, vb) in c.changed.items()))
     if c.pins:

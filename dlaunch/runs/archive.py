@@ -117,6 +117,33 @@ def _member(tar: tarfile.TarFile, name: str, limit: int, archive: Path) -> bytes
     return tar.extractfile(info).read(limit + 1)
 
 
+def _manifest(tar: tarfile.TarFile, name: str, archive: Path) -> Dict[str, Entry]:
+    """The files of manifest member `name`, validated."""
+    shown = "%s:%s" % (display_path(archive), escape(name))
+    text = _member(tar, name, MAX_FILE_BYTES, archive).decode("utf-8", errors="strict")
+    return validate(Manifest, parse_json(text, shown), shown).files
+
+
+def _runs(manifest: Dict[str, Entry]) -> str:
+    """The runs (EXPERIMENT/RUN) a manifest lists, for messages."""
+    return escape(", ".join(sorted(n.rsplit("/", 1)[0] for n in manifest if n.endswith("/" + METRICS_FILE))))
+
+
+NOT_AN_ARCHIVE = (OSError, tarfile.TarError, KeyError, UnicodeDecodeError, EOFError)
+
+
+def archive_runs(archive: Path) -> str:
+    """The runs in an archive, as `rerun ARCHIVE.tar.gz:RUN` names them."""
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            manifests = [n for n in tar.getnames() if n.count("/") == 1 and n.endswith("/" + MANIFEST)]
+            if len(manifests) != 1:
+                raise KeyError("%d top-level %s" % (len(manifests), MANIFEST))
+            return _runs(_manifest(tar, manifests[0], archive))
+    except NOT_AN_ARCHIVE as e:
+        raise DlaunchError("%s: not a dlaunch archive (%s)" % (display_path(archive), escape(str(e)))) from None
+
+
 def read_member(archive: Path, member: str) -> Metrics:
     """The metrics of run `member` (EXPERIMENT/RUN..., or its metrics.jsonl) in an archive, hash checked;
     members are read into memory, bounded, never written anywhere."""
@@ -124,15 +151,11 @@ def read_member(archive: Path, member: str) -> Metrics:
     shown = "%s:%s" % (display_path(archive), escape(name))
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            manifest_name = "%s/%s" % (name.split("/", 1)[0], MANIFEST)
-            text = _member(tar, manifest_name, MAX_FILE_BYTES, archive).decode("utf-8", errors="strict")
-            manifest = validate(Manifest, parse_json(text, "%s:%s" % (display_path(archive), escape(manifest_name))),
-                                "%s:%s" % (display_path(archive), escape(manifest_name))).files
+            manifest = _manifest(tar, "%s/%s" % (name.split("/", 1)[0], MANIFEST), archive)
             if name not in manifest:
-                runs = sorted(n.rsplit("/", 1)[0] for n in manifest if n.endswith("/" + METRICS_FILE))
-                raise DlaunchError("%s: no run %s (runs: %s)" % (display_path(archive), escape(member), escape(", ".join(runs))))
+                raise DlaunchError("%s: no run %s (runs: %s)" % (display_path(archive), escape(member), _runs(manifest)))
             data = _member(tar, name, MAX_METRICS_BYTES, archive)
-    except (OSError, tarfile.TarError, KeyError, UnicodeDecodeError, EOFError) as e:
+    except NOT_AN_ARCHIVE as e:
         raise DlaunchError("%s: not a dlaunch archive (%s)" % (display_path(archive), escape(str(e)))) from None
     if sha256(data) != manifest[name].sha256:
         raise DlaunchError("%s: %s does not match its sha256 in %s" % (display_path(archive), escape(name), MANIFEST))

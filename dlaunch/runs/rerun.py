@@ -34,6 +34,11 @@ def read_result(result: Path) -> Tuple[Metrics, str]:
         archive, member = text.split(".tar.gz:", 1)
         bundle = Path(archive + ".tar.gz")
         return read_member(bundle, member), "%s:%s" % (bundle.resolve(), member)
+    if text.endswith(".tar.gz") and result.is_file():
+        from dlaunch.runs.archive import archive_runs
+
+        raise DlaunchError("%s: an archive: name the run in it, as %s:EXPERIMENT/RUN (its runs: %s)"
+                           % (escape(text), escape(text), archive_runs(result)))
     path = result / METRICS_FILE if result.is_dir() else result
     if not path.is_file():
         raise DlaunchError("%s: no metrics file (give a metrics.jsonl, a run directory or ARCHIVE.tar.gz:RUN)" % escape(str(result)))
@@ -104,10 +109,11 @@ def rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Optional[i
     for warning in job.warnings:
         err.print("dlaunch: warning: %s" % warning)
     rows = differences(metrics, job.request, job.plan)
-    if dry_run:
+    if dry_run:  # stdout is the script alone (`--dry-run > job.sh`); what differs goes to stderr
         out.out(job.script, end="")
-    out.print(fit_table("rerun of %s on %s: what differs" % (parent, job.plan.site), ("attribute", "parent", "rerun"),
-                        rows, out.width))
+    shown = err if dry_run else out
+    shown.print(fit_table("rerun of %s on %s: what differs" % (parent, job.plan.site), ("attribute", "parent", "rerun"),
+                          rows, shown.width))
     if dry_run:
         return 0
     link = json.dumps({"parent": parent, "run_id": metrics.header["run_id"],
