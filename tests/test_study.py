@@ -54,6 +54,7 @@ gpus = [1, 2]
     (("gpus = [1, 2]", "gpus = [1, 2]\nnodes = [1]"), "matrix.0: give exactly one of gpus and nodes"),
     (("gpus = [1, 2]", "gpus = [0]"), "matrix.0.gpus.0"),
     (("gpus = [1, 2]", "gpus = [1]\nexclude = [{ colour = \"red\" }]"), "matrix.0.exclude.0.colour"),
+    (("gpus = [1, 2]", "gpus = [1, 2]\nexclude = [{ nodes = 1 }]"), "matrix.0: exclude.0: nodes: the matrix lists gpus, not nodes"),
     (('description = "x"', 'description = "x"\ncompare = [{ label = "l", file = "nowhere.csv", metric = "speedup", column = "c" }]'),
      "compare.0.file: nowhere.csv is not a file in data/published/"),
     (('name = "bad"', 'name = "bad name"'), "name"),
@@ -78,14 +79,15 @@ def test_aach2023_renders_every_job_on_juwels_with_its_figure_and_repeat(tmp_pat
                      "--output", tmp_path / "runs")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert out.rstrip().splitlines()[-1] == "387 jobs"
+    assert result.stderr.rstrip().splitlines()[-1] == "387 jobs"  # stdout: the scripts alone
     assert out.count("#!/bin/bash") == 387
     labels = [line for line in out.splitlines() if line.startswith("# job ")]
     assert len(labels) == 387
     assert labels[0] == "# job 1/387 r50-dali-cpu-ddp/ddp-dali-resnet50-g0004-step-r1: Fig. 3a, Fig. 4a, Fig. 6, repeat 1 of 3"
     assert "# job 387/387 accuracy-65k/ddp-dali-resnet50-g1024-exponential-r1: Fig. 8b, Fig. 9, repeat 1 of 1" in labels
-    assert "  Fig. 7: 102 jobs" in out and "  Table 2b: 17 jobs" in out  # the counts per figure
-    assert "assumptions (unstated in the sources; this study's choice):" in out and "label smoothing 0.1" in out
+    assert "  Fig. 7: 102 jobs" in result.stderr and "  Table 2b: 17 jobs" in result.stderr  # the counts per figure
+    assert "assumptions (unstated in the sources; this study's choice):" in result.stderr
+    assert "label smoothing 0.1" in result.stderr and "label smoothing" not in out
     # the trainer scales --lr per --reference-batch images linearly: 0.025 x G for 64 images per GPU
     assert out.count("--lr 0.025 \\\n  --reference-batch 64 \\\n") == 387
     assert out.count("--batch-size 64 ") == 387 and out.count("--workers 8 ") == 387
@@ -231,7 +233,7 @@ def test_smoke_study_runs_here_reports_against_published_and_resubmits_only_fail
     others = {n: (folder / "scaling" / n / "plan.json").stat().st_mtime_ns for n in names if n != failed.name}
     third = dlaunch(tmp_path, "study", "run", STUDIES / "smoke.toml", "--site", "local", "--output", runs)
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
-    assert "1 jobs (left alone: 3 ended ok)" in third.stdout and "resubmitting scaling/%s" % failed.name in third.stderr
+    assert "1 job (left alone: 3 ended ok)" in third.stdout and "resubmitting scaling/%s" % failed.name in third.stderr
     assert "--resume" in (failed / "job.sh").read_text()
     assert read_metrics(str(failed / "metrics.jsonl")).status == "ok"
     assert {n: (folder / "scaling" / n / "plan.json").stat().st_mtime_ns for n in others} == others
@@ -267,8 +269,8 @@ def test_repeat_names_are_deterministic_and_sort_in_submission_order():
 
 def test_repeat_dry_run_prints_every_job_and_writes_nothing(tmp_path, capsys):
     assert _repeat(tmp_path / "runs", 3, "--dry-run") == 0
-    out = capsys.readouterr().out
-    assert out.count("#!/bin/bash") == 3 and "3 runs of one request (--repeat 3)" in out
+    out, err = capsys.readouterr()
+    assert out.count("#!/bin/bash") == 3 and "3 runs of one request (--repeat 3)" in err
     for name in ("x-r1", "x-r2", "x-r3"):
         assert str(tmp_path / "runs" / "rep" / name) in out
     assert not (tmp_path / "runs").exists()
@@ -366,3 +368,40 @@ def test_throughput_ratio_comparison_draws_the_published_ratio_beside_this_runs(
     [(workers, spread)] = c.measured["ddp / tf-allreduce"]
     assert workers == 2 and spread.median == pytest.approx(315.0 / 105.0)
     assert (spread.low, spread.high) == (pytest.approx(300.0 / 110.0), pytest.approx(330.0 / 100.0))
+
+
+def test_a_study_is_found_by_name_from_any_folder_and_by_its_folder_variable(tmp_path, monkeypatch):
+    """As sites: `study run aach2023` anywhere (issue 37: only `studies/aach2023.toml` inside the checkout
+    worked), a file in $DLAUNCH_STUDIES_DIR by its name (before a shipped one), or a path."""
+    listed = dlaunch(tmp_path, "study", "run", "smoke", "--site", "local", "--list")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[0] == "scaling/ddp-native-resnet44-g0001-step-r1: no figure, repeat 1 of 2; 1 node, 1 GPU"
+    checked = dlaunch(tmp_path, "study", "check", "mahon2020", "--site", "juwels")
+    assert checked.returncode == 0 and "juwels-booster: ok (40 jobs)" in checked.stdout
+    moved = dlaunch(tmp_path, "study", "run", "studies/smoke.toml", "--site", "local", "--list")
+    assert moved.returncode == 2 and moved.stderr == (
+        "dlaunch: error: studies/smoke.toml: no such file; the study smoke is found by its name from any folder (%s)\n"
+        % (STUDIES / "smoke.toml"))
+    unknown = dlaunch(tmp_path, "study", "run", "nosuch", "--site", "local", "--list")
+    assert unknown.returncode == 2 and "study 'nosuch': no such study (known: aach2023, " in unknown.stderr
+    mine = tmp_path / "mystudies"
+    mine.mkdir()
+    (mine / "smoke.toml").write_text(GOOD.replace('name = "bad"', 'name = "mysmoke"'))
+    monkeypatch.setenv("DLAUNCH_STUDIES_DIR", str(mine))
+    own = dlaunch(tmp_path, "study", "run", "smoke", "--site", "local", "--list")
+    assert own.returncode == 0 and own.stdout.splitlines() == [
+        "m/ddp-native-resnet44-g0001-step-r1: no figure, repeat 1 of 1; 1 node, 1 GPU",
+        "m/ddp-native-resnet44-g0002-step-r1: no figure, repeat 1 of 1; 1 node, 2 GPUs"]
+    assert own.stderr.splitlines()[0] == "study mysmoke" and own.stderr.splitlines()[-1] == "2 jobs"
+
+
+def test_study_list_is_one_line_per_job_and_writes_nothing(tmp_path):
+    listed = dlaunch(tmp_path, "study", "run", "aach2023", "--site", "juwels", "--list", "--output", tmp_path / "runs")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert len(lines) == 387 and "#!/bin/bash" not in listed.stdout
+    assert lines[0] == "r50-dali-cpu-ddp/ddp-dali-resnet50-g0004-step-r1: Fig. 3a, Fig. 4a, Fig. 6, repeat 1 of 3; 1 node, 4 GPUs"
+    assert lines[-1] == ("accuracy-65k/ddp-dali-resnet50-g1024-exponential-r1: Fig. 8b, Fig. 9, repeat 1 of 1; "
+                         "256 nodes, 1024 GPUs")
+    assert listed.stderr.rstrip().splitlines()[-1] == "387 jobs"
+    assert not (tmp_path / "runs").exists()

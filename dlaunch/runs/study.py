@@ -42,9 +42,10 @@ from dlaunch.jobs.request import LaunchRequest, check_trainer_value
 from dlaunch.runs.rundir import RunDir, display_path, find_runs
 from dlaunch.jobs.schema import EnvName, SafeName, parse_time
 from dlaunch.jobs.sites import load_toml
-from dlaunch.paths import PUBLISHED_DIR, SHIPPED_SITES_DIR
+from dlaunch.paths import PUBLISHED_DIR, REPO, SHIPPED_SITES_DIR
 from dlaunch.schedulers import registration
-from dlaunch.terminal import AllowLarge, err, out, show_status
+from dlaunch.tables import counted
+from dlaunch.terminal import AllowLarge, command_group, err, out, show_status
 from dlaunch.train.config import MODELS, SCHEDULES
 from dlaunch.train.framework_table import FRAMEWORKS
 
@@ -56,6 +57,8 @@ METRICS = ("images_per_s", "speedup", "efficiency", "comm_share", "kernel_comm_s
            "kernel_io_share", "throughput_ratio")
 LOADERS = ("native", "dali")
 KINDS = ("gpu", "cpu")
+
+SHIPPED_STUDIES_DIR = REPO / "studies"
 
 FILE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"  # a file directly in data/published/: no folder, no `..`
 LISTS = {"framework": "frameworks", "loader": "loaders", "model": "models", "gpus": "gpus", "nodes": "nodes",
@@ -198,6 +201,9 @@ class Matrix(_WithRecipe):
             if twice:  # two jobs would get one run directory
                 raise ValueError("%s: %s appears twice" % (LISTS[dimension], quoted(twice[0])))
         for i, rule in enumerate(self.exclude):  # the matrix has every combination: a rule matches one iff each value is listed
+            other = next((key for key in rule if key not in lists), None)
+            if other:
+                raise ValueError("exclude.%d: %s: the matrix lists %s, not %s" % (i, other, self.count_key, other))
             if not all(value in lists[key] for key, value in rule.items()):
                 raise ValueError("exclude.%d: %s matches no job of the matrix" % (i, _rule_text(rule)))
         named = [d for d in lists if any(d in rule for rule in self.exclude)]  # only these decide
@@ -287,6 +293,41 @@ def load_study(path: Path) -> Study:
     return load_toml(Path(path), Study)
 
 
+def study_dirs() -> List[Path]:
+    """Where studies are looked up by name, as site profiles are: $DLAUNCH_STUDIES_DIR, then the shipped ones."""
+    user = os.environ.get("DLAUNCH_STUDIES_DIR")
+    return ([Path(user)] if user else []) + [SHIPPED_STUDIES_DIR]
+
+
+def available_studies() -> Dict[str, Path]:
+    """Study name (its file's) -> file, earlier folders shadowing later ones."""
+    found: Dict[str, Path] = {}
+    for folder in reversed(study_dirs()):
+        for path in sorted(folder.glob("*.toml")) if folder.is_dir() else ():
+            found[path.stem] = path
+    return dict(sorted(found.items()))
+
+
+def find_study(name_or_path: str) -> Path:
+    """A study file by path (`x.toml`, or a name with a folder) or by name (aach2023), from any folder."""
+    known = available_studies()
+    if name_or_path.endswith(".toml") or os.sep in name_or_path:
+        path = Path(name_or_path)
+        if not os.path.lexists(path) and path.stem in known:
+            raise DlaunchError("%s: no such file; the study %s is found by its name from any folder (%s)"
+                               % (escape(name_or_path), path.stem, display_path(known[path.stem])))
+        return path
+    if name_or_path not in known:
+        raise DlaunchError("study %s: no such study (known: %s; or give a path to a .toml)"
+                           % (quoted(name_or_path), ", ".join(known)))
+    return known[name_or_path]
+
+
+def complete_study(incomplete: str) -> List[str]:
+    """Study names starting with `incomplete` (TAB after `study run`)."""
+    return [name for name in available_studies() if name.startswith(incomplete)]
+
+
 @dataclass(frozen=True)
 class Job:
     """One run of the matrix: where it goes and what it asks for."""
@@ -303,6 +344,10 @@ class Job:
         """matrix, figures and repeat, as the dry run prints them above the job's script."""
         figures = ", ".join(self.figures) or "no figure"
         return "%s/%s: %s, repeat %d of %d" % (self.matrix, self.name, figures, self.coordinates["repeat"], self.repeats)
+
+    def line(self, nodes: int, per_node: int) -> str:
+        """The label and the job's size, as `study run --list` prints it."""
+        return "%s; %s, %s" % (self.label, counted(nodes, "node"), counted(nodes * per_node, "GPU"))
 
 
 def _excluded(point: Dict[str, Any], exclusions: Sequence[Dict[str, Any]]) -> bool:
@@ -485,9 +530,12 @@ def _datasets(study: Study, data: Sequence[str], dry_run: bool) -> Tuple[Dict[st
 
 def run_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool = False, only: Sequence[str] = (),
               data: Sequence[str] = (), account: Optional[str] = None, image: Optional[str] = None,
-              protocol: Optional[str] = None, stack: Optional[str] = None, allow_large: bool = False) -> int:
-    """Render (--dry-run: print) or submit the jobs of a study that are missing or failed; exit code as
-    the run service's (1 for a refusal, a failed run's here)."""
+              protocol: Optional[str] = None, stack: Optional[str] = None, allow_large: bool = False,
+              listing: bool = False) -> int:
+    """Render (--dry-run: print their scripts, `listing`: one line each) or submit the jobs of a study
+    that are missing or failed; exit code as the run service's (1 for a refusal, a failed run's here).
+    A dry run's stdout is the scripts (or the list) alone: the counts and notes go to stderr."""
+    dry_run = dry_run or listing
     from dlaunch.runs import service
 
     study = load_study(path)
@@ -518,16 +566,19 @@ def run_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool 
     warnings.update("dlaunch: warning: %s" % line for _, prepared in rendered for line in prepared.warnings)
     for line, n in sorted(warnings.items()):
         err.print(line if n == 1 else "%s (%d jobs)" % (line, n))
-    summary = "%d jobs" % len(rendered)
+    summary = counted(len(rendered), "job")
     skipped = ["%d ended ok" % ok] * bool(ok) + ["%d still active" % active] * bool(active)
     if skipped:
         summary += " (left alone: %s)" % ", ".join(skipped)
     if dry_run:
         for i, (job, prepared) in enumerate(rendered, 1):
-            out.out("# job %d/%d %s" % (i, len(rendered), job.label))
-            out.out(prepared.script)
-        out.out(design_summary(study, protocol, [job for job, _ in rendered]))
-        out.out(summary)
+            if listing:
+                out.out(job.line(prepared.plan.nodes, prepared.plan.nproc_per_node), highlight=False)
+            else:
+                out.out("# job %d/%d %s" % (i, len(rendered), job.label))
+                out.out(prepared.script)
+        err.out(design_summary(study, protocol, [job for job, _ in rendered]), highlight=False)
+        err.out(summary, highlight=False)
         return 0
     _record_study(Path(path), folder, site, protocol, None if stack == "site" else stack or study.stack)
     submitted = service.submit_all([prepared for _, prepared in rendered], err.print)
@@ -549,7 +600,7 @@ def design_summary(study: Study, protocol: Optional[str], jobs: Sequence[Job]) -
     """The protocol, the stack, the jobs per figure and the study's assumptions, as lines of text."""
     lines = ["study %s%s%s" % (study.name, ", protocol %s: %s" % (protocol, study.protocol[protocol].description) if protocol else "",
                                ", stack %s" % study.stack if study.stack else "")]
-    lines += ["  %s: %d jobs" % (figure, n) for figure, n in figure_counts(jobs).items()]
+    lines += ["  %s: %s" % (figure, counted(n, "job")) for figure, n in figure_counts(jobs).items()]
     if study.assumptions:
         lines.append("assumptions (unstated in the sources; this study's choice):")
         lines += ["  - %s" % a for a in study.assumptions]
@@ -691,9 +742,9 @@ def print_check(study: Study, protocol: Optional[str], results: Sequence[CheckRe
         elif r.failures and not r.jobs:
             out.out("  %s: no job can run there" % r.site)
         elif r.failures:
-            out.out("  %s: %d of %d jobs cannot run there" % (r.site, len(r.failures), r.jobs))
+            out.out("  %s: %d of %s cannot run there" % (r.site, len(r.failures), counted(r.jobs, "job")))
         else:
-            out.out("  %s: ok (%d jobs)" % (r.site, r.jobs))
+            out.out("  %s: ok (%s)" % (r.site, counted(r.jobs, "job")))
     for r in results:
         reasons: Dict[str, List[str]] = {}
         for label, why in r.failures:
@@ -705,17 +756,22 @@ def print_check(study: Study, protocol: Optional[str], results: Sequence[CheckRe
     return 1 if any(r.failures for r in results) else 0
 
 
-study_app = typer.Typer(help="Studies: a matrix of runs from a study file, its status and its report.", no_args_is_help=True)
+study_app = command_group(help="Studies: a matrix of runs from a study file, its status and its report.", no_args_is_help=True)
 ProtocolOption = Annotated[Optional[str], typer.Option("--protocol", help="the study's protocol (run length) to use; default: its default_protocol")]
 StackOption = Annotated[Optional[str], typer.Option("--stack", help="image stack of every framework's default image (`site`: the site's own); default: the study's `stack`")]
 
 
+StudyArg = Annotated[str, typer.Argument(help="study name (shipped, or a file in $DLAUNCH_STUDIES_DIR), or a study file",
+                                         autocompletion=complete_study, show_default=False)]
+
+
 @study_app.command("run")
 def study_run_command(
-    file: Annotated[Path, typer.Argument(help="study file (studies/*.toml)")],
+    study: StudyArg,
     site: Annotated[str, typer.Option("--site", help="profile name, alias or path to a .toml")],
     output: Annotated[Path, typer.Option(help="the study directory is OUTPUT/<study name>")] = Path("runs"),
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="print every job's figure, repeat and script, the counts per figure and the study's assumptions; write and submit nothing")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print every job's figure, repeat and script (the counts per figure and the study's assumptions on stderr); write and submit nothing")] = False,
+    listing: Annotated[bool, typer.Option("--list", help="as --dry-run, one line per job (its figures, repeat, nodes and GPUs) instead of its script")] = False,
     only: Annotated[Optional[List[str]], typer.Option("--only", help="key=value (matrix, figure, framework, loader, model, gpus, nodes, schedule, repeat); repeatable")] = None,
     data: Annotated[Optional[List[str]], typer.Option(help="the dataset a study's [dataset] asks for: PATH, or ENV=PATH per dataset; repeatable")] = None,
     account: Annotated[Optional[str], typer.Option(help="account/budget; default: the site's account variable")] = None,
@@ -725,19 +781,21 @@ def study_run_command(
     allow_large: AllowLarge = False,
 ) -> int:
     """Submit the jobs of a study that are missing or failed (or print them with --dry-run)."""
-    return run_study(file, site, output, dry_run, only or (), data or (), account, image, protocol, stack, allow_large)
+    return run_study(find_study(study), site, output, dry_run, only or (), data or (), account, image, protocol, stack,
+                     allow_large, listing)
 
 
 @study_app.command("check")
 def study_check_command(
-    file: Annotated[Path, typer.Argument(help="study file (studies/*.toml)")],
+    study: StudyArg,
     site: Annotated[Optional[List[str]], typer.Option("--site", help="profile name, alias or path; repeatable; default: every shipped site (those not of the study's kind are skipped)")] = None,
     protocol: ProtocolOption = None,
     stack: StackOption = None,
 ) -> int:
     """Render every job of a study for a site and list those that cannot run there (exit 1 if one cannot)."""
-    study = load_study(file)
-    return print_check(study, choose_protocol(study, protocol), check_study(file, site or (), protocol, stack))
+    path = find_study(study)
+    loaded = load_study(path)
+    return print_check(loaded, choose_protocol(loaded, protocol), check_study(path, site or (), protocol, stack))
 
 
 @study_app.command("status")
