@@ -297,16 +297,19 @@ def sites(ctx: typer.Context) -> None:
     from dlaunch.jobs.sites import available_sites, load_site
     from dlaunch.tables import fit_table
 
-    rows = []
+    rows, unreadable = [], []
     for name, path in available_sites().items():
         try:
             site = load_site(path)
-        except DlaunchError as e:  # listed, not fatal: `dlaunch sites check FILE` says more
+        except DlaunchError as e:  # listed, not fatal; the reason below the table, whatever the table leaves out
             rows.append((escape(name), "", "unreadable", "", "", escape(str(e)), display_path(path)))
+            unreadable.append("dlaunch: warning: unreadable profile %s" % escape(str(e)))
             continue
         rows.append((site.name, ", ".join(site.aliases), site.scheduler.kind, str(site.gpus_per_node),
                      site.container.kind, escape(site.description), display_path(path)))
     out.print(fit_table("sites", SITES_HEADERS, rows, out.width, leave_out=SITES_LEAVE_OUT, one_line=("description",)))
+    for line in unreadable:
+        err.print(line, highlight=False)
 
 
 @sites_app.command("show")
