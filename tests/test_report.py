@@ -561,3 +561,34 @@ def test_the_straggler_threshold_comes_from_the_flag_or_the_profile_the_run_kept
     shutil_out = tmp_path / "not-written"
     assert main(["report", str(tmp_path / "runs"), "-o", str(shutil_out), "--straggler-threshold", "1.5"]) == 2
     assert "--straggler-threshold" in capsys.readouterr().err and not shutil_out.exists()
+
+
+def test_many_groups_print_a_line_each_and_figures_say_which_groups_they_draw(tmp_path):
+    """5,000 runs in 1,000 groups (issue 37 item 12): per-group console tables and 1,000 curves in one figure are
+    neither readable nor fast; the files keep every table."""
+    runs = tmp_path / "runs"
+    for i in range(11):
+        for gpus in (1, 2):
+            write_run(runs, "g%d" % gpus, gpus, [50.0, {1: 100.0, 2: 180.0}[gpus]], experiment="e%02d" % i)
+    out = tmp_path / "report"
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["report", str(runs), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "11 groups: images/s and E_G at each group's largest GPU count" in result.stdout
+    assert "e10/testsite/resnet50/ddp/native b8  2     1-2   180.0     0.900" in result.stdout
+    assert ": runs" not in result.stdout  # no per-group tables
+    text = (out / "report.md").read_text()
+    assert len(table_rows(text, "## Runs")) == 22
+    assert "_The figures draw the first 10 of the 11 groups with data" in text
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.container import ErrorbarContainer
+
+    from dlaunch.analysis.plots import plot_scaling
+
+    fig, axes = plt.subplots(1, 3)
+    plot_scaling(*axes, results_of(runs))
+    assert [c.get_label().split("/")[0] for c in axes[0].containers if isinstance(c, ErrorbarContainer)] == [
+        "e%02d" % i for i in range(10)]
+    plt.close(fig)

@@ -589,7 +589,7 @@ SCALING_LEAVE_OUT = ["images/s range", "E_G range", "J/img range", "spread", "no
 RUN_LEAVE_OUT = ["schedule", "global batch", "energy to acc. kJ", "kJ/epoch", "energy kJ", "time to acc. s",
                  "epochs to target", "J/img", "best top-1", "history", "status"]
 BUDGET_LEAVE_OUT = ["step ms"]
-CONSOLE_GROUPS = 10  # groups printed as tables of their own; more: one table of all groups, the runs in the files
+CONSOLE_GROUPS = 10  # groups printed as tables of their own; more: a line per group, the tables in the files
 
 
 def print_table(console: Console, title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
@@ -601,26 +601,34 @@ def print_table(console: Console, title: str, headers: Sequence[str], rows: Sequ
     console.print(table, soft_wrap=False)
 
 
+SUMMARY_HEADERS = ["group", "runs", "GPUs", "images/s", "E_G"]
+
+
+def summary_rows(results: Sequence[GroupResult]) -> List[List[str]]:
+    """Per group: its runs, its GPU counts and images/s and E_G at the largest."""
+    rows = []
+    for g in results:
+        last = g.points[-1] if g.points else None
+        counts = "%d-%d" % (g.points[0].gpus, last.gpus) if last else "-"
+        rows.append([g.key.label, str(len(g.runs)), counts, _number(last.images_per_s if last else None),
+                     _number(last.efficiency if last else None, "%.3f")])
+    return rows
+
+
 def print_results(console: Console, results: Sequence[GroupResult], profiles: Profiles, recorded: Recorded) -> None:
-    """Per group its scaling, runs and budget tables; beyond CONSOLE_GROUPS groups, one scaling and one budget
-    table of all groups (a group per row block) and a line saying where the runs are."""
-    columns = Columns.of([r for g in results for r in g.runs], history=bool(recorded.history))
-    if len(results) <= CONSOLE_GROUPS:
-        for g in results:
-            print_table(console, g.key.label, columns.scaling_headers(), scaling_rows(g, columns), SCALING_LEAVE_OUT)
-            rows = [row[:-1] for row in run_rows(g, profiles, columns, recorded.history)]  # metrics file paths: report.md
-            print_table(console, g.key.label + ": runs", columns.run_headers()[:-1], rows, RUN_LEAVE_OUT)
-            if g.explained:
-                print_table(console, g.key.label + ": efficiency budget", BUDGET_HEADERS, budget_rows(g), BUDGET_LEAVE_OUT)
+    """Per group its scaling, runs and budget tables; beyond CONSOLE_GROUPS groups one line per group (images/s
+    and E_G at its largest GPU count), every table in report.md and report.html."""
+    if len(results) > CONSOLE_GROUPS:
+        print_table(console, "%d groups: images/s and E_G at each group's largest GPU count (every table: report.md, "
+                             "report.html)" % len(results), SUMMARY_HEADERS, summary_rows(results))
         return
-    print_table(console, "scaling of %d groups" % len(results), ["group"] + columns.scaling_headers(),
-                [[g.key.label] + row for g in results for row in scaling_rows(g, columns)], SCALING_LEAVE_OUT)
-    explained = [g for g in results if g.explained]
-    if explained:
-        print_table(console, "efficiency budget of %d groups" % len(explained), ["group"] + BUDGET_HEADERS,
-                    [[g.key.label] + row for g in explained for row in budget_rows(g)], BUDGET_LEAVE_OUT)
-    console.print("the runs of these %d groups: in report.md and report.html (printed here per group up to %d groups)"
-                  % (len(results), CONSOLE_GROUPS), markup=False, highlight=False)
+    columns = Columns.of([r for g in results for r in g.runs], history=bool(recorded.history))
+    for g in results:
+        print_table(console, g.key.label, columns.scaling_headers(), scaling_rows(g, columns), SCALING_LEAVE_OUT)
+        rows = [row[:-1] for row in run_rows(g, profiles, columns, recorded.history)]  # metrics file paths: report.md
+        print_table(console, g.key.label + ": runs", columns.run_headers()[:-1], rows, RUN_LEAVE_OUT)
+        if g.explained:
+            print_table(console, g.key.label + ": efficiency budget", BUDGET_HEADERS, budget_rows(g), BUDGET_LEAVE_OUT)
 
 
 def fraction(text: str) -> float:
