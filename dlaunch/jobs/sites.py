@@ -8,7 +8,7 @@ from pydantic import Field, SerializeAsAny, StringConstraints, create_model, fie
 
 from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD
 from dlaunch.errors import DlaunchError
-from dlaunch.boundary import ModelT, read_toml, read_toml_text
+from dlaunch.boundary import ModelT, display_path, parse_toml, read_text, read_toml, read_toml_text
 from dlaunch.runtimes import NoContainer, Runtime
 from dlaunch.runtimes import validate_config as runtime_config
 from dlaunch.schedulers import registration, scheduler_for
@@ -306,6 +306,15 @@ def available_sites() -> Dict[str, Path]:
     return dict(sorted(found.items()))
 
 
+def _may_name(text: str, name: str, shown: str) -> bool:
+    """Whether a profile's text, before validation, gives `name` as its name or an alias."""
+    if name not in text:
+        return False
+    data = parse_toml(text, shown)
+    aliases = data.get("aliases")
+    return data.get("name") == name or (isinstance(aliases, list) and name in aliases)
+
+
 def resolve_site(name_or_path: str) -> Site:
     """A profile by file path (`x.toml`), file name, profile name or alias."""
     return resolve_profile(name_or_path)[0]
@@ -318,14 +327,20 @@ def resolve_profile(name_or_path: str) -> Tuple[Site, str]:
     files = available_sites()
     if name_or_path in files:
         return load_profile(files[name_or_path])
-    unreadable = []
     for path in files.values():  # aliases: one broken user profile must not hide the others
         try:
+            if not _may_name(read_text(path), name_or_path, display_path(path)):
+                continue  # validated only where it may be (start-up: each profile costs milliseconds)
             site, text = load_profile(path)
-        except DlaunchError as e:
-            unreadable.append(str(e))
+        except DlaunchError:
             continue
         if name_or_path == site.name or name_or_path in site.aliases:
             return site, text
+    unreadable = []
+    for path in files.values():  # not found: the profiles that cannot be read may have named it
+        try:
+            load_profile(path)
+        except DlaunchError as e:
+            unreadable.append(str(e))
     hint = "; unreadable profile %s" % unreadable[0] if unreadable else ""
     raise DlaunchError("--site: unknown site %r (known: %s)%s" % (name_or_path, ", ".join(files), hint))
