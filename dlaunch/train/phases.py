@@ -83,7 +83,7 @@ class HostMarks:
 
 
 class CudaMarks:
-    """One step's marks as CUDA events on the current stream (reused; read once the last one is done)."""
+    """One step's marks as CUDA events on the current stream (reused; read once all are done)."""
 
     def __init__(self) -> None:
         self.events = {name: torch.cuda.Event(enable_timing=True) for name in MARKS}
@@ -100,7 +100,8 @@ class CudaMarks:
         return len(self.names) == len(MARKS)
 
     def done(self) -> bool:
-        return self.events["updated"].query()
+        """Every recorded mark reached (the last-gradient hook records from autograd's thread, on its stream)."""
+        return all(self.events[name].query() for name in self.names)
 
     def seconds(self, begin: str, end: str) -> float:
         return self.events[begin].elapsed_time(self.events[end]) / 1000.0

@@ -19,7 +19,9 @@ synchronised at every boundary (so the parts are un-overlapped costs, not what a
 A normal step overlaps the all-reduce with the backward pass in buckets, so step_s here is an upper
 bound of a normal step, and compute_s + comm_s shows what overlap can at best hide. The profiled
 steps train exactly like normal ones (averaged gradients) and are excluded from throughput.
-The `profile` record holds rank 0's means (method "unoverlapped-timers").
+The `profile` record holds rank 0's means (method "unoverlapped-timers"). Every rank's phases of the normal,
+overlapped steps are a third measure (dlaunch/train/phases.py, the epoch record's `phases`), which times
+neither profiled nor kernel-profiled steps.
 """
 import time
 from collections import Counter
