@@ -44,15 +44,15 @@ def test_sites_at_80_columns_show_names_aliases_scheduler_and_gpus_per_node(tmp_
 
 
 def test_images_at_80_columns_keep_built(tmp_path):
-    """`dlaunch images` exists to say which images are built: that column stays; the pins give way (one
-    site's images, `--site`, have room for them)."""
+    """`dlaunch images` exists to say which images are built: that column stays, with the pins; the sites
+    give way (`--site` shows one site's images, with room for the column)."""
     listed = dlaunch("images", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert fits(listed.stdout)
     lines = listed.stdout.splitlines()
-    assert lines[1].split() == ["image", "sites", "built"]
-    assert next(line for line in lines if line.startswith("current-ddp-x86_64 ")).split()[-1] == "missing"
-    assert "left out at 80 columns: pins from, pins" in lines
+    assert lines[1].split() == ["image", "built", "pins"]
+    assert next(line for line in lines if line.startswith("current-ddp-x86_64 ")).split()[1] == "missing"
+    assert "left out at 80 columns: pins from, sites" in lines
     one_site = dlaunch("images", "--site", "juwels", cwd=tmp_path)
     assert fits(one_site.stdout) and one_site.stdout.splitlines()[1].split() == ["image", "sites", "built", "pins"]
 

@@ -501,7 +501,7 @@ def _pins_of(sif: Path, rootfs: Path, stack: Optional[Stack], group: str,
 
 
 IMAGES_HEADERS = ("image", "sites", "built", "pins from", "pins")
-IMAGES_LEAVE_OUT = ("pins from", "pins", "sites")
+IMAGES_LEAVE_OUT = ("pins from", "sites", "pins")
 
 
 def images_command(
