@@ -303,13 +303,13 @@ def sites(ctx: typer.Context) -> None:
             site = load_site(path)
         except DlaunchError as e:  # listed, not fatal; the reason below the table, whatever the table leaves out
             rows.append((escape(name), "", "unreadable", "", "", escape(str(e)), display_path(path)))
-            unreadable.append("dlaunch: warning: unreadable profile %s" % escape(str(e)))
+            unreadable.append("%s: unreadable: %s" % (escape(name), escape(str(e))))
             continue
         rows.append((site.name, ", ".join(site.aliases), site.scheduler.kind, str(site.gpus_per_node),
                      site.container.kind, escape(site.description), display_path(path)))
     out.print(fit_table("sites", SITES_HEADERS, rows, out.width, leave_out=SITES_LEAVE_OUT, one_line=("description",)))
     for line in unreadable:
-        err.print(line, highlight=False)
+        out.print(line, highlight=False)
 
 
 @sites_app.command("show")

@@ -228,9 +228,9 @@ def test_user_sites_dir_and_sites_commands(fake_slurm, monkeypatch, capsys):
     # a broken profile beside it is listed as unreadable and hides no other site or alias
     (fake_slurm / "mysites" / "broken.toml").write_text("name = [\n")
     assert main(["sites"]) == 0
-    listed, warned = capsys.readouterr()
+    listed = capsys.readouterr().out
     assert "unreadable" in listed and "mycluster" in listed
-    assert warned.startswith("dlaunch: warning: unreadable profile ") and "broken.toml: invalid TOML" in warned  # at any width
+    assert listed.splitlines()[-1].startswith("broken: unreadable: ") and "broken.toml: invalid TOML" in listed  # at any width
     assert main(["--site", "juwels", "--account", "p", "--dry-run", "--image", "img.sif"]) == 0
     capsys.readouterr()
     assert main(["--site", "nowhere"]) == 2
