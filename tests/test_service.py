@@ -7,7 +7,7 @@ import pytest
 
 import dlaunch.cli
 from dlaunch.cli import main
-from dlaunch.schedulers import Submission
+from dlaunch.schedulers import Running
 from dlaunch.schedulers.local import Local
 from test_launcher_fakes import install_fakes
 
@@ -41,12 +41,34 @@ def test_a_refusal_stops_the_runs_after_it(here, monkeypatch, capsys):
     assert not (here / "runs/s/n0004").exists()
 
 
+class EndedJob(Running):
+    """A fake of a local job (no trainer started): it has already ended with `code`."""
+
+    def __init__(self, code: int):
+        self.job_id, self.code = "local-1", code
+
+    def wait(self, timeout=None):
+        return self.code
+
+
 def test_a_failed_foreground_run_does_not_stop_the_others(here, monkeypatch, capsys):
-    """Local.submit replaced by a fake that reports exit 3, then 0: both runs exist, the exit code is 3."""
+    """Local.start replaced by a fake whose jobs end with exit 3, then 0: both runs exist, the exit code is 3."""
     codes = iter([3, 0])
-    monkeypatch.setattr(Local, "submit", lambda self, script, run_dir: Submission("local-1", next(codes)))
+    monkeypatch.setattr(Local, "start", lambda self, script, run_dir: EndedJob(next(codes)))
     assert main(["run", "--site", "local", "--gpus", "1", "--repeat", "2", "--experiment", "e", "--run-name", "x",
                  "--steps", "2"]) == 3
     assert (here / "runs/e/x-r1/state").read_text() == "finished (exit 3)\n"
     assert (here / "runs/e/x-r2/state").read_text() == "finished (exit 0)\n"
     assert "[2/2] submitting e/x-r2" in capsys.readouterr().err
+
+
+def test_cancel_of_a_local_run_that_has_ended_says_so_and_exits_0(tmp_path, monkeypatch, capsys):
+    """Nothing runs any more: no error (was: exit 1, 'local runs end with the dlaunch command ...')."""
+    from test_watch import finished, write_run
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DLAUNCH_STATUS_CACHE", "")
+    run = write_run(tmp_path / "runs" / "e", "r", finished())
+    assert main(["cancel", str(run)]) == 0
+    assert "runs/e/r had ended (finished (exit 0); metrics ok): nothing to cancel" in capsys.readouterr().err
+    assert (run / "state").read_text() == "finished (exit 0)\n"

@@ -91,11 +91,23 @@ def test_progress_from_written_metrics_steps_epochs_rate_and_eta(tmp_path):
     run = write_run(tmp_path, "r", [header(), epoch(0), epoch(1, seconds=2.0)], state=None)
     p = read_progress(run / "metrics.jsonl")
     assert (p.status, p.steps_done, p.steps_total, p.epochs_done, p.epochs_total) == ("running", 4, 6, 2, 3)
-    assert (p.images_per_s, p.loss, p.seconds_per_step) == (17.0, 1.5, 1.5)
+    assert (p.images_per_s, p.last_epoch_images_per_s, p.loss, p.seconds_per_step) == (None, 17.0, 1.5, 1.5)
     assert p.eta_s() == 3.0  # 2 steps left at 1.5 s each, as of the last record
     assert p.eta_s(now=p.last_record_time + 1.0) == 2.0  # counting down between records
     assert read_progress(tmp_path / "missing.jsonl").status == "no metrics yet"
     assert Progress("ok", steps_done=6, steps_total=6).eta_s() is None
+
+
+def test_an_ended_runs_images_per_s_is_its_throughput_x_as_the_report_defines_it(tmp_path):
+    """X = Run.throughput (dlaunch/analysis/scaling.py): the measured epochs' mean, the first epoch left out;
+    the last epoch's own figure stays beside it."""
+    from dlaunch.analysis.scaling import run_from_metrics
+    from dlaunch.train.metrics_schema import read_metrics
+
+    run = write_run(tmp_path, "r", finished())
+    p = read_progress(run / "metrics.jsonl")
+    assert (p.images_per_s, p.last_epoch_images_per_s) == (17.5, 18.0)
+    assert p.images_per_s == run_from_metrics(read_metrics(str(run / "metrics.jsonl"))).throughput
 
 
 def test_written_runs_through_a_pipe_one_plain_line_each_and_an_overall_line(tmp_path, monkeypatch, capsys):
@@ -108,7 +120,7 @@ def test_written_runs_through_a_pipe_one_plain_line_each_and_an_overall_line(tmp
     assert [LINE.match(line).group(1) for line in lines] == [
         "runs/%s/n0001" % long_name, "runs/%s/n0002" % long_name, "overall"]
     assert LINE.match(lines[0]).group(2) == (
-        "finished (exit 0); ok; steps 6/6, epoch 3/3, 18.0 images/s, loss 1.000")
+        "finished (exit 0); ok; steps 6/6, epoch 3/3, 17.5 images/s, loss 1.000")
     assert LINE.match(lines[2]).group(2) == "2 of 2 runs ended (2 ok, 0 failed)"
 
 
@@ -217,7 +229,7 @@ def test_watch_follows_a_written_run_as_records_arrive_one_line_per_change(tmp_p
     assert len(shown) == len(set(shown))  # a line only when something changed
     steps = [int(m.group(1)) for m in (re.search(r"steps (\d+)/6", line) for line in shown) if m]
     assert steps == sorted(steps) and steps[0] == 0 and steps[-1] == 6 and set(steps) == {0, 2, 4, 6}
-    assert shown[-1] == "finished (exit 0); ok; steps 6/6, epoch 3/3, 18.0 images/s, loss 1.000"
+    assert shown[-1] == "finished (exit 0); ok; steps 6/6, epoch 3/3, 17.5 images/s, loss 1.000"
 
 
 FAKE_QUEUE = {
@@ -241,7 +253,7 @@ def test_fake_slurm_queue_place_and_start_of_a_pending_job_and_one_squeue_for_al
               scheduler="slurm", job_id="4690")  # not in squeue any more: scontrol says COMPLETED
     assert main(["watch", "--once", "runs/e"]) == 0
     lines = [LINE.match(line).groups() for line in watch_lines(capsys)]
-    assert lines[0] == ("runs/e/a", "RUNNING; running; steps 2/6, epoch 1/3, 16.0 images/s, loss 3.000, ETA 8s")
+    assert lines[0] == ("runs/e/a", "RUNNING; running; steps 2/6, epoch 1/3, 16.0 images/s (last epoch), loss 3.000, ETA 8s")
     assert lines[1] == ("runs/e/b", "PENDING; no metrics yet; Priority, 2nd in queue, start about 2026-11-22T10:42:00")
     assert lines[2][1].startswith("COMPLETED; ok; steps 6/6")
     assert lines[3] == ("overall", "1 of 3 runs ended (1 ok, 0 failed), 1 running, 1 pending")
@@ -296,6 +308,82 @@ def test_status_rows_too_wide_for_a_table_are_stacked_whole():
     assert text.splitlines()[1:] == [
         path, "  site: juwels-booster; job: 12345678; scheduler: COMPLETED; metrics: no metrics yet; epochs: 2/3; "
               "images/s: 2560.0; results: %s/metrics.jsonl" % path]
+
+
+def test_an_ended_run_is_read_once_then_taken_from_the_status_cache(tmp_path, monkeypatch, capsys):
+    """`status` reads an ended run's files once (dlaunch/runs/statuscache.py); while they are unchanged, the
+    next `status` shows the same without reading its plan or metrics; once a file changes, it reads them again."""
+    import dlaunch.runs.runstate
+    from dlaunch.runs.rundir import RunDir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(dlaunch.cli.out, "width", 200)
+    monkeypatch.setenv("DLAUNCH_STATUS_CACHE", str(tmp_path / "cache" / "status.json"))
+    run = write_run(tmp_path / "runs" / "e", "r", finished())
+    assert main(["status", "runs"]) == 0
+    first = capsys.readouterr().out
+    assert "runs/e/r" in first and "17.5" in first
+    reads = []
+
+    with pytest.MonkeyPatch.context() as patched:
+        def refused(*args):
+            reads.append(args)
+            raise AssertionError("read again")
+
+        patched.setattr(RunDir, "plan", refused)
+        patched.setattr(dlaunch.runs.runstate, "_read_progress", refused)
+        assert main(["status", "runs"]) == 0
+        assert capsys.readouterr().out == first and not reads
+    (run / "state").write_text(LOCAL_RUNNING % os.getpid() + "\n")  # resumed: running again
+    assert main(["status", "runs"]) == 0
+    assert "running here (dlaunch pid %d)" % os.getpid() in capsys.readouterr().out
+
+
+def test_the_status_cache_is_not_used_for_live_runs_nor_after_another_dlaunch_version(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(dlaunch.cli.out, "width", 200)
+    cache = tmp_path / "status.json"
+    monkeypatch.setenv("DLAUNCH_STATUS_CACHE", str(cache))
+    live = write_run(tmp_path / "runs", "live", [header(), epoch(0)], state=LOCAL_RUNNING % os.getpid())
+    write_run(tmp_path / "runs", "ended", finished())
+    assert main(["status", "runs"]) == 0
+    capsys.readouterr()
+    kept = json.loads(cache.read_text())
+    assert [os.path.basename(path) for path in kept["runs"]] == ["ended"]
+    with open(live / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(epoch(1)) + "\n")
+    assert main(["status", "runs"]) == 0
+    assert re.search(r"runs/live .* 2/3 ", capsys.readouterr().out)
+    kept["code"] = "another version"
+    kept["runs"][str(tmp_path / "runs" / "ended")]["snapshot"]["state"] = "what another version said"
+    cache.write_text(json.dumps(kept))
+    assert main(["status", "runs"]) == 0
+    assert "what another version said" not in capsys.readouterr().out
+    cache.write_text("{not json")  # a broken cache is no cache
+    assert main(["status", "runs"]) == 0
+    assert "runs/ended" in capsys.readouterr().out
+
+
+COUNTED_QUEUE = {  # fake squeue and scontrol (no Slurm here) that count their calls: job 4690 ended long ago
+    "squeue": 'echo squeue >> "$FAKE_LOG/calls"\n',
+    "scontrol": 'echo scontrol >> "$FAKE_LOG/calls"\necho "JobId=$4 JobState=COMPLETED"\n',
+    "sacct": 'echo sacct >> "$FAKE_LOG/calls"\n',
+}
+
+
+def test_status_asks_the_scheduler_about_an_ended_job_once(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "%s:%s" % (install_fakes(tmp_path / "bin", COUNTED_QUEUE), os.environ["PATH"]))
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path))
+    monkeypatch.setenv("DLAUNCH_STATUS_CACHE", str(tmp_path / "status.json"))
+    write_run(tmp_path / "runs" / "e", "c", finished(), state="submitted", scheduler="slurm", job_id="4690")
+    assert main(["status", "runs"]) == 0
+    assert "COMPLETED" in capsys.readouterr().out
+    asked = (tmp_path / "calls").read_text().split()
+    assert "squeue" in asked and "scontrol" in asked
+    assert main(["status", "runs"]) == 0
+    assert "COMPLETED" in capsys.readouterr().out
+    assert (tmp_path / "calls").read_text().split() == asked  # nothing asked the second time
 
 
 def watch_in_tmux(cwd: Path, argv: List[str], env: dict, timeout: float,
@@ -405,7 +493,7 @@ def worker_of_rank(root: int, rank: str) -> int:
             argv = Path("/proc/%d/cmdline" % pid).read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"RANK=" + rank.encode() in environ and b"train" in argv and not any(a.endswith(b"torchrun") for a in argv):
+        if b"RANK=" + rank.encode() in environ and b"dlaunch.train" in argv and not any(a.endswith(b"torchrun") for a in argv):
             return pid
     raise AssertionError("no rank %s trainer below %d" % (rank, root))
 

@@ -1,5 +1,6 @@
 """A run directory: `job.sh`, `plan.json`, `site.toml` (the profile text the job was made from), `job_id`,
 `state`, logs, `metrics.jsonl`, `checkpoints/`. Its files are read through dlaunch/boundary.py."""
+import functools
 import json
 import os
 import secrets
@@ -14,9 +15,12 @@ from dlaunch.train.metrics_schema import METRICS_FILE
 
 if TYPE_CHECKING:
     from dlaunch.jobs.request import LaunchRequest
+    from dlaunch.jobs.sites import Site
     from dlaunch.schedulers import Scheduler
 
 SITE_PROFILE = "site.toml"  # the site profile's text the job was made from
+# The files a run's snapshot is made from, besides its logs (dlaunch/runs/statuscache.py).
+SNAPSHOT_FILES = ("plan.json", "job_id", "state", METRICS_FILE, SITE_PROFILE)
 
 
 def default_run_name() -> str:
@@ -24,6 +28,28 @@ def default_run_name() -> str:
     now = time.time()
     return "%s-%03d-%s" % (time.strftime("%Y%m%d-%H%M%S", time.localtime(now)), int(now * 1000) % 1000,
                            secrets.token_hex(2))
+
+
+@functools.lru_cache(maxsize=16)
+def _profile_of_text(text: str) -> "Optional[Site]":
+    """A kept profile's text as a Site (runs made from one profile keep the same text: validated once)."""
+    from dlaunch.boundary import parse_toml, validate
+    from dlaunch.jobs.sites import Site
+
+    try:
+        return validate(Site, parse_toml(text, SITE_PROFILE), SITE_PROFILE)
+    except DlaunchError:
+        return None
+
+
+@functools.lru_cache(maxsize=16)
+def _profile_named(site: str) -> "Optional[Site]":
+    from dlaunch.jobs.sites import resolve_site
+
+    try:
+        return resolve_site(site)
+    except DlaunchError:
+        return None
 
 
 class RunDir:
@@ -84,10 +110,31 @@ class RunDir:
         state = self.read("state")
         return escape(state) if state is not None else None
 
+    def profile(self) -> "Optional[Site]":
+        """The site profile the run was made from: the text it kept (site.toml), else the profile its
+        request names (runs made before they kept one); None when neither can be read."""
+        kept = self.path / SITE_PROFILE
+        try:
+            if os.path.lexists(kept):
+                return _profile_of_text(read_text(kept, follow_links=False))
+            return _profile_named(self.request().site)
+        except DlaunchError:
+            return None
+
+    @functools.cached_property
+    def kept(self) -> Tuple[str, Optional[Dict[str, Any]]]:
+        """(the files' stamp as this object first looked, the snapshot the status cache keeps for the run
+        if it has ended and its files are unchanged: dlaunch/runs/statuscache.py)."""
+        from dlaunch.runs import statuscache
+
+        return statuscache.current().lookup(self.path, SNAPSHOT_FILES)
+
     def check(self) -> None:
         """Read what a listing of runs reads (plan.json, job_id, state): DlaunchError naming the file
-        that is broken, so that the listing rejects this run and shows the others."""
-        _ = (self.plan(), self.job_id, self.state)
+        that is broken, so that the listing rejects this run and shows the others. A run the status
+        cache keeps was read whole when it was kept, and has not changed since."""
+        if self.kept[1] is None:
+            _ = (self.plan(), self.job_id, self.state)
 
     def set_state(self, state: str) -> None:
         self.write("state", state.replace("\n", " ") + "\n")

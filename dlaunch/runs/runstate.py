@@ -1,7 +1,9 @@
 """A run at one moment: the scheduler's word on its job and the progress its metrics file shows.
 
 `observe(runs)` asks each scheduler once for all of its jobs (Slurm: one `squeue`), and reads each
-metrics file; `dlaunch status`, `runs` and `watch` show what it returns.
+metrics file; `dlaunch status`, `runs` and `watch` show what it returns. A run that has ended is read
+once: its snapshot is kept in the status cache (dlaunch/runs/statuscache.py) and taken from there while
+its files are unchanged, without asking its scheduler.
 """
 import dataclasses
 import os
@@ -9,14 +11,18 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from dlaunch.boundary import alive_since, escape
+from dlaunch.runs import statuscache
 from dlaunch.runs.failures import reconcile
-from dlaunch.runs.network import run_network_problems
-from dlaunch.runs.rundir import RunDir, display_path
+from dlaunch.runs.network import network_problems
+from dlaunch.runs.rundir import SNAPSHOT_FILES, RunDir, display_path
 from dlaunch.schedulers import Job, JobState, registration, scheduler_for
 from dlaunch.train.metrics_schema import MAX_METRICS_BYTES, FileRefused, Metrics, MetricsError, open_regular, read_metrics
+
+if TYPE_CHECKING:
+    from dlaunch.analysis.scaling import Run
 
 # A run succeeded when its job did (and its metrics end `ok`); a job the scheduler forgot is judged by its metrics.
 SUCCEEDED = (JobState.COMPLETED, JobState.GONE)
@@ -35,11 +41,12 @@ class Progress:
     epochs_total: Optional[int] = None
     steps_done: int = 0
     steps_total: Optional[int] = None
+    # The run's throughput X (dlaunch/analysis/scaling.py: Run.throughput), once its metrics end; None while live.
     images_per_s: Optional[float] = None
+    last_epoch_images_per_s: Optional[float] = None  # the last epoch record's own images/s: its steps only
     loss: Optional[float] = None
     seconds_per_step: Optional[float] = None  # measured: the epochs' training time over their steps
     last_record_time: Optional[float] = None
-    network: Optional[List[Dict[str, Any]]] = None  # what the collective libraries selected (metrics version 3)
 
     @property
     def fraction(self) -> Optional[float]:
@@ -75,14 +82,16 @@ def _being_written(path: Path) -> bool:
         return False
 
 
-def read_progress(path: Path) -> Progress:
-    """The progress in a metrics file (a missing or still empty file is 'no metrics yet')."""
+def _read_progress(path: Path) -> "Tuple[Progress, Optional[Run]]":
+    """The progress in a metrics file, and the file as a Run (None without one)."""
+    from dlaunch.analysis.scaling import run_from_metrics
+
     if not os.path.lexists(path) or (path.is_file() and path.stat().st_size == 0):  # opened, header not yet written
-        return Progress("no metrics yet")
+        return Progress("no metrics yet"), None
     try:
         metrics = _read(path)
     except (MetricsError, OSError) as e:
-        return Progress("unreadable: %s" % escape(str(e)))
+        return Progress("unreadable: %s" % escape(str(e))), None
     settings = metrics.header.get("loader_settings") or {}
     config = metrics.header.get("config") or {}
     steps_total = settings.get("total_steps")
@@ -92,18 +101,42 @@ def read_progress(path: Path) -> Progress:
     steps = sum(e["steps"] for e in epochs)
     train_time = sum(e["epoch_time_s"] for e in epochs)
     last = epochs[-1] if epochs else None
+    run = run_from_metrics(metrics)
     return Progress(
         status=metrics.status,
         epochs_done=len(epochs),
         epochs_total=epochs_total,
         steps_done=steps,
         steps_total=steps_total,
-        images_per_s=float(last["images_per_s"]) if last else None,
+        images_per_s=run.throughput if metrics.end is not None else None,
+        last_epoch_images_per_s=float(last["images_per_s"]) if last else None,
         loss=float(last["loss"]) if last else None,
         seconds_per_step=train_time / steps if steps and train_time > 0 else None,
         last_record_time=float(metrics.records[-1]["time"]) if metrics.records else None,
-        network=metrics.network,
-    )
+    ), run
+
+
+def read_progress(path: Path) -> Progress:
+    """The progress in a metrics file (a missing or still empty file is 'no metrics yet')."""
+    return _read_progress(path)[0]
+
+
+def _judged(run_dir: RunDir, run: "Optional[Run]", live: bool) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+    """(how the run is off its profile's network: dlaunch/runs/network.py; its straggler and throttled-GPU
+    flags, 'straggler: ...': dlaunch/analysis/stragglers.py, on its last epoch while `live`, with its
+    profile's `straggler_threshold`). The profile is read only for runs that recorded something to judge."""
+    if run is None:
+        return (), ()
+    phases = any(e.phases is not None or e.nodes is not None for e in run.epochs)
+    if not run.network and not phases:
+        return (), ()
+    from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, live_flags, run_flags
+
+    profile = run_dir.profile()
+    network = network_problems(run.network, profile.network if profile else None)
+    threshold = profile.straggler_threshold if profile else DEFAULT_THRESHOLD
+    flags = (live_flags if live else run_flags)(run, threshold) if phases else []
+    return tuple(network), tuple("%s: %s" % (flag.kind, flag.message) for flag in flags)
 
 
 @dataclass(frozen=True)
@@ -121,6 +154,10 @@ class Snapshot:
     meaning: Optional[JobState] = None  # what the scheduler's state means (None: foreground or not submitted)
     scheduler: str = ""  # its kind (dlaunch/schedulers/)
     network: Tuple[str, ...] = ()  # how the run is off its profile's [network] (dlaunch/runs/network.py)
+    flags: Tuple[str, ...] = ()  # its stragglers and throttled GPUs, e.g. 'straggler: n2 rank 1 ...'
+    gpus: Optional[int] = None  # the GPUs (processes on a CPU site) its plan asks for: nodes x processes per node
+    reason: Optional[str] = None  # why it failed ('' when it did not); None: not looked up (service.why_failed)
+    figures: Optional[str] = None  # its figures (service.run_figures); None: not looked up
 
     @property
     def ok(self) -> bool:
@@ -161,10 +198,35 @@ def _foreground_state(run: RunDir, now: float) -> Tuple[str, bool]:
     return _unsubmitted_state(run, now)
 
 
-def observe(runs: Iterable[RunDir], now: Optional[float] = None) -> List[Snapshot]:
-    """A snapshot of every run (each scheduler asked once for all of its jobs)."""
-    runs = list(runs)
-    now = time.time() if now is None else now
+def _kept(run: RunDir, kept: Dict[str, Any]) -> Optional[Snapshot]:
+    """The snapshot the status cache kept for an ended run (None when the entry is not one)."""
+    try:
+        return Snapshot(run, display_path(run.path), kept["site"], kept["job"], kept["state"], "",
+                        Progress(**kept["progress"]), True, JobState[kept["meaning"]] if kept["meaning"] else None,
+                        kept["scheduler"], tuple(kept["network"]), tuple(kept["flags"]), kept["gpus"], kept["reason"],
+                        kept["figures"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _to_keep(snapshot: Snapshot) -> Dict[str, Any]:
+    return {"site": snapshot.site, "job": snapshot.job, "state": snapshot.state, "progress": dataclasses.asdict(snapshot.progress),
+            "meaning": snapshot.meaning.name if snapshot.meaning else None, "scheduler": snapshot.scheduler,
+            "network": list(snapshot.network), "flags": list(snapshot.flags), "gpus": snapshot.gpus, "reason": snapshot.reason,
+            "figures": snapshot.figures}
+
+
+def _gpus(plan: Dict[str, Any]) -> Optional[int]:
+    """Nodes x processes per node of a plan (None where plan.json holds no such counts: plan.json's `plan` is
+    checked for its scheduler and site only, dlaunch/runs/runfiles.py)."""
+    nodes, per_node = plan.get("nodes"), plan.get("nproc_per_node")
+    if all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (nodes, per_node)):
+        return nodes * per_node
+    return None
+
+
+def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
+    """Snapshots read from the run directories (each scheduler asked once for all of its jobs)."""
     plans = {run.path: run.plan()["plan"] for run in runs}
     jobs: Dict[str, Job] = {}
     for kind in {plan["scheduler"] for plan in plans.values() if not registration(plan["scheduler"]).foreground}:
@@ -173,7 +235,7 @@ def observe(runs: Iterable[RunDir], now: Optional[float] = None) -> List[Snapsho
     snapshots = []
     for run in runs:
         plan = plans[run.path]
-        progress = read_progress(run.metrics_path)
+        progress, measured = _read_progress(run.metrics_path)
         job_id = run.job_id
         queue_text, meaning = "", None
         if registration(plan["scheduler"]).foreground:
@@ -189,6 +251,37 @@ def observe(runs: Iterable[RunDir], now: Optional[float] = None) -> List[Snapsho
         status = reconcile(meaning, progress.status, ended) if started else progress.status
         if status != progress.status:
             progress = dataclasses.replace(progress, status=status)
+        network, flags = _judged(run, measured, live=progress.status == "running")
         snapshots.append(Snapshot(run, display_path(run.path), plan["site"], job_id or "-", state, queue_text,
-                                  progress, ended, meaning, plan["scheduler"], tuple(run_network_problems(run, progress.network))))
+                                  progress, ended, meaning, plan["scheduler"], network, flags, _gpus(plan)))
     return snapshots
+
+
+def observe(runs: Iterable[RunDir], now: Optional[float] = None,
+            complete: Optional[Callable[[List[Snapshot]], List[Snapshot]]] = None) -> List[Snapshot]:
+    """A snapshot of every run: of an ended run the status cache's while its files are unchanged
+    (dlaunch/runs/statuscache.py), else read from its directory and, once it has ended, kept there.
+    `complete` adds what the cache should keep too to ended snapshots that lack it (`reason`, `figures`)."""
+    runs = list(runs)
+    now = time.time() if now is None else now
+    found: Dict[int, Snapshot] = {}
+    for i, run in enumerate(runs):
+        kept = run.kept[1]
+        snapshot = _kept(run, kept) if kept is not None else None
+        if snapshot is not None:
+            found[i] = snapshot
+    fresh = [i for i in range(len(runs)) if i not in found]
+    changed = set(fresh)
+    found.update(zip(fresh, _fresh([runs[i] for i in fresh], now)))
+    if complete is not None:
+        lacking = [i for i, s in found.items() if s.ended and (s.figures is None or s.reason is None)]
+        found.update(zip(lacking, complete([found[i] for i in lacking])))
+        changed.update(lacking)
+    cache = statuscache.current()
+    for i in sorted(changed):
+        snapshot = found[i]
+        if snapshot.ended:
+            logs = [path.name for path in scheduler_for(snapshot.scheduler).log_files(snapshot.run.path)]
+            cache.put(snapshot.run.path, snapshot.run.kept[0], SNAPSHOT_FILES, logs, _to_keep(snapshot))
+    cache.save()
+    return [found[i] for i in range(len(runs))]

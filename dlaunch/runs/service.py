@@ -18,7 +18,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from dlaunch.boundary import display_path, fits_file_system
 from dlaunch.errors import DlaunchError, SchedulerError
@@ -26,12 +26,12 @@ from dlaunch.jobs.imagepaths import stack_of_image
 from dlaunch.jobs.request import LaunchRequest
 from dlaunch.paths import REPO
 from dlaunch.runs.rundir import SITE_PROFILE, RunDir, default_run_name
-from dlaunch.runs.runstate import LOCAL_RUNNING, Snapshot, observe
 from dlaunch.schedulers import registration
 from dlaunch.train.framework_table import image_group
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the run layer's state stays out of `run --dry-run`'s start-up
     from dlaunch.jobs.plan import LaunchPlan
+    from dlaunch.runs.runstate import Snapshot
 
 __all__ = ["Logs", "Prepared", "Submitted", "cancel", "check_new", "git_revision", "logs", "observe", "prepare",
            "resume", "run_figures", "submit_all", "why_failed"]
@@ -154,8 +154,32 @@ class Submitted:
         return next((code for code in self.codes if code), 0)
 
 
-def _submit(job: Prepared) -> Tuple[RunDir, int]:
-    """Write the run directory, hand the script to its scheduler, record the outcome."""
+def _run_here(run: RunDir, script: Path, say: Callable[[str], None]) -> int:
+    """Start a foreground backend's job and show its progress until it ends (dlaunch/runs/watch.py);
+    its exit code, recorded in the run's state."""
+    from dlaunch.runs.watch import follow_job
+
+    job = run.scheduler.start(script, run.path)
+    run.write("job_id", job.job_id + "\n")
+    say("running %s on this machine; its log: %s" % (display_path(run.path), ", ".join(display_path(p) for p in run.log_files())))
+    ended: List[int] = []
+
+    def wait(seconds: Optional[float]) -> bool:
+        code = job.wait(seconds)
+        if code is not None and not ended:
+            run.set_state("finished (exit %d)" % code)
+            ended.append(code)
+        return code is not None
+
+    try:
+        follow_job(run.path, wait, why_failed)
+    finally:
+        wait(None)  # the job's end is recorded whatever became of the view
+    return ended[0]
+
+
+def _submit(job: Prepared, say: Callable[[str], None]) -> Tuple[RunDir, int]:
+    """Write the run directory, hand the script to its scheduler (or run it here), record the outcome."""
     run = RunDir.open(job.run_dir) if job.resume else RunDir.create(job.run_dir)
     run.write("job.sh", job.script, mode=0o755)
     run.write(SITE_PROFILE, job.plan.profile)  # what the job was made from: `archive` bundles this, never a path
@@ -163,18 +187,18 @@ def _submit(job: Prepared) -> Tuple[RunDir, int]:
     for name, text in job.files:
         run.write(name, text)
     if job.foreground:  # runs in this process's child: `dlaunch watch` checks that it lives
+        from dlaunch.runs.runstate import LOCAL_RUNNING
+
         run.set_state(LOCAL_RUNNING % os.getpid())
+        return run, _run_here(run, run.path / "job.sh", say)
     try:
         submission = run.scheduler.submit(run.path / "job.sh", run.path)
     except SchedulerError as e:
         run.set_state("submission failed: %s" % e)
         raise
     run.write("job_id", submission.job_id + "\n")
-    if submission.exit_code is None:
-        run.set_state("submitted")
-        return run, 0
-    run.set_state("finished (exit %d)" % submission.exit_code)
-    return run, submission.exit_code
+    run.set_state("submitted")
+    return run, 0
 
 
 def submit_all(jobs: Sequence[Prepared], say: Callable[[str], None]) -> Submitted:
@@ -188,7 +212,7 @@ def submit_all(jobs: Sequence[Prepared], say: Callable[[str], None]) -> Submitte
             say("[%d/%d] %s %s/%s" % (i, len(jobs), "resubmitting" if job.resume else "submitting",
                                       job.run_dir.parent.name, job.run_dir.name))
         try:
-            run, code = _submit(job)
+            run, code = _submit(job, say)
         except SchedulerError:
             if len(jobs) > i:
                 say("%d run(s) after it not submitted" % (len(jobs) - i))
@@ -216,8 +240,10 @@ def failure_reason(run: RunDir) -> Optional[str]:
     return str(end["reason"]) if end and end.get("reason") else None
 
 
-def why_failed(snapshot: Snapshot) -> str:
+def why_failed(snapshot: "Snapshot") -> str:
     """Why a failed run failed: `failure_reason`, else the scheduler's verdict, else what its state and metrics say."""
+    if snapshot.reason:
+        return snapshot.reason
     reason = failure_reason(snapshot.run)
     if reason:
         return reason
@@ -229,9 +255,11 @@ def why_failed(snapshot: Snapshot) -> str:
     return "%s, metrics %s" % (snapshot.state, snapshot.progress.status)
 
 
-def run_figures(snapshot: Snapshot) -> str:
+def run_figures(snapshot: "Snapshot") -> str:
     """Time and energy to accuracy, the trainer's energy and the scheduler's accounting of it (Slurm's
     `sacct`), each named; '' when none is known."""
+    if snapshot.figures is not None:
+        return snapshot.figures
     from dlaunch.analysis.scaling import status_figures
     from dlaunch.train.metrics_schema import MetricsError, read_metrics
 
@@ -255,6 +283,19 @@ def run_figures(snapshot: Snapshot) -> str:
     return "; ".join(parts)
 
 
+def _explained(snapshots: List["Snapshot"]) -> List["Snapshot"]:
+    """Ended runs with why each failed ('' for those that did not) and their figures."""
+    return [dataclasses.replace(s, reason=why_failed(s) if s.failed else "", figures=run_figures(s)) for s in snapshots]
+
+
+def observe(runs: Iterable[RunDir]) -> List["Snapshot"]:
+    """Every run's snapshot (dlaunch/runs/runstate.py); an ended one with why it failed and its figures,
+    which the status cache keeps with it (asked once of the scheduler, not at every look)."""
+    from dlaunch.runs import runstate
+
+    return runstate.observe(runs, complete=_explained)
+
+
 @dataclass(frozen=True)
 class Logs:
     files: List[Path]  # oldest first, as the run's scheduler names them
@@ -274,9 +315,15 @@ def logs(run: RunDir) -> Logs:
 
 
 def cancel(run: RunDir) -> str:
-    """Cancel the run's job; its id."""
+    """Cancel the run's job; what was done, as a line for the user. A run that has ended is left as it
+    is (nothing to cancel, no error)."""
     if not run.job_id:
         raise DlaunchError("%s: no job id (state: %s)" % (display_path(run.path), run.state))
+    from dlaunch.runs import runstate
+
+    (snapshot,) = runstate.observe([run])
+    if snapshot.ended:
+        return "%s had ended (%s; metrics %s): nothing to cancel" % (snapshot.name, snapshot.state, snapshot.progress.status)
     run.scheduler.cancel(run.job_id)
     run.set_state("cancel requested")
-    return run.job_id
+    return "cancelled job %s" % run.job_id

@@ -6,6 +6,7 @@ place while pending and why a run failed as soon as it fails; with several runs 
 Through a pipe plain lines: one per run whenever its state or figures change (no control
 characters), and one `overall:` line whenever runs start or end. `--once` looks once and exits.
 Exit code: 0 when every run ended ok (with --once: none failed so far), 1 when one failed.
+`dlaunch run` shows a run that runs on this machine the same way while its job runs (`follow_job`).
 """
 import shutil
 import sys
@@ -38,7 +39,8 @@ def duration(seconds: float) -> str:
 
 
 def figures(snapshot: Snapshot, now: Optional[float] = None) -> str:
-    """Queue place while pending, else steps, epochs, images/s, loss and ETA as far as known."""
+    """Queue place while pending, else steps, epochs, images/s (the run's X once its metrics end, else the
+    last epoch's, labelled so), loss and ETA as far as known."""
     if snapshot.queue:
         return snapshot.queue
     p = snapshot.progress
@@ -49,6 +51,8 @@ def figures(snapshot: Snapshot, now: Optional[float] = None) -> str:
         parts.append("epoch %d/%d" % (p.epochs_done, p.epochs_total))
     if p.images_per_s is not None:
         parts.append("%.1f images/s" % p.images_per_s)
+    elif p.last_epoch_images_per_s is not None:
+        parts.append("%.1f images/s (last epoch)" % p.last_epoch_images_per_s)
     if p.loss is not None:
         parts.append("loss %.3f" % p.loss)
     eta = p.eta_s(now)
@@ -108,10 +112,10 @@ def overall(snapshots: Sequence[Snapshot]) -> str:
 
 
 def details(snapshot: Snapshot, reason: str, now: Optional[float] = None) -> str:
-    """'status; figures; why: reason; network: ...' (the parts that say something)."""
+    """'status; figures; why: reason; network: ...; straggler: ...' (the parts that say something)."""
     parts = [snapshot.progress.status, figures(snapshot, now), "why: " + reason if reason else ""]
     parts += ["network: " + problem for problem in snapshot.network]
-    return "; ".join(part for part in parts if part)
+    return "; ".join(part for part in parts + list(snapshot.flags) if part)
 
 
 def plain_line(snapshot: Snapshot, reason: str) -> str:
@@ -124,10 +128,13 @@ def exit_code(snapshots: Sequence[Snapshot], watcher: Optional["Watcher"] = None
     return 1 if any(s.failed for s in snapshots) or (watcher is not None and watcher.rejected) else 0
 
 
-def follow_plain(watcher: Watcher, interval: float, once: bool, write: Callable[[str], None]) -> int:
-    """Print a line per run whenever it changes, and the overall line when runs start or end."""
+def follow_plain(watcher: Watcher, interval: float, once: bool, write: Callable[[str], None],
+                 wait: Optional[Callable[[float], bool]] = None) -> int:
+    """Print a line per run whenever it changes, and the overall line when runs start or end; until every
+    run has ended, or with `wait` (a job that runs here: `follow_job`) until it says the job has."""
     shown: Dict[Path, str] = {}
     shown_overall = ""
+    over = False
     while True:
         snapshots = watcher.poll()
         stamp = time.strftime("%H:%M:%S ")
@@ -139,9 +146,12 @@ def follow_plain(watcher: Watcher, interval: float, once: bool, write: Callable[
         if len(snapshots) > 1 and overall(snapshots) != shown_overall:
             shown_overall = overall(snapshots)
             write(stamp + "overall: " + shown_overall)
-        if once or all(s.ended for s in snapshots):
+        if once or over or (wait is None and all(s.ended for s in snapshots)):
             return exit_code(snapshots, watcher)
-        time.sleep(interval)
+        if wait is None:
+            time.sleep(interval)
+        else:
+            over = wait(interval)
 
 
 def _style(snapshot: Snapshot) -> str:
@@ -188,7 +198,7 @@ def view(watcher: Watcher, snapshots: Sequence[Snapshot], now: float, title: str
     for s in shown:
         reason = watcher.reason(s)
         parts.append(Text.assemble(s.name, "  ", (s.state, _style(s))))
-        style = "red" if reason else ("yellow" if s.network else "")
+        style = "red" if reason else ("yellow" if s.network or s.flags else "")
         parts.append(_bar_row(s.progress.fraction, Text(details(s, reason, now), style=style)))
     if more:
         parts.append(Text(more, style="dim"))
@@ -199,21 +209,61 @@ def view(watcher: Watcher, snapshots: Sequence[Snapshot], now: float, title: str
     return Group(*parts)
 
 
-def follow_live(watcher: Watcher, console: Console, interval: float, title: str) -> int:
-    """Redraw the view every second (the ETAs count down), look at the runs every `interval` s."""
+def follow_live(watcher: Watcher, console: Console, interval: float, title: str,
+                wait: Optional[Callable[[float], bool]] = None) -> int:
+    """Redraw the view every second (the ETAs count down), look at the runs every `interval` s; until
+    every run has ended, or with `wait` (`follow_plain`) until it says the job has."""
     from rich.live import Live
 
     snapshots = watcher.poll()
     next_poll = time.monotonic() + interval
+    over = False
     with Live(console=console, auto_refresh=False, redirect_stderr=False) as live:
         while True:
             live.update(view(watcher, snapshots, time.time(), title, console.height), refresh=True)
-            if all(s.ended for s in snapshots):
+            if over or (wait is None and all(s.ended for s in snapshots)):
                 return exit_code(snapshots, watcher)
-            time.sleep(max(0.0, min(1.0, next_poll - time.monotonic())))
-            if time.monotonic() >= next_poll:
+            pause = max(0.0, min(1.0, next_poll - time.monotonic()))
+            if wait is None:
+                time.sleep(pause)
+            else:
+                over = wait(pause)
+            if over or time.monotonic() >= next_poll:
                 snapshots = watcher.poll()
                 next_poll = time.monotonic() + interval
+
+
+def _live_console(console: Console) -> Optional[Console]:
+    """A console for the live view on `console`'s file, or None where plain lines are due (a pipe, a dumb
+    terminal). The view wraps its lines itself: a soft-wrapping console would let Live crop them at the edge."""
+    if not console.is_terminal or console.is_dumb_terminal:
+        return None
+    return Console(file=console.file, markup=False, soft_wrap=False)
+
+
+def _print_line(line: str) -> None:
+    print(line, file=sys.stdout, flush=True)
+
+
+def follow_job(run_dir: Path, wait: Callable[[float], bool], explain: Callable[[Snapshot], str],
+               interval: float = 1.0, console: Optional[Console] = None) -> None:
+    """Show the progress of a run whose job runs here (`dlaunch run --site local`) as `dlaunch watch`
+    shows runs (live in a terminal, plain lines through a pipe) until `wait(seconds)`, which waits at most
+    that long, says the job has ended and its end is recorded. Ctrl-C reaches the job too (the trainer
+    stops after its step, checkpointed): the view goes on until the job has ended."""
+    watcher = Watcher([run_dir], explain)
+    live = _live_console(console or Console())
+    title = "Ctrl-C stops the run (checkpointed)"
+    while True:
+        try:
+            if live is None:
+                follow_plain(watcher, interval, False, _print_line, wait)
+            else:
+                follow_live(watcher, live, interval, title, wait)
+            return
+        except KeyboardInterrupt:
+            print("dlaunch: interrupted: the run stops after its current step (checkpointed); waiting for it",
+                  file=sys.stderr, flush=True)
 
 
 def follow(targets: Sequence[Path], explain: Callable[[Snapshot], str], console: Console,
@@ -226,17 +276,16 @@ def follow(targets: Sequence[Path], explain: Callable[[Snapshot], str], console:
             if scheduler.status_command and shutil.which(scheduler.status_command) is None:
                 raise SchedulerError("%s: command not found: watch %s jobs from a login node of their cluster "
                                      "(--once shows what the run directories say)" % (scheduler.status_command, scheduler.label))
-    if not console.is_terminal or console.is_dumb_terminal:
-        return follow_plain(watcher, interval, once, lambda line: print(line, file=sys.stdout, flush=True))
-    # The view wraps its lines itself: a soft-wrapping console would let Live crop them at the edge.
-    console = Console(file=console.file, markup=False, soft_wrap=False)
+    live = _live_console(console)
+    if live is None:
+        return follow_plain(watcher, interval, once, _print_line)
     title = "dlaunch watch %s: every %gs; Ctrl-C stops watching, not the runs" % (
         " ".join(str(t) for t in targets), interval)
     if once:
         snapshots = watcher.poll()
-        console.print(view(watcher, snapshots, time.time(), title))
+        live.print(view(watcher, snapshots, time.time(), title))
         return exit_code(snapshots, watcher)
-    return follow_live(watcher, console, interval, title)
+    return follow_live(watcher, live, interval, title)
 
 
 def resolve_targets(names: Sequence[Path], output: Path = Path("runs")) -> List[Path]:

@@ -2,10 +2,11 @@
 
 A scheduler contributes to a job's script (directive lines, typed prelude items, the step command
 that starts the tasks on the nodes, and how its own variables map to the job's neutral ones that the
-trainer reads: dlaunch/train/jobenv.py) and owns everything after submission: submit, the state of jobs and
-their place in the queue, the accounting of ended ones (end reason, energy), cancel, the run's log
-files and the words the batch system writes into them. Its `Config` is the pydantic model of the
-site's `[scheduler]` section. Its registration row says whether it runs jobs in the foreground.
+trainer reads: dlaunch/train/jobenv.py) and owns everything after submission: submit (a batch system)
+or start (a foreground backend: the job runs here, now, and dlaunch follows it to its end), the state
+of jobs and their place in the queue, the accounting of ended ones (end reason, energy), cancel, the
+run's log files and the words the batch system writes into them. Its `Config` is the pydantic model
+of the site's `[scheduler]` section. Its registration row says whether it runs jobs in the foreground.
 """
 import enum
 import importlib
@@ -72,7 +73,17 @@ class JobState(enum.Enum):
 @dataclass(frozen=True)
 class Submission:
     job_id: str
-    exit_code: Optional[int] = None  # set when the job already ran (local)
+
+
+class Running:
+    """A job a foreground backend started here (`Scheduler.start`)."""
+
+    job_id = ""
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        """Its exit code once it has ended, waiting at most `timeout` s for that (None: until it ends);
+        None while it still runs."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -190,6 +201,12 @@ class Scheduler:
 
     # -- the batch system ---------------------------------------------------------------------------
     def submit(self, script: Path, run_dir: Path) -> Submission:
+        """Hand the job to the batch system (a backend registered as `foreground` has `start` instead)."""
+        raise NotImplementedError
+
+    def start(self, script: Path, run_dir: Path) -> Running:
+        """A foreground backend's submission: start the job here, now, writing its output into its log;
+        the caller follows it to its end."""
         raise NotImplementedError
 
     def check_script(self, script: Path) -> ScriptCheck:
@@ -247,5 +264,5 @@ def validate_config(data: Any) -> Any:
     return scheduler_for(kind).Config.model_validate(data)
 
 
-__all__ = ["BACKENDS", "Figure", "Job", "JobState", "Registration", "Scheduler", "ScriptCheck", "ShellWord", "Submission",
+__all__ = ["BACKENDS", "Figure", "Job", "JobState", "Registration", "Running", "Scheduler", "ScriptCheck", "ShellWord", "Submission",
            "registration", "scheduler_for", "validate_config"]

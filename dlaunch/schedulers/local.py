@@ -1,4 +1,5 @@
-"""This machine: the script runs in the foreground, its output streamed to the terminal and `local.log`.
+"""This machine: the script runs in the foreground, its output written to `local.log` (the command that
+started it shows the run's progress meanwhile: dlaunch/runs/watch.py).
 
 A step of one task is the launch command itself (`exec torchrun --standalone ...`); a step of several
 (one task per process of the engine modes) is `python -m dlaunch.schedulers.local --tasks N -- COMMAND`,
@@ -20,7 +21,7 @@ from typing import Any, Dict, List, Literal, Optional, Sequence, TextIO, Tuple
 from dlaunch.errors import SchedulerError
 from dlaunch.jobs.jobspec import Export, JobSpec, PreludeItem, ShellWord
 from dlaunch.jobs.schema import StrictModel
-from dlaunch.schedulers import Job, JobState, Scheduler, Submission
+from dlaunch.schedulers import Job, JobState, Running, Scheduler
 from dlaunch.train import jobenv
 from dlaunch.train.engines import ENGINE_PORT
 
@@ -62,23 +63,12 @@ class Local(Scheduler):
     def hosts_command(self) -> Tuple[str, ...]:
         return ("echo", "localhost")
 
-    def submit(self, script: Path, run_dir: Path) -> Submission:
-        from rich.console import Console
-
-        console = Console(soft_wrap=True)
+    def start(self, script: Path, run_dir: Path) -> Running:
         env = dict(os.environ)
         # torchrun/horovodrun/python of the environment dlaunch runs in, even when it is not activated.
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         with open(run_dir / LOCAL_LOG, "a", encoding="utf-8") as log:  # a resumed run keeps the earlier log
-            proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, bufsize=1, env=env, cwd=run_dir)
-            try:
-                with console.status("running %s on this machine (log: %s)" % (script.name, log.name)):
-                    _copy_output(proc, log, console)
-            except KeyboardInterrupt:
-                # The terminal's SIGINT reached the job too: the trainer checkpoints and ends `cancelled`.
-                _copy_output(proc, log, console)
-        return Submission("local-%d" % proc.pid, proc.wait())
+            return LocalJob(subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=run_dir))
 
     def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
         return {job_id: Job("local", JobState.UNKNOWN) for job_id in job_ids}
@@ -90,11 +80,18 @@ class Local(Scheduler):
         return [p for p in [run_dir / LOCAL_LOG] if p.is_file()]
 
 
-def _copy_output(proc: subprocess.Popen, log: TextIO, console: Any) -> None:
-    for line in proc.stdout:
-        log.write(line)
-        log.flush()
-        console.out(line, end="", highlight=False)
+class LocalJob(Running):
+    """The job's shell, a child of this process; its id is `local-<pid>`, as the script's own."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.job_id = "local-%d" % proc.pid
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
 
 def free_port_base(count: int) -> int:
