@@ -20,6 +20,8 @@ and derives its phases (`STEP_PHASES`, seconds per step, each the mean over the 
   broadcast before forward, Python).
 compute_s needs no extra step, no device sync and no change to training, and it holds no collective for DDP,
 Horovod and DeepSpeed ZeRO 0-2; ZeRO-3 gathers parameters inside forward, so its compute_s includes those waits.
+Under ZeRO 1-2 each rank updates its partition and the engine's step all-gathers the updated parameters: that
+collective is in optimizer_s.
 On a GPU the marks are CUDA events recorded on the current stream (a small pool, read once done, or after the
 device sync that closes the epoch's steps), so timing adds no device sync, and every phase is the device's view:
 data_s is the part of the wait for a batch that the GPU saw (0 when queued work hid it). On a CPU they are
