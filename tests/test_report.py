@@ -77,7 +77,7 @@ def test_report_writes_tables_markdown_and_every_plot(tmp_path, sweep):
     verdicts = {row[1]: row[-2] for row in table_rows(text, "## Runs")}
     assert verdicts == {"g4": "PASS -5.0%", "g8": "REGRESSION -15.0%", "g16": "no reference", "cosine-g4": "PASS -4.0%"}
     notes = text.split("## Notes\n\n", 1)[1]
-    assert "site testsite has no [[reference]] for resnet50 on 16 GPUs: no verdict for 1 run(s)" in notes
+    assert "site testsite has no [[reference]] for resnet50 on 16 GPUs: no verdict for 1 run" in notes
     assert str(runs / "scaling" / "g8" / "metrics.jsonl") in text
     assert "E_G = S_G / (G / G_ref)" in text
     assert "scaling/testsite/resnet50/ddp/native b8: runs" in result.output and "REGRESSION -15.0%" in result.output
@@ -458,7 +458,7 @@ def test_a_run_made_with_a_profile_path_is_judged_by_the_profile_its_directory_k
     assert "no profile" not in text.split("## Definitions")[0] and "no profile" not in result.stderr
     assert {row[1]: row[-2] for row in table_rows(text, "## Runs")} == {"g4": "PASS -5.0%", "g8": "REGRESSION -15.0%"}
     assert [row[10] for row in table_rows(text, "## Scaling")][0] == "1.000"  # predicted from the kept [network]
-    assert "my-site: 2 run(s) by the profile their run directories kept (site.toml)" in text
+    assert "my-site: 2 runs by the profile their run directories kept (site.toml)" in text
 
 
 def test_a_kept_profile_that_is_a_link_or_invalid_is_not_used(tmp_path):
@@ -504,7 +504,7 @@ def test_a_budget_without_recorded_phases_is_neither_shown_nor_drawn(tmp_path, s
     result = _report(runs, "-o", out, "--site", site)
     text = (out / "report.md").read_text()
     assert "## Efficiency budget" not in text and not (out / "efficiency_budget.png").exists()
-    assert "4 run(s) recorded no epoch overhead (metrics version 1-3), so their images/s is the steps-only rate: " \
+    assert "4 runs recorded no epoch overhead (metrics version 1-3), so images/s is the steps-only rate: " \
            "g4, g8, g16, cosine-g4" in result.stderr
 
 
@@ -592,3 +592,13 @@ def test_many_groups_print_a_line_each_and_figures_say_which_groups_they_draw(tm
     assert [c.get_label().split("/")[0] for c in axes[0].containers if isinstance(c, ErrorbarContainer)] == [
         "e%02d" % i for i in range(10)]
     plt.close(fig)
+
+
+def test_counts_take_their_nouns_in_the_right_number(tmp_path, sweep):
+    """Issue 37 item 9: "1 groups", "on 1 GPUs"."""
+    runs, site = sweep
+    write_run(tmp_path / "one", "g1", 1, [100.0, 250.0])
+    out = tmp_path / "report"
+    result = _report(tmp_path / "one", "-o", out, "--site", site)
+    assert "site testsite has no [[reference]] for resnet50 on 1 GPU: no verdict for 1 run" in result.stderr
+    assert "1 run in 1 group; 0 diverged runs apart; 0 files rejected." in (out / "report.md").read_text()

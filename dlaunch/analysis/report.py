@@ -26,7 +26,7 @@ from dlaunch.errors import DlaunchError
 from dlaunch.analysis.perfmodel import MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site, predict
 from dlaunch.jobs.sites import Site, resolve_site
 from dlaunch.runs.network import network_problems
-from dlaunch.tables import fit_table, markdown
+from dlaunch.tables import counted, fit_table, markdown
 
 KEPT_PROFILE = "site.toml"  # the profile text a run directory keeps (dlaunch/runs/rundir.py's SITE_PROFILE)
 KERNEL_HEADERS = ("GPUs", "comm %", "compute %", "I/O %", "other %")
@@ -224,8 +224,8 @@ def missing_references(runs: Sequence[Run], profiles: "Profiles") -> List[str]:
         if site is not None and run.throughput is not None and reference_for(run, site.reference) is None:
             key = (site.name, run.key.model, run.world_size, run.amp)
             missing[key] = missing.get(key, 0) + 1
-    return ["site %s has no [[reference]] for %s on %d GPUs%s: no verdict for %d run(s)"
-            % (name, model, gpus, "" if amp == "none" else " with --amp %s" % amp, n)
+    return ["site %s has no [[reference]] for %s on %s%s: no verdict for %s"
+            % (name, model, counted(gpus, "GPU"), "" if amp == "none" else " with --amp %s" % amp, counted(n, "run"))
             for (name, model, gpus, amp), n in sorted(missing.items())]
 
 
@@ -346,8 +346,8 @@ def steps_only_note(runs: Sequence[Run]) -> List[str]:
     if not lacking:
         return []
     names = ", ".join(Path(r.path).parent.name for r in lacking[:STEPS_ONLY_SHOWN])
-    return ["%d run(s) recorded no epoch overhead (metrics version 1-3), so their images/s is the steps-only rate: %s%s"
-            % (len(lacking), names, ", ..." if len(lacking) > STEPS_ONLY_SHOWN else "")]
+    return ["%s recorded no epoch overhead (metrics version 1-3), so images/s is the steps-only rate: %s%s"
+            % (counted(len(lacking), "run"), names, ", ..." if len(lacking) > STEPS_ONLY_SHOWN else "")]
 
 
 BUDGET_HEADERS = ["GPUs", "E_G", "step ms", *LOST_PARTS]  # the parts: the share of the ideal lost to each
@@ -447,7 +447,7 @@ def load_profiles(runs: Sequence[Run], override: Optional[str]) -> Profiles:
             counts[run.key.site, source] = counts.get((run.key.site, source), 0) + 1
     notes += ["site %r of the runs: no profile, so no reference verdicts or predictions (%s)" % (name, why)
               for name, why in sorted(unknown.items())]
-    sources = ["%s: %d run(s) by %s" % (name, n, source) for (name, source), n in sorted(counts.items())]
+    sources = ["%s: %s by %s" % (name, counted(n, "run"), source) for (name, source), n in sorted(counts.items())]
     return Profiles(of_run, sources, notes)
 
 
@@ -464,8 +464,11 @@ def markdown_report(results: Sequence[GroupResult], profiles: Profiles, rejected
     excluded = apart.excluded()
     parts = [
         "# dlaunch report",
-        "%d run(s) in %d group(s); %d diverged run(s) apart; %d file(s) rejected." % (n_runs, len(results), len(diverged), len(rejected))
-        + (" %d run(s) off their network or with a straggler apart." % len(excluded) if excluded else ""),
+        "%s in %s; %s apart; %s rejected." % (counted(n_runs, "run"), counted(len(results), "group"),
+                                               counted(len(diverged), "diverged run"), counted(len(rejected), "file"))
+        + ("" if apart.off_included or not apart.off else " %d run(s) off their network apart." % len(apart.off))
+        + ("" if apart.flagged_included or not apart.flagged
+           else " %d run(s) with a straggler or a throttled GPU apart." % len(apart.flagged)),
         "## Scaling",
         markdown_table(columns.scaling_headers(), [(g.key.label, scaling_rows(g, columns)) for g in results]),
         "## Runs",
@@ -518,8 +521,8 @@ PROVENANCE_HEADERS = ["run", "started", "image", "git revision", "versions", "jo
 
 def provenance_text(runs: Sequence[Run], profiles: Profiles, recorded: "Recorded", inputs: Sequence[str]) -> str:
     """Who made the report from what, and per run what it ran (from the results database's rows)."""
-    lines = ["- Made by dlaunch %s (`dlaunch report`) from %d metrics file(s) under %s." % (
-        __version__, len(runs), ", ".join("`%s`" % p for p in inputs) or "-")]
+    lines = ["- Made by dlaunch %s (`dlaunch report`) from %s under %s." % (
+        __version__, counted(len(runs), "metrics file"), ", ".join("`%s`" % p for p in inputs) or "-")]
     lines += ["- Site profiles: %s." % ("; ".join(profiles.sources) or "none")]
     rows = []
     for run in sorted(runs, key=lambda r: (r.key, r.world_size, r.path)):
@@ -532,8 +535,8 @@ def provenance_text(runs: Sequence[Run], profiles: Profiles, recorded: "Recorded
                                       row["provenance"].get("git_revision") or "-", versions,
                                       row["provenance"].get("job_id") or "-", run.path]]))
     missing = sum(1 for r in runs if r.path not in recorded.rows)
-    why = [] if not missing else ["%d run(s) without a row in the results database (running, or the database "
-                                  "was not written) show '-'." % missing]
+    why = [] if not missing else ["%s without a row in the results database (running, or the database was not "
+                                  "written): '-'." % counted(missing, "run")]
     return "\n".join(lines) + "\n\n" + "\n\n".join(why + [markdown_table(PROVENANCE_HEADERS, rows)])
 
 
