@@ -4,6 +4,7 @@ import functools
 import json
 import os
 import secrets
+import stat
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
@@ -122,8 +123,8 @@ class RunDir:
             return None
 
     @functools.cached_property
-    def kept(self) -> Tuple[str, Optional[Dict[str, Any]]]:
-        """(the files' stamp as this object first looked, the snapshot the status cache keeps for the run
+    def kept(self) -> Tuple[List[Any], Optional[Dict[str, Any]]]:
+        """(the files' states as this object first looked, the snapshot the status cache keeps for the run
         if it has ended and its files are unchanged: dlaunch/runs/statuscache.py)."""
         from dlaunch.runs import statuscache
 
@@ -157,14 +158,26 @@ class RunDir:
 
 def find_runs(paths: Iterable[Path]) -> List[RunDir]:
     """Run directories at or below each path (output/experiment/run, a study's deeper folders), in
-    path order; the folders inside a run directory are not searched."""
+    path order; the folders inside a run directory are not searched (nor listed: a folder holding a
+    plan.json is taken without reading the rest of it), nor are linked folders."""
     runs = []
     for path in paths:
-        for folder, subfolders, files in os.walk(path):
-            if "plan.json" in files:
+        todo = [os.fspath(path)]
+        while todo:
+            folder = todo.pop()
+            try:
+                is_run = not stat.S_ISDIR(os.lstat(os.path.join(folder, "plan.json")).st_mode)
+            except OSError:
+                is_run = False
+            if is_run:
                 runs.append(RunDir(Path(folder)))
-                subfolders.clear()
-            subfolders.sort()
+                continue
+            try:
+                with os.scandir(folder) as entries:
+                    subfolders = sorted(entry.name for entry in entries if entry.is_dir(follow_symlinks=False))
+            except OSError:
+                continue
+            todo.extend(os.path.join(folder, name) for name in reversed(subfolders))
     return runs
 
 

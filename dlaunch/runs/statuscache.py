@@ -52,27 +52,35 @@ def code_stamp() -> str:
     return digest.hexdigest()[:32]
 
 
-def _states(run_dir: Path, names: Sequence[str]) -> List[str]:
+def _states(run_dir: Path, names: Sequence[str]) -> List[Any]:
     """What changes when the run directory or one of its files `names` changes: each one's inode, size,
-    modification and change time (or that it is missing); links are not followed."""
-    found = []
-    for path in [str(run_dir)] + [os.path.join(run_dir, name) for name in names]:
+    modification and change time (None for a missing one); links are not followed."""
+    base = str(run_dir)
+    found: List[Any] = []
+    for path in (base, *[base + os.sep + name for name in names]):
         try:
             st = os.lstat(path)
         except OSError:
-            found.append("-")
+            found.append(None)
             continue
-        found.append("%d %d %d %d" % (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        found.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
     return found
 
 
-def _digest(states: Sequence[str]) -> str:
-    return hashlib.blake2b("/".join(states).encode(), digest_size=12).hexdigest()
+def _digest(states: Sequence[Any]) -> str:
+    return hashlib.blake2b(repr(states).encode(), digest_size=12).hexdigest()
+
+
+def _valid(entry: Any) -> bool:
+    """An entry as `put` makes them (the file may come from anywhere: it is checked when read)."""
+    return (isinstance(entry, dict) and isinstance(entry.get("stamp"), str) and isinstance(entry.get("snapshot"), dict)
+            and isinstance(entry.get("files"), list)
+            and all(isinstance(name, str) and name and os.sep not in name for name in entry["files"]))
 
 
 class StatusCache:
-    """The cache file's entries: absolute run directory -> {"stamp", "files" (the names stamped), "made"
-    (when), "snapshot"}."""
+    """The cache file's entries: absolute run directory -> {"stamp" (a digest of its files' states),
+    "files" (their names), "made" (when), "snapshot"}."""
 
     def __init__(self, path: Optional[Path]):
         self.path = path
@@ -88,28 +96,25 @@ class StatusCache:
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("code") != code_stamp():
             return {}
         runs = data.get("runs")
-        return runs if isinstance(runs, dict) else {}
+        return {key: entry for key, entry in runs.items() if _valid(entry)} if isinstance(runs, dict) else {}
 
-    def lookup(self, run_dir: Path, files: Sequence[str]) -> Tuple[str, Optional[Dict[str, Any]]]:
-        """(a stamp of the run directory and its `files` now, for `put`; the snapshot kept for the run, as
-        `put` was given it, while these and its logs are unchanged, else None)."""
+    def lookup(self, run_dir: Path, files: Sequence[str]) -> Tuple[List[Any], Optional[Dict[str, Any]]]:
+        """(the states of the run directory and its `files` now, for `put`; the snapshot kept for the run,
+        as `put` was given it, while these and its logs are unchanged, else None)."""
         key = os.path.abspath(run_dir)
         entry = self.new.get(key) or self.entries.get(key)
-        names = entry.get("files") if isinstance(entry, dict) else None
-        if not (isinstance(names, list) and names[:len(files)] == list(files)
-                and all(isinstance(name, str) and "/" not in name for name in names)):
-            entry, names = None, list(files)
-        states = _states(run_dir, names)
-        made_from = _digest(states[:1 + len(files)])
-        kept = entry.get("snapshot") if entry is not None and entry.get("stamp") == _digest(states) else None
-        return made_from, kept if isinstance(kept, dict) else None
+        if entry is None or entry["files"][:len(files)] != list(files):
+            return _states(run_dir, files), None
+        states = _states(run_dir, entry["files"])
+        kept = entry["snapshot"] if entry["stamp"] == _digest(states) else None
+        return states[:1 + len(files)], kept
 
-    def put(self, run_dir: Path, made_from: str, files: Sequence[str], logs: Sequence[str], snapshot: Dict[str, Any]) -> None:
+    def put(self, run_dir: Path, made_from: List[Any], files: Sequence[str], logs: Sequence[str], snapshot: Dict[str, Any]) -> None:
         """Keep an ended run's snapshot, made from `files` (as `lookup` was given them) and its `logs`;
-        `made_from` is the lookup's stamp from before they were read (a file written meanwhile: not kept)."""
+        `made_from` is the lookup's states from before they were read (a file written meanwhile: not kept)."""
         names = list(files) + list(logs)
         states = _states(run_dir, names)
-        if self.path is None or _digest(states[:1 + len(files)]) != made_from:
+        if self.path is None or states[:1 + len(files)] != made_from:
             return
         self.new[os.path.abspath(run_dir)] = {"stamp": _digest(states), "files": names, "made": time.time(),
                                               "snapshot": snapshot}
