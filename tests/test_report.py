@@ -602,3 +602,10 @@ def test_counts_take_their_nouns_in_the_right_number(tmp_path, sweep):
     result = _report(tmp_path / "one", "-o", out, "--site", site)
     assert "site testsite has no [[reference]] for resnet50 on 1 GPU: no verdict for 1 run" in result.stderr
     assert "1 run in 1 group; 0 diverged runs apart; 0 files rejected." in (out / "report.md").read_text()
+
+
+def test_help_shows_brackets_as_written():
+    """Help is plain text (issue 37 item 6): a markup escape would show as a backslash."""
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["report", "--help"])
+    assert "site's [network]" in " ".join(result.output.split()) and "\\[" not in result.output
+    assert "--include-stragglers" in result.output and "--straggler-threshold" in result.output

@@ -649,7 +649,7 @@ def report_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder for report.md, report.html and the PNG plots.")] = Path("report"),
     site: Annotated[Optional[str], typer.Option(help="Site profile (name or TOML path) for every run; default: the one each run's directory kept (site.toml), else its site's name.")] = None,
     include_network_mismatches: Annotated[bool, typer.Option(
-        "--include-network-mismatches", help="keep runs whose network is not the site's \\[network] in the tables and plots")] = False,
+        "--include-network-mismatches", help="keep runs whose network is not the site's [network] in the tables and plots")] = False,
     include_stragglers: Annotated[bool, typer.Option(
         "--include-stragglers", help="keep runs with a straggler or a throttled GPU in the tables and plots (their E_G is understated)")] = False,
     straggler_threshold: Annotated[Optional[float], typer.Option(
