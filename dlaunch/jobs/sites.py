@@ -307,8 +307,9 @@ def available_sites() -> Dict[str, Path]:
 
 
 def _may_name(text: str, name: str, shown: str) -> bool:
-    """Whether a profile's text, before validation, gives `name` as its name or an alias."""
-    if name not in text:
+    """Whether a profile's text, before validation, gives `name` as its name or an alias (a TOML string
+    is quoted: a text without the quoted name does not)."""
+    if '"%s"' % name not in text and "'%s'" % name not in text:
         return False
     data = parse_toml(text, shown)
     aliases = data.get("aliases")
