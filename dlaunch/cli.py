@@ -276,10 +276,10 @@ def logs(run_dir: RunDirArg) -> int:
 
 @app.command()
 def cancel(run_dir: RunDirArg) -> int:
-    """Cancel a run's job."""
+    """Cancel a run's job (a run that has ended is left as it is: exit 0)."""
     from dlaunch.runs import service
 
-    err.print("cancelled job %s" % service.cancel(RunDir.open(run_dir)))
+    err.print(service.cancel(RunDir.open(run_dir)), highlight=False)
     return 0
 
 

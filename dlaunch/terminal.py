@@ -9,7 +9,7 @@ import functools
 import inspect
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Callable, Dict, List, Literal, Optional, Tuple
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Dict, List, Literal, Optional, Tuple
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ from dlaunch.boundary import ALLOW_LARGE, NAME, escape, whole
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.request import TRAINER_FLAGS
 from dlaunch.runs.rundir import RunDir, display_path, find_runs, readable
+
+if TYPE_CHECKING:
+    from dlaunch.runs.runstate import Progress
 
 out = Console(soft_wrap=True, markup=False)
 err = Console(stderr=True, soft_wrap=True, markup=False)
@@ -177,15 +180,26 @@ RunDirArg = Annotated[Path, typer.Argument(help="run directory", autocompletion=
 RunDirs = Annotated[Optional[List[Path]], typer.Argument(help="run directories, or folders holding them (default: ./runs)",
                                                          autocompletion=complete_run_dir)]
 
-STATUS_HEADERS = ("run", "site", "job", "scheduler", "metrics", "epochs", "images/s", "results")
-# Left out in this order when the columns' longest words do not fit the console side by side.
-STATUS_LEAVE_OUT = ("results", "site", "job", "images/s", "epochs")
+STATUS_HEADERS = ("run", "site", "job", "GPUs", "scheduler", "metrics", "epochs", "images/s", "results")
+# Left out in this order when the columns' longest words do not fit the console side by side: what a
+# user comes for (which run, on how many GPUs, its state, its images/s) stays longest.
+STATUS_LEAVE_OUT = ("results", "job", "site", "epochs", "metrics")
+
+
+def images_per_s_cell(progress: "Progress") -> str:
+    """The run's throughput X once its metrics end (dlaunch/analysis/scaling.py: Run.throughput); while
+    it runs, its last epoch's steps-only figure, labelled as such."""
+    if progress.images_per_s is not None:
+        return "%.1f" % progress.images_per_s
+    if progress.last_epoch_images_per_s is not None:
+        return "%.1f (last epoch)" % progress.last_epoch_images_per_s
+    return "-"
 
 
 def show_status(runs: List[RunDir]) -> int:
-    """A table of the runs (scheduler state, metrics status, epochs done, images/s), then why any failed
-    and each run's figures, and a `rejected:` line for each run whose files cannot be read (exit code
-    1, else 0)."""
+    """A table of the runs (scheduler state, metrics status, GPUs, epochs done, images/s), then why any
+    failed, its network problems, stragglers and throttled GPUs, and each run's figures, and a
+    `rejected:` line for each run whose files cannot be read (exit code 1, else 0)."""
     from dlaunch.runs import service
     from dlaunch.runs.failures import scheduler_label
     from dlaunch.tables import fit_table
@@ -195,12 +209,13 @@ def show_status(runs: List[RunDir]) -> int:
     for snapshot in service.observe(runs):
         p = snapshot.progress
         epochs = "%d/%d" % (p.epochs_done, p.epochs_total) if p.epochs_total else (str(p.epochs_done) if p.epochs_done else "-")
-        speed = "%.1f" % p.images_per_s if p.images_per_s is not None else "-"
-        rows.append((snapshot.name, snapshot.site, snapshot.job, scheduler_label(snapshot.state, snapshot.meaning, p.status),
-                     p.status, epochs, speed, display_path(snapshot.run.metrics_path)))
+        rows.append((snapshot.name, snapshot.site, snapshot.job, "-" if snapshot.gpus is None else str(snapshot.gpus),
+                     scheduler_label(snapshot.state, snapshot.meaning, p.status), p.status, epochs, images_per_s_cell(p),
+                     display_path(snapshot.run.metrics_path)))
         if snapshot.failed:
             notes.append("%s: %s" % (snapshot.name, service.why_failed(snapshot)))
         notes += ["%s: network: %s" % (snapshot.name, problem) for problem in snapshot.network]
+        notes += ["%s: %s" % (snapshot.name, flag) for flag in snapshot.flags]
         figures = service.run_figures(snapshot)
         if figures:
             notes.append("%s: %s" % (snapshot.name, figures))

@@ -3,6 +3,7 @@ errors that point the right way, dry runs that are clean scripts. Commands run a
 the terminal's width or a pipe matters (COLUMNS=80, stdout a pipe)."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,76 @@ def test_version(tmp_path):
 def test_sites_show_of_an_unknown_name_names_its_argument(capsys):
     assert main(["sites", "show", "nosuch"]) == 2
     assert capsys.readouterr().err.startswith("dlaunch: error: sites show NAME: unknown site 'nosuch' (known: alps, ")
+
+
+# -- status --------------------------------------------------------------------------------------------
+def status_row(path: str) -> tuple:
+    return (path, "juwels-booster", "12345678", "8", "COMPLETED", "ok", "3/3", "2560.0", path + "/metrics.jsonl")
+
+
+@pytest.mark.parametrize("width", [80, 100, 300])
+def test_status_table_keeps_what_a_user_came_for_at_any_width(width):
+    """Run, GPUs, state and images/s stay longest; the metrics path, job id and site give way first."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from dlaunch.tables import fit_table
+    from dlaunch.terminal import STATUS_HEADERS, STATUS_LEAVE_OUT
+
+    path = "runs/juwels-booster-ddp-resnet50/20261122-101010"  # the default experiment and run names
+    buffer = StringIO()
+    Console(file=buffer, width=width, soft_wrap=True).print(fit_table("t", STATUS_HEADERS, [status_row(path)], width,
+                                                                      leave_out=STATUS_LEAVE_OUT))
+    text = buffer.getvalue()
+    assert fits(text, width)
+    lines = text.splitlines()
+    if width == 80:
+        assert lines[1].split() == ["run", "GPUs", "scheduler", "images/s"] and lines[3].split() == [path, "8", "COMPLETED", "2560.0"]
+        assert lines[-1].strip() == "left out at 80 columns: results, job, site, epochs, metrics"
+    if width == 100:
+        assert lines[1].split() == ["run", "GPUs", "scheduler", "metrics", "epochs", "images/s"]
+        assert lines[-1].strip() == "left out at 100 columns: results, job, site"
+    if width == 300:
+        assert lines[3].split() == list(status_row(path)) and "left out" not in text
+
+
+def write_local_run(root: Path, name: str, gpus: int, records: list, state: str) -> None:
+    """A run directory of site local as `dlaunch run` leaves it, of `gpus` processes."""
+    run = root / name
+    (run / "checkpoints").mkdir(parents=True)
+    plan = {"scheduler": "local", "site": "local", "run_dir": str(run), "nodes": 1, "nproc_per_node": gpus}
+    (run / "plan.json").write_text(json.dumps({"plan": plan, "request": {}}))
+    (run / "job_id").write_text("local-%s\n" % name)
+    (run / "state").write_text(state + "\n")
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_runs_at_80_columns_tell_a_1_from_a_2_gpu_run_and_label_a_live_runs_figure(tmp_path):
+    """Issue 37: two runs differed only by their time stamps. The GPUs column tells them apart; an ended
+    run shows its throughput X (the measured epochs' mean, the first left out), a live one its last
+    epoch's figure, labelled as such. The live run is this test's own process's (alive, started before
+    its state was written)."""
+    from dlaunch.runs.runstate import LOCAL_RUNNING
+    from test_watch import end, epoch, header
+
+    write_local_run(tmp_path / "runs" / "e", "one", 1, [header(), epoch(0), epoch(1), epoch(2), end()], "finished (exit 0)")
+    write_local_run(tmp_path / "runs" / "e", "two", 2, [header(), epoch(0), epoch(1), epoch(2), end()], "finished (exit 0)")
+    write_local_run(tmp_path / "runs" / "e", "live", 2, [header(), epoch(0)], LOCAL_RUNNING % os.getpid())
+    listed = dlaunch("runs", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert fits(listed.stdout)
+    lines = listed.stdout.splitlines()
+    assert lines[1].split() == ["run", "site", "job", "GPUs", "scheduler", "metrics", "epochs", "images/s"]
+    rows = {line.split()[0]: line.split() for line in lines if line.startswith("runs/")}
+    # X: epochs 1 and 2 (17 and 18 images/s), the first left out; the last epoch alone would be 18.0
+    assert rows["runs/e/one"] == ["runs/e/one", "local", "local-one", "1", "finished", "ok", "3/3", "17.5"]
+    assert rows["runs/e/two"] == ["runs/e/two", "local", "local-two", "2", "finished", "ok", "3/3", "17.5"]
+    assert rows["runs/e/live"][:4] == ["runs/e/live", "local", "local-live", "2"] and rows["runs/e/live"][-2:] == ["16.0", "(last"]
+    assert lines[-1] == "left out at 80 columns: results"
+    wide = dlaunch("runs", cwd=tmp_path, columns=200).stdout.splitlines()
+    live = next(line for line in wide if line.startswith("runs/e/live "))
+    assert re.split(r"\s{2,}", live.strip()) == ["runs/e/live", "local", "local-live", "2", "running here (dlaunch pid %d)"
+                                                % os.getpid(), "running", "1/3", "16.0 (last epoch)", "runs/e/live/metrics.jsonl"]
+    cancelled = dlaunch("cancel", "runs/e/one", cwd=tmp_path)
+    assert cancelled.returncode == 0 and cancelled.stderr == "runs/e/one had ended (finished (exit 0); metrics ok): nothing to cancel\n"
