@@ -9,7 +9,7 @@ import dataclasses
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
@@ -158,6 +158,7 @@ class Snapshot:
     gpus: Optional[int] = None  # the GPUs (processes on a CPU site) its plan asks for: nodes x processes per node
     reason: Optional[str] = None  # why it failed ('' when it did not); None: not looked up (service.why_failed)
     figures: Optional[str] = None  # its figures (service.run_figures); None: not looked up
+    measured: "Optional[Run]" = field(default=None, compare=False, repr=False)  # its metrics as read (not from the cache)
 
     @property
     def ok(self) -> bool:
@@ -253,7 +254,7 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
             progress = dataclasses.replace(progress, status=status)
         network, flags = _judged(run, measured, live=progress.status == "running")
         snapshots.append(Snapshot(run, display_path(run.path), plan["site"], job_id or "-", state, queue_text,
-                                  progress, ended, meaning, plan["scheduler"], network, flags, _gpus(plan)))
+                                  progress, ended, meaning, plan["scheduler"], network, flags, _gpus(plan), measured=measured))
     return snapshots
 
 

@@ -18,7 +18,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from dlaunch.boundary import display_path, fits_file_system
 from dlaunch.errors import DlaunchError, SchedulerError
@@ -263,10 +263,12 @@ def run_figures(snapshot: "Snapshot") -> str:
     from dlaunch.analysis.scaling import status_figures
     from dlaunch.train.metrics_schema import MetricsError, read_metrics
 
-    try:
-        f = status_figures(read_metrics(str(snapshot.run.metrics_path), follow_links=False))
-    except (MetricsError, OSError):
-        return ""
+    f: Any = snapshot.measured  # a Run has StatusFigures' fields
+    if f is None:
+        try:
+            f = status_figures(read_metrics(str(snapshot.run.metrics_path), follow_links=False))
+        except (MetricsError, OSError):
+            return ""
     parts = []
     if f.time_to_accuracy_s is not None:
         parts.append("time to target accuracy %.0f s" % f.time_to_accuracy_s)
