@@ -1,6 +1,6 @@
 """What the commands share at the terminal: the consoles, the help's layout, the option types and their
-completion, the trainer's flags as options, and the status table. `cli.py` and the command modules (doctor, study,
-rerun, archive, images, report, predict) import these; none of them imports `cli.py`.
+completion, the trainer's flags as options, and the status table. `cli.py` and the command modules
+(doctor, study, rerun, archive, images, report, predict) import these; none of them imports `cli.py`.
 
 Start-up matters on login nodes (every command, every TAB): only what every command needs is imported
 here; the status table imports its parts when it is printed.
