@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from dlaunch.analysis.convergence import load_rcps, run_rcp_verdict
+from dlaunch.boundary import escape
 from dlaunch.errors import DlaunchError
 from dlaunch.results.compare import METRICS, Comparison, compare, select, unmatched, with_history, with_scaling
 from dlaunch.results.store import NAMES, ResultsDB, db_path, read_rows
@@ -76,7 +77,7 @@ def results(ctx: typer.Context,
     with _open(db) as store:
         everything = with_scaling(store.rows())
     for note in unmatched(everything, where or []):
-        err.print("dlaunch: note: -w %s" % note)
+        err.print("dlaunch: note: -w %s" % escape(note))
     rows = with_history(select(everything, where or []), everything)
     rcps = load_rcps()
     rows = [dict(r, rcp=None if r["epochs_to_mlperf_target"] is None else

@@ -27,11 +27,10 @@ model, GPU count, precision, framework, loader and batch per GPU (the last HISTO
 before it started, at least MIN_HISTORY): REGRESSION when slower by more than the tolerance of the
 site's `[[reference]]` for the model, GPU count and precision (DEFAULT_TOLERANCE without one).
 """
-import functools
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cached_property
+from functools import cached_property, lru_cache
 from statistics import median
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -84,7 +83,7 @@ def _date_condition(selector: str, value: str) -> Callable[[Dict[str, Any]], boo
     return lambda row: (not low or row["ended"][:len(low)] >= low) and (not high or row["ended"][:len(high)] <= high)
 
 
-@functools.lru_cache(maxsize=None)
+@lru_cache(maxsize=None)
 def _site_names(value: str) -> Tuple[str, ...]:
     """The site names `value` stands for: itself, and the profile it names or is an alias of (`juwels`:
     juwels-booster), where one is found."""
