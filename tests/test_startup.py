@@ -54,8 +54,9 @@ def test_lazy_commands_run_and_show_their_help_line(tmp_path):
     listing = subprocess.run([sys.executable, "-m", "dlaunch.cli", "--help"], cwd=tmp_path, capture_output=True,
                              text=True, env=dict(os.environ, COLUMNS="200"))
     assert listing.returncode == 0, listing.stderr
-    for name in ("images", "report", "predict"):
-        assert any(line.split()[1:2] == [name] and len(line.split()) > 3 for line in listing.stdout.splitlines()), name
+    for name in ("images", "report", "predict"):  # the command's line and its summary (in a box or not)
+        listed = [line.replace("│", " ").split() for line in listing.stdout.splitlines()]
+        assert any(words[:1] == [name] and len(words) > 2 for words in listed), name
     helped = subprocess.run([sys.executable, "-m", "dlaunch.cli", "predict", "--help"], cwd=tmp_path,
                             capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"))
     assert helped.returncode == 0 and "--calibrated" in helped.stdout, helped.stderr

@@ -139,12 +139,14 @@ class StatusCache:
         self.entries, self.new = entries, {}
 
 
-_current: Dict[Optional[str], StatusCache] = {}
+_current: Dict[Tuple[Optional[str], Optional[str]], StatusCache] = {}
 
 
 def current() -> StatusCache:
-    """This process's cache (read once per cache file)."""
-    chosen = os.environ.get(CACHE_ENV)
+    """This process's cache (read once per cache file: per value of the variables that choose it)."""
+    from dlaunch.results.store import DB_ENV
+
+    chosen = (os.environ.get(CACHE_ENV), os.environ.get(DB_ENV))
     if chosen not in _current:
         _current[chosen] = StatusCache(cache_path())
     return _current[chosen]
