@@ -98,6 +98,36 @@ def test_progress_from_written_metrics_steps_epochs_rate_and_eta(tmp_path):
     assert Progress("ok", steps_done=6, steps_total=6).eta_s() is None
 
 
+def v4_epoch(n: int, compute: List[float]) -> dict:
+    """An epoch record of metrics version 4 whose ranks (one per host n0, n1, ...) compute `compute` s per step."""
+    from test_analysis import v4_fields
+
+    return make_record("epoch", 104.0 + 4 * n, epoch=n, steps=2, images=16, images_per_s=16.0, epoch_time_s=4.0,
+                       data_wait_s=0.1, loss=1.0, lr=0.1, **v4_fields(compute, measured_steps=2, steps=2))
+
+
+def test_stragglers_are_flagged_with_the_runs_profile_threshold_ended_runs_on_their_measured_epochs(tmp_path, monkeypatch, capsys):
+    """dlaunch/analysis/stragglers.py's flags in watch's lines: an ended run judged on its measured epochs, a
+    live one on its last epoch; the threshold is the profile's the run kept (site.toml: straggler_threshold)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DLAUNCH_STATUS_CACHE", "")
+    profile = (Path(__file__).resolve().parents[1] / "sites" / "local.toml").read_text()
+    warm, equal, late = [0.1, 0.5], [0.1, 0.1], [0.1, 0.14]  # late: rank 1 17 % over the median rank (0.12)
+    epochs = [v4_epoch(0, warm), v4_epoch(1, equal), v4_epoch(2, equal), v4_epoch(3, late)]
+    for name, records, state in (("ended", [header(8)] + epochs + [end()], "finished (exit 0)"),
+                                 ("live", [header(8)] + epochs, LOCAL_RUNNING % os.getpid())):
+        (write_run(tmp_path / "runs", name, records, state=state) / "site.toml").write_text(profile)
+    flag = "straggler: n1 rank 1 (local rank 0) computed 17 % slower than the median rank: a straggler; this run's E_G is understated"
+    assert main(["watch", "--once", "runs"]) == 0
+    shown = {LINE.match(line).group(1): LINE.match(line).group(2) for line in watch_lines(capsys)}
+    assert "straggler" not in shown["runs/ended"]  # the warm-up epoch is left out, the last one diluted: 6 %
+    assert shown["runs/live"].endswith("; " + flag)
+    (tmp_path / "runs/ended/site.toml").write_text(profile.replace('gpu_vendor = "none"', 'gpu_vendor = "none"\nstraggler_threshold = 0.05'))
+    assert main(["watch", "--once", "runs/ended"]) == 0
+    assert watch_lines(capsys)[0].endswith("; straggler: n1 rank 1 (local rank 0) computed 6 % slower than the median rank: "
+                                           "a straggler; this run's E_G is understated")
+
+
 def test_an_ended_runs_images_per_s_is_its_throughput_x_as_the_report_defines_it(tmp_path):
     """X = Run.throughput (dlaunch/analysis/scaling.py): the measured epochs' mean, the first epoch left out;
     the last epoch's own figure stays beside it."""
