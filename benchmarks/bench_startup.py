@@ -7,11 +7,20 @@ user types it), output to /dev/null, COLUMNS=80, in a scratch folder holding thr
 run directories (written by this script, named bench/r0..r2) for `status`, `runs`, `watch` and `logs`.
 `--help` of a command measures its start-up alone (import + argument parsing); the others do their
 whole (small) job. A command that does not exist in this version is reported as such, not timed.
-Prints a table (command, median and min seconds) and writes benchmarks/results/bench_startup.json.
+Python's bytecode cache is on, as for an installed dlaunch (pip compiles it; an editable install
+writes it on the first run): $PYTHONDONTWRITEBYTECODE is unset, the cache goes to a scratch folder
+($PYTHONPYCACHEPREFIX) and each command runs once untimed first; `--no-bytecode-cache` measures every
+run compiling dlaunch's sources instead (a sandbox that sets PYTHONDONTWRITEBYTECODE=1).
+Besides wall seconds, the CPU seconds (user + system) the process and its children used: on a shared
+machine they vary far less with the load than the wall clock. Prints a table (command, median and min
+wall seconds, median CPU seconds) and writes benchmarks/results/bench_startup.json. `--imports LABEL`
+instead runs that command once under `python -X importtime` and prints its slowest imports (where its
+start-up goes).
 """
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -72,13 +81,33 @@ def dlaunch_argv() -> List[str]:
     return [script] if os.path.isfile(script) else [sys.executable, "-m", "dlaunch.cli"]
 
 
-def time_command(argv: List[str], env: Dict[str, str], cwd: str, runs: int) -> Optional[List[float]]:
-    """Wall seconds of each run; None when this version lacks the command (or completion)."""
+def command_env(scratch: str, bytecode_cache: bool = True) -> Dict[str, str]:
+    """The environment the timed commands run in: COLUMNS=80, and Python's bytecode cache in `scratch`
+    (or none: every run compiles dlaunch's sources)."""
+    env = dict(os.environ, COLUMNS="80", SBATCH_ACCOUNT="p")
+    env.pop("_DLAUNCH_COMPLETE", None)
+    if bytecode_cache:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(scratch, "pycache")
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def time_command(argv: List[str], env: Dict[str, str], cwd: str, runs: int,
+                 warm_up: bool = True) -> Optional[List[Tuple[float, float]]]:
+    """(wall, CPU) seconds of each run, after one untimed run (`warm_up`: it fills the bytecode cache);
+    None when this version lacks the command (or completion)."""
+    if warm_up:
+        subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     times = []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         done = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        times.append(time.perf_counter() - start)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        times.append((wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime))
         if any(m in done.stderr for m in ("No such command", "No such option", "not supported")):
             return None
         if done.returncode != 0:
@@ -86,15 +115,42 @@ def time_command(argv: List[str], env: Dict[str, str], cwd: str, runs: int) -> O
     return times
 
 
+def print_imports(label: str, env: Dict[str, str], shown: int = 25) -> None:
+    """The `shown` imports of command `label` with the largest cumulative time (python -X importtime)."""
+    found = [(tail, extra) for name, tail, extra in COMMANDS if name == label]
+    if not found:
+        raise SystemExit("--imports: %r is none of: %s" % (label, ", ".join(name for name, _, _ in COMMANDS)))
+    tail, extra = found[0]
+    with tempfile.TemporaryDirectory() as folder:
+        write_runs(folder)
+        argv = [sys.executable, "-X", "importtime", "-m", "dlaunch.cli"] + tail
+        subprocess.run(argv, cwd=folder, env=dict(env, **extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        done = subprocess.run(argv, cwd=folder, env=dict(env, **extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+    rows = []
+    for line in done.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line and "cumulative" not in line:
+            own, total, name = line[len("import time:"):].split("|")
+            rows.append((int(total), int(own), name.rstrip()))
+    print("| module | cumulative ms | own ms |")
+    print("|---|---|---|")
+    for total, own, name in sorted(rows, reverse=True)[:shown]:
+        print("| %s | %.1f | %.1f |" % (name.strip(), total / 1000, own / 1000))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9, help="runs per command (median and min reported)")
     parser.add_argument("--only", nargs="*", help="labels of the commands to time (default: all)")
+    parser.add_argument("--imports", metavar="LABEL", help="print the slowest imports of this command instead")
+    parser.add_argument("--no-bytecode-cache", action="store_true", help="every run compiles dlaunch's sources")
     args = parser.parse_args()
-    env = dict(os.environ, COLUMNS="80", SBATCH_ACCOUNT="p")
-    env.pop("_DLAUNCH_COMPLETE", None)
     results = []
     with tempfile.TemporaryDirectory() as folder:
+        env = command_env(folder, not args.no_bytecode_cache)
+        if args.imports:
+            print_imports(args.imports, env)
+            return
         write_runs(folder)
         baselines = [("python -c pass", [sys.executable, "-c", "pass"]),
                      ("import dlaunch.cli", [sys.executable, "-c", "import dlaunch.cli"])]
@@ -104,16 +160,20 @@ def main() -> None:
             if args.only and label not in args.only:
                 continue
             results.append((label, time_command(dlaunch_argv() + tail, dict(env, **extra), folder, args.runs)))
-    print("| command | median s | min s |")
-    print("|---|---|---|")
+    print("| command | median s | min s | CPU s (median) |")
+    print("|---|---|---|---|")
     for label, times in results:
         if times is None:
-            print("| %s | (no such command) | |" % label)
+            print("| %s | (no such command) | | |" % label)
         else:
-            print("| %s | %.3f | %.3f |" % (label, statistics.median(times), min(times)))
+            walls = [wall for wall, _ in times]
+            print("| %s | %.3f | %.3f | %.3f |" % (label, statistics.median(walls), min(walls),
+                                                   statistics.median(cpu for _, cpu in times)))
     path = save_results("bench_startup", {
-        "runs": args.runs, "python": sys.version.split()[0],
-        "commands": {label: (None if t is None else {"median_s": statistics.median(t), "min_s": min(t)}) for label, t in results},
+        "runs": args.runs, "python": sys.version.split()[0], "bytecode_cache": not args.no_bytecode_cache,
+        "commands": {label: (None if t is None else {
+            "median_s": statistics.median(w for w, _ in t), "min_s": min(w for w, _ in t),
+            "cpu_median_s": statistics.median(c for _, c in t)}) for label, t in results},
     })
     print("\nwritten: %s" % os.path.relpath(path, ROOT))
 
