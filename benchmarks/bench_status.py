@@ -31,7 +31,7 @@ from typing import Dict, List, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench_startup import command_env, dlaunch_argv, time_command  # noqa: E402
+from bench_startup import command_env, dlaunch_argv, time_command as timed_runs  # noqa: E402
 from benchlib import save_results  # noqa: E402
 
 TINY_RUN = ["run", "--site", "local", "--gpus", "2", "--steps", "6", "--steps-per-epoch", "2", "--warmup-steps", "1",
@@ -98,15 +98,21 @@ def write_archive(source: str, folder: str, runs: int, per_group: int) -> None:
             shutil.copystat(os.path.join(source, name), os.path.join(run_dir, name))
 
 
+def time_command(argv: List[str], env: Dict[str, str], cwd: str) -> float:
+    """Wall seconds of one run of `argv` (benchmarks/bench_report.py times `report` with it)."""
+    ((wall, _),) = timed_runs(argv, env, cwd, 1, warm_up=False)
+    return wall
+
+
 def measure(archive: str, scratch: str, repeats: int, report: bool, env: Dict[str, str]) -> List[Tuple[str, List[Tuple[float, float]]]]:
     """(label, (wall, CPU) seconds of each run) of status (first, then again) and report over `archive`."""
     env = dict(env, DLAUNCH_RESULTS_DB=os.path.join(scratch, "results.sqlite"))
     status = dlaunch_argv() + ["status", archive]
-    results = [("status, first (reads every run)", time_command(status, env, scratch, 1, warm_up=False)),
-               ("status", time_command(status, env, scratch, repeats, warm_up=False))]
+    results = [("status, first (reads every run)", timed_runs(status, env, scratch, 1, warm_up=False)),
+               ("status", timed_runs(status, env, scratch, repeats, warm_up=False))]
     if report:
         argv = dlaunch_argv() + ["report", archive, "--output", os.path.join(scratch, "report")]
-        results.append(("report", time_command(argv, env, scratch, repeats, warm_up=False)))
+        results.append(("report", timed_runs(argv, env, scratch, repeats, warm_up=False)))
     return results
 
 
