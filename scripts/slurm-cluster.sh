@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # A throw-away Slurm cluster on this machine (root; Debian's slurmctld, slurmd, slurm-client, munge).
-#   slurm-cluster.sh start [--nodes N] [--cpus C] [--dir DIR] [--second-network SUFFIX]
+#   slurm-cluster.sh start [--nodes N] [--cpus C] [--dir DIR] [--second-network SUFFIX] [--pin-cores]
 #                                                                start (a no-op when already running); prints slurm.conf
 #   slurm-cluster.sh stop [--dir DIR]                            cancel jobs, stop daemons, remove namespaces and bridge
 #   slurm-cluster.sh status [--dir DIR]                          exit 0 when running, 3 when stopped
 #   slurm-cluster.sh node-down|node-up NODE [--dir DIR]          kill a node's slurmd (a node failure) / start it again
+#   slurm-cluster.sh node-slow NODE [--cpu-percent P] [--dir DIR]  limit a node to P % of one CPU (default 30)
+#   slurm-cluster.sh node-restore NODE [--dir DIR]               lift that limit
 # --nodes 1 runs one slurmd on the host (node = this host's name, loopback). --nodes N>1 gives every node its own
 # network namespace dl-node<i> (address 10.77.0.<10+i>, host name dl-node<i>, interface dl0) on the bridge
 # dlaunch-br0 (10.77.0.1, where slurmctld listens). All state, spool, logs and the munge socket live under DIR
@@ -13,31 +15,42 @@
 # --second-network SUFFIX (N>1) gives every node a second interface ib0 (10.78.0.<10+i>, bridge dlaunch-br1) named
 # dl-node<i>SUFFIX in the hosts file, the way JSC names a node's InfiniBand address (<host>i); Slurm itself keeps
 # to the first network, as on JSC's systems.
+# --pin-cores runs node i's slurmd, and so every job it starts, on the i-th core this script may use only (round
+# robin; taskset): nodes sharing this machine then do not compete for each other's cores (cluster.env: NODE_CORES).
+# node-slow moves node NODE's slurmd and every process in its network namespace (running job steps) into the
+# cgroup v1 cpu group dlaunch-slurm-NODE with a CFS quota of P % of one CPU; what they fork later (new job
+# steps) inherits it: proctrack/linuxproc and task/none never move a job's processes. A slowed node stands for
+# a throttled GPU, a degraded link or a noisy neighbour. node-restore moves them back and removes the group
+# (stop does too).
 # DIR/cluster.env describes the running cluster (NODES, NODE_NAMES, CPUS_PER_NODE, IFNAME, SECOND_*, ...).
 set -euo pipefail
 
 readonly BRIDGE=dlaunch-br0 SUBNET_PREFIX=10.77.0 BRIDGE_ADDR=10.77.0.1 NODE_IFNAME=dl0 NS_PREFIX=dl-node
 readonly BRIDGE2=dlaunch-br1 SUBNET2_PREFIX=10.78.0 BRIDGE2_ADDR=10.78.0.1 NODE_IFNAME2=ib0
 readonly MAX_NODES=50 START_TIMEOUT_S=30 CLIENT_TIMEOUT_S=10
+readonly CPU_CGROUP=/sys/fs/cgroup/cpu CGROUP_PREFIX=dlaunch-slurm- CFS_PERIOD_US=100000
 
 die() { echo "slurm-cluster.sh: $*" >&2; exit 2; }
 log() { echo "slurm-cluster.sh: $*" >&2; }
-usage() { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 parse_args() {
-  NODES=1 CPUS=2 DIR=${DLAUNCH_SLURM_DIR:-/tmp/dlaunch-slurm} SUFFIX2= NODE=
+  NODES=1 CPUS=2 DIR=${DLAUNCH_SLURM_DIR:-/tmp/dlaunch-slurm} SUFFIX2= NODE= PIN=false CPU_PERCENT=30
   while [ $# -gt 0 ]; do
     case "$1" in
       --nodes) [ $# -ge 2 ] || die "--nodes needs a value"; NODES=$2; shift 2 ;;
       --cpus) [ $# -ge 2 ] || die "--cpus needs a value"; CPUS=$2; shift 2 ;;
       --dir) [ $# -ge 2 ] || die "--dir needs a value"; DIR=$2; shift 2 ;;
       --second-network) [ $# -ge 2 ] || die "--second-network needs a host-name suffix"; SUFFIX2=$2; shift 2 ;;
+      --pin-cores) PIN=true; shift ;;
+      --cpu-percent) [ $# -ge 2 ] || die "--cpu-percent needs a value"; CPU_PERCENT=$2; shift 2 ;;
       dl-node*) NODE=$1; shift ;;
       *) die "unknown argument '$1' (see --help)" ;;
     esac
   done
   [[ "$NODES" =~ ^[1-9][0-9]*$ ]] && [ "$NODES" -le $MAX_NODES ] || die "--nodes must be 1..$MAX_NODES, got '$NODES'"
   [[ "$CPUS" =~ ^[1-9][0-9]*$ ]] && [ "$CPUS" -le 1024 ] || die "--cpus must be 1..1024, got '$CPUS'"
+  [[ "$CPU_PERCENT" =~ ^[1-9][0-9]*$ ]] && [ "$CPU_PERCENT" -le 100000 ] || die "--cpu-percent must be 1..100000 (100 = one CPU), got '$CPU_PERCENT'"
   [[ "$SUFFIX2" =~ ^[a-z0-9-]*$ ]] || die "--second-network: the suffix may only contain a-z, 0-9 and -, got '$SUFFIX2'"
   [ -z "$SUFFIX2" ] || [ "$NODES" -gt 1 ] || die "--second-network needs --nodes 2 or more (one network namespace per node)"
   # The path ends up in slurm.conf, which has no quoting: keep it to plain characters.
@@ -49,7 +62,7 @@ parse_args() {
 require_tools() {
   [ "$(id -u)" -eq 0 ] || die "must run as root"
   local t
-  for t in slurmctld slurmd munged scontrol sinfo squeue scancel ip nsenter unshare timeout flock; do
+  for t in slurmctld slurmd munged scontrol sinfo squeue scancel ip nsenter unshare timeout flock taskset; do
     command -v "$t" >/dev/null || die "'$t' not found (scripts/bootstrap.sh full installs it)"
   done
 }
@@ -59,6 +72,15 @@ alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 node_name() { if [ "$NODES" -eq 1 ]; then hostname -s; else echo "$NS_PREFIX$1"; fi; }
 node_addr() { if [ "$NODES" -eq 1 ]; then echo 127.0.0.1; else echo "$SUBNET_PREFIX.$((10 + $1))"; fi; }
 node_addr2() { echo "$SUBNET2_PREFIX.$((10 + $1))"; }
+# The cores this script may run on (its Cpus_allowed_list, ranges expanded), one a line.
+allowed_cores() {
+  local part
+  for part in $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status | tr ',' ' '); do
+    case "$part" in *-*) seq "${part%-*}" "${part#*-}" ;; *) echo "$part" ;; esac
+  done
+}
+# The core node $1 runs on with --pin-cores: one per node, round robin over the allowed cores.
+node_core() { allowed_cores | sed -n "$(( ($1 - 1) % $(allowed_cores | wc -l) + 1 ))p"; }
 
 # Every daemon of the cluster described by DIR/cluster.env is alive.
 running() {
@@ -141,6 +163,7 @@ PARTITION=debug
 SECOND_SUFFIX=$SUFFIX2
 SECOND_IFNAME=${SUFFIX2:+$NODE_IFNAME2}
 SMALL_DISK=$([ "$NODES" -eq 1 ] || echo "$DIR/small-disk")
+NODE_CORES=$($PIN && for i in $(seq 1 "$NODES"); do node_core "$i"; done | paste -sd, -)
 EOF
   mv "$DIR/cluster.env.tmp" "$DIR/cluster.env"
 }
@@ -176,15 +199,24 @@ create_network() {
   done
 }
 
+# The words that run a node's slurmd on its core (cluster.env's NODE_CORES), or none when not pinned.
+pinned() {
+  local core
+  core=$(sed -n 's/^NODE_CORES=//p' "$DIR/cluster.env" | cut -d, -f"$1")
+  [ -z "$core" ] || echo "taskset -c $core"
+}
+
 # One node's slurmd in its namespace. Not `ip netns exec`: it remounts /sys and hides /sys/fs/cgroup.
 start_node() {
-  nsenter --net="/run/netns/$1" unshare --mount --uts \
+  # shellcheck disable=SC2046  # pinned's words are meant to split
+  $(pinned "${1#"$NS_PREFIX"}") nsenter --net="/run/netns/$1" unshare --mount --uts \
     sh -ec 'mount --bind "$1" /etc/hosts; hostname "$2"; exec slurmd -f "$3" -N "$2"' sh "$DIR/etc/hosts" "$1" "$CONF" 9>&-
 }
 
 start_slurmds() {
   local i
-  if [ "$NODES" -eq 1 ]; then slurmd -f "$CONF" -N "$(node_name 1)" 9>&-; return; fi
+  # shellcheck disable=SC2046
+  if [ "$NODES" -eq 1 ]; then $(pinned 1) slurmd -f "$CONF" -N "$(node_name 1)" 9>&-; return; fi
   for i in $(seq 1 "$NODES"); do start_node "$NS_PREFIX$i"; done
 }
 
@@ -197,7 +229,55 @@ cmd_node_down() {
 
 cmd_node_up() {
   [ -n "$NODE" ] && [ -e "/run/netns/$NODE" ] || die "node-up needs a node of the running cluster"
-  alive "$DIR/run/slurmd-$NODE.pid" || start_node "$NODE"
+  local group=$CPU_CGROUP/$CGROUP_PREFIX$NODE
+  # A slowed node stays slowed: the new slurmd starts inside its group.
+  alive "$DIR/run/slurmd-$NODE.pid" || ( [ ! -d "$group" ] || echo "$BASHPID" > "$group/cgroup.procs"; start_node "$NODE" )
+}
+
+# The path of process $1 in the cgroup v1 cpu hierarchy ("/" at its root).
+cpu_cgroup_of() { awk -F: '$2 ~ /(^|,)cpu(,|$)/ {print $3}' "/proc/$1/cgroup"; }
+
+# Move every process of cgroup directory $1 into cgroup directory $2 and remove $1 (rounds, for processes that
+# fork or exit meanwhile); status 1 when $1 could not be removed within 5 s.
+remove_group() {
+  local pid i
+  for i in $(seq 1 50); do
+    while read -r pid; do echo "$pid" > "$2/cgroup.procs" 2>/dev/null || true; done < "$1/cgroup.procs"
+    rmdir "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+cmd_node_slow() {
+  running || die "no cluster running under $DIR"
+  [ -n "$NODE" ] && [ -e "/run/netns/$NODE" ] || die "node-slow needs one of: $(sed -n 's/^NODE_NAMES=//p' "$DIR/cluster.env")"
+  [ -w "$CPU_CGROUP/cgroup.procs" ] && [ -e "$CPU_CGROUP/cpu.cfs_quota_us" ] || die "node-slow needs cgroup v1's cpu controller at $CPU_CGROUP"
+  local group=$CPU_CGROUP/$CGROUP_PREFIX$NODE slurmd pid moved=0
+  slurmd=$(cat "$DIR/run/slurmd-$NODE.pid")
+  [ -d "$group" ] || { cpu_cgroup_of "$slurmd" > "$DIR/run/slow-$NODE.from"; mkdir "$group"; }
+  echo "$CFS_PERIOD_US" > "$group/cpu.cfs_period_us"
+  echo $((CPU_PERCENT * CFS_PERIOD_US / 100)) > "$group/cpu.cfs_quota_us"
+  for pid in $({ echo "$slurmd"; ip netns pids "$NODE"; } | sort -u); do
+    if echo "$pid" > "$group/cgroup.procs" 2>/dev/null; then moved=$((moved + 1)); fi   # else it ended meanwhile
+  done
+  log "$NODE: $moved process(es) (slurmd and its namespace's) limited to $CPU_PERCENT % of one CPU in $group"
+}
+
+# Lift node $1's limit: its processes back where its slurmd was, the group removed (status 1 if it could not be).
+restore_node() {
+  local group=$CPU_CGROUP/$CGROUP_PREFIX$1 from
+  [ -d "$group" ] || return 0
+  from=$(cat "$DIR/run/slow-$1.from" 2>/dev/null || echo /)
+  remove_group "$group" "$CPU_CGROUP${from%/}" || return 1
+  rm -f "$DIR/run/slow-$1.from"
+}
+
+cmd_node_restore() {
+  [ -n "$NODE" ] || die "node-restore needs a node name (dl-node<i>)"
+  [ -d "$CPU_CGROUP/$CGROUP_PREFIX$NODE" ] || { log "$NODE is not slowed"; return 0; }
+  restore_node "$NODE" || die "$NODE: processes keep $CPU_CGROUP/$CGROUP_PREFIX$NODE busy; try again"
+  log "$NODE: CPU limit lifted"
 }
 
 mount_small_disk() {
@@ -219,6 +299,9 @@ cmd_start() {
   if running; then
     [ "$RUNNING_NODES" -eq "$NODES" ] || die "already running with $RUNNING_NODES nodes under $DIR; stop it first"
     [ "$(sed -n 's/^SECOND_SUFFIX=//p' "$DIR/cluster.env")" = "$SUFFIX2" ] || die "already running with another --second-network under $DIR; stop it first"
+    local pinned_now=false
+    [ -z "$(sed -n 's/^NODE_CORES=//p' "$DIR/cluster.env")" ] || pinned_now=true
+    [ "$pinned_now" = "$PIN" ] || die "already running with$($PIN && echo "out") --pin-cores under $DIR; stop it first"
     echo "$CONF"; return 0
   fi
   [ ! -f "$DIR/cluster.env" ] || stop_cluster   # half-running leftovers of an earlier start
@@ -276,6 +359,7 @@ stop_cluster() {
     fi
     ip netns del "$ns"
   done
+  for ns in $names; do restore_node "$ns" || log "could not remove $CPU_CGROUP/$CGROUP_PREFIX$ns (still busy)"; done
   ! ip link show "$BRIDGE" >/dev/null 2>&1 || ip link del "$BRIDGE"
   ! ip link show "$BRIDGE2" >/dev/null 2>&1 || ip link del "$BRIDGE2"
   stop_daemons "$DIR/run/munged.pid"
@@ -302,8 +386,8 @@ main() {
   local cmd=$1; shift
   case "$cmd" in
     -h|--help|help) usage ;;
-    start|stop|status|node-down|node-up) parse_args "$@" ;;
-    *) die "unknown command '$cmd' (start|stop|status|node-down|node-up)" ;;
+    start|stop|status|node-down|node-up|node-slow|node-restore) parse_args "$@" ;;
+    *) die "unknown command '$cmd' (start|stop|status|node-down|node-up|node-slow|node-restore)" ;;
   esac
   require_tools
   mkdir -p "$DIR"

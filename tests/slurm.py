@@ -49,6 +49,7 @@ class Cluster:
     second_suffix: str = ""  # host-name suffix of the nodes' second network ("" when there is none)
     second_ifname: str = ""  # its interface
     small_disk: str = ""  # a 16 MiB file system every node sees ("" when there is none)
+    node_cores: Tuple[int, ...] = ()  # the core each node runs on, in node order (started with --pin-cores), else ()
 
     @property
     def nodes(self) -> int:
@@ -61,6 +62,22 @@ class Cluster:
     def run(self, argv: Sequence[str], timeout: float = COMMAND_TIMEOUT_S, **extra_env: str) -> subprocess.CompletedProcess:
         """A client command against the cluster (output captured, never hangs past `timeout`)."""
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=self.env(**extra_env))
+
+    def slow_node(self, node: str, cpu_percent: int = 30) -> None:
+        """Limit `node` (its slurmd, its running job steps and what they start) to `cpu_percent` % of one CPU
+        (`slurm-cluster.sh node-slow`: a cgroup v1 CPU quota)."""
+        self._node_command("node-slow", node, "--cpu-percent", str(cpu_percent))
+
+    def restore_node(self, node: str) -> None:
+        """Lift `slow_node`'s limit (`slurm-cluster.sh node-restore`)."""
+        self._node_command("node-restore", node)
+
+    def _node_command(self, command: str, node: str, *args: str) -> None:
+        if self.dir is None:
+            pytest.skip("the cluster given by $SLURM_CONF was not started by slurm-cluster.sh here")
+        done = cluster_script(command, node, *args, "--dir", str(self.dir))
+        if done.returncode != 0:
+            pytest.fail("slurm-cluster.sh %s %s failed (%d): %s" % (command, node, done.returncode, done.stderr.strip()))
 
     def job_state(self, job_id: str) -> str:
         shown = self.run(["scontrol", "show", "job", "-o", job_id])
@@ -147,8 +164,9 @@ def cluster_at(conf: Path, owned_dir: Optional[Path]) -> Cluster:
     if info_file.is_file():
         info = read_cluster_env(info_file)
         names = tuple(info["NODE_NAMES"].split(","))
+        cores = tuple(int(core) for core in info.get("NODE_CORES", "").split(",") if core)
         return Cluster(conf, names, int(info["CPUS_PER_NODE"]), info["IFNAME"], info["PARTITION"], owned_dir,
-                       info.get("SECOND_SUFFIX", ""), info.get("SECOND_IFNAME", ""), info.get("SMALL_DISK", ""))
+                       info.get("SECOND_SUFFIX", ""), info.get("SECOND_IFNAME", ""), info.get("SMALL_DISK", ""), cores)
     sinfo = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %c %P"], capture_output=True, text=True,
                            timeout=COMMAND_TIMEOUT_S, env={**os.environ, "SLURM_CONF": str(conf)})
     rows = [line.split() for line in sinfo.stdout.splitlines() if line.strip()]
@@ -159,8 +177,10 @@ def cluster_at(conf: Path, owned_dir: Optional[Path]) -> Cluster:
     return Cluster(conf, names, min(int(row[1]) for row in rows), os.environ.get("GLOO_SOCKET_IFNAME", "lo"), partition, None)
 
 
-def start_cluster(directory: Path, nodes: int, second_network: str = "") -> Cluster:
-    extra = ("--second-network", second_network) if second_network else ()
+def start_cluster(directory: Path, nodes: int, second_network: str = "", pin_cores: bool = False) -> Cluster:
+    """Start (or find running) the cluster of `directory`; `pin_cores`: each node's slurmd and its jobs on a core
+    of their own (on this 2-core machine, two nodes no longer compete for both cores)."""
+    extra = (("--second-network", second_network) if second_network else ()) + (("--pin-cores",) if pin_cores else ())
     started = cluster_script("start", "--nodes", str(nodes), "--dir", str(directory), *extra)
     if started.returncode != 0:
         pytest.fail("slurm-cluster.sh start failed (%d): %s" % (started.returncode, started.stderr.strip()))
@@ -184,6 +204,24 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def cpu_cgroup(proc_cgroup: str) -> str:
+    """The cgroup v1 `cpu` hierarchy's path in a /proc/<pid>/cgroup text ("" when it has none)."""
+    for line in proc_cgroup.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return path
+    return ""
+
+
+def cpu_list(text: str) -> List[int]:
+    """The cores of a Cpus_allowed_list such as "0-2,5"."""
+    cores: List[int] = []
+    for part in text.strip().split(","):
+        first, _, last = part.partition("-")
+        cores += range(int(first), int(last or first) + 1)
+    return cores
 
 
 def network_namespaces() -> List[str]:

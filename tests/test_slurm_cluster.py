@@ -1,4 +1,5 @@
 """scripts/slurm-cluster.sh: a real throw-away Slurm cluster (slurmctld, slurmd per network namespace, munge, PMIx)."""
+import os
 import re
 import socket
 from shlex import quote as shlex_quote
@@ -120,6 +121,45 @@ def test_site_profile_describes_the_cluster(slurm_cluster, slurm_site):
     assert site.cores_per_node == slurm_cluster.cpus_per_node
     assert site.scheduler.mpi_plugin == "pmix"
     assert site.env["GLOO_SOCKET_IFNAME"] == slurm_cluster.ifname
+
+
+CPU_CGROUP = "/sys/fs/cgroup/cpu"
+CPU_PROBE = (r'''echo "$(hostname)|$(tr '\n' ';' < /proc/self/cgroup)|'''
+             r'''$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"''')
+
+
+def probe_steps(cluster: slurm.Cluster) -> dict:
+    """node -> (cpu cgroup, allowed cores) of a job step started there now, one task per node."""
+    ran = cluster.run(["srun", "-N%d" % cluster.nodes, "--ntasks-per-node=1", "bash", "-c", CPU_PROBE], timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    rows = [line.split("|") for line in ran.stdout.splitlines() if line.strip()]
+    return {host: (slurm.cpu_cgroup(groups.replace(";", "\n")), slurm.cpu_list(cores)) for host, groups, cores in rows}
+
+
+def test_a_slowed_node_runs_its_new_job_steps_under_a_cpu_quota_until_restored(two_nodes):
+    """`node-slow` puts a node's slurmd into a cgroup v1 CPU quota that the job steps it starts inherit; the other
+    node's steps run outside it, and after `node-restore` none does. Each step's cores are its node's own
+    (started with --pin-cores) or all of this machine's. The state is asserted, not a speed."""
+    if not Path(CPU_CGROUP, "cpu.cfs_quota_us").exists():
+        pytest.skip("this machine has no cgroup v1 cpu controller")
+    if two_nodes.dir is None:
+        pytest.skip("the cluster given by $SLURM_CONF was not started by slurm-cluster.sh here")
+    other, slowed = two_nodes.node_names[:2]
+    group = "/dlaunch-slurm-" + slowed
+    slurmd = (two_nodes.dir / "run" / ("slurmd-%s.pid" % slowed)).read_text().strip()
+    outside = slurm.cpu_cgroup(Path("/proc/%s/cgroup" % slurmd).read_text())
+    try:
+        two_nodes.slow_node(slowed, cpu_percent=30)
+        assert Path(CPU_CGROUP + group, "cpu.cfs_quota_us").read_text().strip() == "30000"
+        steps = probe_steps(two_nodes)
+        assert steps[slowed][0] == group and steps[other][0] != group
+    finally:
+        two_nodes.restore_node(slowed)
+    after = probe_steps(two_nodes)
+    assert after[slowed][0] == after[other][0] == outside and not Path(CPU_CGROUP + group).exists()
+    machine = sorted(os.sched_getaffinity(0))
+    for i, node in enumerate(two_nodes.node_names[:2]):
+        assert after[node][1] == ([two_nodes.node_cores[i]] if two_nodes.node_cores else machine)
 
 
 @pytest.mark.parametrize("args, flag", [

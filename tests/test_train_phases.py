@@ -18,6 +18,7 @@ from fake_nvml import FakeNvml
 from helpers_train import REPO, TINY, assert_ok, run_trainer, trainer_env
 from holds import Hold
 from prerequisites import require
+from slurm import cpu_cgroup
 from dlaunch.train.gpuhealth import HEALTH_SLOTS, NO_GPU, GpuHealth, node_health, throttle_names
 from dlaunch.train.metrics_schema import (OVERHEAD_FIELDS, STEP_PHASES, UNAVAILABLE, MetricsError, check_bounds,
                                           make_record, read_metrics)
@@ -280,15 +281,6 @@ QUOTA_US, PERIOD_US = 20_000, 100_000  # the slowed rank: a fifth of one core
 FAVOURED_SHARES = 10 * 1024  # the other rank: ten times a process's default weight against other work here
 
 
-def cpu_cgroup_of(pid: int) -> str:
-    """The cgroup v1 `cpu` hierarchy's path of process `pid`."""
-    for line in Path("/proc/%d/cgroup" % pid).read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpu" in controllers.split(","):
-            return path
-    return ""
-
-
 def start_rank(rank: int, host: str, port: int, args, env) -> subprocess.Popen:
     """One trainer rank in its own UTS namespace, so that its host name is `host` (two 'nodes' on one machine)."""
     rank_env = dict(env, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
@@ -328,7 +320,8 @@ def test_a_rank_slowed_by_a_cpu_quota_is_the_slowest_rank_and_its_nodes_slowest(
         (favoured / "cpu.shares").write_text(str(FAVOURED_SHARES))
         (slowed / "cgroup.procs").write_text(str(ranks[1].pid))  # all its threads
         (favoured / "cgroup.procs").write_text(str(ranks[0].pid))
-        assert [cpu_cgroup_of(p.pid) for p in ranks] == ["/" + favoured.name, "/" + slowed.name]
+        assert [cpu_cgroup(Path("/proc/%d/cgroup" % p.pid).read_text()) for p in ranks] \
+            == ["/" + favoured.name, "/" + slowed.name]
         hold.release()
         outputs = [p.communicate(timeout=180)[0] for p in ranks]
         assert [p.returncode for p in ranks] == [0, 0], outputs
