@@ -7,10 +7,12 @@ prints: `cli.py`, the command modules) and the backends (dlaunch/schedulers/, dl
   rule for `run`, `sweep`, `run --repeat` and `study run`: every new run directory is checked to be free
   before the first job goes out; a job the scheduler refuses stops the submission, and the runs after it
   are not created (they would be refused alike: an account, a partition, a server that is down); a run
-  in the foreground that ends badly does not stop the others (each run is a measurement of its own).
+  in the foreground that ends badly does not stop the others (each run is a measurement of its own), and
+  while it runs its progress is shown as `dlaunch watch` shows runs (dlaunch/runs/watch.py).
   The exit code is the refusal's (1), else the first failed foreground run's, else 0;
-- `observe`, `why_failed`, `run_figures`: what runs are doing, why one failed, its figures;
-- `resume`, `logs`, `cancel`.
+- `observe`, `why_failed`, `run_figures`: what runs are doing, why one failed, its figures (an ended run's
+  kept in the status cache with its snapshot: dlaunch/runs/statuscache.py);
+- `resume`, `logs`, `cancel` (a run that has ended: nothing to cancel, no error).
 """
 import dataclasses
 import functools
