@@ -35,7 +35,9 @@ def test_second_start_is_a_no_op(slurm_cluster):
         pytest.skip("the cluster given by $SLURM_CONF was not started by slurm-cluster.sh here")
     before = slurm.daemon_pids(slurm_cluster.dir)
     second = ("--second-network", slurm_cluster.second_suffix) if slurm_cluster.second_suffix else ()
-    again = slurm.cluster_script("start", "--nodes", str(slurm_cluster.nodes), "--dir", str(slurm_cluster.dir), *second)
+    pinned = ("--pin-cores",) if slurm_cluster.node_cores else ()
+    again = slurm.cluster_script("start", "--nodes", str(slurm_cluster.nodes), "--dir", str(slurm_cluster.dir), *second,
+                                 *pinned)
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == str(slurm_cluster.conf)
     assert slurm.daemon_pids(slurm_cluster.dir) == before
@@ -195,7 +197,8 @@ def test_stop_leaves_nothing_behind_and_a_single_node_cluster_runs(slurm_cluster
         _assert_stop_leaves_nothing(tmp_path / "single")
     finally:
         slurm.stop_cluster(tmp_path / "single")
-        slurm.start_cluster(slurm_cluster.dir, slurm_cluster.nodes, slurm_cluster.second_suffix)
+        slurm.start_cluster(slurm_cluster.dir, slurm_cluster.nodes, slurm_cluster.second_suffix,
+                            pin_cores=bool(slurm_cluster.node_cores))
 
 
 def _assert_stop_leaves_nothing(directory: Path) -> None:
