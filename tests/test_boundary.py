@@ -374,7 +374,7 @@ def test_sites_shows_each_description(box):
     assert "JUWELS Booster (JSC): 936 nodes" in " ".join(outcome.out.split())
 
 
-def test_control_characters_in_names_and_profile_values_are_printed_escaped(box):
+def test_control_characters_in_names_and_profile_values_are_printed_escaped(box, monkeypatch):
     (box.sites / "evil.toml").write_text(profile_text().replace('name = "generic-slurm"', 'name = "evil"')
                                          .replace("aliases = [", "aliases = [\"x\", ").replace('description = "', 'description = "\\u001b[2J\\u0007'))
     write_run(box.work, "exp/\x1b[31mred")
@@ -382,6 +382,7 @@ def test_control_characters_in_names_and_profile_values_are_printed_escaped(box)
         outcome = box.run(*argv)
         kept_promises(outcome, codes=(0,))
         assert "\x1b" not in outcome.out + outcome.err and "\x07" not in outcome.out
+    monkeypatch.setenv("COLUMNS", "400")  # wide enough for the description column (at 80 it gives way)
     assert "\\x1b[2J\\x07" in box.run("sites").out.replace("\n", "")
     assert "exp/\\x1b[31mred" in box.run("status", "runs").out
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dlaunch.analysis.budget import LOST_PARTS, budget
-from dlaunch.analysis.scaling import group_runs, load_runs, scaling
+from dlaunch.analysis.scaling import group_runs, load_runs, run_from_metrics, scaling
 from dlaunch.analysis.stragglers import STRAGGLER, THROTTLED, is_straggler, live_flags, run_flags
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.sites import load_site
@@ -39,7 +39,7 @@ def test_a_rank_computing_48_percent_slower_is_named_with_host_rank_and_local_ra
     assert flag.message == ("n1 rank 3 (local rank 1) computed 48 % slower than the median rank: a straggler; "
                             "this run's E_G is understated")
     assert is_straggler(run)
-    assert run_flags(read_metrics(run.path)) == [flag]  # from the parsed file as well
+    assert run_flags(run_from_metrics(read_metrics(run.path))) == [flag]  # from the parsed file as well
 
 
 def test_equal_ranks_are_not_flagged_and_the_threshold_decides(tmp_path):
@@ -90,7 +90,7 @@ def test_gpu_health_is_averaged_over_the_measured_epochs(tmp_path):
 def test_files_without_phases_have_no_flags(tmp_path):
     path = write_run(tmp_path, "v3", 2, [100.0, 100.0], version=3)
     (run,) = load_runs([path]).runs
-    assert run_flags(run) == [] and live_flags(read_metrics(str(path))) == [] and not is_straggler(run)
+    assert run_flags(run) == [] and live_flags(run_from_metrics(read_metrics(str(path)))) == [] and not is_straggler(run)
 
 
 def test_runs_with_a_straggler_stay_out_of_scaling_unless_included(tmp_path):

@@ -86,7 +86,7 @@ def test_pbs_script_follows_the_pbs_and_polaris_documentation():
     """qsub directives (-N, -l select/walltime, -q, -A, -o, -j oe, -k doe, -r) and Polaris' mpiexec line."""
     site = shipped("polaris")
     ddp = lines(script_for(site, LaunchRequest(site="polaris", framework="ddp", **REQUEST)))
-    assert "#PBS -N exp" in ddp and "#PBS -q %s" % site.partition(None).name in ddp
+    assert "#PBS -N exp-run" in ddp and "#PBS -q %s" % site.partition(None).name in ddp
     assert any(line.startswith("#PBS -l select=2") for line in ddp)
     assert "#PBS -l walltime=1:00:00" in ddp and "#PBS -A proj42" in ddp and "#PBS -j oe" in ddp
     assert "#PBS -k doe" in ddp and "#PBS -r y" in ddp  # rerunnable (ALCF), the log appended by the rerun

@@ -215,7 +215,7 @@ def trainer_pids(namespace: str) -> List[int]:
             argv = Path("/proc/%d/cmdline" % pid).read_bytes().split(b"\0")
         except FileNotFoundError:
             continue
-        if b"train" in argv and b"-m" in argv and not any(a.endswith(b"torchrun") for a in argv):
+        if b"dlaunch.train" in argv and b"-m" in argv and not any(a.endswith(b"torchrun") for a in argv):
             pids.append(pid)
     return pids
 

@@ -15,10 +15,10 @@ them per epoch and per run. A version 1-3 file has none of these records: no fla
 from collections import Counter
 from dataclasses import dataclass
 from statistics import mean
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from dlaunch.boundary import escape
-from dlaunch.train.metrics_schema import STEP_PHASES, Metrics, is_number
+from dlaunch.train.metrics_schema import STEP_PHASES, is_number
 
 if TYPE_CHECKING:
     from dlaunch.analysis.scaling import EpochPoint, Run
@@ -232,21 +232,14 @@ def check_threshold(threshold: float) -> None:
         raise ValueError("straggler threshold %r: must be a fraction in (0, 1)" % (threshold,))
 
 
-def _run(source: Union[Metrics, "Run"]) -> "Run":
-    from dlaunch.analysis.scaling import run_from_metrics  # scaling imports this module
-
-    return run_from_metrics(source) if isinstance(source, Metrics) else source
-
-
-def run_flags(source: Union[Metrics, "Run"], threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
-    """A finished run's flags, judged on the mean over its measured epochs."""
-    run = _run(source)
+def run_flags(run: "Run", threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
+    """A finished run's flags, judged on the mean over its measured epochs (scaling.run_from_metrics makes the Run)."""
     return flags_of(run.phases, run.node_figures, threshold)
 
 
-def live_flags(source: Union[Metrics, "Run"], threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
+def live_flags(run: "Run", threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
     """A live run's flags, judged on its last epoch record."""
-    epochs: Sequence["EpochPoint"] = _run(source).epochs
+    epochs: Sequence["EpochPoint"] = run.epochs
     return flags_of(epochs[-1].phases, epochs[-1].nodes, threshold) if epochs else []
 
 
