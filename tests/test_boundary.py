@@ -355,8 +355,8 @@ def test_an_exclusion_that_empties_a_matrix_is_blamed_on_the_exclusion(box):
 
 # -- output --------------------------------------------------------------------------------------------
 
-def test_images_at_80_columns_keeps_every_version_whole(box):
-    os.environ["COLUMNS"] = "80"
+def test_images_at_80_columns_keeps_every_version_whole(box, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
     outcome = box.run("images")
     kept_promises(outcome, codes=(0,))
     words = set(outcome.out.split())
@@ -367,8 +367,8 @@ def test_images_at_80_columns_keeps_every_version_whole(box):
     assert max(len(line) for line in outcome.out.splitlines()) <= 80
 
 
-def test_sites_shows_each_description(box):
-    os.environ["COLUMNS"] = "400"
+def test_sites_shows_each_description(box, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
     outcome = box.run("sites")
     kept_promises(outcome, codes=(0,))
     assert "JUWELS Booster (JSC): 936 nodes" in " ".join(outcome.out.split())

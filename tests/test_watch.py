@@ -428,7 +428,7 @@ def watch_in_tmux(cwd: Path, argv: List[str], env: dict, timeout: float,
     require(shutil.which("tmux") is not None, "tmux is not installed (scripts/bootstrap.sh full)")
     socket = "dlaunch-test-%d-%d" % (os.getpid(), time.monotonic_ns())
     done = cwd / "tmux-exit-code"
-    command = "cd %s && env %s %s; echo $? > %s; sleep 600" % (
+    command = "cd %s && env -u COLUMNS -u LINES %s %s; echo $? > %s; sleep 600" % (  # the terminal's size, not ours
         shlex.quote(str(cwd)), " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in env.items()), shlex.join(argv),
         shlex.quote(str(done)))
 
