@@ -16,7 +16,7 @@ from rich.console import Console
 from dlaunch import __version__
 from dlaunch.analysis.budget import LOST_PARTS, OTHER, BudgetRow, budget
 from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, Flag, check_threshold, run_flags
-from dlaunch.analysis.scaling import Comparison, GroupKey, Run, ScalingPoint, Spread, group_runs, load_runs, reference_for, scaling, verdict
+from dlaunch.analysis.scaling import Comparison, GroupKey, Loaded, Run, ScalingPoint, Spread, group_runs, load_runs, reference_for, scaling, verdict
 from dlaunch.analysis.convergence import RCP_SOURCE, RCPVerdict, rcp_verdicts
 from dlaunch.analysis.html import PAGE, write_page
 from dlaunch.analysis.plots import COMPARISON_PLOT, COMPARISON_TITLE, left_out, plot_titles, write_comparison_plot, write_plots
@@ -24,11 +24,11 @@ from dlaunch.atomic import write_atomic
 from dlaunch.boundary import MAX_FILE_BYTES, decode, escape, finite_number, output_folder, parse_toml, read_bytes, validate
 from dlaunch.errors import DlaunchError
 from dlaunch.analysis.perfmodel import MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site, predict
+from dlaunch.jobs.network import network_problems
 from dlaunch.jobs.sites import Site, resolve_site
-from dlaunch.runs.network import network_problems
+from dlaunch.paths import SITE_PROFILE
 from dlaunch.tables import counted, fit_table, markdown
 
-KEPT_PROFILE = "site.toml"  # the profile text a run directory keeps (dlaunch/runs/rundir.py's SITE_PROFILE)
 KERNEL_HEADERS = ("GPUs", "comm %", "compute %", "I/O %", "other %")
 DEFINITIONS = """\
 - Throughput X ("images/s", dlaunch/analysis/scaling.py): the mean over the run's measured epochs (those
@@ -399,14 +399,14 @@ class Profiles:
         return next((self.of_run[r.path] for r in runs if r.path in self.of_run), None)
 
 
-KEPT = "the profile their run directories kept (%s)" % KEPT_PROFILE
+KEPT = "the profile their run directories kept (%s)" % SITE_PROFILE
 BY_NAME = "the profile of that name found here"
 
 
 def kept_profile(run: Run, validated: Dict[bytes, Site]) -> Optional[Site]:
     """The profile text `run`'s directory kept (None: it kept none); `validated` caches profiles by text
     (a sweep's runs keep the same one). DlaunchError naming the file when it is no valid profile."""
-    path = Path(run.path).parent / KEPT_PROFILE
+    path = Path(run.path).parent / SITE_PROFILE
     if path.is_symlink() or not path.is_file():
         return None
     data = read_bytes(path, MAX_FILE_BYTES, follow_links=False)
@@ -644,6 +644,41 @@ def fraction(text: str) -> float:
     return value
 
 
+@dataclass(frozen=True)
+class ReportData:
+    """What a report shows, before it is printed or written: its groups (scaling points, predictions,
+    efficiency budget), the runs it sets apart and why, the notes (those on the runs set apart: `apart.notes()`)."""
+
+    loaded: Loaded
+    profiles: Profiles
+    results: List[GroupResult]
+    apart: SetApart
+    diverged: List[Run]
+    notes: List[str]
+    recorded: Recorded
+    rcp: List[RCPVerdict]
+
+
+def report_data(loaded: Loaded, paths: Sequence[Path], site: Optional[str] = None, include_network_mismatches: bool = False,
+                include_stragglers: bool = False, straggler_threshold: Optional[float] = None) -> ReportData:
+    """The report of `loaded` (read from `paths`) without printing or writing it (the ended runs are recorded in
+    the results database); DlaunchError when no metrics file was valid."""
+    if not loaded.runs:
+        raise DlaunchError("no valid metrics files in %s" % ", ".join(str(p) for p in paths))
+    profiles = load_profiles(loaded.runs, site)
+    problems = off_network(loaded.runs, profiles)
+    flags = flagged(loaded.runs, profiles, straggler_threshold)
+    apart = SetApart([r for r in loaded.runs if r.path in problems], problems, include_network_mismatches,
+                     [r for r in loaded.runs if r.path in flags], flags, include_stragglers, straggler_threshold)
+    excluded = {r.path for r in apart.excluded()}
+    results = build_results([r for r in loaded.runs if r.path not in excluded], profiles)
+    reported = [r for g in results for r in g.runs]
+    notes = profiles.notes + missing_references(reported, profiles) + steps_only_note(reported)
+    recorded = record_runs([r.path for r in loaded.runs])
+    rcp = rcp_verdicts({g.key.label: g.runs for g in results})
+    return ReportData(loaded, profiles, results, apart, [r for r in loaded.runs if r.diverged], notes, recorded, rcp)
+
+
 def report_command(
     paths: Annotated[List[Path], typer.Argument(help="Run directories (searched recursively for metrics.jsonl) or metrics files.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder for report.md, report.html and the PNG plots.")] = Path("report"),
@@ -665,37 +700,25 @@ def report_command(
     console, errors = Console(soft_wrap=True), Console(stderr=True, soft_wrap=True)
     for message in loaded.rejected:
         errors.print("rejected: %s" % escape(message), markup=False, highlight=False)
-    if not loaded.runs:
-        raise DlaunchError("no valid metrics files in %s" % ", ".join(str(p) for p in paths))
-    profiles = load_profiles(loaded.runs, site)
-    problems = off_network(loaded.runs, profiles)
-    flags = flagged(loaded.runs, profiles, straggler_threshold)
-    apart = SetApart([r for r in loaded.runs if r.path in problems], problems, include_network_mismatches,
-                     [r for r in loaded.runs if r.path in flags], flags, include_stragglers, straggler_threshold)
-    excluded = {r.path for r in apart.excluded()}
-    results = build_results([r for r in loaded.runs if r.path not in excluded], profiles)
-    reported = [r for g in results for r in g.runs]
-    notes = profiles.notes + missing_references(reported, profiles) + steps_only_note(reported)
-    diverged = [r for r in loaded.runs if r.diverged]
-    recorded = record_runs([r.path for r in loaded.runs])
-    rcp = rcp_verdicts({g.key.label: g.runs for g in results})
-    print_results(console, results, profiles, recorded)
+    data = report_data(loaded, paths, site, include_network_mismatches, include_stragglers, straggler_threshold)
+    rcp, apart, diverged = data.rcp, data.apart, data.diverged
+    print_results(console, data.results, data.profiles, data.recorded)
     if rcp:
         print_table(console, "convergence against MLPerf's RCPs (%s)" % RCP_SOURCE, ["group"] + RCP_HEADERS,
                     [[v.label] + row for v, row in zip(rcp, rcp_rows(rcp))], ["min epochs", "RCP mean", "runs", "RCP"])
     if apart.flagged:
-        rows = [[r.key.label] + row[:-1] for r in apart.flagged for row in flagged_rows([r], flags)]
+        rows = [[r.key.label] + row[:-1] for r in apart.flagged for row in flagged_rows([r], apart.flags)]
         print_table(console, "runs with a straggler or a throttled GPU", ["group"] + FLAGGED_HEADERS[:-1], rows)
     if diverged:
         rows = [[r.key.label] + row[:-1] for r in diverged for row in diverged_rows([r])]
         print_table(console, "diverged runs (left out of every table above)", ["group"] + DIVERGED_HEADERS[:-1], rows, ["epochs"])
     if apart.off:
-        rows = [[r.key.label] + row[:-1] for r in apart.off for row in off_network_rows([r], problems)]
+        rows = [[r.key.label] + row[:-1] for r in apart.off for row in off_network_rows([r], apart.problems)]
         print_table(console, "runs off their network", ["group"] + OFF_NETWORK_HEADERS[:-1], rows)
-    notes += apart.notes()
+    notes = data.notes + apart.notes()
     for note in notes:
         errors.print("note: %s" % note, markup=False, highlight=False)
-    write_report(output, results, profiles, loaded.rejected, notes, diverged, recorded, rcp, apart, [str(p) for p in paths])
+    write_report(output, data.results, data.profiles, loaded.rejected, notes, diverged, data.recorded, rcp, apart, [str(p) for p in paths])
     console.print("wrote %s and %s" % (output / "report.md", output / PAGE), markup=False, highlight=False)
     if loaded.rejected:
         raise typer.Exit(1)
