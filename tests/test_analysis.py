@@ -1,4 +1,5 @@
 """dlaunch/analysis/scaling.py on hand-made metrics files: throughput, S_G, E_G, grouping, rejects, verdicts."""
+import dataclasses
 import json
 from pathlib import Path
 from statistics import median
@@ -324,6 +325,17 @@ def test_phases_and_nodes_are_the_mean_over_the_measured_epochs(tmp_path):
     assert run.phases.slowest_rank.host == "n1" and run.phases.wait_s == pytest.approx(0.25 - 0.175)
     assert [(n.host, n.slowest_compute_s) for n in run.node_figures] == [("n0", pytest.approx(0.1)), ("n1", pytest.approx(0.25))]
     assert run.node_figures[0].gpu.unavailable.startswith("unavailable: ")
+
+
+def test_a_runs_figures_are_computed_once_and_it_stays_a_frozen_value(tmp_path):
+    fields = [v4_fields([5.0, 5.0]), v4_fields([0.1, 0.2]), v4_fields([0.1, 0.3])]
+    write_run(tmp_path, "p", 2, [10.0, 100.0, 100.0], epoch_fields=fields, version=VERSION)
+    (run,) = load_runs([tmp_path]).runs
+    (again,) = load_runs([tmp_path]).runs
+    assert run.phases is run.phases and run.node_figures is run.node_figures and run.overhead is run.overhead
+    assert run == again and run.throughput == again.throughput
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.status = "failed"  # type: ignore[misc]
 
 
 def test_a_version_3_file_has_no_phases_nodes_or_overhead(tmp_path):

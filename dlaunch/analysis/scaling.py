@@ -45,9 +45,9 @@ Metrics files are read only through `dlaunch.train.metrics_schema` (torch-free).
 import csv
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
-from statistics import mean, median
+from statistics import fmean, median
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from rich import box
@@ -112,7 +112,7 @@ class Overhead:
 
     @classmethod
     def mean_of(cls, items: Sequence["Overhead"]) -> "Overhead":
-        return cls(*(mean(getattr(o, name) for o in items) for name in OVERHEAD_FIELDS))
+        return cls(*(fmean(getattr(o, name) for o in items) for name in OVERHEAD_FIELDS))
 
 
 @dataclass(frozen=True)
@@ -195,66 +195,66 @@ class Run:
     num_classes: Optional[int] = None
     network: Optional[List[Dict[str, Any]]] = field(default=None, hash=False)  # what its collective libraries selected
 
-    @property
-    def measured_epochs(self) -> List[EpochPoint]:
+    @cached_property
+    def measured_epochs(self) -> Tuple[EpochPoint, ...]:
         """The epochs with counted images, the first of them left out when there are >= 2."""
-        counted = [e for e in self.epochs if e.images > 0]
+        counted = tuple(e for e in self.epochs if e.images > 0)
         return counted[1:] if len(counted) >= 2 else counted
 
-    @property
+    @cached_property
     def throughput(self) -> Optional[float]:
         """X ("images/s"): the mean of the measured epochs' `EpochPoint.throughput`, epoch overhead included
         where recorded (`overhead_included`)."""
         measured = self.measured_epochs
-        return mean(e.throughput for e in measured) if measured else None
+        return fmean(e.throughput for e in measured) if measured else None
 
-    @property
+    @cached_property
     def steps_images_per_s(self) -> Optional[float]:
         """The mean of the measured epochs' steps-only images/s (no epoch overhead)."""
         measured = self.measured_epochs
-        return mean(e.steps_images_per_s for e in measured) if measured else None
+        return fmean(e.steps_images_per_s for e in measured) if measured else None
 
-    @property
+    @cached_property
     def overhead_included(self) -> bool:
         """Whether X includes epoch overhead: every measured epoch recorded it (version 4)."""
         measured = self.measured_epochs
         return bool(measured) and all(e.overhead is not None for e in measured)
 
-    @property
+    @cached_property
     def overhead(self) -> Optional[Overhead]:
         """Seconds per epoch outside the steps, per part: the mean over the measured epochs that recorded it."""
         recorded = [e.overhead for e in self.measured_epochs if e.overhead is not None]
         return Overhead.mean_of(recorded) if recorded else None
 
-    @property
+    @cached_property
     def epoch_overhead_s(self) -> Optional[float]:
         """The run's epoch overhead: mean overhead.total_s over the measured epochs (seconds per epoch)."""
         overhead = self.overhead
         return overhead.total_s if overhead else None
 
-    @property
+    @cached_property
     def overhead_per_step_s(self) -> Optional[float]:
         """Epoch overhead per step: the mean over the measured epochs of overhead.total_s / steps."""
         recorded = [e.overhead.total_s / e.steps for e in self.measured_epochs if e.overhead is not None and e.steps > 0]
-        return mean(recorded) if recorded else None
+        return fmean(recorded) if recorded else None
 
-    @property
+    @cached_property
     def phases(self) -> Optional[EpochPhases]:
         """Median and slowest rank's seconds per step, the mean over the measured epochs that recorded them."""
         return mean_phases([e.phases for e in self.measured_epochs if e.phases is not None])
 
-    @property
+    @cached_property
     def node_figures(self) -> Optional[Tuple[NodeFigures, ...]]:
         """Per node: median and slowest rank's compute_s and GPU health, the mean over the measured epochs."""
         return mean_nodes([e.nodes for e in self.measured_epochs if e.nodes is not None])
 
-    @property
+    @cached_property
     def epoch_time_s(self) -> Optional[float]:
         """Mean training time of the measured epochs (the epochs that give X)."""
         measured = self.measured_epochs
-        return mean(e.epoch_time_s for e in measured) if measured else None
+        return fmean(e.epoch_time_s for e in measured) if measured else None
 
-    @property
+    @cached_property
     def epochs_to_target(self) -> Optional[int]:
         """Epochs trained up to the first validation at or above --target-accuracy (None: not reached)."""
         return epochs_to(self.epochs, self.target_accuracy)
@@ -266,7 +266,7 @@ class Run:
     def _measured_with_energy(self) -> List[EpochPoint]:
         return [e for e in self.measured_epochs if e.energy_j is not None and e.trained_images > 0]
 
-    @property
+    @cached_property
     def joules_per_image(self) -> Optional[float]:
         """Energy of the measured epochs per image trained in them."""
         epochs = self._measured_with_energy()
@@ -274,12 +274,12 @@ class Run:
             return None
         return sum(e.energy_j for e in epochs) / sum(e.trained_images for e in epochs)  # type: ignore[misc]
 
-    @property
+    @cached_property
     def energy_per_epoch(self) -> Optional[float]:
         epochs = self._measured_with_energy()
-        return mean(e.energy_j for e in epochs) if epochs else None  # type: ignore[type-var]
+        return fmean(e.energy_j for e in epochs) if epochs else None  # type: ignore[type-var]
 
-    @property
+    @cached_property
     def energy_j(self) -> Optional[float]:
         """The run's energy: the end record's, else the sum over the epochs so far."""
         if self.end_energy_j is not None:
@@ -287,12 +287,12 @@ class Run:
         measured = [e.energy_j for e in self.epochs if e.energy_j is not None]
         return sum(measured) if measured else None
 
-    @property
+    @cached_property
     def best_top1(self) -> Optional[float]:
         accuracies = [e.top1 for e in self.epochs if e.top1 is not None]
         return max(accuracies) if accuracies else self.end_best_top1
 
-    @property
+    @cached_property
     def shares(self) -> Optional[Shares]:
         p = self.profile
         return Shares.from_profile(p.comm_s, p.compute_s, p.data_s) if p else None
@@ -485,7 +485,7 @@ def group_runs(runs: Iterable[Run], include_stragglers: bool = False,
 def _mean_shares(shares: Sequence[Shares]) -> Optional[Shares]:
     if not shares:
         return None
-    return Shares(mean(s.comm for s in shares), mean(s.compute for s in shares), mean(s.data for s in shares))
+    return Shares(fmean(s.comm for s in shares), fmean(s.compute for s in shares), fmean(s.data for s in shares))
 
 
 def scaling(runs: Sequence[Run], include_stragglers: bool = False,
