@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from dlaunch.cli import app, main
 from prerequisites import require_library
-from dlaunch.results.compare import mann_whitney, smallest_p
+from dlaunch.results.compare import history_verdict, mann_whitney, smallest_p, with_history
 from dlaunch.results.store import NETWORK_FILESYSTEMS, SCHEMA_VERSION, ResultsDB, filesystem_type, journal_mode, record
 from dlaunch.train.metrics_schema import VERSION
 from test_analysis import v4_fields, write_run
@@ -288,6 +288,37 @@ def test_a_row_keeps_the_runs_straggler_and_throttle_flags(tmp_path, results_db)
     assert rows["slow"]["flags"] == [{"kind": "straggler", "message": "n0 rank 1 (local rank 1) computed 100 % slower "
                                                                       "than the median rank: a straggler; this run's E_G is understated"}]
     assert rows["fine"]["flags"] == [] and rows["old"]["flags"] is None  # none found; not recorded
+
+
+def test_scaling_figures_leave_straggler_runs_out_as_the_report_does(tmp_path, results_db):
+    slow, equal = v4_fields([0.1, 0.2]), v4_fields([0.1, 0.1])
+    runs = [write_run(tmp_path, "g2", 2, [1.0, 100.0], epoch_fields=[equal, equal], version=VERSION),
+            write_run(tmp_path, "g2-slow", 2, [1.0, 50.0], epoch_fields=[slow, slow], version=VERSION),
+            write_run(tmp_path, "g4", 4, [1.0, 180.0], epoch_fields=[equal, equal], version=VERSION)]
+    record(runs)
+    rows = {r["run"]: r for r in rows_as_json(results_db)}
+    assert rows["g2-slow"]["flags"][0]["kind"] == "straggler"
+    assert rows["g4"]["speedup"] == pytest.approx(1.8)  # against g2 alone (with g2-slow's 50 in the median: 2.4)
+    assert rows["g2"]["speedup"] == 1.0 and rows["g2-slow"]["speedup"] is None and rows["g2-slow"]["efficiency"] is None
+
+
+def history_row(rng: random.Random, uid: int) -> dict:
+    """A fabricated database row for the history verdict: one of a few keys, random times (some ending
+    before they start, many sharing an end time), some not ok or without images/s."""
+    started = rng.randrange(10, 400)
+    return {"uid": "u%d" % uid, "site": "-", "model": rng.choice(("resnet50", "resnet18")), "gpus": rng.choice((1, 8)),
+            "amp": "none", "framework": rng.choice(("ddp", "horovod")), "loader": "native", "batch_per_gpu": 64,
+            "status": "failed" if rng.random() < 0.1 else "ok", "images_per_s": None if rng.random() < 0.1 else rng.uniform(80, 120),
+            "started": "2026-10-01T00:%04d" % started, "ended": "2026-10-01T00:%04d" % (started + rng.randrange(-5, 60))}
+
+
+def test_history_verdicts_from_the_index_are_those_of_every_row_scanned():
+    rng = random.Random(7)
+    rows = [history_row(rng, i) for i in range(1500)]
+    judged = with_history(rows, rows)
+    expected = [history_verdict(row, rows, None) for row in rows]
+    assert [r["history"] for r in judged] == expected
+    assert sum(v is not None for v in expected) > 1000 and any(v and v.startswith("REGRESSION") for v in expected)
 
 
 def test_a_version_1_database_is_upgraded_and_its_rows_judged_when_read_again(tmp_path, results_db):

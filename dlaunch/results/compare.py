@@ -28,6 +28,7 @@ before it started, at least MIN_HISTORY): REGRESSION when slower by more than th
 site's `[[reference]]` for the model, GPU count and precision (DEFAULT_TOLERANCE without one).
 """
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property, lru_cache
@@ -35,6 +36,7 @@ from statistics import median
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from dlaunch.analysis.scaling import Spread, matching_reference, reference_point
+from dlaunch.analysis.stragglers import STRAGGLER
 from dlaunch.errors import DlaunchError
 
 SELECTOR_KEYS = ("experiment", "site", "stack", "framework", "loader", "model", "gpus", "nodes", "batch_per_gpu",
@@ -153,12 +155,18 @@ def unmatched(rows: Sequence[Dict[str, Any]], selectors: Sequence[str]) -> List[
 
 
 # -- figures that depend on other runs ------------------------------------------------------------------
+def _straggler(row: Dict[str, Any]) -> bool:
+    """Whether the row's recorded flags name a straggler."""
+    return any(flag["kind"] == STRAGGLER for flag in row["flags"] or ())
+
+
 def with_scaling(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """The rows with `speedup` and `efficiency` within their scaling curve (GROUP_KEY), as `dlaunch
-    report` computes them: against the median images/s at the curve's smallest GPU count; ok runs only."""
+    report` computes them: against the median images/s at the curve's smallest GPU count; ok runs
+    only, and none with a straggler (the report leaves those out of its scaling figures by default)."""
     curves: Dict[Tuple[Any, ...], List[Dict[str, Any]]] = {}
     for row in rows:
-        if row["status"] == "ok" and row["images_per_s"] is not None:
+        if row["status"] == "ok" and row["images_per_s"] is not None and not _straggler(row):
             curves.setdefault(tuple(row[k] for k in GROUP_KEY), []).append(row)
     derived: Dict[str, Tuple[float, float]] = {}
     for curve in curves.values():
@@ -327,7 +335,20 @@ def _tolerances(rows: Sequence[Dict[str, Any]]) -> Dict[Tuple[str, str, int, str
 
 
 def with_history(rows: Sequence[Dict[str, Any]], history: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The rows with their history verdict against `history` (every row of the database)."""
+    """The rows with their history verdict against `history` (every row of the database). The rows that
+    can count (ok, with images/s) are indexed by HISTORY_KEY in order of `ended`, so each row's verdict
+    sees only the last HISTORY_RUNS + 1 that ended before it started (one more: the row itself may be
+    among them, and history_verdict leaves it out)."""
     tolerances = _tolerances(rows)
-    return [dict(row, history=history_verdict(row, history, tolerances[row["site"], row["model"], row["gpus"], row["amp"]]))
-            for row in rows]
+    by_key: Dict[Tuple[Any, ...], List[Dict[str, Any]]] = {}
+    for r in sorted((r for r in history if r["status"] == "ok" and r["images_per_s"] is not None), key=lambda r: r["ended"]):
+        by_key.setdefault(tuple(r[k] for k in HISTORY_KEY), []).append(r)
+    ends = {key: [r["ended"] for r in found] for key, found in by_key.items()}
+    judged = []
+    for row in rows:
+        key = tuple(row[k] for k in HISTORY_KEY)
+        before = bisect_left(ends.get(key, []), row["started"])
+        earlier = by_key.get(key, [])[max(0, before - HISTORY_RUNS - 1):before]
+        tolerance = tolerances[row["site"], row["model"], row["gpus"], row["amp"]]
+        judged.append(dict(row, history=history_verdict(row, earlier, tolerance)))
+    return judged
