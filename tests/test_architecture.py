@@ -1,5 +1,6 @@
 """The launcher's structure, read from its source with ast: no import circle, nothing imports the command
-line, and no module outside a backend compares a value with a scheduler's or runtime's name."""
+line, the analysis imports neither the run layer nor the command line, and no module outside a backend
+compares a value with a scheduler's or runtime's name."""
 import ast
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set
@@ -88,6 +89,27 @@ def test_launcher_has_no_import_circle():
 def test_no_module_imports_the_command_line():
     importers = sorted(name for name, imports in import_graph().items() if "dlaunch.cli" in imports)
     assert importers == [], "%s import dlaunch.cli (use dlaunch.terminal and dlaunch.runs.service)" % importers
+
+
+def reached(graph: Dict[str, Set[str]], start: str) -> Set[str]:
+    """Every module `start` imports, directly or through the modules it imports."""
+    found: Set[str] = set()
+    todo = [start]
+    while todo:
+        for name in graph[todo.pop()] - found:
+            found.add(name)
+            todo.append(name)
+    return found
+
+
+def test_the_analysis_imports_neither_the_run_layer_nor_the_command_line():
+    """dlaunch/analysis/ is below dlaunch/runs/ and the CLI: `report` over archived metrics files loads neither."""
+    graph = import_graph()
+    analysis = [name for name in graph if name.split(".")[:2] == ["dlaunch", "analysis"]]
+    found = {name: sorted(m for m in reached(graph, name) if m.split(".")[:2] in (["dlaunch", "runs"], ["dlaunch", "cli"],
+                                                                                  ["dlaunch", "terminal"]))
+             for name in analysis}
+    assert len(analysis) > 5 and not any(found.values()), {name: above for name, above in found.items() if above}
 
 
 def _constants(node: ast.expr) -> Iterator[str]:

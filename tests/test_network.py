@@ -19,9 +19,8 @@ from typer.testing import CliRunner
 
 from dlaunch.cli import app, main
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.network import Network
+from dlaunch.jobs.network import Network, describe, network_problems
 from dlaunch.jobs.sites import load_site
-from dlaunch.runs.network import describe, network_problems
 from dlaunch.runs.rundir import display_path
 from test_analysis import write_run as write_metrics
 from test_watch import finished, header, write_run

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 from dlaunch.atomic import write_atomic
 from dlaunch.boundary import JOB_ID, display_path, escape, read_json, read_text, whole
 from dlaunch.errors import DlaunchError
+from dlaunch.paths import SITE_PROFILE
 from dlaunch.train.metrics_schema import METRICS_FILE
 
 if TYPE_CHECKING:
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
     from dlaunch.jobs.sites import Site
     from dlaunch.schedulers import Scheduler
 
-SITE_PROFILE = "site.toml"  # the site profile's text the job was made from
 # The files a run's snapshot is made from, besides its logs (dlaunch/runs/statuscache.py).
 SNAPSHOT_FILES = ("plan.json", "job_id", "state", METRICS_FILE, SITE_PROFILE)
 
