@@ -370,6 +370,22 @@ def test_throughput_ratio_comparison_draws_the_published_ratio_beside_this_runs(
     assert (spread.low, spread.high) == (pytest.approx(300.0 / 110.0), pytest.approx(330.0 / 100.0))
 
 
+def test_a_study_report_without_published_data_names_no_plot(tmp_path):
+    from test_analysis import write_run
+
+    folder = tmp_path / "smoke"
+    text = (STUDIES / "smoke.toml").read_text()
+    folder.mkdir()
+    (folder / "study.toml").write_text(re.sub(r"(?ms)^compare = \[.*?^\]\n", "", text))
+    for gpus, x in ((1, 100.0), (2, 180.0)):
+        write_run(folder, "g%d" % gpus, gpus, [10.0, x], model="resnet44", experiment="scaling")
+    report = dlaunch(tmp_path, "study", "report", folder, "-o", tmp_path / "report")
+    assert report.returncode == 0, report.stderr
+    assert "The study compares with no published data." in (tmp_path / "report" / "report.md").read_text()
+    assert not (tmp_path / "report" / "published_vs_this_run.png").exists()
+    assert "published_vs_this_run.png" not in report.stdout and "report.md" in report.stdout
+
+
 def test_a_study_is_found_by_name_from_any_folder_and_by_its_folder_variable(tmp_path, monkeypatch):
     """As sites: `study run aach2023` anywhere (issue 37: only `studies/aach2023.toml` inside the checkout
     worked), a file in $DLAUNCH_STUDIES_DIR by its name (before a shipped one), or a path."""

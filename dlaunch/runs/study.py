@@ -638,8 +638,9 @@ def report_study(folder: Path, output: Path) -> int:
     protocol = info.get("protocol")
     design = ["Protocol: %s (%s)" % (protocol, study.protocol[protocol].description)] if protocol in study.protocol else []
     design += ["Image stack: %s" % info["stack"]] if info.get("stack") else []
-    write_comparison(output, comparisons, study.based_on, design=design, assumptions=study.assumptions)
-    out.print("wrote %s" % (output / "published_vs_this_run.png"), markup=False, highlight=False)
+    plot = write_comparison(output, comparisons, study.based_on, design=design, assumptions=study.assumptions)
+    if plot is not None:
+        out.print("wrote %s" % plot, markup=False, highlight=False)
     return code
 
 
