@@ -2,8 +2,12 @@
 line, the analysis imports neither the run layer nor the command line, and no module outside a backend
 compares a value with a scheduler's or runtime's name."""
 import ast
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set
+from typing import Dict, Iterable, Iterator, List, Optional, Set
 
 from dlaunch.runtimes import RUNTIMES
 from dlaunch.schedulers import BACKENDS
@@ -110,6 +114,30 @@ def test_the_analysis_imports_neither_the_run_layer_nor_the_command_line():
                                                                                   ["dlaunch", "terminal"]))
              for name in analysis}
     assert len(analysis) > 5 and not any(found.values()), {name: above for name, above in found.items() if above}
+
+
+def libraries_imported(paths: Iterable[Path]) -> Dict[str, Set[str]]:
+    """Top-level names of the third-party modules `paths` import (at the top or inside a function) -> the files."""
+    found: Dict[str, Set[str]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+            for top in {name.split(".")[0] for name in names} - set(sys.stdlib_module_names) - {"dlaunch"}:
+                found.setdefault(top, set()).add(path.relative_to(LAUNCHER.parent).as_posix())
+    return found
+
+
+def test_every_library_the_launcher_imports_is_a_direct_dependency():
+    """pyproject.toml's `dependencies` name each library dlaunch/ outside the trainer imports (none arrives
+    only because another dependency pulls it in: markdown-it-py came with rich)."""
+    project = tomllib.loads((LAUNCHER.parent / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = {re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0].lower().replace("_", "-") for d in project["dependencies"]}
+    distributions = packages_distributions()
+    launcher = [path for path in MODULES.values() if LAUNCHER / "train" not in path.parents]
+    missing = {top: sorted(files) for top, files in libraries_imported(launcher).items()
+               if not {d.lower().replace("_", "-") for d in distributions.get(top, [top])} & declared}
+    assert not missing, "imported, not a direct dependency in pyproject.toml: %s" % missing
 
 
 def _constants(node: ast.expr) -> Iterator[str]:
