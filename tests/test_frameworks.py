@@ -205,7 +205,7 @@ ENGINE_DTYPE = """
 import sys, torch
 from dlaunch.train.config import parse_config
 from dlaunch.train.frameworks.deepspeed import DeepSpeed
-from dlaunch.train.loop import build_optimizer
+from dlaunch.train.workload import build_optimizer
 from dlaunch.train.models import build_model
 cfg = parse_config(sys.argv[1:])
 framework = DeepSpeed()
@@ -242,6 +242,48 @@ def test_deepspeed_bf16_trains_and_closes(tmp_path):
     metrics = read_metrics(metrics_path)
     assert metrics.status == "ok" and metrics.header["config"]["amp"] == "bf16"
     assert len(metrics.end["param_digests"]) == 1
+
+
+WORKLOAD_REFUSALS = {
+    ("horovod", "--cuda-graphs"): "--cuda-graphs is implemented for --framework ddp only (Horovod's all-reduces",
+    ("horovod", "--host-syncs"): "--host-syncs minimal: Horovod's optimizer waits on the host for every step's",
+    ("deepspeed", "--cuda-graphs"): "--cuda-graphs is implemented for --framework ddp only (DeepSpeed's engine step",
+    ("deepspeed", "--host-syncs"): "--host-syncs minimal: DeepSpeed's engine synchronises the host every step",
+}
+
+
+@pytest.mark.parametrize("framework, flag", sorted(WORKLOAD_REFUSALS))
+def test_horovod_and_deepspeed_refuse_cuda_graphs_and_minimal_host_syncs_in_one_line(framework, flag, tmp_path):
+    """Their steps wait on the host (DDP's captured step and minimal host syncs: tests/test_train_workload.py). The
+    device is left to the trainer (`auto`), so --cuda-graphs passes the flag checks and the framework refuses it."""
+    require_library(LIBRARIES[framework])
+    options = {"--cuda-graphs": ["--cuda-graphs", "--optimizer-impl", "fused"], "--host-syncs": ["--host-syncs", "minimal"]}
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    argv = [a for a in TINY if a not in ("--device", "cpu")] + ["--device", "auto", "--framework", framework, "--steps",
+                                                              "6", "--warmup-steps", "4", "--metrics", str(metrics)]
+    result = run_trainer(argv + options[flag], timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("train: error: " + WORKLOAD_REFUSALS[framework, flag]), line
+    assert not metrics.parent.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", [pytest.param("deepspeed", marks=pytest.mark.deepspeed),
+                                       pytest.param("horovod", marks=pytest.mark.horovod)])
+def test_deepspeed_and_horovod_train_compiled_with_the_foreach_optimizer(framework, tmp_path):
+    """--compile through the seam: DeepSpeed's engine compiles its module, Horovod's model is compiled with its
+    gradient hooks outside the graph; both record it and compile nothing after the warm-up step."""
+    require_library(LIBRARIES[framework])
+    metrics_path = str(tmp_path / "metrics.jsonl")
+    assert_ok(run_trainer(TINY + ["--steps", "4", "--warmup-steps", "1", "--framework", framework, "--compile",
+                                  "default", "--optimizer-impl", "foreach", "--metrics", metrics_path]))
+    metrics = read_metrics(metrics_path)
+    settings = metrics.header["framework_settings"]
+    assert metrics.status == "ok" and settings["sgd"] == "foreach"
+    assert settings["compiled"] == {"deepspeed": "DeepSpeedEngine.compile(mode=default)",
+                                    "horovod": "torch.compile(ResNet, mode=default)"}[framework]
+    assert metrics.epochs[0]["compile_s"] > 0 and metrics.epochs[0]["graphs_compiled_after_warmup"] == 0
 
 
 @pytest.mark.parametrize("flags, package, message", [
@@ -287,7 +329,7 @@ import copy, json, sys, torch
 from dlaunch.train.config import parse_config
 from dlaunch.train.data.synthetic import synthetic_batch
 from dlaunch.train.frameworks import get_framework
-from dlaunch.train.loop import build_optimizer
+from dlaunch.train.workload import build_optimizer
 from dlaunch.train.models import build_model
 
 cfg = parse_config(sys.argv[1:])

@@ -40,6 +40,11 @@ CASES = {
     "no non-finite steps allowed": (["--max-nonfinite-steps", "0"], "--max-nonfinite-steps 0 must be at least 1"),
     "batch larger than the folder": (["--data", "FOLDER", "--batch-size", "64", "--steps", "2"],
                                      "--batch-size 64 x 1 ranks is more than the 15 images in"),
+    "compile without warm-up": (["--compile", "default", "--steps", "4"], "--compile default needs --warmup-steps >= 1"),
+    "cuda graphs on the cpu": (["--cuda-graphs", "--optimizer-impl", "fused", "--warmup-steps", "4", "--steps", "6"],
+                               "--cuda-graphs needs --device cuda"),
+    "minimal host syncs with fp16's unfused scaler": (["--host-syncs", "minimal", "--amp", "fp16", "--steps", "2"],
+                                                      "--host-syncs minimal with --amp fp16 needs --optimizer-impl fused"),
 }
 
 

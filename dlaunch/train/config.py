@@ -23,6 +23,12 @@ from dlaunch.train.metrics_schema import METRICS_FILE
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet44")
 SCHEDULES = ("step", "cosine", "exponential")
+# The workload options of the step (dlaunch/train/workload.py; benchmarks/bare_loop_gpu.py takes the same ones).
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
+OPTIMIZER_IMPLS = ("default", "foreach", "fused")
+HOST_SYNCS = ("default", "minimal")
+GRAPH_EAGER_STEPS = 3  # eager steps on a side stream before a CUDA graph capture (torch.cuda.graph's warm-up)
+WORKLOAD_FLAGS = ("compile", "cuda-graphs", "optimizer-impl", "host-syncs")
 # The extensions torchvision's ImageFolder accepts.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -78,6 +84,10 @@ class TrainConfig:
     image: Optional[str] = None
     profile_steps: int = 0
     kernel_profile_steps: int = 0
+    compile: str = "off"
+    cuda_graphs: bool = False
+    optimizer_impl: str = "default"
+    host_syncs: str = "default"
     # horovod
     fp16_allreduce: bool = False
     fusion_threshold_mb: float = 64.0
@@ -181,6 +191,13 @@ FLAGS: Tuple[Flag, ...] = (
     Flag("profile-steps", int, "time N steps after the warm-up steps (compute/communication profile)"),
     Flag("kernel-profile-steps", int, "CUDA kernel time per class (NCCL, cuDNN, I/O) over N steps after those "
          "(torch.profiler; GPU runs; N past the run's end: to the end)"),
+    Flag("compile", str, "torch.compile the model in this mode; it compiles in the first step, a warm-up step, whose "
+         "wall time the first epoch record keeps as compile_s", COMPILE_MODES),
+    Flag("cuda-graphs", bool, "capture the whole step in one CUDA graph at the last warm-up step and replay it "
+         "(DDP on a GPU, static shapes, --optimizer-impl fused)"),
+    Flag("optimizer-impl", str, "SGD implementation: torch's choice, foreach (multi-tensor) or fused", OPTIMIZER_IMPLS),
+    Flag("host-syncs", str, "minimal: no per-step host synchronisation (the loss is read at the stop checks only; "
+         "fp16 needs --optimizer-impl fused)", HOST_SYNCS),
     Flag("fp16-allreduce", bool, "horovod: compress gradients to fp16"),
     Flag("fusion-threshold-mb", float, "horovod: tensor fusion buffer (MB)"),
     Flag("backward-passes-per-step", int, "horovod: gradient accumulation"),
@@ -188,6 +205,19 @@ FLAGS: Tuple[Flag, ...] = (
     Flag("grad-clip", float, "deepspeed: gradient clipping"),
 )
 FLAGS_BY_NAME: Dict[str, Flag] = {flag.name: flag for flag in FLAGS}
+
+
+def workload_flags(config: Dict[str, Any]) -> str:
+    """The workload options a metrics header's `config` records away from their defaults, as flags
+    ("--compile default --cuda-graphs"); "" for none, as for a header older than these options."""
+    defaults = TrainConfig()
+    words = []
+    for name in WORKLOAD_FLAGS:
+        attr = name.replace("-", "_")
+        value = config.get(attr, getattr(defaults, attr))
+        if value != getattr(defaults, attr):
+            words.append("--" + name if value is True else "--%s %s" % (name, value))
+    return " ".join(words)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -274,6 +304,7 @@ def _validate(cfg: TrainConfig, check_paths: bool) -> None:
     if cfg.steps is not None and cfg.warmup_steps + cfg.profile_steps >= cfg.steps:
         raise ConfigError("--warmup-steps %d + --profile-steps %d leave none of --steps %d to measure"
                           % (cfg.warmup_steps, cfg.profile_steps, cfg.steps))
+    _validate_workload(cfg)
     if cfg.resume and not cfg.checkpoint_dir:
         raise ConfigError("--resume needs --checkpoint-dir")
     if cfg.amp == "fp16" and cfg.device == "cpu":
@@ -288,6 +319,32 @@ def _validate(cfg: TrainConfig, check_paths: bool) -> None:
     if check_paths and os.path.exists(cfg.metrics_path) and os.path.getsize(cfg.metrics_path) > 0 and not cfg.resume:
         raise ConfigError("metrics file %s exists; pass --resume to append or choose another --metrics"
                           % cfg.metrics_path)
+
+
+def _validate_workload(cfg: TrainConfig) -> None:
+    """The combinations of the workload options that cannot run (benchmarks/bare_loop_gpu.py refuses the same ones;
+    what needs the torch of the image or the framework is checked when the run starts: dlaunch/train/workload.py)."""
+    fp16_unfused = cfg.amp == "fp16" and cfg.optimizer_impl != "fused"
+    if cfg.compile != "off" and cfg.warmup_steps < 1:
+        raise ConfigError("--compile %s needs --warmup-steps >= 1 (the first step compiles; it must not be measured)"
+                          % cfg.compile)
+    if cfg.host_syncs == "minimal" and fp16_unfused:
+        raise ConfigError("--host-syncs minimal with --amp fp16 needs --optimizer-impl fused (otherwise GradScaler's "
+                          "step reads its overflow flag on the host every step)")
+    if not cfg.cuda_graphs:
+        return
+    if cfg.optimizer_impl != "fused":
+        raise ConfigError("--cuda-graphs needs --optimizer-impl fused (the captured step reads the LR of the schedule "
+                          "from a device tensor, which only the fused SGD reads without a host sync)")
+    if cfg.compile == "reduce-overhead":
+        raise ConfigError("--cuda-graphs with --compile reduce-overhead: that mode captures CUDA graphs itself")
+    if cfg.warmup_steps <= GRAPH_EAGER_STEPS:
+        raise ConfigError("--cuda-graphs needs --warmup-steps > %d (eager steps before the capture)" % GRAPH_EAGER_STEPS)
+    if cfg.device == "cpu":
+        raise ConfigError("--cuda-graphs needs --device cuda")
+    if cfg.profile_steps > 0:
+        raise ConfigError("--cuda-graphs with --profile-steps: a profiled step runs in synchronised parts, which a "
+                          "captured step cannot")
 
 
 def _is_tfrecord_dir(root: str) -> bool:

@@ -61,6 +61,8 @@ from dlaunch.train.phases import EpochOverhead, StepTimer, gather_rows, overhead
 from dlaunch.train.profiling import KernelProfiler, StepProfiler, kernel_fields, unavailable_kernel_fields
 from dlaunch.train.schedule import LRSchedule
 from dlaunch.train.signals import StopSignals
+from dlaunch.train.workload import (CapturedStep, FirstStepClock, LearningRate, TorchFeatures, build_optimizer,
+                                    compiled_graphs, host_syncs_seen, loss_keeper, optimizer_impl, torch_refusal)
 
 # Steps between stop-signal checks: bounds the extra work after Slurm's warning (sent 120 s early)
 # while keeping the all-reduce and device sync of a check off most steps.
@@ -68,18 +70,12 @@ STOP_CHECK_STEPS = 10
 EXIT_CODES = {"ok": EXIT_OK, "interrupted": EXIT_INTERRUPTED, "cancelled": EXIT_CANCELLED, "diverged": EXIT_DIVERGED}
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """SGD with momentum; weight decay on conv/linear weights only (not on BatchNorm weights or biases)."""
-    decay = [p for p in model.parameters() if p.ndim > 1]
-    no_decay = [p for p in model.parameters() if p.ndim <= 1]
-    return torch.optim.SGD([{"params": decay, "weight_decay": cfg.weight_decay},
-                            {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, momentum=cfg.momentum)
-
-
 def autocast(cfg: TrainConfig, device: torch.device) -> Any:
+    """--amp's autocast (without its cast cache under --cuda-graphs, as torch.cuda.graph requires)."""
     if cfg.amp == "none":
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16 if cfg.amp == "bf16" else torch.float16)
+    cache = {"cache_enabled": False} if cfg.cuda_graphs else {}
+    return torch.autocast(device.type, dtype=torch.bfloat16 if cfg.amp == "bf16" else torch.float16, **cache)
 
 
 def cpu_count() -> int:
@@ -121,9 +117,11 @@ class Trainer:
         self.energy_before: Dict[str, float] = {}  # the run's energy before this process (resume)
         self.energy_j: Dict[str, Figure] = {}  # the run's energy at the last reading
         self.energy_to_accuracy: Optional[float] = None
-        # Consecutive non-finite losses (this rank, on the device) and the longest such run so far.
-        self.nonfinite_streak = torch.zeros((), dtype=torch.float64, device=dist.device)
-        self.nonfinite_longest = torch.zeros((), dtype=torch.float64, device=dist.device)
+        # The epoch's loss sum and the streaks of non-finite losses (on the device, or read at the stop checks).
+        self.losses = loss_keeper(cfg, dist.device)
+        self.first_step = FirstStepClock(self.synchronize)  # compile_s (--compile)
+        self.graphs_counted = 0  # compiled_graphs() when this epoch's steps after the warm-up began
+        self.step_host_syncs: Optional[List[str]] = None  # --host-syncs minimal on CUDA: the checked step's syncs
 
         torch.set_num_threads(cfg.threads or max(1, cpu_count() // dist.local_world_size))
         if self.device.type == "cuda":
@@ -145,9 +143,16 @@ class Trainer:
 
         memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
         self.model = build_model(cfg.model, cfg.num_classes).to(self.device, memory_format=memory_format)
-        self.wrapped, _ = framework.wrap(self.model, build_optimizer(self.model, cfg), cfg)
+        self.optimizer = build_optimizer(self.model, cfg)
+        self.wrapped, _ = framework.wrap(self.model, self.optimizer, cfg)
         self.timer = StepTimer(self.device)
-        self.timer.install(self.model)  # the model itself: its forward runs inside any wrapper's
+        if cfg.compile == "off":
+            self.timer.install(self.model)  # the model itself: its forward runs inside any wrapper's
+        else:  # the forward marks around the compiled call: hooks inside it would be compiled into it
+            self.wrapped = framework.compile(self.wrapped, cfg.compile)
+            self.timer.install(self.wrapped)
+        self.lr = LearningRate(self.device if cfg.cuda_graphs else None)
+        self.captured = CapturedStep(self.train_step, cfg.warmup_steps - 1) if cfg.cuda_graphs else None
         self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
         self.profiler = StepProfiler(framework, framework.parameters(self.model), self.synchronize, dist.world_size)
         self.kernel_profiler = KernelProfiler(self.synchronize) if self.device.type == "cuda" else None
@@ -172,15 +177,11 @@ class Trainer:
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         return self.fw.all_reduce_mean(tensor).tolist()
 
-    def diverged_flag(self) -> torch.Tensor:
-        """1 when this rank saw --max-nonfinite-steps consecutive non-finite losses, else 0 (on the device)."""
-        return (self.nonfinite_longest >= self.cfg.max_nonfinite_steps).double().reshape(1)
-
     def agreed_stop(self) -> Optional[str]:
         """`diverged` / `cancelled` / `interrupted` when any rank diverged / got SIGTERM / SIGUSR1, on every
         rank alike (no checkpoint is worth resuming from non-finite weights, so divergence comes first)."""
         flags = torch.tensor(self.signals.flags(), dtype=torch.float64, device=self.device)
-        usr1, term, diverged = self.fw.all_reduce_sum(torch.cat([flags, self.diverged_flag()])).tolist()
+        usr1, term, diverged = self.fw.all_reduce_sum(torch.cat([flags, self.losses.diverged_flag()])).tolist()
         if diverged > 0:
             return "diverged"
         if term > 0:
@@ -257,7 +258,7 @@ class Trainer:
             batches = iter(loader)
         epoch_start = time.perf_counter()
         window_start: Optional[float] = None
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.losses.new_epoch()
         data_wait = 0.0
         measured_steps = 0
         warmup_and_profile = cfg.warmup_steps + cfg.profile_steps
@@ -272,42 +273,36 @@ class Trainer:
             if measured and window_start is None:
                 with overhead.timed("barrier_s"):
                     window_start = self.synced_time()
+            if self.session_steps == 0 and cfg.compile != "off":
+                self.first_step.start()
+            checked = measured and self.session_steps == kernel_end and cfg.host_syncs == "minimal"
             requested = time.perf_counter()
-            self.timer.begin(timed=measured)
-            images, labels = next(batches)
-            if profiled:
-                self.synchronize()
-            waited = time.perf_counter() - requested
-            self.timer.mark("batch")
-            lr = self.schedule(self.global_step)
-            for group in fw.param_groups:
-                group["lr"] = lr
-
-            def forward_backward() -> torch.Tensor:
-                with autocast(cfg, self.device):
-                    loss = self.criterion(self.wrapped(images), labels)  # hooks mark the model's forward
-                self.timer.mark("backward_begin")
-                fw.backward(loss)  # a hook marks the first parameter's gradient
-                return loss
-
-            if profiled:
-                loss = self.profiler.step(forward_backward, requested, waited)
-            else:
-                fw.zero_grad()
-                loss = forward_backward()
-                fw.synchronize_gradients()
-                self.timer.mark("ready")
-                fw.step()
-                self.timer.end()
-            loss = loss.detach()
-            loss_sum += loss
-            self.nonfinite_streak = (self.nonfinite_streak + 1) * (~torch.isfinite(loss)).double()
-            self.nonfinite_longest = torch.max(self.nonfinite_longest, self.nonfinite_streak)
+            with host_syncs_seen(checked and self.device.type == "cuda") as syncs:
+                self.timer.begin(timed=measured and self.captured is None)  # a replay's parts are not timed
+                images, labels = next(batches)
+                if profiled:
+                    self.synchronize()
+                waited = time.perf_counter() - requested
+                self.timer.mark("batch")
+                self.lr.set(fw.param_groups, self.schedule(self.global_step))
+                if self.captured is not None:
+                    self.captured(self.session_steps, images, labels)
+                elif profiled:
+                    loss = self.profiler.step(lambda: self.forward_backward(images, labels), requested, waited)
+                    self.losses.add(loss.detach())
+                else:
+                    self.train_step(images, labels)
+            if checked and self.device.type == "cuda":
+                self.step_host_syncs = syncs
+            if self.session_steps == 0 and cfg.compile != "off":
+                self.first_step.stop()
             data_wait += waited
             progress.steps += 1
             measured_steps += int(measured)
             self.global_step += 1
             self.session_steps += 1
+            if self.session_steps == cfg.warmup_steps and cfg.compile != "off":
+                self.graphs_counted = compiled_graphs()
             if profiled and self.session_steps == warmup_and_profile and self.writer:
                 self.writer.write("profile", **self.profiler.summary())
             if kernel_profiled:
@@ -316,6 +311,7 @@ class Trainer:
                 if self.session_steps == kernel_end:
                     self.write_kernel_profile()
             if self.global_step % STOP_CHECK_STEPS == 0:
+                self.losses.settle()
                 self.meter.poll()
                 self.health.sample()
                 status = self.agreed_stop()
@@ -323,6 +319,7 @@ class Trainer:
                     break
         with overhead.timed("barrier_s"):
             now = self.synced_time()
+        recompiled = self.graphs_compiled_after_warmup()
         step_means = self.timer.epoch_means()  # every mark is done after the device sync
         health = self.health.end_epoch()
         if window_start is not None:
@@ -330,8 +327,8 @@ class Trainer:
         progress.time += now - epoch_start
         progress.measured_steps += measured_steps
         with overhead.timed("metrics_s"):
-            rank_loss_sum, rank_data_wait, diverged = self.rank_means([loss_sum.item(), data_wait,
-                                                                        self.diverged_flag().item()])
+            rank_loss_sum, rank_data_wait, diverged = self.rank_means([self.losses.epoch_sum(), data_wait,
+                                                                        self.losses.diverged_flag().item()])
         progress.loss_sum += rank_loss_sum
         progress.data_wait += rank_data_wait
         if diverged > 0 or status == "diverged":
@@ -340,13 +337,55 @@ class Trainer:
             self.read_energy()
             self.save(epoch, progress)
             return status
-        self.finish_epoch(epoch, progress, overhead, step_means, health)
+        self.finish_epoch(epoch, progress, overhead, step_means, health, self.workload_fields(recompiled))
         return None
 
+    def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """One step (all that a CUDA graph captures): forward, backward, gradients ready, the update, the loss's
+        bookkeeping; returns the loss."""
+        self.fw.zero_grad()
+        loss = self.forward_backward(images, labels)
+        self.fw.synchronize_gradients()
+        self.timer.mark("ready")
+        self.fw.step()
+        self.timer.end()
+        loss = loss.detach()
+        self.losses.add(loss)
+        return loss
+
+    def forward_backward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        with autocast(self.cfg, self.device):
+            loss = self.criterion(self.wrapped(images), labels)  # hooks mark the model's forward
+        self.timer.mark("backward_begin")
+        self.fw.backward(loss)  # a hook marks the first parameter's gradient
+        return loss
+
+    def graphs_compiled_after_warmup(self) -> Optional[int]:
+        """Graphs torch.compile compiled in this epoch's steps after the warm-up steps (None without --compile)."""
+        if self.cfg.compile == "off":
+            return None
+        if self.session_steps <= self.cfg.warmup_steps:
+            return 0
+        now = compiled_graphs()
+        recompiled, self.graphs_counted = now - self.graphs_counted, now
+        return recompiled
+
+    def workload_fields(self, recompiled: Optional[int]) -> Dict[str, Any]:
+        """The epoch record's figures of the workload options (dlaunch/train/workload.py) known by now."""
+        fields: Dict[str, Any] = {}
+        if recompiled is not None:
+            fields["graphs_compiled_after_warmup"] = recompiled
+        if self.first_step.seconds is not None:
+            fields["compile_s"], self.first_step.seconds = self.first_step.seconds, None
+        if self.step_host_syncs is not None:
+            fields["step_host_syncs"], self.step_host_syncs = self.step_host_syncs, None
+        return fields
+
     def finish_epoch(self, epoch: int, progress: EpochProgress, overhead: EpochOverhead, step_means: List[float],
-                     health: List[float]) -> None:
+                     health: List[float], workload: Dict[str, Any]) -> None:
         """Validation, energy, the checkpoint of the next epoch's start, the phase gather, then the epoch record
-        (`step_means`: StepTimer.epoch_means, `health`: GpuHealth.end_epoch of this rank)."""
+        (`step_means`: StepTimer.epoch_means, `health`: GpuHealth.end_epoch of this rank, `workload`:
+        `workload_fields`)."""
         fields: Dict[str, Any] = {}
         last = epoch == self.epochs - 1
         reached = False
@@ -388,7 +427,7 @@ class Trainer:
                       loss=progress.loss_sum / max(progress.steps, 1), lr=self.schedule(self.global_step - 1),
                       energy_j=epoch_energy, gpu_utilization_pct=reading.utilization_pct,
                       gpu_memory_peak_bytes=reading.memory_peak_bytes, measured_steps=progress.measured_steps,
-                      **explained, **fields)
+                      **explained, **workload, **fields)
         if self.writer:
             with self.next_overhead.timed("metrics_s"):
                 self.epoch_records.append(self.writer.write("epoch", **record))
@@ -459,12 +498,18 @@ class Trainer:
             framework=cfg.framework, loader=cfg.loader, model=cfg.model, device=self.device.type,
             world_size=self.dist.world_size, nodes=len(set(hosts)), hosts=hosts,
             batch_per_worker=cfg.batch_size, global_batch=self.global_batch, lr_scaled=self.schedule.lr_max,
-            versions=versions, framework_settings=self.fw.settings(),
+            versions=versions, framework_settings=dict(self.fw.settings(), **self.workload_settings()),
             loader_settings=dict(getattr(self.loaders.train, "settings", {}), data=cfg.data, workers=cfg.workers,
                                  batches_per_epoch=len(self.loaders.train), steps_per_epoch=self.steps_per_epoch,
                                  total_steps=self.total_steps),
             slurm_job_id=jobenv.job_id(os.environ), scheduler=jobenv.scheduler(os.environ), site=cfg.site, experiment=cfg.experiment,
             image=cfg.image, git_revision=git_revision(), energy_sources=self.meter.describe())
+
+    def workload_settings(self) -> Dict[str, Any]:
+        """What the workload options did (dlaunch/train/workload.py), for the header's framework_settings: the SGD
+        implementation the step runs, what torch.compile compiled, where the CUDA graph is captured."""
+        return {"sgd": optimizer_impl(self.optimizer), "compiled": self.fw.compiled or None,
+                "cuda_graph": "the whole step, captured at the last warm-up step" if self.captured is not None else None}
 
     def finish(self, status: str) -> None:
         """Write the `end` record with every rank's parameter digest and the run's energy, and print the summary."""
@@ -494,6 +539,9 @@ def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
     if cfg.device != "cpu" and torch.cuda.is_available():  # before NCCL/RCCL start: they read it once
         nccl_log = route_nccl_debug(os.environ, os.path.join(os.path.dirname(os.path.abspath(cfg.metrics_path)), NCCL_LOG_DIR))
     try:
+        refusal = torch_refusal(cfg, TorchFeatures.of_this_torch())
+        if refusal:
+            raise ConfigError(refusal)
         dist = framework.init(cfg)
         trainer = Trainer(cfg, argv, framework, dist, signals)
         status = trainer.run()

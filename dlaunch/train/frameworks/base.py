@@ -40,6 +40,7 @@ class Framework:
     """Base class; subclasses implement the methods that raise NotImplementedError."""
 
     name = "base"
+    compiled = ""  # what `compile` compiled, for the metrics header ("": nothing)
 
     def init(self, cfg: Any) -> DistInfo:
         """Start the process group (or equivalent) and return this process's place in it."""
@@ -48,6 +49,13 @@ class Framework:
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
         """Make model and optimizer distributed; parameters are equal on all ranks afterwards."""
         raise NotImplementedError
+
+    def compile(self, module: torch.nn.Module, mode: str) -> torch.nn.Module:
+        """torch.compile of `module`, what `wrap` returned for the loop to call (--compile; dlaunch/train/workload.py):
+        DDP's wrapper, whose buckets dynamo's DDPOptimizer splits the graph at, so the all-reduce still overlaps
+        backward. Returns what the loop calls from then on."""
+        self.compiled = "torch.compile(%s, mode=%s)" % (type(module).__name__, mode)
+        return torch.compile(module, mode=mode)
 
     def batches_per_update(self, cfg: Any) -> int:
         """Micro-batches accumulated per optimizer update (the linear LR scaling counts all of them)."""

@@ -5,6 +5,10 @@ LOCAL_WORLD_SIZE), or, where the profile starts one scheduler task per GPU, from
 variables (dlaunch/train/jobenv.py); without either the process is a job of one (a process group over an in-memory store,
 so collectives work on a laptop). A job of one does not wrap the model in DistributedDataParallel:
 there is nothing to average, and DDP would still copy every gradient through its buckets.
+
+--cuda-graphs (dlaunch/train/workload.py) is DDP's alone among the frameworks: across ranks it follows torch's notes
+on CUDA graphs with DDP (NCCL's async error handling off before the group starts, DDP built on a side stream, more
+than 11 eager iterations before the capture).
 """
 import contextlib
 import gc
@@ -45,6 +49,10 @@ def resolve_device(cfg: Any, local_rank: int, local_workers: int, one_launcher: 
     return torch.device("cpu")
 
 
+# Eager DDP iterations before a CUDA graph captures DDP's step (torch's CUDA graphs notes: "at least 11").
+DDP_GRAPH_EAGER_STEPS = 11
+
+
 def _cuda_grad_scaler() -> Any:
     amp = getattr(torch, "amp", None)
     if hasattr(amp, "GradScaler"):  # torch >= 2.3
@@ -76,9 +84,16 @@ class DDP(ProcessGroupFramework):
             raise ConfigError("--sync-bn needs a CUDA device (torch's SyncBatchNorm is GPU-only)")
         if cfg.amp == "fp16" and device.type != "cuda":
             raise ConfigError("--amp fp16 needs a CUDA device (use --amp bf16 on CPU)")
+        if cfg.cuda_graphs and device.type != "cuda":
+            raise ConfigError("--cuda-graphs needs a CUDA device")
+        if cfg.cuda_graphs and world_size > 1 and cfg.warmup_steps <= DDP_GRAPH_EAGER_STEPS:
+            raise ConfigError("--cuda-graphs across %d ranks needs --warmup-steps > %d (DDP's eager iterations before "
+                              "a capture)" % (world_size, DDP_GRAPH_EAGER_STEPS))
         self.backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        if cfg.cuda_graphs:  # NCCL's watchdog must not poll collectives that a CUDA graph captures
+            env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
         if "WORLD_SIZE" in env:
             dist.init_process_group(self.backend)
         else:
@@ -94,7 +109,15 @@ class DDP(ProcessGroupFramework):
         self.module = model
         self.model = model
         if self.world_size > 1:
-            self.model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+            # A CUDA graph of DDP's step needs DDP built on a side stream (torch's CUDA graphs notes, "Usage with
+            # DistributedDataParallel").
+            stream = torch.cuda.Stream() if cfg.cuda_graphs else None
+            if stream is not None:
+                stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                self.model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+            if stream is not None:
+                torch.cuda.current_stream().wait_stream(stream)
         self.optimizer = optimizer
         if cfg.amp == "fp16":
             self.scaler = _cuda_grad_scaler()

@@ -22,6 +22,9 @@ Checkpoints (`state_dict`) hold module and optimizer state dicts, not DeepSpeed 
   momentum from zero.
 - ZeRO 3: parameters are partitioned too; checkpoints are refused (`--checkpoint-dir`).
 
+--compile compiles through the engine (`engine.compile`); --cuda-graphs and --host-syncs minimal are refused: the
+engine's step waits on the host every step.
+
 DeepSpeed clips gradients to norm 1.0 by default; here only `--grad-clip F` clips. `--profile-steps`
 needs whole local gradients (`no_sync`), so it is refused under ZeRO >= 1.
 """
@@ -73,6 +76,12 @@ class DeepSpeed(DDP):
         self.config: Dict[str, Any] = {}
 
     def init(self, cfg: Any) -> DistInfo:
+        if cfg.cuda_graphs:
+            raise ConfigError("--cuda-graphs is implemented for --framework ddp only (DeepSpeed's engine step reads "
+                              "gradient norms and overflow flags on the host, which a CUDA graph cannot capture)")
+        if cfg.host_syncs == "minimal":
+            raise ConfigError("--host-syncs minimal: DeepSpeed's engine synchronises the host every step (its "
+                              "throughput timer; under bf16/fp16 its optimizer's gradient-norm and overflow checks)")
         if cfg.zero_stage == 3 and cfg.checkpoint_dir:
             raise ConfigError("--zero-stage 3 partitions the parameters: checkpoints (--checkpoint-dir) "
                               "need --zero-stage 0, 1 or 2")
@@ -109,6 +118,12 @@ class DeepSpeed(DDP):
         self.optimizer = optimizer
         self.model = self.engine
         return self.engine, optimizer
+
+    def compile(self, module: torch.nn.Module, mode: str) -> torch.nn.Module:
+        """The engine compiles its module (DeepSpeed's `engine.compile`); the loop keeps calling the engine."""
+        self.engine.compile(compile_kwargs={"mode": mode})
+        self.compiled = "DeepSpeedEngine.compile(mode=%s)" % mode
+        return self.engine
 
     def backward(self, loss: torch.Tensor) -> None:
         self.engine.backward(loss)

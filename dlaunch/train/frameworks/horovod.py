@@ -10,6 +10,9 @@ exported as HOROVOD_FUSION_THRESHOLD before `hvd.init`), `--backward-passes-per-
 N micro-batches accumulate locally, each scaled by 1/N, and are reduced and applied on every N-th
 `step`; the loop's steps are then micro-batches).
 
+--compile compiles the model (Horovod's hooks sit on the gradient accumulators, outside the compiled graph);
+--cuda-graphs and --host-syncs minimal are refused.
+
 BatchNorm statistics stay per rank (Horovod broadcasts buffers only at the start); rank 0's equal
 DDP's, which broadcasts rank 0's buffers every forward.
 """
@@ -60,6 +63,12 @@ class Horovod(Framework):
         self.on_gpu = False
 
     def init(self, cfg: Any) -> DistInfo:
+        if cfg.cuda_graphs:
+            raise ConfigError("--cuda-graphs is implemented for --framework ddp only (Horovod's all-reduces run on its "
+                              "own background thread, outside any CUDA graph)")
+        if cfg.host_syncs == "minimal":
+            raise ConfigError("--host-syncs minimal: Horovod's optimizer waits on the host for every step's "
+                              "all-reduces (synchronize)")
         check_controller(dict(os.environ))
         if cfg.sync_bn:
             raise ConfigError("--sync-bn is implemented for --framework ddp only")

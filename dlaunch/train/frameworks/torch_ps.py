@@ -110,6 +110,12 @@ class TorchParameterServer(ProcessGroupFramework):
         self.reply: Optional[Tuple[int, List[torch.Tensor]]] = None  # the server's answer to this step's push
 
     def init(self, cfg: Any) -> DistInfo:
+        if cfg.cuda_graphs:
+            raise ConfigError("--cuda-graphs is implemented for --framework ddp only (a parameter server's worker "
+                              "runs on the CPU)")
+        if cfg.host_syncs == "minimal":
+            raise ConfigError("--host-syncs minimal: a parameter server's worker waits for the server's answer "
+                              "every step")
         mode = engine_mode(cfg.framework, "torch")
         layout = task_layout(os.environ, mode.coordinators, mode.servers_per_node)
         torch.set_num_threads(layout.threads(cfg.threads))
@@ -131,8 +137,8 @@ class TorchParameterServer(ProcessGroupFramework):
     def serve(self, cfg: Any, task: int, world_size: int, options: Any) -> None:
         """The server's whole life: build the model as the workers do, answer until they shut down."""
         global _server
-        from dlaunch.train.loop import build_optimizer
         from dlaunch.train.models import build_model
+        from dlaunch.train.workload import build_optimizer
         torch.manual_seed(cfg.seed)
         model = build_model(cfg.model, cfg.num_classes)
         _server = ParameterServer(list(model.parameters()), build_optimizer(model, cfg), self.world_size,
