@@ -361,9 +361,9 @@ def test_one_machine_fit_resnet152_scales_better_and_native_well_below_dali_beyo
     assert all(d - n >= 0.35 for d, n in zip(curves["resnet50", "dali"][3:], curves["resnet50", "native"][3:]))
 
 
-def _runs_made_by(tmp_path, truth, model="resnet18", batch=8, nodes=(1, 2, 4), fields_for=None):
+def _runs_made_by(tmp_path, truth, model="resnet18", batch=8, nodes=(1, 2, 4), fields_for=None, config_for=None):
     """Runs whose profile and throughput the model itself produced on `truth` (1 GPU per node); `fields_for(n)`:
-    metrics version 4 fields of the epochs of the run on n nodes."""
+    more fields of the epochs of the run on n nodes (metrics version 4), `config_for(n)`: more of its header's config."""
     workload = Workload(0.5, batch, gradient_bytes(model), data_s=0.02, other_s=0.03, reads_files=True)
     paths = []
     for n in nodes:
@@ -373,14 +373,15 @@ def _runs_made_by(tmp_path, truth, model="resnet18", batch=8, nodes=(1, 2, 4), f
                        compute_s=workload.compute_s, comm_s=comm, data_s=workload.data_s)
         v4 = dict(epoch_fields=[fields_for(n)] * 2, version=VERSION) if fields_for else {}
         paths.append(write_run(tmp_path, "n%d" % n, n, [p.images_per_s, p.images_per_s], batch=batch, model=model,
-                               profile=profile, gpus_per_node=1, **v4))
+                               profile=profile, gpus_per_node=1, config=config_for(n) if config_for else None, **v4))
     return paths
 
 
 def test_fit_on_runs_recovers_network_and_noise_and_predicts_the_left_out_runs(tmp_path):
     truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, noise_s=1e-3)
     _runs_made_by(tmp_path, truth)
-    runs = calibration_runs([tmp_path])
+    runs, step_options = calibration_runs([tmp_path])
+    assert step_options == ""  # made without the workload options
     fitted = fit_runs(runs, Machine(1, 0.0, 100.0))
     assert fitted.bandwidth_gbps_per_node == pytest.approx(10.0, rel=1e-6)
     assert fitted.latency_us == pytest.approx(40.0, rel=1e-6)
@@ -788,3 +789,49 @@ def test_predict_from_runs_measures_the_epoch_overhead_and_the_straggler_spread(
     result = _predict("--site", site, "--from-runs", old, "--gpus", "1,2")
     assert "epoch overhead: not recorded by your runs" in result.output
     assert [" ".join(_table(result.output)[g][-3:-1]) for g in (1, 2)] == ["not recorded"] * 2
+
+
+def _cluster_site(tmp_path):
+    site = tmp_path / "cluster.toml"
+    site.write_text('name = "cluster"\ndescription = "test"\nbased_on = ["nothing"]\nscheduler = "slurm"\n'
+                    'gpus_per_node = 1\ncores_per_node = 2\ngpu_vendor = "none"\n'
+                    '[[partitions]]\nname = "p"\nmax_nodes = 8\nmax_time = "01:00:00"\ndefault = true\n')
+    return site
+
+
+COMPILED = {"compile": "default", "optimizer_impl": "fused"}
+
+
+def test_predict_from_runs_takes_the_compiled_step_time_and_names_the_compiled_runs(tmp_path):
+    """Runs made with --compile feed the fit like eager runs of the same step times: the compile time their first
+    epoch records (compile_s, in the warm-up steps) does not enter it, and the basis line says they were compiled."""
+    truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, noise_s=1e-3)
+    site = _cluster_site(tmp_path)
+    _runs_made_by(tmp_path / "eager", truth)
+    _runs_made_by(tmp_path / "compiled", truth, config_for=lambda n: COMPILED,
+                  fields_for=lambda n: {"compile_s": 95.0, "graphs_compiled_after_warmup": 0})
+    eager = _predict("--site", site, "--from-runs", tmp_path / "eager", "--gpus", "1,2,4,8")
+    compiled = _predict("--site", site, "--from-runs", tmp_path / "compiled", "--gpus", "1,2,4,8")
+    assert eager.exit_code == 0 and compiled.exit_code == 0, eager.output + compiled.output
+    assert _table(compiled.output) == _table(eager.output)
+    assert ("the 3 runs' step: --compile default --optimizer-impl fused (compiled, their compile time in the warm-up "
+            "steps and left out)") in compiled.output
+    assert "the 3 runs' step: eager, torch's optimizer, default host syncs" in eager.output
+
+
+def test_predict_from_runs_refuses_a_run_that_compiled_after_its_warm_up_and_runs_of_mixed_step_options(tmp_path):
+    truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, noise_s=1e-3)
+    site = _cluster_site(tmp_path)
+    _runs_made_by(tmp_path / "late", truth, config_for=lambda n: COMPILED,
+                  fields_for=lambda n: {"graphs_compiled_after_warmup": 1 if n == 2 else 0})
+    result = _predict("--site", site, "--from-runs", tmp_path / "late", "--gpus", "1,2,4")
+    assert isinstance(result.exception, DlaunchError)
+    assert str(result.exception).startswith("--from-runs: ") and "n2/metrics.jsonl compiled 2 graph(s) after its " \
+        "warm-up steps, so its step times hold compile time; rerun it with more --warmup-steps" in str(result.exception)
+    _runs_made_by(tmp_path / "mixed", truth, config_for=lambda n: COMPILED if n == 4 else {"host_syncs": "minimal"})
+    result = _predict("--site", site, "--from-runs", tmp_path / "mixed", "--gpus", "1,2,4")
+    assert isinstance(result.exception, DlaunchError)
+    message = str(result.exception)
+    assert message.startswith("--from-runs: the runs mix step options: ")
+    assert "n1/metrics.jsonl: --host-syncs minimal;" in message and "n4/metrics.jsonl: --compile default " \
+        "--optimizer-impl fused" in message

@@ -73,14 +73,16 @@ from typing import Annotated, Callable, Dict, List, Literal, NamedTuple, Optiona
 import typer
 from rich.console import Console
 
-from dlaunch.analysis.scaling import Run, load_runs
+from dlaunch.analysis.scaling import Run, find_metrics_files, load_runs, run_from_metrics
 from dlaunch.boundary import finite_number
 from dlaunch.errors import DlaunchError
 from dlaunch.analysis.perfmodel_nccl import DEFAULT_INTRA_NODE_GBPS, RING_PLATEAU, Machine, straggler_factor
 from dlaunch.jobs.sites import Site, resolve_site
 from dlaunch.paths import PUBLISHED_DIR
 from dlaunch.tables import fit_table
+from dlaunch.train.config import workload_flags
 from dlaunch.train.framework_table import gradient_exchanges
+from dlaunch.train.metrics_schema import MetricsError, read_metrics
 
 # Parameter counts in millions (torchvision ResNets; ResNet-44 is the CIFAR 6n+2 net).
 MODEL_PARAMS_M: Dict[str, float] = {
@@ -818,12 +820,25 @@ def _unknown_network(gpus_per_node: int) -> Machine:
     return Machine(gpus_per_node, 0.0, DEFAULT_INTRA_NODE_GBPS, DEFAULT_INTRA_NODE_GBPS)
 
 
-def calibration_runs(paths: Sequence[Path]) -> List[Run]:
-    """Profiled runs of one workload with measured throughput, smallest first (errors name --from-runs)."""
-    loaded = load_runs([str(p) for p in paths]) if paths else None
-    if loaded is None or loaded.rejected:
-        raise DlaunchError("--from-runs: %s" % (loaded.rejected[0] if loaded else "no runs given"))
-    runs = loaded.runs
+def calibration_runs(paths: Sequence[Path]) -> Tuple[List[Run], str]:
+    """Profiled runs of one workload with measured throughput, smallest first, and the workload options they were
+    made with (`workload_flags`: --compile ..., "" for none; errors name --from-runs). A compiled run's step times
+    leave its compile time out (the warm-up steps held it); a run that compiled after its warm-up steps is refused."""
+    if not paths:
+        raise DlaunchError("--from-runs: no runs given")
+    runs, options = [], {}
+    for path in find_metrics_files([str(p) for p in paths]):
+        try:
+            metrics = read_metrics(path)
+        except MetricsError as e:
+            raise DlaunchError("--from-runs: %s" % e) from None
+        run = run_from_metrics(metrics)
+        recompiled = sum(e.get("graphs_compiled_after_warmup") or 0 for e in metrics.epochs)
+        if recompiled:
+            raise DlaunchError("--from-runs: %s compiled %d graph(s) after its warm-up steps, so its step times hold "
+                               "compile time; rerun it with more --warmup-steps" % (run.path, recompiled))
+        runs.append(run)
+        options[run.path] = workload_flags(metrics.header["config"])
     if len(runs) < 2:
         raise DlaunchError("--from-runs: %d run(s) found, at least 2 GPU counts are needed; %s" % (len(runs), CALIBRATION_HOWTO))
     for run in runs:
@@ -838,10 +853,13 @@ def calibration_runs(paths: Sequence[Path]) -> List[Run]:
     if len(keys) > 1:
         raise DlaunchError("--from-runs: the runs mix workloads (model/framework/loader/batch): %s"
                            % ", ".join(sorted("%s/%s/%s/b%d" % k for k in keys)))
+    if len(set(options.values())) > 1:
+        raise DlaunchError("--from-runs: the runs mix step options: %s"
+                           % "; ".join("%s: %s" % (path, flags or "none") for path, flags in sorted(options.items())))
     if len({r.world_size for r in runs}) < 2:
         raise DlaunchError("--from-runs: all runs use %d GPUs; at least 2 GPU counts are needed; %s"
                            % (runs[0].world_size, CALIBRATION_HOWTO))
-    return sorted(runs, key=lambda r: (r.world_size, r.path))
+    return sorted(runs, key=lambda r: (r.world_size, r.path)), options[runs[0].path]
 
 
 # --- The command ----------------------------------------------------------------------------------
@@ -1037,14 +1055,23 @@ def loo_summary(left_out: Sequence[LeftOut]) -> str:
 
 
 def _from_runs(paths: Sequence[Path], profile: Site,
-               say: Callable[[str], None]) -> Tuple[str, Workload, Machine, str, List[LeftOut], List[Run]]:
-    runs = calibration_runs(paths)
+               say: Callable[[str], None]) -> Tuple[str, Workload, Machine, str, List[LeftOut], List[Run], str]:
+    runs, step_options = calibration_runs(paths)
     base = interconnect_of_site(profile)
     left_out = leave_one_out(runs, base, profile.gpus_per_node)
     machine = replace(fit_runs(runs, base or _unknown_network(profile.gpus_per_node)), gpus_per_node=profile.gpus_per_node)
     reference = runs[0]
     say("calibrated on %d runs (%s GPUs); each run predicted from the others:" % (len(runs), ",".join(str(r.world_size) for r in runs)))
-    return reference.key.model, workload_of_run(reference), machine, "measured in %s" % reference.path, left_out, runs
+    return (reference.key.model, workload_of_run(reference), machine, "measured in %s" % reference.path, left_out, runs,
+            step_options)
+
+
+def runs_step(step_options: str, count: int) -> str:
+    """What the calibration runs' step was, for the basis line: eager, or compiled (and other workload options)."""
+    if not step_options:
+        return "the %d runs' step: eager, torch's optimizer, default host syncs" % count
+    compiled = "compiled, their compile time in the warm-up steps and left out" if "--compile" in step_options else ""
+    return "the %d runs' step: %s%s" % (count, step_options, " (%s)" % compiled if compiled else "")
 
 
 def straggler_spread(runs: Sequence[Run]) -> Dict[int, Optional[float]]:
@@ -1165,7 +1192,7 @@ def predict_command(
     if from_runs:
         if from_run is not None or calibrated is not None:
             raise DlaunchError("--from-runs: not together with --from-run or --calibrated")
-        model_name, workload, machine, source, left_out, runs = _from_runs(from_runs, profile, say)
+        model_name, workload, machine, source, left_out, runs, step_options = _from_runs(from_runs, profile, say)
         fitted = sorted({r.world_size for r in runs})
         overhead, spread = measured_overhead(runs), straggler_spread(runs)
         machine_source = "fitted on your runs"
@@ -1242,7 +1269,7 @@ def predict_command(
         "behind back-propagation")
     if from_runs:
         say("basis: fitted = a GPU count of your runs (profiled comm %% as --profile-steps measures it); in range = "
-            "between them; predicted = beyond %d GPUs" % max(fitted))
+            "between them; predicted = beyond %d GPUs; %s" % (max(fitted), runs_step(step_options, len(runs))))
     elif calibrated is not None:
         say("basis: fitted = inside the fit's range (Table 2a rows of 4-%d GPUs%s); predicted = beyond it"
             % (CALIBRATION_MAX_GPUS, "; the storage ceiling: E_G values of the paper" if storage_source == STORAGE_FIT else ""))
