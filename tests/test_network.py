@@ -71,9 +71,11 @@ def test_real_nccl_2_28_output_of_an_h100_without_infiniband_reads_as_socket_ove
         "host": "vm", "library": "nccl", "version": "2.28.9+cuda13.0", "network": "Socket", "transport": "socket",
         "interfaces": ["eth0"], "addresses": ["192.0.2.2"], "bootstrap": "eth0 192.0.2.2",
         "gpudirect": "GPUDirect RDMA disabled"}
-    assert not record.get("devices")  # NCCL found no IB device: none is claimed
+    assert "devices" not in record  # NCCL found no IB device ("NET/IB : Using [RO]" after "No device found")
+    assert record["plugin"] == "none"  # "Assigned NET plugin Socket to comm": NCCL's internal transport
     validate_record(network_header([record]))
-    assert describe([record]) == "NCCL 2.28.9+cuda13.0: TCP sockets (Socket; GPUDirect RDMA disabled) over eth0 on vm"
+    assert describe([record]) == ("NCCL 2.28.9+cuda13.0: TCP sockets (Socket; no net plugin; GPUDirect RDMA disabled) "
+                                 "over eth0 on vm")
     fabric = Network(latency_us=1.0, bandwidth_gbps_per_node=100.0, transport="ib")
     assert network_problems([record], fabric) == [
         "NCCL ran on TCP sockets (Socket) on vm; the profile expects InfiniBand verbs: not the fabric's throughput"]

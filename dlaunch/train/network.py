@@ -228,7 +228,9 @@ _VERSION = re.compile(r"\b(NCCL|RCCL) version :? ?([0-9][0-9.]*(?:\+\S+)?)")
 _NETWORK = re.compile(r"^Using network (.+?)\s*$")
 _OFI_PACKAGE = re.compile(r"^NET/OFI (?:Using|Initializing) (aws-ofi-[nr]ccl)\s*(\S*)")
 _PLUGIN = re.compile(r"^NET/Plugin ?: ?Loaded net plugin (.+?) \(v(\d+)\)")
-_INTERNAL = re.compile(r"^NET/Plugin ?: ?(No plugin found|.*Using internal network plugin)")
+# Internal transports: older NCCLs say so in NET/Plugin lines; 2.2x names the internal plugin it gave a communicator.
+_INTERNAL = re.compile(r"^(NET/Plugin ?: ?(No plugin found|.*Using internal network plugin)|Assigned NET plugin (IB|Socket) "
+                       r"to comm)")
 _PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is ([^,\s]+)")
 _IB = re.compile(r"^NET/IB ?: ?Using(.*?);\s*OOB (.*)$")
 _SOCKET = re.compile(r"^NET/Socket ?: ?Using(.*)$")
@@ -260,7 +262,8 @@ def parse_nccl_debug(text: str) -> Dict[str, Any]:
                 (_NETWORK, lambda m: {"network": m.group(1), "transport": transport_kind(m.group(1))}),
                 (_OFI_PACKAGE, lambda m: {"plugin": " ".join(filter(None, m.groups()))}),
                 (_PROVIDER, lambda m: {"provider": m.group(1)}),
-                (_IB, lambda m: {"devices": _DEVICE.findall(m.group(1)), "bootstrap": " ".join(_interface_address(m.group(2)))}),
+                (_IB, lambda m: dict({"bootstrap": " ".join(_interface_address(m.group(2)))},
+                                     **({"devices": _DEVICE.findall(m.group(1))} if _DEVICE.findall(m.group(1)) else {}))),
                 (_SOCKET, lambda m: {"interfaces": [_interface_address(t)[0] for t in _DEVICE.findall(m.group(1))],
                                      "addresses": [_interface_address(t)[1] for t in _DEVICE.findall(m.group(1))]}),
         ):
