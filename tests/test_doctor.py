@@ -315,10 +315,27 @@ def test_the_mpi_plugin_is_one_srun_offers(tmp_path, dead_controller, plugin, re
 
 
 @needs_v2
+def test_a_failing_srun_mpi_list_is_shown_in_its_own_words(tmp_path, monkeypatch):
+    """A fake srun (it is Slurm's client that fails here, whatever the machine has) that refuses its configuration."""
+    fake = tmp_path / "bin" / "srun"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "srun: error: s_p_parse_file: unable to read slurm.conf" >&2\n'
+                    'echo "srun: fatal: Unable to process configuration file" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (fake.parent, os.environ["PATH"]))
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    text = write_site(tmp_path, "slurm").read_text().replace('kind = "slurm"', 'kind = "slurm"\nmpi_plugin = "pmi2"')
+    (tmp_path / "mpi.toml").write_text(text)
+    check = doctor.check_mpi_plugin(load_site(tmp_path / "mpi.toml"))
+    assert (check.result, check.found) == (
+        "skip", "srun --mpi=list: srun: fatal: Unable to process configuration file (%s)" % (tmp_path / "slurm.conf"))
+
+
+@needs_v2
 def test_without_a_controller_the_mpi_plugin_is_not_blamed(tmp_path, monkeypatch, capsys, outside_allocation):
     """No slurm.conf: the client asks DNS for a controller (configless Slurm), finds none and fails at
-    once; `srun --mpi=list` then lists nothing for the controller's reason (issue 37). The controller
-    fails, the MPI plugin is skipped, not failed."""
+    once; `srun --mpi=list` then fails for the controller's reason (issue 37). The controller fails, the
+    MPI plugin is skipped with srun's own error, not failed."""
     if shutil.which("scontrol") is None or shutil.which("srun") is None:
         pytest.skip("no Slurm client here (scripts/bootstrap.sh full installs it)")
     if Path("/etc/slurm/slurm.conf").exists():
@@ -329,7 +346,8 @@ def test_without_a_controller_the_mpi_plugin_is_not_blamed(tmp_path, monkeypatch
     assert run_doctor(monkeypatch, "--site", str(tmp_path / "mpi.toml")) == 1
     rows = {line.split("  ")[0]: line for line in capsys.readouterr().out.splitlines()}
     assert " fail " in rows["scheduler controller"]
-    assert " skip " in rows["MPI plugin"] and "the controller does not answer" in rows["MPI plugin"]
+    assert " skip " in rows["MPI plugin"]
+    assert "srun --mpi=list: srun: fatal: Could not establish a configuration source" in rows["MPI plugin"]
     assert "set [scheduler] mpi_plugin" not in rows["MPI plugin"]
 
 

@@ -270,7 +270,7 @@ FAKE_QUEUE = {
               '  *"%i|%T"*) printf "4711|RUNNING|None|2026-11-22T10:00:00|booster\\n'
               '4712|PENDING|Priority|2026-11-22T10:42:00|booster\\n" ;;\n'
               'esac\n',
-    "scontrol": 'echo "JobId=$4 JobState=COMPLETED"\n',
+    "scontrol": 'echo "JobId=${4:-4690} JobState=COMPLETED"\n',  # of one job, or of all it holds: 4690
 }
 
 
@@ -401,7 +401,7 @@ def test_the_status_cache_is_not_used_for_live_runs_nor_after_another_dlaunch_ve
 
 COUNTED_QUEUE = {  # fake squeue and scontrol (no Slurm here) that count their calls: job 4690 ended long ago
     "squeue": 'echo squeue >> "$FAKE_LOG/calls"\n',
-    "scontrol": 'echo scontrol >> "$FAKE_LOG/calls"\necho "JobId=$4 JobState=COMPLETED"\n',
+    "scontrol": 'echo scontrol >> "$FAKE_LOG/calls"\necho "JobId=${4:-4690} JobState=COMPLETED"\n',
     "sacct": 'echo sacct >> "$FAKE_LOG/calls"\n',
 }
 
@@ -419,6 +419,62 @@ def test_status_asks_the_scheduler_about_an_ended_job_once(tmp_path, monkeypatch
     assert main(["status", "runs"]) == 0
     assert "COMPLETED" in capsys.readouterr().out
     assert (tmp_path / "calls").read_text().split() == asked  # nothing asked the second time
+
+
+# A fake Slurm (no Slurm here) whose jobs all left the queue: the controller still holds 4801 and 4802, the
+# accounting database knows 4801-4803 (4803: the controller forgot it), nobody knows 4804. Each call is logged.
+FAKE_ACCOUNTING = r"""
+import os, sys
+command, args = os.path.basename(sys.argv[1]), sys.argv[2:]
+with open(os.path.join(os.environ["FAKE_LOG"], "calls"), "a") as log:
+    log.write(" ".join([command] + args) + "\n")
+jobs = {"4801": dict(JobState="COMPLETED", ExitCode="0:0", Reason="None", ConsumedEnergyRaw="7200", held=True),
+        "4802": dict(JobState="FAILED", ExitCode="1:0", Reason="NonZeroExitCode", ConsumedEnergyRaw="0", held=True),
+        "4803": dict(JobState="CANCELLED", ExitCode="0:15", Reason="None", ConsumedEnergyRaw="1.50M", held=False)}
+if command == "scontrol":  # show job -o [ID]
+    wanted = args[3:] or [j for j in jobs if jobs[j]["held"]]
+    if any(j not in jobs or not jobs[j]["held"] for j in wanted):
+        sys.exit("slurm_load_jobs error: Invalid job id specified")
+    for j in wanted:
+        print("JobId=%s JobName=r UserId=u(1) JobState=%s Reason=%s Dependency=(null) ExitCode=%s DerivedExitCode=0:0"
+              % (j, jobs[j]["JobState"], jobs[j]["Reason"], jobs[j]["ExitCode"]))
+elif command == "sacct":  # -j IDS -X --noheader --parsable2 -o JobID,FIELDS
+    fields = args[args.index("-o") + 1].split(",")
+    for j in args[args.index("-j") + 1].split(","):
+        if j in jobs:
+            row = dict(jobs[j], JobID=j, State=jobs[j]["JobState"] + (" by 0" if j == "4803" else ""))
+            print("|".join(row[f] for f in fields))
+"""
+
+
+def test_status_asks_slurm_once_for_all_jobs_that_left_the_queue_and_each_answer_is_as_asked_alone(tmp_path, monkeypatch):
+    from dlaunch.runs import service
+    from dlaunch.runs.rundir import find_runs
+    from dlaunch.schedulers.slurm import GONE, Slurm
+
+    (tmp_path / "fake.py").write_text(FAKE_ACCOUNTING)
+    fakes = {name: 'exec %s %s "$0" "$@"\n' % (sys.executable, tmp_path / "fake.py") for name in ("scontrol", "sacct")}
+    fakes["squeue"] = 'echo "squeue $*" >> "$FAKE_LOG/calls"\n'  # every job left the queue
+    monkeypatch.setenv("PATH", "%s:%s" % (install_fakes(tmp_path / "bin", fakes), os.environ["PATH"]))
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path))
+    monkeypatch.setenv("DLAUNCH_STATUS_CACHE", str(tmp_path / "status.json"))
+    crashed = [header(), epoch(0)]  # no end record: only Slurm says how the job ended
+    for job in ("4801", "4802", "4803", "4804"):
+        write_run(tmp_path / "runs", "r" + job, finished() if job == "4801" else crashed, state="submitted",
+                  scheduler="slurm", job_id=job)
+    snapshots = {s.job: s for s in service.observe(find_runs([tmp_path / "runs"]))}
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        "squeue -h -j 4801,4802,4803,4804 -o %i|%T|%r|%S|%P", "scontrol show job -o",
+        "sacct -j 4801,4802,4803,4804 -X --noheader --parsable2 -o JobID,State,ExitCode,Reason,ConsumedEnergyRaw"]
+    assert [snapshots[j].state for j in ("4801", "4802", "4803", "4804")] == ["COMPLETED", "FAILED", "CANCELLED", GONE]
+    assert "energy 7.2 kJ (Slurm accounting: the job's nodes)" in snapshots["4801"].figures
+    assert "Slurm ended the job (CANCELLED by 0, exit code 0:15, reason None)" in snapshots["4803"].reason
+    kept, alone = Slurm(), Slurm(environ=dict(os.environ, FAKE_ASKED_ALONE="1"))  # no jobs() in its environment
+    for job in ("4801", "4802", "4803", "4804"):
+        assert kept.end_reason(job) == alone.end_reason(job)
+        assert kept.job_energy(job) == alone.job_energy(job)
+    assert [kept.job_energy(j) for j in ("4801", "4803")] == [7200.0, 1.5e6]
+    assert kept.end_reason("4802") == "FAILED, exit code 1:0, reason NonZeroExitCode" and kept.end_reason("4804") is None
 
 
 def watch_in_tmux(cwd: Path, argv: List[str], env: dict, timeout: float,

@@ -3,7 +3,9 @@
 The job's log is `slurm-<job id>.out` in the run directory (`--open-mode=append`: a requeued attempt
 adds to it after its banner). A job that left the queue is looked up with `scontrol`, and once the
 controller has forgotten it in the accounting database (`sacct`), which also holds Slurm's own energy
-figure for the job (`ConsumedEnergyRaw`).
+figure for the job (`ConsumedEnergyRaw`). `jobs()` asks each of squeue, scontrol and sacct once for all
+the jobs it is given, and keeps what it learned of those that left the queue for `end_reason` and
+`job_energy` (the run service asks them right after, per run: `_LEFT_QUEUE`).
 
 Slurm's figure comes from its `AcctGatherEnergyType` plugin (RAPL, IPMI, HPE Cray pm_counters, NVML
 GPU...), per node over the whole allocation, so it counts what the trainer's counters do not (idle GPUs,
@@ -13,8 +15,9 @@ is configured Slurm records 0, which is "unavailable", not zero joules.
 """
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Dict, List, Literal, Optional, Sequence, Tuple
+from typing import Annotated, Dict, FrozenSet, List, Literal, Optional, Sequence, Tuple
 
 from pydantic import Field, StringConstraints, field_validator
 
@@ -58,6 +61,53 @@ _REFUSALS = (
 # sacct prints ConsumedEnergy with a unit prefix in steps of 1000 (`convert_num_unit2(..., 1000, ...)`).
 PREFIXES = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 NO_VALUE = 2 ** 64 - 2  # Slurm's NO_VAL64, printed by some versions for "not recorded"
+SHOWN_FIELDS = r"\b(JobId|JobState|ExitCode|Reason)=(\S+)"  # of a `scontrol show job -o` line
+END_FIELDS = ("State", "ExitCode", "Reason")  # sacct's names of what end_reason says
+ACCOUNTED_FIELDS = END_FIELDS + ("ConsumedEnergyRaw",)  # what jobs() asks sacct of the jobs that left the queue
+
+
+@dataclass(frozen=True)
+class LeftQueue:
+    """What one `scontrol show job` and one `sacct` said of the jobs that had left the queue (`asked`):
+    scontrol's fields per job it still holds (None: scontrol could not be run, `scontrol_error` says why),
+    sacct's ACCOUNTED_FIELDS per job it has a line of, and why it gave none (`sacct_error`: job_energy's reason)."""
+
+    asked: FrozenSet[str]
+    shown: Optional[Dict[str, Dict[str, str]]]
+    scontrol_error: str
+    accounted: Dict[str, List[str]]
+    sacct_error: Optional[str]
+
+    def state(self, job_id: str) -> str:
+        """The controller's word, else the accounting's, else GONE (as asked of one job alone)."""
+        if self.shown is None:
+            return "unknown (%s)" % self.scontrol_error
+        if job_id in self.shown:
+            return self.shown[job_id]["JobState"]
+        accounted = self.accounted.get(job_id)
+        return accounted[0].split()[0] if accounted and accounted[0] else GONE
+
+    def energy(self, job_id: str) -> Figure:
+        """The job's ConsumedEnergyRaw, or why there is none (as job_energy of one job alone says it)."""
+        if self.sacct_error:
+            return self.sacct_error
+        if job_id not in self.accounted:
+            return "unavailable: sacct knows no job %s" % job_id
+        return energy_figure(self.accounted[job_id][-1])
+
+    def end_fields(self, job_id: str) -> Optional[Dict[str, str]]:
+        """JobState, ExitCode, Reason: the controller's, else the accounting's; None when neither has the job."""
+        if self.shown is None:
+            return None
+        if job_id in self.shown:
+            return self.shown[job_id]
+        accounted = self.accounted.get(job_id)
+        return dict(zip(("JobState", "ExitCode", "Reason"), accounted)) if accounted else None
+
+
+# The last `jobs()`'s LeftQueue per environment (the commands it found, the cluster it asked): a Slurm
+# instance is made per use, and end_reason and job_energy follow jobs() on another one.
+_LEFT_QUEUE: Dict[Tuple[Tuple[str, str], ...], LeftQueue] = {}
 
 
 def classify(state: str) -> JobState:
@@ -184,33 +234,61 @@ class Slurm(Scheduler):
             raise SchedulerError("sbatch refused the job: %s" % reason)
         return Submission(job_id)
 
-    def state(self, job_id: str) -> str:
-        """PENDING, RUNNING, COMPLETED, ... or `unknown (...)` when Slurm no longer knows the job."""
-        try:
-            squeue = self._run(["squeue", "-h", "-j", job_id, "-o", "%T"])
-            if squeue.returncode == 0 and squeue.stdout.strip():
-                return squeue.stdout.split()[0]
-            scontrol = self._run(["scontrol", "show", "job", "-o", job_id])
-        except SchedulerError as e:
-            return "unknown (%s)" % e
-        m = re.search(r"\bJobState=(\S+)", scontrol.stdout)
-        if m:
-            return m.group(1)
-        accounted = self._accounted(job_id, "State")
-        return accounted[0].split()[0] if accounted and accounted[0] else GONE
+    def _environment(self) -> Tuple[Tuple[str, str], ...]:
+        return tuple(sorted(self.environ.items()))
 
-    def _accounted(self, job_id: str, *fields: str) -> Optional[List[str]]:
-        """`fields` of the job's allocation in the accounting database (`sacct`); None when it has no line."""
+    def _shown(self, job_id: Optional[str] = None) -> Dict[str, Dict[str, str]]:
+        """scontrol's JobState, ExitCode and Reason per job the controller holds: `job_id`'s, or every job's (one
+        request: squeue asks the controller for every job too). SchedulerError when scontrol cannot be run."""
+        shown = self._run(["scontrol", "show", "job", "-o"] + ([job_id] if job_id else [])).stdout
+        found = {}
+        for line in shown.splitlines():
+            fields = dict(re.findall(SHOWN_FIELDS, line))
+            if "JobId" in fields and "JobState" in fields:
+                found[fields.pop("JobId")] = fields
+        return found
+
+    def _accounted(self, job_ids: Sequence[str], fields: Sequence[str]) -> Tuple[Dict[str, List[str]], Optional[str]]:
+        """`fields` of each job's allocation in the accounting database (`sacct`, one call) by job id, and why
+        sacct gave nothing ("unavailable: ..."; None when it answered)."""
         try:
-            listed = self._run(["sacct", "-j", job_id, "-X", "--noheader", "--parsable2", "-o", ",".join(("JobID",) + fields)])
-        except SchedulerError:
-            return None
-        rows = [line.split("|") for line in listed.stdout.splitlines() if line.strip()] if listed.returncode == 0 else []
-        row = next((r for r in rows if r[0] == job_id and len(r) == len(fields) + 1), None)
-        return row[1:] if row else None
+            listed = self._run(["sacct", "-j", ",".join(job_ids), "-X", "--noheader", "--parsable2", "-o",
+                                ",".join(("JobID",) + tuple(fields))])
+        except SchedulerError as e:
+            return {}, "unavailable: %s" % e
+        if listed.returncode != 0:
+            message = (listed.stderr or "").strip().splitlines()
+            return {}, "unavailable: sacct: %s" % (message[-1] if message else "exit %d" % listed.returncode)
+        asked = set(job_ids)
+        rows = [line.split("|") for line in listed.stdout.splitlines() if line.strip()]
+        # each job's first line (reversed: the first overwrites the later ones)
+        return {r[0]: r[1:] for r in reversed(rows) if r[0] in asked and len(r) == len(fields) + 1}, None
+
+    def _left_queue(self, job_ids: Sequence[str]) -> LeftQueue:
+        """One scontrol and one sacct for the jobs that left the queue, kept for end_reason and job_energy
+        (none asked, and nothing kept, when no job did)."""
+        if not job_ids:
+            _LEFT_QUEUE.pop(self._environment(), None)
+            return LeftQueue(frozenset(), {}, "", {}, None)
+        try:
+            shown: Optional[Dict[str, Dict[str, str]]] = self._shown()
+            error = ""
+        except SchedulerError as e:
+            shown, error = None, str(e)
+        accounted, sacct_error = self._accounted(job_ids, ACCOUNTED_FIELDS)
+        asked = frozenset(job_ids)
+        left = LeftQueue(asked, {j: fields for j, fields in shown.items() if j in asked} if shown is not None else None,
+                         error, accounted, sacct_error)
+        _LEFT_QUEUE[self._environment()] = left
+        return left
+
+    def _last_left_queue(self, job_id: str) -> Optional[LeftQueue]:
+        """The last jobs()'s LeftQueue in this environment, when it asked about `job_id`."""
+        left = _LEFT_QUEUE.get(self._environment())
+        return left if left is not None and job_id in left.asked else None
 
     def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
-        """One `squeue` for all; `scontrol` only for jobs that left the queue."""
+        """One `squeue` for all; for the jobs that left the queue one `scontrol` and one `sacct` for all."""
         if not job_ids:
             return {}
         try:
@@ -223,13 +301,15 @@ class Slurm(Scheduler):
             if len(fields) == 5:
                 rows[fields[0]] = fields
         positions = self._pending_positions(sorted({row[4] for row in rows.values() if row[1] == "PENDING"}))
+        # ended and out of squeue (or squeue refused an id it no longer knows)
+        left_queue = self._left_queue([job_id for job_id in job_ids if job_id not in rows])
         found = {}
         for job_id in job_ids:
             if job_id in rows:
                 _, state, reason, start, _ = rows[job_id]
                 found[job_id] = Job(state, classify(state), reason, positions.get(job_id), start)
-            else:  # ended and out of squeue (or squeue refused an id it no longer knows)
-                state = self.state(job_id)
+            else:
+                state = left_queue.state(job_id)
                 found[job_id] = Job(state, classify(state))
         return found
 
@@ -246,21 +326,28 @@ class Slurm(Scheduler):
 
     def end_reason(self, job_id: str) -> Optional[str]:
         """`FAILED, exit code 1:0, reason NonZeroExitCode`, while Slurm remembers the job (the controller,
-        then the accounting database)."""
-        try:
-            shown = self._run(["scontrol", "show", "job", "-o", job_id]).stdout
-        except SchedulerError:
-            return None
-        fields = dict(re.findall(r"\b(JobState|ExitCode|Reason)=(\S+)", shown))
-        if "JobState" not in fields:
-            accounted = self._accounted(job_id, "State", "ExitCode", "Reason")
-            if not accounted:
+        then the accounting database): what the last jobs() learned of it, else asked of this job alone."""
+        left = self._last_left_queue(job_id)
+        if left is not None:
+            fields = left.end_fields(job_id)
+        else:
+            try:
+                fields = self._shown(job_id).get(job_id)
+            except SchedulerError:
                 return None
-            fields = dict(zip(("JobState", "ExitCode", "Reason"), accounted))
+            if fields is None:
+                accounted = self._accounted([job_id], END_FIELDS)[0].get(job_id)
+                fields = dict(zip(("JobState", "ExitCode", "Reason"), accounted)) if accounted else None
+        if fields is None:
+            return None
         return "%s, exit code %s, reason %s" % (fields["JobState"], fields.get("ExitCode", "?"), fields.get("Reason") or "None")
 
     def job_energy(self, job_id: str) -> Figure:
-        """Slurm's figure for the job's nodes (`sacct -o ConsumedEnergyRaw`); a missing or failing sacct is a reason."""
+        """Slurm's figure for the job's nodes (`sacct -o ConsumedEnergyRaw`): what the last jobs() learned of
+        it, else asked of this job alone; a missing or failing sacct is a reason."""
+        left = self._last_left_queue(job_id)
+        if left is not None:
+            return left.energy(job_id)
         try:
             result = self._run(sacct_energy_command(job_id))
         except SchedulerError as e:
@@ -284,8 +371,12 @@ class Slurm(Scheduler):
 
     def mpi_plugins(self) -> List[str]:
         """`srun --mpi=list` (no allocation needed): one plugin per line, indented (older Slurm: prefixed
-        `srun: `); headers are sentences."""
+        `srun: `); headers are sentences. SchedulerError with srun's own error when it fails (no
+        configuration: configless Slurm finds no controller)."""
         listed = self._run(["srun", "--mpi=list"])
+        if listed.returncode != 0:
+            said = (listed.stderr.strip() or listed.stdout.strip() or "exit %d" % listed.returncode).splitlines()[-1]
+            raise SchedulerError("srun --mpi=list: %s (%s)" % (said, self.environ.get("SLURM_CONF", "default slurm.conf")))
         words = [line.replace("srun: ", "").strip() for line in (listed.stdout + listed.stderr).splitlines()]
         return [word for word in words if re.fullmatch(r"[a-z][a-z0-9_]*", word)]
 
@@ -329,9 +420,14 @@ def parse_consumed_energy(output: str, job_id: str) -> Figure:
     if not rows:
         return "unavailable: sacct knows no job %s" % job_id
     row = next((r for r in rows if r[0].strip() == job_id), rows[0])
-    joules = parse_energy_value(row[1])
+    return energy_figure(row[1])
+
+
+def energy_figure(cell: str) -> Figure:
+    """Joules from a ConsumedEnergy(Raw) cell, or "unavailable: <reason>" (Slurm records 0 without a plugin)."""
+    joules = parse_energy_value(cell)
     if joules is None:
-        return "unavailable: sacct gave ConsumedEnergy %r" % row[1].strip()
+        return "unavailable: sacct gave ConsumedEnergy %r" % cell.strip()
     if joules == 0 or joules >= NO_VALUE:
         return "unavailable: Slurm recorded no energy (no AcctGatherEnergyType plugin on the nodes?)"
     return joules
