@@ -1,6 +1,8 @@
 """Site profiles beyond rendering: partition rows picked by the job's size, source dates, `sites check`
 warnings, `sites migrate` (first schema -> current)."""
 import datetime
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -10,7 +12,7 @@ from dlaunch.cli import main
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.request import LaunchRequest
 from dlaunch.jobs.sitecheck import age_warnings, check_warnings, migrate, source_dates
-from dlaunch.jobs.sites import SHIPPED_SITES_DIR, load_site
+from dlaunch.jobs.sites import SHIPPED_SITES_DIR, load_site, resolve_site
 from test_backends import V1
 from test_launcher_fakes import plan_for
 
@@ -82,6 +84,25 @@ def test_sites_show_warns_on_stderr_when_the_newest_source_is_old(tmp_path, caps
     captured = capsys.readouterr()
     assert '"name": "old"' in captured.out
     assert "dlaunch: warning: site old: the newest source was read 2025-01-01, more than six months ago" in captured.err
+
+
+def test_an_unknown_site_is_named_with_the_argument_or_flag_that_gave_it(capsys):
+    with pytest.raises(DlaunchError, match=r"^--site: unknown site 'nosuch' \(known: .*juwels-booster"):
+        resolve_site("nosuch")
+    with pytest.raises(DlaunchError, match=r"^sites show NAME: unknown site 'nosuch' \(known: "):
+        resolve_site("nosuch", given_by="sites show NAME")
+    assert main(["sites", "show", "nosuch"]) == 2
+    assert capsys.readouterr().err.startswith("dlaunch: error: sites show NAME: unknown site 'nosuch' (known: ")
+
+
+def test_a_dry_run_reads_its_profile_without_importing_the_analysis(tmp_path):
+    """The straggler threshold's default is below both the profile and the analysis (dlaunch/thresholds.py)."""
+    shown = subprocess.run([sys.executable, "-c", (
+        "import sys; from dlaunch.cli import main; code = main(['run', '--dry-run', '--site', 'local', '--gpus', '2', "
+        "'--steps', '6', '--device', 'cpu']); print(sorted(m for m in sys.modules if m.startswith('dlaunch.analysis'))); "
+        "sys.exit(code)")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[-1] == "[]"
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in SHIPPED_SITES_DIR.glob("*.toml")))

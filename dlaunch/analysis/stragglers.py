@@ -1,9 +1,10 @@
 """Stragglers and throttled GPUs from the per-rank phases of metrics schema version 4 (metrics-v4 reader side).
 
 - Straggler: a rank whose compute_s exceeds the median rank's compute_s by more than the threshold
-  (`DEFAULT_THRESHOLD`; a site profile's `straggler_threshold`). A finished run is judged on its measured
-  epochs (those that give images/s: `Run.measured_epochs`), each node by the mean over them of its
-  slowest rank's compute_s against the mean of the median rank's; a live run on its last epoch.
+  (`DEFAULT_THRESHOLD`, dlaunch/thresholds.py; a site profile's `straggler_threshold`). A finished run
+  is judged on its measured epochs (those that give images/s: `Run.measured_epochs`), each node by the
+  mean over them of its slowest rank's compute_s against the mean of the median rank's; a live run on
+  its last epoch.
 - Throttled GPU: a node whose GPU health shows an SM clock below (1 - threshold) x its maximum together
   with a throttle reason, or any of `HARD_THROTTLES`.
 
@@ -18,12 +19,12 @@ from statistics import mean
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from dlaunch.boundary import escape
+from dlaunch.thresholds import DEFAULT_THRESHOLD
 from dlaunch.train.metrics_schema import STEP_PHASES, is_number
 
 if TYPE_CHECKING:
     from dlaunch.analysis.scaling import EpochPoint, Run
 
-DEFAULT_THRESHOLD = 0.10
 # Reasons that slow a GPU whatever its clock shows (NVML clock event reasons, as the trainer names them).
 HARD_THROTTLES = ("thermal", "hardware slowdown", "power brake")
 STRAGGLER, THROTTLED = "straggler", "throttled"

@@ -6,7 +6,6 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Type
 
 from pydantic import Field, SerializeAsAny, StringConstraints, create_model, field_validator, model_validator
 
-from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD
 from dlaunch.errors import DlaunchError
 from dlaunch.boundary import ModelT, display_path, parse_toml, read_text, read_toml, read_toml_text
 from dlaunch.runtimes import NoContainer, Runtime
@@ -17,6 +16,7 @@ from dlaunch.jobs.jobspec import ShellWord
 from dlaunch.jobs.network import Network
 from dlaunch.jobs.schema import HOST_SUFFIX, AbsPath, EnvName, EnvValue, ModuleName, Partition, SafeName, StrictModel, VarPath, Word
 from dlaunch.paths import SHIPPED_SITES_DIR
+from dlaunch.thresholds import DEFAULT_THRESHOLD
 from dlaunch.train.framework_table import FRAMEWORKS
 
 
@@ -316,12 +316,13 @@ def _may_name(text: str, name: str, shown: str) -> bool:
     return data.get("name") == name or (isinstance(aliases, list) and name in aliases)
 
 
-def resolve_site(name_or_path: str) -> Site:
-    """A profile by file path (`x.toml`), file name, profile name or alias."""
-    return resolve_profile(name_or_path)[0]
+def resolve_site(name_or_path: str, given_by: str = "--site") -> Site:
+    """A profile by file path (`x.toml`), file name, profile name or alias; `given_by`: the argument or
+    flag that named it, for the message when none is found."""
+    return resolve_profile(name_or_path, given_by)[0]
 
 
-def resolve_profile(name_or_path: str) -> Tuple[Site, str]:
+def resolve_profile(name_or_path: str, given_by: str = "--site") -> Tuple[Site, str]:
     """`resolve_site` and the profile's text as read."""
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
         return load_profile(Path(name_or_path))
@@ -344,4 +345,4 @@ def resolve_profile(name_or_path: str) -> Tuple[Site, str]:
         except DlaunchError as e:
             unreadable.append(str(e))
     hint = "; unreadable profile %s" % unreadable[0] if unreadable else ""
-    raise DlaunchError("--site: unknown site %r (known: %s)%s" % (name_or_path, ", ".join(files), hint))
+    raise DlaunchError("%s: unknown site %r (known: %s)%s" % (given_by, name_or_path, ", ".join(files), hint))

@@ -1,0 +1,7 @@
+"""The straggler threshold's default, below the layers that apply it: a site profile's
+`straggler_threshold` (dlaunch/jobs/sites.py) and the analysis without a profile
+(dlaunch/analysis/stragglers.py). Reading a profile (`dlaunch run --dry-run`) imports no analysis."""
+
+# A rank computing more than this fraction slower than the median rank is a straggler; a GPU whose clock
+# is below (1 - this) of its maximum, with a throttle reason, is throttled.
+DEFAULT_THRESHOLD = 0.10
