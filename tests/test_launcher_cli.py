@@ -122,6 +122,13 @@ def test_nodes_and_gpus_together_spread_the_gpus_evenly(fake_slurm, capsys):
     assert "--gpus: 3 GPUs do not spread evenly over --nodes 2" in error_line(capsys)
 
 
+def test_the_scripts_header_counts_nodes_and_processes_in_their_number(fake_slurm, capsys):
+    for nodes, gpus, counts in (("1", "1", "1 node x 1 process"), ("2", "8", "2 nodes x 4 processes")):
+        assert main(["--site", "juwels", "--account", "p", "--image", "img.sif", "--dry-run", "--nodes", nodes, "--gpus", gpus]) == 0
+        (header,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# dlaunch ")]
+        assert header.endswith(": site juwels-booster, ddp, %s, partition booster" % counts), header
+
+
 def test_zero_valued_trainer_options_reach_the_trainer(fake_slurm, capsys):
     assert main(["--site", "juwels", "--account", "p", "--image", "img.sif", "--dry-run",
                  "--label-smoothing", "0", "--workers", "0", "--seed", "0"]) == 0

@@ -29,6 +29,7 @@ from dlaunch.jobs.request import LaunchRequest
 from dlaunch.paths import REPO
 from dlaunch.runs.rundir import SITE_PROFILE, RunDir, default_run_name
 from dlaunch.schedulers import registration
+from dlaunch.tables import counted
 from dlaunch.train.framework_table import image_group
 
 if TYPE_CHECKING:  # the run layer's state stays out of `run --dry-run`'s start-up
@@ -115,9 +116,9 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None, dry_run: boo
         if not dry_run:
             raise DlaunchError(message)
         warnings.append(message)
-    header = "dlaunch %s: site %s, %s, %d node(s) x %d processes%s" % (
-        (revision or "unknown")[:12], site.name, plan.framework, plan.nodes, plan.nproc_per_node,
-        ", partition %s" % plan.partition if plan.partition else "")
+    header = "dlaunch %s: site %s, %s, %s x %s%s" % (
+        (revision or "unknown")[:12], site.name, plan.framework, counted(plan.nodes, "node"),
+        counted(plan.nproc_per_node, "process", "processes"), ", partition %s" % plan.partition if plan.partition else "")
     return Prepared(request, plan, render_script(plan, header), tuple(warnings), tuple(plan.notes), request.resume)
 
 
