@@ -1,5 +1,5 @@
-"""The `dlaunch` command line: it parses, calls the run service (dlaunch/runs/service.py) and prints.
-`dlaunch <run options>` without a sub-command is `dlaunch run`.
+"""The `dlaunch` command line: it parses, calls the Python API (dlaunch/api.py) and prints; `--json` prints
+the API's objects (`to_dict()`) instead of a table. `dlaunch <run options>` without a sub-command is `dlaunch run`.
 
 Start-up matters on login nodes (every command, every TAB): this module imports only what every
 command needs; each command imports its own heavy parts (site profiles and pydantic, rich tables,
@@ -8,8 +8,9 @@ the image lock, the performance model, matplotlib) when it runs.
 import ast
 import importlib
 import importlib.util
-import os
+import json
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, List, Optional, Sequence, Tuple
 
@@ -18,28 +19,26 @@ import typer.main
 from typer.core import TyperCommand
 from typer.models import CommandInfo
 
-from dlaunch.boundary import check_limit, escape, finite_number
-from dlaunch.errors import DlaunchError
-from dlaunch.jobs.request import LaunchRequest
-from dlaunch.runs.rundir import RunDir, default_run_name, display_path, find_runs, newest_first
+from dlaunch.boundary import escape, finite_number
+from dlaunch.errors import DlaunchError, DlaunchWarning
+from dlaunch.runs.rundir import RunDir, display_path, find_runs, newest_first
 from dlaunch.terminal import (Account, AllowLarge, DlaunchCommand, DryRun, Experiment, Follow, Framework, Image, Output,
                                Partition, PlainGroup, Requeue, RunDirArg, RunDirs, Site_, TimeLimit, command_group,
                                complete_run_dir, complete_site, err, out, record_results, show_status,
                                with_trainer_options)
 
 if TYPE_CHECKING:
+    from dlaunch.api import Record
     from dlaunch.runs.service import Prepared
 
 # Options of the whole program, not of `run` (which `dlaunch <run options>` stands for).
 TOP_LEVEL_OPTIONS = ("--help", "-h", "--version", "--install-completion", "--show-completion")
 # Commands defined in modules too heavy to import for every command: name -> (module, function).
 LAZY_COMMANDS = {
-    "images": ("dlaunch.jobs.images", "images_command"),
     "report": ("dlaunch.analysis.report", "report_command"),
     "predict": ("dlaunch.analysis.perfmodel", "predict_command"),
     "rerun": ("dlaunch.runs.rerun", "rerun_command"),
     "archive": ("dlaunch.runs.archive", "archive_command"),
-    "doctor": ("dlaunch.doctor", "doctor_command"),
 }
 # Command groups defined in heavy modules: name -> (module, typer.Typer attribute, one-line help).
 LAZY_GROUPS = {
@@ -120,10 +119,19 @@ sites_app = command_group(help="Site profiles: list (no sub-command), show, chec
 app.add_typer(sites_app, name="sites")
 
 
+Json = Annotated[bool, typer.Option("--json", help="print the objects of the Python API as JSON (docs/API.md), nothing else")]
+
+
+def print_json(objects: "Sequence[Record] | Record") -> None:
+    """API objects as JSON on stdout (a list, or one object), and nothing else there."""
+    data = objects.to_dict() if not isinstance(objects, (list, tuple)) else [o.to_dict() for o in objects]
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
 def _deliver(jobs: Sequence["Prepared"], dry_run: bool, follow: bool, summary: str = "") -> int:
     """Print the scripts (--dry-run; notes on stderr), or submit the jobs (the run service's one rule),
     show the runs that ran in the foreground, and follow the others (--follow)."""
-    from dlaunch.runs import service
+    from dlaunch import api
 
     for line in dict.fromkeys(warning for job in jobs for warning in job.warnings):
         err.print("dlaunch: warning: %s" % line)
@@ -135,13 +143,14 @@ def _deliver(jobs: Sequence["Prepared"], dry_run: bool, follow: bool, summary: s
         if summary:
             err.print("dlaunch: %s" % summary, highlight=False)
         return 0
-    submitted = service.submit_all(jobs, err.print)
-    foreground = [run for job, run in zip(jobs, submitted.runs) if job.foreground]
+    submitted = api.submit(jobs, err.print, show_progress=True)
+    foreground = [job for job in submitted if job.exit_code is not None]
     if foreground:
-        show_status(foreground)
-    if follow and len(foreground) < len(submitted.runs):
-        return watch_runs([run.path for run in submitted.runs]) or submitted.exit_code
-    return submitted.exit_code
+        show_status([RunDir(Path(job.run_dir)) for job in foreground])
+    exit_code = next((job.exit_code for job in foreground if job.exit_code), 0)
+    if follow and len(foreground) < len(submitted):
+        return watch_runs([Path(job.run_dir) for job in submitted]) or exit_code
+    return exit_code
 
 
 @app.command()
@@ -157,34 +166,23 @@ def run(site: Site_ = None, framework: Framework = "ddp",
         repeat: Annotated[int, typer.Option(min=1, help="N runs of this request in one experiment (RUN_NAME-r1..-rN): `dlaunch report` gives their median and spread")] = 1,
         allow_large: AllowLarge = False, trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
     """Render a job for a site and submit it (or run it here with --site local)."""
-    from dlaunch.runs import service
+    from dlaunch import api
 
-    check_limit("--repeat", repeat, "repeats", allow_large)
-    if repeat > 1 and resume is not None:
-        raise DlaunchError("--repeat: not with --resume (resume each run directory on its own)")
-    if resume is not None:
-        return _deliver([service.resume(resume, dry_run=dry_run, allow_large=allow_large)], dry_run, follow)
-    request = LaunchRequest(site=site, framework=framework, nodes=nodes, gpus=gpus, partition=partition,
-                            time=time_limit, account=account, image=image, output=output, experiment=experiment,
-                            run_name=run_name, trainer=trainer, requeue=requeue, allow_large=allow_large)
-    if repeat == 1:
-        return _deliver([service.prepare(request, dry_run=dry_run)], dry_run, follow)
-    from dlaunch.runs.repeat import repeat_requests
-
-    jobs = [service.prepare(r, dry_run=dry_run) for r in repeat_requests(request, repeat)]
-    return _deliver(jobs, dry_run, follow, "%d runs of one request (--repeat %d)" % (repeat, repeat))
+    jobs = api.prepare_run(site, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time_limit,
+                           account=account, image=image, output=output, experiment=experiment, run_name=run_name,
+                           repeat=repeat, requeue=requeue, resume=None if resume is None else str(resume),
+                           dry_run=dry_run, allow_large=allow_large, trainer=trainer)
+    return _deliver(jobs, dry_run, follow, "%d runs of one request (--repeat %d)" % (repeat, repeat) if repeat > 1 else "")
 
 
-def _counts(flag: str, text: str) -> List[int]:
+def _counts(flag: str, text: Optional[str]) -> Optional[List[int]]:
+    """A comma-separated list of counts (checked by the API), None when the option was not given."""
+    if text is None:
+        return None
     try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
+        return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise DlaunchError("%s: %r is not a comma-separated list of numbers" % (flag, text)) from None
-    if not counts or min(counts) < 1:
-        raise DlaunchError("%s: give positive counts, e.g. 1,2,4" % flag)
-    if len(set(counts)) != len(counts):
-        raise DlaunchError("%s: %s lists a count twice" % (flag, text))
-    return counts
 
 
 @app.command()
@@ -197,25 +195,34 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
           requeue: Requeue = None, dry_run: DryRun = False, follow: Follow = False, allow_large: AllowLarge = False,
           trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
     """One job per node (or GPU) count, grouped as one experiment."""
-    from dlaunch.runs import service
+    from dlaunch import api
 
-    if (nodes is None) == (gpus is None):
-        raise DlaunchError("--nodes/--gpus: give exactly one list of counts")
-    key, flag, text = ("nodes", "--nodes", nodes) if nodes is not None else ("gpus", "--gpus", gpus)
-    experiment = experiment or "sweep-%s-%s" % (framework, default_run_name())
-    jobs = [service.prepare(LaunchRequest(site=site, framework=framework, partition=partition, time=time_limit,
-                                          account=account, image=image, output=output, experiment=experiment,
-                                          requeue=requeue, run_name="%s%04d" % (key[0], count), trainer=trainer,
-                                          allow_large=allow_large, **{key: count}), dry_run=dry_run)
-            for count in _counts(flag, text or "")]
+    jobs = api.prepare_sweep(site, framework=framework, nodes=_counts("--nodes", nodes), gpus=_counts("--gpus", gpus),
+                             partition=partition, time=time_limit, account=account, image=image, output=output,
+                             experiment=experiment, requeue=requeue, dry_run=dry_run, allow_large=allow_large,
+                             trainer=trainer)
     return _deliver(jobs, dry_run, follow)
 
 
+def print_statuses(statuses: Sequence[Any]) -> int:
+    """`--json` of status and runs: the runs' RunStatus objects; a `rejected:` line on stderr for each run whose
+    files cannot be read (exit code 1, else 0)."""
+    print_json(statuses)
+    rejected = [s.rejected for s in statuses if s.rejected]
+    for message in rejected:
+        err.print("rejected: %s" % escape(message), highlight=False)
+    return 1 if rejected else 0
+
+
 @app.command()
-def status(run_dirs: RunDirs = None) -> int:
+def status(run_dirs: RunDirs = None, as_json: Json = False) -> int:
     """Scheduler state and metrics status of runs (without arguments: `dlaunch runs`)."""
     if not run_dirs:
-        return runs()
+        return runs(as_json=as_json)
+    if as_json:
+        from dlaunch import api
+
+        return print_statuses(api.status(run_dirs))
     found = find_runs(run_dirs)
     if not found:
         raise DlaunchError("no run directories under %s" % ", ".join(escape(str(p)) for p in run_dirs))
@@ -223,8 +230,13 @@ def status(run_dirs: RunDirs = None) -> int:
 
 
 @app.command()
-def runs(directory: Annotated[Path, typer.Argument(help="folder holding run directories", autocompletion=complete_run_dir)] = Path("runs")) -> int:
+def runs(directory: Annotated[Path, typer.Argument(help="folder holding run directories", autocompletion=complete_run_dir)] = Path("runs"),
+         as_json: Json = False) -> int:
     """The run directories under DIRECTORY (default ./runs), newest first, with state and figures."""
+    if as_json:
+        from dlaunch import api
+
+        return print_statuses(api.status([directory], newest_first=True))
     found = newest_first(find_runs([directory]))
     if not found:
         raise DlaunchError("no run directories under %s" % escape(str(directory)))
@@ -262,13 +274,13 @@ def watch(targets: Annotated[List[Path], typer.Argument(help="run, experiment or
 @app.command()
 def logs(run_dir: RunDirArg) -> int:
     """Print a run's logs."""
+    from dlaunch import api
     from dlaunch.boundary import check_regular, copy_log
-    from dlaunch.runs import service
 
-    found = service.logs(RunDir.open(run_dir))
+    found = api.logs(run_dir)
     if found.missing:
         err.print(found.missing, highlight=False)
-    for path in [check_regular(p) for p in found.files]:  # all checked before the first is printed
+    for path in [check_regular(Path(p)) for p in found.files]:  # all checked before the first is printed
         err.rule(display_path(path))
         copy_log(path, lambda text: out.out(text, end="", highlight=False))
     return 1 if found.failed else 0
@@ -277,9 +289,9 @@ def logs(run_dir: RunDirArg) -> int:
 @app.command()
 def cancel(run_dir: RunDirArg) -> int:
     """Cancel a run's job (a run that has ended is left as it is: exit 0)."""
-    from dlaunch.runs import service
+    from dlaunch import api
 
-    err.print(service.cancel(RunDir.open(run_dir)), highlight=False)
+    err.print(api.cancel(run_dir), highlight=False)
     return 0
 
 
@@ -290,23 +302,24 @@ SITES_LEAVE_OUT = ("description", "file", "container", "GPUs per node", "schedul
 
 
 @sites_app.callback()
-def sites(ctx: typer.Context) -> None:
+def sites(ctx: typer.Context, as_json: Json = False) -> None:
     """List the profiles."""
     if ctx.invoked_subcommand is not None:
         return
-    from dlaunch.jobs.sites import available_sites, load_site
+    from dlaunch import api
     from dlaunch.tables import fit_table
 
+    found = api.sites()
+    if as_json:
+        return print_json(found)
     rows, unreadable = [], []
-    for name, path in available_sites().items():
-        try:
-            site = load_site(path)
-        except DlaunchError as e:  # listed, not fatal; the reason below the table, whatever the table leaves out
-            rows.append((escape(name), "", "unreadable", "", "", escape(str(e)), display_path(path)))
-            unreadable.append("%s: unreadable: %s" % (escape(name), escape(str(e))))
+    for site in found:
+        if site.unreadable is not None:  # listed, not fatal; the reason below the table, whatever the table leaves out
+            rows.append((escape(site.name), "", "unreadable", "", "", escape(site.unreadable), display_path(Path(site.file))))
+            unreadable.append("%s: unreadable: %s" % (escape(site.name), escape(site.unreadable)))
             continue
-        rows.append((site.name, ", ".join(site.aliases), site.scheduler.kind, str(site.gpus_per_node),
-                     site.container.kind, escape(site.description), display_path(path)))
+        rows.append((site.name, ", ".join(site.aliases), site.scheduler, str(site.gpus_per_node), site.container,
+                     escape(site.description), display_path(Path(site.file))))
     out.print(fit_table("sites", SITES_HEADERS, rows, out.width, leave_out=SITES_LEAVE_OUT, one_line=("description",)))
     for line in unreadable:
         out.print(line, highlight=False)
@@ -368,14 +381,86 @@ def sites_migrate(path: Annotated[Path, typer.Argument(help="profile file of the
     return 0
 
 
+IMAGES_HEADERS = ("image", "sites", "built", "pins from", "pins")
+IMAGES_LEAVE_OUT = ("pins from", "sites", "pins")
+
+
+@app.command()
+def images(site: Annotated[Optional[str], typer.Option("--site", help="Only the images this site uses (name, alias or file).", autocompletion=complete_site)] = None,
+           render: Annotated[bool, typer.Option("--render", help="Regenerate containers/<stack>/<image>.def from containers/versions.toml.")] = False,
+           as_json: Json = False) -> int:
+    """List the container images (per stack, framework image and architecture), the sites using them, whether they are built and their pins."""
+    from rich.console import Console
+
+    from dlaunch import api
+    from dlaunch.jobs.imagepaths import images_dir
+    from dlaunch.jobs.images import container_binary
+    from dlaunch.tables import fit_table
+
+    if render:
+        for path in api.render_images():
+            out.print("wrote %s" % path, highlight=False)
+        return 0
+    found = api.images(site)
+    if as_json:
+        print_json(found)
+        return 0
+    title = "dlaunch images in %s%s" % (images_dir(), "" if container_binary() else " (no apptainer/singularity on PATH)")
+    # The image name is <stack>-<image group>-<arch>: no separate columns for them (80 columns). Every
+    # pin is one word: the table wraps between pins, never inside a version (dlaunch/tables.py).
+    rows = [(i.image, ", ".join(i.sites) or "-", ", ".join(i.built) or "missing", i.pins_from,
+             " ".join(escape("%s=%s" % pin) for pin in i.pins.items())) for i in found]
+    console = Console(soft_wrap=True, markup=False)  # its width from $COLUMNS now
+    console.print(fit_table(title, IMAGES_HEADERS, rows, console.width, leave_out=IMAGES_LEAVE_OUT))
+    console.print("image: NAME.sif (Apptainer) or NAME/ (unpacked root fs, Charliecloud)", highlight=False)
+    return 0
+
+
+@app.command()
+def doctor(site: Annotated[str, typer.Option("--site", help="profile name, alias or path to a .toml", autocompletion=complete_site)],
+           partition: Partition = None, account: Account = None, image: Image = None, framework: Framework = "ddp",
+           as_json: Json = False) -> int:
+    """Check a site before submitting: scheduler, account, MPI, modules, image, rendezvous, interfaces, GPUs, driver, network.
+
+    Run it on the login node, and inside an allocation (`srun -N2 --ntasks-per-node=1 dlaunch doctor
+    --site S`) for the node's checks and one all-reduce across the nodes (its transport and bus
+    bandwidth). Exit code 0 when no check fails, 1 when one does, 2 on bad input.
+    """
+    from dlaunch import api
+    from dlaunch.tables import fit_table
+
+    found = api.doctor(site, partition=partition, account=account, image=image, framework=framework)
+    if as_json:
+        print_json(found)
+        return 1 if found.failed else 0
+    place = "%s %s" % ("node" if found.on_node else "login node (no compute node checks)", found.host)
+    rows = [[c.name, c.outcome, c.detail, c.fix] for c in found.checks]
+    out.print(fit_table("dlaunch doctor: site %s on %s" % (found.site, place), ["check", "result", "found", "fix / why"], rows, out.width))
+    if found.failed:
+        out.print("%d check(s) failed: %s" % (len(found.failed), ", ".join(found.failed)), highlight=False)
+        return 1
+    return 0
+
+
+def _show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    """The API's DlaunchWarnings as `dlaunch: warning: ...` (or `note:`) lines on stderr, others as Python shows them."""
+    if issubclass(category, DlaunchWarning):
+        err.print("dlaunch: %s: %s" % (category.label, escape(str(message))), highlight=False)
+    else:
+        (file or sys.stderr).write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the exit code (2: bad input, 1: the scheduler refused or a watched run
     failed, 130: interrupted). An OSError that reaches here concerns a path the user gave or one
     dlaunch writes (a name too long for the file system, no permission, a full disk): one line naming
-    it, exit code 2."""
+    it, exit code 2 (dlaunch/api.py: os_error)."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     try:
-        result = app(args=args, prog_name="dlaunch", standalone_mode=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", DlaunchWarning)
+            warnings.showwarning = _show_warning
+            result = app(args=args, prog_name="dlaunch", standalone_mode=False)
     except DlaunchError as e:
         err.print("dlaunch: error: %s" % escape(str(e)), highlight=False)
         return e.exit_code
@@ -385,8 +470,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         err.print("dlaunch: error: %s" % escape(e.format_message()), highlight=False)
         return e.exit_code
     except OSError as e:
-        where = "%s: " % display_path(Path(os.fsdecode(e.filename))) if e.filename is not None else ""
-        err.print("dlaunch: error: %s%s" % (where, e.strerror or escape(str(e))), highlight=False)
+        from dlaunch.api import os_error
+
+        err.print("dlaunch: error: %s" % os_error(e), highlight=False)
         return 2
     return result if isinstance(result, int) else 0
 

@@ -1,4 +1,5 @@
-"""`dlaunch doctor --site S`: a preflight on the login node or inside an allocation.
+"""The checks of `dlaunch doctor --site S` (dlaunch/api.py: `doctor`): a preflight on the login node or inside an
+allocation.
 
 Each check answers pass, fail or skip, with what it found and, for a failure, the fix (for a skip,
 why). On the login node the checks that need a compute node (architecture, rendezvous name, network
@@ -18,9 +19,8 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import typer
 from pydantic import BaseModel
 
 from dlaunch.boundary import parse_json, validate
@@ -32,8 +32,6 @@ from dlaunch.runs import service
 from dlaunch.runtimes import Runtime
 from dlaunch.schedulers import registration, scheduler_for
 from dlaunch.jobs.sites import Site, resolve_site
-from dlaunch.tables import fit_table
-from dlaunch.terminal import Account, Framework, Image, Partition, complete_site, out
 from dlaunch.train.framework_table import image_group
 from dlaunch.train.network import interface_addresses
 
@@ -558,28 +556,15 @@ def run_checks(site: Site, site_arg: str, partition: Optional[str], account: Opt
             allreduce]
 
 
-def doctor_command(
-    site: Annotated[str, typer.Option("--site", help="profile name, alias or path to a .toml", autocompletion=complete_site)],
-    partition: Partition = None, account: Account = None, image: Image = None, framework: Framework = "ddp",
-) -> None:
-    """Check a site before submitting: scheduler, account, MPI, modules, image, rendezvous, interfaces, GPUs, driver, network.
-
-    Run it on the login node, and inside an allocation (`srun -N2 --ntasks-per-node=1 dlaunch doctor
-    --site S`) for the node's checks and one all-reduce across the nodes (its transport and bus
-    bandwidth). Exit code 0 when no check fails, 1 when one does, 2 on bad input.
-    """
+def examine(site_arg: str, partition: Optional[str], account: Optional[str], image: Optional[str],
+            framework: str) -> Tuple[Site, Node, List[Check]]:
+    """The site, where this is, and the checks run here; bad input (a framework, a site, a partition, an image
+    reference its runtime cannot take) is a DlaunchError before any check runs."""
     check_framework(framework)
-    profile = resolve_site(site)
+    site = resolve_site(site_arg)
     if partition is not None:
-        profile.partition(partition)  # an unknown partition is bad input
+        site.partition(partition)
     if image is not None:
-        profile.container.check_image(image)  # so is an image reference the runtime cannot take
-    node = where(profile, os.environ)
-    checks = run_checks(profile, site, partition, account, image, framework, node)
-    place = "%s %s" % ("node" if node.on_node else "login node (no compute node checks)", socket.gethostname())
-    rows = [[c.name, c.result, c.found, c.fix] for c in checks]
-    out.print(fit_table("dlaunch doctor: site %s on %s" % (profile.name, place), ["check", "result", "found", "fix / why"], rows, out.width))
-    failed = [c.name for c in checks if c.result == FAIL]
-    if failed:
-        out.print("%d check(s) failed: %s" % (len(failed), ", ".join(failed)), highlight=False)
-        raise typer.Exit(1)
+        site.container.check_image(image)
+    node = where(site, os.environ)
+    return site, node, run_checks(site, site_arg, partition, account, image, framework, node)

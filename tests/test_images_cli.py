@@ -1,31 +1,30 @@
-"""`dlaunch images` (dlaunch/jobs/images.py) and `default_image` (dlaunch/jobs/imagepaths.py), run through typer on a tiny app."""
+"""`dlaunch images` (dlaunch/cli.py over dlaunch/api.py's `images`, dlaunch/jobs/images.py) and `default_image`
+(dlaunch/jobs/imagepaths.py)."""
+import contextlib
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
+from unittest import mock
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
-
+from dlaunch.cli import main
 from dlaunch.jobs import imagepaths
 from dlaunch.jobs import images
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.sites import Site
 
-app = typer.Typer()
-app.command("images")(images.images_command)
-
-
-@app.callback()
-def _group() -> None:
-    """Keeps `images` a sub-command, as in dlaunch."""
-
 
 def invoke(*args, **env):
-    return CliRunner().invoke(app, ["images", *args], env={"COLUMNS": "1000", **env})
+    """`dlaunch images ARGS` in this process, with `env` added to its environment; its exit code and output."""
+    with mock.patch.dict(os.environ, {"COLUMNS": "1000", **env}), contextlib.redirect_stdout(io.StringIO()) as output, \
+            contextlib.redirect_stderr(output):
+        code = main(["images", *args])
+    return SimpleNamespace(exit_code=code, output=output.getvalue())
 
 
 @pytest.fixture
@@ -64,13 +63,13 @@ def sites_dir(tmp_path, monkeypatch):
 
 def test_default_image_is_repo_images_stack_framework_arch(monkeypatch):
     monkeypatch.delenv("DLAUNCH_IMAGES_DIR", raising=False)
-    assert images.default_image("horovod") == images.REPO / "images" / "current-horovod-x86_64.sif"
-    assert images.default_image("ddp", "paper") == images.REPO / "images" / "paper-ddp-x86_64.sif"
-    assert images.default_image("ddp", "current", "aarch64") == images.REPO / "images" / "current-ddp-aarch64.sif"
+    assert imagepaths.default_image("horovod") == images.REPO / "images" / "current-horovod-x86_64.sif"
+    assert imagepaths.default_image("ddp", "paper") == images.REPO / "images" / "paper-ddp-x86_64.sif"
+    assert imagepaths.default_image("ddp", "current", "aarch64") == images.REPO / "images" / "current-ddp-aarch64.sif"
 
 
 def test_default_image_honours_dlaunch_images_dir(images_dir):
-    assert images.default_image("deepspeed", "paper") == images_dir / "paper-deepspeed-x86_64.sif"
+    assert imagepaths.default_image("deepspeed", "paper") == images_dir / "paper-deepspeed-x86_64.sif"
 
 
 @pytest.mark.parametrize("kind,expected", [
@@ -85,7 +84,7 @@ def test_image_reference_per_runtime_image_kind(kind, expected, images_dir):
                                                   ("ddp", "current", "ppc64le")])
 def test_default_image_rejects_bad_names(framework, stack, arch):
     with pytest.raises(ValueError, match="image|stack|architecture"):
-        images.default_image(framework, stack, arch)
+        imagepaths.default_image(framework, stack, arch)
 
 
 def fake_site(name="s", arch=None, gpu_vendor="nvidia", stack="current", kind="apptainer", driver=None, **container):

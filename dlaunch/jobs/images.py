@@ -1,4 +1,5 @@
-"""Container images: the version lock, the definition files rendered from it, and `dlaunch images`.
+"""Container images: the version lock, the definition files rendered from it, and what `dlaunch images` lists
+(dlaunch/api.py: `images`).
 
 `containers/versions.toml` holds every pinned version of every stack (one source of truth); a stack
 has one image per image group of the framework table (dlaunch/train/framework_table.py: a row's pip group;
@@ -15,18 +16,13 @@ import shutil
 import subprocess
 import tomllib
 from pathlib import Path
-from typing import Annotated, Dict, List, Literal, Optional, Tuple
+from typing import Dict, List, Literal, Optional, Tuple
 
-import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from rich.console import Console
 
-from dlaunch.atomic import write_atomic
-from dlaunch.boundary import escape
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.imagepaths import REPO, default_image, image_reference, images_dir, stack_of
-from dlaunch.jobs.sites import available_sites, load_site, resolve_site
-from dlaunch.tables import fit_table
+from dlaunch.jobs.imagepaths import REPO, stack_of
+from dlaunch.jobs.sites import available_sites, load_site
 from dlaunch.train.framework_table import (EVERY_STACK_ENGINE, group_engine, group_entry, image_groups, import_checks,
                                    stack_image_groups, trainer_modules)
 
@@ -477,7 +473,7 @@ def rootfs_labels(image_dir: Path) -> Dict[str, str]:
     return json.loads((image_dir / ".singularity.d" / "labels.json").read_text())
 
 
-def _pins_of(sif: Path, rootfs: Path, stack: Optional[Stack], group: str,
+def pins_of(sif: Path, rootfs: Path, stack: Optional[Stack], group: str,
              binary: Optional[str]) -> Tuple[Dict[str, str], str]:
     """An image's pins and where they were read: the built image's labels, else the lock."""
     labels, where = None, ""
@@ -498,55 +494,3 @@ def _pins_of(sif: Path, rootfs: Path, stack: Optional[Stack], group: str,
         return {}, "stack not in lock"
     why = "lock" if not sif.is_file() else "lock (no apptainer to inspect)"
     return stack.pins(group), why
-
-
-IMAGES_HEADERS = ("image", "sites", "built", "pins from", "pins")
-IMAGES_LEAVE_OUT = ("pins from", "sites", "pins")
-
-
-def images_command(
-    site: Annotated[Optional[str], typer.Option("--site", help="Only the images this site uses (name, alias or file).")] = None,
-    render: Annotated[
-        bool, typer.Option("--render", help="Regenerate containers/<stack>/<image>.def from containers/versions.toml.")
-    ] = False,
-) -> None:
-    """List the container images (per stack, framework image and architecture), the sites using them, whether they are built and their pins."""
-    console = Console()
-    try:
-        lock = load_lock()
-        if render:
-            for path, text in render_all(lock).items():
-                write_atomic(path, text)
-                console.print(f"wrote {path}")
-            return
-        if site is None:
-            users = site_stacks()
-            shown = [(name, arch) for name, stack in lock.stacks.items() for arch in stack.architectures]
-        else:
-            chosen = resolve_site(site)
-            stack = stack_of(chosen)
-            if stack is None:
-                raise DlaunchError(f"--site: site {chosen.name} runs without a container")
-            users = {chosen.name: (stack, chosen.arch)}
-            shown = [(stack, chosen.arch)]
-    except DlaunchError as exc:
-        typer.echo(f"dlaunch: error: {exc}", err=True)
-        raise typer.Exit(2)
-    binary = container_binary()
-    title = f"dlaunch images in {images_dir()}" + ("" if binary else " (no apptainer/singularity on PATH)")
-    # The image name is <stack>-<image group>-<arch>: no separate columns for them (80 columns). Every
-    # pin is one word: the table wraps between pins, never inside a version (dlaunch/tables.py).
-    rows = []
-    for stack_name, arch in shown:
-        sites_text = ", ".join(name for name, used in users.items() if used == (stack_name, arch)) or "-"
-        stack = lock.stacks.get(stack_name)
-        for group in stack.image_groups() if stack else image_groups():
-            sif = default_image(group, stack_name, arch)
-            rootfs = Path(image_reference(group, stack_name, arch, "dir"))
-            pins, source = _pins_of(sif, rootfs, stack, group, binary)
-            built = [kind for kind, there in (("sif", sif.is_file()), ("root fs", rootfs.is_dir())) if there]
-            rows.append((sif.stem, sites_text, ", ".join(built) or "missing", source,
-                         " ".join(escape(f"{name}={version}") for name, version in pins.items())))
-    console = Console(soft_wrap=True, markup=False)
-    console.print(fit_table(title, IMAGES_HEADERS, rows, console.width, leave_out=IMAGES_LEAVE_OUT))
-    console.print("image: NAME.sif (Apptainer) or NAME/ (unpacked root fs, Charliecloud)", highlight=False)

@@ -12,11 +12,8 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Sequence, Tupl
 import typer
 from rich.console import Console
 
-from dlaunch.analysis.convergence import load_rcps, run_rcp_verdict
-from dlaunch.boundary import escape
-from dlaunch.errors import DlaunchError
-from dlaunch.results.compare import METRICS, Comparison, compare, select, unmatched, with_history, with_scaling
-from dlaunch.results.store import NAMES, ResultsDB, db_path, read_rows
+from dlaunch.results.compare import METRICS, Comparison, compare
+from dlaunch.results.store import ResultsDB, db_path, read_rows
 from dlaunch.tables import counted, fit_table, markdown
 from dlaunch.terminal import command_group
 
@@ -32,19 +29,10 @@ LIST_HEADERS = ("run", "experiment", "site", "ended", "GPUs", "framework", "mode
                 "epochs to target", "time to target s", "RCP", "history")
 LIST_LEAVE_OUT = ("history", "RCP", "time to target s", "epochs to target", "S_G", "ended", "site", "experiment", "model",
                   "framework")
-EXTRA = ("speedup", "efficiency", "history", "rcp")  # derived when read
 
 
 def _number(value: Optional[float], fmt: str) -> str:
     return "-" if value is None else fmt % value
-
-
-def _open(db: Optional[Path]) -> ResultsDB:
-    path = db_path(db)
-    if not path.is_file():
-        raise DlaunchError("%s: no results database (runs are recorded when they end; `dlaunch results rebuild` "
-                           "reads run directories)" % path)
-    return ResultsDB(path)
 
 
 def emit(fmt: str, title: str, headers: Sequence[str], cells: Sequence[Sequence[str]], records: Sequence[Dict[str, Any]],
@@ -70,25 +58,20 @@ def emit(fmt: str, title: str, headers: Sequence[str], cells: Sequence[Sequence[
 @results_app.callback()
 def results(ctx: typer.Context,
             where: Annotated[Optional[List[str]], typer.Option("--where", "-w", help="selector, e.g. site=juwels,gpus=8 or date=2026-10 or date=2026-10-01..2026-10-15 (repeatable; all must hold)")] = None,
-            fmt: Format = "table", db: Db = None) -> None:
+            fmt: Format = "table", db: Db = None,
+            as_json: Annotated[bool, typer.Option("--json", help="as --format json: the Python API's objects (docs/API.md)")] = False) -> None:
     """List the runs in the results database, oldest first, with S_G, E_G and history verdicts."""
     if ctx.invoked_subcommand is not None:
         return
-    with _open(db) as store:
-        everything = with_scaling(store.rows())
-    for note in unmatched(everything, where or []):
-        err.print("dlaunch: note: -w %s" % escape(note))
-    rows = with_history(select(everything, where or []), everything)
-    rcps = load_rcps()
-    rows = [dict(r, rcp=None if r["epochs_to_mlperf_target"] is None else
-                 run_rcp_verdict(r["global_batch"], r["epochs_to_mlperf_target"], rcps)) for r in rows]
-    cells = [[r["run"], r["experiment"], r["site"], r["ended"][:10], str(r["gpus"]), r["framework"], r["model"], r["status"],
-              _number(r["images_per_s"], "%.1f"), _number(r["speedup"], "%.2f"), _number(r["efficiency"], "%.3f"),
-              _number(r["epochs_to_target"], "%d"), _number(r["time_to_target_s"], "%.1f"), r["rcp"] or "-", r["history"] or "-"]
+    from dlaunch import api
+
+    rows = api.results(where or [], db=db)
+    cells = [[r.run, r.experiment, r.site, r.ended[:10], str(r.gpus), r.framework, r.model, r.status,
+              _number(r.images_per_s, "%.1f"), _number(r.speedup, "%.2f"), _number(r.efficiency, "%.3f"),
+              _number(r.epochs_to_target, "%d"), _number(r.time_to_target_s, "%.1f"), r.rcp or "-", r.history or "-"]
              for r in rows]
-    records = [{k: r[k] for k in NAMES + EXTRA} for r in rows]
-    emit(fmt, "dlaunch results: %d run(s)" % len(rows), LIST_HEADERS, cells, records, LIST_LEAVE_OUT,
-         ["database: %s" % db_path(db)])
+    emit("json" if as_json else fmt, "dlaunch results: %d run(s)" % len(rows), LIST_HEADERS, cells,
+         [r.to_dict() for r in rows], LIST_LEAVE_OUT, ["database: %s" % db_path(db)])
 
 
 COMPARE_HEADERS = ("A median", "A range", "A runs", "B median", "B range", "B runs", "change %", "p", "significant")
@@ -135,7 +118,9 @@ def compare_command(a: Annotated[str, typer.Argument(help="selector of side A: a
                     metric: Annotated[str, typer.Option(help="figure to compare: %s" % ", ".join(METRICS))] = "images_per_s",
                     fmt: Format = "table", db: Db = None) -> None:
     """Compare two experiments, sites, stacks or dates per model, framework and GPU count."""
-    with _open(db) as store:
+    from dlaunch.api import results_db
+
+    with results_db(db) as store:
         comparison = compare(store.rows(), a, b, metric)
     headers, cells, records, notes = comparison_output(comparison)
     emit(fmt, "dlaunch results compare: %s (A) against %s (B)" % (a, b), headers, cells, records, notes=notes)

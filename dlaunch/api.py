@@ -1,0 +1,845 @@
+"""The Python API (docs/API.md): what the `dlaunch` command line does, as functions that return typed,
+JSON-serialisable objects. The command line (dlaunch/cli.py) parses, calls these and prints.
+
+- Every object is a frozen dataclass of str, int, float, bool, None, lists and dicts of those, or other
+  such dataclasses: `x.to_dict()` is plain JSON, `T.from_dict(d)` makes it again (`Record`).
+- Bad input and refusals raise `DlaunchError` (dlaunch/errors.py) only: `str(e)` is the line the
+  command line prints after `dlaunch: error: `, `e.exit_code` its exit code (2: bad input, 1: the
+  scheduler refused). What stops nothing is a `DlaunchWarning` (`warnings.warn`).
+- Keyword arguments are the command line's options (`--run-name` is `run_name=`); the trainer's flags
+  are keyword arguments too (`--batch-size 8` is `batch_size=8`), checked as the command line checks them.
+
+Start-up matters (the command line imports this module): each function imports its parts when called.
+"""
+import contextlib
+import dataclasses
+import functools
+import os
+import time as clock
+import typing
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
+
+from dlaunch.boundary import check_limit, display_path, escape, quoted
+from dlaunch.errors import DlaunchError, DlaunchNote, DlaunchWarning
+
+if TYPE_CHECKING:
+    from dlaunch.results.store import ResultsDB
+    from dlaunch.runs.rundir import RunDir
+    from dlaunch.runs.runstate import Snapshot
+    from dlaunch.runs.service import Prepared
+
+__all__ = ["BudgetRow", "Check", "Doctor", "ImageInfo", "Job", "Logs", "Prediction", "PredictionRow", "RcpRow",
+           "Record", "Report", "ReportGroup", "ReportPoint", "ResultRow", "RunStatus", "SetApartRun", "SiteInfo", "Spread",
+           "cancel", "doctor", "images", "logs", "predict", "render_images", "report", "results", "run", "sites", "status",
+           "sweep", "watch"]
+
+R = TypeVar("R", bound="Record")
+Trainer = Tuple[Tuple[str, Any], ...]  # (trainer flag name, value): the flags set, as LaunchRequest holds them
+
+
+# -- the objects ----------------------------------------------------------------------------------------
+
+class Record:
+    """What every API object has: `to_dict()` (plain JSON values) and `from_dict()` (the object again:
+    `T.from_dict(json.loads(json.dumps(x.to_dict()))) == x`), read from the dataclass's field types."""
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls: Type[R], data: Mapping[str, Any]) -> R:
+        hints = _field_types(cls)
+        unknown = sorted(set(data) - set(hints))
+        if unknown:
+            raise DlaunchError("%s: unknown field %s" % (cls.__name__, unknown[0]))
+        return cls(**{name: _typed(hints[name], value, "%s.%s" % (cls.__name__, name)) for name, value in data.items()})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def _field_types(cls: type) -> Dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+
+
+def _typed(hint: Any, value: Any, where: str) -> Any:
+    """`value` (parsed JSON) as the field type `hint` says: nested records made, lists and dicts followed."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin is typing.Union:
+        if value is None and type(None) in args:
+            return None
+        return _typed(next(a for a in args if a is not type(None)), value, where)
+    if origin in (list, List):
+        if not isinstance(value, list):
+            raise DlaunchError("%s: expected a list, got %r" % (where, value))
+        return [_typed(args[0], v, where) for v in value]
+    if origin in (dict, Dict):
+        if not isinstance(value, dict):
+            raise DlaunchError("%s: expected an object, got %r" % (where, value))
+        return {k: _typed(args[1], v, where) for k, v in value.items()}
+    if isinstance(hint, type) and issubclass(hint, Record):
+        if not isinstance(value, dict):
+            raise DlaunchError("%s: expected an object, got %r" % (where, value))
+        return hint.from_dict(value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+        raise DlaunchError("%s: expected %s, got %r" % (where, hint.__name__, value))
+    return value
+
+
+@dataclass(frozen=True)
+class Job(Record):
+    """One job of `run`/`sweep`: rendered (a dry run), submitted, or run here to its end (a foreground site)."""
+
+    run_dir: str
+    site: str
+    scheduler: str  # its kind (dlaunch/schedulers/)
+    experiment: str
+    run_name: str
+    script: str
+    job_id: Optional[str] = None  # None in a dry run
+    warnings: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)  # what dlaunch decided for the user (a partition row by size)
+    submitted: bool = False
+    exit_code: Optional[int] = None  # a foreground run's (it ran here to its end); None otherwise
+
+
+@dataclass(frozen=True)
+class RunStatus(Record):
+    """One run as `dlaunch status` shows it (a row of its table and the lines below it)."""
+
+    name: str  # the run directory as shown (relative to the working directory below it)
+    path: str
+    site: str = ""
+    job: str = "-"
+    scheduler: str = ""  # its kind
+    state: str = ""  # the scheduler's word for the job's state (the table's `scheduler` column)
+    status: str = ""  # what its metrics say: 'no metrics yet', 'running', the end status ('ok', 'failed', ...)
+    queue: str = ""  # a pending job's reason, place in the queue and expected start
+    gpus: Optional[int] = None
+    epochs_done: int = 0
+    epochs_total: Optional[int] = None
+    images_per_s: Optional[float] = None  # the run's throughput X once its metrics end
+    last_epoch_images_per_s: Optional[float] = None  # while it runs: its last epoch's steps-only figure
+    ended: bool = False
+    ok: bool = False
+    why_failed: Optional[str] = None  # None unless it failed
+    flags: List[str] = field(default_factory=list)  # 'straggler: ...', 'throttled: ...'
+    network: List[str] = field(default_factory=list)  # how it is off its profile's [network]
+    figures: str = ""  # time and energy to accuracy, energy ('' when none is known)
+    rejected: Optional[str] = None  # why its files cannot be read (then nothing else is known)
+
+
+@dataclass(frozen=True)
+class Logs(Record):
+    """A run's log files (oldest first), or why it has none (`failed`: it failed without writing one)."""
+
+    files: List[str]
+    missing: str = ""
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class Spread(Record):
+    """Repeated measurements: the median, the range `low`-`high` and its kind ('min-max', '95% CI')."""
+
+    median: float
+    low: float
+    high: float
+    runs: int
+    kind: str
+
+
+@dataclass(frozen=True)
+class ReportPoint(Record):
+    """One GPU count of a report's group: medians and spreads over its runs."""
+
+    gpus: int
+    nodes: int
+    runs: int
+    images_per_s: Spread  # throughput X
+    speedup: Spread  # S_G = X_G / X_ref
+    efficiency: Spread  # E_G = S_G / (G / G_ref)
+    predicted_efficiency: Optional[float] = None  # the performance model's E_G (the site's [network])
+    shares: Optional[Dict[str, float]] = None  # comm, compute, data: fractions of the profiled step
+    joules_per_image: Optional[Spread] = None
+    epochs_to_target: Optional[Spread] = None
+    time_to_target_s: Optional[Spread] = None
+
+
+@dataclass(frozen=True)
+class BudgetRow(Record):
+    """The efficiency budget at one GPU count: the share of the ideal lost per cause (None: not recorded)."""
+
+    gpus: int
+    efficiency: float  # the measured E_G
+    step_s: float
+    lost: Dict[str, Optional[float]]
+
+
+@dataclass(frozen=True)
+class ReportGroup(Record):
+    """Runs of one experiment, site, model, framework, loader and batch per GPU."""
+
+    label: str
+    experiment: str
+    site: str
+    model: str
+    framework: str
+    loader: str
+    batch_per_gpu: int
+    runs: List[str]  # their metrics files
+    points: List[ReportPoint]
+    budget: List[BudgetRow]
+
+
+@dataclass(frozen=True)
+class SetApartRun(Record):
+    """A run the report lists apart (`why`: 'diverged', 'straggler' or 'network') and whether it is in its tables."""
+
+    metrics: str
+    group: str
+    gpus: int
+    why: str
+    details: List[str]
+    included: bool = False
+
+
+@dataclass(frozen=True)
+class RcpRow(Record):
+    """A group's convergence against MLPerf's Reference Convergence Points (dlaunch/analysis/convergence.py)."""
+
+    group: str
+    global_batch: int
+    runs: int
+    reached: int  # runs that reached 75.9 % top-1
+    epochs: Optional[float]  # their mean epochs to it; None when too few reached
+    rcp: Optional[str]
+    verdict: str
+
+
+@dataclass(frozen=True)
+class Report(Record):
+    """The numbers `dlaunch report` shows; `files` are those written (with `output`)."""
+
+    groups: List[ReportGroup]
+    set_apart: List[SetApartRun]
+    rcp: List[RcpRow]
+    notes: List[str]
+    rejected: List[str]  # one message per metrics file that could not be read
+    files: List[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ResultRow(Record):
+    """A run in the results database (dlaunch/results/store.py's columns) with S_G, E_G, history and RCP verdicts."""
+
+    uid: str
+    run: str
+    experiment: str
+    site: str
+    started: str
+    ended: str
+    status: str
+    reason: Optional[str]
+    framework: str
+    loader: str
+    model: str
+    amp: str
+    schedule: str
+    gpus: int
+    nodes: int
+    batch_per_gpu: int
+    global_batch: int
+    image: Optional[str]
+    stack: str
+    pins: Dict[str, Any]
+    images_per_s: Optional[float]
+    epoch_time_s: Optional[float]
+    epochs: int
+    total_time_s: Optional[float]
+    best_top1: Optional[float]
+    target_accuracy: Optional[float]
+    epochs_to_target: Optional[int]
+    epochs_to_mlperf_target: Optional[int]
+    time_to_target_s: Optional[float]
+    energy_j: Optional[float]
+    energy_domains: Optional[str]
+    joules_per_image: Optional[float]
+    energy_to_target_j: Optional[float]
+    request: Dict[str, Any]
+    provenance: Dict[str, Any]
+    path: str
+    source: str
+    flags: Optional[List[Dict[str, Any]]]
+    speedup: Optional[float]
+    efficiency: Optional[float]
+    history: Optional[str]
+    rcp: Optional[str]
+
+
+@dataclass(frozen=True)
+class SiteInfo(Record):
+    """A site profile as `dlaunch sites` lists it; `unreadable` says why one could not be read."""
+
+    name: str
+    file: str
+    aliases: List[str] = field(default_factory=list)
+    scheduler: str = ""
+    gpus_per_node: Optional[int] = None
+    container: str = ""
+    description: str = ""
+    unreadable: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ImageInfo(Record):
+    """A container image (`<stack>-<framework>-<arch>`): the sites using it, what is built, its pins."""
+
+    image: str
+    path: str  # where its .sif is (or would be)
+    sites: List[str]
+    built: List[str]  # 'sif', 'root fs'
+    pins_from: str  # the built image's labels, else the lock
+    pins: Dict[str, str]
+
+
+@dataclass(frozen=True)
+class Check(Record):
+    """One of `doctor`'s checks: outcome pass, fail or skip; what it found; for a failure the fix, for a skip why."""
+
+    name: str
+    outcome: str
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Doctor(Record):
+    """`doctor`'s checks of a site, and where they ran."""
+
+    site: str
+    host: str
+    on_node: bool  # inside an allocation (the node's checks ran) or on a login node
+    checks: List[Check]
+
+    @property
+    def failed(self) -> List[str]:
+        return [c.name for c in self.checks if c.outcome == "fail"]
+
+
+@dataclass(frozen=True)
+class PredictionRow(Record):
+    """The performance model at one GPU count (dlaunch/analysis/perfmodel.py's Prediction)."""
+
+    gpus: int
+    nodes: int
+    step_s: float
+    comm_s: float
+    exposed_comm_s: float
+    wait_s: float
+    hidden_wait_s: float
+    kernel_comm_s: float
+    algorithm: str
+    images_per_s: float
+    speedup: float
+    efficiency: float
+    comm_share: float
+    profiled_comm_share: float
+    steps_per_epoch: int = 0
+    epoch_overhead: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Prediction(Record):
+    """`predict`: the workload and machine it assumed, and a row per GPU count."""
+
+    site: str
+    model: str
+    framework: str
+    batch: int
+    compute_source: str
+    machine: str
+    rows: List[PredictionRow]
+
+
+# -- errors ---------------------------------------------------------------------------------------------
+
+def os_error(e: OSError) -> DlaunchError:
+    """An OSError about a path the user gave or one dlaunch writes (a name too long for the file system, no
+    permission, a full disk) as the one line naming it (exit code 2)."""
+    where = "%s: " % display_path(Path(os.fsdecode(e.filename))) if e.filename is not None else ""
+    return DlaunchError("%s%s" % (where, e.strerror or escape(str(e))))
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _api(function: F) -> F:
+    """An API function: its DlaunchError's message as the command line prints it (control characters
+    escaped), an OSError as `os_error`."""
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except DlaunchError as e:
+            e.args = (escape(str(e)),)
+            raise
+        except OSError as e:
+            raise os_error(e) from e
+    return wrapper  # type: ignore[return-value]
+
+
+# -- run, sweep -----------------------------------------------------------------------------------------
+
+def trainer_options(options: Mapping[str, Any]) -> Trainer:
+    """Trainer flags given as keyword arguments (`batch_size=8`) as (flag name, value) pairs in the flags'
+    order; None and False are flags not set (as on the command line). Unknown names fail when checked."""
+    from dlaunch.jobs.request import TRAINER_FLAGS
+
+    order = {flag.attr: i for i, flag in enumerate(TRAINER_FLAGS)}
+    given = sorted((order.get(name, len(order)), name.replace("_", "-"), value) for name, value in options.items()
+                   if value is not None and value is not False)
+    return tuple((name, value) for _, name, value in given)
+
+
+def _request(site: Optional[str], trainer: Trainer, **settings: Any) -> Any:
+    from dlaunch.jobs.request import LaunchRequest
+
+    return LaunchRequest(site=site, trainer=trainer, **settings)  # type: ignore[arg-type]
+
+
+def prepare_run(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional[int] = None,
+                gpus: Optional[int] = None, partition: Optional[str] = None, time: str = "01:00:00",
+                account: Optional[str] = None, image: Optional[str] = None, output: str = "runs",
+                experiment: Optional[str] = None, run_name: Optional[str] = None, repeat: int = 1,
+                requeue: Optional[bool] = None, resume: Optional[str] = None, dry_run: bool = False,
+                allow_large: bool = False, trainer: Trainer = ()) -> List["Prepared"]:
+    """The jobs `run` makes, rendered and checked, nothing written (the command line's first step)."""
+    from dlaunch.runs import service
+
+    if repeat < 1:  # the command line's option (typer) says it so
+        raise DlaunchError("Invalid value for '--repeat': Input should be greater than or equal to 1")
+    check_limit("--repeat", repeat, "repeats", allow_large)
+    if repeat > 1 and resume is not None:
+        raise DlaunchError("--repeat: not with --resume (resume each run directory on its own)")
+    if resume is not None:
+        return [service.resume(Path(resume), dry_run=dry_run, allow_large=allow_large)]
+    request = _request(site, trainer, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time,
+                       account=account, image=image, output=output, experiment=experiment, run_name=run_name,
+                       requeue=requeue, allow_large=allow_large)
+    if repeat == 1:
+        return [service.prepare(request, dry_run=dry_run)]
+    from dlaunch.runs.repeat import repeat_requests
+
+    return [service.prepare(r, dry_run=dry_run) for r in repeat_requests(request, repeat)]
+
+
+def check_counts(flag: str, counts: Sequence[int]) -> List[int]:
+    """A sweep's node or GPU counts: positive, each once."""
+    counts = list(counts)
+    if not counts or any(isinstance(c, bool) or not isinstance(c, int) for c in counts) or min(counts) < 1:
+        raise DlaunchError("%s: give positive counts, e.g. 1,2,4" % flag)
+    if len(set(counts)) != len(counts):
+        raise DlaunchError("%s: %s lists a count twice" % (flag, ",".join(map(str, counts))))
+    return counts
+
+
+def prepare_sweep(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional[Sequence[int]] = None,
+                  gpus: Optional[Sequence[int]] = None, partition: Optional[str] = None, time: str = "01:00:00",
+                  account: Optional[str] = None, image: Optional[str] = None, output: str = "runs",
+                  experiment: Optional[str] = None, requeue: Optional[bool] = None, dry_run: bool = False,
+                  allow_large: bool = False, trainer: Trainer = ()) -> List["Prepared"]:
+    """The jobs `sweep` makes, rendered and checked, nothing written (the command line's first step)."""
+    from dlaunch.runs import service
+    from dlaunch.runs.rundir import default_run_name
+
+    if (nodes is None) == (gpus is None):
+        raise DlaunchError("--nodes/--gpus: give exactly one list of counts")
+    key, flag, counts = ("nodes", "--nodes", nodes) if nodes is not None else ("gpus", "--gpus", gpus)
+    experiment = experiment or "sweep-%s-%s" % (framework, default_run_name())
+    return [service.prepare(_request(site, trainer, framework=framework, partition=partition, time=time, account=account,
+                                     image=image, output=output, experiment=experiment, requeue=requeue,
+                                     run_name="%s%04d" % (key[0], count), allow_large=allow_large, **{key: count}),
+                            dry_run=dry_run)
+            for count in check_counts(flag, counts or [])]
+
+
+def _job(prepared: "Prepared", run: "Optional[RunDir]" = None, code: Optional[int] = None) -> Job:
+    plan = prepared.plan
+    return Job(run_dir=plan.run_dir, site=plan.site, scheduler=plan.scheduler, experiment=prepared.request.experiment or "",
+               run_name=Path(plan.run_dir).name, script=prepared.script, job_id=run.job_id if run else None,
+               warnings=list(prepared.warnings), notes=list(prepared.notes), submitted=run is not None,
+               exit_code=code if run is not None and prepared.foreground else None)
+
+
+def rendered(jobs: Sequence["Prepared"]) -> List[Job]:
+    """Prepared jobs as `Job`s (a dry run: nothing written or submitted)."""
+    return [_job(p) for p in jobs]
+
+
+def submit(jobs: Sequence["Prepared"], say: Callable[[str], None] = lambda line: None, show_progress: bool = False) -> List[Job]:
+    """Submit prepared jobs under the run service's one rule (dlaunch/runs/service.py; a refusal raises
+    SchedulerError, exit code 1); `say` hears about each. A foreground job runs here to its end, its progress
+    shown on stdout only with `show_progress` (the command line's live view)."""
+    from dlaunch.runs import service
+
+    with contextlib.ExitStack() as stack:
+        if not show_progress:  # the run service shows a foreground job's progress on stdout
+            stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
+        submitted = service.submit_all(jobs, say)
+    return [_job(p, run, code) for p, run, code in zip(jobs, submitted.runs, submitted.codes)]
+
+
+@_api
+def run(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional[int] = None, gpus: Optional[int] = None,
+        partition: Optional[str] = None, time: str = "01:00:00", account: Optional[str] = None,
+        image: Optional[str] = None, output: str = "runs", experiment: Optional[str] = None,
+        run_name: Optional[str] = None, repeat: int = 1, requeue: Optional[bool] = None, resume: Optional[str] = None,
+        dry_run: bool = False, allow_large: bool = False, **trainer: Any) -> List[Job]:
+    """Render a job for a site and submit it, or run it here to its end (`site="local"`); with `dry_run`
+    render it only. `repeat` N: N runs of the request (RUN_NAME-r1..-rN); `resume`: a run directory again
+    from its checkpoint (every other option from its plan.json). Trainer flags as keyword arguments."""
+    jobs = prepare_run(site, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time,
+                       account=account, image=image, output=output, experiment=experiment, run_name=run_name,
+                       repeat=repeat, requeue=requeue, resume=resume, dry_run=dry_run, allow_large=allow_large,
+                       trainer=trainer_options(trainer))
+    return rendered(jobs) if dry_run else submit(jobs)
+
+
+@_api
+def sweep(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional[Sequence[int]] = None,
+          gpus: Optional[Sequence[int]] = None, partition: Optional[str] = None, time: str = "01:00:00",
+          account: Optional[str] = None, image: Optional[str] = None, output: str = "runs",
+          experiment: Optional[str] = None, requeue: Optional[bool] = None, dry_run: bool = False,
+          allow_large: bool = False, **trainer: Any) -> List[Job]:
+    """One job per node count (`nodes=[1, 2, 4]`) or GPU count (`gpus=...`), grouped as one experiment
+    (runs n0001, n0002, ... or g0001, ...)."""
+    jobs = prepare_sweep(site, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time,
+                         account=account, image=image, output=output, experiment=experiment, requeue=requeue,
+                         dry_run=dry_run, allow_large=allow_large, trainer=trainer_options(trainer))
+    return rendered(jobs) if dry_run else submit(jobs)
+
+
+# -- status, watch, cancel, logs -----------------------------------------------------------------------
+
+def record_ended(runs: Iterable["RunDir"]) -> None:
+    """Rows for the runs that ended into the results database; one that cannot be written is a DlaunchWarning."""
+    from dlaunch.results.store import record
+
+    warning = record([run.metrics_path for run in runs]).warning
+    if warning:
+        warnings.warn(warning, DlaunchWarning, stacklevel=3)
+
+
+def _run_status(snapshot: "Snapshot") -> RunStatus:
+    from dlaunch.runs import service
+    from dlaunch.runs.failures import scheduler_label
+
+    p = snapshot.progress
+    return RunStatus(name=snapshot.name, path=str(snapshot.run.path), site=snapshot.site, job=snapshot.job,
+                     scheduler=snapshot.scheduler, state=scheduler_label(snapshot.state, snapshot.meaning, p.status),
+                     status=p.status, queue=snapshot.queue, gpus=snapshot.gpus, epochs_done=p.epochs_done,
+                     epochs_total=p.epochs_total, images_per_s=p.images_per_s,
+                     last_epoch_images_per_s=p.last_epoch_images_per_s, ended=snapshot.ended, ok=snapshot.ok,
+                     why_failed=service.why_failed(snapshot) if snapshot.failed else None, flags=list(snapshot.flags),
+                     network=list(snapshot.network), figures=service.run_figures(snapshot))
+
+
+def statuses(found: Sequence["RunDir"]) -> List[RunStatus]:
+    """Each run's status, in the order given; a run whose files cannot be read has only `rejected`. The runs
+    that ended are recorded in the results database."""
+    from dlaunch.runs import service
+
+    by_path, ok = {}, []
+    for run in found:
+        try:
+            run.check()
+        except DlaunchError as e:
+            by_path[run.path] = RunStatus(display_path(run.path), str(run.path), rejected=str(e))
+        else:
+            ok.append(run)
+    by_path.update((s.run.path, _run_status(s)) for s in service.observe(ok))
+    record_ended(ok)
+    return [by_path[run.path] for run in found]
+
+
+@_api
+def status(paths: Sequence[Any] = ("runs",), *, newest_first: bool = False) -> List[RunStatus]:
+    """The runs at or below `paths` (run, experiment or study directories), in path order or `newest_first`
+    (by their last submission, as `dlaunch runs`): scheduler state, metrics status, figures, why one failed."""
+    from dlaunch.runs.rundir import find_runs, newest_first as by_submission
+
+    paths = list(paths)
+    found = find_runs([Path(p) for p in paths])
+    if not found:
+        raise DlaunchError("no run directories under %s" % ", ".join(escape(str(p)) for p in paths))
+    return statuses(by_submission(found) if newest_first else found)
+
+
+@_api
+def watch(paths: Sequence[Any], *, interval: float = 5.0, timeout: Optional[float] = None) -> List[RunStatus]:
+    """Look at the runs every `interval` seconds until every one has ended (or `timeout` seconds have
+    passed); their last status. `paths` as for `status`, or an experiment's name under ./runs."""
+    from dlaunch.runs.watch import resolve_targets
+
+    if not interval >= 0.1:  # as the command line's option says it
+        raise DlaunchError("Invalid value for '--interval': %s is below 0.1" % quoted(str(interval)))
+    targets = resolve_targets([Path(p) for p in paths])
+    deadline = None if timeout is None else clock.monotonic() + timeout
+    while True:
+        seen = status(targets)
+        if all(s.ended or s.rejected for s in seen) or (deadline is not None and clock.monotonic() >= deadline):
+            return seen
+        clock.sleep(interval if deadline is None else max(0.0, min(interval, deadline - clock.monotonic())))
+
+
+@_api
+def cancel(run_dir: Any) -> str:
+    """Cancel a run's job; what was done, as a line (a run that has ended is left as it is)."""
+    from dlaunch.runs import service
+    from dlaunch.runs.rundir import RunDir
+
+    return service.cancel(RunDir.open(Path(run_dir)))
+
+
+@_api
+def logs(run_dir: Any) -> Logs:
+    """A run's log files, oldest first, or why it has none."""
+    from dlaunch.runs import service
+    from dlaunch.runs.rundir import RunDir
+
+    found = service.logs(RunDir.open(Path(run_dir)))
+    return Logs([str(p) for p in found.files], found.missing, found.failed)
+
+
+# -- report, results ------------------------------------------------------------------------------------
+
+def _spread(s: Any) -> Optional[Spread]:
+    return None if s is None else Spread(s.median, s.low, s.high, s.n, s.kind)
+
+
+def _group(g: Any) -> ReportGroup:
+    points = [ReportPoint(gpus=p.gpus, nodes=p.nodes, runs=p.runs, images_per_s=_spread(p.throughput),  # type: ignore[arg-type]
+                          speedup=_spread(p.speedups), efficiency=_spread(p.efficiencies),  # type: ignore[arg-type]
+                          predicted_efficiency=g.predictions[p.gpus].efficiency if p.gpus in g.predictions else None,
+                          shares=dataclasses.asdict(p.shares) if p.shares else None, joules_per_image=_spread(p.energy),
+                          epochs_to_target=_spread(p.epochs_to_target), time_to_target_s=_spread(p.time_to_target))
+              for p in g.points]
+    budget = [BudgetRow(row.gpus, row.measured_e_g, row.step_s, dict(row.lost)) for row in g.budget]
+    key = g.key
+    return ReportGroup(key.label, key.experiment, key.site, key.model, key.framework, key.loader, key.batch_per_worker,
+                       [r.path for r in g.runs], points, budget)
+
+
+@_api
+def report(paths: Sequence[Any], *, output: Optional[Any] = None, include_network_mismatches: bool = False,
+           include_stragglers: bool = False, straggler_threshold: Optional[float] = None,
+           site: Optional[str] = None) -> Report:
+    """What `dlaunch report` shows for the runs under `paths`: per group the scaling points (X, S_G, E_G and
+    their spreads, predicted E_G), the efficiency budget; the runs set apart (diverged, stragglers, off
+    their network); with `output`, report.md, report.html and the plots written there (`files`)."""
+    from dlaunch.analysis.report import PAGE, report_data, write_report
+    from dlaunch.analysis.scaling import load_runs
+    from dlaunch.analysis.stragglers import check_threshold
+    from dlaunch.boundary import output_folder
+
+    if straggler_threshold is not None:
+        try:
+            check_threshold(straggler_threshold)
+        except ValueError as e:
+            raise DlaunchError("Invalid value for '--straggler-threshold': %s" % e) from None
+    if output is not None:
+        output_folder("--output", Path(output))
+    given = [Path(p) for p in paths]
+    loaded = load_runs(str(p) for p in given)
+    data = report_data(loaded, given, site, include_network_mismatches, include_stragglers, straggler_threshold)
+    apart = data.apart
+    set_apart = [SetApartRun(r.path, r.key.label, r.world_size, "diverged", [r.reason or ""]) for r in data.diverged]
+    set_apart += [SetApartRun(r.path, r.key.label, r.world_size, "straggler", [f.message for f in apart.flags[r.path]],
+                              apart.flagged_included) for r in apart.flagged]
+    set_apart += [SetApartRun(r.path, r.key.label, r.world_size, "network", list(apart.problems[r.path]), apart.off_included)
+                  for r in apart.off]
+    notes = data.notes + apart.notes()
+    files: List[str] = []
+    if output is not None:
+        folder = Path(output)
+        write_report(folder, data.results, data.profiles, loaded.rejected, notes, data.diverged, data.recorded, data.rcp,
+                     apart, [str(p) for p in given])
+        files = sorted(str(folder / name) for name in os.listdir(folder) if name in ("report.md", PAGE) or name.endswith(".png"))
+    rcp = [RcpRow(v.label, v.global_batch, v.runs, v.reached, v.epochs, v.rcp.name if v.rcp else None, v.verdict)
+           for v in data.rcp]
+    return Report([_group(g) for g in data.results], set_apart, rcp, notes, list(loaded.rejected), files)
+
+
+def results_db(db: Optional[Any] = None) -> "ResultsDB":
+    """The results database `db` (default: $DLAUNCH_RESULTS_DB, else runs/results.sqlite); DlaunchError when there is none."""
+    from dlaunch.results.store import ResultsDB, db_path
+
+    path = db_path(Path(db) if db is not None else None)
+    if not path.is_file():
+        raise DlaunchError("%s: no results database (runs are recorded when they end; `dlaunch results rebuild` "
+                           "reads run directories)" % path)
+    return ResultsDB(path)
+
+
+@_api
+def results(where: Sequence[str] = (), *, db: Optional[Any] = None) -> List[ResultRow]:
+    """The runs in the results database, oldest first, that match every selector of `where` (e.g.
+    'site=juwels,gpus=8', 'date=2026-10'), with S_G, E_G, history and MLPerf RCP verdicts. A selector that
+    matches nothing is a DlaunchWarning."""
+    from dlaunch.analysis.convergence import load_rcps, run_rcp_verdict
+    from dlaunch.results.compare import select, unmatched, with_history, with_scaling
+
+    with results_db(db) as store:
+        everything = with_scaling(store.rows())
+    for note in unmatched(everything, list(where)):
+        warnings.warn("-w %s" % escape(note), DlaunchNote, stacklevel=3)
+    rcps = load_rcps()
+    names = [f.name for f in dataclasses.fields(ResultRow) if f.name != "rcp"]
+    return [ResultRow(**{k: row[k] for k in names}, rcp=None if row["epochs_to_mlperf_target"] is None else
+                      run_rcp_verdict(row["global_batch"], row["epochs_to_mlperf_target"], rcps))
+            for row in with_history(select(everything, list(where)), everything)]
+
+
+# -- sites, images, doctor, predict ---------------------------------------------------------------------
+
+@_api
+def sites() -> List[SiteInfo]:
+    """The site profiles found (dlaunch/jobs/sites.py's folders), by name; an unreadable one says why."""
+    from dlaunch.jobs.sites import available_sites, load_site
+
+    found = []
+    for name, path in available_sites().items():
+        try:
+            site = load_site(path)
+        except DlaunchError as e:
+            found.append(SiteInfo(name, str(path), unreadable=str(e)))
+            continue
+        found.append(SiteInfo(site.name, str(path), list(site.aliases), site.scheduler.kind, site.gpus_per_node,
+                              site.container.kind, site.description))
+    return found
+
+
+@_api
+def images(site: Optional[str] = None) -> List[ImageInfo]:
+    """The container images per stack, framework image and architecture (those `site` uses, when given),
+    the sites using each, whether it is built and its pins (a built image's labels, else the lock's)."""
+    from dlaunch.jobs import images as lock_images
+    from dlaunch.jobs.imagepaths import default_image, image_reference, stack_of
+    from dlaunch.jobs.sites import resolve_site
+    from dlaunch.train.framework_table import image_groups
+
+    lock = lock_images.load_lock()
+    if site is None:
+        users = lock_images.site_stacks()
+        shown = [(name, arch) for name, stack in lock.stacks.items() for arch in stack.architectures]
+    else:
+        chosen = resolve_site(site)
+        stack_name = stack_of(chosen)
+        if stack_name is None:
+            raise DlaunchError("--site: site %s runs without a container" % chosen.name)
+        users = {chosen.name: (stack_name, chosen.arch)}
+        shown = [(stack_name, chosen.arch)]
+    binary = lock_images.container_binary()
+    found = []
+    for stack_name, arch in shown:
+        using = [name for name, used in users.items() if used == (stack_name, arch)]
+        stack = lock.stacks.get(stack_name)
+        for group in stack.image_groups() if stack else image_groups():
+            sif = default_image(group, stack_name, arch)
+            rootfs = Path(image_reference(group, stack_name, arch, "dir"))
+            pins, source = lock_images.pins_of(sif, rootfs, stack, group, binary)
+            built = [kind for kind, there in (("sif", sif.is_file()), ("root fs", rootfs.is_dir())) if there]
+            found.append(ImageInfo(sif.stem, str(sif), using, built, source, dict(pins)))
+    return found
+
+
+@_api
+def render_images() -> List[str]:
+    """Write containers/<stack>/<image>.def anew from the lock (containers/versions.toml); the files written."""
+    from dlaunch.atomic import write_atomic
+    from dlaunch.jobs.images import load_lock, render_all
+
+    written = []
+    for path, text in render_all(load_lock()).items():
+        write_atomic(path, text)
+        written.append(str(path))
+    return written
+
+
+@_api
+def doctor(site: str, *, partition: Optional[str] = None, account: Optional[str] = None, image: Optional[str] = None,
+           framework: str = "ddp") -> Doctor:
+    """Check a site before submitting (dlaunch/doctor.py): on a login node the scheduler, account, MPI,
+    modules, runtime and image; inside an allocation also the node's architecture, rendezvous, interfaces,
+    GPUs, driver and one all-reduce across the nodes. Failed checks are results, not errors."""
+    import socket
+
+    from dlaunch.doctor import examine
+
+    profile, node, done = examine(site, partition, account, image, framework)
+    return Doctor(profile.name, socket.gethostname(), node.on_node, [Check(c.name, c.result, c.found, c.fix) for c in done])
+
+
+@_api
+def predict(site: str, *, gpus: Optional[Sequence[int]] = None, model: Optional[str] = None,
+            compute_ms: Optional[float] = None, data_ms: Optional[float] = None, batch: Optional[int] = None,
+            framework: str = "ddp", zero_stage: Optional[int] = None, precision: Optional[str] = None,
+            from_run: Optional[Any] = None, storage_images_per_s: Optional[float] = None,
+            epoch_overhead: Optional[float] = None, epoch_images: Optional[int] = None) -> Prediction:
+    """The performance model on a site's nominal network (its [network] section): step time, images/s, S_G,
+    E_G and NCCL kernel share per GPU count, as `dlaunch predict` without --calibrated and --from-runs
+    (which only the command line offers so far)."""
+    from dlaunch.analysis import perfmodel as pm
+    from dlaunch.jobs.sites import resolve_site
+
+    if framework not in pm.gradient_exchanges():
+        raise DlaunchError("--framework %s: the performance model knows how the gradients of %s travel, not of this one "
+                           "(its row in dlaunch/train/framework_table.py has no gradient_exchange)"
+                           % (framework, ", ".join(pm.gradient_exchanges())))
+    profile = resolve_site(site)
+    counts = (pm.parse_gpu_counts(",".join(map(str, gpus)), profile) if gpus is not None else
+              [g for g in pm.DEFAULT_GPU_COUNTS if g <= pm.site_max_gpus(profile)] or [1])
+    if storage_images_per_s is not None and not storage_images_per_s > 0:
+        raise DlaunchError("--storage-images-per-s: must be positive (got %r)" % storage_images_per_s)
+    if epoch_overhead is not None and not epoch_overhead >= 0:
+        raise DlaunchError("--epoch-overhead: must not be negative (got %r)" % epoch_overhead)
+    epoch_images = pm.IMAGENET_TRAIN_IMAGES if epoch_images is None else epoch_images
+    if epoch_images < 1:
+        raise DlaunchError("--epoch-images: must be >= 1 (got %d)" % epoch_images)
+    if precision is not None and (compute_ms is not None or from_run is not None):
+        raise DlaunchError("--precision: chooses the published compute time; a measured one (--compute-ms, --from-run, "
+                           "--from-runs) has its own precision")
+    machine = pm.interconnect_of_site(profile)
+    if machine is None:
+        raise DlaunchError("--site: site %s has no [network] section (latency_us, bandwidth_gbps_per_node); "
+                           "add one or calibrate with --from-runs" % profile.name)
+    model_name, workload, source = pm.workload_from_options(model, compute_ms, data_ms, batch,
+                                                            None if from_run is None else Path(from_run), profile,
+                                                            precision or "tf32")
+    workload = dataclasses.replace(workload, framework=framework, zero_stage=(zero_stage or 0)
+                                   if pm.gradient_exchanges()[framework] == "deepspeed-zero" else 0)
+    if storage_images_per_s is None and profile.storage is not None:
+        storage_images_per_s = profile.storage.loader_images_per_s
+    machine = dataclasses.replace(machine, storage_images_per_s=storage_images_per_s)
+    overhead = pm.FixedOverhead(epoch_overhead, "--epoch-overhead") if epoch_overhead is not None else None
+    rows = [PredictionRow(**{f.name: getattr(p, f.name) for f in dataclasses.fields(PredictionRow)})
+            for p in pm.predict(workload, machine, counts, overhead, epoch_images)]
+    return Prediction(profile.name, model_name, framework, workload.batch, source,
+                      "nominal (site profile), no timing noise", rows)
