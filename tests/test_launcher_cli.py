@@ -20,7 +20,7 @@ from dlaunch.train.metrics_schema import make_record
 JUWELS = ["--site", "juwels", "--nodes", "2", "--account", "proj42", "--experiment", "exp"]
 FAKE_SLURM = {
     "sbatch": 'printf "%s\\0" "$@" > "$FAKE_LOG/sbatch.args"; echo "${SLURM_CONF:-none}" > "$FAKE_LOG/slurm_conf"; echo "4711;cluster"\n',
-    "squeue": 'echo RUNNING\n',
+    "squeue": 'for job in ${3//,/ }; do echo "$job|RUNNING|None|N/A|booster"; done\n',  # -h -j IDS -o %i|%T|%r|%S|%P
     "scancel": 'printf "%s\\0" "$@" > "$FAKE_LOG/scancel.args"\n',
 }
 
