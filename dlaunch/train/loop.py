@@ -26,6 +26,11 @@ epoch end, and all stop with status `diverged` without checkpointing the non-fin
 The MLPerf-format log (`mlperf.log` beside the metrics file, dlaunch/train/mllog.py) is written at the same
 moments by rank 0: init and run start, blocks, epochs, evaluations, run stop.
 
+The workload options (dlaunch/train/workload.py) change how a step runs, not what it computes: --compile (the
+first step compiles; its wall time is the epoch record's `compile_s`), --cuda-graphs (the step captured at the last
+warm-up step and replayed; its parts are not timed), --optimizer-impl, --host-syncs minimal (the losses are read at
+the stop checks).
+
 Warm-up and profiled steps (`--warmup-steps`, then `--profile-steps` timed without overlap, then
 `--kernel-profile-steps` under torch.profiler) are counted from the start of this process, so a resumed
 run warms up again before it measures; none of them count for throughput. A kernel profile may run to
@@ -243,7 +248,7 @@ class Trainer:
         return "ok"
 
     def train_epoch(self, epoch: int, skip: int, progress: EpochProgress) -> Optional[str]:
-        cfg, fw = self.cfg, self.fw
+        cfg = self.cfg
         overhead, self.next_overhead = self.next_overhead, EpochOverhead()
         loader = self.loaders.train
         with overhead.timed("loader_start_s"):
@@ -275,25 +280,12 @@ class Trainer:
                     window_start = self.synced_time()
             if self.session_steps == 0 and cfg.compile != "off":
                 self.first_step.start()
-            checked = measured and self.session_steps == kernel_end and cfg.host_syncs == "minimal"
             requested = time.perf_counter()
-            with host_syncs_seen(checked and self.device.type == "cuda") as syncs:
-                self.timer.begin(timed=measured and self.captured is None)  # a replay's parts are not timed
-                images, labels = next(batches)
-                if profiled:
-                    self.synchronize()
-                waited = time.perf_counter() - requested
-                self.timer.mark("batch")
-                self.lr.set(fw.param_groups, self.schedule(self.global_step))
-                if self.captured is not None:
-                    self.captured(self.session_steps, images, labels)
-                elif profiled:
-                    loss = self.profiler.step(lambda: self.forward_backward(images, labels), requested, waited)
-                    self.losses.add(loss.detach())
-                else:
-                    self.train_step(images, labels)
-            if checked and self.device.type == "cuda":
-                self.step_host_syncs = syncs
+            if measured and self.session_steps == kernel_end and cfg.host_syncs == "minimal" and self.device.type == "cuda":
+                with host_syncs_seen() as self.step_host_syncs:  # the first measured step, under sync debug mode
+                    waited = self.step(batches, requested, measured, profiled)
+            else:
+                waited = self.step(batches, requested, measured, profiled)
             if self.session_steps == 0 and cfg.compile != "off":
                 self.first_step.stop()
             data_wait += waited
@@ -339,6 +331,25 @@ class Trainer:
             return status
         self.finish_epoch(epoch, progress, overhead, step_means, health, self.workload_fields(recompiled))
         return None
+
+    def step(self, batches: Any, requested: float, measured: bool, profiled: bool) -> float:
+        """One step from asking `batches` for its batch (at `requested`): the train step, its CUDA graph's replay or a
+        profiled step; returns the seconds waited for the batch."""
+        self.timer.begin(timed=measured and self.captured is None)  # a replay's parts are not timed
+        images, labels = next(batches)
+        if profiled:
+            self.synchronize()
+        waited = time.perf_counter() - requested
+        self.timer.mark("batch")
+        self.lr.set(self.fw.param_groups, self.schedule(self.global_step))
+        if self.captured is not None:
+            self.captured(self.session_steps, images, labels)
+        elif profiled:
+            loss = self.profiler.step(lambda: self.forward_backward(images, labels), requested, waited)
+            self.losses.add(loss.detach())
+        else:
+            self.train_step(images, labels)
+        return waited
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """One step (all that a CUDA graph captures): forward, backward, gradients ready, the update, the loss's

@@ -231,13 +231,10 @@ def loss_keeper(cfg: TrainConfig, device: torch.device) -> Any:
 
 
 @contextlib.contextmanager
-def host_syncs_seen(check: bool) -> Iterator[List[str]]:
-    """Inside the block (when `check`: a CUDA device), torch's sync debug mode warns at each call that synchronises
-    the host with the device; yields the list that receives "file:line: message" of each, filled when the block ends."""
+def host_syncs_seen() -> Iterator[List[str]]:
+    """Inside the block (on a CUDA device), torch's sync debug mode warns at each call that synchronises the host with
+    the device; yields the list that receives "file:line: message" of each, filled when the block ends."""
     seen: List[str] = []
-    if not check:
-        yield seen
-        return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
