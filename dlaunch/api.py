@@ -11,7 +11,6 @@ JSON-serialisable objects. The command line (dlaunch/cli.py) parses, calls these
 
 Start-up matters (the command line imports this module): each function imports its parts when called.
 """
-import contextlib
 import dataclasses
 import functools
 import os
@@ -20,9 +19,10 @@ import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Type, TypeVar
 
-from dlaunch.boundary import check_limit, display_path, escape, quoted
+from dlaunch import launch
+from dlaunch.boundary import display_path, escape, quoted
 from dlaunch.errors import DlaunchError, DlaunchNote, DlaunchWarning
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ __all__ = ["BudgetRow", "Check", "Doctor", "ImageInfo", "Job", "Logs", "Predicti
            "sweep", "watch"]
 
 R = TypeVar("R", bound="Record")
-Trainer = Tuple[Tuple[str, Any], ...]  # (trainer flag name, value): the flags set, as LaunchRequest holds them
 
 
 # -- the objects ----------------------------------------------------------------------------------------
@@ -407,79 +406,6 @@ def _api(function: F) -> F:
 
 # -- run, sweep -----------------------------------------------------------------------------------------
 
-def trainer_options(options: Mapping[str, Any]) -> Trainer:
-    """Trainer flags given as keyword arguments (`batch_size=8`) as (flag name, value) pairs in the flags'
-    order; None and False are flags not set (as on the command line). Unknown names fail when checked."""
-    from dlaunch.jobs.request import TRAINER_FLAGS
-
-    order = {flag.attr: i for i, flag in enumerate(TRAINER_FLAGS)}
-    given = sorted((order.get(name, len(order)), name.replace("_", "-"), value) for name, value in options.items()
-                   if value is not None and value is not False)
-    return tuple((name, value) for _, name, value in given)
-
-
-def _request(site: Optional[str], trainer: Trainer, **settings: Any) -> Any:
-    from dlaunch.jobs.request import LaunchRequest
-
-    return LaunchRequest(site=site, trainer=trainer, **settings)  # type: ignore[arg-type]
-
-
-def prepare_run(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional[int] = None,
-                gpus: Optional[int] = None, partition: Optional[str] = None, time: str = "01:00:00",
-                account: Optional[str] = None, image: Optional[str] = None, output: str = "runs",
-                experiment: Optional[str] = None, run_name: Optional[str] = None, repeat: int = 1,
-                requeue: Optional[bool] = None, resume: Optional[str] = None, dry_run: bool = False,
-                allow_large: bool = False, trainer: Trainer = ()) -> List["Prepared"]:
-    """The jobs `run` makes, rendered and checked, nothing written (the command line's first step)."""
-    from dlaunch.runs import service
-
-    if repeat < 1:  # the command line's option (typer) says it so
-        raise DlaunchError("Invalid value for '--repeat': Input should be greater than or equal to 1")
-    check_limit("--repeat", repeat, "repeats", allow_large)
-    if repeat > 1 and resume is not None:
-        raise DlaunchError("--repeat: not with --resume (resume each run directory on its own)")
-    if resume is not None:
-        return [service.resume(Path(resume), dry_run=dry_run, allow_large=allow_large)]
-    request = _request(site, trainer, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time,
-                       account=account, image=image, output=output, experiment=experiment, run_name=run_name,
-                       requeue=requeue, allow_large=allow_large)
-    if repeat == 1:
-        return [service.prepare(request, dry_run=dry_run)]
-    from dlaunch.runs.repeat import repeat_requests
-
-    return [service.prepare(r, dry_run=dry_run) for r in repeat_requests(request, repeat)]
-
-
-def check_counts(flag: str, counts: Sequence[int]) -> List[int]:
-    """A sweep's node or GPU counts: positive, each once."""
-    counts = list(counts)
-    if not counts or any(isinstance(c, bool) or not isinstance(c, int) for c in counts) or min(counts) < 1:
-        raise DlaunchError("%s: give positive counts, e.g. 1,2,4" % flag)
-    if len(set(counts)) != len(counts):
-        raise DlaunchError("%s: %s lists a count twice" % (flag, ",".join(map(str, counts))))
-    return counts
-
-
-def prepare_sweep(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional[Sequence[int]] = None,
-                  gpus: Optional[Sequence[int]] = None, partition: Optional[str] = None, time: str = "01:00:00",
-                  account: Optional[str] = None, image: Optional[str] = None, output: str = "runs",
-                  experiment: Optional[str] = None, requeue: Optional[bool] = None, dry_run: bool = False,
-                  allow_large: bool = False, trainer: Trainer = ()) -> List["Prepared"]:
-    """The jobs `sweep` makes, rendered and checked, nothing written (the command line's first step)."""
-    from dlaunch.runs import service
-    from dlaunch.runs.rundir import default_run_name
-
-    if (nodes is None) == (gpus is None):
-        raise DlaunchError("--nodes/--gpus: give exactly one list of counts")
-    key, flag, counts = ("nodes", "--nodes", nodes) if nodes is not None else ("gpus", "--gpus", gpus)
-    experiment = experiment or "sweep-%s-%s" % (framework, default_run_name())
-    return [service.prepare(_request(site, trainer, framework=framework, partition=partition, time=time, account=account,
-                                     image=image, output=output, experiment=experiment, requeue=requeue,
-                                     run_name="%s%04d" % (key[0], count), allow_large=allow_large, **{key: count}),
-                            dry_run=dry_run)
-            for count in check_counts(flag, counts or [])]
-
-
 def _job(prepared: "Prepared", run: "Optional[RunDir]" = None, code: Optional[int] = None) -> Job:
     plan = prepared.plan
     return Job(run_dir=plan.run_dir, site=plan.site, scheduler=plan.scheduler, experiment=prepared.request.experiment or "",
@@ -488,21 +414,12 @@ def _job(prepared: "Prepared", run: "Optional[RunDir]" = None, code: Optional[in
                exit_code=code if run is not None and prepared.foreground else None)
 
 
-def rendered(jobs: Sequence["Prepared"]) -> List[Job]:
-    """Prepared jobs as `Job`s (a dry run: nothing written or submitted)."""
-    return [_job(p) for p in jobs]
-
-
-def submit(jobs: Sequence["Prepared"], say: Callable[[str], None] = lambda line: None, show_progress: bool = False) -> List[Job]:
-    """Submit prepared jobs under the run service's one rule (dlaunch/runs/service.py; a refusal raises
-    SchedulerError, exit code 1); `say` hears about each. A foreground job runs here to its end, its progress
-    shown on stdout only with `show_progress` (the command line's live view)."""
-    from dlaunch.runs import service
-
-    with contextlib.ExitStack() as stack:
-        if not show_progress:  # the run service shows a foreground job's progress on stdout
-            stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
-        submitted = service.submit_all(jobs, say)
+def _delivered(jobs: Sequence["Prepared"], dry_run: bool) -> List[Job]:
+    """Prepared jobs as `Job`s: rendered only (a dry run), or submitted (a foreground one run here to its end,
+    without showing its progress)."""
+    if dry_run:
+        return [_job(p) for p in jobs]
+    submitted = launch.submit(jobs)
     return [_job(p, run, code) for p, run, code in zip(jobs, submitted.runs, submitted.codes)]
 
 
@@ -515,11 +432,11 @@ def run(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional[i
     """Render a job for a site and submit it, or run it here to its end (`site="local"`); with `dry_run`
     render it only. `repeat` N: N runs of the request (RUN_NAME-r1..-rN); `resume`: a run directory again
     from its checkpoint (every other option from its plan.json). Trainer flags as keyword arguments."""
-    jobs = prepare_run(site, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time,
+    jobs = launch.prepare_run(site, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time,
                        account=account, image=image, output=output, experiment=experiment, run_name=run_name,
                        repeat=repeat, requeue=requeue, resume=resume, dry_run=dry_run, allow_large=allow_large,
-                       trainer=trainer_options(trainer))
-    return rendered(jobs) if dry_run else submit(jobs)
+                       trainer=launch.trainer_options(trainer))
+    return _delivered(jobs, dry_run)
 
 
 @_api
@@ -530,10 +447,10 @@ def sweep(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional
           allow_large: bool = False, **trainer: Any) -> List[Job]:
     """One job per node count (`nodes=[1, 2, 4]`) or GPU count (`gpus=...`), grouped as one experiment
     (runs n0001, n0002, ... or g0001, ...)."""
-    jobs = prepare_sweep(site, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time,
+    jobs = launch.prepare_sweep(site, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time,
                          account=account, image=image, output=output, experiment=experiment, requeue=requeue,
-                         dry_run=dry_run, allow_large=allow_large, trainer=trainer_options(trainer))
-    return rendered(jobs) if dry_run else submit(jobs)
+                         dry_run=dry_run, allow_large=allow_large, trainer=launch.trainer_options(trainer))
+    return _delivered(jobs, dry_run)
 
 
 # -- status, watch, cancel, logs -----------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The `dlaunch` command line: it parses, calls the Python API (dlaunch/api.py) and prints; `--json` prints
-the API's objects (`to_dict()`) instead of a table. `dlaunch <run options>` without a sub-command is `dlaunch run`.
+"""The `dlaunch` command line: it parses, calls the Python API (dlaunch/api.py; `run` and `sweep` its two
+steps, dlaunch/launch.py) and prints; `--json` prints the API's objects (`to_dict()`) instead of a table. `dlaunch <run options>` without a sub-command is `dlaunch run`.
 
 Start-up matters on login nodes (every command, every TAB): this module imports only what every
 command needs; each command imports its own heavy parts (site profiles and pydantic, rich tables,
@@ -21,7 +21,7 @@ from typer.models import CommandInfo
 
 from dlaunch.boundary import escape, finite_number
 from dlaunch.errors import DlaunchError, DlaunchWarning
-from dlaunch.runs.rundir import RunDir, display_path, find_runs, newest_first
+from dlaunch.runs.rundir import display_path, find_runs, newest_first
 from dlaunch.terminal import (Account, AllowLarge, DlaunchCommand, DryRun, Experiment, Follow, Framework, Image, Output,
                                Partition, PlainGroup, Requeue, RunDirArg, RunDirs, Site_, TimeLimit, command_group,
                                complete_run_dir, complete_site, err, out, record_results, show_status,
@@ -131,7 +131,7 @@ def print_json(objects: "Sequence[Record] | Record") -> None:
 def _deliver(jobs: Sequence["Prepared"], dry_run: bool, follow: bool, summary: str = "") -> int:
     """Print the scripts (--dry-run; notes on stderr), or submit the jobs (the run service's one rule),
     show the runs that ran in the foreground, and follow the others (--follow)."""
-    from dlaunch import api
+    from dlaunch import launch
 
     for line in dict.fromkeys(warning for job in jobs for warning in job.warnings):
         err.print("dlaunch: warning: %s" % line)
@@ -143,14 +143,13 @@ def _deliver(jobs: Sequence["Prepared"], dry_run: bool, follow: bool, summary: s
         if summary:
             err.print("dlaunch: %s" % summary, highlight=False)
         return 0
-    submitted = api.submit(jobs, err.print, show_progress=True)
-    foreground = [job for job in submitted if job.exit_code is not None]
+    submitted = launch.submit(jobs, err.print, show_progress=True)
+    foreground = [run for job, run in zip(jobs, submitted.runs) if job.foreground]
     if foreground:
-        show_status([RunDir(Path(job.run_dir)) for job in foreground])
-    exit_code = next((job.exit_code for job in foreground if job.exit_code), 0)
-    if follow and len(foreground) < len(submitted):
-        return watch_runs([Path(job.run_dir) for job in submitted]) or exit_code
-    return exit_code
+        show_status(foreground)
+    if follow and len(foreground) < len(submitted.runs):
+        return watch_runs([run.path for run in submitted.runs]) or submitted.exit_code
+    return submitted.exit_code
 
 
 @app.command()
@@ -166,9 +165,9 @@ def run(site: Site_ = None, framework: Framework = "ddp",
         repeat: Annotated[int, typer.Option(min=1, help="N runs of this request in one experiment (RUN_NAME-r1..-rN): `dlaunch report` gives their median and spread")] = 1,
         allow_large: AllowLarge = False, trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
     """Render a job for a site and submit it (or run it here with --site local)."""
-    from dlaunch import api
+    from dlaunch import launch
 
-    jobs = api.prepare_run(site, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time_limit,
+    jobs = launch.prepare_run(site, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time_limit,
                            account=account, image=image, output=output, experiment=experiment, run_name=run_name,
                            repeat=repeat, requeue=requeue, resume=None if resume is None else str(resume),
                            dry_run=dry_run, allow_large=allow_large, trainer=trainer)
@@ -195,9 +194,9 @@ def sweep(site: Site_ = None, framework: Framework = "ddp",
           requeue: Requeue = None, dry_run: DryRun = False, follow: Follow = False, allow_large: AllowLarge = False,
           trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
     """One job per node (or GPU) count, grouped as one experiment."""
-    from dlaunch import api
+    from dlaunch import launch
 
-    jobs = api.prepare_sweep(site, framework=framework, nodes=_counts("--nodes", nodes), gpus=_counts("--gpus", gpus),
+    jobs = launch.prepare_sweep(site, framework=framework, nodes=_counts("--nodes", nodes), gpus=_counts("--gpus", gpus),
                              partition=partition, time=time_limit, account=account, image=image, output=output,
                              experiment=experiment, requeue=requeue, dry_run=dry_run, allow_large=allow_large,
                              trainer=trainer)

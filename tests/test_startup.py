@@ -34,11 +34,16 @@ def dlaunch(*argv: str) -> str:
     return "from dlaunch.cli import main\nmain(%r)\n" % (list(argv),)
 
 
+# The Python API's types (dlaunch/api.py): `run` goes through its two steps (dlaunch/launch.py) without them.
+API = ("dlaunch.api",)
+
+
 @pytest.mark.parametrize("argv, absent", [
-    (["--help"], HEAVY + MODELS + ("pydantic",)),  # typer converts given values with pydantic, --help has none
-    (["run", "--site", "juwels", "--account", "p", "--dry-run"], HEAVY + ("dlaunch.jobs.images", "rich.table")),
-    (["runs"], HEAVY + MODELS),
-    (["watch", "--once", "runs"], HEAVY + MODELS),
+    (["--help"], HEAVY + MODELS + API + ("pydantic", "dlaunch.launch")),  # typer converts given values with pydantic, --help has none
+    (["run", "--site", "juwels", "--account", "p", "--dry-run"], HEAVY + API + ("dlaunch.jobs.images", "rich.table")),
+    (["sweep", "--site", "juwels", "--account", "p", "--nodes", "1,2", "--dry-run"], HEAVY + API + ("dlaunch.jobs.images",)),
+    (["runs"], HEAVY + MODELS + API),
+    (["watch", "--once", "runs"], HEAVY + MODELS + API),
     (["sites"], HEAVY + ("dlaunch.jobs.images",)),
 ])
 def test_commands_import_only_what_they_use(tmp_path, argv, absent):
