@@ -34,6 +34,7 @@ def test_import_dlaunch_loads_the_api_on_first_use_only():
     assert not {m for m in loaded_after("import dlaunch.train.config") if not m.startswith("dlaunch.train")} - {"dlaunch"}
     assert "dlaunch.api" in loaded_after("import dlaunch; dlaunch.run")
     assert {"run", "status", "Job", "DlaunchError", "api"} <= set(dir(dlaunch))
+    assert all(getattr(dlaunch, name) is not None for name in dlaunch.__all__)
     with pytest.raises(AttributeError):
         dlaunch.no_such_name
 
