@@ -165,6 +165,7 @@ def test_the_fused_sgd_follows_a_device_tensor_lr_that_is_filled_each_step_and_s
     """--cuda-graphs' LR: one tensor in every parameter group, read by the fused SGD's step (here on the CPU); filling
     it changes the next update without touching the groups, and a loaded optimizer state gets it back."""
     model = torch.nn.Linear(2, 1, bias=False)
+    torch.nn.init.zeros_(model.weight)  # updates of 0.5 and 0.25 from 0 are exact in float32
     optimizer = build_optimizer(model, dataclasses.replace(TrainConfig(), optimizer_impl="fused", momentum=0.0,
                                                            weight_decay=0.0))
     lr = LearningRate(torch.device("cpu"))

@@ -61,9 +61,18 @@ class TorchFeatures(NamedTuple):
         parameters = inspect.signature(torch.optim.SGD).parameters
         fused_sgd = getattr(torch.ops.aten, "_fused_sgd_", None) if hasattr(torch, "_fused_sgd_") else None
         return cls(torch.__version__.split("+")[0], hasattr(torch, "compile"),
-                   tuple(name for name in ("foreach", "fused") if name in parameters),
-                   hasattr(getattr(torch.optim, "_multi_tensor", None), "SGD"),
+                   tuple(name for name in ("foreach", "fused") if name in parameters), multi_tensor_sgd() is not None,
                    fused_sgd is not None and "tensor_lr" in fused_sgd.overloads())
+
+
+def multi_tensor_sgd() -> Any:
+    """torch.optim._multi_tensor.SGD, the foreach SGD of torch 1.11 (a submodule torch.optim does not import); None
+    where this torch has none."""
+    try:
+        from torch.optim._multi_tensor import SGD
+    except ImportError:
+        return None
+    return SGD
 
 
 def torch_refusal(cfg: TrainConfig, features: TorchFeatures) -> Optional[str]:
@@ -92,7 +101,7 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
         if cfg.optimizer_impl in inspect.signature(torch.optim.SGD).parameters:
             options[cfg.optimizer_impl] = True
         else:  # torch 1.11: foreach only, as its own class (torch_refusal refused fused)
-            sgd = torch.optim._multi_tensor.SGD  # type: ignore[attr-defined]
+            sgd = multi_tensor_sgd()
     try:
         return sgd(groups, lr=cfg.lr, momentum=cfg.momentum, **options)
     except RuntimeError as e:  # e.g. a torch whose fused SGD does not run on this device
@@ -100,17 +109,18 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
 
 
 def optimizer_impl(optimizer: torch.optim.Optimizer) -> str:
-    """The SGD implementation a step runs: fused, foreach or for-loop (torch's choice for `default`)."""
+    """The SGD implementation a step runs: fused, foreach or for-loop (torch's choice for `default`; "default" where
+    this torch cannot say which)."""
     group = optimizer.param_groups[0]
     if group.get("fused"):
         return "fused"
-    if group.get("foreach") or type(optimizer).__module__.endswith("_multi_tensor.sgd"):
+    if group.get("foreach"):  # torch 1.11's multi-tensor SGD has foreach=True in its defaults too
         return "foreach"
     if group.get("foreach") is None:
         try:
             from torch.optim.optimizer import _default_to_fused_or_foreach
-        except ImportError:  # torch 1.11: the for-loop SGD
-            return "for-loop"
+        except ImportError:  # before torch 2.0: 1.11's SGD has only the for-loop; 1.12's and 1.13's choice is not known here
+            return "for-loop" if "foreach" not in inspect.signature(torch.optim.SGD).parameters else "default"
         params = [p for g in optimizer.param_groups for p in g["params"]]
         return "foreach" if _default_to_fused_or_foreach(params, False, False)[1] else "for-loop"
     return "for-loop"
