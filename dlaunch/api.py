@@ -433,9 +433,9 @@ def run(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional[i
     render it only. `repeat` N: N runs of the request (RUN_NAME-r1..-rN); `resume`: a run directory again
     from its checkpoint (every other option from its plan.json). Trainer flags as keyword arguments."""
     jobs = launch.prepare_run(site, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time,
-                       account=account, image=image, output=output, experiment=experiment, run_name=run_name,
-                       repeat=repeat, requeue=requeue, resume=resume, dry_run=dry_run, allow_large=allow_large,
-                       trainer=launch.trainer_options(trainer))
+                              account=account, image=image, output=output, experiment=experiment, run_name=run_name,
+                              repeat=repeat, requeue=requeue, resume=resume, dry_run=dry_run, allow_large=allow_large,
+                              trainer=launch.trainer_options(trainer))
     return _delivered(jobs, dry_run)
 
 
@@ -448,14 +448,14 @@ def sweep(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional
     """One job per node count (`nodes=[1, 2, 4]`) or GPU count (`gpus=...`), grouped as one experiment
     (runs n0001, n0002, ... or g0001, ...)."""
     jobs = launch.prepare_sweep(site, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time,
-                         account=account, image=image, output=output, experiment=experiment, requeue=requeue,
-                         dry_run=dry_run, allow_large=allow_large, trainer=launch.trainer_options(trainer))
+                                account=account, image=image, output=output, experiment=experiment, requeue=requeue,
+                                dry_run=dry_run, allow_large=allow_large, trainer=launch.trainer_options(trainer))
     return _delivered(jobs, dry_run)
 
 
 # -- status, watch, cancel, logs -----------------------------------------------------------------------
 
-def record_ended(runs: Iterable["RunDir"]) -> None:
+def _record_ended(runs: Iterable["RunDir"]) -> None:
     """Rows for the runs that ended into the results database; one that cannot be written is a DlaunchWarning."""
     from dlaunch.results.store import record
 
@@ -478,7 +478,7 @@ def _run_status(snapshot: "Snapshot") -> RunStatus:
                      network=list(snapshot.network), figures=service.run_figures(snapshot))
 
 
-def statuses(found: Sequence["RunDir"]) -> List[RunStatus]:
+def _statuses(found: Sequence["RunDir"]) -> List[RunStatus]:
     """Each run's status, in the order given; a run whose files cannot be read has only `rejected`. The runs
     that ended are recorded in the results database."""
     from dlaunch.runs import service
@@ -492,7 +492,7 @@ def statuses(found: Sequence["RunDir"]) -> List[RunStatus]:
         else:
             ok.append(run)
     by_path.update((s.run.path, _run_status(s)) for s in service.observe(ok))
-    record_ended(ok)
+    _record_ended(ok)
     return [by_path[run.path] for run in found]
 
 
@@ -506,7 +506,7 @@ def status(paths: Sequence[Any] = ("runs",), *, newest_first: bool = False) -> L
     found = find_runs([Path(p) for p in paths])
     if not found:
         raise DlaunchError("no run directories under %s" % ", ".join(escape(str(p)) for p in paths))
-    return statuses(by_submission(found) if newest_first else found)
+    return _statuses(by_submission(found) if newest_first else found)
 
 
 @_api
