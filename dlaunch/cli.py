@@ -332,10 +332,7 @@ def sites_show(name: Annotated[str, typer.Argument(help="profile name, alias or 
     from dlaunch.jobs.sitecheck import age_warnings
     from dlaunch.jobs.sites import resolve_site
 
-    try:
-        site = resolve_site(name)
-    except DlaunchError as e:  # the resolver speaks of --site, the flag of the other commands
-        raise DlaunchError(str(e).replace("--site: ", "sites show NAME: ", 1)) from None
+    site = resolve_site(name, given_by="sites show NAME")
     out.print_json(site.model_dump_json())
     for warning in age_warnings(site, datetime.date.today()):
         err.print("dlaunch: warning: site %s: %s" % (site.name, warning))
