@@ -17,8 +17,9 @@ from dlaunch.train.workload import (DeviceLosses, HostLosses, LearningRate, Torc
 STEPS = ["--steps", "12", "--steps-per-epoch", "6", "--warmup-steps", "2"]
 
 # What torch 1.11 (the paper's stack, containers/versions.toml) offers, as data standing in for that image (a fake:
-# no torch 1.11 here): no torch.compile, an SGD without foreach= and fused=, and its multi-tensor SGD as
-# torch.optim._multi_tensor.SGD (read in pytorch/pytorch's v1.11 sources).
+# no torch 1.11 here, so this is what its sources say, not what an image answered): no torch.compile, an SGD without
+# foreach= and fused=, a multi-tensor SGD as torch.optim._multi_tensor.SGD. The trainer asks its torch for these
+# (TorchFeatures.of_this_torch), so the real image decides; only the refusals' wording comes from here.
 TORCH_1_11 = TorchFeatures("1.11.0", compile=False, sgd_options=(), multi_tensor_sgd=True, fused_tensor_lr=False)
 
 
