@@ -112,7 +112,8 @@ def test_modes_that_cannot_run_are_refused_with_their_reason(mode, engine, messa
         engine_config(["--framework", mode], engine, task_env(0, 3, **ONE_NODE))
 
 
-@pytest.mark.parametrize("flag", [["--checkpoint-dir", "/tmp/x"], ["--model", "resnet18"], ["--amp", "bf16"]])
+@pytest.mark.parametrize("flag", [["--checkpoint-dir", "/tmp/x"], ["--model", "resnet18"], ["--amp", "bf16"],
+                                  ["--compile", "default"], ["--optimizer-impl", "foreach"], ["--host-syncs", "minimal"]])
 def test_flags_the_tensorflow_trainer_lacks_are_refused(flag):
     with pytest.raises(ConfigError, match=flag[0]):
         engine_config(["--framework", "tf-allreduce"] + flag, "tensorflow", task_env(0, 2, **ONE_NODE))

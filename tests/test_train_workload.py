@@ -185,3 +185,18 @@ def test_the_fused_sgd_follows_a_device_tensor_lr_that_is_filled_each_step_and_s
         group["lr"] = 0.125  # as an eager run's checkpoint holds it
     optimizer.load_state_dict(saved)
     assert update(0.25) == [[0.25, 0.25]] and optimizer.param_groups[0]["lr"] is lr.tensor
+
+
+def test_the_workload_fields_of_an_epoch_record_are_checked_when_read(tmp_path):
+    """compile_s and graphs_compiled_after_warmup are figures like the others: a negative one is refused."""
+    from dlaunch.train.metrics_schema import MetricsError, check_bounds, make_record, validate_record
+
+    record = make_record("epoch", 1.0, epoch=0, steps=4, images=8, images_per_s=2.0, epoch_time_s=4.0, data_wait_s=0.0,
+                         loss=1.0, lr=0.1, compile_s=1.5, graphs_compiled_after_warmup=0, step_host_syncs=[])
+    validate_record(record)
+    check_bounds(record)
+    for field, bad in (("compile_s", -1.0), ("graphs_compiled_after_warmup", -1), ("compile_s", "1.5")):
+        with pytest.raises(MetricsError, match=field):
+            bad_record = dict(record, **{field: bad})
+            validate_record(bad_record)
+            check_bounds(bad_record)

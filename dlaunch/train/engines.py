@@ -164,7 +164,10 @@ def check_engine_flags(cfg: TrainConfig, engine: str) -> None:
                    "--amp %s" % cfg.amp: cfg.amp != "none", "--channels-last": cfg.channels_last,
                    "--sync-bn": cfg.sync_bn, "--checkpoint-dir": bool(cfg.checkpoint_dir), "--resume": cfg.resume,
                    "--profile-steps": cfg.profile_steps > 0,
-                   "--kernel-profile-steps": cfg.kernel_profile_steps > 0, "--fp16-allreduce": cfg.fp16_allreduce}
+                   "--kernel-profile-steps": cfg.kernel_profile_steps > 0, "--fp16-allreduce": cfg.fp16_allreduce,
+                   "--compile %s" % cfg.compile: cfg.compile != "off", "--cuda-graphs": cfg.cuda_graphs,
+                   "--optimizer-impl %s" % cfg.optimizer_impl: cfg.optimizer_impl != "default",
+                   "--host-syncs minimal": cfg.host_syncs == "minimal"}
     for flag, given in unsupported.items():
         if given:
             raise ConfigError("%s: not supported by the %s trainer (CPU, no checkpoints, no profiler)" % (flag, engine))

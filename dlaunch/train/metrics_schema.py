@@ -144,6 +144,11 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
         "overhead": (OVERHEAD_SHAPE, False),  # version 4: rank 0's seconds outside the steps
         "phases": (PHASES_SHAPE, False),  # version 4: per-rank step phases, median and slowest rank
         "nodes": (NODES_SHAPE, False),  # version 4: per node, in order of first rank
+        # The workload options (dlaunch/train/workload.py): the first step's wall time with --compile (a warm-up step,
+        # never in images/s), graphs compiled after the warm-up (rank 0), host syncs seen in a step (--host-syncs minimal).
+        "compile_s": (_NUM, False),
+        "graphs_compiled_after_warmup": ((int,), False),
+        "step_host_syncs": ((list,), False),
     },
     "profile": {
         "steps": ((int,), True),
@@ -360,7 +365,8 @@ BOUNDS: Dict[str, Dict[str, Tuple[Optional[float], Optional[float]]]] = {
                "lr_scaled": (0, None)},
     "epoch": {"epoch": (0, None), "steps": (0, None), "images": (0, None), "images_per_s": (0, None),
               "epoch_time_s": (0, None), "data_wait_s": (0, None), "lr": (0, None), "top1": (0, 1), "top5": (0, 1),
-              "gpu_utilization_pct": (0, None), "gpu_memory_peak_bytes": (0, None), "measured_steps": (0, None)},
+              "gpu_utilization_pct": (0, None), "gpu_memory_peak_bytes": (0, None), "measured_steps": (0, None),
+              "compile_s": (0, None), "graphs_compiled_after_warmup": (0, None)},
     "profile": {"steps": (0, None), "step_s": (0, None), "compute_s": (0, None), "comm_s": (0, None), "data_s": (0, None)},
     "resume": {"epoch": (0, None), "step": (0, None)},
     "end": {"total_time_s": (0, None), "epochs_completed": (0, None), "best_top1": (0, 1), "target_accuracy": (0, 1),
