@@ -20,7 +20,7 @@ from typer.core import TyperCommand, TyperGroup
 from dlaunch.boundary import ALLOW_LARGE, NAME, escape, whole
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.request import TRAINER_FLAGS
-from dlaunch.runs.rundir import RunDir, display_path, find_runs, readable
+from dlaunch.runs.rundir import RunDir, find_runs, readable
 
 if TYPE_CHECKING:
     from dlaunch.runs.runstate import Progress
@@ -202,16 +202,19 @@ def show_status(runs: List[RunDir]) -> int:
     `rejected:` line for each run whose files cannot be read (exit code 1, else 0)."""
     from dlaunch.runs import service
     from dlaunch.runs.failures import scheduler_label
-    from dlaunch.tables import fit_table
+    from dlaunch.tables import print_lines, print_table
+    from dlaunch.train.metrics_schema import METRICS_FILE
 
     runs, rejected = readable(runs)
     rows, notes = [], []
     for snapshot in service.observe(runs):
         p = snapshot.progress
         epochs = "%d/%d" % (p.epochs_done, p.epochs_total) if p.epochs_total else (str(p.epochs_done) if p.epochs_done else "-")
+        # display_path(snapshot.run.metrics_path), from the run directory's as shown (a relpath per run less)
+        results = METRICS_FILE if snapshot.name == "." else "%s/%s" % (snapshot.name, METRICS_FILE)
         rows.append((snapshot.name, snapshot.site, snapshot.job, "-" if snapshot.gpus is None else str(snapshot.gpus),
                      scheduler_label(snapshot.state, snapshot.meaning, p.status), p.status, epochs, images_per_s_cell(p),
-                     display_path(snapshot.run.metrics_path)))
+                     results))
         if snapshot.failed:
             notes.append("%s: %s" % (snapshot.name, service.why_failed(snapshot)))
         notes += ["%s: network: %s" % (snapshot.name, problem) for problem in snapshot.network]
@@ -220,9 +223,8 @@ def show_status(runs: List[RunDir]) -> int:
         if figures:
             notes.append("%s: %s" % (snapshot.name, figures))
     if rows:
-        out.print(fit_table("dlaunch runs", STATUS_HEADERS, rows, out.width, leave_out=STATUS_LEAVE_OUT))
-    for line in notes:
-        out.print(escape(line), markup=False, highlight=False)
+        print_table(out, "dlaunch runs", STATUS_HEADERS, rows, leave_out=STATUS_LEAVE_OUT)
+    print_lines(out, [escape(line) for line in notes])
     record_results(runs)
     for message in rejected:
         err.print("rejected: %s" % escape(message), highlight=False)

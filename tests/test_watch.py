@@ -7,6 +7,7 @@ import re
 import shlex
 import shutil
 import signal
+import string
 import subprocess
 import sys
 import threading
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rich.console import Console
 
@@ -24,7 +27,7 @@ import dlaunch.runs.watch
 from dlaunch.cli import main
 from dlaunch.terminal import STATUS_HEADERS, STATUS_LEAVE_OUT
 from dlaunch.runs.runstate import LOCAL_RUNNING, SUBMIT_GRACE_S, Progress, read_progress
-from dlaunch.tables import fit_table
+from dlaunch.tables import fit_table, print_table
 from dlaunch.runs.watch import duration
 from holds import Hold, run_until_released
 from prerequisites import require
@@ -343,6 +346,39 @@ def test_status_rows_too_wide_for_a_table_are_stacked_whole():
     path = "runs/juwels-booster-ddp-resnet50-with-a-long-experiment-name/20261122-101010"
     text = render(fit_table("t", STATUS_HEADERS, [status_row(path)], 80, leave_out=STATUS_LEAVE_OUT), 80)
     assert text.splitlines()[1:] == [path, "  " + "; ".join("%s: %s" % (h, v) for h, v in zip(STATUS_HEADERS[1:], status_row(path)[1:]))]
+
+
+WORDS = st.text(st.sampled_from(string.ascii_letters + string.digits + "/-._()" + " " * 8), max_size=40)
+ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=":"), max_size=30)  # ':': see below
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6).flatmap(lambda n: st.tuples(
+    st.lists(st.text(string.ascii_letters + " /", min_size=1, max_size=12), min_size=n, max_size=n, unique=True),
+    st.lists(st.lists(st.one_of(WORDS, ANY_TEXT), min_size=n, max_size=n), max_size=6),
+    st.integers(0, n - 1))), st.integers(10, 120), st.booleans())
+def test_print_table_prints_the_lines_fit_table_prints(table, width, terminal):
+    """status writes its table's rows as plain lines (tables.print_table): the same lines as rich's table of
+    fit_table, through a pipe and on a terminal (its styles too), whatever the cells hold."""
+    headers, rows, leaving = table
+    shown = []
+    for show in (lambda c: c.print(fit_table("t", headers, rows, width, leave_out=headers[len(headers) - leaving:])),
+                 lambda c: print_table(c, "t", headers, rows, leave_out=headers[len(headers) - leaving:])):
+        buffer = StringIO()
+        show(Console(file=buffer, width=width, soft_wrap=True, markup=False, force_terminal=terminal,
+                     color_system="truecolor" if terminal else None))
+        shown.append(buffer.getvalue())
+    assert shown[0] == shown[1]
+
+
+def test_status_shows_names_as_they_are(tmp_path, monkeypatch, capsys):
+    """Run names and notes as the files have them: rich's table and print turned `:rocket:` into an emoji."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(dlaunch.cli.out, "width", 200)
+    write_run(tmp_path / "runs" / "e", ":rocket:", [header(), epoch(0), end("failed", reason="x :fire: y")])
+    assert main(["status", "runs"]) == 0
+    shown = capsys.readouterr().out
+    assert "runs/e/:rocket:" in shown.split() and "runs/e/:rocket:: x :fire: y" in shown.splitlines()
 
 
 def test_an_ended_run_is_read_once_then_taken_from_the_status_cache(tmp_path, monkeypatch, capsys):
