@@ -82,12 +82,13 @@ def test_the_image_carries_its_labels_environment_and_bind_targets(image):
 
 def test_python_inside_is_the_images_not_the_hosts(image):
     """The host's PATH (its venv first) goes into the container; /ch/environment puts /opt/venv first."""
-    probe = "import sys, torch, train; print(sys.prefix, torch.__version__, train.__file__)"
+    probe = "import sys, torch, dlaunch.train as train; print(sys.prefix, torch.__version__, train.__file__)"
     ran = subprocess.run(ch_run(image, "python", "-c", probe), capture_output=True, text=True, timeout=300,
                          env=container_env())
     assert ran.returncode == 0, ran.stderr
     prefix, torch_version, train_file = ran.stdout.split()
-    assert (prefix, train_file) == ("/opt/venv", "/opt/dlaunch/train/__init__.py")
+    assert (prefix, train_file) == ("/opt/venv", "/opt/dlaunch/dlaunch/train/__init__.py")
+    assert not (image / "opt" / "dlaunch" / "dlaunch" / "cli.py").exists()  # the image carries the trainer alone
     assert torch_version.split("+")[0] == "2.14.1"  # PyPI's build reports its CUDA: 2.14.1+cu130
 
 

@@ -54,7 +54,7 @@ def test_a_study_with_repeats_survives_a_killed_job_and_reports_medians(two_node
 
     again = dlaunch(two_nodes, tmp_path, "study", "run", str(study), "--site", str(slurm_site))
     assert again.returncode == 0, again.stderr
-    assert "1 jobs" in again.stdout and "resubmitting scaling/%s" % killed.name in again.stderr
+    assert "1 job " in again.stdout and "resubmitting scaling/%s" % killed.name in again.stderr
     assert two_nodes.wait_job(job_id(killed), JOB_TIMEOUT_S) == "COMPLETED", log_text(killed)
     assert [read_metrics(str(r / "metrics.jsonl")).status for r in runs] == ["ok"] * 4
 
