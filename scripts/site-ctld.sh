@@ -48,6 +48,7 @@ write_config() {
   local policy
   rm -rf "$DIR/etc" "$DIR/state"
   mkdir -p "$DIR/etc" "$DIR/state" "$DIR/log"
+  : > "$DIR/log/slurmctld.log"  # this start's lines only (a fatal line of an earlier start is no exit of this one)
   policy=$(sed -n 's/^#policy[[:space:]]\+//p' "$LAYOUT")
   cat > "$CONF" <<EOF
 # Written by scripts/site-ctld.sh from $LAYOUT: a controller without compute nodes; everything under $DIR.
@@ -94,7 +95,11 @@ cmd_start() {
   local deadline=$((SECONDS + START_TIMEOUT_S))
   until SLURM_CONF=$CONF timeout "$CLIENT_TIMEOUT_S" scontrol ping >/dev/null 2>&1; do
     [ $SECONDS -lt $deadline ] || die "slurmctld did not answer within ${START_TIMEOUT_S}s; see $DIR/log/slurmctld.log ($(tail -n 3 "$DIR/log/slurmctld.log" 2>/dev/null | paste -sd';' -))"
-    alive || die "slurmctld exited; see $DIR/log/slurmctld.log ($(tail -n 3 "$DIR/log/slurmctld.log" 2>/dev/null | paste -sd';' -))"
+    # Daemonized, it writes its pid file a moment later (under load, after the first ping): no pid file yet is
+    # still starting; a pid file whose process is gone, or a fatal line in its log, is an exit.
+    if { [ -s "$DIR/slurmctld.pid" ] && ! alive; } || grep -q "fatal" "$DIR/log/slurmctld.log" 2>/dev/null; then
+      die "slurmctld exited; see $DIR/log/slurmctld.log ($(tail -n 3 "$DIR/log/slurmctld.log" 2>/dev/null | paste -sd';' -))"
+    fi
     sleep 0.1
   done
   echo "$CONF"
