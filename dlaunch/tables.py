@@ -11,14 +11,15 @@ next line, each line whole (a terminal wraps what is wider than itself; nothing 
 """
 import functools
 import re
-from typing import List, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Sequence
 
-from rich import box
 from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
 from rich.segment import Segment, Segments
-from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 # Between two columns: one cell of collapsed padding and the box's (blank) vertical separator.
 COLUMN_GAP = 2
@@ -90,7 +91,10 @@ def fit_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], width: in
     return Fitted(kept, widths, dropped)
 
 
-def _table(title: str, headers: Sequence[str], fitted: Fitted, caption: Optional[str]) -> Table:
+def _table(title: str, headers: Sequence[str], fitted: Fitted, caption: Optional[str]) -> "Table":
+    from rich import box
+    from rich.table import Table  # not for `counted` and `markdown` (`run --dry-run` counts nodes)
+
     table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
                   caption=caption)
     for i, column_width in zip(fitted.kept, fitted.widths):
