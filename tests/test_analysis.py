@@ -70,7 +70,7 @@ def v4_fields(compute: Sequence[float], ranks_per_node: int = 1, data_s: float =
     for c in compute:
         v = {"data_s": data_s, "compute_s": c, "sync_s": sync_s + compute[slowest] - c, "optimizer_s": optimizer_s,
              "other_s": other_s}
-        vectors.append(dict(v, step_s=sum(v.values())))
+        vectors.append(dict(v, step_s=sum(v.values()), forward_s=c / 3))  # forward: a third of the computation
     hosts = ["n%d" % (r // ranks_per_node) for r in range(len(compute))]
     fields: dict = {"measured_steps": measured_steps, "phases": {
         "method": "rank-timers", "steps": steps, "ranks": len(compute),
@@ -81,7 +81,9 @@ def v4_fields(compute: Sequence[float], ranks_per_node: int = 1, data_s: float =
         mine = [r for r in range(len(compute)) if hosts[r] == host]
         worst = max(mine, key=lambda r: compute[r])
         nodes.append({"host": host, "ranks": len(mine), "median_compute_s": median(compute[r] for r in mine),
-                      "slowest": {"rank": worst, "local_rank": worst % ranks_per_node, "compute_s": compute[worst]},
+                      "median_forward_s": median(compute[r] / 3 for r in mine),
+                      "slowest": {"rank": worst, "local_rank": worst % ranks_per_node, "compute_s": compute[worst],
+                                  "forward_s": compute[worst] / 3},
                       "gpu": gpu[n] if gpu else NO_GPU})
     fields["nodes"] = nodes
     if overhead_s is not None:

@@ -30,9 +30,10 @@ OVERHEAD = {"loader_start_s": 0.5, "validation_s": 2.0, "checkpoint_s": 1.0, "ba
 
 
 def row(compute_s, local_rank=0, steps=10, health=NO_GPU_HEALTH, overhead=OVERHEAD):
-    """A rank's ROW: data 0.01, sync 0.02, optimizer 0.005, other 0.001 s per step, and `compute_s`."""
-    phases = [0.01, compute_s, 0.02, 0.005, 0.001]
-    return rank_row([float(steps)] + phases + [sum(phases)], local_rank, overhead, health)
+    """A rank's ROW: data 0.01, sync 0.02, optimizer 0.005, other 0.001 s per step, and `compute_s`, a third of
+    it in forward."""
+    step = 0.01 + compute_s + 0.02 + 0.005 + 0.001
+    return rank_row([float(steps), 0.01, compute_s / 3, compute_s, 0.02, 0.005, 0.001, step], local_rank, overhead, health)
 
 
 def epoch_record(**fields):
@@ -57,9 +58,10 @@ def test_rows_of_four_ranks_on_two_nodes_give_medians_the_slowest_rank_and_one_e
     assert set(slowest) == {"rank", "host", "local_rank"} | set(STEP_PHASES)
     assert [n["host"] for n in fields["nodes"]] == ["n1", "n2"]
     n1, n2 = fields["nodes"]
-    assert (n1["ranks"], n1["median_compute_s"], n1["slowest"]) == (2, pytest.approx(0.11),
-                                                                   {"rank": 1, "local_rank": 1, "compute_s": 0.12})
-    assert (n2["median_compute_s"], n2["slowest"]) == (pytest.approx(0.205), {"rank": 2, "local_rank": 0, "compute_s": 0.30})
+    assert (n1["ranks"], n1["median_compute_s"], n1["median_forward_s"]) == (2, pytest.approx(0.11), pytest.approx(0.11 / 3))
+    assert n1["slowest"] == {"rank": 1, "local_rank": 1, "compute_s": 0.12, "forward_s": pytest.approx(0.04)}
+    assert n2["median_compute_s"] == pytest.approx(0.205)
+    assert n2["slowest"] == {"rank": 2, "local_rank": 0, "compute_s": 0.30, "forward_s": pytest.approx(0.10)}
     assert n1["gpu"] == n2["gpu"] == UNAVAILABLE + "this run uses no GPU"
     epoch_record(**fields)  # the schema accepts what the summary writes
 
@@ -90,7 +92,7 @@ def test_schema_names_the_nested_field_that_breaks_it():
     assert record["version"] == 4
     broken = json.loads(json.dumps(good))
     del broken["phases"]["median"]["sync_s"]
-    with pytest.raises(MetricsError, match=r"field phases.median has the keys .*, expected data_s, compute_s, sync_s"):
+    with pytest.raises(MetricsError, match=r"field phases.median has the keys .*, expected data_s, forward_s, compute_s, sync_s"):
         epoch_record(**broken)
     broken = json.loads(json.dumps(good))
     broken["nodes"][1]["slowest"]["rank"] = "1"
@@ -144,9 +146,9 @@ def test_step_timer_times_forward_and_backward_through_hooks_and_ignores_untimed
     assert timer.epoch_means()[0] == 0
     for _ in range(3):
         timed_step(timer, model, optimizer)
-    steps, data, compute, sync, optimizer_s, other, step = timer.epoch_means()
+    steps, data, forward, compute, sync, optimizer_s, other, step = timer.epoch_means()
     assert steps == 3
-    assert compute > 0 and optimizer_s > 0 and data >= 0 and sync >= 0 and other >= 0
+    assert 0 < forward < compute and optimizer_s > 0 and data >= 0 and sync >= 0 and other >= 0
     assert data + compute + sync + optimizer_s + other == pytest.approx(step)
     assert timer.epoch_means()[0] == 0  # the next epoch starts from nothing
 
@@ -188,8 +190,7 @@ def test_device_marks_are_read_once_done_never_waited_for_and_reused_from_a_smal
         timer.end()
     assert (len(timer.pending), timer.steps, FakeCudaMarks.made) == (3, 0, 3)
     FakeCudaMarks.device_done = True  # the epoch's closing device sync
-    steps, data, compute, sync, optimizer_s, other, step = timer.epoch_means()
-    assert (steps, data, compute, sync, optimizer_s, other, step) == (3, 1, 2, 1, 1, 2, 7)
+    assert timer.epoch_means() == [3, 1, 1, 2, 1, 1, 2, 7]  # steps, data, forward, compute, sync, optimizer, other, step
     for _ in range(5):
         timer.begin(True)
         timer.end()  # a step whose marks are incomplete is not counted
@@ -338,6 +339,7 @@ def test_a_rank_slowed_by_a_cpu_quota_is_the_slowest_rank_and_its_nodes_slowest(
     phases, (node_a, node_b) = slowed["phases"], slowed["nodes"]
     assert (phases["slowest"]["rank"], phases["slowest"]["host"], phases["slowest"]["local_rank"]) == (1, "node-b", 0)
     assert (node_a["host"], node_b["host"]) == ("node-a", "node-b")
-    assert node_b["slowest"]["rank"] == 1 and node_b["slowest"]["compute_s"] == phases["slowest"]["compute_s"]
-    assert node_b["slowest"]["compute_s"] > 1.1 * phases["median"]["compute_s"]  # a straggler by the reader's rule
-    assert node_a["slowest"]["compute_s"] < phases["median"]["compute_s"]
+    assert node_b["slowest"]["rank"] == 1 and node_b["slowest"]["forward_s"] == phases["slowest"]["forward_s"]
+    assert node_b["slowest"]["forward_s"] > 1.1 * phases["median"]["forward_s"]  # a straggler by the reader's rule
+    assert node_a["slowest"]["forward_s"] < phases["median"]["forward_s"]
+    assert 0 < phases["median"]["forward_s"] < phases["median"]["compute_s"]

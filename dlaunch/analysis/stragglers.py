@@ -1,9 +1,10 @@
 """Stragglers and throttled GPUs from the per-rank phases of metrics schema version 4 (metrics-v4 reader side).
 
-- Straggler: a rank whose compute_s exceeds the median rank's compute_s by more than the threshold
+- Straggler: a rank whose forward pass (forward_s, the part of compute_s that overlaps no communication:
+  dlaunch/train/phases.py) takes longer than the median rank's by more than the threshold
   (`DEFAULT_THRESHOLD`, dlaunch/thresholds.py; a site profile's `straggler_threshold`). A finished run
   is judged on its measured epochs (those that give images/s: `Run.measured_epochs`), each node by the
-  mean over them of its slowest rank's compute_s against the mean of the median rank's; a live run on
+  mean over them of its slowest rank's forward_s against the mean of the median rank's; a live run on
   its last epoch.
 - Throttled GPU: a node whose GPU health shows an SM clock below (1 - threshold) x its maximum together
   with a throttle reason, or any of `HARD_THROTTLES`.
@@ -15,7 +16,7 @@ them per epoch and per run. A version 1-3 file has none of these records: no fla
 """
 from collections import Counter
 from dataclasses import dataclass
-from statistics import mean
+from statistics import fmean
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from dlaunch.boundary import escape
@@ -35,6 +36,7 @@ class PhaseTimes:
     """Seconds per step of one rank (or the median over ranks, per field), metrics-v4's definitions."""
 
     data_s: float
+    forward_s: float  # part of compute_s
     compute_s: float
     sync_s: float
     optimizer_s: float
@@ -47,7 +49,7 @@ class PhaseTimes:
 
     @classmethod
     def mean_of(cls, items: Sequence["PhaseTimes"]) -> "PhaseTimes":
-        return cls(*(mean(getattr(p, name) for p in items) for name in STEP_PHASES))
+        return cls(*(fmean(getattr(p, name) for p in items) for name in STEP_PHASES))
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class RankId:
 
 @dataclass(frozen=True)
 class EpochPhases:
-    """An epoch's `phases`: the median over ranks and the rank with the largest compute_s."""
+    """An epoch's `phases`: the median over ranks and the rank with the longest forward pass."""
 
     median: PhaseTimes
     slowest: PhaseTimes
@@ -100,8 +102,10 @@ class NodeFigures:
 
     host: str
     ranks: int
+    median_forward_s: float
     median_compute_s: float
     slowest: RankId
+    slowest_forward_s: float
     slowest_compute_s: float
     gpu: GpuHealth
 
@@ -130,9 +134,10 @@ def epoch_nodes(record: Dict[str, Any]) -> Optional[Tuple[NodeFigures, ...]]:
     nodes = record.get("nodes")
     if not isinstance(nodes, list):
         return None
-    return tuple(NodeFigures(escape(n["host"]), n["ranks"], float(n["median_compute_s"]),
+    return tuple(NodeFigures(escape(n["host"]), n["ranks"], float(n["median_forward_s"]), float(n["median_compute_s"]),
                              RankId(escape(n["host"]), n["slowest"]["rank"], n["slowest"]["local_rank"]),
-                             float(n["slowest"]["compute_s"]), GpuHealth.of(n.get("gpu"))) for n in nodes)
+                             float(n["slowest"]["forward_s"]), float(n["slowest"]["compute_s"]), GpuHealth.of(n.get("gpu")))
+                 for n in nodes)
 
 
 def _most_common(items: Sequence[Any]) -> Any:
@@ -160,7 +165,7 @@ def _mean_health(healths: Sequence[GpuHealth]) -> GpuHealth:
     clocks, maxima, temperatures = figures("sm_clock_mhz"), figures("sm_clock_max_mhz"), figures("temperature_c")
     local_ranks = [h.local_rank for h in measured if h.local_rank is not None]
     reasons = tuple(dict.fromkeys(r for h in measured for r in h.throttle))
-    return GpuHealth(mean(clocks) if clocks else None, max(maxima) if maxima else None,
+    return GpuHealth(fmean(clocks) if clocks else None, max(maxima) if maxima else None,
                      _most_common(local_ranks) if local_ranks else None, reasons, max(temperatures) if temperatures else None)
 
 
@@ -172,20 +177,21 @@ def mean_nodes(epochs: Sequence[Sequence[NodeFigures]]) -> Optional[Tuple[NodeFi
     for nodes in epochs:
         for node in nodes:
             by_host.setdefault(node.host, []).append(node)
-    return tuple(NodeFigures(host, max(n.ranks for n in seen), mean(n.median_compute_s for n in seen),
-                             _most_common([n.slowest for n in seen]), mean(n.slowest_compute_s for n in seen),
+    return tuple(NodeFigures(host, max(n.ranks for n in seen), fmean(n.median_forward_s for n in seen),
+                             fmean(n.median_compute_s for n in seen), _most_common([n.slowest for n in seen]),
+                             fmean(n.slowest_forward_s for n in seen), fmean(n.slowest_compute_s for n in seen),
                              _mean_health([n.gpu for n in seen])) for host, seen in by_host.items())
 
 
 def straggler_flags(phases: Optional[EpochPhases], nodes: Optional[Sequence[NodeFigures]], threshold: float) -> List[Flag]:
-    """A flag per node whose slowest rank computed more than `threshold` slower than the median rank
-    (without `nodes`: the run's slowest rank alone)."""
-    if phases is None or phases.median.compute_s <= 0:
+    """A flag per node whose slowest rank's forward pass took more than `threshold` longer than the median
+    rank's (without `nodes`: the run's slowest rank alone)."""
+    if phases is None or phases.median.forward_s <= 0:
         return []
-    candidates = [(n.slowest, n.slowest_compute_s) for n in nodes] if nodes else [(phases.slowest_rank, phases.slowest.compute_s)]
+    candidates = [(n.slowest, n.slowest_forward_s) for n in nodes] if nodes else [(phases.slowest_rank, phases.slowest.forward_s)]
     flags = []
-    for who, compute_s in candidates:
-        excess = compute_s / phases.median.compute_s - 1.0
+    for who, forward_s in candidates:
+        excess = forward_s / phases.median.forward_s - 1.0
         if excess > threshold:
             flags.append(Flag(STRAGGLER, who.host, who.rank, who.local_rank, (
                 "%s rank %d (local rank %s) computed %.0f %% slower than the median rank: a straggler; "

@@ -74,7 +74,7 @@ NETWORK_FIELDS = {"host": True, "library": True, "transport": True, "network": F
                   "bootstrap": False, "gpudirect": False, "components": False, "source": False}
 
 # Version 4 (dlaunch/train/phases.py): the per-rank step phases, seconds per step (the module docstring defines them).
-STEP_PHASES = ("data_s", "compute_s", "sync_s", "optimizer_s", "other_s", "step_s")
+STEP_PHASES = ("data_s", "forward_s", "compute_s", "sync_s", "optimizer_s", "other_s", "step_s")  # forward_s: part of compute_s
 PHASES_METHOD = "rank-timers"
 # The epoch's seconds outside its steps (rank 0's wall clock); `total_s` is their sum.
 OVERHEAD_PARTS = ("loader_start_s", "validation_s", "checkpoint_s", "barrier_s", "metrics_s")
@@ -91,8 +91,9 @@ PHASES_SHAPE = {"method": (str,), "steps": (int,), "ranks": (int,), "median": {p
                                 **{p: _NUM for p in STEP_PHASES})}
 GPU_HEALTH_SHAPE = {"sm_clock_mhz": FIGURE, "sm_clock_max_mhz": FIGURE, "local_rank": (int, type(None)),
                     "throttle": [THROTTLE], "temperature_c": FIGURE}
-NODES_SHAPE = [{"host": (str,), "ranks": (int,), "median_compute_s": _NUM,
-                "slowest": {"rank": (int,), "local_rank": (int,), "compute_s": _NUM}, "gpu": GPU_HEALTH}]
+NODES_SHAPE = [{"host": (str,), "ranks": (int,), "median_forward_s": _NUM, "median_compute_s": _NUM,
+                "slowest": {"rank": (int,), "local_rank": (int,), "forward_s": _NUM, "compute_s": _NUM},
+                "gpu": GPU_HEALTH}]
 
 # type -> {field: (accepted python types, or FIGURE or ENERGY; required)}
 RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {

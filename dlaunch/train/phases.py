@@ -14,14 +14,17 @@ Per step, each rank marks eight moments (`MARKS`):
                   push and pull)
   updated         the optimizer's update (and the loss scaler's) done
 and derives its phases (`STEP_PHASES`, seconds per step, each the mean over the rank's timed steps):
-  data_s = batch - requested;  compute_s = (forward_end - forward_begin) + (last_gradient - backward_begin);
+  data_s = batch - requested;  forward_s = forward_end - forward_begin;
+  compute_s = forward_s + (last_gradient - backward_begin);
   sync_s = ready - last_gradient;  optimizer_s = updated - ready;  step_s = updated - requested;
   other_s = step_s - data_s - compute_s - sync_s - optimizer_s (LR setting, zero_grad, the loss, DDP's buffer
   broadcast before forward, Python).
 compute_s needs no extra step, no device sync and no change to training, and it holds no collective for DDP,
 Horovod and DeepSpeed ZeRO 0-2; ZeRO-3 gathers parameters inside forward, so its compute_s includes those waits.
 Under ZeRO 1-2 each rank updates its partition and the engine's step all-gathers the updated parameters: that
-collective is in optimizer_s.
+collective is in optimizer_s. The slowest rank is the one with the longest forward_s: unlike backward, forward
+overlaps no communication (DDP's all-reduce of the buckets already done runs beside the rest of backward and
+competes with it for the GPU's SMs or a CPU's cores, so a rank's backward also slows when its peers are slow).
 On a GPU the marks are CUDA events recorded on the current stream (a small pool, read once done, or after the
 device sync that closes the epoch's steps), so timing adds no device sync, and every phase is the device's view:
 data_s is the part of the wait for a batch that the GPU saw (0 when queued work hid it). On a CPU they are
@@ -42,8 +45,8 @@ Per epoch, outside the steps (`EpochOverhead`, each rank's wall clock; rank 0's 
   metrics_s       the rank means, the energy reading, the phase gather, writing the previous epoch's record
 Once per epoch every rank fills its row (`ROW`: phases, steps, local rank, outside-step times, GPU health) of a
 [world_size x K] float64 table; one all_reduce_sum brings every row to every rank (`gather_rows`), and rank 0
-summarises them (`phase_fields`, `overhead_fields`, pure: per field the median over ranks, the rank that computed
-longest, and per node its ranks, median, slowest rank and GPU health). The gather's cost does not depend on the
+summarises them (`phase_fields`, `overhead_fields`, pure: per field the median over ranks, the rank with the
+longest forward pass, and per node its ranks, median, slowest rank and GPU health). The gather's cost does not depend on the
 model (benchmarks/bench_gather.py).
 """
 import collections
@@ -112,11 +115,12 @@ class CudaMarks:
 def step_phases(seconds: Callable[[str, str], float]) -> List[float]:
     """A step's STEP_PHASES from `seconds(begin mark, end mark)`."""
     data = seconds("requested", "batch")
-    compute = seconds("forward_begin", "forward_end") + seconds("backward_begin", "last_gradient")
+    forward = seconds("forward_begin", "forward_end")
+    compute = forward + seconds("backward_begin", "last_gradient")
     sync = seconds("last_gradient", "ready")
     optimizer = seconds("ready", "updated")
     step = seconds("requested", "updated")
-    return [data, compute, sync, optimizer, max(0.0, step - data - compute - sync - optimizer), step]
+    return [data, forward, compute, sync, optimizer, max(0.0, step - data - compute - sync - optimizer), step]
 
 
 class StepTimer:
@@ -209,8 +213,10 @@ def gather_rows(all_reduce_sum: Callable[[torch.Tensor], torch.Tensor], row: Seq
 
 
 def _slowest(ranks: List[Dict[str, float]], members: Sequence[int]) -> int:
-    """The rank among `members` with the largest compute_s (the lowest such rank on a tie)."""
-    return max(members, key=lambda r: (ranks[r]["compute_s"], -r))
+    """The rank among `members` with the longest forward pass (the lowest such rank on a tie): the straggler
+    measure, as forward overlaps no communication (backward does: DDP's all-reduce of the buckets already done
+    competes with the rest of backward for the GPU's SMs, or for a CPU's cores)."""
+    return max(members, key=lambda r: (ranks[r]["forward_s"], -r))
 
 
 def overhead_fields(row: Sequence[float], more_metrics_s: float) -> Dict[str, float]:
@@ -245,7 +251,9 @@ def phase_fields(rows: Sequence[Sequence[float]], hosts: Sequence[str]) -> Dict[
         gpus = [(int(ranks[r]["local_rank"]), [ranks[r][slot] for slot in GPU_SLOTS]) for r in members]
         fields["nodes"].append({
             "host": host, "ranks": len(members),
+            "median_forward_s": statistics.median(ranks[r]["forward_s"] for r in members),
             "median_compute_s": statistics.median(ranks[r]["compute_s"] for r in members),
-            "slowest": {"rank": slow, "local_rank": int(ranks[slow]["local_rank"]), "compute_s": ranks[slow]["compute_s"]},
+            "slowest": {"rank": slow, "local_rank": int(ranks[slow]["local_rank"]), "forward_s": ranks[slow]["forward_s"],
+                        "compute_s": ranks[slow]["compute_s"]},
             "gpu": node_health(gpus)})
     return fields
