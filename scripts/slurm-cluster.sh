@@ -28,7 +28,10 @@ set -euo pipefail
 readonly BRIDGE=dlaunch-br0 SUBNET_PREFIX=10.77.0 BRIDGE_ADDR=10.77.0.1 NODE_IFNAME=dl0 NS_PREFIX=dl-node
 readonly BRIDGE2=dlaunch-br1 SUBNET2_PREFIX=10.78.0 BRIDGE2_ADDR=10.78.0.1 NODE_IFNAME2=ib0
 readonly MAX_NODES=50 START_TIMEOUT_S=30 CLIENT_TIMEOUT_S=10
-readonly CPU_CGROUP=/sys/fs/cgroup/cpu CGROUP_PREFIX=dlaunch-slurm- CFS_PERIOD_US=100000
+# node-slow's quota is granted per 10 ms: a node slowed to 30 % runs 3 ms of every 10, about uniformly slower like
+# a throttled GPU, where a 100 ms period lets a 10 ms forward pass finish at full speed before the quota runs out
+# (measured: a 30 % node's forward only 1.7x the other's, its backward 3x). The kernel's shortest quota is 1 ms.
+readonly CPU_CGROUP=/sys/fs/cgroup/cpu CGROUP_PREFIX=dlaunch-slurm- CFS_PERIOD_US=10000
 
 die() { echo "slurm-cluster.sh: $*" >&2; exit 2; }
 log() { echo "slurm-cluster.sh: $*" >&2; }
@@ -50,7 +53,7 @@ parse_args() {
   done
   [[ "$NODES" =~ ^[1-9][0-9]*$ ]] && [ "$NODES" -le $MAX_NODES ] || die "--nodes must be 1..$MAX_NODES, got '$NODES'"
   [[ "$CPUS" =~ ^[1-9][0-9]*$ ]] && [ "$CPUS" -le 1024 ] || die "--cpus must be 1..1024, got '$CPUS'"
-  [[ "$CPU_PERCENT" =~ ^[1-9][0-9]*$ ]] && [ "$CPU_PERCENT" -le 100000 ] || die "--cpu-percent must be 1..100000 (100 = one CPU), got '$CPU_PERCENT'"
+  [[ "$CPU_PERCENT" =~ ^[1-9][0-9]*$ ]] && [ "$CPU_PERCENT" -ge 10 ] && [ "$CPU_PERCENT" -le 100000 ] || die "--cpu-percent must be 10..100000 (100 = one CPU; the kernel grants at least 1 ms of each 10 ms period), got '$CPU_PERCENT'"
   [[ "$SUFFIX2" =~ ^[a-z0-9-]*$ ]] || die "--second-network: the suffix may only contain a-z, 0-9 and -, got '$SUFFIX2'"
   [ -z "$SUFFIX2" ] || [ "$NODES" -gt 1 ] || die "--second-network needs --nodes 2 or more (one network namespace per node)"
   # The path ends up in slurm.conf, which has no quoting: keep it to plain characters.

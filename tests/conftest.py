@@ -34,7 +34,8 @@ def results_db(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[slurm.Cluster]:
-    """A 2-node cluster with a second network started once per session, or the one $SLURM_CONF names (left running)."""
+    """A 2-node cluster with a second network started once per session, each node on a core of its own (as the nodes
+    of a real cluster do not share cores: a per-node speed says something), or the one $SLURM_CONF names (left running)."""
     missing = slurm.missing_prerequisite()
     require(missing is None, missing or "")
     given = os.environ.get("SLURM_CONF")
@@ -42,7 +43,7 @@ def slurm_cluster() -> Iterator[slurm.Cluster]:
         yield slurm.cluster_at(Path(given), owned_dir=None)
         return
     slurm.stop_cluster(slurm.SESSION_DIR)  # what a crashed session left behind
-    yield slurm.start_cluster(slurm.SESSION_DIR, slurm.SESSION_NODES, slurm.SESSION_SECOND_NETWORK)
+    yield slurm.start_cluster(slurm.SESSION_DIR, slurm.SESSION_NODES, slurm.SESSION_SECOND_NETWORK, pin_cores=True)
     slurm.stop_cluster(slurm.SESSION_DIR)
 
 
