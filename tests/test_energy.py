@@ -203,13 +203,13 @@ def test_meter_names_ranks_that_did_not_measure():
 RANK_SCRIPT = """
 import os, sys
 sys.path.insert(0, %(repo)r)
-from types import SimpleNamespace
 import torch
+from dlaunch.train.config import parse_config
 from dlaunch.train.energy import EnergyMeter, RaplCounter
 from dlaunch.train.frameworks.ddp import DDP
 
 fw = DDP()
-dist = fw.init(SimpleNamespace(device="cpu", sync_bn=False, amp="none"))
+dist = fw.init(parse_config(["--device", "cpu"]))  # the trainer's own config, every field set
 root = os.path.join(%(tmp)r, "node%%d" %% dist.rank)
 meter = EnergyMeter({"gpu": "unavailable: cpu", "cpu": RaplCounter("cpu", root=root), "dram": "unavailable: -",
                      "node": "unavailable: -"}, torch.device("cpu"), dist.rank, dist.world_size, node_leader=True)
