@@ -495,7 +495,7 @@ def check_allreduce(site: Site, site_arg: str, node: Node, image: Optional[str],
     """A short all-reduce across the allocation's nodes (dlaunch/train/netcheck.py, one doctor task per node):
     the transport each library selected, checked against the profile's `[network]`, and the bus
     bandwidth beside the profile's nominal bandwidth per node."""
-    from dlaunch.runs.network import describe, network_problems
+    from dlaunch.jobs.network import describe, network_problems
 
     name = ALLREDUCE
     nominal = site.network.bandwidth_gbps_per_node if site.network else None

@@ -21,7 +21,7 @@ from dlaunch.cli import app, main
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.network import Network, describe, network_problems
 from dlaunch.jobs.sites import load_site
-from dlaunch.runs.rundir import display_path
+from dlaunch.boundary import display_path
 from test_analysis import write_run as write_metrics
 from test_watch import finished, header, write_run
 from dlaunch.train.metrics_schema import VERSION, MetricsError, make_record, read_metrics, validate_record

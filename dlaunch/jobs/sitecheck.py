@@ -12,9 +12,9 @@ import tomllib
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from dlaunch.boundary import display_path
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.sites import Site, available_sites, load_profile, load_site
-from dlaunch.runs.rundir import display_path
 
 READ_DATE = re.compile(r"\bread (\d{4}-\d{2}-\d{2})\b")
 STALE_AFTER_DAYS = 183  # six months

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from dlaunch.boundary import alive_since, escape
+from dlaunch.boundary import alive_since, display_path, escape
+from dlaunch.jobs.network import network_problems
 from dlaunch.runs import statuscache
 from dlaunch.runs.failures import reconcile
-from dlaunch.runs.network import network_problems
-from dlaunch.runs.rundir import SNAPSHOT_FILES, RunDir, display_path
+from dlaunch.runs.rundir import SNAPSHOT_FILES, RunDir
 from dlaunch.schedulers import Job, JobState, registration, scheduler_for
 from dlaunch.train.metrics_schema import MAX_METRICS_BYTES, FileRefused, Metrics, MetricsError, open_regular, read_metrics
 
@@ -122,7 +122,7 @@ def read_progress(path: Path) -> Progress:
 
 
 def _judged(run_dir: RunDir, run: "Optional[Run]", live: bool) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
-    """(how the run is off its profile's network: dlaunch/runs/network.py; its straggler and throttled-GPU
+    """(how the run is off its profile's network: dlaunch/jobs/network.py; its straggler and throttled-GPU
     flags, 'straggler: ...': dlaunch/analysis/stragglers.py, on its last epoch while `live`, with its
     profile's `straggler_threshold`). The profile is read only for runs that recorded something to judge."""
     if run is None:
@@ -153,7 +153,7 @@ class Snapshot:
     ended: bool  # nothing more will happen to this run (until it is resumed)
     meaning: Optional[JobState] = None  # what the scheduler's state means (None: foreground or not submitted)
     scheduler: str = ""  # its kind (dlaunch/schedulers/)
-    network: Tuple[str, ...] = ()  # how the run is off its profile's [network] (dlaunch/runs/network.py)
+    network: Tuple[str, ...] = ()  # how the run is off its profile's [network] (dlaunch/jobs/network.py)
     flags: Tuple[str, ...] = ()  # its stragglers and throttled GPUs, e.g. 'straggler: n2 rank 1 ...'
     gpus: Optional[int] = None  # the GPUs (processes on a CPU site) its plan asks for: nodes x processes per node
     reason: Optional[str] = None  # why it failed ('' when it did not); None: not looked up (service.why_failed)
