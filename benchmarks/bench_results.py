@@ -12,8 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dlaunch.results.compare import compare, mann_whitney, with_history, with_scaling
-from dlaunch.results.store import ResultsDB, record
+from dlaunch.resultsdb.compare import compare, mann_whitney, with_history, with_scaling
+from dlaunch.resultsdb.store import ResultsDB, record
 from dlaunch.train.metrics_schema import make_record
 
 

@@ -5,15 +5,11 @@ importable without the launcher); everything else is the launcher, its `dlaunch`
 API (dlaunch/api.py, docs/API.md): `dlaunch.run(...)`, `dlaunch.status()`, ... are loaded on first use
 (PEP 562), so that `import dlaunch` and `import dlaunch.train` import nothing else of dlaunch.
 """
-import importlib
 from typing import Any, List
 
-__version__ = "0.1.0"
-
 # The API's names (dlaunch/api.py) and the exception and warning types it raises and issues (dlaunch/errors.py).
-# `results` and `doctor` are dlaunch.api's only: `dlaunch.results` and `dlaunch.doctor` name modules of this
-# package (an imported submodule takes its name in the package, whatever __getattr__ says).
-_API = ("run", "sweep", "status", "watch", "cancel", "logs", "report", "sites", "images", "predict",
+_API = ("run", "sweep", "status", "watch", "cancel", "logs", "report", "results", "sites", "images", "doctor",
+        "predict",
         "Job", "RunStatus", "Logs", "Report", "ReportGroup", "ReportPoint", "Spread", "BudgetRow", "SetApartRun",
         "RcpRow", "ResultRow", "SiteInfo", "ImageInfo", "Check", "Doctor", "Prediction", "PredictionRow")
 _ERRORS = ("DlaunchError", "DlaunchWarning", "DlaunchNote")
@@ -21,12 +17,19 @@ __all__ = list(_API + _ERRORS) + ["api"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "api":
-        return importlib.import_module("dlaunch.api")
-    if name in _API:
-        return getattr(importlib.import_module("dlaunch.api"), name)
+    """The API's names, loaded on first use (the imports here are the package's only ones)."""
+    if name == "api" or name in _API:
+        import dlaunch.api as api  # an import statement: tests/test_architecture.py sees it
+
+        return api if name == "api" else getattr(api, name)
     if name in _ERRORS:
-        return getattr(importlib.import_module("dlaunch.errors"), name)
+        import dlaunch.errors as errors
+
+        return getattr(errors, name)
+    if name == "__version__":
+        import dlaunch.version as version
+
+        return version.__version__
     raise AttributeError("module 'dlaunch' has no attribute %r" % name)
 
 

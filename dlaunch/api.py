@@ -26,7 +26,7 @@ from dlaunch.boundary import display_path, escape, quoted
 from dlaunch.errors import DlaunchError, DlaunchNote, DlaunchWarning
 
 if TYPE_CHECKING:
-    from dlaunch.results.store import ResultsDB
+    from dlaunch.resultsdb.store import ResultsDB
     from dlaunch.runs.rundir import RunDir
     from dlaunch.runs.runstate import Snapshot
     from dlaunch.runs.service import Prepared
@@ -246,7 +246,7 @@ class Report(Record):
 
 @dataclass(frozen=True)
 class ResultRow(Record):
-    """A run in the results database (dlaunch/results/store.py's columns) with S_G, E_G, history and RCP verdicts."""
+    """A run in the results database (dlaunch/resultsdb/store.py's columns) with S_G, E_G, history and RCP verdicts."""
 
     uid: str
     run: str
@@ -457,7 +457,7 @@ def sweep(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional
 
 def _record_ended(runs: Iterable["RunDir"]) -> None:
     """Rows for the runs that ended into the results database; one that cannot be written is a DlaunchWarning."""
-    from dlaunch.results.store import record
+    from dlaunch.resultsdb.store import record
 
     warning = record([run.metrics_path for run in runs]).warning
     if warning:
@@ -606,7 +606,7 @@ def report(paths: Sequence[Any], *, output: Optional[Any] = None, include_networ
 
 def results_db(db: Optional[Any] = None) -> "ResultsDB":
     """The results database `db` (default: $DLAUNCH_RESULTS_DB, else runs/results.sqlite); DlaunchError when there is none."""
-    from dlaunch.results.store import ResultsDB, db_path
+    from dlaunch.resultsdb.store import ResultsDB, db_path
 
     path = db_path(Path(db) if db is not None else None)
     if not path.is_file():
@@ -621,7 +621,7 @@ def results(where: Sequence[str] = (), *, db: Optional[Any] = None) -> List[Resu
     'site=juwels,gpus=8', 'date=2026-10'), with S_G, E_G, history and MLPerf RCP verdicts. A selector that
     matches nothing is a DlaunchWarning."""
     from dlaunch.analysis.convergence import load_rcps, run_rcp_verdict
-    from dlaunch.results.compare import select, unmatched, with_history, with_scaling
+    from dlaunch.resultsdb.compare import select, unmatched, with_history, with_scaling
 
     with results_db(db) as store:
         everything = with_scaling(store.rows())
@@ -703,12 +703,12 @@ def render_images() -> List[str]:
 @_api
 def doctor(site: str, *, partition: Optional[str] = None, account: Optional[str] = None, image: Optional[str] = None,
            framework: str = "ddp") -> Doctor:
-    """Check a site before submitting (dlaunch/doctor.py): on a login node the scheduler, account, MPI,
+    """Check a site before submitting (dlaunch/preflight.py): on a login node the scheduler, account, MPI,
     modules, runtime and image; inside an allocation also the node's architecture, rendezvous, interfaces,
     GPUs, driver and one all-reduce across the nodes. Failed checks are results, not errors."""
     import socket
 
-    from dlaunch.doctor import examine
+    from dlaunch.preflight import examine
 
     profile, node, done = examine(site, partition, account, image, framework)
     return Doctor(profile.name, socket.gethostname(), node.on_node, [Check(c.name, c.result, c.found, c.fix) for c in done])

@@ -43,7 +43,7 @@ LAZY_COMMANDS = {
 # Command groups defined in heavy modules: name -> (module, typer.Typer attribute, one-line help).
 LAZY_GROUPS = {
     "study": ("dlaunch.runs.study", "study_app", "Studies: run a study file's matrix, its status, its report."),
-    "results": ("dlaunch.results.command", "results_app", "The results database: list runs, compare, rebuild."),
+    "results": ("dlaunch.resultsdb.command", "results_app", "The results database: list runs, compare, rebuild."),
 }
 
 
@@ -101,7 +101,7 @@ app = command_group(help="Launch distributed training benchmarks on Slurm sites 
 
 def _print_version(asked: bool) -> None:
     if asked:
-        from dlaunch import __version__
+        from dlaunch.version import __version__
         from dlaunch.runs.service import git_revision
 
         revision = git_revision()

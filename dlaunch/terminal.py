@@ -232,9 +232,9 @@ def show_status(runs: List[RunDir]) -> int:
 
 
 def record_results(runs: List[RunDir]) -> None:
-    """Rows for the runs that ended into the results database (dlaunch/results/store.py); a database
+    """Rows for the runs that ended into the results database (dlaunch/resultsdb/store.py); a database
     that cannot be written is a warning."""
-    from dlaunch.results.store import record
+    from dlaunch.resultsdb.store import record
 
     warning = record([run.metrics_path for run in runs]).warning
     if warning:

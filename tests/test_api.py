@@ -65,7 +65,7 @@ def test_records_come_back_from_their_json():
 
 
 def test_result_rows_have_the_databases_columns_and_the_derived_ones():
-    from dlaunch.results.store import NAMES
+    from dlaunch.resultsdb.store import NAMES
 
     assert [f for f in api._field_types(api.ResultRow)] == list(NAMES) + ["speedup", "efficiency", "history", "rcp"]
 

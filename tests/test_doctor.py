@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dlaunch import cli, doctor
+from dlaunch import cli, preflight
 from dlaunch.runtimes import imagearch
 from dlaunch.runtimes.apptainer import Apptainer
 from dlaunch.runtimes.charliecloud import Charliecloud
@@ -81,16 +81,16 @@ def run_doctor(monkeypatch, *args: str) -> int:
     ("^=eth0", ["eth1", "ib0", "lo"]),  # every interface but these exact names
 ])
 def test_nccl_interface_syntax(spec, selected):
-    assert doctor.matching_interfaces(spec, ["eth0", "eth1", "ib0", "lo"], "NCCL_SOCKET_IFNAME") == selected
+    assert preflight.matching_interfaces(spec, ["eth0", "eth1", "ib0", "lo"], "NCCL_SOCKET_IFNAME") == selected
 
 
 def test_gloo_names_are_exact():
-    assert doctor.matching_interfaces("eth", ["eth0", "lo"], "GLOO_SOCKET_IFNAME") == []
-    assert doctor.matching_interfaces("lo,eth0", ["eth0", "lo"], "GLOO_SOCKET_IFNAME") == ["lo", "eth0"]
+    assert preflight.matching_interfaces("eth", ["eth0", "lo"], "GLOO_SOCKET_IFNAME") == []
+    assert preflight.matching_interfaces("lo,eth0", ["eth0", "lo"], "GLOO_SOCKET_IFNAME") == ["lo", "eth0"]
 
 
 def test_interface_addresses_of_this_machine():
-    found = doctor.interface_addresses()
+    found = preflight.interface_addresses()
     assert "127.0.0.1" in found["lo"]
     assert "nosuchif0" not in found
 
@@ -107,7 +107,7 @@ def test_charliecloud_tree_of_the_host_shell_is_the_host_architecture(tmp_path):
 def test_absolute_links_resolve_inside_the_image_not_on_the_host(tmp_path):
     """Fake aarch64 ELF header: an absolute /usr/bin/dash link must read the image's dash, not the host's."""
     tree = charliecloud_tree(tmp_path / "img", sh_bytes=FAKE_AARCH64_ELF, absolute_link=True)
-    assert doctor.image_arch(Charliecloud(kind="charliecloud"), str(tree)) == "aarch64"
+    assert preflight.image_arch(Charliecloud(kind="charliecloud"), str(tree)) == "aarch64"
 
 
 def test_a_link_cycle_in_the_image_is_an_error_not_a_hang(tmp_path):
@@ -122,7 +122,7 @@ def test_sif_header_architecture(tmp_path):
     image = tmp_path / "fake.sif"
     image.write_bytes(b"#!/usr/bin/env run-singularity\n".ljust(32, b"\0") + b"SIF_MAGIC\0" + b"01\0" + b"04\0" + b"\0" * 64)
     assert imagearch.sif_arch(image) == "aarch64"
-    assert doctor.image_arch(Apptainer(kind="apptainer"), str(image)) == "aarch64"
+    assert preflight.image_arch(Apptainer(kind="apptainer"), str(image)) == "aarch64"
     with pytest.raises(ValueError, match="not a SIF image"):
         imagearch.sif_arch(Path(shutil.which("python3")))
 
@@ -130,9 +130,9 @@ def test_sif_header_architecture(tmp_path):
 def test_an_apptainer_sandbox_directory_reads_as_a_root_file_system(tmp_path):
     """Fake aarch64 /bin/sh in a sandbox directory (`apptainer build --sandbox`); a squashfs file reads as unknown."""
     tree = charliecloud_tree(tmp_path / "sandbox", sh_bytes=FAKE_AARCH64_ELF)
-    assert doctor.image_arch(Apptainer(kind="apptainer"), str(tree)) == "aarch64"
+    assert preflight.image_arch(Apptainer(kind="apptainer"), str(tree)) == "aarch64"
     (tmp_path / "image.sqsh").write_bytes(b"hsqs")
-    assert doctor.image_arch(Apptainer(kind="apptainer"), str(tmp_path / "image.sqsh")) is None
+    assert preflight.image_arch(Apptainer(kind="apptainer"), str(tmp_path / "image.sqsh")) is None
 
 
 @needs_v2
@@ -140,12 +140,12 @@ def test_charliecloud_image_of_another_architecture_fails_with_the_fix(tmp_path)
     """Real x86_64 tree passes on an x86_64 site; a fake aarch64 one fails, naming the site's architecture."""
     site = load_site(write_site(tmp_path, "slurm", "charliecloud", arch="x86_64"))
     real = charliecloud_tree(tmp_path / "real")
-    assert [c.result for c in doctor.check_image(site, str(real), "ddp")] == ["pass", "pass"]
+    assert [c.result for c in preflight.check_image(site, str(real), "ddp")] == ["pass", "pass"]
     fake = charliecloud_tree(tmp_path / "fake", sh_bytes=FAKE_AARCH64_ELF)
-    present, arch = doctor.check_image(site, str(fake), "ddp")
+    present, arch = preflight.check_image(site, str(fake), "ddp")
     assert present.result == "pass" and arch.result == "fail"
     assert "aarch64 image on x86_64 nodes" in arch.found and "x86_64" in arch.fix
-    missing = doctor.check_image(site, str(tmp_path / "absent"), "ddp")
+    missing = preflight.check_image(site, str(tmp_path / "absent"), "ddp")
     assert [c.result for c in missing] == ["fail"] and "does not exist" in missing[0].found
 
 
@@ -154,18 +154,18 @@ def test_charliecloud_image_of_another_architecture_fails_with_the_fix(tmp_path)
 
 @needs_v2
 def test_scheduler_commands_are_looked_up_on_path(tmp_path):
-    slurm = doctor.check_scheduler_commands(load_site(write_site(tmp_path, "slurm")))
+    slurm = preflight.check_scheduler_commands(load_site(write_site(tmp_path, "slurm")))
     assert slurm.result == ("pass" if all(shutil.which(c) for c in scheduler_for("slurm").commands) else "fail")
     if shutil.which("qsub") is None:  # no PBS here: the check must say so
-        pbs = doctor.check_scheduler_commands(load_site(write_site(tmp_path, "pbs")))
+        pbs = preflight.check_scheduler_commands(load_site(write_site(tmp_path, "pbs")))
         assert pbs.result == "fail" and "qsub" in pbs.found
-        assert doctor.check_submission(load_site(write_site(tmp_path, "pbs")), "x", None, None, None).result == "skip"
+        assert preflight.check_submission(load_site(write_site(tmp_path, "pbs")), "x", None, None, None).result == "skip"
 
 
 @needs_v2
 def test_charliecloud_runtime_missing_names_the_binary(tmp_path):
     site = load_site(write_site(tmp_path, "slurm", "charliecloud"))
-    check = doctor.check_runtime(site)
+    check = preflight.check_runtime(site)
     if shutil.which("ch-run"):
         assert check.result == "pass"
     else:
@@ -175,25 +175,25 @@ def test_charliecloud_runtime_missing_names_the_binary(tmp_path):
 @needs_v2
 def test_rendezvous_name_resolves_to_this_first_node(tmp_path):
     site = load_site(write_site(tmp_path, "slurm"))
-    first = doctor.Node(("localhost",), on_node=True, first=True)
-    check = doctor.check_rendezvous(site, first)
+    first = preflight.Node(("localhost",), on_node=True, first=True)
+    check = preflight.check_rendezvous(site, first)
     assert check.result == "pass" and "127.0.0.1" in check.found and "lo" in check.found
-    other = doctor.Node(("localhost", socket.gethostname()), on_node=True, first=False)
-    assert doctor.check_rendezvous(site, other).result == "pass"
+    other = preflight.Node(("localhost", socket.gethostname()), on_node=True, first=False)
+    assert preflight.check_rendezvous(site, other).result == "pass"
 
 
 @needs_v2
 def test_rendezvous_name_that_does_not_resolve_names_the_suffix(tmp_path):
     site = load_site(write_site(tmp_path, "slurm", rendezvous_host_suffix=".invalid"))
-    check = doctor.check_rendezvous(site, doctor.Node(("nosuchhost-dlaunch",), on_node=True, first=True))
+    check = preflight.check_rendezvous(site, preflight.Node(("nosuchhost-dlaunch",), on_node=True, first=True))
     assert check.result == "fail" and NOT_A_HOST in check.found and "rendezvous_host_suffix" in check.fix
 
 
 @needs_v2
 def test_rendezvous_is_skipped_outside_an_allocation(tmp_path, outside_allocation):
     site = load_site(write_site(tmp_path, "slurm"))
-    node = doctor.where(site, {})
-    assert not node.on_node and doctor.check_rendezvous(site, node).result == "skip"
+    node = preflight.where(site, {})
+    assert not node.on_node and preflight.check_rendezvous(site, node).result == "skip"
 
 
 @needs_v2
@@ -205,17 +205,17 @@ def test_inside_an_allocation_this_host_is_its_first_node(tmp_path):
     site = load_site(write_site(tmp_path, "slurm"))
     here = socket.gethostname().split(".")[0]
     environ = {"PATH": os.environ["PATH"], "SLURM_CONF": str(conf), "SLURM_JOB_ID": "7"}
-    node = doctor.where(site, {**environ, "SLURM_JOB_NODELIST": "%s,other[1-2]" % here})
-    assert node == doctor.Node([here, "other1", "other2"], on_node=True, first=True)
-    node = doctor.where(site, {**environ, "SLURM_JOB_NODELIST": "other[1-2],%s" % here})
+    node = preflight.where(site, {**environ, "SLURM_JOB_NODELIST": "%s,other[1-2]" % here})
+    assert node == preflight.Node([here, "other1", "other2"], on_node=True, first=True)
+    node = preflight.where(site, {**environ, "SLURM_JOB_NODELIST": "other[1-2],%s" % here})
     assert node.on_node and not node.first
-    assert not doctor.where(site, {**environ, "SLURM_JOB_NODELIST": "other[1-2]"}).on_node  # salloc's shell on a login node
+    assert not preflight.where(site, {**environ, "SLURM_JOB_NODELIST": "other[1-2]"}).on_node  # salloc's shell on a login node
 
 
 @needs_v2
 def test_interfaces_of_the_profile_exist_on_this_node(tmp_path):
     site = load_site(write_site(tmp_path, env={"NCCL_SOCKET_IFNAME": "^=nosuchif0", "GLOO_SOCKET_IFNAME": "lo,nosuchif0"}))
-    nccl, gloo = doctor.check_interfaces(site, doctor.Node((), on_node=True, first=True))
+    nccl, gloo = preflight.check_interfaces(site, preflight.Node((), on_node=True, first=True))
     assert nccl.result == "pass" and "lo" in nccl.found
     assert gloo.result == "fail" and "lo" in gloo.fix
 
@@ -227,11 +227,11 @@ def test_driver_from_the_profile_against_the_default_images_cuda(tmp_path):
     def site(**top):
         return load_site(write_site(tmp_path, "slurm", "apptainer", stack="paper", gpu_vendor="nvidia", **top))
 
-    check = doctor.check_driver(site(driver="440.33"), None, "ddp")
+    check = preflight.check_driver(site(driver="440.33"), None, "ddp")
     assert check.result == "fail" and "450.80.02, the minimum for CUDA 11.5" in check.found and "the profile's driver" in check.found
-    assert doctor.check_driver(site(driver="450.80"), None, "ddp").result == "pass"  # major.minor as profiles give it
-    assert doctor.check_driver(site(driver="470.57"), None, "ddp").result == "pass"
-    assert doctor.check_driver(site(), None, "ddp").result == "skip"
+    assert preflight.check_driver(site(driver="450.80"), None, "ddp").result == "pass"  # major.minor as profiles give it
+    assert preflight.check_driver(site(driver="470.57"), None, "ddp").result == "pass"
+    assert preflight.check_driver(site(), None, "ddp").result == "skip"
 
 
 # The command: output and exit codes
@@ -310,7 +310,7 @@ def test_the_mpi_plugin_is_one_srun_offers(tmp_path, dead_controller, plugin, re
     """srun --mpi=list answers without a controller (Debian's Slurm offers pmi2 and pmix, not ParaStation's pspmix)."""
     text = write_site(tmp_path, "slurm").read_text().replace('kind = "slurm"', 'kind = "slurm"\nmpi_plugin = "%s"' % plugin)
     (tmp_path / "mpi.toml").write_text(text)
-    check = doctor.check_mpi_plugin(load_site(tmp_path / "mpi.toml"))
+    check = preflight.check_mpi_plugin(load_site(tmp_path / "mpi.toml"))
     assert check.result == result and plugin in check.found and "pmi2" in check.found
 
 
@@ -326,7 +326,7 @@ def test_a_failing_srun_mpi_list_is_shown_in_its_own_words(tmp_path, monkeypatch
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
     text = write_site(tmp_path, "slurm").read_text().replace('kind = "slurm"', 'kind = "slurm"\nmpi_plugin = "pmi2"')
     (tmp_path / "mpi.toml").write_text(text)
-    check = doctor.check_mpi_plugin(load_site(tmp_path / "mpi.toml"))
+    check = preflight.check_mpi_plugin(load_site(tmp_path / "mpi.toml"))
     assert (check.result, check.found) == (
         "skip", "srun --mpi=list: srun: fatal: Unable to process configuration file (%s)" % (tmp_path / "slurm.conf"))
 
@@ -352,7 +352,7 @@ def test_without_a_controller_the_mpi_plugin_is_not_blamed(tmp_path, monkeypatch
 
 
 def test_a_cpu_site_has_no_gpus_to_check_a_driver_of(tmp_path):
-    check = doctor.check_driver(load_site(write_site(tmp_path, "slurm")), None, "ddp")  # gpu_vendor = "none"
+    check = preflight.check_driver(load_site(write_site(tmp_path, "slurm")), None, "ddp")  # gpu_vendor = "none"
     assert check.result == "skip" and check.found == "no GPUs (a CPU site)"
 
 
@@ -361,9 +361,9 @@ def test_modules_are_asked_of_the_module_command(tmp_path, monkeypatch):
     """A fake `module` shell function (exported the way Lmod exports it) that knows one module."""
     monkeypatch.setenv("BASH_FUNC_module%%", '() { [ "$1" = use ] || [ "$2" = rocm/6.4.2 ]; }')
     site = write_site(tmp_path, "slurm", modules=["rocm/6.4.2", "rccl-net-plugin"])
-    check = doctor.check_modules(load_site(site))
+    check = preflight.check_modules(load_site(site))
     assert check.result == "fail" and check.found == "not available: rccl-net-plugin" and "module spider" in check.fix
-    assert doctor.check_modules(load_site(write_site(tmp_path, "slurm", modules=["rocm/6.4.2"]))).result == "pass"
+    assert preflight.check_modules(load_site(write_site(tmp_path, "slurm", modules=["rocm/6.4.2"]))).result == "pass"
 
 
 @needs_v2
@@ -372,10 +372,10 @@ def test_bind_sources_must_exist_on_the_node(tmp_path):
         'kind = "apptainer"', 'kind = "apptainer"\nbinds = ["%s", "/nonexistent-dlaunch:/opt/x"]' % tmp_path)
     (tmp_path / "binds.toml").write_text(text)
     site = load_site(tmp_path / "binds.toml")
-    on_node = doctor.Node(("here",), on_node=True, first=True)
-    check = doctor.check_bind_sources(site, on_node, {})
+    on_node = preflight.Node(("here",), on_node=True, first=True)
+    check = preflight.check_bind_sources(site, on_node, {})
     assert check.result == "fail" and check.found == "missing on this node: /nonexistent-dlaunch"
-    assert doctor.check_bind_sources(site, doctor.Node((), False, False), {}).result == "skip"
+    assert preflight.check_bind_sources(site, preflight.Node((), False, False), {}).result == "skip"
 
 
 @needs_v2
@@ -385,7 +385,7 @@ def test_the_gpus_each_task_sees_against_the_launch_mode(tmp_path, launch, resul
     """A task bound to one GPU (CUDA_VISIBLE_DEVICES=0, as psslurm sets it) cannot host a 4-worker torchrun."""
     text = write_site(tmp_path, "slurm", gpus_per_node=4, gpu_vendor="nvidia").read_text() + launch
     (tmp_path / "gpus.toml").write_text(text)
-    check = doctor.check_gpus(load_site(tmp_path / "gpus.toml"), doctor.Node(("here",), True, True), "ddp",
+    check = preflight.check_gpus(load_site(tmp_path / "gpus.toml"), preflight.Node(("here",), True, True), "ddp",
                               {"CUDA_VISIBLE_DEVICES": "0"})
     assert check.result == result and check.found.startswith("1 (CUDA_VISIBLE_DEVICES=0)")
     if result == "fail":

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dlaunch.cli import main
-from dlaunch.results.store import record
+from dlaunch.resultsdb.store import record
 from test_analysis import write_run
 
 REPO = Path(__file__).resolve().parents[1]

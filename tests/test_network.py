@@ -317,16 +317,16 @@ def test_report_leaves_runs_off_their_network_out_of_scaling_unless_asked(tmp_pa
 
 
 def test_doctor_measures_only_inside_an_allocation_of_several_nodes(tmp_path):
-    from dlaunch import doctor
+    from dlaunch import preflight
     from test_doctor import write_site
 
     site = load_site(write_site(tmp_path, "slurm"))
-    outside = doctor.check_allreduce(site, "x", doctor.Node((), on_node=False, first=False), None, "ddp", None)
+    outside = preflight.check_allreduce(site, "x", preflight.Node((), on_node=False, first=False), None, "ddp", None)
     assert (outside.result, outside.found) == ("skip", "nominal unknown (no [network])")
     assert "srun -N2 --ntasks-per-node=1 dlaunch doctor" in outside.fix
-    one = doctor.check_allreduce(site, "x", doctor.Node((socket.gethostname(),), on_node=True, first=True), None, "ddp", None)
+    one = preflight.check_allreduce(site, "x", preflight.Node((socket.gethostname(),), on_node=True, first=True), None, "ddp", None)
     assert one.result == "skip"
-    local = doctor.check_allreduce(load_site(write_site(tmp_path)), "x", doctor.Node((), True, True), None, "ddp", None)
+    local = preflight.check_allreduce(load_site(write_site(tmp_path)), "x", preflight.Node((), True, True), None, "ddp", None)
     assert (local.result, local.found) == ("skip", "local site")
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Dict, List, Optional, Sequence, Tuple
 import typer
 from rich.console import Console
 
-from dlaunch import __version__
+from dlaunch.version import __version__
 from dlaunch.analysis.budget import LOST_PARTS, OTHER, BudgetRow, budget
 from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, Flag, check_threshold, run_flags
 from dlaunch.analysis.scaling import Comparison, GroupKey, Loaded, Run, ScalingPoint, Spread, group_runs, load_runs, reference_for, scaling, verdict
@@ -230,7 +230,7 @@ def missing_references(runs: Sequence[Run], profiles: "Profiles") -> List[str]:
 
 
 def run_rows(g: GroupResult, profiles: "Profiles", columns: Columns, history: Optional[Dict[str, str]] = None) -> List[List[str]]:
-    """`history`: metrics file -> history verdict (dlaunch/results/compare.py)."""
+    """`history`: metrics file -> history verdict (dlaunch/resultsdb/compare.py)."""
     rows = []
     for run in g.runs:
         check = verdict_cell(run, profiles.of(run))
@@ -561,8 +561,8 @@ class Recorded:
 
 def record_runs(metrics_files: Sequence[str]) -> Recorded:
     """Record the ended runs among `metrics_files` in the results database; their rows and history verdicts."""
-    from dlaunch.results.compare import with_history
-    from dlaunch.results.store import ResultsDB, db_path, record
+    from dlaunch.resultsdb.compare import with_history
+    from dlaunch.resultsdb.store import ResultsDB, db_path, record
 
     recorded = record([Path(f) for f in metrics_files])
     if recorded.warning:

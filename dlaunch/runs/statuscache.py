@@ -10,7 +10,7 @@ otherwise). Anything else (no cache file, a broken one, a changed run) is a miss
 snapshot is computed from the run directory as without a cache.
 
 Where: $DLAUNCH_STATUS_CACHE (a file; empty: no cache), else beside the results database, which the
-same commands write (dlaunch/results/store.py: runs/results.sqlite -> runs/results.status-cache.json).
+same commands write (dlaunch/resultsdb/store.py: runs/results.sqlite -> runs/results.status-cache.json).
 At most MAX_ENTRIES runs, the newest entries kept. Two commands that save at once may each lose the
 other's new entries (computed again next time), never corrupt the file.
 """
@@ -30,7 +30,7 @@ PACKAGE = Path(__file__).resolve().parent.parent
 
 def cache_path() -> Optional[Path]:
     """The cache file, or None when $DLAUNCH_STATUS_CACHE is set empty."""
-    from dlaunch.results.store import db_path
+    from dlaunch.resultsdb.store import db_path
 
     chosen = os.environ.get(CACHE_ENV)
     if chosen is not None:
@@ -144,7 +144,7 @@ _current: Dict[Tuple[Optional[str], Optional[str]], StatusCache] = {}
 
 def current() -> StatusCache:
     """This process's cache (read once per cache file: per value of the variables that choose it)."""
-    from dlaunch.results.store import DB_ENV
+    from dlaunch.resultsdb.store import DB_ENV
 
     chosen = (os.environ.get(CACHE_ENV), os.environ.get(DB_ENV))
     if chosen not in _current:

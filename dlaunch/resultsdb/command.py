@@ -1,7 +1,7 @@
 """`dlaunch results`: list and filter the results database, compare two sets of runs, rebuild it.
 
 Formats: `table` (80 columns, names never cut: dlaunch/tables.py), `csv`, `json` (every column),
-`markdown`. Selectors and the comparison's statistics: dlaunch/results/compare.py.
+`markdown`. Selectors and the comparison's statistics: dlaunch/resultsdb/compare.py.
 """
 import csv
 import io
@@ -12,8 +12,8 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Sequence, Tupl
 import typer
 from rich.console import Console
 
-from dlaunch.results.compare import METRICS, Comparison, compare
-from dlaunch.results.store import ResultsDB, db_path, read_rows
+from dlaunch.resultsdb.compare import METRICS, Comparison, compare
+from dlaunch.resultsdb.store import ResultsDB, db_path, read_rows
 from dlaunch.tables import counted, fit_table, markdown
 from dlaunch.terminal import command_group
 
