@@ -7,7 +7,7 @@
    call: median, 10th and 90th percentile. Rank 0's summary (`phase_fields` + `overhead_fields`, pure Python)
    is timed on rows of each rank count (ranks/--gpus-per-node hosts), and so is the host side of a gather of
    that size without its communication (building the table, reading it back with .tolist()).
-2. estimated per rank count: NCCL's all-reduce of ranks x K x 8 bytes by dlaunch/analysis/perfmodel_nccl.py's
+2. estimated per rank count: NCCL's all-reduce of ranks x K x 8 bytes by dlaunch/analysis/perfmodel/nccl.py's
    model for JUWELS Booster's machine (perfmodel.AACH2023_MACHINE: 4 A100 per node, 4x HDR200 = 800 Gbit/s per
    node, 1.5 us fabric latency per inter-node step; NCCL 2.8-2.10's Simple-protocol latencies, the cheaper of ring
    and tree), plus the two host parts measured here.
@@ -33,7 +33,7 @@ sys.path.insert(0, ROOT)
 
 from benchlib import save_results  # noqa: E402
 
-from dlaunch.analysis.perfmodel import AACH2023_MACHINE  # noqa: E402
+from dlaunch.analysis.perfmodel.paper import AACH2023_MACHINE  # noqa: E402
 from dlaunch.train.frameworks.base import ProcessGroupFramework  # noqa: E402
 from dlaunch.train.phases import ROW, gather_rows, overhead_fields, phase_fields  # noqa: E402
 

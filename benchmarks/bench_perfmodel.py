@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_perfmodel.py
 
-One model gives both observables (dlaunch.analysis.perfmodel, v3): NCCL kernel time = transfers +
+One model gives both observables (dlaunch/analysis/perfmodel/, v3): NCCL kernel time = transfers +
 every message's wait for its slowest peer + kernels beside back-propagation; the step pays only the
 last wait and the transfers left over. Fitted on the rows up to 64 GPUs only and predicting 128-1024
 (the question before a large allocation): timing noise and kernels beside back-propagation on the DALI
@@ -25,31 +25,14 @@ from dataclasses import dataclass, replace
 from statistics import mean
 from typing import Dict, List
 
-from dlaunch.analysis.perfmodel import (
-    AACH2023_REFERENCE_GPUS,
-    CALIBRATION_MAX_GPUS,
-    IMAGENET_TRAIN_IMAGES,
-    NATIVE_WORKER_IMAGES_PER_S,
-    NATIVE_WORKERS,
-    STATEMENT_TOLERANCE,
-    FixedOverhead,
-    PaperOverhead,
-    Prediction,
-    PublishedFit,
-    PublishedRow,
-    Workload,
-    _golden_min,
-    fit_published,
-    load_published,
-    load_statements,
-    overhead_passes,
-    paper_overhead,
-    paper_workload,
-    predict,
-    published_workload,
-    storage_points,
-)
-from dlaunch.analysis.perfmodel_nccl import Machine
+from dlaunch.analysis.perfmodel.fit import golden_min
+from dlaunch.analysis.perfmodel.model import (IMAGENET_TRAIN_IMAGES, NATIVE_WORKER_IMAGES_PER_S, NATIVE_WORKERS, Prediction,
+                                              Workload, predict)
+from dlaunch.analysis.perfmodel.nccl import Machine
+from dlaunch.analysis.perfmodel.overhead import FixedOverhead, PaperOverhead, overhead_passes
+from dlaunch.analysis.perfmodel.paper import (AACH2023_REFERENCE_GPUS, CALIBRATION_MAX_GPUS, STATEMENT_TOLERANCE, PublishedFit,
+                                              PublishedRow, fit_published, load_published, load_statements, paper_overhead,
+                                              paper_workload, published_workload, storage_points)
 
 GPUS = [4, 8, 16, 32, 64, 128, 256, 512, 1024]
 FRAMEWORKS = ["ddp", "horovod", "deepspeed"]
@@ -171,7 +154,7 @@ def goal_window(fit: PublishedFit, native: Workload, rows: List[PublishedRow]) -
 
     grid = [fit.storage_floor * 1.005 ** k for k in range(200)]
     inside = [r for r in grid if meets(r)]
-    relative = math.exp(_golden_min(relative_cost, math.log(fit.storage_floor), math.log(100 * fit.storage_floor)))
+    relative = math.exp(golden_min(relative_cost, math.log(fit.storage_floor), math.log(100 * fit.storage_floor)))
     print("\nFile systems at which the native comm share at %s GPUs is within 5 pp mean / 10 pp max AND every native "
           "E_G statement holds (0.5 %% steps from %.0f): %s. Fits on the point statements: least squares %.0f (the "
           "model), least squares of log(E_G / statement) %.0f." % (

@@ -8,7 +8,7 @@ experiment at GPU counts 1, 2, 4, ...; `--source`, else a tiny 2-process local r
 `dlaunch report` runs as a fresh process (the `dlaunch` entry point, COLUMNS=80, output to /dev/null)
 with its own empty results database: the first records every run ("cold"), the next find them
 recorded ("warm", the usual case). Then one warm report runs in this process with its stages timed
-(the functions of dlaunch/analysis/report.py that report_command calls, wrapped with a timer), so that
+(the functions that dlaunch/cli/report.py's report_command calls, wrapped with a timer where they are called), so that
 a stage that grows faster than the runs shows. Prints both tables (seconds per 1,000 runs in the last
 column) and writes benchmarks/results/bench_report.json.
 """
@@ -30,14 +30,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_status import dlaunch_argv, make_source, time_command, write_archive  # noqa: E402
 from benchlib import save_results  # noqa: E402
 
-# report_command's stages, as named in dlaunch/analysis/report.py (each looked up there at call time).
-STAGES = ("load_runs", "load_profiles", "off_network", "flagged", "build_results", "record_runs", "print_results",
-          "write_plots", "markdown_report", "write_page")
+# report_command's stages: (the module that looks each up at call time, its name there).
+STAGES = (("dlaunch.cli.report", "load_runs"), ("dlaunch.reporting.report", "load_profiles"),
+          ("dlaunch.reporting.report", "off_network"), ("dlaunch.reporting.report", "flagged"),
+          ("dlaunch.reporting.report", "build_results"), ("dlaunch.reporting.report", "record_runs"),
+          ("dlaunch.cli.report", "print_results"), ("dlaunch.reporting.document", "write_plots"),
+          ("dlaunch.reporting.document", "markdown_report"), ("dlaunch.reporting.document", "write_page"))
 
 
 def timed_report(archive: str, out: str, env: Dict[str, str]) -> Dict[str, float]:
     """Seconds per stage of one `report` over `archive`, run in this process (console output discarded)."""
-    import dlaunch.analysis.report as report
+    import importlib
+
+    import dlaunch.cli.report as report
 
     spent: Dict[str, float] = {}
 
@@ -50,19 +55,19 @@ def timed_report(archive: str, out: str, env: Dict[str, str]) -> Dict[str, float
                 spent[name] = spent.get(name, 0.0) + time.perf_counter() - start
         return timed
 
-    originals = {name: getattr(report, name) for name in STAGES}
+    originals = {(module, name): getattr(importlib.import_module(module), name) for module, name in STAGES}
     saved = dict(os.environ)
     os.environ.update(env)
     try:
-        for name, function in originals.items():
-            setattr(report, name, timer(name, function))
+        for (module, name), function in originals.items():
+            setattr(importlib.import_module(module), name, timer(name, function))
         start = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             report.report_command([Path(archive)], output=Path(out))
         spent["all"] = time.perf_counter() - start
     finally:
-        for name, function in originals.items():
-            setattr(report, name, function)
+        for (module, name), function in originals.items():
+            setattr(importlib.import_module(module), name, function)
         os.environ.clear()
         os.environ.update(saved)
     return spent

@@ -15,7 +15,8 @@ runs end once, and are listed many times). Prints a table (runs, groups, command
 seconds, median CPU seconds, wall seconds per 1,000 runs) and writes benchmarks/results/bench_status.json.
 `--stages` adds where a warm `status` spends its time, measured in this process: finding the run
 directories, checking them (with reading the status cache), the run service's snapshots, and the whole
-of terminal.show_status (which does those again, then prints the table and the notes below it).
+of the status table (dlaunch.api.status, which does those again and records the ended runs, then
+dlaunch/cli/terminal.py's show_status printing the table and the notes below it).
 """
 import argparse
 import json
@@ -121,7 +122,8 @@ def stages(archive: str, database: str) -> List[Tuple[str, float]]:
     os.environ["DLAUNCH_RESULTS_DB"] = database
     from pathlib import Path
 
-    import dlaunch.terminal
+    import dlaunch.cli.terminal
+    from dlaunch import api
     from dlaunch.runs import service
     from dlaunch.runs.rundir import find_runs, readable
 
@@ -139,10 +141,10 @@ def stages(archive: str, database: str) -> List[Tuple[str, float]]:
     timed("why_failed + run_figures", lambda: [(service.why_failed(s) if s.failed else "", service.run_figures(s))
                                               for s in snapshots])
     with open(os.devnull, "w") as devnull:
-        dlaunch.terminal.out.file = devnull
-        dlaunch.terminal.out.width = 80
+        dlaunch.cli.terminal.out.file = devnull
+        dlaunch.cli.terminal.out.width = 80
         timed("terminal.show_status (all of the above again, the table, the notes, the database)",
-              lambda: dlaunch.terminal.show_status(find_runs([Path(archive)])))
+              lambda: dlaunch.cli.terminal.show_status(api.status([archive])))
     return found
 
 

@@ -28,7 +28,7 @@ sys.path.insert(0, ROOT)
 
 from benchlib import save_results  # noqa: E402
 
-from dlaunch.analysis.scaling import read_published_row  # noqa: E402
+from dlaunch.analysis.published import read_published_row  # noqa: E402
 from dlaunch.paths import PUBLISHED_DIR  # noqa: E402
 from dlaunch.schedulers.local import run_step  # noqa: E402
 from dlaunch.train.framework_table import FRAMEWORKS  # noqa: E402

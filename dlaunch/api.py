@@ -1,5 +1,5 @@
 """The Python API (docs/API.md): what the `dlaunch` command line does, as functions that return typed,
-JSON-serialisable objects. The command line (dlaunch/cli.py) parses, calls these and prints.
+JSON-serialisable objects. The command line (dlaunch/cli/) parses, calls these and prints.
 
 - Every object is a frozen dataclass of str, int, float, bool, None, lists and dicts of those, or other
   such dataclasses: `x.to_dict()` is plain JSON, `T.from_dict(d)` makes it again (`Record`).
@@ -26,15 +26,16 @@ from dlaunch.boundary import display_path, escape, quoted
 from dlaunch.errors import DlaunchError, DlaunchNote, DlaunchWarning
 
 if TYPE_CHECKING:
+    from dlaunch.analysis.perfmodel.fit import LeftOut
     from dlaunch.resultsdb.store import ResultsDB
     from dlaunch.runs.rundir import RunDir
     from dlaunch.runs.runstate import Snapshot
     from dlaunch.runs.service import Prepared
 
-__all__ = ["BudgetRow", "Check", "Doctor", "ImageInfo", "Job", "Logs", "Prediction", "PredictionRow", "RcpRow",
-           "Record", "Report", "ReportGroup", "ReportPoint", "ResultRow", "RunStatus", "SetApartRun", "SiteInfo", "Spread",
-           "cancel", "doctor", "images", "logs", "predict", "render_images", "report", "results", "run", "sites", "status",
-           "sweep", "watch"]
+__all__ = ["BudgetRow", "Check", "Doctor", "ImageInfo", "Job", "LeftOutRun", "Logs", "Prediction", "PredictionRow",
+           "RcpRow", "Record", "Report", "ReportGroup", "ReportPoint", "ResultRow", "RunStatus", "SetApartRun", "SiteInfo",
+           "Spread", "cancel", "doctor", "images", "logs", "predict", "render_images", "report", "results", "run", "sites",
+           "status", "study", "study_status", "sweep", "watch"]
 
 R = TypeVar("R", bound="Record")
 
@@ -116,6 +117,9 @@ class Job(Record):
     notes: List[str] = field(default_factory=list)  # what dlaunch decided for the user (a partition row by size)
     submitted: bool = False
     exit_code: Optional[int] = None  # a foreground run's (it ran here to its end); None otherwise
+    nodes: int = 0
+    processes: int = 0  # in all: GPUs, or processes on a site without GPUs
+    label: str = ""  # a study's job: its matrix and name, the published figures it stands for, its repeat
 
 
 @dataclass(frozen=True)
@@ -344,7 +348,8 @@ class Doctor(Record):
 
 @dataclass(frozen=True)
 class PredictionRow(Record):
-    """The performance model at one GPU count (dlaunch/analysis/perfmodel.py's Prediction)."""
+    """The performance model at one GPU count (dlaunch/analysis/perfmodel/model.py's Prediction), the basis of the
+    row, and the published or measured values beside it."""
 
     gpus: int
     nodes: int
@@ -358,23 +363,54 @@ class PredictionRow(Record):
     images_per_s: float
     speedup: float
     efficiency: float
-    comm_share: float
-    profiled_comm_share: float
+    comm_share: float  # NCCL kernel time / (NCCL + compute kernel time), as Table 2a of Aach et al.
+    profiled_comm_share: float  # what --profile-steps measures: comm / (comm + compute + data)
     steps_per_epoch: int = 0
-    epoch_overhead: Dict[str, float] = field(default_factory=dict)
+    epoch_overhead: Dict[str, float] = field(default_factory=dict)  # seconds per epoch outside the steps, by part
+    overhead_share: float = 0.0  # the epoch overhead's share of the run's time
+    basis: str = ""  # nominal, fitted, in range, predicted
+    paper_efficiency: Optional[str] = None  # Aach et al.'s statement on E_G at this count (">0.50", "0.50")
+    paper_efficiency_error: Optional[float] = None  # E_G - the stated value; None where a stated bound holds
+    paper_comm_share: Optional[float] = None  # Table 2a's NCCL share of kernel time
+    straggler_spread: Optional[float] = None  # the runs' slowest rank's compute time over the median's (None: not recorded)
+
+
+@dataclass(frozen=True)
+class LeftOutRun(Record):
+    """One of `from_runs`' runs predicted from a fit on the others (`why` when the others cannot predict it)."""
+
+    run: str  # its metrics file
+    gpus: int
+    step_ms: float  # its wall-clock step time
+    comm_share: float  # its profiled comm share
+    predicted_step_ms: Optional[float] = None
+    step_error: Optional[float] = None  # predicted / measured - 1
+    predicted_comm_share: Optional[float] = None
+    share_error: Optional[float] = None  # predicted - measured
+    why: str = ""
 
 
 @dataclass(frozen=True)
 class Prediction(Record):
-    """`predict`: the workload and machine it assumed, and a row per GPU count."""
+    """`predict`: the workload and machine it assumed and where each came from, and a row per GPU count."""
 
     site: str
     model: str
     framework: str
     batch: int
     compute_source: str
-    machine: str
+    machine: str  # where the machine's figures come from: the site's nominal network, or what they were fitted on
     rows: List[PredictionRow]
+    workload: Dict[str, Any] = field(default_factory=dict)  # dlaunch/analysis/perfmodel/model.py's Workload
+    machine_figures: Dict[str, Any] = field(default_factory=dict)  # .../perfmodel/nccl.py's Machine
+    storage: str = ""  # the file system's ceiling and where it comes from
+    epochs: str = ""  # the epochs and their overhead
+    profiled: bool = False  # fitted on runs (from_runs): its comm share is the profiled one
+    runs_gpus: List[int] = field(default_factory=list)  # the GPU counts of the runs it was fitted on
+    assumptions: List[str] = field(default_factory=list)  # about Aach et al.'s DeepSpeed runs (calibrated)
+    left_out: List[LeftOutRun] = field(default_factory=list)
+    left_out_summary: str = ""
+    notes: List[str] = field(default_factory=list)  # what the rows rest on
 
 
 # -- errors ---------------------------------------------------------------------------------------------
@@ -406,12 +442,13 @@ def _api(function: F) -> F:
 
 # -- run, sweep -----------------------------------------------------------------------------------------
 
-def _job(prepared: "Prepared", run: "Optional[RunDir]" = None, code: Optional[int] = None) -> Job:
+def _job(prepared: "Prepared", run: "Optional[RunDir]" = None, code: Optional[int] = None, label: str = "") -> Job:
     plan = prepared.plan
     return Job(run_dir=plan.run_dir, site=plan.site, scheduler=plan.scheduler, experiment=prepared.request.experiment or "",
                run_name=Path(plan.run_dir).name, script=prepared.script, job_id=run.job_id if run else None,
                warnings=list(prepared.warnings), notes=list(prepared.notes), submitted=run is not None,
-               exit_code=code if run is not None and prepared.foreground else None)
+               exit_code=code if run is not None and prepared.foreground else None, nodes=plan.nodes,
+               processes=plan.nodes * plan.nproc_per_node, label=label)
 
 
 def _delivered(jobs: Sequence["Prepared"], dry_run: bool) -> List[Job]:
@@ -451,6 +488,39 @@ def sweep(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional
                                 account=account, image=image, output=output, experiment=experiment, requeue=requeue,
                                 dry_run=dry_run, allow_large=allow_large, trainer=launch.trainer_options(trainer))
     return _delivered(jobs, dry_run)
+
+
+@_api
+def study(name_or_path: Any, *, site: str, output: Any = "runs", dry_run: bool = False, list_only: bool = False,
+          only: Sequence[str] = (), data: Sequence[str] = (), account: Optional[str] = None, image: Optional[str] = None,
+          protocol: Optional[str] = None, stack: Optional[str] = None, allow_large: bool = False) -> List[Job]:
+    """A study's jobs for `site` that are missing or failed, rendered and submitted into OUTPUT/<study name> (a
+    study name, shipped or in $DLAUNCH_STUDIES_DIR, or a study file); with `dry_run` (or `list_only`, whose jobs the
+    command line prints one line each: `label`, nodes, processes) rendered only. Warnings about its data are
+    DlaunchWarnings; the jobs left alone (ended ok, still active) a DlaunchNote."""
+    from dlaunch.runs.study import prepare_study, submit_study
+    from dlaunch.runs.studyfile import find_study
+
+    dry_run = dry_run or list_only
+    prepared = prepare_study(find_study(str(name_or_path)), site, Path(output), dry_run, only, data, account, image,
+                             protocol, stack, allow_large)
+    for line in prepared.warnings:
+        warnings.warn(escape(line), DlaunchWarning, stacklevel=3)
+    if prepared.ended_ok or prepared.active:
+        warnings.warn("study %s: %s" % (prepared.study.name, prepared.summary), DlaunchNote, stacklevel=3)
+    if dry_run:
+        return [_job(job, label=item.label) for item, job in prepared.jobs]
+    submitted = submit_study(prepared)
+    return [_job(job, run, code, item.label)
+            for (item, job), run, code in zip(prepared.jobs, submitted.runs, submitted.codes)]
+
+
+@_api
+def study_status(folder: Any) -> List[RunStatus]:
+    """The runs of a study directory (OUTPUT/<study name>), as `status` gives them."""
+    from dlaunch.runs.study import study_runs
+
+    return _statuses(study_runs(Path(folder)))
 
 
 # -- status, watch, cancel, logs -----------------------------------------------------------------------
@@ -513,11 +583,13 @@ def status(paths: Sequence[Any] = ("runs",), *, newest_first: bool = False) -> L
 def watch(paths: Sequence[Any], *, interval: float = 5.0, timeout: Optional[float] = None) -> List[RunStatus]:
     """Look at the runs every `interval` seconds until every one has ended (or `timeout` seconds have
     passed); their last status. `paths` as for `status`, or an experiment's name under ./runs."""
-    from dlaunch.runs.watch import resolve_targets
+    from dlaunch.runs import service
+    from dlaunch.runs.watch import Watcher, check_watchable, resolve_targets
 
     if not interval >= 0.1:  # as the command line's option says it
         raise DlaunchError("Invalid value for '--interval': %s is below 0.1" % quoted(str(interval)))
     targets = resolve_targets([Path(p) for p in paths])
+    check_watchable(Watcher(targets, service.why_failed).poll())
     deadline = None if timeout is None else clock.monotonic() + timeout
     while True:
         seen = status(targets)
@@ -571,10 +643,12 @@ def report(paths: Sequence[Any], *, output: Optional[Any] = None, include_networ
     """What `dlaunch report` shows for the runs under `paths`: per group the scaling points (X, S_G, E_G and
     their spreads, predicted E_G), the efficiency budget; the runs set apart (diverged, stragglers, off
     their network); with `output`, report.md, report.html and the plots written there (`files`)."""
-    from dlaunch.analysis.report import PAGE, report_data, write_report
     from dlaunch.analysis.scaling import load_runs
     from dlaunch.analysis.stragglers import check_threshold
     from dlaunch.boundary import output_folder
+    from dlaunch.reporting.document import write_report
+    from dlaunch.reporting.html import PAGE
+    from dlaunch.reporting.report import report_data
 
     if straggler_threshold is not None:
         try:
@@ -714,49 +788,46 @@ def doctor(site: str, *, partition: Optional[str] = None, account: Optional[str]
     return Doctor(profile.name, socket.gethostname(), node.on_node, [Check(c.name, c.result, c.found, c.fix) for c in done])
 
 
+def _left_out(lo: "LeftOut") -> LeftOutRun:
+    from dlaunch.analysis.perfmodel.fit import wall_step_s
+
+    measured = dict(run=lo.run.path, gpus=lo.run.world_size, step_ms=1e3 * wall_step_s(lo.run), comm_share=lo.measured_share)
+    if lo.predicted is None:
+        return LeftOutRun(**measured, why=lo.why)
+    return LeftOutRun(**measured, predicted_step_ms=1e3 * lo.predicted.step_s, step_error=lo.step_error,
+                      predicted_comm_share=lo.predicted.profiled_comm_share, share_error=lo.share_error)
+
+
 @_api
 def predict(site: str, *, gpus: Optional[Sequence[int]] = None, model: Optional[str] = None,
             compute_ms: Optional[float] = None, data_ms: Optional[float] = None, batch: Optional[int] = None,
             framework: str = "ddp", zero_stage: Optional[int] = None, precision: Optional[str] = None,
-            from_run: Optional[Any] = None, storage_images_per_s: Optional[float] = None,
-            epoch_overhead: Optional[float] = None, epoch_images: Optional[int] = None) -> Prediction:
-    """The performance model on a site's nominal network (its [network] section): step time, images/s, S_G,
-    E_G and NCCL kernel share per GPU count, as `dlaunch predict` without --calibrated and --from-runs
-    (which only the command line offers so far)."""
-    from dlaunch.analysis import perfmodel as pm
-    from dlaunch.jobs.sites import resolve_site
+            from_run: Optional[Any] = None, from_runs: Sequence[Any] = (), calibrated: Optional[str] = None,
+            storage_images_per_s: Optional[float] = None, epoch_overhead: Optional[float] = None,
+            epoch_images: Optional[int] = None) -> Prediction:
+    """The performance model for a site, as `dlaunch predict`: step time, images/s, S_G, E_G and NCCL kernel share
+    per GPU count on the site's nominal network (its [network] section), a machine fitted on Aach et al.'s Table 2a
+    (`calibrated="dali"` or `"native"`) or on your own profiled runs (`from_runs`), each option the command's."""
+    from dlaunch.analysis.perfmodel.fit import loo_summary
+    from dlaunch.analysis.perfmodel.model import IMAGENET_TRAIN_IMAGES
+    from dlaunch.analysis.perfmodel.prediction import prediction
 
-    if framework not in pm.gradient_exchanges():
-        raise DlaunchError("--framework %s: the performance model knows how the gradients of %s travel, not of this one "
-                           "(its row in dlaunch/train/framework_table.py has no gradient_exchange)"
-                           % (framework, ", ".join(pm.gradient_exchanges())))
-    profile = resolve_site(site)
-    counts = (pm.parse_gpu_counts(",".join(map(str, gpus)), profile) if gpus is not None else
-              [g for g in pm.DEFAULT_GPU_COUNTS if g <= pm.site_max_gpus(profile)] or [1])
-    if storage_images_per_s is not None and not storage_images_per_s > 0:
-        raise DlaunchError("--storage-images-per-s: must be positive (got %r)" % storage_images_per_s)
-    if epoch_overhead is not None and not epoch_overhead >= 0:
-        raise DlaunchError("--epoch-overhead: must not be negative (got %r)" % epoch_overhead)
-    epoch_images = pm.IMAGENET_TRAIN_IMAGES if epoch_images is None else epoch_images
-    if epoch_images < 1:
-        raise DlaunchError("--epoch-images: must be >= 1 (got %d)" % epoch_images)
-    if precision is not None and (compute_ms is not None or from_run is not None):
-        raise DlaunchError("--precision: chooses the published compute time; a measured one (--compute-ms, --from-run, "
-                           "--from-runs) has its own precision")
-    machine = pm.interconnect_of_site(profile)
-    if machine is None:
-        raise DlaunchError("--site: site %s has no [network] section (latency_us, bandwidth_gbps_per_node); "
-                           "add one or calibrate with --from-runs" % profile.name)
-    model_name, workload, source = pm.workload_from_options(model, compute_ms, data_ms, batch,
-                                                            None if from_run is None else Path(from_run), profile,
-                                                            precision or "tf32")
-    workload = dataclasses.replace(workload, framework=framework, zero_stage=(zero_stage or 0)
-                                   if pm.gradient_exchanges()[framework] == "deepspeed-zero" else 0)
-    if storage_images_per_s is None and profile.storage is not None:
-        storage_images_per_s = profile.storage.loader_images_per_s
-    machine = dataclasses.replace(machine, storage_images_per_s=storage_images_per_s)
-    overhead = pm.FixedOverhead(epoch_overhead, "--epoch-overhead") if epoch_overhead is not None else None
-    rows = [PredictionRow(**{f.name: getattr(p, f.name) for f in dataclasses.fields(PredictionRow)})
-            for p in pm.predict(workload, machine, counts, overhead, epoch_images)]
-    return Prediction(profile.name, model_name, framework, workload.batch, source,
-                      "nominal (site profile), no timing noise", rows)
+    result = prediction(site, gpus, model, compute_ms, data_ms, batch, framework, zero_stage, precision,
+                        None if from_run is None else Path(from_run), [Path(p) for p in from_runs], calibrated,
+                        storage_images_per_s, epoch_overhead, IMAGENET_TRAIN_IMAGES if epoch_images is None else epoch_images)
+    checks, spread = result.checks or {}, result.spread or {}
+    rows = []
+    for p in result.predictions:
+        statement = checks[p.gpus].statement if p.gpus in checks else None
+        holds = statement is not None and statement.relation != "=" and statement.holds(p.efficiency)
+        rows.append(PredictionRow(**dataclasses.asdict(p), overhead_share=p.overhead_share,
+                                  basis=result.basis[p.gpus], paper_efficiency=statement.text if statement else None,
+                                  paper_efficiency_error=None if statement is None or holds else statement.error(p.efficiency),
+                                  paper_comm_share=checks[p.gpus].comm_share if p.gpus in checks else None,
+                                  straggler_spread=spread.get(p.gpus)))
+    return Prediction(result.site, result.model, result.framework, result.workload.batch, result.compute_source,
+                      result.machine_source, rows, workload=dataclasses.asdict(result.workload),
+                      machine_figures=dataclasses.asdict(result.machine), storage=result.storage, epochs=result.epochs,
+                      profiled=result.profiled, runs_gpus=sorted(spread), assumptions=result.assumptions,
+                      left_out=[_left_out(lo) for lo in result.left_out],
+                      left_out_summary=loo_summary(result.left_out) if result.left_out else "", notes=result.notes)

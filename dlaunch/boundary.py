@@ -24,7 +24,6 @@ Imports nothing heavy: pydantic is imported by the functions that validate.
 """
 import codecs
 import json
-import math
 import os
 import re
 import stat
@@ -290,23 +289,6 @@ def fits_file_system(run_dir: Path, names: Dict[str, str]) -> None:
     if len(os.fsencode(str(run_dir))) + len("/checkpoints/last.pt.tmp") > PATH_LIMIT:
         raise DlaunchError("--output: the run directory %s is longer than the %d bytes a path may have"
                            % (escape(str(run_dir))[:80] + "...", PATH_LIMIT))
-
-
-def finite_number(low: Optional[float] = None) -> Callable[[str], float]:
-    """A typer `parser` for a float option: a finite number (`inf`, `nan` refused), at least `low`."""
-    def parse(text: str) -> float:
-        import typer
-
-        try:
-            value = float(text)
-        except ValueError:
-            raise typer.BadParameter("%s is not a number" % quoted(text)) from None
-        if not math.isfinite(value):
-            raise typer.BadParameter("%s is not a finite number" % quoted(text))
-        if low is not None and value < low:
-            raise typer.BadParameter("%s is below %g" % (quoted(text), low))
-        return value
-    return parse
 
 
 def check_value(where: str, value: str) -> str:

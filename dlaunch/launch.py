@@ -3,8 +3,6 @@ site, checked and rendered; nothing written) and submit (dlaunch/runs/service.py
 `run` and `sweep` (dlaunch/api.py) and the command line stand on them; this module stays small, as the
 command line's start-up for `run` goes through it (no API types are made here).
 """
-import contextlib
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
@@ -97,7 +95,4 @@ def submit(jobs: Sequence["Prepared"], say: Callable[[str], None] = lambda line:
     `show_progress` (the command line's live view)."""
     from dlaunch.runs import service
 
-    with contextlib.ExitStack() as stack:
-        if not show_progress:  # the run service shows a foreground job's progress on stdout
-            stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
-        return service.submit_all(jobs, say)
+    return service.submit_all(jobs, say, show_progress)

@@ -163,10 +163,11 @@ def print_lines(console: Console, lines: Sequence[str]) -> None:
 
 
 def print_table(console: Console, title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
-                leave_out: Sequence[str] = (), one_line: Sequence[str] = ()) -> None:
+                leave_out: Sequence[str] = (), one_line: Sequence[str] = (), wrap_caption: bool = False) -> None:
     """fit_table's table printed on `console` (a soft-wrapping one, as dlaunch's), its rows written as lines
     of plain text in one piece: the same lines, in a fraction of the time rich takes for many rows (it lays
-    out a cell at a time). Cells are shown as they are (rich's table turned `:name:` into emoji)."""
+    out a cell at a time). Cells are shown as they are (rich's table turned `:name:` into emoji). The caption
+    (what was left out) is one line, or with `wrap_caption` wrapped at spaces to the console's width."""
     fitted = fit_columns(headers, rows, console.width, leave_out, one_line)
     if fitted is None:
         console.print(stacked(title, headers, rows))
@@ -182,7 +183,7 @@ def print_table(console: Console, title: str, headers: Sequence[str], rows: Sequ
         print_lines(console, lines)
     caption = _caption(console.width, fitted.dropped)
     if caption:
-        console.print(Text(caption, style="table.caption"))
+        console.print(Text(caption, style="table.caption"), soft_wrap=not wrap_caption)
 
 
 def markdown(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -190,6 +191,11 @@ def markdown(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def cell(value: Optional[float], fmt: str = "%.1f") -> str:
+    """A figure as a table cell: `fmt % value`, "-" when it is not known."""
+    return "-" if value is None else fmt % value
 
 
 def counted(n: int, noun: str, plural: str = "") -> str:

@@ -95,7 +95,7 @@ class Sandbox:
 def console_width() -> Iterator[None]:
     """The CLI's consoles as wide as this run's $COLUMNS: a fresh `dlaunch` process reads it when its
     consoles are made, an in-process run would keep the width of whichever test imported them first."""
-    from dlaunch import terminal
+    from dlaunch.cli import terminal
 
     consoles = (terminal.out, terminal.err)
     saved = [console._width for console in consoles]  # None: rich asks the terminal each time

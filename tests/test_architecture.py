@@ -1,6 +1,6 @@
-"""The launcher's structure, read from its source with ast: no import circle, nothing imports the command
-line, the analysis imports neither the run layer nor the command line, and no module outside a backend
-compares a value with a scheduler's or runtime's name."""
+"""dlaunch's structure, read from its source with ast: layers without a circle (every import counts, at the top,
+inside a function or for type checking only), the trainer apart, nothing below the command line imports it, and no
+module outside a backend compares a value with a scheduler's or runtime's name."""
 import ast
 import re
 import sys
@@ -15,6 +15,20 @@ from dlaunch.schedulers import BACKENDS
 LAUNCHER = Path(__file__).resolve().parent.parent / "dlaunch"
 BACKEND_FOLDERS = (LAUNCHER / "schedulers", LAUNCHER / "runtimes")
 
+# The layers, lowest first (docs/ARCHITECTURE.md draws them): a module imports only from its own layer or lower
+# ones. A module's layer is that of the first path here it lies at or below (relative to dlaunch/).
+LAYERS = (
+    ("train", ("train/",)),  # the trainer: imports nothing else of dlaunch
+    ("base", ("errors.py", "atomic.py", "paths.py", "boundary.py", "tables.py", "thresholds.py", "version.py")),
+    ("jobs", ("jobs/", "schedulers/", "runtimes/")),  # making a job
+    ("analysis", ("analysis/",)),  # metrics files -> figures, the performance model
+    ("resultsdb", ("resultsdb/",)),  # the results database, comparisons
+    ("reporting", ("reporting/",)),  # report.md, report.html, plots
+    ("runs", ("runs/", "launch.py", "preflight.py")),  # after submission; run and sweep's steps; doctor's checks
+    ("api", ("api.py", "__init__.py")),  # the Python API, and the package exposing it
+    ("cli", ("cli/",)),  # the command line
+)
+
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(LAUNCHER.parent).with_suffix("").parts
@@ -24,28 +38,33 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(path): path for path in sorted(LAUNCHER.rglob("*.py"))}
 
 
-def _type_checking_only(tree: ast.AST) -> Set[int]:
-    """ids of the import nodes under `if TYPE_CHECKING:` (they never run)."""
-    found: Set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            found.update(id(child) for child in ast.walk(node))
-    return found
+def layer_of(path: Path) -> Optional[int]:
+    """The index in LAYERS of the module at `path` (None: in no layer)."""
+    relative = path.relative_to(LAUNCHER).as_posix()
+    for index, (_, places) in enumerate(LAYERS):
+        if any(relative == place or (place.endswith("/") and relative.startswith(place)) for place in places):
+            return index
+    return None
 
 
-def imported(path: Path) -> Set[str]:
-    """The launcher modules `path` imports, at the top or inside a function (not for type checking only)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = _type_checking_only(tree)
+def imported_names(tree: ast.AST) -> Set[str]:
+    """The absolute module names an ast imports, wherever the import stands: `from P import M` names P.M (and P
+    too when some name it takes is not a module of P)."""
     names: Set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update("%s.%s" % (node.module, alias.name) for alias in node.names)
+            taken = ["%s.%s" % (node.module, alias.name) for alias in node.names]
+            names.update(name for name in taken if name in MODULES)
+            if any(name not in MODULES for name in taken):
+                names.add(node.module)
+    return names
+
+
+def imported(path: Path) -> Set[str]:
+    """The dlaunch modules `path` imports: at the top, inside a function, under `if TYPE_CHECKING:`."""
+    names = imported_names(ast.parse(path.read_text(encoding="utf-8")))
     return {name for name in names if name in MODULES} - {module_name(path)}
 
 
@@ -85,14 +104,55 @@ def test_the_cycle_finder_finds_a_circle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_launcher_has_no_import_circle():
+def test_imports_inside_functions_and_for_type_checking_count():
+    tree = ast.parse("import typing\nif typing.TYPE_CHECKING:\n    from dlaunch.api import Job\n"
+                     "def f():\n    from dlaunch import api, errors\n    import dlaunch.launch\n")
+    assert imported_names(tree) == {"typing", "dlaunch.api", "dlaunch.errors", "dlaunch.launch"}
+
+
+def test_dlaunch_has_no_import_circle():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import circle: %s" % " -> ".join(cycle)
 
 
-def test_no_module_imports_the_command_line():
-    importers = sorted(name for name, imports in import_graph().items() if "dlaunch.cli" in imports)
-    assert importers == [], "%s import dlaunch.cli (use dlaunch.terminal and dlaunch.runs.service)" % importers
+def test_every_module_has_a_layer():
+    assert [name for name, path in MODULES.items() if layer_of(path) is None] == [], "add them to LAYERS"
+
+
+def layer_breaches(graph: Dict[str, Set[str]]) -> List[str]:
+    """`a (layer) imports b (higher layer)` for every import of a module from a layer above its own."""
+    found = []
+    for name, imports in sorted(graph.items()):
+        own = layer_of(MODULES[name])
+        for other in sorted(imports):
+            theirs = layer_of(MODULES[other])
+            if own is not None and theirs is not None and theirs > own:
+                found.append("%s (%s) imports %s (%s)" % (name, LAYERS[own][0], other, LAYERS[theirs][0]))
+    return found
+
+
+def test_a_module_imports_only_from_its_layer_or_lower_ones():
+    breaches = layer_breaches(import_graph())
+    assert breaches == [], "\n".join(breaches)
+
+
+def test_the_trainer_imports_nothing_else_of_dlaunch():
+    graph = import_graph()
+    trainer = [name for name in graph if name.startswith("dlaunch.train")]
+    found = {name: sorted(m for m in graph[name] if not m.startswith("dlaunch.train")) for name in trainer}
+    assert len(trainer) > 20 and not any(found.values()), {name: others for name, others in found.items() if others}
+
+
+def test_nothing_below_the_command_line_imports_it_or_typer():
+    """dlaunch/cli/ parses and prints; the layers below return data (or take a `say` callable). Nothing imports the
+    package's own __init__ (app, main) but its __main__."""
+    graph = import_graph()
+    cli = {name for name in graph if name.split(".")[:2] == ["dlaunch", "cli"]}
+    importers = sorted(name for name, imports in graph.items() if name not in cli and imports & cli)
+    assert importers == [], "%s import the command line (dlaunch/cli/)" % importers
+    assert sorted(name for name, imports in graph.items() if "dlaunch.cli" in imports) == ["dlaunch.cli.__main__"]
+    below = [path for name, path in MODULES.items() if name not in cli]
+    assert {top: files for top, files in libraries_imported(below).items() if top == "typer"} == {}
 
 
 def reached(graph: Dict[str, Set[str]], start: str) -> Set[str]:
@@ -106,12 +166,11 @@ def reached(graph: Dict[str, Set[str]], start: str) -> Set[str]:
     return found
 
 
-def test_the_analysis_imports_neither_the_run_layer_nor_the_command_line():
+def test_the_analysis_reaches_neither_the_run_layer_nor_the_command_line():
     """dlaunch/analysis/ is below dlaunch/runs/ and the CLI: `report` over archived metrics files loads neither."""
     graph = import_graph()
     analysis = [name for name in graph if name.split(".")[:2] == ["dlaunch", "analysis"]]
-    found = {name: sorted(m for m in reached(graph, name) if m.split(".")[:2] in (["dlaunch", "runs"], ["dlaunch", "cli"],
-                                                                                  ["dlaunch", "terminal"]))
+    found = {name: sorted(m for m in reached(graph, name) if m.split(".")[:2] in (["dlaunch", "runs"], ["dlaunch", "cli"]))
              for name in analysis}
     assert len(analysis) > 5 and not any(found.values()), {name: above for name, above in found.items() if above}
 

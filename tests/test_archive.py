@@ -11,8 +11,8 @@ from pathlib import Path
 from test_analysis import write_run
 
 REPO = Path(__file__).resolve().parents[1]
-DLAUNCH = ("import sys; from dlaunch.cli import app, main; from dlaunch.runs.rerun import rerun_command; "
-           "from dlaunch.runs.archive import archive_command; app.command('rerun')(rerun_command); "
+DLAUNCH = ("import sys; from dlaunch.cli import app, main; from dlaunch.cli.rerun import rerun_command; "
+           "from dlaunch.cli.archive import archive_command; app.command('rerun')(rerun_command); "
            "app.command('archive')(archive_command); sys.exit(main(sys.argv[1:]))")
 
 

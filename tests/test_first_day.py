@@ -178,7 +178,7 @@ def test_status_table_keeps_what_a_user_came_for_at_any_width(width):
     from rich.console import Console
 
     from dlaunch.tables import fit_table
-    from dlaunch.terminal import STATUS_HEADERS, STATUS_LEAVE_OUT
+    from dlaunch.cli.terminal import STATUS_HEADERS, STATUS_LEAVE_OUT
 
     path = "runs/juwels-booster-ddp-resnet50/20261122-101010"  # the default experiment and run names
     buffer = StringIO()

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch.autograd.profiler_util import FunctionEvent
 
-from dlaunch.analysis.scaling import KernelShares, load_runs, read_published, run_values
+from dlaunch.analysis.published import read_published
+from dlaunch.analysis.scaling import KernelShares, load_runs, run_values
 from dlaunch.train.metrics_schema import make_record, read_metrics
 from dlaunch.train.profiling import KERNEL_CLASSES, KernelTimes, device_kernels, kernel_class, kernel_fields
 

@@ -293,14 +293,14 @@ def test_runs_at_80_columns_through_a_pipe_cuts_no_run_path(fake_slurm):
 
 
 def test_completion_functions_complete_sites_aliases_and_run_directories(fake_slurm):
-    assert dlaunch.cli.complete_site("jur") == ["jureca", "jureca-dc"]
-    assert "localhost" in dlaunch.cli.complete_site("")
+    assert dlaunch.cli.terminal.complete_site("jur") == ["jureca", "jureca-dc"]
+    assert "localhost" in dlaunch.cli.terminal.complete_site("")
     for name in ("exp/r1", "exp/r2", "study/exp2/n0001"):
         (fake_slurm / "runs" / name).mkdir(parents=True)
         (fake_slurm / "runs" / name / "plan.json").write_text("{}")
-    assert dlaunch.cli.complete_run_dir("runs/e") == ["runs/exp", "runs/exp/r1", "runs/exp/r2"]
-    assert dlaunch.cli.complete_run_dir("runs/study/") == ["runs/study/exp2", "runs/study/exp2/n0001"]
-    assert dlaunch.cli.complete_run_dir("") == ["runs", "runs/exp", "runs/exp/r1", "runs/exp/r2", "runs/study",
+    assert dlaunch.cli.terminal.complete_run_dir("runs/e") == ["runs/exp", "runs/exp/r1", "runs/exp/r2"]
+    assert dlaunch.cli.terminal.complete_run_dir("runs/study/") == ["runs/study/exp2", "runs/study/exp2/n0001"]
+    assert dlaunch.cli.terminal.complete_run_dir("") == ["runs", "runs/exp", "runs/exp/r1", "runs/exp/r2", "runs/study",
                                                  "runs/study/exp2", "runs/study/exp2/n0001"]
 
 

@@ -1,5 +1,5 @@
-"""dlaunch/analysis/perfmodel.py (+ perfmodel_nccl.py): NCCL cost model, buckets, stragglers, fits against Aach et al.
-2023 and the user's runs, `dlaunch predict`."""
+"""dlaunch/analysis/perfmodel/: NCCL cost model, buckets, stragglers, fits against Aach et al. 2023 and the user's runs,
+`dlaunch predict`."""
 import math
 import subprocess
 import sys
@@ -11,43 +11,17 @@ from typer.testing import CliRunner
 
 from dlaunch.cli import app
 from dlaunch.errors import DlaunchError
-from dlaunch.analysis.perfmodel import (
-    AACH2023_MACHINE,
-    AACH2023_STATEMENTS,
-    CALIBRATION_MAX_GPUS,
-    IMAGENET_VAL_IMAGES,
-    NATIVE_WORKER_IMAGES_PER_S,
-    NATIVE_WORKERS,
-    OVERHEAD_SHARE_LIMIT,
-    STATEMENT_TOLERANCE,
-    FixedOverhead,
-    PaperOverhead,
-    PublishedFit,
-    Workload,
-    calibrated_workload,
-    calibration_runs,
-    fit_machine,
-    fit_published,
-    fit_runs,
-    gradient_bytes,
-    io_kernel_s,
-    leave_one_out,
-    load_published,
-    load_statements,
-    loader_spread,
-    messages,
-    native_loader_images_per_s,
-    overhead_passes,
-    paper_overhead,
-    paper_workload,
-    predict,
-    published_workload,
-    step_times,
-    steps_per_epoch,
-    storage_floor,
-    workload_from_options,
-)
-from dlaunch.analysis.perfmodel_nccl import Machine, harmonic, straggler_factor
+from dlaunch.analysis.perfmodel.fit import calibration_runs, fit_machine, fit_runs, leave_one_out
+from dlaunch.analysis.perfmodel.model import (IMAGENET_VAL_IMAGES, NATIVE_WORKER_IMAGES_PER_S, NATIVE_WORKERS, Workload,
+                                              gradient_bytes, loader_spread, messages, native_loader_images_per_s, predict,
+                                              step_times, steps_per_epoch)
+from dlaunch.analysis.perfmodel.nccl import Machine, harmonic, straggler_factor
+from dlaunch.analysis.perfmodel.overhead import OVERHEAD_SHARE_LIMIT, FixedOverhead, PaperOverhead, overhead_passes
+from dlaunch.analysis.perfmodel.paper import (AACH2023_MACHINE, AACH2023_STATEMENTS, CALIBRATION_MAX_GPUS, STATEMENT_TOLERANCE,
+                                              PublishedFit, calibrated_workload, fit_published, io_kernel_s, load_published,
+                                              load_statements, paper_overhead, paper_workload, published_workload,
+                                              storage_floor)
+from dlaunch.analysis.perfmodel.prediction import workload_from_options
 from dlaunch.train.metrics_schema import VERSION
 from test_analysis import v4_fields, write_run
 
@@ -676,7 +650,7 @@ def test_predict_without_a_published_figure_asks_for_a_measurement():
 
 
 def test_importing_the_model_does_not_import_numpy():
-    shown = subprocess.run([sys.executable, "-c", "import sys, dlaunch.analysis.perfmodel; print('numpy' in sys.modules)"],
+    shown = subprocess.run([sys.executable, "-c", "import sys, dlaunch.analysis.perfmodel.prediction; print('numpy' in sys.modules)"],
                            capture_output=True, text=True, timeout=60)
     assert shown.stdout.strip() == "False", shown.stderr
 

@@ -7,8 +7,8 @@ from typer.testing import CliRunner
 
 from helpers_train import TINY, assert_ok, run_trainer
 from dlaunch.cli import app, main
-from dlaunch.analysis.plots import ENERGY_PLOT, PLOTS
-from dlaunch.analysis.report import build_results, load_profiles
+from dlaunch.reporting.plots import ENERGY_PLOT, PLOTS
+from dlaunch.reporting.report import build_results, load_profiles
 from dlaunch.analysis.scaling import load_runs
 from test_analysis import write_run
 from dlaunch.train.metrics_schema import read_metrics
@@ -266,7 +266,7 @@ def test_repeats_are_reported_as_medians_with_their_spread_and_drawn_as_error_ba
     import matplotlib.pyplot as plt
     from matplotlib.container import ErrorbarContainer
 
-    from dlaunch.analysis.plots import plot_scaling
+    from dlaunch.reporting.plots import plot_scaling
 
     fig, (ax_x, ax_s, ax_e) = plt.subplots(1, 3)
     plot_scaling(ax_x, ax_s, ax_e, results_of(runs))
@@ -360,7 +360,7 @@ def test_scaling_plots_have_log2_gpu_axes_with_integer_ticks_plain_values_ideal_
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dlaunch.analysis.plots import plot_scaling
+    from dlaunch.reporting.plots import plot_scaling
 
     runs = tmp_path / "runs"
     for gpus in (4, 8, 16, 32, 64, 128, 256, 512, 1024):
@@ -402,7 +402,7 @@ def test_a_slower_second_gpu_has_plain_ticks_and_lies_above_the_lowest_tick(tmp_
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dlaunch.analysis.plots import plot_scaling
+    from dlaunch.reporting.plots import plot_scaling
 
     write_run(tmp_path / "runs", "np1", 1, [20.0, 29.0], site=None)
     write_run(tmp_path / "runs", "np2", 2, [20.0, 26.0], site=None)
@@ -585,7 +585,7 @@ def test_many_groups_print_a_line_each_and_figures_say_which_groups_they_draw(tm
     import matplotlib.pyplot as plt
     from matplotlib.container import ErrorbarContainer
 
-    from dlaunch.analysis.plots import plot_scaling
+    from dlaunch.reporting.plots import plot_scaling
 
     fig, axes = plt.subplots(1, 3)
     plot_scaling(*axes, results_of(runs))

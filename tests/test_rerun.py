@@ -11,7 +11,7 @@ from helpers_train import TINY, run_trainer
 from dlaunch.train.metrics_schema import abstract_request, make_record, read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
-DLAUNCH = ("import sys; from dlaunch.cli import app, main; from dlaunch.runs.rerun import rerun_command; "
+DLAUNCH = ("import sys; from dlaunch.cli import app, main; from dlaunch.cli.rerun import rerun_command; "
            "app.command('rerun')(rerun_command); sys.exit(main(sys.argv[1:]))")
 
 

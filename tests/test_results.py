@@ -165,11 +165,11 @@ def test_selectors_filter_by_date_pins_and_keys_and_bad_ones_are_bad_input(tmp_p
 
 
 def test_the_table_keeps_whole_names_at_80_columns(tmp_path, results_db, monkeypatch):
-    import dlaunch.resultsdb.command
+    import dlaunch.cli.results
 
     write_run(tmp_path, "a-long-run-name-kept-whole-0001", 1, [1.0, 10.0], experiment="an-experiment")
     record(sorted(tmp_path.rglob("metrics.jsonl")))
-    monkeypatch.setattr(dlaunch.resultsdb.command.out, "width", 80)
+    monkeypatch.setattr(dlaunch.cli.results.out, "width", 80)
     shown = results()
     assert shown.exit_code == 0
     table = shown.stdout.split("left out at 80 columns: ")[0].splitlines()

@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from dlaunch.runs.study import expand, figure_counts, load_study
+from dlaunch.runs.study import expand, figure_counts
+from dlaunch.runs.studyfile import load_study
 from dlaunch.train.metrics_schema import make_record, read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = REPO / "studies"
 # `dlaunch` with the study group registered (as cli.py's lazy registration will do), through cli.main's
 # error handling: bad input is one line and exit code 2.
-DLAUNCH = ("import sys; from dlaunch.cli import app, main; from dlaunch.runs.study import study_app; "
+DLAUNCH = ("import sys; from dlaunch.cli import app, main; from dlaunch.cli.study import study_app; "
            "app.add_typer(study_app, name='study'); sys.exit(main(sys.argv[1:]))")
 
 
@@ -355,7 +356,8 @@ def _engine_run(root: Path, framework: str, name: str, workers: int, images_per_
 
 
 def test_throughput_ratio_comparison_draws_the_published_ratio_beside_this_runs(tmp_path):
-    from dlaunch.analysis.scaling import compare_published, load_runs
+    from dlaunch.analysis.published import compare_published
+    from dlaunch.analysis.scaling import load_runs
     from dlaunch.paths import PUBLISHED_DIR
 
     for repeat, (torch_x, tf_x) in enumerate([(300.0, 100.0), (330.0, 110.0)], 1):

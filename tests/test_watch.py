@@ -25,7 +25,7 @@ from rich.console import Console
 import dlaunch.cli
 import dlaunch.runs.watch
 from dlaunch.cli import main
-from dlaunch.terminal import STATUS_HEADERS, STATUS_LEAVE_OUT
+from dlaunch.cli.terminal import STATUS_HEADERS, STATUS_LEAVE_OUT
 from dlaunch.runs.runstate import LOCAL_RUNNING, SUBMIT_GRACE_S, Progress, read_progress
 from dlaunch.tables import fit_table, print_table
 from dlaunch.runs.watch import duration

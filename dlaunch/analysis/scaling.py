@@ -42,7 +42,6 @@ Definitions (also printed in the report):
 
 Metrics files are read only through `dlaunch.train.metrics_schema` (torch-free).
 """
-import csv
 import math
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -58,10 +57,10 @@ from dlaunch.analysis.stragglers import (DEFAULT_THRESHOLD, EpochPhases, NodeFig
 from dlaunch.boundary import escape
 from dlaunch.errors import DlaunchError
 
-if TYPE_CHECKING:  # the site and study models (pydantic) stay out of `dlaunch status`'s start-up
-    from dlaunch.jobs.sites import Reference
-    from dlaunch.runs.study import Compare
 from dlaunch.train.metrics_schema import METRICS_FILE, OVERHEAD_FIELDS, Metrics, MetricsError, energy_total, read_metrics
+
+if TYPE_CHECKING:  # the site models (pydantic) stay out of `dlaunch status`'s start-up
+    from dlaunch.jobs.sites import Reference
 
 
 
@@ -624,85 +623,3 @@ def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
         if value is not None:
             values.setdefault(r.world_size, []).append(value)
     return dict(sorted(values.items()))
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Published values of one metric and this run's, for the groups the comparison matches."""
-
-    label: str
-    metric: str
-    source: str  # the published file
-    published: List[Tuple[int, float]]  # (GPUs, value)
-    measured: Dict[str, List[Tuple[int, Spread]]]  # group label -> (GPUs, spread over repeats)
-
-
-def read_published(path: Path, column: str, share_of: Sequence[str], match: Dict[str, str],
-                   percent: bool = False) -> List[Tuple[int, float]]:
-    """(GPUs, value) from a published CSV (a `gpus` column): rows whose columns named in `match` agree,
-    empty cells left out; with `share_of` the value is divided by the sum of those columns, with
-    `percent` by 100."""
-    points = []
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(row for row in f if not row.startswith("#")):
-            if missing := [c for c in ["gpus", column, *share_of] if c not in row]:
-                raise DlaunchError("%s: no column %s" % (path, missing[0]))
-            if any(k in row and row[k] != v for k, v in match.items()):
-                continue
-            cells = [row[column]] + [row[c] for c in share_of]
-            if not all(cell.strip() for cell in cells):
-                continue
-            try:
-                value = float(row[column])
-                if share_of:
-                    value /= sum(float(row[c]) for c in share_of)
-                elif percent:
-                    value /= 100.0
-                points.append((int(row["gpus"]), value))
-            except (ValueError, ZeroDivisionError):
-                raise DlaunchError("%s: row with gpus %s: %s is not a number" % (path, escape(str(row["gpus"])), ", ".join([column, *share_of]))) from None
-    return sorted(points)
-
-
-def read_published_row(path: Path, column: str, row: Dict[str, str]) -> float:
-    """The value in `column` of the one published row whose cells agree with `row` (no count column)."""
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = [r for r in csv.DictReader(line for line in f if not line.startswith("#"))
-                if all(r.get(k) == v for k, v in row.items())]
-    if len(rows) != 1 or column not in rows[0]:
-        raise DlaunchError("%s: %d rows match %s, or no column %s (need one row)" % (path, len(rows), row, column))
-    return float(rows[0][column])
-
-
-def throughput_ratios(runs: Sequence[Run], faster: str, slower: str, match: Dict[str, str]) -> List[Tuple[int, Spread]]:
-    """Per count, the median images/s of framework `faster` over that of `slower` (groups matching
-    `match`); the spread runs from the lowest to the highest ratio of any two of their runs."""
-    per_framework: Dict[str, Dict[int, List[float]]] = {faster: {}, slower: {}}
-    for key, group in group_runs(runs).items():
-        if key.framework in per_framework and all(getattr(key, k) == v for k, v in match.items()):
-            for gpus, values in run_values(group, "images_per_s").items():
-                per_framework[key.framework].setdefault(gpus, []).extend(values)
-    ratios = []
-    for gpus in sorted(set(per_framework[faster]) & set(per_framework[slower])):
-        f, s = per_framework[faster][gpus], per_framework[slower][gpus]
-        ratios.append((gpus, Spread(median(f) / median(s), min(f) / max(s), max(f) / min(s), len(f) + len(s), "min-max")))
-    return ratios
-
-
-def compare_published(compare: "Compare", path: Path, runs: Sequence[Run]) -> Comparison:
-    """The published values of a study's `[[compare]]` entry beside the matching groups of `runs`."""
-    if compare.metric == "throughput_ratio":
-        faster, slower = compare.ratio_of
-        ratios = throughput_ratios(runs, faster, slower, dict(compare.match))
-        value = read_published_row(path, compare.column, dict(compare.row))
-        published = [(gpus, value) for gpus, _ in ratios] or [(1, value)]
-        return Comparison(compare.label, compare.metric, path.name, published,
-                          {"%s / %s" % (faster, slower): ratios} if ratios else {})
-    measured = {}
-    for key, group in group_runs(runs).items():
-        if all(getattr(key, k) == v for k, v in compare.match.items()):
-            values = run_values(group, compare.metric)
-            if values:
-                measured[key.label] = [(gpus, Spread.of(v)) for gpus, v in values.items()]
-    return Comparison(compare.label, compare.metric, path.name,
-                      read_published(path, compare.column, compare.share_of, dict(compare.match), compare.percent), measured)

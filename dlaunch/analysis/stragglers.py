@@ -17,14 +17,11 @@ them per epoch and per run. A version 1-3 file has none of these records: no fla
 from collections import Counter
 from dataclasses import dataclass
 from statistics import fmean
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from dlaunch.boundary import escape
 from dlaunch.thresholds import DEFAULT_THRESHOLD
 from dlaunch.train.metrics_schema import STEP_PHASES, is_number
-
-if TYPE_CHECKING:
-    from dlaunch.analysis.scaling import EpochPoint, Run
 
 # Reasons that slow a GPU whatever its clock shows (NVML clock event reasons, as the trainer names them).
 HARD_THROTTLES = ("thermal", "hardware slowdown", "power brake")
@@ -239,18 +236,42 @@ def check_threshold(threshold: float) -> None:
         raise ValueError("straggler threshold %r: must be a fraction in (0, 1)" % (threshold,))
 
 
-def run_flags(run: "Run", threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
+class Epoch(Protocol):
+    """What the judgement reads of an epoch (dlaunch/analysis/scaling.py's EpochPoint)."""
+
+    @property
+    def phases(self) -> Optional[EpochPhases]: ...
+
+    @property
+    def nodes(self) -> Optional[Tuple[NodeFigures, ...]]: ...
+
+
+class Judged(Protocol):
+    """What the judgement reads of a run (dlaunch/analysis/scaling.py's Run): the mean over its measured epochs,
+    and each epoch's own."""
+
+    @property
+    def phases(self) -> Optional[EpochPhases]: ...
+
+    @property
+    def node_figures(self) -> Optional[Tuple[NodeFigures, ...]]: ...
+
+    @property
+    def epochs(self) -> Sequence[Epoch]: ...
+
+
+def run_flags(run: Judged, threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
     """A finished run's flags, judged on the mean over its measured epochs (scaling.run_from_metrics makes the Run)."""
     return flags_of(run.phases, run.node_figures, threshold)
 
 
-def live_flags(run: "Run", threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
+def live_flags(run: Judged, threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
     """A live run's flags, judged on its last epoch record."""
-    epochs: Sequence["EpochPoint"] = run.epochs
+    epochs = run.epochs
     return flags_of(epochs[-1].phases, epochs[-1].nodes, threshold) if epochs else []
 
 
-def is_straggler(run: "Run", threshold: float = DEFAULT_THRESHOLD) -> bool:
+def is_straggler(run: Judged, threshold: float = DEFAULT_THRESHOLD) -> bool:
     """Whether a finished run has a straggler (such runs stay out of scaling figures unless included)."""
     check_threshold(threshold)
     return bool(straggler_flags(run.phases, run.node_figures, threshold))

@@ -1,2 +1,2 @@
-"""The results database: one row per finished run across experiments (`store.py`), comparisons of
-two sets of runs (`compare.py`), and the `dlaunch results` commands (`command.py`)."""
+"""The results database: one row per finished run across experiments (`store.py`), and comparisons of
+two sets of runs and history verdicts (`compare.py`); the `dlaunch results` commands are dlaunch/cli/results.py."""

@@ -15,14 +15,12 @@ import tarfile
 from pathlib import Path
 from typing import Annotated, BinaryIO, Dict, List, Tuple
 
-import typer
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from dlaunch.atomic import atomic_file
 from dlaunch.boundary import MAX_FILE_BYTES, display_path, escape, output_file, parse_json, validate
 from dlaunch.errors import DlaunchError
-from dlaunch.runs.rundir import SITE_PROFILE, find_runs
-from dlaunch.terminal import err, out
+from dlaunch.runs.rundir import SITE_PROFILE, RunDir, find_runs
 from dlaunch.train.metrics_schema import MAX_METRICS_BYTES, METRICS_FILE, FileRefused, Metrics, MetricsError, open_regular, parse_metrics
 
 MANIFEST = "manifest.json"
@@ -167,18 +165,6 @@ def read_member(archive: Path, member: str) -> Metrics:
     return metrics
 
 
-def archive_command(
-    experiment: Annotated[Path, typer.Argument(help="experiment or study directory")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="the bundle, FILE.tar.gz")],
-) -> int:
-    """Bundle an experiment's scripts, plans, profiles, metrics, logs and report with a sha256 manifest."""
-    manifest = write_archive(experiment, output)
-    size = sum(int(entry["bytes"]) for entry in manifest.values())
-    out.print("wrote %s: %d files, %d bytes before compression, manifest %s/%s"
-              % (display_path(output), len(manifest), size, escape(experiment.resolve().name), MANIFEST), markup=False, highlight=False)
-    without = [run for run in find_runs([experiment]) if (run.path / SITE_PROFILE).is_symlink() or not (run.path / SITE_PROFILE).is_file()]
-    if without:
-        err.print("note: %d run(s) without %s (submitted before dlaunch kept the profile a job was made from): "
-                  "no profile of theirs in the bundle, e.g. %s" % (len(without), SITE_PROFILE, display_path(without[0].path)),
-                  markup=False, highlight=False)
-    return 0
+def runs_without_profile(folder: Path) -> List[RunDir]:
+    """The runs under `folder` that kept no site profile (submitted before dlaunch kept the one a job was made from)."""
+    return [run for run in find_runs([folder]) if (run.path / SITE_PROFILE).is_symlink() or not (run.path / SITE_PROFILE).is_file()]

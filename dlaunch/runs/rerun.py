@@ -1,4 +1,4 @@
-"""`dlaunch rerun RESULT --site OTHER`: a result (metrics file, run directory, or a run inside an archive
+"""`dlaunch rerun RESULT --site OTHER` (dlaunch/cli/rerun.py): a result (metrics file, run directory, or a run inside an archive
 made by `dlaunch archive`) turned back into a job on another site.
 
 The metrics header holds the abstract request (framework, GPU count, trainer options:
@@ -11,15 +11,14 @@ import dataclasses
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, List, Optional, Tuple
-
-import typer
+from typing import Any, List, Optional, Tuple
 
 from dlaunch.boundary import escape
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.request import FLAGS_BY_NAME, LaunchRequest
-from dlaunch.terminal import AllowLarge, err, out
+from dlaunch.runs import service
 from dlaunch.train.metrics_schema import METRICS_FILE, Metrics, MetricsError, abstract_request, read_metrics
 
 PARENT_FILE = "parent.json"
@@ -91,12 +90,20 @@ def differences(metrics: Metrics, request: LaunchRequest, plan: Any) -> List[Tup
     return [(a, "-" if p is None else str(p), "-" if r is None else str(r)) for a, p, r in pairs if str(p) != str(r)]
 
 
-def rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Optional[int] = None, dry_run: bool = False,
-          output: str = "runs", data: Optional[str] = None, allow_large: bool = False) -> int:
-    """Print (--dry-run) or submit the result's job on `site`, with what differs from the parent."""
-    from dlaunch.runs import service
-    from dlaunch.tables import fit_table
+@dataclass(frozen=True)
+class Rerun:
+    """A result's job for another site, rendered (nothing written): the job (its run directory gets `parent.json`),
+    the parent it came from, and what differs from it, attribute by attribute."""
 
+    job: service.Prepared
+    parent: str  # the parent's metrics file (or ARCHIVE.tar.gz:RUN/metrics.jsonl)
+    differences: List[Tuple[str, str, str]]  # (attribute, parent, rerun)
+
+
+def prepare_rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Optional[int] = None, dry_run: bool = False,
+                  output: str = "runs", data: Optional[str] = None, allow_large: bool = False) -> Rerun:
+    """The result's job on `site` (its request resolved there by the run service), with what differs from the parent;
+    `service.submit_all` submits its job."""
     if nodes and gpus:
         raise DlaunchError("--nodes/--gpus: give one of them")
     metrics, parent = read_result(result)
@@ -106,30 +113,7 @@ def rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Optional[i
         raise DlaunchError("%s: header: %s" % (escape(parent), e)) from None
     environ = dict(os.environ, DLAUNCH_PARENT_RUN=parent)  # the script exports it: the trainer's `parent_run`
     job = service.prepare(asked, dry_run=dry_run, environ=environ)
-    for warning in job.warnings:
-        err.print("dlaunch: warning: %s" % warning)
     rows = differences(metrics, job.request, job.plan)
-    if dry_run:  # stdout is the script alone (`--dry-run > job.sh`); what differs goes to stderr
-        out.out(job.script, end="")
-    shown = err if dry_run else out
-    shown.print(fit_table("rerun of %s on %s: what differs" % (parent, job.plan.site), ("attribute", "parent", "rerun"),
-                          rows, shown.width))
-    if dry_run:
-        return 0
     link = json.dumps({"parent": parent, "run_id": metrics.header["run_id"],
                        "differences": [dict(zip(("attribute", "parent", "rerun"), r)) for r in rows]}, indent=2) + "\n"
-    return service.submit_all([dataclasses.replace(job, files=((PARENT_FILE, link),))], err.print).exit_code
-
-
-def rerun_command(
-    result: Annotated[Path, typer.Argument(help="metrics file, run directory, or ARCHIVE.tar.gz:RUN (a run inside `dlaunch archive`'s bundle)")],
-    site: Annotated[str, typer.Option("--site", help="the site to run it on (profile name, alias or path)")],
-    nodes: Annotated[Optional[int], typer.Option(min=1, help="nodes (default: the result's GPU count)")] = None,
-    gpus: Annotated[Optional[int], typer.Option(min=1, help="GPUs in all (default: the result's)")] = None,
-    data: Annotated[Optional[str], typer.Option(help="the dataset's path on the new site (default: the result's)")] = None,
-    output: Annotated[str, typer.Option(help="the run goes to OUTPUT/rerun-EXPERIMENT/RUN_NAME")] = "runs",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the job and the differences; write and submit nothing")] = False,
-    allow_large: AllowLarge = False,
-) -> int:
-    """Rerun a result on another site: its request resolved for the site, the differences printed."""
-    return rerun(result, site, nodes, gpus, dry_run, output, data, allow_large)
+    return Rerun(dataclasses.replace(job, files=((PARENT_FILE, link),)), parent, rows)

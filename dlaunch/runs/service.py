@@ -157,10 +157,10 @@ class Submitted:
         return next((code for code in self.codes if code), 0)
 
 
-def _run_here(run: RunDir, script: Path, say: Callable[[str], None]) -> int:
-    """Start a foreground backend's job and show its progress until it ends (dlaunch/runs/watch.py);
-    its exit code, recorded in the run's state."""
-    from dlaunch.runs.watch import follow_job
+def _run_here(run: RunDir, script: Path, say: Callable[[str], None], show_progress: bool) -> int:
+    """Start a foreground backend's job and wait for its end, its progress shown as `dlaunch watch` shows runs
+    (dlaunch/runs/watch.py) with `show_progress`; its exit code, recorded in the run's state."""
+    from dlaunch.runs.watch import follow_job, wait_for_job
 
     job = run.scheduler.start(script, run.path)
     run.write("job_id", job.job_id + "\n")
@@ -175,13 +175,16 @@ def _run_here(run: RunDir, script: Path, say: Callable[[str], None]) -> int:
         return code is not None
 
     try:
-        follow_job(run.path, wait, why_failed)
+        if show_progress:
+            follow_job(run.path, wait, why_failed)
+        else:
+            wait_for_job(wait)
     finally:
         wait(None)  # the job's end is recorded whatever became of the view
     return ended[0]
 
 
-def _submit(job: Prepared, say: Callable[[str], None]) -> Tuple[RunDir, int]:
+def _submit(job: Prepared, say: Callable[[str], None], show_progress: bool) -> Tuple[RunDir, int]:
     """Write the run directory, hand the script to its scheduler (or run it here), record the outcome."""
     run = RunDir.open(job.run_dir) if job.resume else RunDir.create(job.run_dir)
     run.write("job.sh", job.script, mode=0o755)
@@ -193,7 +196,7 @@ def _submit(job: Prepared, say: Callable[[str], None]) -> Tuple[RunDir, int]:
         from dlaunch.runs.runstate import LOCAL_RUNNING
 
         run.set_state(LOCAL_RUNNING % os.getpid())
-        return run, _run_here(run, run.path / "job.sh", say)
+        return run, _run_here(run, run.path / "job.sh", say, show_progress)
     try:
         submission = run.scheduler.submit(run.path / "job.sh", run.path)
     except SchedulerError as e:
@@ -204,9 +207,10 @@ def _submit(job: Prepared, say: Callable[[str], None]) -> Tuple[RunDir, int]:
     return run, 0
 
 
-def submit_all(jobs: Sequence[Prepared], say: Callable[[str], None]) -> Submitted:
+def submit_all(jobs: Sequence[Prepared], say: Callable[[str], None], show_progress: bool = False) -> Submitted:
     """Submit `jobs` in order under the module's one rule (a refusal is raised: SchedulerError, exit
-    code 1); `say` tells the user about each."""
+    code 1); `say` tells the user about each. A foreground job runs here to its end, its progress shown on
+    stdout only with `show_progress` (the command line's live view); without, it is waited for."""
     check_new(jobs)
     runs: List[RunDir] = []
     codes: List[int] = []
@@ -215,7 +219,7 @@ def submit_all(jobs: Sequence[Prepared], say: Callable[[str], None]) -> Submitte
             say("[%d/%d] %s %s/%s" % (i, len(jobs), "resubmitting" if job.resume else "submitting",
                                       job.run_dir.parent.name, job.run_dir.name))
         try:
-            run, code = _submit(job, say)
+            run, code = _submit(job, say, show_progress)
         except SchedulerError:
             if len(jobs) > i:
                 say("%d run(s) after it not submitted" % (len(jobs) - i))

@@ -245,6 +245,20 @@ def _print_line(line: str) -> None:
     print(line, file=sys.stdout, flush=True)
 
 
+INTERRUPTED = "dlaunch: interrupted: the run stops after its current step (checkpointed); waiting for it"
+
+
+def wait_for_job(wait: Callable[[Optional[float]], bool]) -> None:
+    """Wait for a job that runs here to end, showing nothing: Ctrl-C reaches the job too (the trainer stops after its
+    step, checkpointed), and the wait goes on until it has ended."""
+    while True:
+        try:
+            wait(None)
+            return
+        except KeyboardInterrupt:
+            print(INTERRUPTED, file=sys.stderr, flush=True)
+
+
 def follow_job(run_dir: Path, wait: Callable[[float], bool], explain: Callable[[Snapshot], str],
                interval: float = 1.0, console: Optional[Console] = None) -> None:
     """Show the progress of a run whose job runs here (`dlaunch run --site local`) as `dlaunch watch`
@@ -262,8 +276,17 @@ def follow_job(run_dir: Path, wait: Callable[[float], bool], explain: Callable[[
                 follow_live(watcher, live, interval, title, wait)
             return
         except KeyboardInterrupt:
-            print("dlaunch: interrupted: the run stops after its current step (checkpointed); waiting for it",
-                  file=sys.stderr, flush=True)
+            print(INTERRUPTED, file=sys.stderr, flush=True)
+
+
+def check_watchable(snapshots: Sequence[Snapshot]) -> None:
+    """Refuse to follow runs whose scheduler's status command is not on this machine (a login node of another
+    cluster): their state would never be known (SchedulerError, exit code 1)."""
+    for kind in sorted({s.scheduler for s in snapshots if not s.ended and s.meaning is JobState.UNKNOWN}):
+        scheduler = scheduler_for(kind)
+        if scheduler.status_command and shutil.which(scheduler.status_command) is None:
+            raise SchedulerError("%s: command not found: watch %s jobs from a login node of their cluster "
+                                 "(--once shows what the run directories say)" % (scheduler.status_command, scheduler.label))
 
 
 def follow(targets: Sequence[Path], explain: Callable[[Snapshot], str], console: Console,
@@ -271,11 +294,7 @@ def follow(targets: Sequence[Path], explain: Callable[[Snapshot], str], console:
     """Watch the runs under `targets`: live in a terminal, plain lines otherwise; the exit code."""
     watcher = Watcher(targets, explain)
     if not once:
-        for kind in sorted({s.scheduler for s in watcher.poll() if not s.ended and s.meaning is JobState.UNKNOWN}):
-            scheduler = scheduler_for(kind)
-            if scheduler.status_command and shutil.which(scheduler.status_command) is None:
-                raise SchedulerError("%s: command not found: watch %s jobs from a login node of their cluster "
-                                     "(--once shows what the run directories say)" % (scheduler.status_command, scheduler.label))
+        check_watchable(watcher.poll())
     live = _live_console(console)
     if live is None:
         return follow_plain(watcher, interval, once, _print_line)

@@ -12,10 +12,10 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Sequence, Tupl
 import typer
 from rich.console import Console
 
+from dlaunch.cli.terminal import command_group
 from dlaunch.resultsdb.compare import METRICS, Comparison, compare
 from dlaunch.resultsdb.store import ResultsDB, db_path, read_rows
-from dlaunch.tables import counted, fit_table, markdown
-from dlaunch.terminal import command_group
+from dlaunch.tables import cell, counted, markdown, print_table
 
 results_app = command_group(help="The results database: list runs (no sub-command), compare, rebuild.",
                             invoke_without_command=True)
@@ -29,10 +29,6 @@ LIST_HEADERS = ("run", "experiment", "site", "ended", "GPUs", "framework", "mode
                 "epochs to target", "time to target s", "RCP", "history")
 LIST_LEAVE_OUT = ("history", "RCP", "time to target s", "epochs to target", "S_G", "ended", "site", "experiment", "model",
                   "framework")
-
-
-def _number(value: Optional[float], fmt: str) -> str:
-    return "-" if value is None else fmt % value
 
 
 def emit(fmt: str, title: str, headers: Sequence[str], cells: Sequence[Sequence[str]], records: Sequence[Dict[str, Any]],
@@ -50,9 +46,9 @@ def emit(fmt: str, title: str, headers: Sequence[str], cells: Sequence[Sequence[
     elif fmt == "markdown":
         out.out("\n\n".join(["## " + title, *notes, markdown(headers, cells)]))
     else:
-        out.print(fit_table(title, headers, cells, out.width, leave_out=leave_out))
+        print_table(out, title, headers, cells, leave_out=leave_out)
         for note in notes:
-            out.print(note, soft_wrap=True)
+            out.print(note)
 
 
 @results_app.callback()
@@ -67,8 +63,8 @@ def results(ctx: typer.Context,
 
     rows = api.results(where or [], db=db)
     cells = [[r.run, r.experiment, r.site, r.ended[:10], str(r.gpus), r.framework, r.model, r.status,
-              _number(r.images_per_s, "%.1f"), _number(r.speedup, "%.2f"), _number(r.efficiency, "%.3f"),
-              _number(r.epochs_to_target, "%d"), _number(r.time_to_target_s, "%.1f"), r.rcp or "-", r.history or "-"]
+              cell(r.images_per_s, "%.1f"), cell(r.speedup, "%.2f"), cell(r.efficiency, "%.3f"),
+              cell(r.epochs_to_target, "%d"), cell(r.time_to_target_s, "%.1f"), r.rcp or "-", r.history or "-"]
              for r in rows]
     emit("json" if as_json else fmt, "dlaunch results: %d run(s)" % len(rows), LIST_HEADERS, cells,
          [r.to_dict() for r in rows], LIST_LEAVE_OUT, ["database: %s" % db_path(db)])
@@ -88,13 +84,13 @@ def comparison_output(c: Comparison) -> Tuple[List[str], List[List[str]], List[D
         row = [str(m.key[k]) for k in varying]
         record: Dict[str, Any] = dict(m.key)
         for side, values, s in (("a", m.a, spreads[0]), ("b", m.b, spreads[1])):
-            row += [_number(s.median if s else None, fmt), "%s-%s" % (fmt % s.low, fmt % s.high) if s and s.n > 1 else "-",
+            row += [cell(s.median if s else None, fmt), "%s-%s" % (fmt % s.low, fmt % s.high) if s and s.n > 1 else "-",
                     str(len(values))]
             record.update({side + "_median": s.median if s else None, side + "_low": s.low if s else None,
                            side + "_high": s.high if s else None, side + "_spread": s.kind if s else None,
                            side + "_runs": len(values), side + "_values": values})
         p = m.p_value
-        row += [_number(None if m.change is None else 100 * m.change, "%+.1f"), _number(p, "%.3g"), m.significance]
+        row += [cell(None if m.change is None else 100 * m.change, "%+.1f"), cell(p, "%.3g"), m.significance]
         record.update(change_pct=None if m.change is None else 100 * m.change, p_value=p, significant=m.significance)
         cells.append(row)
         records.append(record)

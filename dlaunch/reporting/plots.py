@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
 from dlaunch.analysis.budget import LOST_PARTS
-from dlaunch.analysis.scaling import Comparison, Run, ScalingPoint, Spread
+from dlaunch.analysis.published import Comparison
+from dlaunch.analysis.scaling import Run, ScalingPoint, Spread
 from dlaunch.atomic import atomic_file
 from dlaunch.train.framework_table import FRAMEWORKS
 
 if TYPE_CHECKING:
-    from dlaunch.analysis.report import GroupResult
+    from dlaunch.reporting.report import GroupResult
 
 DPI = 100
 PLOTS = {

@@ -1,15 +1,17 @@
 """What the commands share at the terminal: the consoles, the help's layout, the option types and their
-completion, the trainer's flags as options, and the status table. `cli.py` and the command modules
-(doctor, study, rerun, archive, images, report, predict) import these; none of them imports `cli.py`.
+completion, the trainer's flags as options, `--json`, and the status table. The command modules of dlaunch/cli/
+import these; none of them imports dlaunch/cli/__init__.py (the app and main).
 
 Start-up matters on login nodes (every command, every TAB): only what every command needs is imported
 here; the status table imports its parts when it is printed.
 """
 import functools
 import inspect
+import json
+import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Dict, List, Literal, Optional, Tuple
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import typer
 from rich.console import Console
@@ -17,13 +19,13 @@ from typer._click import Context as ClickContext  # typer's own copy of click
 from typer._click.formatting import HelpFormatter as ClickHelpFormatter
 from typer.core import TyperCommand, TyperGroup
 
-from dlaunch.boundary import ALLOW_LARGE, NAME, escape, whole
+from dlaunch.boundary import ALLOW_LARGE, NAME, escape, quoted, whole
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.request import TRAINER_FLAGS
-from dlaunch.runs.rundir import RunDir, find_runs, readable
+from dlaunch.runs.rundir import find_runs
 
 if TYPE_CHECKING:
-    from dlaunch.runs.runstate import Progress
+    from dlaunch.api import Record, RunStatus
 
 out = Console(soft_wrap=True, markup=False)
 err = Console(stderr=True, soft_wrap=True, markup=False)
@@ -95,6 +97,30 @@ def command_group(**settings: Any) -> typer.Typer:
     """A typer app whose help is plain text: wrapped at spaces to the terminal, words whole (rich's help
     tables cut them at 80 columns), and taken literally (rich markup swallowed `[dataset]`)."""
     return CommandGroup(**{"rich_markup_mode": None, "cls": PlainGroup, **settings})
+
+
+def finite_number(low: Optional[float] = None) -> Callable[[str], float]:
+    """A typer `parser` for a float option: a finite number (`inf`, `nan` refused), at least `low`."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise typer.BadParameter("%s is not a number" % quoted(text)) from None
+        if not math.isfinite(value):
+            raise typer.BadParameter("%s is not a finite number" % quoted(text))
+        if low is not None and value < low:
+            raise typer.BadParameter("%s is below %g" % (quoted(text), low))
+        return value
+    return parse
+
+
+Json = Annotated[bool, typer.Option("--json", help="print the objects of the Python API as JSON (docs/API.md), nothing else")]
+
+
+def print_json(objects: "Union[Sequence[Record], Record]") -> None:
+    """API objects as JSON on stdout (a list, or one object), and nothing else there."""
+    data = objects.to_dict() if not isinstance(objects, (list, tuple)) else [o.to_dict() for o in objects]
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def complete_site(incomplete: str) -> List[str]:
@@ -186,56 +212,42 @@ STATUS_HEADERS = ("run", "site", "job", "GPUs", "scheduler", "metrics", "epochs"
 STATUS_LEAVE_OUT = ("results", "job", "site", "epochs", "metrics")
 
 
-def images_per_s_cell(progress: "Progress") -> str:
+def images_per_s_cell(status: "RunStatus") -> str:
     """The run's throughput X once its metrics end (dlaunch/analysis/scaling.py: Run.throughput); while
     it runs, its last epoch's steps-only figure, labelled as such."""
-    if progress.images_per_s is not None:
-        return "%.1f" % progress.images_per_s
-    if progress.last_epoch_images_per_s is not None:
-        return "%.1f (last epoch)" % progress.last_epoch_images_per_s
+    if status.images_per_s is not None:
+        return "%.1f" % status.images_per_s
+    if status.last_epoch_images_per_s is not None:
+        return "%.1f (last epoch)" % status.last_epoch_images_per_s
     return "-"
 
 
-def show_status(runs: List[RunDir]) -> int:
-    """A table of the runs (scheduler state, metrics status, GPUs, epochs done, images/s), then why any
-    failed, its network problems, stragglers and throttled GPUs, and each run's figures, and a
-    `rejected:` line for each run whose files cannot be read (exit code 1, else 0)."""
-    from dlaunch.runs import service
-    from dlaunch.runs.failures import scheduler_label
+def show_status(statuses: Sequence["RunStatus"]) -> int:
+    """The runs (dlaunch.api.status) as a table (scheduler state, metrics status, GPUs, epochs done, images/s), then
+    why any failed, its network problems, stragglers and throttled GPUs, and each run's figures, and a `rejected:`
+    line for each run whose files cannot be read (exit code 1, else 0)."""
     from dlaunch.tables import print_lines, print_table
     from dlaunch.train.metrics_schema import METRICS_FILE
 
-    runs, rejected = readable(runs)
     rows, notes = [], []
-    for snapshot in service.observe(runs):
-        p = snapshot.progress
-        epochs = "%d/%d" % (p.epochs_done, p.epochs_total) if p.epochs_total else (str(p.epochs_done) if p.epochs_done else "-")
-        # display_path(snapshot.run.metrics_path), from the run directory's as shown (a relpath per run less)
-        results = METRICS_FILE if snapshot.name == "." else "%s/%s" % (snapshot.name, METRICS_FILE)
-        rows.append((snapshot.name, snapshot.site, snapshot.job, "-" if snapshot.gpus is None else str(snapshot.gpus),
-                     scheduler_label(snapshot.state, snapshot.meaning, p.status), p.status, epochs, images_per_s_cell(p),
-                     results))
-        if snapshot.failed:
-            notes.append("%s: %s" % (snapshot.name, service.why_failed(snapshot)))
-        notes += ["%s: network: %s" % (snapshot.name, problem) for problem in snapshot.network]
-        notes += ["%s: %s" % (snapshot.name, flag) for flag in snapshot.flags]
-        figures = service.run_figures(snapshot)
-        if figures:
-            notes.append("%s: %s" % (snapshot.name, figures))
+    for s in statuses:
+        if s.rejected is not None:
+            continue
+        epochs = "%d/%d" % (s.epochs_done, s.epochs_total) if s.epochs_total else (str(s.epochs_done) if s.epochs_done else "-")
+        # display_path(the metrics file), from the run directory's as shown (a relpath per run less)
+        results = METRICS_FILE if s.name == "." else "%s/%s" % (s.name, METRICS_FILE)
+        rows.append((s.name, s.site, s.job, "-" if s.gpus is None else str(s.gpus), s.state, s.status, epochs,
+                     images_per_s_cell(s), results))
+        if s.why_failed is not None:
+            notes.append("%s: %s" % (s.name, s.why_failed))
+        notes += ["%s: network: %s" % (s.name, problem) for problem in s.network]
+        notes += ["%s: %s" % (s.name, flag) for flag in s.flags]
+        if s.figures:
+            notes.append("%s: %s" % (s.name, s.figures))
     if rows:
         print_table(out, "dlaunch runs", STATUS_HEADERS, rows, leave_out=STATUS_LEAVE_OUT)
     print_lines(out, [escape(line) for line in notes])
-    record_results(runs)
+    rejected = [s.rejected for s in statuses if s.rejected is not None]
     for message in rejected:
         err.print("rejected: %s" % escape(message), highlight=False)
     return 1 if rejected else 0
-
-
-def record_results(runs: List[RunDir]) -> None:
-    """Rows for the runs that ended into the results database (dlaunch/resultsdb/store.py); a database
-    that cannot be written is a warning."""
-    from dlaunch.resultsdb.store import record
-
-    warning = record([run.metrics_path for run in runs]).warning
-    if warning:
-        err.print("dlaunch: warning: %s" % warning)

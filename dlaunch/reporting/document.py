@@ -1,0 +1,388 @@
+"""The report rendered: report.md (its tables, notes, definitions and provenance), report.html from it and the PNG
+plots (`write_report`), and a study's published-vs-this-run section (`write_comparison`); the table rows the command
+line prints too. Deterministic: the same inputs give byte-identical outputs (rows sorted, no time stamps but the
+data's, plots with a fixed DPI and without PNG software/date metadata).
+"""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from dlaunch.analysis.budget import LOST_PARTS
+from dlaunch.analysis.convergence import RCP_SOURCE, RCPVerdict
+from dlaunch.analysis.published import Comparison
+from dlaunch.analysis.scaling import Run, Spread, verdict
+from dlaunch.analysis.stragglers import Flag
+from dlaunch.atomic import write_atomic
+from dlaunch.jobs.sites import Site
+from dlaunch.reporting.html import write_page
+from dlaunch.reporting.plots import COMPARISON_PLOT, COMPARISON_TITLE, left_out, plot_titles, write_comparison_plot, write_plots
+from dlaunch.reporting.report import GroupResult, Profiles, Recorded, SetApart, flagged_note, off_network_note
+from dlaunch.tables import cell, counted, markdown
+from dlaunch.version import __version__
+
+KERNEL_HEADERS = ("GPUs", "comm %", "compute %", "I/O %", "other %")
+DEFINITIONS = """\
+- Throughput X ("images/s", dlaunch/analysis/scaling.py): the mean over the run's measured epochs (those
+  with counted images, the first left out when there are two or more: warm-up) of images / (images /
+  images_per_s + overhead.total_s x measured_steps / steps), i.e. epoch overhead (loader start,
+  validation, checkpoint, barriers, metrics) included; files without `overhead` (metrics versions 1-3)
+  give the steps-only rate (named under Notes).
+- Repeats (several runs at one GPU count): images/s, S_G, E_G and J/img are the median over the
+  runs; `spread` says what the ranges are: `min-max` (fewer than 6 runs), or `95% CI`, the
+  distribution-free 95% confidence interval of the median (order statistics) from 6 runs on; a
+  single run has none (`-`). Plots draw the median with the range as error bars. Time shares are
+  the runs' mean.
+- Groups: experiment, site, model, framework, loader and batch per GPU (`bN`); different batch
+  sizes per GPU are separate curves.
+- Reference G_ref: the smallest GPU count of a group. Speed-up S_G = X_G / X_ref; parallel
+  efficiency E_G = S_G / (G / G_ref), which equals (T_ref / T_G) / (G / G_ref) for a fixed amount
+  of work.
+- Time shares: comm, compute and data time per step from the trainer's `profile` record
+  (`--profile-steps`, wall-clock timers on un-overlapped steps), each divided by their sum.
+- Kernel shares (Table 2 of Aach et al. 2023 measures these, with NSys): CUDA kernel time of all
+  ranks in NCCL (comm), cuDNN/cuBLAS (compute) and I/O kernels (host-to-device copies, DALI,
+  nvJPEG), each over all kernel time, from the `kernel_profile` record (`--kernel-profile-steps`);
+  `other` is the rest. A separate measure from the time shares.
+- Reference verdict (per run): PASS when X is at least (1 - tolerance) x the site's reference
+  images/s for the model, GPU count and precision (`--amp`), else REGRESSION, with X's
+  deviation from the reference in percent; `no reference` where the site's profile has none for
+  them (listed under Notes), `no profile` where the run's site has no profile here.
+- Predicted E_G: the performance model (`dlaunch predict`: NCCL ring/tree per bucket, nominal
+  `[network]`, no jitter), fed with the group's reference
+  run's profile and the site's `[network]` section.
+- Energy (shown when some run measured it): per run the trainer's counters summed over all ranks;
+  what they count is in brackets (`node`: whole-node counters, else `gpu`, `cpu`, `dram` as far as
+  measured). J/img: the energy of the epochs that give X divided by the images trained in them
+  (validation included); kJ/epoch: their mean; energy kJ: the whole run.
+- Time and energy to accuracy: the run's time and energy at the first validation that reached
+  `--target-accuracy` (energy-to-accuracy as defined by Zeus); epochs to target: the epochs trained
+  by then. TTA S_G = T_ref / T_G of the median times to target, against the smallest GPU count whose
+  runs reached it: the speed-up in time to accuracy, which falls behind S_G when a larger global
+  batch needs more epochs.
+- Convergence against MLPerf's Reference Convergence Points (ResNet-50 on ImageNet only): per global
+  batch the epochs to 75.9% top-1, against the RCP's epochs for that batch (interpolated between
+  RCPs as MLPerf's RCP checker does); PASS when no faster than MLPerf accepts, with the ratio to the
+  RCP mean (above 1: slower convergence than MLPerf's reference runs). Source and method:
+  dlaunch/analysis/convergence.py.
+- History (shown when the results database has 3 or more earlier runs of a run's site, model, GPU
+  count, precision, framework, loader and batch per GPU): X against the median of the last 10 of
+  them; REGRESSION when slower by more than the site's reference tolerance (5% without one).
+- Efficiency budget (runs with per-rank phases, metrics version 4; dlaunch/analysis/budget.py): per GPU
+  count G, per step t(G) = global batch / X; exposed communication = median sync_s - wait; waiting for
+  stragglers = slowest rank's compute_s - median rank's; data = median data_s; epoch overhead =
+  overhead.total_s / steps; each the median over the point's runs. Lost to x = (x(G) - x(G_ref)) / t(G);
+  `other` = 1 - E_G - those (compute and optimizer changes, host gaps, and parts not recorded), so ideal
+  (1.000) - everything lost = measured E_G exactly. Negative: a gain against G_ref.
+- Stragglers and throttled GPUs (dlaunch/analysis/stragglers.py): a rank that computed more than the
+  threshold (the site profile's `straggler_threshold`, default 10 %, or `--straggler-threshold`) slower
+  than the median rank over the measured epochs, or a GPU whose SM clock fell below (1 - threshold) of
+  its maximum with a throttle reason (or any thermal, hardware-slowdown or power-brake reason). Such runs
+  are listed apart and enter no table or plot above it (their E_G is understated), unless the report
+  was made with `--include-stragglers`.
+- Diverged runs (the loss stayed NaN/inf, end status `diverged`) are listed apart and enter no
+  table or plot above it.
+- Network: a run whose collective libraries recorded another transport, net plugin, provider or
+  interface than its site's `[network]` expects (metrics `network`; `dlaunch status` flags it too)
+  did not measure the fabric's throughput: such runs are listed apart and enter no table or plot
+  above it, unless the report was made with `--include-network-mismatches`.
+"""
+
+
+def _percent(value: Optional[float]) -> str:
+    return "-" if value is None else "%.1f" % (100 * value)
+
+
+SCALING_HEADERS = ["GPUs", "nodes", "runs", "spread", "images/s", "images/s range", "S_G", "E_G", "E_G range", "pred. E_G",
+                   "comm %", "compute %", "data %"]
+RUN_HEADERS = ["run", "GPUs", "global batch", "schedule", "status", "images/s", "best top-1", "reference", "metrics file"]
+ENERGY_SCALING_HEADERS = ["J/img", "J/img range"]
+ACCURACY_SCALING_HEADERS = ["epochs to target", "time to target s", "TTA S_G"]
+ACCURACY_RUN_HEADERS = ["epochs to target", "time to acc. s"]
+ENERGY_RUN_HEADERS = ["J/img", "kJ/epoch", "energy kJ"]
+ENERGY_ACCURACY_RUN_HEADERS = ["energy to acc. kJ"]
+DIVERGED_HEADERS = ["run", "GPUs", "epochs", "reason", "metrics file"]
+OFF_NETWORK_HEADERS = ["run", "GPUs", "network", "metrics file"]
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The optional columns: energy when some run measured it, time (and energy) to accuracy when
+    some run had a --target-accuracy."""
+
+    energy: bool
+    accuracy: bool
+    history: bool = False  # some run has a history verdict
+
+    @classmethod
+    def of(cls, runs: Sequence[Run], history: bool = False) -> "Columns":
+        return cls(energy=any(r.joules_per_image is not None or r.energy_j is not None for r in runs),
+                   accuracy=any(r.time_to_accuracy_s is not None for r in runs), history=history)
+
+    def scaling_headers(self) -> List[str]:
+        return (SCALING_HEADERS + (ACCURACY_SCALING_HEADERS if self.accuracy else [])
+                + (ENERGY_SCALING_HEADERS if self.energy else []))
+
+    def run_headers(self) -> List[str]:
+        extra = (ACCURACY_RUN_HEADERS if self.accuracy else []) + (ENERGY_RUN_HEADERS if self.energy else [])
+        extra += ENERGY_ACCURACY_RUN_HEADERS if self.energy and self.accuracy else []
+        extra += ["history"] if self.history else []
+        return RUN_HEADERS[:-1] + extra + RUN_HEADERS[-1:]
+
+
+def _kilo(value: Optional[float]) -> str:
+    return cell(None if value is None else value / 1000, "%.2f")
+
+
+def _range(spread: Optional[Spread], fmt: str) -> str:
+    """`low-high` of repeated runs; '-' for one run (no spread)."""
+    if spread is None or spread.n < 2:
+        return "-"
+    return "%s-%s" % (fmt % spread.low, fmt % spread.high)
+
+
+def scaling_rows(g: GroupResult, columns: Columns) -> List[List[str]]:
+    rows = []
+    reached = [p for p in g.points if p.time_to_target is not None]
+    t_ref = reached[0].time_to_target.median if reached else None  # type: ignore[union-attr]
+    for pt in g.points:
+        pred = g.predictions.get(pt.gpus)
+        s = pt.shares
+        row = [
+            str(pt.gpus), str(pt.nodes), str(pt.runs), pt.throughput.kind if pt.runs > 1 else "-",
+            "%.1f" % pt.images_per_s, _range(pt.throughput, "%.1f"), "%.2f" % pt.speedup, "%.3f" % pt.efficiency,
+            _range(pt.efficiencies, "%.3f"), cell(pred.efficiency if pred else None, "%.3f"),
+            _percent(s.comm if s else None), _percent(s.compute if s else None), _percent(s.data if s else None),
+        ]
+        if columns.accuracy:
+            tta = pt.time_to_target
+            row += [cell(pt.epochs_to_target.median if pt.epochs_to_target else None, "%g"),
+                    cell(tta.median if tta else None), cell(t_ref / tta.median if tta and t_ref else None, "%.2f")]
+        if columns.energy:
+            row += [cell(pt.joules_per_image, "%.3g"), _range(pt.energy, "%.3g")]
+        rows.append(row)
+    return rows
+
+
+def verdict_cell(run: Run, site: Optional[Site]) -> str:
+    """PASS or REGRESSION and the deviation; else why there is no verdict."""
+    if run.throughput is None:
+        return "-"
+    if site is None:
+        return "no profile"
+    v = verdict(run, site.reference)
+    if v is None:
+        return "no reference"
+    return "%s %+.1f%%" % ("PASS" if v.passed else "REGRESSION", 100 * v.deviation)
+
+
+def run_rows(g: GroupResult, profiles: Profiles, columns: Columns, history: Optional[Dict[str, str]] = None) -> List[List[str]]:
+    """`history`: metrics file -> history verdict (dlaunch/resultsdb/compare.py)."""
+    rows = []
+    for run in g.runs:
+        check = verdict_cell(run, profiles.of(run))
+        row = [Path(run.path).parent.name, str(run.world_size), str(run.global_batch), run.schedule, run.status,
+               cell(run.throughput), cell(run.best_top1, "%.4f"), check]
+        if columns.accuracy:
+            row += [cell(run.epochs_to_target, "%d"), cell(run.time_to_accuracy_s)]
+        if columns.energy:
+            total = _kilo(run.energy_j)
+            row += [cell(run.joules_per_image, "%.3g"), _kilo(run.energy_per_epoch),
+                    total if run.energy_domains is None else "%s (%s)" % (total, run.energy_domains)]
+            if columns.accuracy:
+                row.append(_kilo(run.energy_to_accuracy_j))
+        if columns.history:
+            row.append((history or {}).get(run.path) or "-")
+        rows.append(row + [run.path])
+    return rows
+
+
+def diverged_rows(runs: Sequence[Run]) -> List[List[str]]:
+    return [[Path(r.path).parent.name, str(r.world_size), str(len(r.epochs)), r.reason or "-", r.path] for r in runs]
+
+
+def off_network_rows(runs: Sequence[Run], problems: Dict[str, List[str]]) -> List[List[str]]:
+    return [[Path(r.path).parent.name, str(r.world_size), "; ".join(problems[r.path]), r.path] for r in runs]
+
+
+FLAGGED_HEADERS = ["run", "GPUs", "flags", "metrics file"]
+
+
+def flagged_rows(runs: Sequence[Run], flags: Dict[str, List[Flag]]) -> List[List[str]]:
+    return [[Path(r.path).parent.name, str(r.world_size), "; ".join(f.message for f in flags[r.path]), r.path] for r in runs]
+
+
+BUDGET_HEADERS = ["GPUs", "E_G", "step ms", *LOST_PARTS]  # the parts: the share of the ideal lost to each
+
+
+def budget_rows(g: GroupResult) -> List[List[str]]:
+    """Per GPU count: E_G, the step time behind it and the share of the ideal lost per cause."""
+    return [[str(row.gpus), "%.3f" % row.measured_e_g, "%.1f" % (1000 * row.step_s)]
+            + ["not recorded" if row.lost[part] is None else _share(row.lost[part]) for part in LOST_PARTS]  # type: ignore[arg-type]
+            for row in g.budget]
+
+
+def _share(value: float) -> str:
+    """A share of the ideal with three decimals; a rounding residue (-0.0001) is "0.000", not "-0.000"."""
+    text = "%.3f" % value
+    return "0.000" if text == "-0.000" else text
+
+
+def markdown_table(headers: Sequence[str], groups: Sequence[Tuple[str, List[List[str]]]]) -> str:
+    """One table, the group label as first column."""
+    return markdown(["group", *headers], [[label, *row] for label, group_rows in groups for row in group_rows])
+
+
+RCP_HEADERS = ["global batch", "runs", "reached 75.9%", "epochs to 75.9%", "RCP mean", "min epochs", "RCP", "verdict"]
+
+
+def rcp_rows(verdicts: Sequence[RCPVerdict]) -> List[List[str]]:
+    return [[str(v.global_batch), str(v.runs), str(v.reached), cell(v.epochs, "%.2f"),
+             cell(v.rcp.mean if v.rcp else None, "%.2f"), cell(v.rcp.min_epochs if v.rcp else None, "%.2f"),
+             v.rcp.name if v.rcp else "-", v.verdict] for v in verdicts]
+
+
+
+
+def markdown_report(results: Sequence[GroupResult], profiles: Profiles, rejected: Sequence[str],
+                    notes: Sequence[str], diverged: Sequence[Run] = (), recorded: Optional[Recorded] = None,
+                    rcp: Sequence[RCPVerdict] = (), apart: SetApart = SetApart(),
+                    plots: Optional[Dict[str, str]] = None, inputs: Sequence[str] = ()) -> str:
+    """`recorded`: the results database's history verdicts and rows; `rcp`: the convergence verdicts per
+    global batch; `apart`: the runs listed apart; `plots`: the figures written (file -> title); `inputs`:
+    the paths reported on."""
+    recorded = recorded or Recorded()
+    n_runs = sum(len(g.runs) for g in results)
+    columns = Columns.of([r for g in results for r in g.runs], history=bool(recorded.history))
+    excluded = apart.excluded()
+    parts = [
+        "# dlaunch report",
+        "%s in %s; %s apart; %s rejected." % (counted(n_runs, "run"), counted(len(results), "group"),
+                                               counted(len(diverged), "diverged run"), counted(len(rejected), "file"))
+        + ("" if apart.off_included or not apart.off else " %d run(s) off their network apart." % len(apart.off))
+        + ("" if apart.flagged_included or not apart.flagged
+           else " %d run(s) with a straggler or a throttled GPU apart." % len(apart.flagged)),
+        "## Scaling",
+        markdown_table(columns.scaling_headers(), [(g.key.label, scaling_rows(g, columns)) for g in results]),
+        "## Runs",
+        markdown_table(columns.run_headers(), [(g.key.label, run_rows(g, profiles, columns, recorded.history)) for g in results]),
+    ]
+    explained = [g for g in results if g.explained]
+    if explained:
+        parts += ["## Efficiency budget",
+                  "Per GPU count, from ideal (1.000) to the measured E_G: the share of the ideal lost to each cause "
+                  "(communication, stragglers, data, epoch overhead, other) against the group's reference G_ref "
+                  "(definitions below); the parts and E_G add up to 1.",
+                  markdown_table(BUDGET_HEADERS, [(g.key.label, budget_rows(g)) for g in explained])]
+    if rcp:
+        parts += ["## Convergence against MLPerf's reference convergence points",
+                  markdown_table(RCP_HEADERS, [(v.label, [row]) for v, row in zip(rcp, rcp_rows(rcp))]),
+                  "ResNet-50 on ImageNet, epochs to MLPerf's target of 75.9%% top-1 per global batch, against "
+                  "the RCPs of %s (method: dlaunch/analysis/convergence.py)." % RCP_SOURCE]
+    plots = plot_titles(results) if plots is None else plots
+    parts += ["## Plots", "\n\n".join([*(["_%s_" % note] if (note := left_out(results)) else []),
+                                       *("![%s](%s)" % (title, name) for name, title in plots.items())])
+              or "No figure: no run has data to draw."]
+    kernel_rows = [(g.key.label, [[str(r.world_size)] + ["%.1f" % (100 * v) for v in (
+        r.kernel_shares.comm, r.kernel_shares.compute, r.kernel_shares.io,
+        1 - r.kernel_shares.comm - r.kernel_shares.compute - r.kernel_shares.io)]
+        for r in sorted(g.runs, key=lambda r: r.world_size) if r.kernel_shares]) for g in results]
+    if any(rows for _, rows in kernel_rows):
+        parts += ["## Kernel time shares (percent of CUDA kernel time)",
+                  markdown_table(KERNEL_HEADERS, [(label, rows) for label, rows in kernel_rows if rows])]
+    if apart.flagged:
+        parts += ["## Stragglers and throttled GPUs", flagged_note(apart.flagged, apart.flagged_included, apart.threshold) + ".",
+                  markdown_table(FLAGGED_HEADERS, [(r.key.label, flagged_rows([r], apart.flags)) for r in apart.flagged])]
+    if diverged:
+        parts += ["## Diverged runs", "Left out of every table and plot above.",
+                  markdown_table(DIVERGED_HEADERS, [(r.key.label, diverged_rows([r])) for r in diverged])]
+    if apart.off:
+        parts += ["## Runs off their network", off_network_note(apart.off, apart.off_included) + ".",
+                  markdown_table(OFF_NETWORK_HEADERS, [(r.key.label, off_network_rows([r], apart.problems)) for r in apart.off])]
+    if rejected:
+        parts += ["## Rejected files", "\n".join("- `%s`" % msg for msg in rejected)]
+    if notes:
+        parts += ["## Notes", "\n".join("- %s" % note for note in notes)]
+    parts += ["## Definitions", DEFINITIONS.rstrip()]
+    everything = [r for g in results for r in g.runs] + list(diverged) + excluded
+    parts += ["## Provenance", provenance_text(everything, profiles, recorded, inputs)]
+    return "\n\n".join(parts) + "\n"
+
+
+PROVENANCE_HEADERS = ["run", "started", "image", "git revision", "versions", "job id", "metrics file"]
+
+
+def provenance_text(runs: Sequence[Run], profiles: Profiles, recorded: Recorded, inputs: Sequence[str]) -> str:
+    """Who made the report from what, and per run what it ran (from the results database's rows)."""
+    lines = ["- Made by dlaunch %s (`dlaunch report`) from %s under %s." % (
+        __version__, counted(len(runs), "metrics file"), ", ".join("`%s`" % p for p in inputs) or "-")]
+    lines += ["- Site profiles: %s." % ("; ".join(profiles.sources) or "none")]
+    rows = []
+    for run in sorted(runs, key=lambda r: (r.key, r.world_size, r.path)):
+        row = recorded.rows.get(run.path)
+        if row is None:
+            rows.append((run.key.label, [[Path(run.path).parent.name, "-", "-", "-", "-", "-", run.path]]))
+            continue
+        versions = ", ".join("%s %s" % item for item in sorted(row["pins"].items())) or "-"
+        rows.append((run.key.label, [[Path(run.path).parent.name, row["started"], row["image"] or "-",
+                                      row["provenance"].get("git_revision") or "-", versions,
+                                      row["provenance"].get("job_id") or "-", run.path]]))
+    missing = sum(1 for r in runs if r.path not in recorded.rows)
+    why = [] if not missing else ["%s without a row in the results database (running, or the database was not "
+                                  "written): '-'." % counted(missing, "run")]
+    return "\n".join(lines) + "\n\n" + "\n\n".join(why + [markdown_table(PROVENANCE_HEADERS, rows)])
+
+
+def write_report(output: Path, results: Sequence[GroupResult], profiles: Profiles, rejected: Sequence[str],
+                 notes: Sequence[str], diverged: Sequence[Run] = (), recorded: Optional[Recorded] = None,
+                 rcp: Sequence[RCPVerdict] = (), apart: SetApart = SetApart(), inputs: Sequence[str] = ()) -> None:
+    """report.md, report.html and the plots into `output` (created), each file written atomically."""
+    output.mkdir(parents=True, exist_ok=True)
+    plots = write_plots(output, results)
+    write_atomic(output / "report.md", markdown_report(results, profiles, rejected, notes, diverged, recorded, rcp, apart,
+                                                       plots, inputs))
+    write_page(output)
+
+
+COMPARISON_HEADERS = ["comparison", "GPUs", "published", "this run: group", "median", "low", "high", "runs", "spread"]
+
+
+def comparison_rows(comparisons: Sequence[Comparison]) -> List[List[str]]:
+    """One row per GPU count with a published or a measured value, per matching group."""
+    rows = []
+    for c in comparisons:
+        published = dict(c.published)
+        groups = c.measured or {"-": []}
+        for label, points in groups.items():
+            measured = dict(points)
+            for gpus in sorted(set(published) | set(measured)):
+                s = measured.get(gpus)
+                rows.append([c.label, str(gpus), cell(published.get(gpus), "%.3g"), label,
+                             *([cell(v, "%.3g") for v in (s.median, s.low, s.high)] + [str(s.n), s.kind] if s else ["-"] * 5)])
+    return rows
+
+
+def write_comparison(output: Path, comparisons: Sequence[Comparison], sources: Sequence[str],
+                     design: Sequence[str] = (), assumptions: Sequence[str] = ()) -> Optional[Path]:
+    """The published-vs-this-run plot into `output` (when the study compares with published data; returned),
+    and its table appended to `output`/report.md (report.html made again from it), after the study's design
+    lines (protocol, stack) and its assumptions (what the sources leave unstated)."""
+    plot = output / COMPARISON_PLOT
+    if comparisons:
+        write_comparison_plot(output, comparisons)
+    elif plot.is_file() and not plot.is_symlink():
+        plot.unlink()  # an earlier report's
+    section = "\n\n".join([
+        "## Published vs this run",
+        "Sources:\n" + "\n".join("- %s" % s for s in sources),
+        *(["\n".join(design)] if design else []),
+        *(["Assumptions (values the sources leave unstated, fixed by this study):\n" + "\n".join("- %s" % a for a in assumptions)]
+          if assumptions else []),
+        markdown_table(COMPARISON_HEADERS[1:], [(row[0], [row[1:]]) for row in comparison_rows(comparisons)]).replace(
+            "| group |", "| comparison |", 1),
+        "![%s](%s)" % (COMPARISON_TITLE, COMPARISON_PLOT) if comparisons else "The study compares with no published data.",
+    ])
+    report = output / "report.md"
+    previous = report.read_text(encoding="utf-8") if report.is_file() else ""
+    write_atomic(report, previous + "\n" + section + "\n")
+    write_page(output)
+    return plot if comparisons else None
