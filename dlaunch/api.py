@@ -426,10 +426,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _api(function: F) -> F:
-    """An API function: its DlaunchError's message as the command line prints it (control characters
-    escaped), an OSError as `os_error`."""
+    """An API function: a path may be given as str or os.PathLike (handed on as str, as the command line has it); its
+    DlaunchError's message as the command line prints it (control characters escaped), an OSError as `os_error`."""
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        args = tuple(os.fspath(a) if isinstance(a, os.PathLike) else a for a in args)
+        kwargs = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in kwargs.items()}
         try:
             return function(*args, **kwargs)
         except DlaunchError as e:

@@ -34,6 +34,9 @@ def test_import_dlaunch_loads_the_api_on_first_use_only():
     assert not {m for m in loaded_after("import dlaunch.train.config") if not m.startswith("dlaunch.train")} - {"dlaunch"}
     assert "dlaunch.api" in loaded_after("import dlaunch; dlaunch.run")
     assert {"run", "status", "Job", "DlaunchError", "api"} <= set(dir(dlaunch))
+    # results and doctor are the API's functions (the modules of those names are dlaunch.resultsdb and dlaunch.preflight)
+    assert (dlaunch.results, dlaunch.doctor, dlaunch.study, dlaunch.study_status) == (api.results, api.doctor, api.study,
+                                                                                      api.study_status)
     assert all(getattr(dlaunch, name) is not None for name in dlaunch.__all__)
     with pytest.raises(AttributeError):
         dlaunch.no_such_name
@@ -103,6 +106,14 @@ def cli_error(capsys, argv) -> str:
     (lambda: api.doctor("local", framework="caffe"), ["doctor", "--site", "local", "--framework", "caffe"]),
     (lambda: api.predict("nowhere"), ["predict", "--site", "nowhere"]),
     (lambda: api.predict("local"), ["predict", "--site", "local"]),
+    (lambda: api.predict("juwels", model="resnet50", calibrated="wood"), ["predict", "--site", "juwels", "--model", "resnet50",
+                                                                          "--calibrated", "wood"]),
+    (lambda: api.predict("juwels", gpus=[4, 100000], model="resnet50"), ["predict", "--site", "juwels", "--gpus", "4,100000",
+                                                                         "--model", "resnet50"]),
+    (lambda: api.predict("juwels", from_runs=["nowhere"]), ["predict", "--site", "juwels", "--from-runs", "nowhere"]),
+    (lambda: api.study("nosuch", site="local"), ["study", "run", "nosuch", "--site", "local"]),
+    (lambda: api.study("smoke", site="nowhere", dry_run=True), ["study", "run", "smoke", "--site", "nowhere", "--dry-run"]),
+    (lambda: api.study_status("nowhere"), ["study", "status", "nowhere"]),
 ])
 def test_each_functions_error_is_the_command_lines_line(call, argv, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
@@ -264,3 +275,67 @@ def test_status_json_lists_a_rejected_run_and_exits_1(tmp_path, monkeypatch, cap
     (broken / "job_id").write_text("not a job id!\n")
     (item,) = cli_json(capsys, ["status", "runs", "--json"], code=1)
     assert item["rejected"].endswith("is not a job id")
+
+
+def test_watch_refuses_runs_whose_status_command_is_not_here_as_the_command_line(tmp_path, monkeypatch, capsys):
+    """A login node of another cluster: the runs' state would never be known (api.watch waited forever)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no squeue
+    write_run(tmp_path / "runs", "r", [header(), epoch(0)], state="submitted", scheduler="slurm", job_id="4711")
+    with pytest.raises(DlaunchError) as raised:
+        api.watch(["runs/r"], timeout=0)
+    assert raised.value.exit_code == 1 and str(raised.value).startswith("squeue: command not found")
+    assert main(["watch", "runs/r"]) == 1
+    assert capsys.readouterr().err == "dlaunch: error: %s\n" % raised.value
+
+
+def test_study_renders_submits_and_leaves_alone_as_the_command_line_and_study_status_reads_its_folder(
+        tmp_path, monkeypatch, capfd):
+    monkeypatch.chdir(tmp_path)
+    listed = api.study("smoke", site="local", list_only=True)
+    assert listed[0].label == "scaling/ddp-native-resnet44-g0001-step-r1: no figure, repeat 1 of 2"
+    assert [(j.run_name[-13:], j.nodes, j.processes, j.submitted) for j in listed] == [
+        ("g0001-step-r1", 1, 1, False), ("g0001-step-r2", 1, 1, False), ("g0002-step-r1", 1, 2, False),
+        ("g0002-step-r2", 1, 2, False)]
+    assert [j.script for j in api.study("smoke", site="local", dry_run=True)] == [j.script for j in listed]
+    assert list(tmp_path.iterdir()) == []  # rendered only
+    capfd.readouterr()
+    (job,) = api.study("smoke", site="local", only=["gpus=1", "repeat=1"])
+    assert (job.submitted, job.exit_code, job.experiment) == (True, 0, "smoke.scaling") and capfd.readouterr().out == ""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert api.study("smoke", site="local", only=["gpus=1", "repeat=1"]) == []
+    assert [(w.category, str(w.message)) for w in caught] == [(DlaunchNote, "study smoke: 0 jobs (left alone: 1 ended ok)")]
+    (seen,) = api.study_status("runs/smoke")
+    assert seen.ok and seen.name == "runs/smoke/scaling/ddp-native-resnet44-g0001-step-r1"
+    assert main(["study", "status", "runs/smoke", "--json"]) == 0
+    assert [api.RunStatus.from_dict(item) for item in json.loads(capfd.readouterr().out)] == [seen]
+
+
+def test_predict_takes_every_option_of_the_command_line_whose_json_is_the_same_object(tmp_path, monkeypatch, capsys):
+    """--calibrated, --epoch-overhead, --from-runs (the API had the nominal network only), and `predict --json`."""
+    from dlaunch.analysis.perfmodel.nccl import Machine
+    from test_perfmodel import _runs_made_by
+
+    monkeypatch.chdir(tmp_path)
+    calibrated = api.predict("juwels", gpus=[4, 256], model="resnet50", calibrated="native", epoch_overhead=30.0)
+    assert [r.basis for r in calibrated.rows] == ["fitted", "predicted"]
+    assert calibrated.rows[0].paper_comm_share == pytest.approx(0.224) and calibrated.rows[1].paper_efficiency == "<0.44"  # the paper's
+    assert calibrated.rows[0].epoch_overhead == {"--epoch-overhead": 30.0} and calibrated.machine.startswith("noise fitted on")
+    argv = ["predict", "--site", "juwels", "--gpus", "4,256", "--model", "resnet50", "--calibrated", "native",
+            "--epoch-overhead", "30", "--json"]
+    assert cli_json(capsys, argv) == calibrated.to_dict()
+    assert api.Prediction.from_dict(json.loads(json.dumps(calibrated.to_dict()))) == calibrated
+    truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, noise_s=1e-3)
+    _runs_made_by(tmp_path / "runs", truth, nodes=(1, 2))
+    site = tmp_path / "cluster.toml"
+    site.write_text('name = "cluster"\ndescription = "test"\nbased_on = ["nothing"]\nscheduler = "slurm"\n'
+                    'gpus_per_node = 1\ncores_per_node = 2\ngpu_vendor = "none"\n'
+                    '[[partitions]]\nname = "p"\nmax_nodes = 4\nmax_time = "01:00:00"\ndefault = true\n')
+    fitted = api.predict(site, gpus=[1, 2, 4], from_runs=[tmp_path / "runs"])
+    assert [r.basis for r in fitted.rows] == ["fitted", "fitted", "predicted"] and fitted.profiled and fitted.runs_gpus == [1, 2]
+    assert [(lo.gpus, lo.why != "") for lo in fitted.left_out] == [(1, False), (2, True)]  # 2: no other multi-node run
+    assert fitted.left_out_summary.startswith("leave-one-out error (1 of 2 runs predicted from the others)")
+    assert cli_json(capsys, ["predict", "--site", str(site), "--gpus", "1,2,4", "--from-runs", str(tmp_path / "runs"),
+                             "--json"]) == fitted.to_dict()
+    assert api.Prediction.from_dict(json.loads(json.dumps(fitted.to_dict()))) == fitted

@@ -1,5 +1,5 @@
 """The run service: what every command does with runs, between the command line (which parses and
-prints: `cli.py`, the command modules) and the backends (dlaunch/schedulers/, dlaunch/runtimes/).
+prints: dlaunch/cli/) and the backends (dlaunch/schedulers/, dlaunch/runtimes/).
 
 - `prepare`: a request resolved against its site, checked and rendered; nothing is written, and the
   warnings come back with the script for the caller to show;

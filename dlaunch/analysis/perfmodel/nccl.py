@@ -15,7 +15,7 @@ GPU inside a node and the node's network bandwidth (all its NICs) across nodes: 
 node boundary once per channel, so a node's NICs together carry 2(p-1)/p of the message.
 Inter-node step latencies are NCCL's software latency plus the fabric's (the site's `latency_us`).
 
-Three more machine properties are not NCCL's but decide what a step sees (fitted, see perfmodel.py):
+Three more machine properties are not NCCL's but decide what a step sees (fitted, see fit.py and paper.py):
 `noise_s`, the ranks' timing noise: each rank's lateness is the sum of many small host and OS delays
 met since the step began, so its spread after t seconds of work is sqrt(noise_s * t) (noise_s in
 seconds: the variance of the delay per second of work). A collective synchronises in rounds, 2, 4,
