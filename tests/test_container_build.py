@@ -88,7 +88,7 @@ def test_python_inside_is_the_images_not_the_hosts(image):
     assert ran.returncode == 0, ran.stderr
     prefix, torch_version, train_file = ran.stdout.split()
     assert (prefix, train_file) == ("/opt/venv", "/opt/dlaunch/dlaunch/train/__init__.py")
-    assert not (image / "opt" / "dlaunch" / "dlaunch" / "cli.py").exists()  # the image carries the trainer alone
+    assert not (image / "opt" / "dlaunch" / "dlaunch" / "cli").exists()  # the image carries the trainer alone
     assert torch_version.split("+")[0] == "2.14.1"  # PyPI's build reports its CUDA: 2.14.1+cu130
 
 

@@ -16,7 +16,7 @@ from dlaunch.train.metrics_schema import make_record, read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = REPO / "studies"
-# `dlaunch` with the study group registered (as cli.py's lazy registration will do), through cli.main's
+# `dlaunch` with the study group registered (as dlaunch/cli's lazy registration will do), through cli.main's
 # error handling: bad input is one line and exit code 2.
 DLAUNCH = ("import sys; from dlaunch.cli import app, main; from dlaunch.cli.study import study_app; "
            "app.add_typer(study_app, name='study'); sys.exit(main(sys.argv[1:]))")

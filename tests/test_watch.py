@@ -323,7 +323,7 @@ STATUS_CELLS = {"site": "juwels-booster", "job": "12345678", "GPUs": "16", "sche
 
 
 def status_row(path: str) -> tuple:
-    """A row of the status table, in the order of its headers (dlaunch/terminal.py)."""
+    """A row of the status table, in the order of its headers (dlaunch/cli/terminal.py)."""
     return tuple({"run": path, "results": path + "/metrics.jsonl"}.get(h, STATUS_CELLS.get(h, "-")) for h in STATUS_HEADERS)
 
 
