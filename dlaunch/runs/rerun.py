@@ -1,10 +1,10 @@
-"""`dlaunch rerun RESULT --site OTHER` (dlaunch/cli/rerun.py): a result (metrics file, run directory, or a run inside an archive
-made by `dlaunch archive`) turned back into a job on another site.
+"""`dlaunch rerun RESULT --site OTHER` (dlaunch/cli/rerun.py): a result (metrics file, run directory, or a run
+inside an archive made by `dlaunch archive`) turned back into a job on another site.
 
 The metrics header holds the abstract request (framework, GPU count, trainer options:
 `metrics_schema.abstract_request`) apart from the resolved launch (site, image, versions, hosts,
 script hash). The request is resolved again against the new site by the run service; what differs
-is printed attribute by attribute. The new run links its parent: `parent.json` in its run directory
+is said attribute by attribute. The new run links its parent: `parent.json` in its run directory
 and `DLAUNCH_PARENT_RUN`, which the trainer writes into its header as `parent_run`.
 """
 import dataclasses
