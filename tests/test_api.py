@@ -315,7 +315,7 @@ def test_study_renders_submits_and_leaves_alone_as_the_command_line_and_study_st
 def test_predict_takes_every_option_of_the_command_line_whose_json_is_the_same_object(tmp_path, monkeypatch, capsys):
     """--calibrated, --epoch-overhead, --from-runs (the API had the nominal network only), and `predict --json`."""
     from dlaunch.analysis.perfmodel.nccl import Machine
-    from test_perfmodel import _runs_made_by
+    from test_perfmodel import _cluster_site, _runs_made_by
 
     monkeypatch.chdir(tmp_path)
     calibrated = api.predict("juwels", gpus=[4, 256], model="resnet50", calibrated="native", epoch_overhead=30.0)
@@ -328,10 +328,7 @@ def test_predict_takes_every_option_of_the_command_line_whose_json_is_the_same_o
     assert api.Prediction.from_dict(json.loads(json.dumps(calibrated.to_dict()))) == calibrated
     truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, noise_s=1e-3)
     _runs_made_by(tmp_path / "runs", truth, nodes=(1, 2))
-    site = tmp_path / "cluster.toml"
-    site.write_text('name = "cluster"\ndescription = "test"\nbased_on = ["nothing"]\nscheduler = "slurm"\n'
-                    'gpus_per_node = 1\ncores_per_node = 2\ngpu_vendor = "none"\n'
-                    '[[partitions]]\nname = "p"\nmax_nodes = 4\nmax_time = "01:00:00"\ndefault = true\n')
+    site = _cluster_site(tmp_path)
     fitted = api.predict(site, gpus=[1, 2, 4], from_runs=[tmp_path / "runs"])
     assert [r.basis for r in fitted.rows] == ["fitted", "fitted", "predicted"] and fitted.profiled and fitted.runs_gpus == [1, 2]
     assert [(lo.gpus, lo.why != "") for lo in fitted.left_out] == [(1, False), (2, True)]  # 2: no other multi-node run

@@ -15,7 +15,7 @@ from dlaunch.schedulers import validate_config as scheduler_config
 from dlaunch.jobs.jobspec import ShellWord
 from dlaunch.jobs.network import Network
 from dlaunch.jobs.schema import HOST_SUFFIX, AbsPath, EnvName, EnvValue, ModuleName, Partition, SafeName, StrictModel, VarPath, Word
-from dlaunch.paths import SHIPPED_SITES_DIR
+from dlaunch.paths import SHIPPED_SITES_DIR, toml_files_by_name
 from dlaunch.thresholds import DEFAULT_THRESHOLD
 from dlaunch.train.framework_table import FRAMEWORKS
 
@@ -299,11 +299,7 @@ def site_dirs() -> List[Path]:
 
 def available_sites() -> Dict[str, Path]:
     """Profile name -> file, earlier folders shadowing later ones."""
-    found: Dict[str, Path] = {}
-    for folder in reversed(site_dirs()):
-        for path in sorted(folder.glob("*.toml")) if folder.is_dir() else ():
-            found[path.stem] = path
-    return dict(sorted(found.items()))
+    return toml_files_by_name(site_dirs())
 
 
 def _may_name(text: str, name: str, shown: str) -> bool:

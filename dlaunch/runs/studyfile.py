@@ -29,7 +29,7 @@ from dlaunch.errors import DlaunchError
 from dlaunch.jobs.request import check_trainer_value
 from dlaunch.jobs.schema import EnvName, SafeName, StrictModel, parse_time
 from dlaunch.jobs.sites import load_toml
-from dlaunch.paths import REPO
+from dlaunch.paths import REPO, toml_files_by_name
 from dlaunch.train.config import MODELS, SCHEDULES
 
 STUDY_COPY = "study.toml"
@@ -235,11 +235,7 @@ def study_dirs() -> List[Path]:
 
 def available_studies() -> Dict[str, Path]:
     """Study name (its file's) -> file, earlier folders shadowing later ones."""
-    found: Dict[str, Path] = {}
-    for folder in reversed(study_dirs()):
-        for path in sorted(folder.glob("*.toml")) if folder.is_dir() else ():
-            found[path.stem] = path
-    return dict(sorted(found.items()))
+    return toml_files_by_name(study_dirs())
 
 
 def find_study(name_or_path: str) -> Path:
