@@ -29,7 +29,7 @@ from dlaunch.analysis.perfmodel.fit import golden_min
 from dlaunch.analysis.perfmodel.model import (IMAGENET_TRAIN_IMAGES, NATIVE_WORKER_IMAGES_PER_S, NATIVE_WORKERS, Prediction,
                                               Workload, predict)
 from dlaunch.analysis.perfmodel.nccl import Machine
-from dlaunch.analysis.perfmodel.overhead import FixedOverhead, PaperOverhead, overhead_passes
+from dlaunch.analysis.perfmodel.overhead import CHECKPOINT_WRITE_BYTES_PER_S, FixedOverhead, PaperOverhead, overhead_passes
 from dlaunch.analysis.perfmodel.paper import (AACH2023_REFERENCE_GPUS, CALIBRATION_MAX_GPUS, STATEMENT_TOLERANCE, PublishedFit,
                                               PublishedRow, fit_published, load_published, load_statements, paper_overhead,
                                               paper_workload, published_workload, storage_points)
@@ -126,7 +126,7 @@ def main() -> None:
     for model in ("resnet50", "resnet101", "resnet152"):
         for loader in ("dali", "native"):
             for framework in (["ddp", "horovod"] if loader == "dali" else FRAMEWORKS):
-                curve = predict(paper_workload(fit, model, loader, framework), m, GPUS, paper_overhead(loader))
+                curve = predict(paper_workload(fit, model, loader, framework), m, GPUS, paper_overhead(loader, model=model))
                 print("| %s | %s | %s | %s |" % (model, loader, framework, " | ".join(
                     "%.3f (%.0f)" % (p.efficiency, 100 * p.comm_share) for p in curve)))
 
@@ -195,14 +195,14 @@ def deepspeed_reference(fit: PublishedFit) -> None:
 
 
 @dataclass(frozen=True)
-class WithCheckpoint:
-    """The paper's epoch plus an ASSUMED checkpoint of `seconds` per epoch (reading only, not the model)."""
+class AtWriteRate:
+    """The paper's epoch with its checkpoint written at `bytes_per_s` instead of the model's assumed rate (reading)."""
 
     paper: PaperOverhead
-    seconds: float
+    bytes_per_s: float
 
     def parts(self, workload: Workload, machine: Machine, gpus: int) -> Dict[str, float]:
-        return dict(self.paper.parts(workload, machine, gpus), checkpoint=self.seconds)
+        return dict(self.paper.parts(workload, machine, gpus), checkpoint=self.paper.checkpoint_bytes / self.bytes_per_s)
 
 
 def epoch_overhead(fit: PublishedFit) -> None:
@@ -210,27 +210,29 @@ def epoch_overhead(fit: PublishedFit) -> None:
     m = fit.machine
     print("\nEpoch overhead of the paper's runs (DDP, batch 64; ImageNet's %d training images: steps per epoch "
           "5005 at 4 GPUs, 20 at 1024), seconds per epoch:\n" % IMAGENET_TRAIN_IMAGES)
-    print("| model | loader | GPUs | validation | loader start | synchronisation | overhead % of the run | "
+    print("| model | loader | GPUs | validation | loader start | synchronisation | checkpoint | overhead % of the run | "
           "E_G 1024 steps only | E_G 1024 with overhead |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for model in ("resnet50", "resnet152"):
         for loader in ("dali", "native"):
             w = paper_workload(fit, model, loader)
             steps_only = predict(w, m, [4, 1024])[1].efficiency
-            curve = predict(w, m, [4, 1024], paper_overhead(loader))
+            curve = predict(w, m, [4, 1024], paper_overhead(loader, model=model))
             for p in curve:
                 parts = p.epoch_overhead
-                print("| %s | %s | %d | %.3f | %.3f | %.4f | %.1f | %s |" % (
+                print("| %s | %s | %d | %.3f | %.3f | %.4f | %.3f | %.1f | %s |" % (
                     model, loader, p.gpus, parts["validation"], parts["loader start"], parts["synchronisation"],
-                    100 * p.overhead_share, "%.3f | %.3f" % (steps_only, p.efficiency) if p.gpus == 1024 else "- | -"))
-    seconds = [0.1, 0.25, 0.5, 1.0]
-    print("\nE_G at 1024 GPUs against an ASSUMED checkpoint per epoch (the paper states none; NOT the model, for reading):\n")
-    print("| model | loader | none (model) | " + " | ".join("%.2f s" % c for c in seconds) + " |")
-    print("|---|---|---|" + "---|" * len(seconds))
+                    parts["checkpoint"], 100 * p.overhead_share,
+                    "%.3f | %.3f" % (steps_only, p.efficiency) if p.gpus == 1024 else "- | -"))
+    rates = [float("inf"), 2e9, 1e9, 0.5e9, 0.25e9]
+    print("\nE_G at 1024 GPUs against the checkpoint's write rate (the model assumes %.0f GB/s; reading only):\n"
+          % (CHECKPOINT_WRITE_BYTES_PER_S / 1e9))
+    print("| model | loader | " + " | ".join("no checkpoint" if r == float("inf") else "%g GB/s" % (r / 1e9) for r in rates) + " |")
+    print("|---|---|" + "---|" * len(rates))
     for model in ("resnet50", "resnet152"):
         for loader in ("dali", "native"):
             w = paper_workload(fit, model, loader)
-            cells = [predict(w, m, [4, 1024], WithCheckpoint(paper_overhead(loader), c))[1].efficiency for c in [0.0] + seconds]
+            cells = [predict(w, m, [4, 1024], AtWriteRate(paper_overhead(loader, model=model), r))[1].efficiency for r in rates]
             print("| %s | %s | %s |" % (model, loader, " | ".join("%.3f" % c for c in cells)))
     constant = FixedOverhead(1.0, "reading")
     print("\nA constant 1 s per epoch (stated with --epoch-overhead 1) passes a tenth of the run's time, ResNet-50 DALI, "

@@ -16,7 +16,8 @@ from dlaunch.analysis.perfmodel.model import (IMAGENET_VAL_IMAGES, NATIVE_WORKER
                                               gradient_bytes, loader_spread, messages, native_loader_images_per_s, predict,
                                               step_times, steps_per_epoch)
 from dlaunch.analysis.perfmodel.nccl import Machine, harmonic, straggler_factor
-from dlaunch.analysis.perfmodel.overhead import OVERHEAD_SHARE_LIMIT, FixedOverhead, PaperOverhead, overhead_passes
+from dlaunch.analysis.perfmodel.overhead import (OVERHEAD_SHARE_LIMIT, FixedOverhead, PaperOverhead, checkpoint_bytes,
+                                                 overhead_passes)
 from dlaunch.analysis.perfmodel.paper import (AACH2023_MACHINE, AACH2023_STATEMENTS, CALIBRATION_MAX_GPUS, STATEMENT_TOLERANCE,
                                               PublishedFit, calibrated_workload, fit_published, io_kernel_s, load_published,
                                               load_statements, paper_overhead, paper_workload, published_workload,
@@ -487,20 +488,20 @@ def test_predict_calibrated_to_the_published_table(site_file):
     assert result.exit_code == 0, result.output
     fit = fit_published()
     machine = replace(JUWELS_LIKE, noise_s=fit.machine.noise_s, beside_compute=fit.machine.beside_compute)
-    for p in predict(RESNET50, machine, [4, 1024], PaperOverhead("dali")):
+    for p in predict(RESNET50, machine, [4, 1024], PaperOverhead("dali", 0.0, checkpoint_bytes("resnet50"))):
         assert "%.3f" % p.efficiency in result.output and "%.1f" % (100 * p.comm_share) in result.output
     assert "Table 2a" in result.output and "paper E_G" not in result.output  # the user's workload: nothing to compare
     native = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--batch", "64",
                       "--gpus", "4,1024", "--calibrated", "native")
     loaded = replace(RESNET50, data_s=fit.native_data_fraction * 0.2, reads_files=True)
     fitted_storage = replace(machine, storage_images_per_s=fit.machine.storage_images_per_s)
-    assert "%.3f" % predict(loaded, fitted_storage, [4, 1024], PaperOverhead("native"))[1].efficiency in native.output
+    assert "%.3f" % predict(loaded, fitted_storage, [4, 1024], PaperOverhead("native", 0.0, checkpoint_bytes("resnet50")))[1].efficiency in native.output
     assert "%.0f images/s" % fit.machine.storage_images_per_s in native.output and "statements" in native.output
     ceiling = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--batch", "64",
                        "--gpus", "4,1024", "--calibrated", "native", "--storage-images-per-s", "20000")
-    stalled = predict(loaded, replace(machine, storage_images_per_s=20000.0), [4, 1024], PaperOverhead("native"))[1]
+    stalled = predict(loaded, replace(machine, storage_images_per_s=20000.0), [4, 1024], PaperOverhead("native", 0.0, checkpoint_bytes("resnet50")))[1]
     assert "%.3f" % stalled.efficiency in ceiling.output and "20000 images/s" in ceiling.output
-    assert stalled.efficiency < predict(loaded, machine, [4, 1024], PaperOverhead("native"))[1].efficiency
+    assert stalled.efficiency < predict(loaded, machine, [4, 1024], PaperOverhead("native", 0.0, checkpoint_bytes("resnet50")))[1].efficiency
     bad = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "1", "--batch", "1", "--calibrated", "x")
     assert isinstance(bad.exception, DlaunchError) and "--calibrated" in str(bad.exception)
 
@@ -700,7 +701,9 @@ def test_the_papers_epoch_overhead_comes_from_its_stated_setup():
     parts = paper_overhead("dali").parts(dali, fit.machine, 1024)
     forward = (io + (dali.compute_s - io) / 3) / 64  # per image: the I/O kernels and forward
     assert parts["validation"] == pytest.approx(-(-IMAGENET_VAL_IMAGES // 1024) * forward)  # 49 images per GPU
-    assert (parts["loader start"], parts["checkpoint"], parts["logging"]) == (0.0, 0.0, 0.0)
+    assert (parts["loader start"], parts["logging"]) == (0.0, 0.0)
+    assert parts["checkpoint"] == pytest.approx(8 * 25.6e6 / 1e9)  # weights + momentum of ResNet-50 at 1 GB/s
+    assert paper_overhead("dali", model="resnet152").parts(dali, fit.machine, 1024)["checkpoint"] == pytest.approx(8 * 60.2e6 / 1e9)
     assert 0 < parts["synchronisation"] < 0.1
     native = paper_workload(fit, loader="native")
     at = {g: paper_overhead("native").parts(native, fit.machine, g) for g in (4, 1024)}
@@ -738,9 +741,10 @@ def test_predict_calibrated_prints_the_assumptions_of_the_papers_epoch():
         result = _predict("--site", "juwels-booster", "--model", "resnet152", "--calibrated", loader)
         assert result.exit_code == 0, result.output
         assert "epoch overhead from Aach et al.'s stated setup (50,000 validation images every epoch" in result.output
-        assert start in result.output and "no checkpoint (not stated; 0 s)" in result.output
+        assert start in result.output and "a checkpoint every epoch (not stated;" in result.output
         fit = fit_published()
-        big = predict(paper_workload(fit, "resnet152", loader), fit.machine, [4, 1024], paper_overhead(loader))[1]
+        big = predict(paper_workload(fit, "resnet152", loader), fit.machine, [4, 1024],
+                      paper_overhead(loader, model="resnet152"))[1]
         assert "%.3f" % big.efficiency in _table(result.output)[1024]
 
 

@@ -7,12 +7,23 @@ from statistics import fmean
 from typing import Dict, List, Optional, Sequence
 
 from dlaunch.analysis.perfmodel.model import (BACKWARD_FRACTION, IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES,
-                                              NATIVE_WORKER_IMAGES_PER_S, EpochOverhead, Machine, Workload,
-                                              native_loader_images_per_s, predict)
+                                              MODEL_PARAMS_M, NATIVE_WORKER_IMAGES_PER_S, EpochOverhead, Machine,
+                                              Workload, native_loader_images_per_s, predict)
 from dlaunch.analysis.scaling import Run
 
 # `predict` names the GPU count from which epoch overhead is more than this share of a run's time.
 OVERHEAD_SHARE_LIMIT = 0.10
+# A checkpoint every epoch, as the reference ImageNet scripts such studies start from write one (PyTorch's
+# examples/imagenet, Horovod's pytorch_imagenet_resnet50.py, DALI's PyTorch ResNet-50 example; so does dlaunch's
+# trainer): the weights and SGD's momentum, fp32, while the other ranks wait at the next collective.
+CHECKPOINT_BYTES_PER_PARAM = 8
+# Assumed: one GPFS client's single-stream write of a few hundred MB (torch.save); no published JUWELS figure.
+CHECKPOINT_WRITE_BYTES_PER_S = 1e9
+
+
+def checkpoint_bytes(model: str) -> float:
+    """The bytes of `model`'s checkpoint: its weights and momentum buffers."""
+    return CHECKPOINT_BYTES_PER_PARAM * MODEL_PARAMS_M[model] * 1e6
 
 
 @dataclass(frozen=True)
@@ -43,11 +54,14 @@ class PaperOverhead:
                     once and prefetch across the iterator's reset at an epoch's end).
     synchronisation the validation's accuracy all-reduce and the epoch's closing barrier (two small
                     all-reduces), after the slowest rank's lag over the validation pass.
-    checkpoint, logging  not stated: none (0 s).
+    checkpoint      not stated: one every epoch as the reference scripts write it (`checkpoint_bytes`, written at
+                    CHECKPOINT_WRITE_BYTES_PER_S while the other ranks wait).
+    logging         not stated: none (0 s).
     """
 
     loader: str  # 'dali' or 'native'
     io_s: float = 0.0  # the loader's I/O kernel seconds per batch within the workload's compute_s
+    checkpoint_bytes: float = 0.0  # `checkpoint_bytes(model)` of the workload's model
 
     def parts(self, workload: Workload, machine: Machine, gpus: int) -> Dict[str, float]:
         forward_per_image = (self.io_s + (workload.compute_s - self.io_s) * (1.0 - BACKWARD_FRACTION)) / workload.batch
@@ -58,7 +72,8 @@ class PaperOverhead:
             validation = max(validation, IMAGENET_VAL_IMAGES / machine.storage_images_per_s)
         start = 2 * workload.batch / NATIVE_WORKER_IMAGES_PER_S if self.loader == "native" else 0.0
         sync = machine.lateness_s(validation, gpus) + 2 * machine.allreduce_s(gpus, 8.0)
-        return {"validation": validation, "loader start": start, "synchronisation": sync, "checkpoint": 0.0, "logging": 0.0}
+        return {"validation": validation, "loader start": start, "synchronisation": sync,
+                "checkpoint": self.checkpoint_bytes / CHECKPOINT_WRITE_BYTES_PER_S, "logging": 0.0}
 
 
 def paper_overhead_assumptions(loader: str) -> List[str]:
@@ -67,7 +82,10 @@ def paper_overhead_assumptions(loader: str) -> List[str]:
              "(PyTorch's default persistent_workers=False), each first batch made by one worker at %.0f images/s"
              % NATIVE_WORKER_IMAGES_PER_S if loader == "native" else
              "DALI's pipelines are built once and prefetch across epoch ends (no start cost)")
-    return [start, "no checkpoint (not stated; 0 s)", "no logging cost (not stated; 0 s)",
+    checkpoint = ("a checkpoint every epoch (not stated; the reference ImageNet scripts of PyTorch, Horovod and DALI "
+                  "write one): weights and momentum, %d bytes per parameter, by one rank at %.0f GB/s (an assumed "
+                  "single-stream write) while the others wait" % (CHECKPOINT_BYTES_PER_PARAM, CHECKPOINT_WRITE_BYTES_PER_S / 1e9))
+    return [start, checkpoint, "no logging cost (not stated; 0 s)",
             "validation in forward only (a third of the step's non-I/O kernels, its I/O kernels per image)"]
 
 

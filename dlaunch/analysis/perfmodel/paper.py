@@ -14,7 +14,7 @@ from dlaunch.analysis.perfmodel.fit import fit_loader_stall, fit_machine, golden
 from dlaunch.analysis.perfmodel.model import (DEFAULT_BATCH, MODEL_GFLOPS, EpochOverhead, Prediction, Workload,
                                               gradient_bytes, interconnect_of_site, native_loader_images_per_s, predict)
 from dlaunch.analysis.perfmodel.nccl import Machine
-from dlaunch.analysis.perfmodel.overhead import PaperOverhead
+from dlaunch.analysis.perfmodel.overhead import PaperOverhead, checkpoint_bytes
 from dlaunch.jobs.sites import Site
 from dlaunch.paths import PUBLISHED_DIR
 
@@ -148,9 +148,10 @@ def io_kernel_s(loader: str, batch: int, gpu: str = "A100", max_gpus: int = CALI
     return batch * per_step / PUBLISHED_RESNET50_IMAGES_PER_S[gpu]["tf32"]
 
 
-def paper_overhead(loader: str, batch: int = DEFAULT_BATCH, gpu: str = "A100", path: Path = AACH2023_TABLE2A) -> PaperOverhead:
-    """Aach et al.'s epoch overhead with `loader` for a workload whose compute holds Table 2a's I/O kernels."""
-    return PaperOverhead(loader, io_kernel_s(loader, batch, gpu, path=path))
+def paper_overhead(loader: str, batch: int = DEFAULT_BATCH, gpu: str = "A100", path: Path = AACH2023_TABLE2A,
+                   model: str = "resnet50") -> PaperOverhead:
+    """Aach et al.'s epoch overhead with `loader` for `model`'s workload whose compute holds Table 2a's I/O kernels."""
+    return PaperOverhead(loader, io_kernel_s(loader, batch, gpu, path=path), checkpoint_bytes(model))
 
 
 def published_gpu(site: Site) -> Optional[str]:

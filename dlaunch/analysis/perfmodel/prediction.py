@@ -15,7 +15,8 @@ from dlaunch.analysis.perfmodel.model import (DEFAULT_BATCH, DEFAULT_GPU_COUNTS,
                                               Workload, gradient_bytes, interconnect_of_site, native_loader_images_per_s,
                                               predict, site_max_gpus)
 from dlaunch.analysis.perfmodel.nccl import Machine
-from dlaunch.analysis.perfmodel.overhead import (OVERHEAD_SHARE_LIMIT, FixedOverhead, PaperOverhead, describe_epochs,
+from dlaunch.analysis.perfmodel.overhead import (OVERHEAD_SHARE_LIMIT, FixedOverhead, PaperOverhead, checkpoint_bytes,
+                                                 describe_epochs,
                                                  measured_overhead, overhead_passes)
 from dlaunch.analysis.perfmodel.paper import (AACH2023_REFERENCE_GPUS, AACH2023_TABLE2A, CALIBRATION_MAX_GPUS,
                                               PRECISIONS, STORAGE_FIT, PaperCheck, calibrated_workload, check_summary,
@@ -217,7 +218,7 @@ def prediction(site: str, gpus: Optional[Sequence[int]] = None, model: Optional[
                 io_s = io_kernel_s(calibrated, workload.batch, gpu)
                 workload = replace(workload, compute_s=workload.compute_s + io_s)
                 source += ", plus Table 2a's %s I/O kernels" % calibrated
-            overhead = PaperOverhead(calibrated, io_s)
+            overhead = PaperOverhead(calibrated, io_s, checkpoint_bytes(model_name))
             workload = calibrated_workload(workload, fit, calibrated, data_ms is not None or from_run is not None)
             basis = _basis([g for g in counts if g <= CALIBRATION_MAX_GPUS], CALIBRATION_MAX_GPUS)
             if calibrated == "native" and storage_images_per_s is None and profile.storage is None:
