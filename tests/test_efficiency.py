@@ -139,6 +139,7 @@ def test_budget_from_ideal_to_the_measured_efficiency(tmp_path):
     assert g4.lost["stragglers"] == pytest.approx(0.008 / 0.194)
     assert g4.lost["data"] == pytest.approx(0.01 / 0.194)
     assert g4.lost["epoch overhead"] == pytest.approx((0.03 - 0.0136) / 0.194)
+    assert g4.lost["compute"] == pytest.approx(0.0)  # the median rank computes 0.1 s at both counts
     assert g4.lost["other"] == pytest.approx(0.0, abs=1e-12)  # compute and optimizer did not change
     for row in (g2, g4):
         assert 1.0 - sum(row.lost.values()) == pytest.approx(row.measured_e_g, abs=1e-12)
@@ -173,3 +174,15 @@ def test_site_profile_straggler_threshold(tmp_path):
     assert load_site(good).straggler_threshold == 0.25
     with pytest.raises(DlaunchError, match="straggler_threshold"):
         load_site(bad)
+
+
+def test_compute_that_grows_with_the_gpu_count_is_its_own_part(tmp_path):
+    """Communication beside back-propagation slows it (the GPU's SMs, a CPU's cores are shared): the median rank's
+    compute growing from 0.1 to 0.13 s per step is lost to `compute`, not left in `other`."""
+    ref = v4_fields([0.1, 0.1], overhead_s=0.136)
+    big = v4_fields([0.13, 0.13, 0.13, 0.13], overhead_s=0.136)
+    write_run(tmp_path, "g2", 2, [1.0, steps_rate(ref, 160)], epoch_fields=[ref, ref], version=VERSION)
+    write_run(tmp_path, "g4", 4, [1.0, steps_rate(big, 320)], epoch_fields=[big, big], version=VERSION)
+    g2, g4 = budget(load_runs([tmp_path]).runs)
+    assert g4.lost["compute"] == pytest.approx(0.03 / g4.step_s)
+    assert g4.lost["other"] == pytest.approx(0.0, abs=1e-9)

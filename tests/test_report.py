@@ -486,12 +486,12 @@ def test_the_efficiency_budget_is_a_table_per_gpu_count_and_a_plot(tmp_path):
     assert result.exit_code == 0, result.output
     text = (out / "report.md").read_text()
     g2, g4 = table_rows(text, "## Efficiency budget\n\nPer GPU count, from ideal (1.000) to the measured E_G: the share of "
-                              "the ideal lost to each cause (communication, stragglers, data, epoch overhead, other) "
+                              "the ideal lost to each cause (communication, stragglers, data, compute, epoch overhead, other) "
                               "against the group's reference G_ref (definitions below); the parts and E_G add up to 1.")
-    assert g2[1:] == ["2", "1.000", "149.6", "0.000", "0.000", "0.000", "0.000", "0.000"]
+    assert g2[1:] == ["2", "1.000", "149.6", "0.000", "0.000", "0.000", "0.000", "0.000", "0.000"]
     t4 = 0.194  # the step time behind X at 4 GPUs (tests/test_efficiency.py)
     assert g4[1:] == ["4", "%.3f" % (0.1496 / t4), "194.0", "%.3f" % (0.01 / t4), "%.3f" % (0.008 / t4),
-                      "%.3f" % (0.01 / t4), "%.3f" % ((0.03 - 0.0136) / t4), "0.000"]
+                      "%.3f" % (0.01 / t4), "0.000", "%.3f" % ((0.03 - 0.0136) / t4), "0.000"]  # compute: the median's
     assert 1 - sum(float(v) for v in g4[4:]) == pytest.approx(float(g4[2]), abs=0.003)
     assert "efficiency_budget.png" in embedded(text)
     assert (out / "efficiency_budget.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

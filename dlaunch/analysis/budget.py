@@ -7,10 +7,13 @@ over the point's runs of the run's mean over its measured epochs (metrics-v4.md,
     wait(G)     = phases.slowest.compute_s - phases.median.compute_s     waiting for the slowest rank
     comm(G)     = phases.median.sync_s - wait(G)            exposed communication
     data(G)     = phases.median.data_s
+    compute(G)  = phases.median.compute_s                   the median rank's forward + backward: it grows where
+                                                            communication beside back-propagation shares the GPU's
+                                                            SMs or a CPU's cores, or where clocks drop
     overhead(G) = overhead.total_s / steps                  epoch overhead per step
 
-lost to x at G = (x(G) - x(G_ref)) / t(G); "other" = 1 - E_G - the recorded parts (compute and optimizer
-changes, host gaps, and any part not recorded), so 1 - sum(lost) = measured E_G exactly. A part is None
+lost to x at G = (x(G) - x(G_ref)) / t(G); "other" = 1 - E_G - the recorded parts (optimizer changes, host gaps,
+and any part not recorded), so 1 - sum(lost) = measured E_G exactly. A part is None
 ("not recorded") where the point's or the reference's runs lack it (files before version 4). The runs are
 those of the group's scaling points (`scaling.scaling`: diverged runs, and runs with a straggler unless
 `include_stragglers`, left out).
@@ -22,14 +25,16 @@ from typing import Callable, Dict, List, Optional, Sequence
 from dlaunch.analysis.scaling import Run, measured_runs, scaling, without_stragglers
 from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD
 
-COMMUNICATION, STRAGGLERS, DATA, EPOCH_OVERHEAD, OTHER = "communication", "stragglers", "data", "epoch overhead", "other"
-LOST_PARTS = (COMMUNICATION, STRAGGLERS, DATA, EPOCH_OVERHEAD, OTHER)
+COMMUNICATION, STRAGGLERS, DATA, COMPUTE = "communication", "stragglers", "data", "compute"
+EPOCH_OVERHEAD, OTHER = "epoch overhead", "other"
+LOST_PARTS = (COMMUNICATION, STRAGGLERS, DATA, COMPUTE, EPOCH_OVERHEAD, OTHER)
 
 # Seconds per step of one run for each recorded part (None: not recorded).
 PER_STEP: Dict[str, Callable[[Run], Optional[float]]] = {
     COMMUNICATION: lambda r: r.phases.median.sync_s - r.phases.wait_s if r.phases else None,
     STRAGGLERS: lambda r: r.phases.wait_s if r.phases else None,
     DATA: lambda r: r.phases.median.data_s if r.phases else None,
+    COMPUTE: lambda r: r.phases.median.compute_s if r.phases else None,
     EPOCH_OVERHEAD: lambda r: r.overhead_per_step_s,
 }
 

@@ -69,13 +69,15 @@ DEFINITIONS = """\
   them; REGRESSION when slower by more than the site's reference tolerance (5% without one).
 - Efficiency budget (runs with per-rank phases, metrics version 4; dlaunch/analysis/budget.py): per GPU
   count G, per step t(G) = global batch / X; exposed communication = median sync_s - wait; waiting for
-  stragglers = slowest rank's compute_s - median rank's; data = median data_s; epoch overhead =
-  overhead.total_s / steps; each the median over the point's runs. Lost to x = (x(G) - x(G_ref)) / t(G);
-  `other` = 1 - E_G - those (compute and optimizer changes, host gaps, and parts not recorded), so ideal
+  stragglers = slowest rank's compute_s - median rank's; data = median data_s; compute = the median rank's
+  compute_s (it grows where communication beside back-propagation shares the GPU's SMs or a CPU's cores, or
+  where clocks drop); epoch overhead = overhead.total_s / steps; each the median over the point's runs. Lost
+  to x = (x(G) - x(G_ref)) / t(G); `other` = 1 - E_G - those (optimizer changes, host gaps, and parts not
+  recorded), so ideal
   (1.000) - everything lost = measured E_G exactly. Negative: a gain against G_ref.
-- Stragglers and throttled GPUs (dlaunch/analysis/stragglers.py): a rank that computed more than the
-  threshold (the site profile's `straggler_threshold`, default 10 %, or `--straggler-threshold`) slower
-  than the median rank over the measured epochs, or a GPU whose SM clock fell below (1 - threshold) of
+- Stragglers and throttled GPUs (dlaunch/analysis/stragglers.py): a rank whose forward pass (which overlaps
+  no communication) took more than the threshold (the site profile's `straggler_threshold`, default 10 %, or
+  `--straggler-threshold`) longer than the median rank's over the measured epochs, or a GPU whose SM clock fell below (1 - threshold) of
   its maximum with a throttle reason (or any thermal, hardware-slowdown or power-brake reason). Such runs
   are listed apart and enter no table or plot above it (their E_G is understated), unless the report
   was made with `--include-stragglers`.
@@ -270,7 +272,7 @@ def markdown_report(results: Sequence[GroupResult], profiles: Profiles, rejected
     if explained:
         parts += ["## Efficiency budget",
                   "Per GPU count, from ideal (1.000) to the measured E_G: the share of the ideal lost to each cause "
-                  "(communication, stragglers, data, epoch overhead, other) against the group's reference G_ref "
+                  "(communication, stragglers, data, compute, epoch overhead, other) against the group's reference G_ref "
                   "(definitions below); the parts and E_G add up to 1.",
                   markdown_table(BUDGET_HEADERS, [(g.key.label, budget_rows(g)) for g in explained])]
     if rcp:

@@ -38,7 +38,8 @@ ENERGY_PLOT_TITLE = "Energy per image (J) against GPUs, per framework and loader
 # Written after the E_G (and energy) plots whenever a group's budget names a cause (metrics version 4 phases).
 BUDGET_PLOT = "efficiency_budget.png"
 BUDGET_TITLE = "Efficiency budget: from ideal (1) to the measured E_G, the share lost per cause"
-BUDGET_COLOURS = {"communication": "C3", "stragglers": "C1", "data": "C2", "epoch overhead": "C4", "other": "C7"}
+BUDGET_COLOURS = {"communication": "C3", "stragglers": "C1", "data": "C2", "compute": "C5", "epoch overhead": "C4",
+                  "other": "C7"}
 COMPARISON_PLOT = "published_vs_this_run.png"
 COMPARISON_TITLE = "Published values (markers) and this run (lines)"
 METRIC_LABELS = {"images_per_s": "images/s", "speedup": "speed-up S_G", "efficiency": "E_G",
