@@ -74,6 +74,13 @@ def listed_runs(capsys, *where: str) -> list:
     return sorted(row["run"] for row in json.loads(capsys.readouterr().out))
 
 
+def test_results_at_80_columns_fit_and_say_what_they_left_out(two_sites, tmp_path):
+    """The caption naming the columns left out is wrapped too (it was one 84-column line)."""
+    shown = dlaunch("results", "--db", str(two_sites), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert fits(shown.stdout) and "booster" in shown.stdout and "left out at 80 columns:" in shown.stdout
+
+
 def test_results_where_site_takes_a_profile_alias_as_site_does(two_sites, capsys):
     """`-w site=juwels`, the option's own help example: the alias of juwels-booster."""
     assert listed_runs(capsys, "site=juwels") == ["booster"]

@@ -46,7 +46,7 @@ def emit(fmt: str, title: str, headers: Sequence[str], cells: Sequence[Sequence[
     elif fmt == "markdown":
         out.out("\n\n".join(["## " + title, *notes, markdown(headers, cells)]))
     else:
-        print_table(out, title, headers, cells, leave_out=leave_out)
+        print_table(out, title, headers, cells, leave_out=leave_out, wrap_caption=True)
         for note in notes:
             out.print(note)
 
