@@ -36,6 +36,9 @@ STOP_CHECK_STEPS = 10
 EXIT_CODES = {"ok": EXIT_OK, "interrupted": EXIT_INTERRUPTED, "cancelled": EXIT_CANCELLED, "diverged": EXIT_DIVERGED}
 # Parameter servers and workers wait this long for the chief to come up before giving up.
 CHIEF_START_TIMEOUT_S = 600.0
+# A server's inter-op threads: a worker's remote step blocks one while another runs its ops. TF's default, one per
+# schedulable core, deadlocks a task bound to one core (Slurm's --cpu-bind, the test cluster's --pin-cores).
+SERVER_INTER_OP_THREADS = 2
 
 
 def tf_config(layout: TaskLayout, mode: FrameworkInfo) -> Dict[str, Any]:
@@ -95,18 +98,19 @@ def run(cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayo
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(min(2, threads))
     if layout.role != (WORKER if mode.architecture == "allreduce" else COORDINATOR):
-        return serve(mode, layout)
+        return serve(mode, layout, threads)
     signals = StopSignals().install()
     if mode.architecture == "allreduce":
         return AllReduceTrainer(cfg, argv, mode, layout, signals).run()
     return ParameterServerTrainer(cfg, argv, mode, layout, signals).run()
 
 
-def serve(mode: FrameworkInfo, layout: TaskLayout) -> int:
+def serve(mode: FrameworkInfo, layout: TaskLayout, threads: int) -> int:
     """A parameter server or a worker of ParameterServerStrategy: serve until the chief's port closes."""
     config = tf_config(layout, mode)
+    pools = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=SERVER_INTER_OP_THREADS)
     tf.distribute.Server(tf.train.ClusterSpec(config["cluster"]), job_name=config["task"]["type"],
-                         task_index=config["task"]["index"], protocol="grpc", start=True)
+                         task_index=config["task"]["index"], protocol="grpc", start=True, config=pools)
     chief = layout.ids(COORDINATOR)[0]
     address = (layout.hosts[chief], layout.ports[chief])
     seen, started = False, time.monotonic()
