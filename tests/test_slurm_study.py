@@ -58,7 +58,9 @@ def test_a_study_with_repeats_survives_a_killed_job_and_reports_medians(two_node
     assert two_nodes.wait_job(job_id(killed), JOB_TIMEOUT_S) == "COMPLETED", log_text(killed)
     assert [read_metrics(str(r / "metrics.jsonl")).status for r in runs] == ["ok"] * 4
 
-    report = dlaunch(two_nodes, tmp_path, "study", "report", str(tmp_path / "runs" / "cluster"), "-o", str(tmp_path / "report"))
+    # 2-node runs on this machine's two vCPUs may compute unevenly enough to be flagged (a state of timing): kept
+    report = dlaunch(two_nodes, tmp_path, "study", "report", str(tmp_path / "runs" / "cluster"), "-o", str(tmp_path / "report"),
+                     "--include-stragglers")
     assert report.returncode == 0, report.stderr
     section = (tmp_path / "report" / "report.md").read_text().split("## Published vs this run", 1)[1]
     rows = {row[1]: row for row in ([c.strip() for c in line.strip("|").split(" | ")]

@@ -388,6 +388,31 @@ def test_a_study_report_without_published_data_names_no_plot(tmp_path):
     assert "published_vs_this_run.png" not in report.stdout and "report.md" in report.stdout
 
 
+def test_study_report_keeps_runs_with_a_straggler_apart_unless_included(tmp_path):
+    """As `report`: a straggler's run is listed apart; --include-stragglers (missing from `study report` before)
+    puts it back into the scaling table."""
+    from test_analysis import v4_fields, write_run
+    from dlaunch.train.metrics_schema import VERSION
+
+    folder = tmp_path / "smoke"
+    folder.mkdir()
+    (folder / "study.toml").write_text((STUDIES / "smoke.toml").read_text())
+    slow = v4_fields([0.1, 0.2])  # rank 1 computes 33 % slower than the median rank
+    write_run(folder, "g1", 1, [10.0, 100.0], model="resnet44", experiment="scaling", version=VERSION)
+    write_run(folder, "g2", 2, [10.0, 120.0], model="resnet44", experiment="scaling", version=VERSION,
+              epoch_fields=[slow, slow])
+
+    def scaling_gpus(*flags: str):
+        report = dlaunch(tmp_path, "study", "report", folder, "-o", tmp_path / "report", *flags)
+        assert report.returncode == 0, report.stderr
+        section = (tmp_path / "report" / "report.md").read_text().split("## Scaling", 1)[1].split("\n## ", 1)[0]
+        return [line.split(" | ")[1].strip() for line in section.splitlines() if line.startswith("| scaling/")]
+
+    assert scaling_gpus() == ["1"]
+    assert scaling_gpus("--include-stragglers") == ["1", "2"]
+    assert scaling_gpus("--straggler-threshold", "0.5") == ["1", "2"]
+
+
 def test_a_study_is_found_by_name_from_any_folder_and_by_its_folder_variable(tmp_path, monkeypatch):
     """As sites: `study run aach2023` anywhere (issue 37: only `studies/aach2023.toml` inside the checkout
     worked), a file in $DLAUNCH_STUDIES_DIR by its name (before a shipped one), or a path."""

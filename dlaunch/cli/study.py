@@ -6,7 +6,7 @@ from typing import Annotated, Dict, List, Optional, Sequence
 
 import typer
 
-from dlaunch.cli.report import report_command
+from dlaunch.cli.report import fraction, report_command
 from dlaunch.cli.runs import print_statuses
 from dlaunch.cli.terminal import AllowLarge, Json, command_group, err, out, show_status
 from dlaunch.reporting.document import write_comparison
@@ -118,12 +118,19 @@ def study_status_command(folder: Annotated[Path, typer.Argument(help="study dire
 def study_report_command(
     folder: Annotated[Path, typer.Argument(help="study directory")],
     output: Annotated[Path, typer.Option("--output", "-o", help="folder for report.md and the plots")] = Path("report"),
+    include_network_mismatches: Annotated[bool, typer.Option(
+        "--include-network-mismatches", help="keep runs whose network is not the site's [network] in the tables and plots")] = False,
+    include_stragglers: Annotated[bool, typer.Option(
+        "--include-stragglers", help="keep runs with a straggler or a throttled GPU in the tables and plots (their E_G is understated)")] = False,
+    straggler_threshold: Annotated[Optional[float], typer.Option(
+        parser=fraction, help="a rank computing this fraction slower than the median rank is a straggler (default: each run's site profile's straggler_threshold, else 0.1)")] = None,
 ) -> int:
     """The study's tables and plots, with the published values beside this run's, its protocol and assumptions."""
     study, comparisons, design = published_comparisons(folder)
     code = 0
     try:
-        report_command([folder], output=output, site=None)
+        report_command([folder], output=output, site=None, include_network_mismatches=include_network_mismatches,
+                       include_stragglers=include_stragglers, straggler_threshold=straggler_threshold)
     except typer.Exit as e:
         code = e.exit_code
     plot = write_comparison(output, comparisons, study.based_on, design=design, assumptions=study.assumptions)
