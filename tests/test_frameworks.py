@@ -111,7 +111,8 @@ def test_horovod_knobs_are_applied_and_recorded(tmp_path):
     metrics = read_metrics(metrics_path)
     assert metrics.header["framework_settings"] == {
         "controller": "gloo", "built": metrics.header["framework_settings"]["built"], "fp16_allreduce": True,
-        "fusion_threshold_bytes": 1024 * 1024, "backward_passes_per_step": 2}
+        "fusion_threshold_bytes": 1024 * 1024, "backward_passes_per_step": 2,
+        "sgd": "for-loop", "compiled": None, "cuda_graph": None}  # the workload options' record (issue 39)
     assert len(set(metrics.end["param_digests"])) == 1
     assert metrics.epochs[0]["steps"] == STEPS  # loop steps are micro-batches (Horovod asserts the pairing)
     # linear scaling counts every image of an update: 2 passes x 4 images x 2 ranks = 16, reference 64

@@ -152,7 +152,8 @@ def test_a_slowed_node_runs_its_new_job_steps_under_a_cpu_quota_until_restored(t
     outside = slurm.cpu_cgroup(Path("/proc/%s/cgroup" % slurmd).read_text())
     try:
         two_nodes.slow_node(slowed, cpu_percent=30)
-        assert Path(CPU_CGROUP + group, "cpu.cfs_quota_us").read_text().strip() == "30000"
+        quota = (int(Path(CPU_CGROUP + group, name).read_text()) for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
+        assert tuple(quota) == (3000, 10000)  # 30 % of a 10 ms period: slowed evenly, not in 100 ms bursts
         steps = probe_steps(two_nodes)
         assert steps[slowed][0] == group and steps[other][0] != group
     finally:
