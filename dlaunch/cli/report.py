@@ -73,16 +73,22 @@ def fraction(text: str) -> float:
     return value
 
 
+# The options that decide which runs the tables and plots keep (report and study report).
+IncludeNetworkMismatches = Annotated[bool, typer.Option(
+    "--include-network-mismatches", help="keep runs whose network is not the site's [network] in the tables and plots")]
+IncludeStragglers = Annotated[bool, typer.Option(
+    "--include-stragglers", help="keep runs with a straggler or a throttled GPU in the tables and plots (their E_G is understated)")]
+StragglerThreshold = Annotated[Optional[float], typer.Option(
+    parser=fraction, help="a rank computing this fraction slower than the median rank is a straggler (default: each run's site profile's straggler_threshold, else 0.1)")]
+
+
 def report_command(
     paths: Annotated[List[Path], typer.Argument(help="Run directories (searched recursively for metrics.jsonl) or metrics files.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder for report.md, report.html and the PNG plots.")] = Path("report"),
     site: Annotated[Optional[str], typer.Option(help="Site profile (name or TOML path) for every run; default: the one each run's directory kept (site.toml), else its site's name.")] = None,
-    include_network_mismatches: Annotated[bool, typer.Option(
-        "--include-network-mismatches", help="keep runs whose network is not the site's [network] in the tables and plots")] = False,
-    include_stragglers: Annotated[bool, typer.Option(
-        "--include-stragglers", help="keep runs with a straggler or a throttled GPU in the tables and plots (their E_G is understated)")] = False,
-    straggler_threshold: Annotated[Optional[float], typer.Option(
-        parser=fraction, help="a rank computing this fraction slower than the median rank is a straggler (default: each run's site profile's straggler_threshold, else 0.1)")] = None,
+    include_network_mismatches: IncludeNetworkMismatches = False,
+    include_stragglers: IncludeStragglers = False,
+    straggler_threshold: StragglerThreshold = None,
 ) -> None:
     """Turn run directories into the study's tables, report.md, report.html (one page to share) and plots.
 

@@ -6,7 +6,7 @@ from typing import Annotated, Dict, List, Optional, Sequence
 
 import typer
 
-from dlaunch.cli.report import fraction, report_command
+from dlaunch.cli.report import IncludeNetworkMismatches, IncludeStragglers, StragglerThreshold, report_command
 from dlaunch.cli.runs import print_statuses
 from dlaunch.cli.terminal import AllowLarge, Json, command_group, err, out, show_status
 from dlaunch.reporting.document import write_comparison
@@ -118,12 +118,9 @@ def study_status_command(folder: Annotated[Path, typer.Argument(help="study dire
 def study_report_command(
     folder: Annotated[Path, typer.Argument(help="study directory")],
     output: Annotated[Path, typer.Option("--output", "-o", help="folder for report.md and the plots")] = Path("report"),
-    include_network_mismatches: Annotated[bool, typer.Option(
-        "--include-network-mismatches", help="keep runs whose network is not the site's [network] in the tables and plots")] = False,
-    include_stragglers: Annotated[bool, typer.Option(
-        "--include-stragglers", help="keep runs with a straggler or a throttled GPU in the tables and plots (their E_G is understated)")] = False,
-    straggler_threshold: Annotated[Optional[float], typer.Option(
-        parser=fraction, help="a rank computing this fraction slower than the median rank is a straggler (default: each run's site profile's straggler_threshold, else 0.1)")] = None,
+    include_network_mismatches: IncludeNetworkMismatches = False,
+    include_stragglers: IncludeStragglers = False,
+    straggler_threshold: StragglerThreshold = None,
 ) -> int:
     """The study's tables and plots, with the published values beside this run's, its protocol and assumptions."""
     study, comparisons, design = published_comparisons(folder)
