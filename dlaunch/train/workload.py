@@ -89,6 +89,15 @@ def torch_refusal(cfg: TrainConfig, features: TorchFeatures) -> Optional[str]:
     return None
 
 
+def refuse_step_options(cfg: TrainConfig, cuda_graphs_why: str, host_syncs_why: str) -> None:
+    """A framework that cannot capture its step in a CUDA graph or drop its per-step host synchronisation
+    refuses --cuda-graphs and --host-syncs minimal, saying why."""
+    if cfg.cuda_graphs:
+        raise ConfigError("--cuda-graphs is implemented for --framework ddp only (%s)" % cuda_graphs_why)
+    if cfg.host_syncs == "minimal":
+        raise ConfigError("--host-syncs minimal: %s" % host_syncs_why)
+
+
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """SGD with momentum, `--optimizer-impl`'s implementation; weight decay on conv/linear weights only (not on
     BatchNorm weights or biases)."""

@@ -37,6 +37,7 @@ import torch
 from dlaunch.train.config import ConfigError
 from dlaunch.train.frameworks.base import DistInfo, tensors_digest
 from dlaunch.train.frameworks.ddp import DDP
+from dlaunch.train.workload import refuse_step_options
 
 
 def deepspeed_config(cfg: Any, world_size: int) -> Dict[str, Any]:
@@ -76,12 +77,10 @@ class DeepSpeed(DDP):
         self.config: Dict[str, Any] = {}
 
     def init(self, cfg: Any) -> DistInfo:
-        if cfg.cuda_graphs:
-            raise ConfigError("--cuda-graphs is implemented for --framework ddp only (DeepSpeed's engine step reads "
-                              "gradient norms and overflow flags on the host, which a CUDA graph cannot capture)")
-        if cfg.host_syncs == "minimal":
-            raise ConfigError("--host-syncs minimal: DeepSpeed's engine synchronises the host every step (its "
-                              "throughput timer; under bf16/fp16 its optimizer's gradient-norm and overflow checks)")
+        refuse_step_options(cfg, "DeepSpeed's engine step reads gradient norms and overflow flags on the host, which a "
+                                 "CUDA graph cannot capture",
+                            "DeepSpeed's engine synchronises the host every step (its throughput timer; under "
+                            "bf16/fp16 its optimizer's gradient-norm and overflow checks)")
         if cfg.zero_stage == 3 and cfg.checkpoint_dir:
             raise ConfigError("--zero-stage 3 partitions the parameters: checkpoints (--checkpoint-dir) "
                               "need --zero-stage 0, 1 or 2")

@@ -28,6 +28,7 @@ from dlaunch.train import jobenv
 from dlaunch.train.config import ConfigError
 from dlaunch.train.frameworks.base import DistInfo, Framework
 from dlaunch.train.frameworks.ddp import resolve_device
+from dlaunch.train.workload import refuse_step_options
 
 # Where launchers publish the job size, most specific first: horovodrun --gloo, Open MPI's mpirun,
 # torchrun, the scheduler's step (dlaunch/train/jobenv.py).
@@ -63,12 +64,8 @@ class Horovod(Framework):
         self.on_gpu = False
 
     def init(self, cfg: Any) -> DistInfo:
-        if cfg.cuda_graphs:
-            raise ConfigError("--cuda-graphs is implemented for --framework ddp only (Horovod's all-reduces run on its "
-                              "own background thread, outside any CUDA graph)")
-        if cfg.host_syncs == "minimal":
-            raise ConfigError("--host-syncs minimal: Horovod's optimizer waits on the host for every step's "
-                              "all-reduces (synchronize)")
+        refuse_step_options(cfg, "Horovod's all-reduces run on its own background thread, outside any CUDA graph",
+                            "Horovod's optimizer waits on the host for every step's all-reduces (synchronize)")
         check_controller(dict(os.environ))
         if cfg.sync_bn:
             raise ConfigError("--sync-bn is implemented for --framework ddp only")

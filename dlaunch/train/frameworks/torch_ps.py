@@ -30,6 +30,7 @@ import torch.distributed.rpc as rpc
 from dlaunch.train.config import EXIT_BAD_INPUT, ConfigError
 from dlaunch.train.engines import COORDINATOR, engine_config, engine_mode, mode_settings, task_layout
 from dlaunch.train.frameworks.base import DistInfo, ProcessGroupFramework
+from dlaunch.train.workload import refuse_step_options
 
 SERVER_NAME = "ps"
 RPC_TIMEOUT_S = 600.0
@@ -110,12 +111,8 @@ class TorchParameterServer(ProcessGroupFramework):
         self.reply: Optional[Tuple[int, List[torch.Tensor]]] = None  # the server's answer to this step's push
 
     def init(self, cfg: Any) -> DistInfo:
-        if cfg.cuda_graphs:
-            raise ConfigError("--cuda-graphs is implemented for --framework ddp only (a parameter server's worker "
-                              "runs on the CPU)")
-        if cfg.host_syncs == "minimal":
-            raise ConfigError("--host-syncs minimal: a parameter server's worker waits for the server's answer "
-                              "every step")
+        refuse_step_options(cfg, "a parameter server's worker runs on the CPU",
+                            "a parameter server's worker waits for the server's answer every step")
         mode = engine_mode(cfg.framework, "torch")
         layout = task_layout(os.environ, mode.coordinators, mode.servers_per_node)
         torch.set_num_threads(layout.threads(cfg.threads))
