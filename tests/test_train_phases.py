@@ -277,7 +277,10 @@ def test_two_rank_run_writes_phases_nodes_and_overhead_with_its_validation_and_c
 
 
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
-QUOTA_US, PERIOD_US = 20_000, 100_000  # the slowed rank: a fifth of one core
+# The slowed rank: a fifth of one core, granted 1 ms in every 5 ms - shorter than one forward pass (about 9 ms
+# here), so every forward pass runs throttled. A 100 ms period let a whole forward pass run at full speed inside
+# one period's 20 ms, and the slowed rank's forward came out only 2 % slower (CI, stop 40).
+QUOTA_US, PERIOD_US = 1_000, 5_000
 FAVOURED_SHARES = 10 * 1024  # the other rank: ten times a process's default weight against other work here
 
 
