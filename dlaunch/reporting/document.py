@@ -73,14 +73,13 @@ DEFINITIONS = """\
   compute_s (it grows where communication beside back-propagation shares the GPU's SMs or a CPU's cores, or
   where clocks drop); epoch overhead = overhead.total_s / steps; each the median over the point's runs. Lost
   to x = (x(G) - x(G_ref)) / t(G); `other` = 1 - E_G - those (optimizer changes, host gaps, and parts not
-  recorded), so ideal
-  (1.000) - everything lost = measured E_G exactly. Negative: a gain against G_ref.
+  recorded), so ideal (1.000) - everything lost = measured E_G exactly. Negative: a gain against G_ref.
 - Stragglers and throttled GPUs (dlaunch/analysis/stragglers.py): a rank whose forward pass (which overlaps
   no communication) took more than the threshold (the site profile's `straggler_threshold`, default 10 %, or
-  `--straggler-threshold`) longer than the median rank's over the measured epochs, or a GPU whose SM clock fell below (1 - threshold) of
-  its maximum with a throttle reason (or any thermal, hardware-slowdown or power-brake reason). Such runs
-  are listed apart and enter no table or plot above it (their E_G is understated), unless the report
-  was made with `--include-stragglers`.
+  `--straggler-threshold`) longer than the median rank's over the measured epochs, or a GPU whose SM clock
+  fell below (1 - threshold) of its maximum with a throttle reason (or any thermal, hardware-slowdown or
+  power-brake reason). Such runs are listed apart and enter no table or plot above it (their E_G is
+  understated), unless the report was made with `--include-stragglers`.
 - Diverged runs (the loss stayed NaN/inf, end status `diverged`) are listed apart and enter no
   table or plot above it.
 - Network: a run whose collective libraries recorded another transport, net plugin, provider or

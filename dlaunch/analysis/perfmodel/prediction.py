@@ -16,8 +16,7 @@ from dlaunch.analysis.perfmodel.model import (DEFAULT_BATCH, DEFAULT_GPU_COUNTS,
                                               predict, site_max_gpus)
 from dlaunch.analysis.perfmodel.nccl import Machine
 from dlaunch.analysis.perfmodel.overhead import (OVERHEAD_SHARE_LIMIT, FixedOverhead, PaperOverhead, checkpoint_bytes,
-                                                 describe_epochs,
-                                                 measured_overhead, overhead_passes)
+                                                 describe_epochs, measured_overhead, overhead_passes)
 from dlaunch.analysis.perfmodel.paper import (AACH2023_REFERENCE_GPUS, AACH2023_TABLE2A, CALIBRATION_MAX_GPUS,
                                               PRECISIONS, STORAGE_FIT, PaperCheck, calibrated_workload, check_summary,
                                               fit_published, io_kernel_s, load_statements, paper_assumptions,
