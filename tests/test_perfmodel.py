@@ -488,20 +488,24 @@ def test_predict_calibrated_to_the_published_table(site_file):
     assert result.exit_code == 0, result.output
     fit = fit_published()
     machine = replace(JUWELS_LIKE, noise_s=fit.machine.noise_s, beside_compute=fit.machine.beside_compute)
-    for p in predict(RESNET50, machine, [4, 1024], PaperOverhead("dali", 0.0, checkpoint_bytes("resnet50"))):
+
+    def overhead(loader: str) -> PaperOverhead:
+        """The paper's epoch for the user's ResNet-50 workload: no Table 2a I/O kernels in it, its checkpoint."""
+        return PaperOverhead(loader, 0.0, checkpoint_bytes("resnet50"))
+    for p in predict(RESNET50, machine, [4, 1024], overhead("dali")):
         assert "%.3f" % p.efficiency in result.output and "%.1f" % (100 * p.comm_share) in result.output
     assert "Table 2a" in result.output and "paper E_G" not in result.output  # the user's workload: nothing to compare
     native = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--batch", "64",
                       "--gpus", "4,1024", "--calibrated", "native")
     loaded = replace(RESNET50, data_s=fit.native_data_fraction * 0.2, reads_files=True)
     fitted_storage = replace(machine, storage_images_per_s=fit.machine.storage_images_per_s)
-    assert "%.3f" % predict(loaded, fitted_storage, [4, 1024], PaperOverhead("native", 0.0, checkpoint_bytes("resnet50")))[1].efficiency in native.output
+    assert "%.3f" % predict(loaded, fitted_storage, [4, 1024], overhead("native"))[1].efficiency in native.output
     assert "%.0f images/s" % fit.machine.storage_images_per_s in native.output and "statements" in native.output
     ceiling = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "200", "--batch", "64",
                        "--gpus", "4,1024", "--calibrated", "native", "--storage-images-per-s", "20000")
-    stalled = predict(loaded, replace(machine, storage_images_per_s=20000.0), [4, 1024], PaperOverhead("native", 0.0, checkpoint_bytes("resnet50")))[1]
+    stalled = predict(loaded, replace(machine, storage_images_per_s=20000.0), [4, 1024], overhead("native"))[1]
     assert "%.3f" % stalled.efficiency in ceiling.output and "20000 images/s" in ceiling.output
-    assert stalled.efficiency < predict(loaded, machine, [4, 1024], PaperOverhead("native", 0.0, checkpoint_bytes("resnet50")))[1].efficiency
+    assert stalled.efficiency < predict(loaded, machine, [4, 1024], overhead("native"))[1].efficiency
     bad = _predict("--site", site_file, "--model", "resnet50", "--compute-ms", "1", "--batch", "1", "--calibrated", "x")
     assert isinstance(bad.exception, DlaunchError) and "--calibrated" in str(bad.exception)
 
