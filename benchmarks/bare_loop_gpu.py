@@ -118,6 +118,9 @@ def measure(args: argparse.Namespace) -> Dict[str, Any]:
     no_decay = [p for p in model.parameters() if p.ndim <= 1]
     optimizer = torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": no_decay, "weight_decay": 0.0}],
                                 lr=0.1, momentum=0.9, **OPTIMIZER_IMPLS[args.optimizer_impl])
+    if args.optimizer_impl == "fused":  # zero momentum before a first step that fp16 skips: the trainer's reason
+        for param in model.parameters():  # (dlaunch/train/workload.py, zero_momentum_buffers)
+            optimizer.state[param]["momentum_buffer"] = torch.zeros_like(param)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
     scaler = torch.amp.GradScaler("cuda") if args.amp == "fp16" else None
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.amp)
