@@ -4,6 +4,7 @@ paper stack's torch, and the loss bookkeeping of both host-sync modes. The CUDA 
 check) run on a GPU only: benchmarks/gpu_validate.sh measures them against benchmarks/bare_loop_gpu.py."""
 import dataclasses
 import math
+import warnings
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from helpers_train import TINY, assert_ok, run_trainer
 from dlaunch.train.config import ConfigError, TrainConfig, parse_config, workload_flags
 from dlaunch.train.metrics_schema import read_metrics
 from dlaunch.train.workload import (DeviceLosses, HostLosses, LearningRate, TorchFeatures, build_optimizer,
-                                    torch_refusal)
+                                    host_syncs_of, torch_refusal)
 
 STEPS = ["--steps", "12", "--steps-per-epoch", "6", "--warmup-steps", "2"]
 
@@ -160,6 +161,22 @@ def test_both_loss_keepers_count_the_same_sum_and_consecutive_non_finite_losses(
         keeper.new_epoch()
         keeper.add(torch.tensor(1.25))
     assert [keeper.epoch_sum() for keeper in kept.values()] == [1.25, 1.25]
+
+
+def test_only_a_synchronising_call_counts_as_a_host_sync_not_the_warning_that_turns_the_debug_mode_on():
+    """torch's warnings as an H100 run gave them (torch 2.11): turning the sync debug mode on warns that it is a
+    prototype, which step_host_syncs recorded as a sync (a step with none read as one with one)."""
+    def warning(message, filename):
+        return warnings.WarningMessage(UserWarning(message), UserWarning, filename, 1270)
+
+    caught = [warning("Synchronization debug mode is a prototype feature and does not yet detect all synchronizing "
+                      "operations (Triggered internally at /pytorch/torch/csrc/cuda/Module.cpp:1003.)",
+                      "/opt/torch/.venv/lib/python3.12/site-packages/torch/cuda/__init__.py"),
+              warning("called a synchronizing CUDA operation (Triggered internally at "
+                      "/pytorch/c10/cuda/CUDAFunctions.cpp:178.)", "/work/dlaunch/train/loop.py")]
+    assert host_syncs_of(caught[:1]) == []
+    assert host_syncs_of(caught) == ["loop.py:1270: called a synchronizing CUDA operation (Triggered internally at "
+                                     "/pytorch/c10/cuda/CUDAFunctions.cpp:178.)"]
 
 
 def test_the_fused_sgd_skips_an_overflowing_first_step_as_the_foreach_sgd_does_and_never_turns_nan():

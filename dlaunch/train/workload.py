@@ -277,8 +277,18 @@ def host_syncs_seen() -> Iterator[List[str]]:
             yield seen
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    seen.extend("%s:%d: %s" % (os.path.basename(w.filename), w.lineno, str(w.message).splitlines()[0])
-                for w in caught if "synchroniz" in str(w.message))
+    seen.extend(host_syncs_of(caught))
+
+
+# What torch's sync debug mode warns at a synchronising call (c10/cuda/CUDAFunctions.cpp); turning the mode on warns
+# too ("Synchronization debug mode is a prototype feature..."), which is no sync.
+SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
+def host_syncs_of(caught: List[warnings.WarningMessage]) -> List[str]:
+    """"file:line: message" of each warning in `caught` that torch's sync debug mode gave at a synchronising call."""
+    return ["%s:%d: %s" % (os.path.basename(w.filename), w.lineno, str(w.message).splitlines()[0])
+            for w in caught if SYNC_WARNING in str(w.message)]
 
 
 class CapturedStep:
