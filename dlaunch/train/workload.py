@@ -123,11 +123,11 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
 def zero_momentum_buffers(optimizer: torch.optim.Optimizer) -> None:
     """Give a fused SGD its momentum buffers before its first step, as zeros.
 
-    torch's fused SGD creates the buffers in its first step and fills them from that step's gradients even when
-    GradScaler's overflow flag tells it to skip the step: fp16's routine overflow at the first step (the loss scale
-    starts at 65,536) leaves non-finite momentum, and the next step makes the weights NaN (torch 2.14 on this CPU;
-    torch 2.11 on an H100: ResNet-50 at fp16 diverged by step 10, the bare loop too). With zero buffers and
-    dampening 0 the first update is the same (0.9 * 0 + g), and a skipped step leaves them untouched."""
+    torch's fused SGD creates the buffers in its first step and leaves them non-finite when GradScaler's overflow
+    flag tells it to skip that step. fp16's first step routinely overflows (the loss scale starts at 65,536), and
+    the next step makes the weights NaN (torch 2.14 on this CPU; torch 2.11 on an H100, where ResNet-50 at fp16
+    diverged by step 10, the bare loop too). With zero buffers and dampening 0 the first update is the same
+    (0.9 * 0 + g), and a skipped step leaves them untouched."""
     for group in optimizer.param_groups:
         for param in group["params"]:
             optimizer.state[param]["momentum_buffer"] = torch.zeros_like(param, memory_format=torch.preserve_format)
