@@ -119,7 +119,7 @@ def measure(args: argparse.Namespace) -> Dict[str, Any]:
     optimizer = torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": no_decay, "weight_decay": 0.0}],
                                 lr=0.1, momentum=0.9, **OPTIMIZER_IMPLS[args.optimizer_impl])
     if args.optimizer_impl == "fused":  # zero momentum before a first step that fp16 skips: the trainer's reason
-        for param in model.parameters():  # (dlaunch/train/workload.py, zero_momentum_buffers)
+        for param in model.parameters():  # (dlaunch/train/workload.py, zero_momentum_at_first_step)
             optimizer.state[param]["momentum_buffer"] = torch.zeros_like(param)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
     scaler = torch.amp.GradScaler("cuda") if args.amp == "fp16" else None

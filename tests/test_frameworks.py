@@ -287,6 +287,21 @@ def test_deepspeed_and_horovod_train_compiled_with_the_foreach_optimizer(framewo
     assert metrics.epochs[0]["compile_s"] > 0 and metrics.epochs[0]["graphs_compiled_after_warmup"] == 0
 
 
+@pytest.mark.slow
+@pytest.mark.deepspeed
+def test_deepspeed_bf16_with_the_fused_sgd_writes_its_checkpoint(tmp_path):
+    """DeepSpeed's bf16 mode steps the fused SGD on fp32 master copies it swaps into the groups: the zero momentum
+    that build_optimizer gives a fused SGD follows them (kept for the swapped-out parameters, it made the
+    checkpoint's optimizer state_dict fail with a KeyError)."""
+    require_library(LIBRARIES["deepspeed"])
+    metrics_path = str(tmp_path / "metrics.jsonl")
+    assert_ok(run_trainer(TINY + ["--steps", "2", "--steps-per-epoch", "2", "--warmup-steps", "1", "--framework",
+                                  "deepspeed", "--amp", "bf16", "--optimizer-impl", "fused", "--checkpoint-dir",
+                                  str(tmp_path / "checkpoints"), "--metrics", metrics_path]))
+    assert read_metrics(metrics_path).header["framework_settings"]["sgd"] == "fused"
+    assert (tmp_path / "checkpoints" / "last.pt").is_file()
+
+
 @pytest.mark.parametrize("flags, package, message", [
     (["--framework", "horovod"], "horovod", "--framework horovod needs Horovod built with PyTorch"),
     (["--framework", "deepspeed"], "deepspeed", "--framework deepspeed needs DeepSpeed (pip install deepspeed)"),

@@ -211,6 +211,21 @@ def test_the_fused_sgd_skips_an_overflowing_first_step_as_the_foreach_sgd_does_a
     assert all(torch.allclose(a, b, rtol=1e-6, atol=1e-7) for a, b in zip(fused, foreach))
 
 
+def test_the_fused_sgds_zero_momentum_follows_parameters_a_wrapper_swapped_in_before_the_first_step():
+    """DeepSpeed's fp16 and ZeRO optimizers put fp32 master copies in the groups after build_optimizer: the zero
+    buffers go to those (state kept for the swapped-out parameters made state_dict fail with a KeyError)."""
+    model = torch.nn.Linear(3, 2)
+    optimizer = build_optimizer(model, dataclasses.replace(TrainConfig(), optimizer_impl="fused"))
+    for group in optimizer.param_groups:
+        group["params"] = [p.detach().clone().requires_grad_() for p in group["params"]]
+    masters = [p for group in optimizer.param_groups for p in group["params"]]
+    for master in masters:
+        master.grad = torch.ones_like(master)
+    optimizer.step()
+    assert set(optimizer.state) == set(masters)
+    assert len(optimizer.state_dict()["state"]) == len(masters)
+
+
 def test_the_fused_sgd_follows_a_device_tensor_lr_that_is_filled_each_step_and_survives_a_checkpoint_load():
     """--cuda-graphs' LR: one tensor in every parameter group, read by the fused SGD's step (here on the CPU); filling
     it changes the next update without touching the groups, and a loaded optimizer state gets it back."""

@@ -116,21 +116,32 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
     except RuntimeError as e:  # e.g. a torch whose fused SGD does not run on this device
         raise ConfigError("--optimizer-impl %s: %s" % (cfg.optimizer_impl, str(e).splitlines()[0])) from None
     if options.get("fused") and cfg.momentum:
-        zero_momentum_buffers(optimizer)
+        zero_momentum_at_first_step(optimizer)
     return optimizer
 
 
-def zero_momentum_buffers(optimizer: torch.optim.Optimizer) -> None:
-    """Give a fused SGD its momentum buffers before its first step, as zeros.
+def zero_momentum_at_first_step(optimizer: torch.optim.Optimizer) -> None:
+    """Give a fused SGD zero momentum buffers just before its first step.
 
     torch's fused SGD creates the buffers in its first step and leaves them non-finite when GradScaler's overflow
     flag tells it to skip that step. fp16's first step routinely overflows (the loss scale starts at 65,536), and
     the next step makes the weights NaN (torch 2.14 on this CPU; torch 2.11 on an H100, where ResNet-50 at fp16
     diverged by step 10, the bare loop too). With zero buffers and dampening 0 the first update is the same
-    (0.9 * 0 + g), and a skipped step leaves them untouched."""
-    for group in optimizer.param_groups:
-        for param in group["params"]:
-            optimizer.state[param]["momentum_buffer"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+    (0.9 * 0 + g), and a skipped step leaves them untouched. At the first step, not at construction: DeepSpeed
+    swaps the groups' parameters for its fp32 master copies in between, and state kept for the swapped-out ones
+    would break `state_dict`."""
+    done = []
+
+    def zero_missing_buffers(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if done:
+            return
+        done.append(True)
+        for group in opt.param_groups:
+            for param in group["params"]:
+                if "momentum_buffer" not in opt.state[param]:
+                    opt.state[param]["momentum_buffer"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+
+    optimizer.register_step_pre_hook(zero_missing_buffers)
 
 
 def optimizer_impl(optimizer: torch.optim.Optimizer) -> str:
