@@ -15,7 +15,9 @@ one line naming the flag, exit 2.
                     compiled after the warm-up steps (recompilations in profiled or measured steps; 0 when the
                     warm-up covered them), which `dlaunch predict --from-runs` refuses to calibrate on.
 --optimizer-impl    torch.optim.SGD's foreach=True / fused=True (default: torch's own choice). torch 1.11's SGD has
-                    neither; its multi-tensor SGD is torch.optim._multi_tensor.SGD, used for foreach there.
+                    neither; its multi-tensor SGD is torch.optim._multi_tensor.SGD, used for foreach there. The fused
+                    SGD gets zero momentum just before its first step (`zero_momentum_at_first_step`: an fp16 first
+                    step that overflows made it diverge).
 --cuda-graphs       the whole step (zero_grad, forward, backward, DDP's all-reduce, the optimizer's and fp16's loss
                     scaler's step, the loss's bookkeeping) is captured in one CUDA graph at the last warm-up step and
                     replayed after it (`CapturedStep`). The LR becomes one device tensor that the captured fused SGD
