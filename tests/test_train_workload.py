@@ -179,11 +179,20 @@ def test_only_a_synchronising_call_counts_as_a_host_sync_not_the_warning_that_tu
                                      "/pytorch/c10/cuda/CUDAFunctions.cpp:178.)"]
 
 
-def test_the_fused_sgd_skips_an_overflowing_first_step_as_the_foreach_sgd_does_and_never_turns_nan():
+def uninitialised_memory_as_nan(monkeypatch):
+    """torch.empty_like's memory holds what it held before (junk on this CPU, NaN on the H100 run that diverged):
+    forced to NaN here, so that a buffer left uninitialised shows in every run."""
+    empty_like = torch.empty_like
+    monkeypatch.setattr(torch, "empty_like", lambda t, **kw: empty_like(t, **kw).fill_(math.nan))
+
+
+def test_the_fused_sgd_skips_an_overflowing_first_step_as_the_foreach_sgd_does(monkeypatch):
     """fp16's loss scale starts at 65,536, so a first step often overflows and GradScaler skips it. torch's fused
-    SGD (which skips on the device) filled its new momentum buffers from that step anyway: NaN weights one step
-    later (ResNet-50 on an H100, and this test on the CPU before build_optimizer zeroed the buffers). Here the
-    first and third steps overflow: the fused SGD's weights follow the foreach SGD's."""
+    SGD (which skips on the device) left the momentum buffers it made in that step uninitialised: NaN weights one
+    step later (ResNet-50 on an H100). Here the first and third steps overflow: the fused SGD's weights follow the
+    foreach SGD's."""
+    uninitialised_memory_as_nan(monkeypatch)
+
     def train(impl):
         torch.manual_seed(0)
         model = torch.nn.Linear(8, 4)
@@ -198,10 +207,9 @@ def test_the_fused_sgd_skips_an_overflowing_first_step_as_the_foreach_sgd_does_a
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
-            if step == 0:  # skipped: the weights and any momentum untouched
+            if step == 0:  # skipped: the weights untouched
                 assert scaler.get_scale() == 2.0 ** 15
-                buffers = [optimizer.state[p].get("momentum_buffer") for p in model.parameters()]
-                assert all(b is None or not b.any() for b in buffers), impl
+                assert all(torch.equal(a, b) for a, b in zip(initial, model.parameters()))
         final = [p.detach() for p in model.parameters()]
         assert not any(torch.equal(a, b) for a, b in zip(initial, final)), "the two finite steps moved every weight"
         return final
@@ -211,17 +219,34 @@ def test_the_fused_sgd_skips_an_overflowing_first_step_as_the_foreach_sgd_does_a
     assert all(torch.allclose(a, b, rtol=1e-6, atol=1e-7) for a, b in zip(fused, foreach))
 
 
-def test_the_fused_sgds_zero_momentum_follows_parameters_a_wrapper_swapped_in_before_the_first_step():
-    """DeepSpeed's fp16 and ZeRO optimizers put fp32 master copies in the groups after build_optimizer: the zero
-    buffers go to those (state kept for the swapped-out parameters made state_dict fail with a KeyError)."""
+def test_the_fused_sgds_zero_momentum_follows_masters_swapped_in_and_groups_stepped_one_at_a_time(monkeypatch):
+    """DeepSpeed's fp16 and ZeRO optimizers put fp32 master copies in the groups after build_optimizer, and ZeRO
+    steps one group at a time (param_groups set to that group alone): each group's masters get zero buffers before
+    their first step, which overflows and is skipped here (state kept for the swapped-out parameters made
+    state_dict fail with a KeyError)."""
+    uninitialised_memory_as_nan(monkeypatch)
     model = torch.nn.Linear(3, 2)
-    optimizer = build_optimizer(model, dataclasses.replace(TrainConfig(), optimizer_impl="fused"))
+    optimizer = build_optimizer(model, dataclasses.replace(TrainConfig(), optimizer_impl="fused", weight_decay=0.0))
     for group in optimizer.param_groups:
         group["params"] = [p.detach().clone().requires_grad_() for p in group["params"]]
     masters = [p for group in optimizer.param_groups for p in group["params"]]
+    initial = [p.detach().clone() for p in masters]
     for master in masters:
         master.grad = torch.ones_like(master)
-    optimizer.step()
+
+    def step_group_by_group(overflowed):
+        groups = optimizer.param_groups
+        for group in groups:
+            optimizer.param_groups = [group]
+            optimizer.found_inf = torch.tensor(float(overflowed))  # what GradScaler hands a fused optimizer
+            optimizer.step()
+        optimizer.param_groups = groups
+
+    step_group_by_group(overflowed=True)
+    assert all(torch.equal(p, p0) for p, p0 in zip(masters, initial))
+    step_group_by_group(overflowed=False)  # the first update: momentum = the gradient, 1
+    lr = optimizer.param_groups[0]["lr"]
+    assert all(torch.allclose(p, p0 - lr) for p, p0 in zip(masters, initial))
     assert set(optimizer.state) == set(masters)
     assert len(optimizer.state_dict()["state"]) == len(masters)
 

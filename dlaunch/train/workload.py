@@ -123,24 +123,27 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
 
 
 def zero_momentum_at_first_step(optimizer: torch.optim.Optimizer) -> None:
-    """Give a fused SGD zero momentum buffers just before its first step.
+    """Give a fused SGD zero momentum buffers just before the first step of each parameter group.
 
-    torch's fused SGD creates the buffers in its first step and leaves them non-finite when GradScaler's overflow
-    flag tells it to skip that step. fp16's first step routinely overflows (the loss scale starts at 65,536), and
-    the next step makes the weights NaN (torch 2.14 on this CPU; torch 2.11 on an H100, where ResNet-50 at fp16
-    diverged by step 10, the bare loop too). With zero buffers and dampening 0 the first update is the same
-    (0.9 * 0 + g), and a skipped step leaves them untouched. At the first step, not at construction: DeepSpeed
-    swaps the groups' parameters for its fp32 master copies in between, and state kept for the swapped-out ones
-    would break `state_dict`."""
-    done = []
+    torch's fused SGD creates the buffers uninitialised (`torch.empty_like`) in its first step and leaves them so when
+    GradScaler's overflow flag tells it to skip that step; the next step adds that memory into the momentum. fp16's
+    first step routinely overflows (the loss scale starts at 65,536): on an H100 (torch 2.11) ResNet-50 at fp16
+    diverged by step 10, and on this CPU (torch 2.14) the weights took whatever the memory held. With zero buffers
+    and dampening 0 the first update is the same (0.9 * 0 + g), and a skipped step leaves them untouched. Checked at
+    each step, per group (two lookups a step for the trainer's two groups), not filled at construction: DeepSpeed
+    swaps its fp32 master copies into the groups in between (state kept for the swapped-out parameters would break
+    `state_dict`), and its ZeRO steps one group at a time. Horovod's DistributedOptimizer is a new optimizer built
+    from the groups, without this hook; Horovod has no fp16 here (refused), so no step is skipped."""
 
     def zero_missing_buffers(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if done:
-            return
-        done.append(True)
         for group in opt.param_groups:
-            for param in group["params"]:
-                if "momentum_buffer" not in opt.state[param]:
+            params = group["params"]
+            if not params or group.get("dampening", 0):
+                continue
+            if opt.state.get(params[0], {}).get("momentum_buffer") is not None:
+                continue  # given its buffers already, or loaded from a checkpoint
+            for param in params:
+                if opt.state[param].get("momentum_buffer") is None:
                     opt.state[param]["momentum_buffer"] = torch.zeros_like(param, memory_format=torch.preserve_format)
 
     optimizer.register_step_pre_hook(zero_missing_buffers)
