@@ -235,15 +235,17 @@ def test_sbatch_refusal_reaches_the_user_and_the_run_directory(two_nodes, tmp_pa
 USER_TRAINER = "import sys\nprint('a user trainer ran, not the benchmark')\nsys.exit(3)\n"
 
 
-@pytest.mark.parametrize("shadow", ["train.py", "dlaunch/train/__main__.py"])
+@pytest.mark.parametrize("shadow", ["train.py", "train/__main__.py", "dlaunch/train/__main__.py"])
 def test_a_job_submitted_beside_a_users_train_module_runs_the_benchmark(shadow, two_nodes, slurm_site, tmp_path):
-    """Most ML projects hold a train.py or a train/ package: a job submitted from such a folder must still run
-    dlaunch's trainer (sbatch starts the script in the folder it was submitted from; `python -m` looks there first)."""
+    """Most ML projects hold a train.py or a train/ package: a job submitted from such a folder (or from one
+    holding a package named like dlaunch's own trainer) must still run dlaunch's trainer (sbatch starts the
+    script in the folder it was submitted from; `python -m` looks there first)."""
     user_module = tmp_path / shadow
     user_module.parent.mkdir(parents=True, exist_ok=True)
     user_module.write_text(USER_TRAINER)
-    if shadow.startswith("train/"):
-        (tmp_path / "train" / "__init__.py").write_text("")
+    for package in user_module.relative_to(tmp_path).parents:
+        if package != Path("."):
+            (tmp_path / package / "__init__.py").write_text("")
     run_dir = submit(two_nodes, tmp_path, slurm_site, "beside-" + shadow.split("/")[0].replace(".", "-"),
                      "--nodes", "1", "--steps", "2")
     assert two_nodes.wait_job(job_id(run_dir), JOB_TIMEOUT_S) == "COMPLETED", log_text(run_dir)
