@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BudgetRow", "Check", "Doctor", "ImageInfo", "Job", "LeftOutRun", "Logs", "Prediction", "PredictionRow",
            "RcpRow", "Record", "Report", "ReportGroup", "ReportPoint", "ResultRow", "RunStatus", "SetApartRun", "SiteInfo",
-           "Spread", "cancel", "doctor", "images", "logs", "predict", "render_images", "report", "results", "run", "sites",
+           "Spread", "Table", "cancel", "doctor", "images", "logs", "predict", "render_images", "report", "results", "run", "sites",
            "status", "study", "study_status", "sweep", "watch"]
 
 R = TypeVar("R", bound="Record")
@@ -237,8 +237,19 @@ class RcpRow(Record):
 
 
 @dataclass(frozen=True)
+class Table(Record):
+    """A table as the command line prints it: cells as text; `leave_out` the columns it drops first when the
+    terminal is too narrow (it says which it left out)."""
+
+    title: str
+    headers: List[str]
+    rows: List[List[str]]
+    leave_out: List[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Report(Record):
-    """The numbers `dlaunch report` shows; `files` are those written (with `output`)."""
+    """The numbers `dlaunch report` shows; `tables` as it prints them; `files` are those written (with `output`)."""
 
     groups: List[ReportGroup]
     set_apart: List[SetApartRun]
@@ -246,6 +257,7 @@ class Report(Record):
     notes: List[str]
     rejected: List[str]  # one message per metrics file that could not be read
     files: List[str] = field(default_factory=list)
+    tables: List[Table] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -638,13 +650,71 @@ def _group(g: Any) -> ReportGroup:
                        [r.path for r in g.runs], points, budget)
 
 
+# The report's console tables: the columns left out first at a narrow terminal (report.md and report.html keep every one).
+SCALING_LEAVE_OUT = ["images/s range", "E_G range", "J/img range", "spread", "nodes", "runs", "data %", "compute %",
+                     "comm %", "time to target s", "epochs to target", "TTA S_G", "J/img", "pred. E_G"]
+RUN_LEAVE_OUT = ["schedule", "global batch", "energy to acc. kJ", "kJ/epoch", "energy kJ", "time to acc. s",
+                 "epochs to target", "J/img", "best top-1", "history", "status"]
+BUDGET_LEAVE_OUT = ["step ms"]
+CONSOLE_GROUPS = 10  # groups shown as tables of their own; more: a line per group, the tables in the files
+SUMMARY_HEADERS = ["group", "runs", "GPUs", "images/s", "E_G"]
+
+
+def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], leave_out: Sequence[str] = ()) -> Table:
+    return Table(title, list(headers), [list(row) for row in rows], [h for h in leave_out if h in headers])
+
+
+def _report_tables(data: Any) -> List[Table]:
+    """The tables `dlaunch report` prints: per group its scaling, runs and budget (beyond CONSOLE_GROUPS groups one
+    line per group: images/s and E_G at its largest GPU count), then RCP verdicts and the runs set apart."""
+    from dlaunch.analysis.convergence import RCP_SOURCE
+    from dlaunch.reporting.document import (BUDGET_HEADERS, DIVERGED_HEADERS, FLAGGED_HEADERS, OFF_NETWORK_HEADERS,
+                                            RCP_HEADERS, Columns, budget_rows, diverged_rows, flagged_rows,
+                                            off_network_rows, rcp_rows, run_rows, scaling_rows)
+    from dlaunch.tables import cell
+
+    results, apart, tables = data.results, data.apart, []
+    if len(results) > CONSOLE_GROUPS:
+        summary = []
+        for g in results:
+            last = g.points[-1] if g.points else None
+            summary.append([g.key.label, str(len(g.runs)), "%d-%d" % (g.points[0].gpus, last.gpus) if last else "-",
+                            cell(last.images_per_s if last else None), cell(last.efficiency if last else None, "%.3f")])
+        tables.append(_table("%d groups: images/s and E_G at each group's largest GPU count (every table: report.md, "
+                             "report.html)" % len(results), SUMMARY_HEADERS, summary))
+    else:
+        columns = Columns.of([r for g in results for r in g.runs], history=bool(data.recorded.history))
+        for g in results:
+            tables.append(_table(g.key.label, columns.scaling_headers(), scaling_rows(g, columns), SCALING_LEAVE_OUT))
+            rows = [row[:-1] for row in run_rows(g, data.profiles, columns, data.recorded.history)]  # paths: report.md
+            tables.append(_table(g.key.label + ": runs", columns.run_headers()[:-1], rows, RUN_LEAVE_OUT))
+            if g.explained:
+                tables.append(_table(g.key.label + ": efficiency budget", BUDGET_HEADERS, budget_rows(g), BUDGET_LEAVE_OUT))
+    if data.rcp:
+        tables.append(_table("convergence against MLPerf's RCPs (%s)" % RCP_SOURCE, ["group"] + RCP_HEADERS,
+                             [[v.label] + row for v, row in zip(data.rcp, rcp_rows(data.rcp))],
+                             ["min epochs", "RCP mean", "runs", "RCP"]))
+    if apart.flagged:
+        rows = [[r.key.label] + row[:-1] for r in apart.flagged for row in flagged_rows([r], apart.flags)]
+        tables.append(_table("runs with a straggler or a throttled GPU", ["group"] + FLAGGED_HEADERS[:-1], rows))
+    if data.diverged:
+        rows = [[r.key.label] + row[:-1] for r in data.diverged for row in diverged_rows([r])]
+        tables.append(_table("diverged runs (left out of every table above)", ["group"] + DIVERGED_HEADERS[:-1], rows,
+                             ["epochs"]))
+    if apart.off:
+        rows = [[r.key.label] + row[:-1] for r in apart.off for row in off_network_rows([r], apart.problems)]
+        tables.append(_table("runs off their network", ["group"] + OFF_NETWORK_HEADERS[:-1], rows))
+    return tables
+
+
 @_api
 def report(paths: Sequence[Any], *, output: Optional[Any] = None, include_network_mismatches: bool = False,
            include_stragglers: bool = False, straggler_threshold: Optional[float] = None,
            site: Optional[str] = None) -> Report:
     """What `dlaunch report` shows for the runs under `paths`: per group the scaling points (X, S_G, E_G and
     their spreads, predicted E_G), the efficiency budget; the runs set apart (diverged, stragglers, off
-    their network); with `output`, report.md, report.html and the plots written there (`files`)."""
+    their network); the tables the command prints (`tables`); with `output`, report.md, report.html and the
+    plots written there (`files`)."""
     from dlaunch.analysis.scaling import load_runs
     from dlaunch.analysis.stragglers import check_threshold
     from dlaunch.boundary import output_folder
@@ -677,7 +747,8 @@ def report(paths: Sequence[Any], *, output: Optional[Any] = None, include_networ
         files = sorted(str(folder / name) for name in os.listdir(folder) if name in ("report.md", PAGE) or name.endswith(".png"))
     rcp = [RcpRow(v.label, v.global_batch, v.runs, v.reached, v.epochs, v.rcp.name if v.rcp else None, v.verdict)
            for v in data.rcp]
-    return Report([_group(g) for g in data.results], set_apart, rcp, notes, list(loaded.rejected), files)
+    return Report([_group(g) for g in data.results], set_apart, rcp, notes, list(loaded.rejected), files,
+                  _report_tables(data))
 
 
 def results_db(db: Optional[Any] = None) -> "ResultsDB":
