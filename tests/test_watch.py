@@ -109,6 +109,11 @@ def v4_epoch(n: int, compute: List[float]) -> dict:
                        data_wait_s=0.1, loss=1.0, lr=0.1, **v4_fields(compute, measured_steps=2, steps=2))
 
 
+def straggler(percent: int) -> str:
+    """dlaunch/analysis/stragglers.py's flag on the written runs' rank 1 (a pattern: its wording is that module's)."""
+    return r"straggler: n1 rank 1 \(local rank 0\) computed %d %% slower than the median [^;]*; this run's E_G is understated" % percent
+
+
 def test_stragglers_are_flagged_with_the_runs_profile_threshold_ended_runs_on_their_measured_epochs(tmp_path, monkeypatch, capsys):
     """dlaunch/analysis/stragglers.py's flags in watch's lines: an ended run judged on its measured epochs, a
     live one on its last epoch; the threshold is the profile's the run kept (site.toml: straggler_threshold)."""
@@ -120,15 +125,47 @@ def test_stragglers_are_flagged_with_the_runs_profile_threshold_ended_runs_on_th
     for name, records, state in (("ended", [header(8)] + epochs + [end()], "finished (exit 0)"),
                                  ("live", [header(8)] + epochs, LOCAL_RUNNING % os.getpid())):
         (write_run(tmp_path / "runs", name, records, state=state) / "site.toml").write_text(profile)
-    flag = "straggler: n1 rank 1 (local rank 0) computed 17 % slower than the median rank: a straggler; this run's E_G is understated"
     assert main(["watch", "--once", "runs"]) == 0
     shown = {LINE.match(line).group(1): LINE.match(line).group(2) for line in watch_lines(capsys)}
     assert "straggler" not in shown["runs/ended"]  # the warm-up epoch is left out, the last one diluted: 6 %
-    assert shown["runs/live"].endswith("; " + flag)
+    assert re.search("; %s$" % straggler(17), shown["runs/live"]), shown["runs/live"]
     (tmp_path / "runs/ended/site.toml").write_text(profile.replace('gpu_vendor = "none"', 'gpu_vendor = "none"\nstraggler_threshold = 0.05'))
     assert main(["watch", "--once", "runs/ended"]) == 0
-    assert watch_lines(capsys)[0].endswith("; straggler: n1 rank 1 (local rank 0) computed 6 % slower than the median rank: "
-                                           "a straggler; this run's E_G is understated")
+    line = watch_lines(capsys)[0]
+    assert re.search("; %s$" % straggler(6), line), line
+
+
+def test_a_straggler_threshold_given_overrides_the_profiles_and_the_cached_flags_without_changing_them(tmp_path, monkeypatch):
+    """observe(..., straggler_threshold=) judges live and ended runs at it, an ended run's kept snapshot too; the
+    status cache keeps the flags at the profile's threshold."""
+    from dlaunch.runs import service
+    from dlaunch.runs.rundir import find_runs
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DLAUNCH_STATUS_CACHE", str(tmp_path / "cache.json"))
+    profile = (Path(__file__).resolve().parents[1] / "sites" / "local.toml").read_text()
+    warm, equal, late = [0.1, 0.5], [0.1, 0.1], [0.1, 0.14]  # late: rank 1 17 % over the median rank (0.12)
+    epochs = [v4_epoch(0, warm), v4_epoch(1, equal), v4_epoch(2, equal), v4_epoch(3, late)]
+    for name, records, state in (("ended", [header(8)] + epochs + [end()], "finished (exit 0)"),
+                                 ("live", [header(8)] + epochs, LOCAL_RUNNING % os.getpid())):
+        (write_run(tmp_path / "runs", name, records, state=state) / "site.toml").write_text(profile)
+
+    def flags(threshold: Optional[float] = None) -> dict:
+        return {s.run.path.name: s.flags for s in service.observe(find_runs([tmp_path / "runs"]), straggler_threshold=threshold)}
+
+    def profiles() -> None:  # the profile's 10 %: the ended run's 6 % is no straggler, the live run's 17 % is
+        judged = flags()
+        assert judged["ended"] == () and len(judged["live"]) == 1 and re.fullmatch(straggler(17), judged["live"][0])
+
+    profiles()
+    assert json.loads((tmp_path / "cache.json").read_text())["runs"]  # the ended run is kept
+    strict = flags(0.05)
+    assert len(strict["ended"]) == 1 and re.fullmatch(straggler(6), strict["ended"][0]), strict
+    assert flags(0.2) == {"ended": (), "live": ()}  # 17 % under 20 %
+    profiles()  # the cache kept the profile's judgement
+    assert dlaunch.runs.watch.Watcher([tmp_path / "runs/ended"], str, straggler_threshold=0.05).poll()[0].flags == strict["ended"]
+    with pytest.raises(ValueError, match="straggler threshold 1.5"):
+        flags(1.5)
 
 
 def test_an_ended_runs_images_per_s_is_its_throughput_x_as_the_report_defines_it(tmp_path):
@@ -221,8 +258,8 @@ class Looks:
         self.changed = threading.Condition()
         observe = dlaunch.runs.watch.observe
 
-        def counted(runs):
-            snapshots = observe(runs)
+        def counted(runs, **options):
+            snapshots = observe(runs, **options)
             with self.changed:
                 self.count += 1
                 self.changed.notify_all()

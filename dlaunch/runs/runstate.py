@@ -121,10 +121,11 @@ def read_progress(path: Path) -> Progress:
     return _read_progress(path)[0]
 
 
-def _judged(run_dir: RunDir, run: "Optional[Run]", live: bool) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+def _judged(run_dir: RunDir, run: "Optional[Run]", live: bool,
+            threshold: Optional[float] = None) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
     """(how the run is off its profile's network: dlaunch/jobs/network.py; its straggler and throttled-GPU
-    flags, 'straggler: ...': dlaunch/analysis/stragglers.py, on its last epoch while `live`, with its
-    profile's `straggler_threshold`). The profile is read only for runs that recorded something to judge."""
+    flags, 'straggler: ...': dlaunch/analysis/stragglers.py, on its last epoch while `live`, with `threshold`,
+    else its profile's `straggler_threshold`). The profile is read only for runs that recorded something to judge."""
     if run is None:
         return (), ()
     phases = any(e.phases is not None or e.nodes is not None for e in run.epochs)
@@ -134,7 +135,8 @@ def _judged(run_dir: RunDir, run: "Optional[Run]", live: bool) -> Tuple[Tuple[st
 
     profile = run_dir.profile()
     network = network_problems(run.network, profile.network if profile else None)
-    threshold = profile.straggler_threshold if profile else DEFAULT_THRESHOLD
+    if threshold is None:
+        threshold = profile.straggler_threshold if profile else DEFAULT_THRESHOLD
     flags = (live_flags if live else run_flags)(run, threshold) if phases else []
     return tuple(network), tuple("%s: %s" % (flag.kind, flag.message) for flag in flags)
 
@@ -258,11 +260,26 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
     return snapshots
 
 
+def _rejudged(snapshot: Snapshot, threshold: float) -> Snapshot:
+    """The snapshot with its flags judged at `threshold` (an ended run's metrics read again: the cache keeps its
+    flags at its profile's threshold)."""
+    measured = snapshot.measured if snapshot.measured is not None else _read_progress(snapshot.run.metrics_path)[1]
+    network, flags = _judged(snapshot.run, measured, snapshot.progress.status == "running", threshold)
+    return dataclasses.replace(snapshot, network=network, flags=flags, measured=measured)
+
+
 def observe(runs: Iterable[RunDir], now: Optional[float] = None,
-            complete: Optional[Callable[[List[Snapshot]], List[Snapshot]]] = None) -> List[Snapshot]:
+            complete: Optional[Callable[[List[Snapshot]], List[Snapshot]]] = None,
+            straggler_threshold: Optional[float] = None) -> List[Snapshot]:
     """A snapshot of every run: of an ended run the status cache's while its files are unchanged
     (dlaunch/runs/statuscache.py), else read from its directory and, once it has ended, kept there.
-    `complete` adds what the cache should keep too to ended snapshots that lack it (`reason`, `figures`)."""
+    `complete` adds what the cache should keep too to ended snapshots that lack it (`reason`, `figures`).
+    `straggler_threshold` judges every run's flags at it instead of its profile's threshold (the cache still
+    keeps the profile's; a fraction in (0, 1), else ValueError)."""
+    if straggler_threshold is not None:
+        from dlaunch.analysis.stragglers import check_threshold
+
+        check_threshold(straggler_threshold)
     runs = list(runs)
     now = time.time() if now is None else now
     found: Dict[int, Snapshot] = {}
@@ -285,4 +302,5 @@ def observe(runs: Iterable[RunDir], now: Optional[float] = None,
             logs = [path.name for path in scheduler_for(snapshot.scheduler).log_files(snapshot.run.path)]
             cache.put(snapshot.run.path, snapshot.run.kept[0], SNAPSHOT_FILES, logs, _to_keep(snapshot))
     cache.save()
-    return [found[i] for i in range(len(runs))]
+    snapshots = [found[i] for i in range(len(runs))]
+    return snapshots if straggler_threshold is None else [_rejudged(s, straggler_threshold) for s in snapshots]

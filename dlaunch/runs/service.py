@@ -297,12 +297,13 @@ def _explained(snapshots: List["Snapshot"]) -> List["Snapshot"]:
     return [dataclasses.replace(s, reason=why_failed(s) if s.failed else "", figures=run_figures(s)) for s in snapshots]
 
 
-def observe(runs: Iterable[RunDir]) -> List["Snapshot"]:
+def observe(runs: Iterable[RunDir], straggler_threshold: Optional[float] = None) -> List["Snapshot"]:
     """Every run's snapshot (dlaunch/runs/runstate.py); an ended one with why it failed and its figures,
-    which the status cache keeps with it (asked once of the scheduler, not at every look)."""
+    which the status cache keeps with it (asked once of the scheduler, not at every look). `straggler_threshold`:
+    flags judged at it instead of each run's profile threshold (runstate.observe)."""
     from dlaunch.runs import runstate
 
-    return runstate.observe(runs, complete=_explained)
+    return runstate.observe(runs, complete=_explained, straggler_threshold=straggler_threshold)
 
 
 @dataclass(frozen=True)

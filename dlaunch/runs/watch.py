@@ -62,11 +62,14 @@ def figures(snapshot: Snapshot, now: Optional[float] = None) -> str:
 
 
 class Watcher:
-    """Looks at the runs under `targets` again on every `poll`; a run that ended is not asked about again."""
+    """Looks at the runs under `targets` again on every `poll`; a run that ended is not asked about again.
+    `straggler_threshold`: flags judged at it instead of each run's profile threshold (runstate.observe)."""
 
     def __init__(self, targets: Sequence[Path], explain: Callable[[Snapshot], str],
-                 reject: Callable[[str], None] = lambda message: print("rejected: " + message, file=sys.stderr, flush=True)):
+                 reject: Callable[[str], None] = lambda message: print("rejected: " + message, file=sys.stderr, flush=True),
+                 straggler_threshold: Optional[float] = None):
         self.targets = list(targets)
+        self.straggler_threshold = straggler_threshold
         self.explain = explain
         self.reject = reject  # told once about each run whose files cannot be read (dlaunch/boundary.py)
         self.ended: Dict[Path, Snapshot] = {}
@@ -86,7 +89,8 @@ class Watcher:
             if message not in self.rejected:
                 self.rejected[message] = None
                 self.reject(printable(message))
-        fresh = {s.run.path: s for s in observe([r for r in runs if r.path not in self.ended])}
+        fresh = {s.run.path: s for s in observe([r for r in runs if r.path not in self.ended],
+                                                  straggler_threshold=self.straggler_threshold)}
         self.ended.update((path, s) for path, s in fresh.items() if s.ended)
         return [self.ended.get(run.path) or fresh[run.path] for run in runs]
 
@@ -290,9 +294,10 @@ def check_watchable(snapshots: Sequence[Snapshot]) -> None:
 
 
 def follow(targets: Sequence[Path], explain: Callable[[Snapshot], str], console: Console,
-           interval: float = 5.0, once: bool = False) -> int:
-    """Watch the runs under `targets`: live in a terminal, plain lines otherwise; the exit code."""
-    watcher = Watcher(targets, explain)
+           interval: float = 5.0, once: bool = False, straggler_threshold: Optional[float] = None) -> int:
+    """Watch the runs under `targets`: live in a terminal, plain lines otherwise; the exit code.
+    `straggler_threshold`: flags judged at it instead of each run's profile threshold."""
+    watcher = Watcher(targets, explain, straggler_threshold=straggler_threshold)
     if not once:
         check_watchable(watcher.poll())
     live = _live_console(console)
