@@ -44,12 +44,15 @@ def fit_widths(natural: Sequence[int], minimum: Sequence[int], available: int) -
     return widths
 
 
+EMPTY_CELLS = ("", "-")  # a cell without a value
+
+
 def stacked(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> RenderableType:
     """Each row as two lines: its first cell, then `header: value; ...` for the others that are set."""
     lines = [Text(title, style="bold")]
     for row in rows:
         lines.append(Text(row[0]))
-        pairs = ["%s: %s" % (h, v) for h, v in zip(headers[1:], row[1:]) if v and v != "-"]
+        pairs = ["%s: %s" % (h, v) for h, v in zip(headers[1:], row[1:]) if v not in EMPTY_CELLS]
         lines.append(Text("  " + "; ".join(pairs)))
     return Group(*lines)
 
@@ -60,6 +63,7 @@ class Fitted(NamedTuple):
     kept: List[int]
     widths: List[int]
     dropped: List[str]
+    empty: List[str]  # those of `dropped` without a value in any row
 
 
 def fit_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, leave_out: Sequence[str] = (),
@@ -79,8 +83,9 @@ def fit_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], width: in
         width_of = natural if any(headers[i] in one_line for i in columns) else minimum
         return sum(width_of(i) for i in columns) + COLUMN_GAP * (len(columns) - 1)
 
+    empty = [h for h in leave_out if all(row[headers.index(h)] in EMPTY_CELLS for row in rows)]
     dropped = []
-    for header in leave_out:
+    for header in empty + [h for h in leave_out if h not in empty]:  # a column with no value in any row goes first
         if needed(kept) <= width:
             break
         kept.remove(headers.index(header))
@@ -88,7 +93,7 @@ def fit_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], width: in
     if needed(kept) > width:
         return None
     widths = fit_widths([natural(i) for i in kept], [minimum(i) for i in kept], width - COLUMN_GAP * (len(kept) - 1))
-    return Fitted(kept, widths, dropped)
+    return Fitted(kept, widths, dropped, [h for h in dropped if h in empty])
 
 
 def _table(title: str, headers: Sequence[str], fitted: Fitted, caption: Optional[str]) -> "Table":
@@ -102,8 +107,11 @@ def _table(title: str, headers: Sequence[str], fitted: Fitted, caption: Optional
     return table
 
 
-def _caption(width: int, dropped: Sequence[str]) -> Optional[str]:
-    return "left out at %d columns: %s" % (width, ", ".join(dropped)) if dropped else None
+def _caption(width: int, fitted: Fitted) -> Optional[str]:
+    """What was left out, the columns without a value in any row named apart."""
+    full = [h for h in fitted.dropped if h not in fitted.empty]
+    parts = ([", ".join(full)] if full else []) + (["%s (no values)" % ", ".join(fitted.empty)] if fitted.empty else [])
+    return "left out at %d columns: %s" % (width, "; ".join(parts)) if parts else None
 
 
 def fit_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], width: int,
@@ -115,7 +123,7 @@ def fit_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
     fitted = fit_columns(headers, rows, width, leave_out, one_line)
     if fitted is None:
         return stacked(title, headers, rows)
-    table = _table(title, headers, fitted, _caption(width, fitted.dropped))
+    table = _table(title, headers, fitted, _caption(width, fitted))
     for row in rows:
         table.add_row(*(row[i] for i in fitted.kept))
     return table
@@ -181,7 +189,7 @@ def print_table(console: Console, title: str, headers: Sequence[str], rows: Sequ
             cells = [c + [" " * w] * (height - len(c)) for c, w in zip(cells, fitted.widths)]
             lines += [gap.join(parts) for parts in zip(*cells)]
         print_lines(console, lines)
-    caption = _caption(console.width, fitted.dropped)
+    caption = _caption(console.width, fitted)
     if caption:
         console.print(Text(caption, style="table.caption"), soft_wrap=not wrap_caption)
 
