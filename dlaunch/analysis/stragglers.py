@@ -1,18 +1,25 @@
-"""Stragglers and throttled GPUs from the per-rank phases of metrics schema version 4 (metrics-v4 reader side).
+"""Stragglers and throttled GPUs from the per-rank phases of metrics schema version 4 (dlaunch/train/metrics_schema.py,
+dlaunch/train/phases.py: the writer side).
 
-- Straggler: a rank whose forward pass (forward_s, the part of compute_s that overlaps no communication:
-  dlaunch/train/phases.py) takes longer than the median rank's by more than the threshold
-  (`DEFAULT_THRESHOLD`, dlaunch/thresholds.py; a site profile's `straggler_threshold`). A finished run
-  is judged on its measured epochs (those that give images/s: `Run.measured_epochs`), each node by the
-  mean over them of its slowest rank's forward_s against the mean of the median rank's; a live run on
-  its last epoch.
-- Throttled GPU: a node whose GPU health shows an SM clock below (1 - threshold) x its maximum together
-  with a throttle reason, or any of `HARD_THROTTLES`.
+- The straggler measure (`forward_excess`, one definition for the flag, the efficiency budget and predict): how much
+  longer a rank's forward pass (forward_s, the part of compute_s that overlaps no communication) took than the median
+  rank's, as a fraction. The median rank is a real rank (statistics.median_low per field: method "rank-timers-median-low", the writer's
+  PHASES_METHOD): with 2 ranks the faster one, so "53 % slower" means the two ranks differ 1.53x. Records of
+  method `MEDIAN_OF_RANKS_METHOD` (written before) hold statistics.median, for an even rank count the mean of the two
+  middle ranks (with 2 ranks "21 % slower" there meant 1.53x apart): they are read as recorded and their flags say
+  "than the median of the ranks".
+- Straggler: a node whose slowest rank's forward excess is over the threshold (`DEFAULT_THRESHOLD`,
+  dlaunch/thresholds.py; a site profile's `straggler_threshold`). A finished run is judged on its measured epochs
+  (those that give images/s: `Run.measured_epochs`), each node by the mean over them of its slowest rank's forward_s
+  against the mean of the median rank's; a live run on its last epoch.
+- Throttled GPU: a node whose GPU health shows an SM clock below (1 - threshold) x its maximum together with a
+  throttle reason, or any of `HARD_THROTTLES`.
 
-One flag per node at most of each kind, naming host, rank and local rank. Pure functions: a Run (or a
-parsed metrics file) and a threshold in, `Flag`s out. Epoch records are parsed here (`epoch_phases`,
-`epoch_nodes`) and averaged over epochs (`mean_phases`, `mean_nodes`); dlaunch/analysis/scaling.py keeps
-them per epoch and per run. A version 1-3 file has none of these records: no flags, never "no straggler".
+One flag per node at most of each kind, naming host, rank and local rank; a run is flagged (`is_flagged`: left out of
+scaling figures and the budget unless included) when it has any. Pure functions: a Run (or a parsed metrics file) and
+a threshold in, `Flag`s out. Epoch records are parsed here (`epoch_phases`, `epoch_nodes`) and averaged over epochs
+(`mean_phases`, `mean_nodes`); dlaunch/analysis/scaling.py keeps them per epoch and per run. A version 1-3 file has
+none of these records: no flags, never "no straggler".
 """
 from collections import Counter
 from dataclasses import dataclass
@@ -26,6 +33,10 @@ from dlaunch.train.metrics_schema import STEP_PHASES, is_number
 # Reasons that slow a GPU whatever its clock shows (NVML clock event reasons, as the trainer names them).
 HARD_THROTTLES = ("thermal", "hardware slowdown", "power brake")
 STRAGGLER, THROTTLED = "straggler", "throttled"
+# An epoch record's phases.method says what its "median" is: the median rank (dlaunch/train/phases.py's PHASES_METHOD),
+# or in records of the method before it, the median of the ranks (statistics.median; the reference named in flags).
+MEDIAN_OF_RANKS_METHOD = "rank-timers"
+MEDIAN_RANK, MEDIAN_OF_RANKS = "the median rank", "the median of the ranks"
 
 
 @dataclass(frozen=True)
@@ -58,16 +69,28 @@ class RankId:
 
 @dataclass(frozen=True)
 class EpochPhases:
-    """An epoch's `phases`: the median over ranks and the rank with the longest forward pass."""
+    """An epoch's `phases`: the median rank (`median_of` names what the record's median is) and the rank with the
+    longest forward pass."""
 
     median: PhaseTimes
     slowest: PhaseTimes
     slowest_rank: RankId
+    median_of: str  # MEDIAN_RANK or MEDIAN_OF_RANKS (records of MEDIAN_OF_RANKS_METHOD)
 
     @property
     def wait_s(self) -> float:
-        """Waiting for the slowest rank per step: its compute_s over the median rank's."""
-        return self.slowest.compute_s - self.median.compute_s
+        """Seconds per step the others wait for the slowest rank: the median rank's compute_s x `forward_excess` (a
+        rank slow by a factor is taken slow by it through backward too; its measured backward is not used, as it
+        slows with its peers' communication)."""
+        return self.median.compute_s * (forward_excess(self) or 0.0)
+
+
+def forward_excess(phases: EpochPhases, forward_s: Optional[float] = None) -> Optional[float]:
+    """The straggler measure: how much longer `forward_s` (default: the slowest rank's forward pass) took than the
+    median rank's, a fraction (0.53: 53 % longer); None when the median rank's is not positive."""
+    if phases.median.forward_s <= 0:
+        return None
+    return (phases.slowest.forward_s if forward_s is None else forward_s) / phases.median.forward_s - 1.0
 
 
 @dataclass(frozen=True)
@@ -111,7 +134,7 @@ class NodeFigures:
 class Flag:
     kind: str  # STRAGGLER or THROTTLED
     host: str
-    rank: Optional[int]  # stragglers: the slow rank; throttled GPUs: None
+    rank: Optional[int]  # stragglers: the slow rank; throttled GPUs: the GPU's rank where the record holds it
     local_rank: Optional[int]
     message: str
 
@@ -123,7 +146,8 @@ def epoch_phases(record: Dict[str, Any]) -> Optional[EpochPhases]:
         return None
     slowest = phases["slowest"]
     return EpochPhases(PhaseTimes.of(phases["median"]), PhaseTimes.of(slowest),
-                       RankId(escape(slowest["host"]), slowest["rank"], slowest["local_rank"]))
+                       RankId(escape(slowest["host"]), slowest["rank"], slowest["local_rank"]),
+                       MEDIAN_OF_RANKS if phases["method"] == MEDIAN_OF_RANKS_METHOD else MEDIAN_RANK)
 
 
 def epoch_nodes(record: Dict[str, Any]) -> Optional[Tuple[NodeFigures, ...]]:
@@ -143,11 +167,12 @@ def _most_common(items: Sequence[Any]) -> Any:
 
 
 def mean_phases(epochs: Sequence[EpochPhases]) -> Optional[EpochPhases]:
-    """The mean over epochs of each vector; the slowest rank: the one slowest in most of them."""
+    """The mean over epochs of each vector; the slowest rank: the one slowest in most of them (one run's epochs share
+    their method)."""
     if not epochs:
         return None
     return EpochPhases(PhaseTimes.mean_of([e.median for e in epochs]), PhaseTimes.mean_of([e.slowest for e in epochs]),
-                       _most_common([e.slowest_rank for e in epochs]))
+                       _most_common([e.slowest_rank for e in epochs]), _most_common([e.median_of for e in epochs]))
 
 
 def _mean_health(healths: Sequence[GpuHealth]) -> GpuHealth:
@@ -181,18 +206,19 @@ def mean_nodes(epochs: Sequence[Sequence[NodeFigures]]) -> Optional[Tuple[NodeFi
 
 
 def straggler_flags(phases: Optional[EpochPhases], nodes: Optional[Sequence[NodeFigures]], threshold: float) -> List[Flag]:
-    """A flag per node whose slowest rank's forward pass took more than `threshold` longer than the median
-    rank's (without `nodes`: the run's slowest rank alone)."""
-    if phases is None or phases.median.forward_s <= 0:
+    """A flag per node whose slowest rank's `forward_excess` is over `threshold` (without `nodes`: the run's
+    slowest rank alone)."""
+    if phases is None:
         return []
     candidates = [(n.slowest, n.slowest_forward_s) for n in nodes] if nodes else [(phases.slowest_rank, phases.slowest.forward_s)]
     flags = []
     for who, forward_s in candidates:
-        excess = forward_s / phases.median.forward_s - 1.0
-        if excess > threshold:
+        excess = forward_excess(phases, forward_s)
+        if excess is not None and excess > threshold:
             flags.append(Flag(STRAGGLER, who.host, who.rank, who.local_rank, (
-                "%s rank %d (local rank %s) computed %.0f %% slower than the median rank: a straggler; "
-                "this run's E_G is understated" % (who.host, who.rank, _or_dash(who.local_rank), 100 * excess))))
+                "%s rank %d (local rank %s) computed %.0f %% slower than %s: a straggler; "
+                "this run's E_G is understated" % (who.host, who.rank, _or_dash(who.local_rank), 100 * excess,
+                                                    phases.median_of))))
     return flags
 
 
@@ -209,7 +235,10 @@ def throttled(gpu: GpuHealth, threshold: float) -> bool:
 
 
 def throttle_flags(nodes: Optional[Sequence[NodeFigures]], threshold: float) -> List[Flag]:
-    """A flag per node whose GPU health says throttled (`throttled`)."""
+    """A flag per node whose GPU health says throttled (`throttled`), naming the GPU's local rank and its rank where
+    the record holds it (the node's slowest rank's GPU: a throttled GPU usually makes its rank the slowest; the
+    health record itself has the local rank only). Records of MEDIAN_OF_RANKS_METHOD hold the reasons of all the
+    node's GPUs beside the figures of the one with the lowest clock; later ones the figures and reasons of one GPU."""
     flags = []
     for node in nodes or ():
         gpu = node.gpu
@@ -220,8 +249,11 @@ def throttle_flags(nodes: Optional[Sequence[NodeFigures]], threshold: float) -> 
                                                             100 * gpu.sm_clock_mhz / gpu.sm_clock_max_mhz)
         else:
             clock = "SM clock not recorded"
-        flags.append(Flag(THROTTLED, node.host, None, gpu.local_rank, "%s GPU of local rank %s: %s, %s: throttled"
-                          % (node.host, _or_dash(gpu.local_rank), clock, ", ".join(gpu.throttle))))
+        rank = node.slowest.rank if gpu.local_rank is not None and gpu.local_rank == node.slowest.local_rank else None
+        whose = ("local rank %s" % _or_dash(gpu.local_rank) if rank is None
+                 else "rank %d (local rank %d)" % (rank, gpu.local_rank))
+        flags.append(Flag(THROTTLED, node.host, rank, gpu.local_rank, "%s GPU of %s: %s, %s: throttled"
+                          % (node.host, whose, clock, ", ".join(gpu.throttle))))
     return flags
 
 
@@ -229,6 +261,12 @@ def flags_of(phases: Optional[EpochPhases], nodes: Optional[Sequence[NodeFigures
     """Straggler flags, then throttled GPUs."""
     check_threshold(threshold)
     return straggler_flags(phases, nodes, threshold) + throttle_flags(nodes, threshold)
+
+
+def is_flagged(phases: Optional[EpochPhases], nodes: Optional[Sequence[NodeFigures]], threshold: float) -> bool:
+    """Whether a run (or epoch) has a straggler or a throttled GPU (`flags_of`): such runs stay out of scaling
+    figures and the efficiency budget unless included."""
+    return bool(flags_of(phases, nodes, threshold))
 
 
 def check_threshold(threshold: float) -> None:
@@ -272,6 +310,6 @@ def live_flags(run: Judged, threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
 
 
 def is_straggler(run: Judged, threshold: float = DEFAULT_THRESHOLD) -> bool:
-    """Whether a finished run has a straggler (such runs stay out of scaling figures unless included)."""
+    """Whether a finished run has a straggler (throttled GPUs not counted; `is_flagged` counts both)."""
     check_threshold(threshold)
     return bool(straggler_flags(run.phases, run.node_figures, threshold))

@@ -58,7 +58,13 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Sequence
 import torch
 
 from dlaunch.train.gpuhealth import HEALTH_SLOTS, node_health
-from dlaunch.train.metrics_schema import OVERHEAD_PARTS, PHASES_METHOD, STEP_PHASES
+from dlaunch.train.metrics_schema import OVERHEAD_PARTS, STEP_PHASES
+
+# The `method` of the phases this module writes: "median" is the median rank, statistics.median_low per field (a
+# real rank's figure: for 2 ranks the faster one's), so "the slowest rank is 53 % slower than the median rank" is
+# its true excess over an actual rank. Before it, "rank-timers": statistics.median, for an even rank count the mean
+# of the two middle ranks (dlaunch/analysis/stragglers.py reads both).
+PHASES_METHOD = "rank-timers-median-low"
 
 MARKS = ("requested", "batch", "forward_begin", "forward_end", "backward_begin", "last_gradient", "ready", "updated")
 GPU_SLOTS = tuple("gpu_" + slot for slot in HEALTH_SLOTS)
@@ -229,8 +235,8 @@ def overhead_fields(row: Sequence[float], more_metrics_s: float) -> Dict[str, fl
 
 
 def phase_fields(rows: Sequence[Sequence[float]], hosts: Sequence[str]) -> Dict[str, Any]:
-    """The epoch record's `phases` and `nodes` from every rank's row (`hosts`: index = rank); {} when some rank
-    timed no step."""
+    """The epoch record's `phases` and `nodes` from every rank's row (`hosts`: index = rank), medians as
+    PHASES_METHOD says; {} when some rank timed no step."""
     ranks = [dict(zip(ROW, row)) for row in rows]
     steps = int(min(r["steps"] for r in ranks))
     if steps == 0:
@@ -239,7 +245,7 @@ def phase_fields(rows: Sequence[Sequence[float]], hosts: Sequence[str]) -> Dict[
     slowest = _slowest(ranks, range(len(ranks)))
     fields["phases"] = {
         "method": PHASES_METHOD, "steps": steps, "ranks": len(ranks),
-        "median": {p: statistics.median(r[p] for r in ranks) for p in STEP_PHASES},
+        "median": {p: statistics.median_low(r[p] for r in ranks) for p in STEP_PHASES},
         "slowest": dict({"rank": slowest, "host": hosts[slowest], "local_rank": int(ranks[slowest]["local_rank"])},
                         **{p: ranks[slowest][p] for p in STEP_PHASES})}
     by_host: Dict[str, List[int]] = {}
@@ -251,8 +257,8 @@ def phase_fields(rows: Sequence[Sequence[float]], hosts: Sequence[str]) -> Dict[
         gpus = [(int(ranks[r]["local_rank"]), [ranks[r][slot] for slot in GPU_SLOTS]) for r in members]
         fields["nodes"].append({
             "host": host, "ranks": len(members),
-            "median_forward_s": statistics.median(ranks[r]["forward_s"] for r in members),
-            "median_compute_s": statistics.median(ranks[r]["compute_s"] for r in members),
+            "median_forward_s": statistics.median_low(ranks[r]["forward_s"] for r in members),
+            "median_compute_s": statistics.median_low(ranks[r]["compute_s"] for r in members),
             "slowest": {"rank": slow, "local_rank": int(ranks[slow]["local_rank"]), "forward_s": ranks[slow]["forward_s"],
                         "compute_s": ranks[slow]["compute_s"]},
             "gpu": node_health(gpus)})
