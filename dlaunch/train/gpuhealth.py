@@ -125,9 +125,10 @@ class GpuHealth:
 
 
 def node_health(gpus: Sequence[Tuple[int, Sequence[float]]]) -> Health:
-    """GPU_HEALTH of a node from (local rank, HEALTH_SLOTS vector) of each of its ranks: the GPU with the lowest
-    mean SM clock and its maximum, the reasons seen on any GPU, the highest temperature; "unavailable: ..."
-    when some GPU of the node was not measured."""
+    """GPU_HEALTH of a node from (local rank, HEALTH_SLOTS vector) of each of its ranks: the figures of one GPU, named
+    by its local rank, with its own throttle reasons and temperature: among the GPUs with a throttle reason (else
+    all), the one with the lowest mean SM clock against its maximum. "unavailable: ..." when some GPU of the node was
+    not measured. (Records before phases method "rank-timers-median-low" held the reasons of all the node's GPUs.)"""
     measured = [(local_rank, v) for local_rank, v in gpus if int(v[0]) == MEASURED]
     if len(measured) < len(gpus):
         reasons = "; ".join(REASONS.get(code, "reason %d" % code)
@@ -135,9 +136,8 @@ def node_health(gpus: Sequence[Tuple[int, Sequence[float]]]) -> Health:
         if not measured:
             return unavailable(reasons)
         return unavailable("measured on %d of %d GPUs only (%s)" % (len(measured), len(gpus), reasons))
-    local_rank, lowest = min(measured, key=lambda entry: (entry[1][1], entry[0]))
-    bits = 0
-    for _, v in measured:
-        bits |= int(v[3])
-    return {"sm_clock_mhz": lowest[1], "sm_clock_max_mhz": lowest[2], "local_rank": local_rank,
-            "throttle": throttle_names(bits), "temperature_c": max(v[4] for _, v in measured)}
+    throttled = [(local_rank, v) for local_rank, v in measured if throttle_names(int(v[3]))]
+    local_rank, gpu = min(throttled or measured, key=lambda entry: (entry[1][1] / entry[1][2] if entry[1][2] else entry[1][1],
+                                                                     entry[0]))
+    return {"sm_clock_mhz": gpu[1], "sm_clock_max_mhz": gpu[2], "local_rank": local_rank,
+            "throttle": throttle_names(int(gpu[3])), "temperature_c": gpu[4]}
