@@ -1,10 +1,14 @@
 """The efficiency budget of a scaling group: from ideal (1.00) to the measured E_G, the share lost per cause.
 
 Per GPU count G of a group whose reference is G_ref (same batch per GPU), per step, each figure the median
-over the point's runs of the run's mean over its measured epochs (metrics-v4.md, dlaunch/analysis/scaling.py):
+over the point's runs of the run's mean over its measured epochs (the epoch record's phases, nodes and overhead:
+dlaunch/train/phases.py defines them, dlaunch/train/metrics_schema.py holds their shape; dlaunch/analysis/scaling.py
+averages them):
 
-    t(G)        = global_batch / X(G)                       the effective step time behind the measured E_G
-    wait(G)     = phases.slowest.compute_s - phases.median.compute_s     waiting for the slowest rank
+    t(G)        = global_batch / X(G)                       the effective step time behind the measured E_G (not a
+                                                            measured step: X counts every second of the epochs)
+    wait(G)     = phases.median.compute_s x forward_excess  waiting for the slowest rank: the straggler measure of
+                                                            dlaunch/analysis/stragglers.py (`EpochPhases.wait_s`)
     comm(G)     = phases.median.sync_s - wait(G)            exposed communication
     data(G)     = phases.median.data_s
     compute(G)  = phases.median.compute_s                   the median rank's forward + backward: it grows where
@@ -15,15 +19,15 @@ over the point's runs of the run's mean over its measured epochs (metrics-v4.md,
 lost to x at G = (x(G) - x(G_ref)) / t(G); "other" = 1 - E_G - the recorded parts (optimizer changes, host gaps,
 and any part not recorded), so 1 - sum(lost) = measured E_G exactly. A part is None
 ("not recorded") where the point's or the reference's runs lack it (files before version 4). The runs are
-those of the group's scaling points (`scaling.scaling`: diverged runs, and runs with a straggler unless
-`include_stragglers`, left out).
+those of the group's scaling points: diverged runs left out, and flagged runs (a straggler or a throttled GPU:
+`stragglers.is_flagged`) unless `include_stragglers`.
 """
 from dataclasses import dataclass
 from statistics import median
 from typing import Callable, Dict, List, Optional, Sequence
 
-from dlaunch.analysis.scaling import Run, measured_runs, scaling, without_stragglers
-from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD
+from dlaunch.analysis.scaling import Run, measured_runs, scaling
+from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, is_flagged
 
 COMMUNICATION, STRAGGLERS, DATA, COMPUTE = "communication", "stragglers", "data", "compute"
 EPOCH_OVERHEAD, OTHER = "epoch overhead", "other"
@@ -46,7 +50,7 @@ class BudgetRow:
     gpus: int
     measured_e_g: float
     lost: Dict[str, Optional[float]]  # LOST_PARTS -> fraction of ideal lost (None: not recorded)
-    step_s: float  # t(G)
+    step_s: float  # t(G) = global batch / X: the effective step time, not a measured step
     per_step_s: Dict[str, Optional[float]]  # the parts but "other" at G, seconds per step (medians)
 
 
@@ -57,8 +61,10 @@ def _median(values: Sequence[Optional[float]]) -> Optional[float]:
 
 def budget(runs: Sequence[Run], include_stragglers: bool = False,
            straggler_threshold: float = DEFAULT_THRESHOLD) -> List[BudgetRow]:
-    """The budget per GPU count of one scaling group (`runs`, as `scaling.scaling` takes them)."""
-    kept = measured_runs(without_stragglers(runs, include_stragglers, straggler_threshold))
+    """The budget per GPU count of one scaling group (`runs`, as `scaling.scaling` takes them); flagged runs left
+    out unless `include_stragglers`."""
+    kept = measured_runs([r for r in runs if include_stragglers
+                          or not is_flagged(r.phases, r.node_figures, straggler_threshold)])
     points = scaling(kept, include_stragglers=True)
     if not points:
         return []

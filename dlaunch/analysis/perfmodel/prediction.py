@@ -23,6 +23,7 @@ from dlaunch.analysis.perfmodel.paper import (AACH2023_REFERENCE_GPUS, AACH2023_
                                               paper_checks, paper_machine, paper_precision, published_compute_ms,
                                               published_gpu, storage_points)
 from dlaunch.analysis.scaling import Run, load_runs
+from dlaunch.analysis.stragglers import forward_excess
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.sites import Site, resolve_site
 from dlaunch.train.framework_table import gradient_exchanges
@@ -97,14 +98,14 @@ def workload_from_options(model: Optional[str], compute_ms: Optional[float], dat
                            reads_files=reads_files), source
 
 
-def straggler_spread(runs: Sequence[Run]) -> Dict[int, Optional[float]]:
-    """Per GPU count of `runs`, the slowest rank's compute_s over the median rank's (the mean over its runs
-    that recorded phases; None: none did)."""
+def slowest_forward_excess(runs: Sequence[Run]) -> Dict[int, Optional[float]]:
+    """Per GPU count of `runs`, the straggler measure of the flag (`stragglers.forward_excess`: the slowest rank's
+    forward pass over the median rank's, a fraction; the mean over its runs that recorded phases; None: none did)."""
     spread: Dict[int, Optional[float]] = {}
     for gpus in sorted({r.world_size for r in runs}):
-        ratios = [r.phases.slowest.compute_s / r.phases.median.compute_s for r in runs
-                  if r.world_size == gpus and r.phases is not None and r.phases.median.compute_s > 0]
-        spread[gpus] = fmean(ratios) if ratios else None
+        excesses = [forward_excess(r.phases) for r in runs if r.world_size == gpus and r.phases is not None]
+        recorded = [e for e in excesses if e is not None]
+        spread[gpus] = fmean(recorded) if recorded else None
     return spread
 
 
@@ -125,7 +126,7 @@ def _basis(fitted: Sequence[int], fitted_max: int) -> Callable[[int], str]:
 class PredictionResult:
     """What `dlaunch predict` shows: the workload and machine it assumed and where each came from, the model's row per
     GPU count (`predictions`) with its basis, the paper's values where its workload and machine are predicted
-    (`checks`), the runs' straggler spread and each run predicted from the others (`from_runs`), and the lines
+    (`checks`), the runs' slowest forward vs median and each run predicted from the others (`from_runs`), and the lines
     that say what the rows rest on (`notes`)."""
 
     site: str
@@ -143,7 +144,7 @@ class PredictionResult:
     overhead: bool  # the rows hold an epoch overhead
     assumptions: List[str] = field(default_factory=list)  # about Aach et al.'s DeepSpeed runs
     checks: Optional[Dict[int, PaperCheck]] = None
-    spread: Optional[Dict[int, Optional[float]]] = None  # the runs' slowest rank's compute_s over the median's
+    spread: Optional[Dict[int, Optional[float]]] = None  # per GPU count: slowest_forward_excess of the runs
     left_out: List[LeftOut] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
 
@@ -189,7 +190,7 @@ def prediction(site: str, gpus: Optional[Sequence[int]] = None, model: Optional[
         machine = replace(fit_runs(runs, base or unknown_network(profile.gpus_per_node)), gpus_per_node=profile.gpus_per_node)
         model_name, workload, source = runs[0].key.model, workload_of_run(runs[0]), "measured in %s" % runs[0].path
         fitted = sorted({r.world_size for r in runs})
-        overhead, spread = measured_overhead(runs), straggler_spread(runs)
+        overhead, spread = measured_overhead(runs), slowest_forward_excess(runs)
         machine_source = "fitted on your runs"
         basis = _basis(fitted, max(fitted))
         notes = ["basis: fitted = a GPU count of your runs (profiled comm %% as --profile-steps measures it); in range = "
@@ -256,8 +257,8 @@ def prediction(site: str, gpus: Optional[Sequence[int]] = None, model: Optional[
                      + ("more than %.0f %% of it from %d GPUs on" % (100 * OVERHEAD_SHARE_LIMIT, passes) if passes else
                         "under %.0f %% of it up to %d GPUs" % (100 * OVERHEAD_SHARE_LIMIT, limit)))
     if spread is not None:
-        notes.append("straggler spread: your runs' slowest rank's compute time over the median rank's (metrics version 4), "
-                     "at their GPU counts")
+        notes.append("slowest forward vs median: how much longer your runs' slowest rank's forward pass took than the "
+                     "median rank's, the measure of the straggler flag (metrics version 4), at their GPU counts")
     notes += check_summary(predictions, checks) if checks else []
     return PredictionResult(profile.name, model_name, framework, workload, machine, source, machine_source, storage,
                             epochs, predictions, {p.gpus: basis(p.gpus) for p in predictions}, bool(from_runs),
