@@ -216,6 +216,8 @@ def check_mpi_plugin(site: Site, controller_up: bool = True) -> Check:
     try:
         offered = scheduler.mpi_plugins()
     except SchedulerError as e:
+        if not controller_up:  # the client failed for the controller's reason (`scheduler controller` says it)
+            return Check(name, SKIP, str(e), "checked once `scheduler controller` passes")
         return Check(name, SKIP, str(e), "run doctor where the %s commands are" % scheduler.label)
     if not offered and not controller_up:
         return Check(name, SKIP, "%s lists no MPI plugin while the controller does not answer" % scheduler.label,

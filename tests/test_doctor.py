@@ -349,6 +349,8 @@ def test_without_a_controller_the_mpi_plugin_is_not_blamed(tmp_path, monkeypatch
     assert " skip " in rows["MPI plugin"]
     assert "srun --mpi=list: srun: fatal: Could not establish a configuration source" in rows["MPI plugin"]
     assert "set [scheduler] mpi_plugin" not in rows["MPI plugin"]
+    assert "checked once `scheduler controller` passes" in rows["MPI plugin"], rows["MPI plugin"]  # not "run doctor where
+    # the Slurm commands are": they are here (`scheduler commands` passes)
 
 
 def test_a_cpu_site_has_no_gpus_to_check_a_driver_of(tmp_path):
