@@ -32,10 +32,11 @@ if TYPE_CHECKING:
     from dlaunch.runs.runstate import Snapshot
     from dlaunch.runs.service import Prepared
 
-__all__ = ["BudgetRow", "Check", "Doctor", "ImageInfo", "Job", "LeftOutRun", "Logs", "Prediction", "PredictionRow",
-           "RcpRow", "Record", "Report", "ReportGroup", "ReportPoint", "ResultRow", "RunStatus", "SetApartRun", "SiteInfo",
-           "Spread", "Table", "cancel", "doctor", "images", "logs", "predict", "render_images", "report", "results", "run", "sites",
-           "status", "study", "study_status", "sweep", "watch"]
+__all__ = ["BudgetRow", "Check", "CompareRow", "Comparison", "Doctor", "ImageInfo", "Job", "LeftOutRun", "Logs",
+           "Prediction", "PredictionRow", "RcpRow", "Record", "Report", "ReportGroup", "ReportPoint", "ResultRow",
+           "RunStatus", "SetApartRun", "SiteInfo", "Spread", "StudyCheck", "StudyPlan", "Table", "cancel", "compare",
+           "doctor", "images", "logs", "predict", "render_images", "report", "results", "run", "sites", "status",
+           "study", "study_check", "study_status", "sweep", "watch"]
 
 R = TypeVar("R", bound="Record")
 
@@ -120,6 +121,30 @@ class Job(Record):
     nodes: int = 0
     processes: int = 0  # in all: GPUs, or processes on a site without GPUs
     label: str = ""  # a study's job: its matrix and name, the published figures it stands for, its repeat
+
+
+@dataclass(frozen=True)
+class StudyPlan(Record):
+    """A study's jobs for a site before they are submitted: `summary` ('3 jobs (left alone: 2 ended ok)'), its
+    `design` (protocol, stack, jobs per figure, assumptions), each distinct warning once (with its number of jobs)."""
+
+    study: str
+    site: str
+    summary: str
+    design: str
+    warnings: List[str]
+    jobs: List[Job]
+
+
+@dataclass(frozen=True)
+class StudyCheck(Record):
+    """`study check` on one site: its jobs, those that cannot run there (`failures`: label and why), or why the
+    site was `skipped` (not of the study's kind)."""
+
+    site: str
+    jobs: int
+    failures: List[List[str]]  # [job label, why it cannot run there]
+    skipped: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -306,6 +331,46 @@ class ResultRow(Record):
     efficiency: Optional[float]
     history: Optional[str]
     rcp: Optional[str]
+
+
+@dataclass(frozen=True)
+class CompareRow(Record):
+    """One matched `key` (model, framework, GPU count, ...) of a comparison: each side's median, range (`_spread`:
+    its kind), runs and values; B's median against A's in per cent, the exact Mann-Whitney p and its verdict."""
+
+    key: Dict[str, Any]
+    a_median: Optional[float]
+    a_low: Optional[float]
+    a_high: Optional[float]
+    a_spread: Optional[str]
+    a_runs: int
+    a_values: List[float]
+    b_median: Optional[float]
+    b_low: Optional[float]
+    b_high: Optional[float]
+    b_spread: Optional[str]
+    b_runs: int
+    b_values: List[float]
+    change_pct: Optional[float]
+    p_value: Optional[float]
+    significant: str
+
+
+@dataclass(frozen=True)
+class Comparison(Record):
+    """`results compare`: sides A and B (their selectors and runs) on `metric`, matched per `varying` key; what is
+    the `same` in every row, what tells the sides apart (`changed`, library `pins`: [A's, B's])."""
+
+    a: str
+    b: str
+    a_runs: int
+    b_runs: int
+    metric: str
+    varying: List[str]
+    same: Dict[str, Any]
+    changed: Dict[str, List[Any]]
+    pins: Dict[str, List[Any]]
+    rows: List[CompareRow]
 
 
 @dataclass(frozen=True)
@@ -504,29 +569,56 @@ def sweep(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional
     return _delivered(jobs, dry_run)
 
 
+def _counted_warnings(lines: Iterable[str]) -> List[str]:
+    """Each distinct warning once, sorted, with the number of jobs it came from when more than one."""
+    from collections import Counter
+
+    return ["%s (%d jobs)" % (line, n) if n > 1 else line for line, n in sorted(Counter(lines).items())]
+
+
 @_api
 def study(name_or_path: Any, *, site: str, output: Any = "runs", dry_run: bool = False, list_only: bool = False,
           only: Sequence[str] = (), data: Sequence[str] = (), account: Optional[str] = None, image: Optional[str] = None,
-          protocol: Optional[str] = None, stack: Optional[str] = None, allow_large: bool = False) -> List[Job]:
+          protocol: Optional[str] = None, stack: Optional[str] = None, allow_large: bool = False,
+          planned: Optional[Callable[[StudyPlan], None]] = None, say: Callable[[str], None] = lambda line: None,
+          show_progress: bool = False) -> List[Job]:
     """A study's jobs for `site` that are missing or failed, rendered and submitted into OUTPUT/<study name> (a
     study name, shipped or in $DLAUNCH_STUDIES_DIR, or a study file); with `dry_run` (or `list_only`, whose jobs the
-    command line prints one line each: `label`, nodes, processes) rendered only. Warnings about its data are
-    DlaunchWarnings; the jobs left alone (ended ok, still active) a DlaunchNote."""
+    command line prints one line each: `label`, nodes, processes) rendered only. Warnings about its data and jobs are
+    DlaunchWarnings, each said once; the jobs left alone (ended ok, still active) a DlaunchNote. `planned` hears the
+    StudyPlan before anything is submitted, `say` each submission; `show_progress`: a job run here shows its
+    progress on stdout (the command line's live view)."""
     from dlaunch.runs.study import prepare_study, submit_study
     from dlaunch.runs.studyfile import find_study
 
     dry_run = dry_run or list_only
     prepared = prepare_study(find_study(str(name_or_path)), site, Path(output), dry_run, only, data, account, image,
                              protocol, stack, allow_large)
-    for line in prepared.warnings:
+    counted = _counted_warnings([*prepared.warnings, *(line for _, job in prepared.jobs for line in job.warnings)])
+    for line in counted:
         warnings.warn(escape(line), DlaunchWarning, stacklevel=3)
     if prepared.ended_ok or prepared.active:
         warnings.warn("study %s: %s" % (prepared.study.name, prepared.summary), DlaunchNote, stacklevel=3)
+    jobs = [_job(job, label=item.label) for item, job in prepared.jobs]
+    if planned is not None:
+        planned(StudyPlan(prepared.study.name, prepared.site, prepared.summary, prepared.design, counted, jobs))
     if dry_run:
-        return [_job(job, label=item.label) for item, job in prepared.jobs]
-    submitted = submit_study(prepared)
+        return jobs
+    submitted = submit_study(prepared, say, show_progress)
     return [_job(job, run, code, item.label)
             for (item, job), run, code in zip(prepared.jobs, submitted.runs, submitted.codes)]
+
+
+@_api
+def study_check(name_or_path: Any, *, sites: Sequence[str] = (), protocol: Optional[str] = None,
+                stack: Optional[str] = None) -> List[StudyCheck]:
+    """Render every job of a study for each of `sites` (default: every shipped site, those not of the study's kind
+    skipped) as `dlaunch study check` does: per site the jobs that cannot run there and why."""
+    from dlaunch.runs.study import check_study
+    from dlaunch.runs.studyfile import find_study
+
+    return [StudyCheck(r.site, r.jobs, [[label, why] for label, why in r.failures], r.skipped)
+            for r in check_study(find_study(str(name_or_path)), sites, protocol, stack)]
 
 
 @_api
@@ -779,6 +871,33 @@ def results(where: Sequence[str] = (), *, db: Optional[Any] = None) -> List[Resu
     return [ResultRow(**{k: row[k] for k in names}, rcp=None if row["epochs_to_mlperf_target"] is None else
                       run_rcp_verdict(row["global_batch"], row["epochs_to_mlperf_target"], rcps))
             for row in with_history(select(everything, list(where)), everything)]
+
+
+def _compare_row(match: Any) -> CompareRow:
+    sides = {}
+    for side, values in (("a", match.a), ("b", match.b)):
+        s = match.spread(values)
+        sides.update({side + "_median": s.median if s else None, side + "_low": s.low if s else None,
+                      side + "_high": s.high if s else None, side + "_spread": s.kind if s else None,
+                      side + "_runs": len(values), side + "_values": list(values)})
+    return CompareRow(key=dict(match.key), **sides, change_pct=None if match.change is None else 100 * match.change,
+                      p_value=match.p_value, significant=match.significance)
+
+
+@_api
+def compare(a: str, b: str, *, metric: str = "images_per_s", db: Optional[Any] = None) -> Comparison:
+    """Two sets of runs of the results database (each an experiment's name or a selector, as `results`' `where`)
+    compared per model, framework, GPU count, ... on `metric`, as `dlaunch results compare`."""
+    from dlaunch.resultsdb.compare import compare as compared
+
+    with results_db(db) as store:
+        c = compared(store.rows(), a, b, metric)
+    keys = list(c.matches[0].key) if c.matches else []
+    varying = [k for k in keys if len({str(m.key[k]) for m in c.matches}) > 1] or keys[:1]
+    return Comparison(c.a.label, c.b.label, len(c.a.rows), len(c.b.rows), c.metric, varying,
+                      {k: c.matches[0].key[k] for k in keys if k not in varying},
+                      {k: list(v) for k, v in c.changed.items()}, {k: list(v) for k, v in c.pins.items()},
+                      [_compare_row(m) for m in c.matches])
 
 
 # -- sites, images, doctor, predict ---------------------------------------------------------------------

@@ -312,6 +312,39 @@ def test_study_renders_submits_and_leaves_alone_as_the_command_line_and_study_st
     assert [api.RunStatus.from_dict(item) for item in json.loads(capfd.readouterr().out)] == [seen]
 
 
+def test_study_list_and_check_json_are_the_apis_jobs_and_checks(tmp_path, monkeypatch, capsys):
+    """`study run --list --json` (the jobs it would submit) and `study check --json` (per site the jobs that cannot
+    run there): the API's objects, read back through their types; nothing written."""
+    monkeypatch.chdir(tmp_path)
+    listed = cli_json(capsys, ["study", "run", "smoke", "--site", "local", "--list", "--json"])
+    assert [api.Job.from_dict(item).to_dict() for item in listed] == listed
+    assert listed == [j.to_dict() for j in api.study("smoke", site="local", list_only=True)]
+    assert [(j["processes"], j["submitted"]) for j in listed] == [(1, False), (1, False), (2, False), (2, False)]
+    checked = cli_json(capsys, ["study", "check", "aach2023", "--site", "jureca-dc", "--site", "juwels", "--json"], code=1)
+    assert [api.StudyCheck.from_dict(item).to_dict() for item in checked] == checked
+    assert checked == [c.to_dict() for c in api.study_check("aach2023", sites=["jureca-dc", "juwels"])]
+    jureca, juwels = (api.StudyCheck.from_dict(item) for item in checked)
+    assert jureca.failures and all(len(f) == 2 for f in jureca.failures) and not juwels.failures
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_results_compare_json_is_the_apis_comparison_and_format_json_its_rows(tmp_path, monkeypatch, capsys):
+    from test_results import two_experiments
+
+    monkeypatch.chdir(tmp_path)
+    two_experiments(tmp_path / "runs")
+    assert main(["results", "rebuild", "runs"]) == 0
+    compared = cli_json(capsys, ["results", "compare", "exp-ddp", "exp-hvd", "--json"])
+    assert api.Comparison.from_dict(compared).to_dict() == compared
+    assert compared == api.compare("exp-ddp", "exp-hvd").to_dict()
+    comparison = api.Comparison.from_dict(compared)
+    assert (comparison.varying, comparison.changed["framework"]) == (["gpus"], ["ddp", "horovod"])
+    two = comparison.rows[1]
+    assert (two.key["gpus"], two.a_median, two.b_median, two.significant) == (2, 181.5, 196.5, "yes")
+    flat = cli_json(capsys, ["results", "compare", "exp-ddp", "exp-hvd", "--format", "json"])
+    assert flat == [{**row.key, **{k: v for k, v in row.to_dict().items() if k != "key"}} for row in comparison.rows]
+
+
 def test_predict_takes_every_option_of_the_command_line_whose_json_is_the_same_object(tmp_path, monkeypatch, capsys):
     """--calibrated, --epoch-overhead, --from-runs (the API had the nominal network only), and `predict --json`."""
     from dlaunch.analysis.perfmodel.nccl import Machine

@@ -7,15 +7,18 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Literal, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Annotated, Any, Dict, List, Literal, Optional, Sequence, Tuple
 
 import typer
 from rich.console import Console
 
-from dlaunch.cli.terminal import command_group
-from dlaunch.resultsdb.compare import METRICS, Comparison, compare
+from dlaunch.cli.terminal import command_group, print_json
+from dlaunch.resultsdb.compare import METRICS
 from dlaunch.resultsdb.store import ResultsDB, db_path, read_rows
 from dlaunch.tables import cell, counted, markdown, print_table
+
+if TYPE_CHECKING:
+    from dlaunch.api import Comparison
 
 results_app = command_group(help="The results database: list runs (no sub-command), compare, rebuild.",
                             invoke_without_command=True)
@@ -73,51 +76,42 @@ def results(ctx: typer.Context,
 COMPARE_HEADERS = ("A median", "A range", "A runs", "B median", "B range", "B runs", "change %", "p", "significant")
 
 
-def comparison_output(c: Comparison) -> Tuple[List[str], List[List[str]], List[Dict[str, Any]], List[str]]:
-    """(headers, cells, records, notes) of a comparison."""
-    keys = list(c.matches[0].key) if c.matches else []
-    varying = [k for k in keys if len({str(m.key[k]) for m in c.matches}) > 1] or keys[:1]
+def comparison_output(c: "Comparison") -> Tuple[List[str], List[List[str]], List[Dict[str, Any]], List[str]]:
+    """(headers, cells, flat records: the matched key's fields then the row's, notes) of the API's comparison."""
     fmt = "%.4g"
     cells, records = [], []
-    for m in c.matches:
-        spreads = [m.spread(m.a), m.spread(m.b)]
-        row = [str(m.key[k]) for k in varying]
-        record: Dict[str, Any] = dict(m.key)
-        for side, values, s in (("a", m.a, spreads[0]), ("b", m.b, spreads[1])):
-            row += [cell(s.median if s else None, fmt), "%s-%s" % (fmt % s.low, fmt % s.high) if s and s.n > 1 else "-",
-                    str(len(values))]
-            record.update({side + "_median": s.median if s else None, side + "_low": s.low if s else None,
-                           side + "_high": s.high if s else None, side + "_spread": s.kind if s else None,
-                           side + "_runs": len(values), side + "_values": values})
-        p = m.p_value
-        row += [cell(None if m.change is None else 100 * m.change, "%+.1f"), cell(p, "%.3g"), m.significance]
-        record.update(change_pct=None if m.change is None else 100 * m.change, p_value=p, significant=m.significance)
+    for m in c.rows:
+        row = [str(m.key[k]) for k in c.varying]
+        for median, low, high, runs in ((m.a_median, m.a_low, m.a_high, m.a_runs), (m.b_median, m.b_low, m.b_high, m.b_runs)):
+            row += [cell(median, fmt), "%s-%s" % (fmt % low, fmt % high) if runs > 1 else "-", str(runs)]
+        row += [cell(m.change_pct, "%+.1f"), cell(m.p_value, "%.3g"), m.significant]
         cells.append(row)
-        records.append(record)
-    same = ["%s %s" % (k, c.matches[0].key[k]) for k in keys if k not in varying]
-    notes = ["A: %s (%s); B: %s (%s); figure: %s" % (c.a.label, counted(len(c.a.rows), "run"), c.b.label,
-                                                     counted(len(c.b.rows), "run"), c.metric)]
+        records.append({**m.key, **{k: v for k, v in m.to_dict().items() if k != "key"}})
+    notes = ["A: %s (%s); B: %s (%s); figure: %s" % (c.a, counted(c.a_runs, "run"), c.b, counted(c.b_runs, "run"), c.metric)]
     if c.changed:
         notes.append("changed: " + "; ".join("%s %s -> %s" % (k, va, vb) for k, (va, vb) in c.changed.items()))
     if c.pins:
         notes.append("versions: " + "; ".join("%s %s -> %s" % (k, va, vb) for k, (va, vb) in c.pins.items()))
-    if same:
-        notes.append("same in every row: " + ", ".join(same))
+    if c.same:
+        notes.append("same in every row: " + ", ".join("%s %s" % (k, v) for k, v in c.same.items()))
     notes.append("significant: two-sided exact Mann-Whitney U test, p < 0.05 (rank-based: repeats are few and "
                  "not normal); ranges: min-max below 6 runs, 95% CI of the median from 6")
-    return varying + list(COMPARE_HEADERS), cells, records, notes
+    return list(c.varying) + list(COMPARE_HEADERS), cells, records, notes
 
 
 @results_app.command("compare")
 def compare_command(a: Annotated[str, typer.Argument(help="selector of side A: an experiment, or key=value[,key=value] (site, stack, date, framework, pins.torch, ...)")],
                     b: Annotated[str, typer.Argument(help="selector of side B")],
                     metric: Annotated[str, typer.Option(help="figure to compare: %s" % ", ".join(METRICS))] = "images_per_s",
-                    fmt: Format = "table", db: Db = None) -> None:
+                    fmt: Format = "table", db: Db = None,
+                    as_json: Annotated[bool, typer.Option("--json", help="the Python API's Comparison as JSON (docs/API.md); --format json: its rows alone, flat")] = False) -> None:
     """Compare two experiments, sites, stacks or dates per model, framework and GPU count."""
-    from dlaunch.api import results_db
+    from dlaunch import api
 
-    with results_db(db) as store:
-        comparison = compare(store.rows(), a, b, metric)
+    comparison = api.compare(a, b, metric=metric, db=db)
+    if as_json:
+        print_json(comparison)
+        return
     headers, cells, records, notes = comparison_output(comparison)
     emit(fmt, "dlaunch results compare: %s (A) against %s (B)" % (a, b), headers, cells, records, notes=notes)
 

@@ -1,18 +1,22 @@
 """`dlaunch study run/check/status/report`: a study file's jobs rendered and submitted (dlaunch/runs/study.py), checked
 against sites, its runs' state, its report with the published values beside this run's."""
-from collections import Counter
+import warnings
 from pathlib import Path
-from typing import Annotated, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Dict, List, Optional, Sequence
 
 import typer
 
 from dlaunch.cli.report import IncludeNetworkMismatches, IncludeStragglers, StragglerThreshold, report_command
 from dlaunch.cli.runs import print_statuses
-from dlaunch.cli.terminal import AllowLarge, Json, command_group, err, out, show_status
+from dlaunch.cli.terminal import AllowLarge, Json, command_group, err, out, print_json, show_status
+from dlaunch.errors import DlaunchWarning
 from dlaunch.reporting.document import write_comparison
-from dlaunch.runs.study import CheckResult, check_study, prepare_study, published_comparisons, submit_study
+from dlaunch.runs.study import published_comparisons
 from dlaunch.runs.studyfile import Study, available_studies, choose_protocol, find_study, load_study
 from dlaunch.tables import counted
+
+if TYPE_CHECKING:
+    from dlaunch.api import StudyCheck, StudyPlan
 
 
 def complete_study(incomplete: str) -> List[str]:
@@ -20,7 +24,7 @@ def complete_study(incomplete: str) -> List[str]:
     return [name for name in available_studies() if name.startswith(incomplete)]
 
 
-def print_check(study: Study, protocol: Optional[str], results: Sequence[CheckResult]) -> int:
+def print_check(study: Study, protocol: Optional[str], results: Sequence["StudyCheck"]) -> int:
     """One line per site, then per site every reason with the jobs it stops; exit code 1 when a job cannot run."""
     head = "study %s%s" % (study.name, ", protocol %s" % protocol if protocol else "")
     out.out(head)
@@ -67,29 +71,41 @@ def study_run_command(
     protocol: ProtocolOption = None,
     stack: StackOption = None,
     allow_large: AllowLarge = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the Python API's objects as JSON (docs/API.md): a Job per job, nothing else; with --dry-run or --list their scripts are in it")] = False,
 ) -> int:
     """Submit the jobs of a study that are missing or failed (or print them with --dry-run)."""
+    from dlaunch import api
+
     dry_run = dry_run or listing
-    prepared = prepare_study(find_study(study), site, output, dry_run, only or (), data or (), account, image, protocol,
-                             stack, allow_large)
-    lines = list(prepared.warnings) + [line for _, job in prepared.jobs for line in job.warnings]
-    warnings = Counter("dlaunch: warning: %s" % line for line in lines)  # one line per distinct warning, not per job
-    for line, n in sorted(warnings.items()):
-        err.print(line if n == 1 else "%s (%d jobs)" % (line, n))
+    plans: List["StudyPlan"] = []
+
+    def planned(plan: "StudyPlan") -> None:  # before anything is submitted: its warnings, each once
+        plans.append(plan)
+        for line in plan.warnings:
+            err.print("dlaunch: warning: %s" % line)
+
+    with warnings.catch_warnings():  # said by `planned`, counted per job
+        warnings.simplefilter("ignore", DlaunchWarning)
+        jobs = api.study(study, site=site, output=output, dry_run=dry_run, only=only or (), data=data or (),
+                         account=account, image=image, protocol=protocol, stack=stack, allow_large=allow_large,
+                         planned=planned, say=err.print, show_progress=True)
+    (plan,) = plans
+    if as_json:
+        print_json(jobs)
+        return 0 if dry_run else next((j.exit_code for j in jobs if j.exit_code), 0)
     if dry_run:  # stdout is the scripts (or the list) alone: the counts and notes go to stderr
-        for i, (job, rendered) in enumerate(prepared.jobs, 1):
+        for i, job in enumerate(jobs, 1):
             if listing:
-                out.out(job.line(rendered.plan.nodes, rendered.plan.nproc_per_node), highlight=False)
+                out.out("%s; %s, %s" % (job.label, counted(job.nodes, "node"), counted(job.processes, "GPU")), highlight=False)
             else:
-                out.out("# job %d/%d %s" % (i, len(prepared.jobs), job.label))
-                out.out(rendered.script)
-        err.out(prepared.design, highlight=False)
-        err.out(prepared.summary, highlight=False)
+                out.out("# job %d/%d %s" % (i, len(jobs), job.label))
+                out.out(job.script)
+        err.out(plan.design, highlight=False)
+        err.out(plan.summary, highlight=False)
         return 0
-    submitted = submit_study(prepared, err.print, show_progress=True)
-    failed = sum(bool(code) for code in submitted.codes)
-    out.out("study %s: %s submitted%s" % (prepared.study.name, prepared.summary, ", %d failed here" % failed if failed else ""))
-    return submitted.exit_code
+    failed = sum(bool(job.exit_code) for job in jobs)
+    out.out("study %s: %s submitted%s" % (plan.study, plan.summary, ", %d failed here" % failed if failed else ""))
+    return next((job.exit_code for job in jobs if job.exit_code), 0)
 
 
 @study_app.command("check")
@@ -98,11 +114,17 @@ def study_check_command(
     site: Annotated[Optional[List[str]], typer.Option("--site", help="profile name, alias or path; repeatable; default: every shipped site (those not of the study's kind are skipped)")] = None,
     protocol: ProtocolOption = None,
     stack: StackOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the Python API's objects as JSON (docs/API.md): a StudyCheck per site, nothing else")] = False,
 ) -> int:
     """Render every job of a study for a site and list those that cannot run there (exit 1 if one cannot)."""
-    path = find_study(study)
-    loaded = load_study(path)
-    return print_check(loaded, choose_protocol(loaded, protocol), check_study(path, site or (), protocol, stack))
+    from dlaunch import api
+
+    checked = api.study_check(study, sites=site or (), protocol=protocol, stack=stack)
+    if as_json:
+        print_json(checked)
+        return 1 if any(r.failures for r in checked) else 0
+    loaded = load_study(find_study(study))
+    return print_check(loaded, choose_protocol(loaded, protocol), checked)
 
 
 @study_app.command("status")
