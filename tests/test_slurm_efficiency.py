@@ -4,10 +4,12 @@ as a throttled GPU, a degraded link or a noisy neighbour slows one node of a rea
 (`slurm-cluster.sh start --pin-cores`, the session cluster): unpinned, both nodes' ranks would share this machine's
 2 cores and their speeds would say nothing about a node.
 
-The test profile's `straggler_threshold` is 0.30, not the default 0.10: this machine's two vCPUs, the test nodes, at
+The test profile's `straggler_threshold` is 0.85, not the default 0.10: this machine's two vCPUs, the test nodes, at
 times differ by up to 40 % in speed on their own (measured in equal jobs: one node's forward pass 9.2 ms, the other's
-12.8 ms, steadily over a job's epochs; most jobs within 5 %), more than two nodes of one type on a real cluster. A node
-slowed to 30 % of a CPU computes its forward pass about 4.7x slower (65 % above the median of 2 ranks).
+12.8 ms, 1.39x, steadily over a job's epochs; most jobs within 5 %), more than two nodes of one type on a real cluster.
+A node slowed to 30 % of a CPU computes its forward pass about 4.7x slower, 370 % above the median rank (of 2 ranks the
+faster one). 0.85 keeps the ratio between 2 ranks that 0.30 allowed when the median was the mean of the two (before
+phases method "rank-timers-median-low": 1.3 / 0.7 = 1.86x).
 
 Before issue 36 (main c098ce7) the slowed job ended `ok` with 3.3x less throughput and nothing named the node."""
 import os
@@ -51,7 +53,7 @@ def finish(cluster: slurm.Cluster, runs: List[Path]) -> None:
         assert read_metrics(str(run / "metrics.jsonl")).status == "ok"
 
 
-THRESHOLD = 0.30
+THRESHOLD = 0.85
 
 
 @pytest.fixture
@@ -74,6 +76,11 @@ def test_equal_jobs_are_not_flagged(pinned, site, tmp_path):
     assert "straggler" not in shown.stdout and "throttled" not in shown.stdout, shown.stdout
     for run in runs:  # every rank recorded its phases: the runs were judged, not skipped
         assert all(epoch.get("phases") for epoch in read_metrics(str(run / "metrics.jsonl")).epochs)
+    watch = dlaunch(pinned, tmp_path, "watch", "--once", "runs/equal")  # through a pipe: plain lines
+    assert watch.returncode == 0, watch.stderr
+    lines = {line.split()[1].rstrip(":"): line for line in watch.stdout.splitlines() if "runs/equal/" in line}
+    assert sorted(lines) == ["runs/equal/r%d" % i for i in range(5)], watch.stdout
+    assert not [line for line in lines.values() if "straggler" in line or "throttled" in line], watch.stdout
     report = dlaunch(pinned, tmp_path, "report", "runs/equal", "--output", "report")
     assert report.returncode == 0, report.stderr
     assert "## Stragglers and throttled GPUs" not in (tmp_path / "report" / "report.md").read_text()
