@@ -192,12 +192,14 @@ FLAGS: Tuple[Flag, ...] = (
     Flag("kernel-profile-steps", int, "CUDA kernel time per class (NCCL, cuDNN, I/O) over N steps after those "
          "(torch.profiler; GPU runs; N past the run's end: to the end)"),
     Flag("compile", str, "torch.compile the model in this mode; it compiles in the first step, a warm-up step, whose "
-         "wall time the first epoch record keeps as compile_s", COMPILE_MODES),
+         "wall time the first epoch record keeps as compile_s (measured on an H100: default; the other modes not yet)",
+         COMPILE_MODES),
     Flag("cuda-graphs", bool, "capture the whole step in one CUDA graph at the last warm-up step and replay it "
          "(DDP on a GPU, static shapes, --optimizer-impl fused)"),
     Flag("optimizer-impl", str, "SGD implementation: torch's choice, foreach (multi-tensor) or fused", OPTIMIZER_IMPLS),
     Flag("host-syncs", str, "minimal: no per-step host synchronisation (the loss is read at the stop checks only; "
-         "fp16 needs --optimizer-impl fused)", HOST_SYNCS),
+         "fp16 needs --optimizer-impl fused; on an H100 it measured slower than fused alone, cause open: "
+         "benchmarks/README.md)", HOST_SYNCS),
     Flag("fp16-allreduce", bool, "horovod: compress gradients to fp16"),
     Flag("fusion-threshold-mb", float, "horovod: tensor fusion buffer (MB)"),
     Flag("backward-passes-per-step", int, "horovod: gradient accumulation"),
