@@ -2,6 +2,7 @@
 `straggler_threshold` (dlaunch/jobs/sites.py) and the analysis without a profile
 (dlaunch/analysis/stragglers.py). Reading a profile (`dlaunch run --dry-run`) imports no analysis."""
 
-# A rank computing more than this fraction slower than the median rank is a straggler; a GPU whose clock
-# is below (1 - this) of its maximum, with a throttle reason, is throttled.
+# A rank whose forward pass takes more than this fraction longer than the median rank's (a real rank: of 2 the
+# faster; stragglers.forward_excess) is a straggler; a GPU whose clock is below (1 - this) of its maximum, with a
+# throttle reason, is throttled.
 DEFAULT_THRESHOLD = 0.10
