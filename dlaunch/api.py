@@ -32,11 +32,11 @@ if TYPE_CHECKING:
     from dlaunch.runs.runstate import Snapshot
     from dlaunch.runs.service import Prepared
 
-__all__ = ["BudgetRow", "Check", "CompareRow", "Comparison", "Doctor", "ImageInfo", "Job", "LeftOutRun", "Logs",
-           "Prediction", "PredictionRow", "RcpRow", "Record", "Report", "ReportGroup", "ReportPoint", "ResultRow",
-           "RunStatus", "SetApartRun", "SiteInfo", "Spread", "StudyCheck", "StudyPlan", "Table", "cancel", "compare",
-           "doctor", "images", "logs", "predict", "render_images", "report", "results", "run", "sites", "status",
-           "study", "study_check", "study_status", "sweep", "watch"]
+__all__ = ["Archive", "BudgetRow", "Check", "CompareRow", "Comparison", "Doctor", "ImageInfo", "Job", "LeftOutRun",
+           "Logs", "Prediction", "PredictionRow", "RcpRow", "Record", "Report", "ReportGroup", "ReportPoint", "Rerun",
+           "ResultRow", "RunStatus", "SetApartRun", "SiteInfo", "Spread", "StudyCheck", "StudyPlan", "Table", "archive",
+           "cancel", "compare", "doctor", "images", "logs", "predict", "render_images", "report", "rerun", "results",
+           "run", "sites", "status", "study", "study_check", "study_status", "sweep", "watch"]
 
 R = TypeVar("R", bound="Record")
 
@@ -121,6 +121,28 @@ class Job(Record):
     nodes: int = 0
     processes: int = 0  # in all: GPUs, or processes on a site without GPUs
     label: str = ""  # a study's job: its matrix and name, the published figures it stands for, its repeat
+
+
+@dataclass(frozen=True)
+class Rerun(Record):
+    """`rerun`: a result's job on another site, the `parent` it came from (its metrics file, or
+    ARCHIVE.tar.gz:EXPERIMENT/RUN) and what differs from it, as [attribute, parent's, rerun's]."""
+
+    parent: str
+    differences: List[List[str]]
+    job: Job
+
+
+@dataclass(frozen=True)
+class Archive(Record):
+    """`archive`: the bundle written, its manifest (`files` in it, `bytes` before compression) and the runs
+    that kept no site profile (submitted before dlaunch kept the one a job was made from)."""
+
+    file: str
+    manifest: str  # its path inside the bundle
+    files: int
+    bytes: int
+    without_profile: List[str]
 
 
 @dataclass(frozen=True)
@@ -574,6 +596,29 @@ def _counted_warnings(lines: Iterable[str]) -> List[str]:
     from collections import Counter
 
     return ["%s (%d jobs)" % (line, n) if n > 1 else line for line, n in sorted(Counter(lines).items())]
+
+
+@_api
+def rerun(result: Any, *, site: str, nodes: Optional[int] = None, gpus: Optional[int] = None, data: Optional[str] = None,
+          output: str = "runs", dry_run: bool = False, allow_large: bool = False) -> Rerun:
+    """A result (metrics file, run directory, or ARCHIVE.tar.gz:RUN of `archive`'s bundle) run again on `site`: its
+    request resolved there, submitted (or rendered only with `dry_run`), with what differs from the parent."""
+    rerun = launch.prepare_rerun(result, site, nodes=nodes, gpus=gpus, data=data, output=output, dry_run=dry_run,
+                                 allow_large=allow_large)
+    (job,) = _delivered([rerun.job], dry_run)
+    return Rerun(rerun.parent, [list(row) for row in rerun.differences], job)
+
+
+@_api
+def archive(folder: Any, output: Any) -> Archive:
+    """Bundle an experiment's or study's directory into `output` (FILE.tar.gz): scripts, plans, profiles, metrics,
+    logs and report, with a sha256 manifest."""
+    from dlaunch.runs.archive import MANIFEST, runs_without_profile, write_archive
+
+    manifest = write_archive(Path(folder), Path(output))
+    return Archive(str(output), "%s/%s" % (Path(folder).resolve().name, MANIFEST), len(manifest),
+                   sum(int(entry["bytes"]) for entry in manifest.values()),  # type: ignore[call-overload]
+                   [str(run.path) for run in runs_without_profile(Path(folder))])
 
 
 @_api

@@ -1,4 +1,4 @@
-"""The two steps of `run` and `sweep` (and of `study run`'s jobs): prepare (the request resolved against its
+"""The two steps of `run`, `sweep` and `rerun` (and of `study run`'s jobs): prepare (the request resolved against its
 site, checked and rendered; nothing written) and submit (dlaunch/runs/service.py's one rule). The Python API's
 `run` and `sweep` (dlaunch/api.py) and the command line stand on them; this module stays small, as the
 command line's start-up for `run` goes through it (no API types are made here).
@@ -10,6 +10,7 @@ from dlaunch.boundary import check_limit
 from dlaunch.errors import DlaunchError
 
 if TYPE_CHECKING:
+    from dlaunch.runs.rerun import Rerun
     from dlaunch.runs.service import Prepared, Submitted
 
 Trainer = Tuple[Tuple[str, Any], ...]  # (trainer flag name, value): the flags set, as LaunchRequest holds them
@@ -86,6 +87,16 @@ def prepare_sweep(site: Optional[str] = None, *, framework: str = "ddp", nodes: 
                                      run_name="%s%04d" % (key[0], count), allow_large=allow_large, **{key: count}),
                             dry_run=dry_run)
             for count in check_counts(flag, counts or [])]
+
+
+def prepare_rerun(result: str, site: str, *, nodes: Optional[int] = None, gpus: Optional[int] = None,
+                  data: Optional[str] = None, output: str = "runs", dry_run: bool = False,
+                  allow_large: bool = False) -> "Rerun":
+    """A result (metrics file, run directory, ARCHIVE.tar.gz:RUN) as a job on `site`, rendered and checked, nothing
+    written, with what differs from it (`rerun`'s first step; dlaunch/runs/rerun.py)."""
+    from dlaunch.runs.rerun import prepare_rerun as rerun_of
+
+    return rerun_of(Path(result), site, nodes, gpus, dry_run, output, data, allow_large)
 
 
 def submit(jobs: Sequence["Prepared"], say: Callable[[str], None] = lambda line: None,

@@ -177,6 +177,26 @@ def test_a_local_run_runs_to_its_end_quietly_then_status_logs_results_and_cancel
     assert api.cancel("runs/e/r") == "runs/e/r had ended (finished (exit 0); metrics ok): nothing to cancel"
 
 
+def test_archive_and_rerun_are_api_functions_the_commands_print(tmp_path, monkeypatch, capfd):
+    """`archive` and `rerun` (command line only before): the API's objects, and the commands print the same."""
+    monkeypatch.chdir(tmp_path)
+    api.run("local", gpus=1, experiment="e", run_name="r", **TINY)
+    bundle = api.archive("runs/e", "e.tar.gz")
+    assert (bundle.file, bundle.manifest, bundle.without_profile) == ("e.tar.gz", "e/manifest.json", [])
+    assert bundle.files > 0 and bundle.bytes > 0 and api.Archive.from_dict(bundle.to_dict()) == bundle
+    capfd.readouterr()
+    assert main(["archive", "runs/e", "-o", "again.tar.gz"]) == 0
+    assert capfd.readouterr().out == "wrote again.tar.gz: %d files, %d bytes before compression, manifest e/manifest.json\n" % (
+        bundle.files, bundle.bytes)
+    again = api.rerun("e.tar.gz:e/r", site="juwels", gpus=8, dry_run=True)
+    assert again.parent == "%s:e/r" % (tmp_path / "e.tar.gz")
+    assert ["nodes", "1", "2"] in again.differences and not again.job.submitted
+    assert "#SBATCH --nodes=2" in again.job.script and api.Rerun.from_dict(again.to_dict()) == again
+    assert main(["rerun", "e.tar.gz:e/r", "--site", "juwels", "--gpus", "8", "--dry-run"]) == 0
+    assert "#SBATCH --nodes=2" in capfd.readouterr().out
+    assert not Path("runs/rerun-e").exists()
+
+
 def test_status_reads_written_runs_says_why_one_failed_and_rejects_a_broken_one(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_run(tmp_path / "runs" / "e", "good", finished())

@@ -1,5 +1,5 @@
 """`dlaunch archive EXPERIMENT -o FILE.tar.gz`: an experiment's or study's files bundled with a sha256 manifest
-(dlaunch/runs/archive.py)."""
+(the Python API's `archive`; dlaunch/runs/archive.py)."""
 from pathlib import Path
 from typing import Annotated
 
@@ -7,7 +7,6 @@ import typer
 
 from dlaunch.boundary import display_path, escape
 from dlaunch.cli.terminal import err, out
-from dlaunch.runs.archive import MANIFEST, runs_without_profile, write_archive
 from dlaunch.runs.rundir import SITE_PROFILE
 
 
@@ -16,13 +15,14 @@ def archive_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="the bundle, FILE.tar.gz")],
 ) -> int:
     """Bundle an experiment's scripts, plans, profiles, metrics, logs and report with a sha256 manifest."""
-    manifest = write_archive(experiment, output)
-    size = sum(int(entry["bytes"]) for entry in manifest.values())
-    out.print("wrote %s: %d files, %d bytes before compression, manifest %s/%s"
-              % (display_path(output), len(manifest), size, escape(experiment.resolve().name), MANIFEST), markup=False, highlight=False)
-    without = runs_without_profile(experiment)
-    if without:
+    from dlaunch import api
+
+    made = api.archive(experiment, output)
+    out.print("wrote %s: %d files, %d bytes before compression, manifest %s"
+              % (display_path(Path(made.file)), made.files, made.bytes, escape(made.manifest)), markup=False, highlight=False)
+    if made.without_profile:
         err.print("note: %d run(s) without %s (submitted before dlaunch kept the profile a job was made from): "
-                  "no profile of theirs in the bundle, e.g. %s" % (len(without), SITE_PROFILE, display_path(without[0].path)),
+                  "no profile of theirs in the bundle, e.g. %s"
+                  % (len(made.without_profile), SITE_PROFILE, display_path(Path(made.without_profile[0]))),
                   markup=False, highlight=False)
     return 0

@@ -1,13 +1,11 @@
-"""`dlaunch rerun RESULT --site OTHER`: a result turned back into a job on another site (dlaunch/runs/rerun.py), what
-differs printed, the job printed (--dry-run) or submitted."""
+"""`dlaunch rerun RESULT --site OTHER`: a result turned back into a job on another site, what differs printed, the job
+printed (--dry-run) or submitted: the two steps of dlaunch/launch.py, as `run` (the Python API's `rerun` stands on them)."""
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from dlaunch.cli.terminal import AllowLarge, err, out
-from dlaunch.runs import service
-from dlaunch.runs.rerun import prepare_rerun
 from dlaunch.tables import fit_table
 
 
@@ -22,7 +20,10 @@ def rerun_command(
     allow_large: AllowLarge = False,
 ) -> int:
     """Rerun a result on another site: its request resolved for the site, the differences printed."""
-    rerun = prepare_rerun(result, site, nodes, gpus, dry_run, output, data, allow_large)
+    from dlaunch import launch
+
+    rerun = launch.prepare_rerun(str(result), site, nodes=nodes, gpus=gpus, data=data, output=output, dry_run=dry_run,
+                                 allow_large=allow_large)
     job = rerun.job
     for warning in job.warnings:
         err.print("dlaunch: warning: %s" % warning)
@@ -33,4 +34,4 @@ def rerun_command(
                           rerun.differences, shown.width))
     if dry_run:
         return 0
-    return service.submit_all([job], err.print, show_progress=True).exit_code
+    return launch.submit([job], err.print, show_progress=True).exit_code

@@ -42,10 +42,10 @@ def runs(directory: Annotated[Path, typer.Argument(help="folder holding run dire
 
 
 def watch_runs(targets: List[Path], interval: float = 5.0, once: bool = False) -> int:
-    """Follow runs to their end (see dlaunch/runs/watch.py); 1 when one failed. The runs that ended are recorded in
-    the results database."""
+    """Follow runs to their end in the live view (dlaunch/runs/watch.py: it redraws the terminal as the runs go, so
+    it is the command line's, not the API's; docs/API.md); 1 when one failed. Their last status through the API,
+    which records the runs that ended in the results database."""
     from dlaunch import api
-    from dlaunch.runs.rundir import find_runs
     from dlaunch.runs.service import why_failed
     from dlaunch.runs.watch import follow
 
@@ -54,7 +54,7 @@ def watch_runs(targets: List[Path], interval: float = 5.0, once: bool = False) -
     except KeyboardInterrupt:
         err.print("dlaunch: stopped watching; the runs go on (dlaunch watch %s)" % " ".join(str(t) for t in targets))
         return 130
-    api._record_ended(find_runs(targets))
+    api.status(targets)
     return code
 
 
