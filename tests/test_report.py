@@ -538,7 +538,7 @@ def test_stragglers_and_throttled_gpus_are_listed_apart_and_left_out_unless_incl
                                                         "(0.1 without one)) are left out of the tables and plots "
                                                         "(--include-stragglers keeps them).")}
     assert apart == {"g4-capped": "n1 GPU of local rank 1: SM clock 1095 of 1410 MHz (78 %), power cap: throttled",
-                     "g4-slow": "n3 rank 3 (local rank 0) computed 30 % slower than the median rank: a straggler; "
+                     "g4-slow": "n3 rank 3 (local rank 0) computed 30 % slower than the median of the ranks: a straggler; "
                                 "this run's E_G is understated"}
     assert "runs with a straggler or a throttled GPU" in result.stdout and "g4-slow" in result.stdout
     included = _report(tmp_path / "runs", "-o", out, "--include-stragglers")

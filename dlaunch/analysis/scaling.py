@@ -11,11 +11,17 @@ Definitions (also printed in the report):
   rate, images_per_s alone (`Run.overhead_included` says which). The epoch record's own
   `images_per_s` is its steps-only rate (`EpochPoint.steps_images_per_s`).
 - Per-rank phases, nodes, GPU health and epoch overhead of a run (version 4): the mean over the
-  same measured epochs (`Run.phases`, `Run.node_figures`, `Run.overhead`). Runs with a straggler
-  (dlaunch/analysis/stragglers.py) are left out of groups and scaling points unless
-  `include_stragglers`: their E_G is understated.
-- Runs are grouped by experiment, site, model, framework, loader and batch per GPU: runs with
-  different batch sizes per GPU do different work per step, so each batch size is its own curve.
+  same measured epochs (`Run.phases`, `Run.node_figures`, `Run.overhead`). Flagged runs, those with a
+  straggler or a throttled GPU (any flag of dlaunch/analysis/stragglers.py), are left out of groups and
+  scaling points unless `include_stragglers`: their E_G is understated.
+- Runs are grouped by experiment, site, model, framework, loader, batch per GPU and step options: runs with
+  different batch sizes per GPU do different work per step, so each batch size is its own curve; the step
+  options (`Run.key.step_options`: the trainer's --compile, --cuda-graphs, --optimizer-impl and --host-syncs
+  where the header's `config` records them away from their defaults, as `dlaunch.train.config.workload_flags`
+  writes them; "-" for none, as for a header older than the options) change how fast a step runs, so each
+  set of them is its own curve too (`dlaunch predict --from-runs` refuses runs that mix them).
+- Compile time (`Run.compile_s`, --compile): the epoch records' `compile_s`, the wall time of each session's
+  first step, a warm-up step: reported apart, never part of X.
 - Within a group the reference is the smallest GPU count G_ref (the paper's one node, 4 GPUs):
   speed-up S_G = X_G / X_ref and E_G = S_G / (G / G_ref). For a fixed amount of work
   T = work / X, so E_G = (T_ref / T_G) / (G / G_ref), the textbook definition.
@@ -53,10 +59,11 @@ from rich import box
 from rich.table import Table
 
 from dlaunch.analysis.stragglers import (DEFAULT_THRESHOLD, EpochPhases, NodeFigures, epoch_nodes, epoch_phases,
-                                         is_straggler, mean_nodes, mean_phases)
+                                         is_flagged, mean_nodes, mean_phases)
 from dlaunch.boundary import escape
 from dlaunch.errors import DlaunchError
 
+from dlaunch.train.config import workload_flags
 from dlaunch.train.metrics_schema import METRICS_FILE, OVERHEAD_FIELDS, Metrics, MetricsError, energy_total, read_metrics
 
 if TYPE_CHECKING:  # the site models (pydantic) stay out of `dlaunch status`'s start-up
@@ -128,6 +135,7 @@ class EpochPoint:
     overhead: Optional[Overhead] = None  # version 4
     phases: Optional[EpochPhases] = None  # version 4: median and slowest rank per step
     nodes: Optional[Tuple[NodeFigures, ...]] = None  # version 4: per node, with GPU health
+    compile_s: Optional[float] = None  # --compile: the wall time of a session's first step (a warm-up step)
 
     @property
     def throughput(self) -> float:
@@ -162,10 +170,13 @@ class GroupKey(NamedTuple):
     framework: str
     loader: str
     batch_per_worker: int
+    step_options: str  # the trainer's workload options away from their defaults, as flags; "-": none
 
     @property
     def label(self) -> str:
-        return "%s/%s/%s/%s/%s b%d" % self
+        """experiment/site/model/framework/loader bN, then the step options where the run changed some."""
+        label = "%s/%s/%s/%s/%s b%d" % self[:6]
+        return label if self.step_options == "-" else "%s %s" % (label, self.step_options)
 
 
 @dataclass(frozen=True)
@@ -246,6 +257,13 @@ class Run:
     def node_figures(self) -> Optional[Tuple[NodeFigures, ...]]:
         """Per node: median and slowest rank's compute_s and GPU health, the mean over the measured epochs."""
         return mean_nodes([e.nodes for e in self.measured_epochs if e.nodes is not None])
+
+    @cached_property
+    def compile_s(self) -> Optional[float]:
+        """Seconds spent compiling (--compile): the epoch records' compile_s summed (a resumed run compiles again in
+        each session); never part of X, whose epochs leave the warm-up steps out. None: not compiled."""
+        recorded = [e.compile_s for e in self.epochs if e.compile_s is not None]
+        return sum(recorded) if recorded else None
 
     @cached_property
     def epoch_time_s(self) -> Optional[float]:
@@ -411,7 +429,7 @@ def run_from_metrics(metrics: Metrics) -> Run:
     """Reduce a parsed metrics file (schema versions 1-4) to a Run."""
     h = metrics.header
     key = GroupKey(_text(h["experiment"]), _text(h["site"]), _text(h["model"]), _text(h["framework"]), _text(h["loader"]),
-                   h["batch_per_worker"])
+                   h["batch_per_worker"], _text(workload_flags(h["config"])))
     epochs, domains = [], None
     for e in metrics.epochs:
         joules, counted = _total(e.get("energy_j"))
@@ -420,7 +438,8 @@ def run_from_metrics(metrics: Metrics) -> Run:
                                  trained_images=e["steps"] * h["global_batch"], energy_j=joules,
                                  epoch_time_s=float(e["epoch_time_s"]), steps=e["steps"],
                                  measured_steps=e.get("measured_steps", e["images"] // h["global_batch"]),
-                                 overhead=_overhead(e), phases=epoch_phases(e), nodes=epoch_nodes(e)))
+                                 overhead=_overhead(e), phases=epoch_phases(e), nodes=epoch_nodes(e),
+                                 compile_s=None if e.get("compile_s") is None else float(e["compile_s"])))
     end = metrics.end or {}
     end_energy, end_domains = _total(end.get("energy_j"))
     profile = None
@@ -464,18 +483,19 @@ def load_runs(paths: Iterable[str]) -> Loaded:
     return Loaded(runs, rejected)
 
 
-def without_stragglers(runs: Iterable[Run], include_stragglers: bool = False,
-                       straggler_threshold: float = DEFAULT_THRESHOLD) -> List[Run]:
-    """`runs`, those with a straggler (`stragglers.is_straggler`) left out unless `include_stragglers`."""
-    return [r for r in runs if include_stragglers or not is_straggler(r, straggler_threshold)]
+def without_flagged(runs: Iterable[Run], include_stragglers: bool = False,
+                    straggler_threshold: float = DEFAULT_THRESHOLD) -> List[Run]:
+    """`runs`, the flagged ones (a straggler or a throttled GPU: `stragglers.is_flagged`) left out unless
+    `include_stragglers` (the name of report's --include-stragglers, which keeps both)."""
+    return [r for r in runs if include_stragglers or not is_flagged(r.phases, r.node_figures, straggler_threshold)]
 
 
 def group_runs(runs: Iterable[Run], include_stragglers: bool = False,
                straggler_threshold: float = DEFAULT_THRESHOLD) -> Dict[GroupKey, List[Run]]:
-    """Runs by group key, groups and runs in sorted order; runs with a straggler left out unless
+    """Runs by group key, groups and runs in sorted order; flagged runs (a straggler or a throttled GPU) left out unless
     `include_stragglers`."""
     groups: Dict[GroupKey, List[Run]] = {}
-    kept = without_stragglers(runs, include_stragglers, straggler_threshold)
+    kept = without_flagged(runs, include_stragglers, straggler_threshold)
     for run in sorted(kept, key=lambda r: (r.key, r.world_size, r.path)):
         groups.setdefault(run.key, []).append(run)
     return groups
@@ -490,8 +510,9 @@ def _mean_shares(shares: Sequence[Shares]) -> Optional[Shares]:
 def scaling(runs: Sequence[Run], include_stragglers: bool = False,
             straggler_threshold: float = DEFAULT_THRESHOLD) -> List[ScalingPoint]:
     """Throughput, S_G, E_G and J/img per GPU count of one group (median and spread over the runs);
-    diverged runs, runs without epochs and, unless `include_stragglers`, runs with a straggler are left out."""
-    runs = without_stragglers(runs, include_stragglers, straggler_threshold)
+    diverged runs, runs without epochs and, unless `include_stragglers`, flagged runs (a straggler or a throttled
+    GPU) are left out."""
+    runs = without_flagged(runs, include_stragglers, straggler_threshold)
     metrics = ("images_per_s", "speedup", "efficiency", "joules_per_image", "epochs_to_target", "time_to_target_s")
     values = {metric: run_values(runs, metric) for metric in metrics}
 

@@ -32,8 +32,14 @@ DEFINITIONS = """\
   distribution-free 95% confidence interval of the median (order statistics) from 6 runs on; a
   single run has none (`-`). Plots draw the median with the range as error bars. Time shares are
   the runs' mean.
-- Groups: experiment, site, model, framework, loader and batch per GPU (`bN`); different batch
-  sizes per GPU are separate curves.
+- Groups: experiment, site, model, framework, loader, batch per GPU (`bN`) and step options; different
+  batch sizes per GPU are separate curves, and so are runs made with other step options: the trainer's
+  `--compile`, `--cuda-graphs`, `--optimizer-impl` and `--host-syncs` where they differ from the defaults,
+  named at the end of the group's label (none named: the defaults; so are metrics files older than
+  the options).
+- Compile time (`compile s`, shown when some run used `--compile`): the wall time of the first step of
+  each session of the run (a warm-up step, torch.compile's tracing and code generation), summed; it is
+  never part of images/s.
 - Reference G_ref: the smallest GPU count of a group. Speed-up S_G = X_G / X_ref; parallel
   efficiency E_G = S_G / (G / G_ref), which equals (T_ref / T_G) / (G / G_ref) for a fixed amount
   of work.
@@ -65,8 +71,8 @@ DEFINITIONS = """\
   RCP mean (above 1: slower convergence than MLPerf's reference runs). Source and method:
   dlaunch/analysis/convergence.py.
 - History (shown when the results database has 3 or more earlier runs of a run's site, model, GPU
-  count, precision, framework, loader and batch per GPU): X against the median of the last 10 of
-  them; REGRESSION when slower by more than the site's reference tolerance (5% without one).
+  count, precision, framework, loader, batch per GPU and step options): X against the median of the
+  last 10 of them; REGRESSION when slower by more than the site's reference tolerance (5% without one).
 - Efficiency budget (runs with per-rank phases, metrics version 4; dlaunch/analysis/budget.py): per GPU
   count G, per step t(G) = global batch / X; exposed communication = median sync_s - wait; waiting for
   stragglers = slowest rank's compute_s - median rank's; data = median data_s; compute = the median rank's
@@ -99,6 +105,7 @@ RUN_HEADERS = ["run", "GPUs", "global batch", "schedule", "status", "images/s", 
 ENERGY_SCALING_HEADERS = ["J/img", "J/img range"]
 ACCURACY_SCALING_HEADERS = ["epochs to target", "time to target s", "TTA S_G"]
 ACCURACY_RUN_HEADERS = ["epochs to target", "time to acc. s"]
+COMPILE_HEADER = "compile s"
 ENERGY_RUN_HEADERS = ["J/img", "kJ/epoch", "energy kJ"]
 ENERGY_ACCURACY_RUN_HEADERS = ["energy to acc. kJ"]
 DIVERGED_HEADERS = ["run", "GPUs", "epochs", "reason", "metrics file"]
@@ -113,18 +120,21 @@ class Columns:
     energy: bool
     accuracy: bool
     history: bool = False  # some run has a history verdict
+    compiled: bool = False  # some run recorded a compile time (--compile)
 
     @classmethod
     def of(cls, runs: Sequence[Run], history: bool = False) -> "Columns":
         return cls(energy=any(r.joules_per_image is not None or r.energy_j is not None for r in runs),
-                   accuracy=any(r.time_to_accuracy_s is not None for r in runs), history=history)
+                   accuracy=any(r.time_to_accuracy_s is not None for r in runs), history=history,
+                   compiled=any(r.compile_s is not None for r in runs))
 
     def scaling_headers(self) -> List[str]:
         return (SCALING_HEADERS + (ACCURACY_SCALING_HEADERS if self.accuracy else [])
                 + (ENERGY_SCALING_HEADERS if self.energy else []))
 
     def run_headers(self) -> List[str]:
-        extra = (ACCURACY_RUN_HEADERS if self.accuracy else []) + (ENERGY_RUN_HEADERS if self.energy else [])
+        extra = ([COMPILE_HEADER] if self.compiled else []) + (ACCURACY_RUN_HEADERS if self.accuracy else [])
+        extra += ENERGY_RUN_HEADERS if self.energy else []
         extra += ENERGY_ACCURACY_RUN_HEADERS if self.energy and self.accuracy else []
         extra += ["history"] if self.history else []
         return RUN_HEADERS[:-1] + extra + RUN_HEADERS[-1:]
@@ -183,6 +193,8 @@ def run_rows(g: GroupResult, profiles: Profiles, columns: Columns, history: Opti
         check = verdict_cell(run, profiles.of(run))
         row = [Path(run.path).parent.name, str(run.world_size), str(run.global_batch), run.schedule, run.status,
                cell(run.throughput), cell(run.best_top1, "%.4f"), check]
+        if columns.compiled:
+            row.append(cell(run.compile_s))
         if columns.accuracy:
             row += [cell(run.epochs_to_target, "%d"), cell(run.time_to_accuracy_s)]
         if columns.energy:
