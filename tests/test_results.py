@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from dlaunch.cli import app, main
 from prerequisites import require_library
-from dlaunch.resultsdb.compare import history_verdict, mann_whitney, smallest_p, with_history
+from dlaunch.resultsdb.compare import history_verdict, left_out_of_scaling, mann_whitney, smallest_p, with_history, with_scaling
 from dlaunch.resultsdb.store import NETWORK_FILESYSTEMS, SCHEMA_VERSION, ResultsDB, filesystem_type, journal_mode, record
 from dlaunch.train.metrics_schema import VERSION
 from test_analysis import v4_fields, write_run
@@ -286,7 +286,7 @@ def test_a_row_keeps_the_runs_straggler_and_throttle_flags(tmp_path, results_db)
     record([flagged, fine, old])
     rows = {r["run"]: r for r in rows_as_json(results_db)}
     assert rows["slow"]["flags"] == [{"kind": "straggler", "message": "n0 rank 1 (local rank 1) computed 100 % slower "
-                                                                      "than the median rank: a straggler; this run's E_G is understated"}]
+                                                                      "than the median of the ranks: a straggler; this run's E_G is understated"}]
     assert rows["fine"]["flags"] == [] and rows["old"]["flags"] is None  # none found; not recorded
 
 
@@ -302,12 +302,50 @@ def test_scaling_figures_leave_straggler_runs_out_as_the_report_does(tmp_path, r
     assert rows["g2"]["speedup"] == 1.0 and rows["g2-slow"]["speedup"] is None and rows["g2-slow"]["efficiency"] is None
 
 
+def test_a_row_is_judged_at_the_straggler_threshold_of_the_profile_its_run_kept(tmp_path, results_db):
+    """Issue 36: rows were judged at the default threshold whatever the kept profile said, so S_G and E_G left out
+    a run that `dlaunch report` keeps, and `results` did not say why."""
+    from test_report import SITE
+
+    slow = v4_fields([0.1, 0.2])  # rank 1 a third slower than the median of the ranks
+    runs = [write_run(tmp_path / "kept", "g2-kept", 2, [1.0, 100.0], epoch_fields=[slow, slow], version=VERSION),
+            write_run(tmp_path / "plain", "g2-plain", 2, [1.0, 100.0], epoch_fields=[slow, slow], version=VERSION)]
+    (runs[0].parent / "site.toml").write_text(SITE.replace("[network]", "straggler_threshold = 0.5\n[network]"))
+    record(runs)
+    rows = {r["run"]: r for r in with_scaling(ResultsDB(results_db).rows())}
+    assert (rows["g2-kept"]["flags"], rows["g2-kept"]["flags_threshold"], rows["g2-kept"]["efficiency"]) == ([], 0.5, 1.0)
+    assert [f["kind"] for f in rows["g2-plain"]["flags"]] == ["straggler"] and rows["g2-plain"]["flags_threshold"] == 0.1
+    assert rows["g2-plain"]["efficiency"] is None and left_out_of_scaling(rows["g2-plain"]) == "straggler"
+    assert left_out_of_scaling(rows["g2-kept"]) is None
+
+
+def test_why_a_row_has_no_scaling_figures():
+    row = {"status": "ok", "images_per_s": 10.0, "flags": None}
+    assert left_out_of_scaling(row) is None  # not judged (metrics before version 4): kept, as report keeps it
+    assert left_out_of_scaling(dict(row, status="failed")) == "status failed"
+    assert left_out_of_scaling(dict(row, images_per_s=None)) == "no images/s"
+    flags = [{"kind": "throttled", "message": "n1 ..."}, {"kind": "straggler", "message": "n0 ..."}]
+    assert left_out_of_scaling(dict(row, flags=flags)) == "straggler and throttled"
+
+
+def test_a_throttled_gpu_leaves_a_row_out_of_scaling_as_report_leaves_it_out(tmp_path, results_db):
+    """One rule: before, the database left out stragglers only, and report both."""
+    from test_efficiency import FAKE_POWER_CAPPED
+
+    equal, capped = v4_fields([0.1, 0.1]), v4_fields([0.1, 0.1], gpu=[FAKE_POWER_CAPPED, FAKE_POWER_CAPPED])
+    record([write_run(tmp_path, "g1", 1, [1.0, 100.0], epoch_fields=[v4_fields([0.1])] * 2, version=VERSION),
+            write_run(tmp_path, "g2", 2, [1.0, 180.0], epoch_fields=[equal, equal], version=VERSION),
+            write_run(tmp_path, "g2-capped", 2, [1.0, 20.0], epoch_fields=[capped, capped], version=VERSION)])
+    rows = {r["run"]: r for r in rows_as_json(results_db)}
+    assert rows["g2-capped"]["efficiency"] is None and rows["g2"]["efficiency"] == pytest.approx(0.9)
+
+
 def history_row(rng: random.Random, uid: int) -> dict:
     """A fabricated database row for the history verdict: one of a few keys, random times (some ending
     before they start, many sharing an end time), some not ok or without images/s."""
     started = rng.randrange(10, 400)
     return {"uid": "u%d" % uid, "site": "-", "model": rng.choice(("resnet50", "resnet18")), "gpus": rng.choice((1, 8)),
-            "amp": "none", "framework": rng.choice(("ddp", "horovod")), "loader": "native", "batch_per_gpu": 64,
+            "amp": "none", "framework": rng.choice(("ddp", "horovod")), "loader": "native", "batch_per_gpu": 64, "step_options": "-",
             "status": "failed" if rng.random() < 0.1 else "ok", "images_per_s": None if rng.random() < 0.1 else rng.uniform(80, 120),
             "started": "2026-10-01T00:%04d" % started, "ended": "2026-10-01T00:%04d" % (started + rng.randrange(-5, 60))}
 
@@ -326,12 +364,13 @@ def test_a_version_1_database_is_upgraded_and_its_rows_judged_when_read_again(tm
     path = write_run(tmp_path, "slow", 2, [1.0, 50.0], epoch_fields=[slow, slow], version=VERSION)
     record([path])
     conn = sqlite3.connect(str(results_db))  # the database as schema version 1 left it: no flags column
-    conn.execute("ALTER TABLE runs DROP COLUMN flags")
+    for column in ("flags", "flags_threshold", "step_options", "compile_s"):  # nor those of version 3
+        conn.execute("ALTER TABLE runs DROP COLUMN %s" % column)
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     (row,) = ResultsDB(results_db).rows()
-    assert row["run"] == "slow" and row["flags"] is None  # upgraded: not judged yet
+    assert row["run"] == "slow" and row["flags"] is None and row["step_options"] == "-"  # upgraded: not judged yet
     assert sqlite3.connect(str(results_db)).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert record([path]).rows == 1  # the unchanged file is read again after the upgrade
     (row,) = ResultsDB(results_db).rows()
-    assert [f["kind"] for f in row["flags"]] == ["straggler"]
+    assert [f["kind"] for f in row["flags"]] == ["straggler"] and row["flags_threshold"] == 0.1

@@ -14,11 +14,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from dlaunch.analysis.budget import OTHER, BudgetRow, budget
 from dlaunch.analysis.convergence import RCPVerdict, rcp_verdicts
+from dlaunch.analysis.kept_profile import kept_profile
 from dlaunch.analysis.perfmodel.model import (MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site,
                                               predict)
 from dlaunch.analysis.scaling import GroupKey, Loaded, Run, ScalingPoint, group_runs, reference_for, scaling
 from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, Flag, run_flags
-from dlaunch.boundary import MAX_FILE_BYTES, decode, parse_toml, read_bytes, validate
 from dlaunch.errors import DlaunchError, DlaunchWarning
 from dlaunch.jobs.network import network_problems
 from dlaunch.jobs.sites import Site, resolve_site
@@ -61,19 +61,6 @@ KEPT = "the profile their run directories kept (%s)" % SITE_PROFILE
 BY_NAME = "the profile of that name found here"
 
 
-def kept_profile(run: Run, validated: Dict[bytes, Site]) -> Optional[Site]:
-    """The profile text `run`'s directory kept (None: it kept none); `validated` caches profiles by text
-    (a sweep's runs keep the same one). DlaunchError naming the file when it is no valid profile."""
-    path = Path(run.path).parent / SITE_PROFILE
-    if path.is_symlink() or not path.is_file():
-        return None
-    data = read_bytes(path, MAX_FILE_BYTES, follow_links=False)
-    if data not in validated:
-        shown = str(path)
-        validated[data] = validate(Site, parse_toml(decode(data, shown), shown), shown)
-    return validated[data]
-
-
 def load_profiles(runs: Sequence[Run], override: Optional[str]) -> Profiles:
     """Each run's profile: `override` (--site) for all; else the one its directory kept; else its site's name here."""
     if override:
@@ -88,7 +75,7 @@ def load_profiles(runs: Sequence[Run], override: Optional[str]) -> Profiles:
     for run in runs:
         source = KEPT
         try:
-            site = kept_profile(run, validated)
+            site = kept_profile(run.path, validated)
         except DlaunchError as e:
             notes.append("the kept profile of run %s is not valid here, so its site's name is looked up (%s)" % (run.path, e))
             site = None

@@ -23,7 +23,7 @@ not depend on scipy. With 3 runs a side the smallest two-sided p is 0.1: no chan
 from 4 a side (p >= 0.029) it can be.
 
 History verdict of a run: its images/s against the median of the site's recent runs of the same
-model, GPU count, precision, framework, loader and batch per GPU (the last HISTORY_RUNS that ended
+model, GPU count, precision, framework, loader, batch per GPU and step options (the last HISTORY_RUNS that ended
 before it started, at least MIN_HISTORY): REGRESSION when slower by more than the tolerance of the
 site's `[[reference]]` for the model, GPU count and precision (DEFAULT_TOLERANCE without one).
 """
@@ -33,16 +33,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property, lru_cache
 from statistics import median
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dlaunch.analysis.scaling import Spread, matching_reference, reference_point
-from dlaunch.analysis.stragglers import STRAGGLER
 from dlaunch.errors import DlaunchError
 
 SELECTOR_KEYS = ("experiment", "site", "stack", "framework", "loader", "model", "gpus", "nodes", "batch_per_gpu",
-                 "global_batch", "amp", "schedule", "status", "image", "run")
-MATCH_KEY = ("model", "framework", "loader", "gpus", "batch_per_gpu", "amp")
-GROUP_KEY = ("experiment", "site", "model", "framework", "loader", "batch_per_gpu")  # a scaling curve, as report's
+                 "global_batch", "amp", "schedule", "status", "image", "run", "step_options")
+MATCH_KEY = ("model", "framework", "loader", "gpus", "batch_per_gpu", "amp", "step_options")
+GROUP_KEY = ("experiment", "site", "model", "framework", "loader", "batch_per_gpu", "step_options")  # a curve, as report's
 METRICS = ("images_per_s", "epoch_time_s", "speedup", "efficiency", "joules_per_image", "energy_j",
            "time_to_target_s", "epochs_to_target", "energy_to_target_j", "best_top1")
 SIGNIFICANCE = 0.05
@@ -155,18 +154,26 @@ def unmatched(rows: Sequence[Dict[str, Any]], selectors: Sequence[str]) -> List[
 
 
 # -- figures that depend on other runs ------------------------------------------------------------------
-def _straggler(row: Dict[str, Any]) -> bool:
-    """Whether the row's recorded flags name a straggler."""
-    return any(flag["kind"] == STRAGGLER for flag in row["flags"] or ())
+def left_out_of_scaling(row: Mapping[str, Any]) -> Optional[str]:
+    """Why a row has no S_G or E_G (None: it has them): its status is not ok, it has no images/s, or it is
+    flagged: "straggler", "throttled" or both, the kinds of its recorded `flags` (judged at `flags_threshold`),
+    which the report leaves out of its scaling figures by default."""
+    if row["status"] != "ok":
+        return "status %s" % row["status"]
+    if row["images_per_s"] is None:
+        return "no images/s"
+    if row["flags"]:
+        return " and ".join(sorted({flag["kind"] for flag in row["flags"]}))
+    return None
 
 
 def with_scaling(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """The rows with `speedup` and `efficiency` within their scaling curve (GROUP_KEY), as `dlaunch
-    report` computes them: against the median images/s at the curve's smallest GPU count; ok runs
-    only, and none with a straggler (the report leaves those out of its scaling figures by default)."""
+    report` computes them: against the median images/s at the curve's smallest GPU count; the rows
+    `left_out_of_scaling` names a reason for get None."""
     curves: Dict[Tuple[Any, ...], List[Dict[str, Any]]] = {}
     for row in rows:
-        if row["status"] == "ok" and row["images_per_s"] is not None and not _straggler(row):
+        if left_out_of_scaling(row) is None:
             curves.setdefault(tuple(row[k] for k in GROUP_KEY), []).append(row)
     derived: Dict[str, Tuple[float, float]] = {}
     for curve in curves.values():
@@ -297,7 +304,7 @@ def compare(rows: Sequence[Dict[str, Any]], selector_a: str, selector_b: str, me
 
 
 # -- history ------------------------------------------------------------------------------------------
-HISTORY_KEY = ("site", "model", "gpus", "amp", "framework", "loader", "batch_per_gpu")
+HISTORY_KEY = ("site", "model", "gpus", "amp", "framework", "loader", "batch_per_gpu", "step_options")
 
 
 def history_verdict(row: Dict[str, Any], rows: Sequence[Dict[str, Any]], tolerance: Optional[float]) -> Optional[str]:

@@ -4,8 +4,9 @@
 
 Where: `--db`, else $DLAUNCH_RESULTS_DB, else `runs/results.sqlite` (beside the default `--output`).
 
-A row is a function of its run's metrics file alone (figures as `dlaunch report` computes them:
-dlaunch/analysis/scaling.py), so rebuilding from the run directories gives the same rows. Its key
+A row is a function of its run directory alone: its metrics file (figures as `dlaunch report` computes them:
+dlaunch/analysis/scaling.py) and the site profile it kept (`site.toml`, whose straggler_threshold judges the
+flags, as `dlaunch report` judges them without --site or --straggler-threshold), so rebuilding from the run directories gives the same rows. Its key
 `uid` is the run's experiment, run id and start time: a run copied or moved keeps it, and two runs of
 one name in two output folders keep theirs apart. Figures that depend on other runs (S_G, E_G,
 history verdicts) are computed when rows are read.
@@ -21,7 +22,11 @@ systems carry between hosts.
 Schema: `PRAGMA user_version` = SCHEMA_VERSION; a newer file is refused, an older one migrated
 (`MIGRATIONS`). Version 2 adds `flags`, the run's straggler and throttled-GPU flags: the rows a version 1
 database holds get none (NULL, read as None: not judged) until dlaunch next reads their runs (the
-migration clears their `source` stamps) or `dlaunch results rebuild`.
+migration clears their `source` stamps) or `dlaunch results rebuild`. Version 3 adds `flags_threshold`, the
+threshold the flags were judged at (the straggler_threshold of the site profile the run directory kept,
+dlaunch/analysis/kept_profile.py, else the default), `step_options` (the trainer's workload options away from
+their defaults, "-" for none: part of a scaling curve's key) and `compile_s` (--compile's compile time); its
+rows are read again the same way.
 """
 import json
 import os
@@ -32,13 +37,14 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from dlaunch.analysis.convergence import MLPERF_TARGET_TOP1, rcp_applies
+from dlaunch.analysis.kept_profile import kept_threshold
 from dlaunch.analysis.scaling import epochs_to, run_from_metrics
-from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, run_flags
+from dlaunch.analysis.stragglers import run_flags
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.imagepaths import stack_of_image
 from dlaunch.train.metrics_schema import Metrics, MetricsError, read_metrics
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DB_ENV = "DLAUNCH_RESULTS_DB"
 DEFAULT_DB = Path("runs") / "results.sqlite"
 BUSY_TIMEOUT_S = 60.0
@@ -84,9 +90,12 @@ COLUMNS = (
     ("provenance", "TEXT NOT NULL"),  # JSON: git revision, job id, hosts, script hash, parent run, data
     ("path", "TEXT NOT NULL"),  # the run directory where the row was last read
     ("source", "TEXT NOT NULL"),  # the metrics file's size and mtime when read (unchanged files are skipped)
-    # JSON: [{"kind": "straggler" or "throttled", "message": ...}] at DEFAULT_THRESHOLD (the row depends on
-    # the metrics file alone), [] for none; null: not recorded (metrics before version 4, rows before schema 2)
+    # JSON: [{"kind": "straggler" or "throttled", "message": ...}] at flags_threshold, [] for none; null: not
+    # recorded (metrics before version 4, rows before schema 2)
     ("flags", "TEXT"),
+    ("flags_threshold", "REAL"),  # the straggler threshold of `flags`: the kept profile's, else the default
+    ("step_options", "TEXT NOT NULL DEFAULT '-'"),  # --compile, --cuda-graphs, ... away from their defaults; '-': none
+    ("compile_s", "REAL"),  # --compile: seconds of compiling (first steps), never part of images_per_s
 )
 NAMES = tuple(name for name, _ in COLUMNS)
 JSON_COLUMNS = ("pins", "request", "provenance", "flags")
@@ -94,6 +103,10 @@ JSON_COLUMNS = ("pins", "request", "provenance", "flags")
 MIGRATIONS = {
     2: ("ALTER TABLE runs ADD COLUMN flags TEXT",
         "UPDATE runs SET source = ''"),  # every run is read again when dlaunch next sees it
+    3: ("ALTER TABLE runs ADD COLUMN flags_threshold REAL",
+        "ALTER TABLE runs ADD COLUMN step_options TEXT NOT NULL DEFAULT '-'",
+        "ALTER TABLE runs ADD COLUMN compile_s REAL",
+        "UPDATE runs SET source = ''"),
 }
 
 
@@ -133,11 +146,13 @@ def _stamp(path: Path) -> str:
     return "%d:%d" % (st.st_size, st.st_mtime_ns)
 
 
-def row_of(metrics: Metrics, source: str) -> Dict[str, Any]:
-    """The row of a run whose metrics file has an end record."""
+def row_of(metrics: Metrics, source: str, validated: Optional[Dict[bytes, Any]] = None) -> Dict[str, Any]:
+    """The row of a run whose metrics file has an end record; `validated` caches the kept profiles by text."""
     h, end = metrics.header, metrics.end
     assert end is not None
     run = run_from_metrics(metrics)
+    judged = run.phases is not None or run.node_figures is not None  # per-rank phases (metrics version 4)
+    threshold = kept_threshold(metrics.path, {} if validated is None else validated) if judged else None
     provenance = {"git_revision": h.get("git_revision"), "job_id": h.get("slurm_job_id"), "hosts": h.get("hosts"),
                   "script_sha256": h.get("script_sha256"), "parent_run": h.get("parent_run"),
                   "data": h["config"].get("data"), "num_classes": h["config"].get("num_classes"),
@@ -159,8 +174,8 @@ def row_of(metrics: Metrics, source: str) -> Dict[str, Any]:
         "joules_per_image": run.joules_per_image, "energy_to_target_j": run.energy_to_accuracy_j,
         "request": h.get("request") or {}, "provenance": provenance,
         "path": os.path.abspath(os.path.dirname(metrics.path)), "source": source,
-        "flags": None if run.phases is None and run.node_figures is None else
-        [{"kind": f.kind, "message": f.message} for f in run_flags(run, DEFAULT_THRESHOLD)],
+        "flags": None if threshold is None else [{"kind": f.kind, "message": f.message} for f in run_flags(run, threshold)],
+        "flags_threshold": threshold, "step_options": run.key.step_options, "compile_s": run.compile_s,
     }
     return row
 
@@ -263,6 +278,7 @@ def read_rows(metrics_files: Iterable[Path], known: Dict[str, str]) -> Tuple[Lis
     """(rows, rejected): the rows of the metrics files that have an end record and changed since
     `known` (file -> stamp), and one message per unreadable file."""
     rows, rejected = [], []
+    validated: Dict[bytes, Any] = {}  # kept profiles by text
     for path in metrics_files:
         try:
             stamp = _stamp(path)
@@ -276,7 +292,7 @@ def read_rows(metrics_files: Iterable[Path], known: Dict[str, str]) -> Tuple[Lis
             rejected.append(str(e))
             continue
         if metrics.end is not None:
-            rows.append(row_of(metrics, stamp))
+            rows.append(row_of(metrics, stamp, validated))
     return rows, rejected
 
 
