@@ -1,7 +1,8 @@
 """The published values a study is compared with (its `[[compare]]` entries, data/published/) beside the measured ones:
 a metric per GPU count of the groups a comparison matches (median and spread over repeats), or the ratio of two
-frameworks' throughput. The study file's schema is dlaunch/runs/studyfile.py; a study's report draws these
-(dlaunch/reporting/)."""
+frameworks' throughput. The measured values leave out flagged runs (a straggler or a throttled GPU at the default
+threshold: scaling.group_runs), as the report's figures do. The study file's schema is dlaunch/runs/studyfile.py; a
+study's report draws these (dlaunch/reporting/)."""
 import csv
 from dataclasses import dataclass
 from pathlib import Path
