@@ -699,9 +699,20 @@ def _run_status(snapshot: "Snapshot") -> RunStatus:
                      network=list(snapshot.network), figures=service.run_figures(snapshot))
 
 
-def _statuses(found: Sequence["RunDir"]) -> List[RunStatus]:
-    """Each run's status, in the order given; a run whose files cannot be read has only `rejected`. The runs
-    that ended are recorded in the results database."""
+def _check_threshold(straggler_threshold: Optional[float]) -> None:
+    """A straggler threshold given (None: each run's profile's) is a fraction in (0, 1), as the option says."""
+    from dlaunch.analysis.stragglers import check_threshold
+
+    if straggler_threshold is not None:
+        try:
+            check_threshold(straggler_threshold)
+        except ValueError as e:
+            raise DlaunchError("Invalid value for '--straggler-threshold': %s" % e) from None
+
+
+def _statuses(found: Sequence["RunDir"], straggler_threshold: Optional[float] = None) -> List[RunStatus]:
+    """Each run's status, in the order given; a run whose files cannot be read has only `rejected`; flags judged
+    at `straggler_threshold` (None: each run's profile's). The runs that ended are recorded in the results database."""
     from dlaunch.runs import service
 
     by_path, ok = {}, []
@@ -712,38 +723,44 @@ def _statuses(found: Sequence["RunDir"]) -> List[RunStatus]:
             by_path[run.path] = RunStatus(display_path(run.path), str(run.path), rejected=str(e))
         else:
             ok.append(run)
-    by_path.update((s.run.path, _run_status(s)) for s in service.observe(ok))
+    by_path.update((s.run.path, _run_status(s)) for s in service.observe(ok, straggler_threshold))
     _record_ended(ok)
     return [by_path[run.path] for run in found]
 
 
 @_api
-def status(paths: Sequence[Any] = ("runs",), *, newest_first: bool = False) -> List[RunStatus]:
+def status(paths: Sequence[Any] = ("runs",), *, newest_first: bool = False,
+           straggler_threshold: Optional[float] = None) -> List[RunStatus]:
     """The runs at or below `paths` (run, experiment or study directories), in path order or `newest_first`
-    (by their last submission, as `dlaunch runs`): scheduler state, metrics status, figures, why one failed."""
+    (by their last submission, as `dlaunch runs`): scheduler state, metrics status, figures, why one failed,
+    stragglers judged at `straggler_threshold` (None: each run's site profile's)."""
     from dlaunch.runs.rundir import find_runs, newest_first as by_submission
 
+    _check_threshold(straggler_threshold)
     paths = list(paths)
     found = find_runs([Path(p) for p in paths])
     if not found:
         raise DlaunchError("no run directories under %s" % ", ".join(escape(str(p)) for p in paths))
-    return _statuses(by_submission(found) if newest_first else found)
+    return _statuses(by_submission(found) if newest_first else found, straggler_threshold)
 
 
 @_api
-def watch(paths: Sequence[Any], *, interval: float = 5.0, timeout: Optional[float] = None) -> List[RunStatus]:
+def watch(paths: Sequence[Any], *, interval: float = 5.0, timeout: Optional[float] = None,
+          straggler_threshold: Optional[float] = None) -> List[RunStatus]:
     """Look at the runs every `interval` seconds until every one has ended (or `timeout` seconds have
-    passed); their last status. `paths` as for `status`, or an experiment's name under ./runs."""
+    passed); their last status. `paths` and `straggler_threshold` as for `status`, or an experiment's name
+    under ./runs."""
     from dlaunch.runs import service
     from dlaunch.runs.watch import Watcher, check_watchable, resolve_targets
 
     if not interval >= 0.1:  # as the command line's option says it
         raise DlaunchError("Invalid value for '--interval': %s is below 0.1" % quoted(str(interval)))
+    _check_threshold(straggler_threshold)
     targets = resolve_targets([Path(p) for p in paths])
     check_watchable(Watcher(targets, service.why_failed).poll())
     deadline = None if timeout is None else clock.monotonic() + timeout
     while True:
-        seen = status(targets)
+        seen = status(targets, straggler_threshold=straggler_threshold)
         if all(s.ended or s.rejected for s in seen) or (deadline is not None and clock.monotonic() >= deadline):
             return seen
         clock.sleep(interval if deadline is None else max(0.0, min(interval, deadline - clock.monotonic())))
@@ -853,17 +870,12 @@ def report(paths: Sequence[Any], *, output: Optional[Any] = None, include_networ
     their network); the tables the command prints (`tables`); with `output`, report.md, report.html and the
     plots written there (`files`)."""
     from dlaunch.analysis.scaling import load_runs
-    from dlaunch.analysis.stragglers import check_threshold
     from dlaunch.boundary import output_folder
     from dlaunch.reporting.document import write_report
     from dlaunch.reporting.html import PAGE
     from dlaunch.reporting.report import report_data
 
-    if straggler_threshold is not None:
-        try:
-            check_threshold(straggler_threshold)
-        except ValueError as e:
-            raise DlaunchError("Invalid value for '--straggler-threshold': %s" % e) from None
+    _check_threshold(straggler_threshold)
     if output is not None:
         output_folder("--output", Path(output))
     given = [Path(p) for p in paths]

@@ -6,21 +6,10 @@ from typing import Annotated, List, Optional
 import typer
 from rich.console import Console
 
-from dlaunch.analysis.stragglers import check_threshold
 from dlaunch.boundary import escape
-from dlaunch.cli.terminal import finite_number
+from dlaunch.cli.terminal import StragglerThreshold
 from dlaunch.reporting.html import PAGE
 from dlaunch.tables import print_table
-
-
-def fraction(text: str) -> float:
-    """A typer `parser` for --straggler-threshold: a number strictly between 0 and 1."""
-    value = finite_number()(text)
-    try:
-        check_threshold(value)
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from None
-    return value
 
 
 # The options that decide which runs the tables and plots keep (report and study report).
@@ -28,8 +17,6 @@ IncludeNetworkMismatches = Annotated[bool, typer.Option(
     "--include-network-mismatches", help="keep runs whose network is not the site's [network] in the tables and plots")]
 IncludeStragglers = Annotated[bool, typer.Option(
     "--include-stragglers", help="keep runs with a straggler or a throttled GPU in the tables and plots (their E_G is understated)")]
-StragglerThreshold = Annotated[Optional[float], typer.Option(
-    parser=fraction, help="a rank computing this fraction slower than the median rank is a straggler (default: each run's site profile's straggler_threshold, else 0.1)")]
 
 
 def report_command(

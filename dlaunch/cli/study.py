@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Annotated, Dict, List, Optional, Sequence
 
 import typer
 
-from dlaunch.cli.report import IncludeNetworkMismatches, IncludeStragglers, StragglerThreshold, report_command
+from dlaunch.cli.report import IncludeNetworkMismatches, IncludeStragglers, report_command
 from dlaunch.cli.runs import print_statuses
-from dlaunch.cli.terminal import AllowLarge, Json, command_group, err, out, print_json, show_status
+from dlaunch.cli.terminal import AllowLarge, Json, StragglerThreshold, command_group, err, out, print_json, show_status
 from dlaunch.errors import DlaunchWarning
 from dlaunch.reporting.document import write_comparison
 from dlaunch.runs.study import published_comparisons

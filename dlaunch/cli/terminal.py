@@ -114,6 +114,21 @@ def finite_number(low: Optional[float] = None) -> Callable[[str], float]:
     return parse
 
 
+def fraction(text: str) -> float:
+    """A typer `parser` for --straggler-threshold: a number strictly between 0 and 1."""
+    from dlaunch.analysis.stragglers import check_threshold
+
+    value = finite_number()(text)
+    try:
+        check_threshold(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    return value
+
+
+StragglerThreshold = Annotated[Optional[float], typer.Option(
+    parser=fraction, help="a rank computing this fraction slower than the median rank is a straggler (default: each run's site profile's straggler_threshold, else 0.1)")]
+
 Json = Annotated[bool, typer.Option("--json", help="print the objects of the Python API as JSON (docs/API.md), nothing else")]
 
 
