@@ -14,15 +14,24 @@ FAILPOINTS = Path(__file__).resolve().parent / "failpoints"
 
 
 class Hold:
-    """A release file; `env()` makes the trainer processes started with it pause after their first epoch."""
+    """A release file; `env()` makes the trainer processes started with it pause after their first epoch, and with
+    `at_step` N before their step N + 1 (N steps done) too."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, at_step: Optional[int] = None) -> None:
         self.file = folder / "release-held-runs"
+        self.at_step = at_step
 
     def env(self, pythonpath: str = "") -> Dict[str, str]:
         """The variables that arm the hold (`pythonpath`: what else the processes need on PYTHONPATH)."""
         paths = [str(FAILPOINTS)] + [p for p in (pythonpath or os.environ.get("PYTHONPATH", "")).split(os.pathsep) if p]
-        return {"PYTHONPATH": os.pathsep.join(paths), "DLAUNCH_TEST_HOLD": str(self.file)}
+        armed = {"PYTHONPATH": os.pathsep.join(paths), "DLAUNCH_TEST_HOLD": str(self.file)}
+        if self.at_step is not None:
+            armed["DLAUNCH_TEST_HOLD_AT_STEP"] = str(self.at_step)
+        return armed
+
+    def held_at_step(self, rank: int = 0) -> Path:
+        """The file the process of `rank` creates when it pauses at `at_step` (before its next step)."""
+        return Path("%s.held-at-step-%d.rank%d" % (self.file, self.at_step, rank))
 
     def container_env(self) -> Dict[str, str]:
         """`env()` for processes inside a container that binds the release file's folder at the same path: a

@@ -180,6 +180,78 @@ def test_an_ended_runs_images_per_s_is_its_throughput_x_as_the_report_defines_it
     assert p.images_per_s == run_from_metrics(read_metrics(str(run / "metrics.jsonl"))).throughput
 
 
+def test_a_live_runs_last_epoch_images_per_s_is_that_epochs_part_of_x_its_overhead_included(tmp_path, monkeypatch, capsys):
+    """One definition of images/s: the last epoch's figure shown while the run runs is EpochPoint.throughput (16
+    images in 1 s of steps and 1 s of overhead: 8.0), not the record's steps-only images_per_s (16.0)."""
+    from test_analysis import v4_fields
+
+    monkeypatch.chdir(tmp_path)
+    record = make_record("epoch", 104.0, epoch=0, steps=2, images=16, images_per_s=16.0, epoch_time_s=1.0,
+                         data_wait_s=0.1, loss=1.0, lr=0.1, **v4_fields([0.1, 0.1], measured_steps=2, steps=2, overhead_s=1.0))
+    write_run(tmp_path / "runs", "r", [header(), record], state=LOCAL_RUNNING % os.getpid())
+    assert main(["watch", "--once", "runs/r"]) == 0
+    assert "; running; steps 2/6, epoch 1/3, 8.0 images/s (last epoch), loss 1.000, ETA 2s" in watch_lines(capsys)[0]
+
+
+def progress_file(run: Path, time_s: float, **fields) -> None:
+    """The trainer's progress file (dlaunch/train/progress.py) of a run 1 step into its second epoch of 2 steps."""
+    written = dict(time=time_s, epoch=1, epochs=3, step_in_epoch=1, steps_per_epoch=2, global_step=3, total_steps=6,
+                   epoch_time_s=2.0, measured_steps=1, images_per_s=5.5, loss=0.75, loss_steps=1)
+    written.update(fields)
+    (run / "progress.json").write_text(json.dumps(written))
+
+
+def test_a_running_runs_progress_file_shows_where_it_is_within_its_epoch_each_figure_labelled(tmp_path, monkeypatch, capsys):
+    """Newer than the metrics file's last record: steps, the epoch's images/s and loss so far, the ETA at the rate
+    of every step so far (the epochs' and this one's: 6 s over 3 steps)."""
+    monkeypatch.chdir(tmp_path)
+    run = write_run(tmp_path / "runs", "r", [header(), epoch(0)], state=LOCAL_RUNNING % os.getpid())
+    progress_file(run, 110.0)
+    p = read_progress(run / "metrics.jsonl")
+    assert (p.steps_done, p.epochs_done, p.seconds_per_step, p.last_record_time) == (3, 1, 2.0, 110.0)
+    assert (p.epoch_so_far_images_per_s, p.epoch_so_far_loss, p.eta_s(now=111.0)) == (5.5, 0.75, 5.0)
+    assert main(["watch", "--once", "runs/r"]) == 0
+    assert LINE.match(watch_lines(capsys)[0]).group(2) == (
+        "%s; running; steps 3/6, epoch 1/3, 5.5 images/s (this epoch so far, steps only), "
+        "loss 0.750 (rank 0, this epoch so far), ETA 6s" % (LOCAL_RUNNING % os.getpid()))
+    progress_file(run, 110.0, images_per_s=None, loss=None, loss_steps=0)  # in the warm-up; no loss read yet
+    assert main(["watch", "--once", "runs/r"]) == 0
+    assert watch_lines(capsys)[0].endswith("running; steps 3/6, epoch 1/3, 16.0 images/s (last epoch), loss 3.000, ETA 6s")
+
+
+@pytest.mark.parametrize("case", ["older than the last record", "of another epoch", "malformed", "a link"])
+def test_a_progress_file_that_is_not_the_runs_latest_word_is_ignored(tmp_path, case):
+    run = write_run(tmp_path, "r", [header(), epoch(0)], state=LOCAL_RUNNING % os.getpid())
+    if case == "older than the last record":
+        progress_file(run, 103.0)
+    elif case == "of another epoch":
+        progress_file(run, 110.0, epoch=0)
+    elif case == "malformed":
+        progress_file(run, 110.0, global_step="3")
+    else:
+        progress_file(tmp_path, 110.0)
+        (run / "progress.json").symlink_to(tmp_path / "progress.json")
+    p = read_progress(run / "metrics.jsonl")
+    assert (p.steps_done, p.epoch_so_far_images_per_s, p.epoch_so_far_loss, p.last_record_time) == (2, None, None, 104.0)
+
+
+def test_an_ended_run_ignores_its_progress_file_its_epoch_records_are_the_truth(tmp_path, monkeypatch, capsys):
+    """A run whose trainer died mid-epoch (no end record) has ended: a progress file newer than its records is not
+    shown; nor is one beside an end record."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DLAUNCH_STATUS_CACHE", "")
+    died = write_run(tmp_path / "runs", "died", [header(), epoch(0)], state="finished (exit 1)")
+    ok = write_run(tmp_path / "runs", "ok", finished())
+    for run in (died, ok):
+        progress_file(run, 130.0)
+    assert main(["watch", "--once", "runs"]) == 1
+    lines = [LINE.match(line).group(2) for line in watch_lines(capsys)]
+    assert lines[0].startswith("finished (exit 1); died; steps 2/6, epoch 1/3, 16.0 images/s (last epoch), loss 3.000; why: ")
+    assert lines[1] == "finished (exit 0); ok; steps 6/6, epoch 3/3, 17.5 images/s, loss 1.000"
+    assert read_progress(died / "metrics.jsonl", ended=True).steps_done == 2
+    assert read_progress(died / "metrics.jsonl").steps_done == 3  # as a live run's
+
+
 def test_written_runs_through_a_pipe_one_plain_line_each_and_an_overall_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     long_name = "an-experiment-with-a-name-long-enough-to-wrap-an-80-column-terminal"

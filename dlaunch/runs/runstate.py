@@ -1,7 +1,9 @@
 """A run at one moment: the scheduler's word on its job and the progress its metrics file shows.
 
 `observe(runs)` asks each scheduler once for all of its jobs (Slurm: one `squeue`), and reads each
-metrics file; `dlaunch status`, `runs` and `watch` show what it returns. A run that has ended is read
+metrics file, and of a run that runs its trainer's progress file (dlaunch/train/progress.py) where that is
+newer than the file's last record: where the run is within its epoch; `dlaunch status`, `runs` and `watch`
+show what it returns. A run that has ended is read
 once: its snapshot is kept in the status cache (dlaunch/runs/statuscache.py) and taken from there while
 its files are unchanged, without asking its scheduler.
 """
@@ -20,6 +22,7 @@ from dlaunch.runs.failures import reconcile
 from dlaunch.runs.rundir import SNAPSHOT_FILES, RunDir
 from dlaunch.schedulers import Job, JobState, registration, scheduler_for
 from dlaunch.train.metrics_schema import MAX_METRICS_BYTES, FileRefused, Metrics, MetricsError, open_regular, read_metrics
+from dlaunch.train.progress import PROGRESS_FILE, read_progress_file
 
 if TYPE_CHECKING:
     from dlaunch.analysis.scaling import Run
@@ -34,7 +37,8 @@ SUBMIT_GRACE_S = 60.0
 
 @dataclass(frozen=True)
 class Progress:
-    """What the metrics file says: `status` is 'no metrics yet', 'unreadable: ...', 'running' or the end status."""
+    """What the metrics file says (and, while the run runs, its progress file): `status` is 'no metrics yet',
+    'unreadable: ...', 'running' or the end status."""
 
     status: str
     epochs_done: int = 0
@@ -43,10 +47,15 @@ class Progress:
     steps_total: Optional[int] = None
     # The run's throughput X (dlaunch/analysis/scaling.py: Run.throughput), once its metrics end; None while live.
     images_per_s: Optional[float] = None
-    last_epoch_images_per_s: Optional[float] = None  # the last epoch record's own images/s: its steps only
-    loss: Optional[float] = None
-    seconds_per_step: Optional[float] = None  # measured: the epochs' training time over their steps
+    # The last epoch's part of X (scaling.EpochPoint.throughput: its overhead outside the steps included).
+    last_epoch_images_per_s: Optional[float] = None
+    loss: Optional[float] = None  # the last epoch record's: the mean over its steps and ranks
+    seconds_per_step: Optional[float] = None  # measured: the epochs' training time (the steps') over their steps
     last_record_time: Optional[float] = None
+    # From the progress file, while the run is within an epoch: the job's images/s over this epoch's measured
+    # steps so far (steps only: the epoch's overhead comes at its end), and rank 0's mean loss over its steps so far.
+    epoch_so_far_images_per_s: Optional[float] = None
+    epoch_so_far_loss: Optional[float] = None
 
     @property
     def fraction(self) -> Optional[float]:
@@ -82,8 +91,25 @@ def _being_written(path: Path) -> bool:
         return False
 
 
-def _read_progress(path: Path) -> "Tuple[Progress, Optional[Run]]":
-    """The progress in a metrics file, and the file as a Run (None without one)."""
+def _within_epoch(progress: Progress, metrics: Metrics, train_time: float, path: Path) -> Progress:
+    """`progress` (of a running run's metrics file) with where its progress file says the run is, where that file
+    was written after the metrics file's last record and is of this run's epochs; else `progress` as it is."""
+    found = read_progress_file(str(path.parent / PROGRESS_FILE))
+    last_time = max((float(r["time"]) for r in metrics.records), default=None)
+    if (found is None or last_time is None or found["time"] <= last_time or found["epoch"] != progress.epochs_done
+            or found["total_steps"] != progress.steps_total or found["global_step"] < progress.steps_done):
+        return progress
+    steps = progress.steps_done + found["step_in_epoch"]
+    seconds = train_time + found["epoch_time_s"]
+    return dataclasses.replace(
+        progress, steps_done=found["global_step"], seconds_per_step=seconds / steps if steps and seconds > 0 else None,
+        last_record_time=found["time"], epoch_so_far_images_per_s=found["images_per_s"],
+        epoch_so_far_loss=found["loss"])
+
+
+def _read_progress(path: Path, ended: bool = False) -> "Tuple[Progress, Optional[Run]]":
+    """The progress in a metrics file (with its progress file's unless the file ended or the run has `ended`: then
+    its records are all there is), and the file as a Run (None without one)."""
     from dlaunch.analysis.scaling import run_from_metrics
 
     if not os.path.lexists(path) or (path.is_file() and path.stat().st_size == 0):  # opened, header not yet written
@@ -102,23 +128,25 @@ def _read_progress(path: Path) -> "Tuple[Progress, Optional[Run]]":
     train_time = sum(e["epoch_time_s"] for e in epochs)
     last = epochs[-1] if epochs else None
     run = run_from_metrics(metrics)
-    return Progress(
+    progress = Progress(
         status=metrics.status,
         epochs_done=len(epochs),
         epochs_total=epochs_total,
         steps_done=steps,
         steps_total=steps_total,
         images_per_s=run.throughput if metrics.end is not None else None,
-        last_epoch_images_per_s=float(last["images_per_s"]) if last else None,
+        last_epoch_images_per_s=run.epochs[-1].throughput if run.epochs else None,
         loss=float(last["loss"]) if last else None,
         seconds_per_step=train_time / steps if steps and train_time > 0 else None,
         last_record_time=float(metrics.records[-1]["time"]) if metrics.records else None,
-    ), run
+    )
+    return (_within_epoch(progress, metrics, train_time, path) if metrics.status == "running" and not ended else progress), run
 
 
-def read_progress(path: Path) -> Progress:
-    """The progress in a metrics file (a missing or still empty file is 'no metrics yet')."""
-    return _read_progress(path)[0]
+def read_progress(path: Path, ended: bool = False) -> Progress:
+    """The progress in a metrics file, and its progress file's unless the run has `ended` (a missing or still
+    empty metrics file is 'no metrics yet')."""
+    return _read_progress(path, ended)[0]
 
 
 def _judged(run_dir: RunDir, run: "Optional[Run]", live: bool,
@@ -238,7 +266,6 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
     snapshots = []
     for run in runs:
         plan = plans[run.path]
-        progress, measured = _read_progress(run.metrics_path)
         job_id = run.job_id
         queue_text, meaning = "", None
         if registration(plan["scheduler"]).foreground:
@@ -250,6 +277,7 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
             ended = not meaning.active and meaning is not JobState.UNKNOWN
         else:
             state, ended = _unsubmitted_state(run, now)
+        progress, measured = _read_progress(run.metrics_path, ended)
         started = bool(job_id) or (run.state or "").startswith(("running here", "finished"))
         status = reconcile(meaning, progress.status, ended) if started else progress.status
         if status != progress.status:

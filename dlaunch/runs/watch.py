@@ -38,9 +38,15 @@ def duration(seconds: float) -> str:
     return "%dd%02dh" % (s // 86400, s % 86400 // 3600)
 
 
+EPOCH_SO_FAR_IMAGES = "images/s (this epoch so far, steps only)"
+EPOCH_SO_FAR_LOSS = "(rank 0, this epoch so far)"
+
+
 def figures(snapshot: Snapshot, now: Optional[float] = None) -> str:
-    """Queue place while pending, else steps, epochs, images/s (the run's X once its metrics end, else the
-    last epoch's, labelled so), loss and ETA as far as known."""
+    """Queue place while pending, else steps, epochs, images/s and loss, each labelled by what it covers: the run's
+    X once its metrics end; within an epoch (the trainer's progress file) the epoch's figures so far (the job's
+    images/s over its measured steps, steps only; rank 0's loss); else the last epoch's (its part of X, the
+    mean loss over its steps and ranks); and the ETA, as far as known."""
     if snapshot.queue:
         return snapshot.queue
     p = snapshot.progress
@@ -51,9 +57,13 @@ def figures(snapshot: Snapshot, now: Optional[float] = None) -> str:
         parts.append("epoch %d/%d" % (p.epochs_done, p.epochs_total))
     if p.images_per_s is not None:
         parts.append("%.1f images/s" % p.images_per_s)
+    elif p.epoch_so_far_images_per_s is not None:
+        parts.append("%.1f %s" % (p.epoch_so_far_images_per_s, EPOCH_SO_FAR_IMAGES))
     elif p.last_epoch_images_per_s is not None:
         parts.append("%.1f images/s (last epoch)" % p.last_epoch_images_per_s)
-    if p.loss is not None:
+    if p.epoch_so_far_loss is not None:
+        parts.append("loss %.3f %s" % (p.epoch_so_far_loss, EPOCH_SO_FAR_LOSS))
+    elif p.loss is not None:
         parts.append("loss %.3f" % p.loss)
     eta = p.eta_s(now)
     if eta is not None:

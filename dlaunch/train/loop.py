@@ -26,6 +26,10 @@ epoch end, and all stop with status `diverged` without checkpointing the non-fin
 The MLPerf-format log (`mlperf.log` beside the metrics file, dlaunch/train/mllog.py) is written at the same
 moments by rank 0: init and run start, blocks, epochs, evaluations, run stop.
 
+Within an epoch rank 0 writes `progress.json` beside the metrics file after a step every few seconds
+(dlaunch/train/progress.py: steps, images/s of the epoch's measured steps so far, its loss, one device sync per
+write to read the loss, none more with --host-syncs minimal).
+
 The workload options (dlaunch/train/workload.py) change how a step runs, not what it computes: --compile (the
 first step compiles; its wall time is the epoch record's `compile_s`), --cuda-graphs (the step captured at the last
 warm-up step and replayed; its parts are not timed), --optimizer-impl, --host-syncs minimal (the losses are read at
@@ -63,11 +67,13 @@ from dlaunch.train.mllog import MLPerfLog, hyperparameters, mllog_path
 from dlaunch.train.models import build_model
 from dlaunch.train.network import NCCL_LOG_DIR, by_node, nccl_warnings, observe, route_nccl_debug
 from dlaunch.train.phases import EpochOverhead, StepTimer, gather_rows, overhead_fields, phase_fields, rank_row
+from dlaunch.train.progress import ProgressFile, finite_or_none, interval_s, progress_path
 from dlaunch.train.profiling import KernelProfiler, StepProfiler, kernel_fields, unavailable_kernel_fields
 from dlaunch.train.schedule import LRSchedule
 from dlaunch.train.signals import StopSignals
 from dlaunch.train.workload import (CapturedStep, FirstStepClock, LearningRate, TorchFeatures, build_optimizer,
-                                    compiled_graphs, host_syncs_seen, loss_keeper, optimizer_impl, torch_refusal)
+                                    HostLosses, compiled_graphs, host_syncs_seen, loss_keeper, optimizer_impl,
+                                    torch_refusal)
 
 # Steps between stop-signal checks: bounds the extra work after Slurm's warning (sent 120 s early)
 # while keeping the all-reduce and device sync of a check off most steps.
@@ -163,6 +169,7 @@ class Trainer:
         self.kernel_profiler = KernelProfiler(self.synchronize) if self.device.type == "cuda" else None
         self.mllog = MLPerfLog(mllog_path(cfg.metrics_path) if dist.is_main else None, cfg.target_accuracy,
                                cfg.val_every, self.epochs)
+        self.progress_file = ProgressFile(progress_path(cfg.metrics_path), interval_s(os.environ)) if dist.is_main else None
 
     # -- collectives and clocks ------------------------------------------------------------------
     def synchronize(self) -> None:
@@ -266,6 +273,8 @@ class Trainer:
         self.losses.new_epoch()
         data_wait = 0.0
         measured_steps = 0
+        first_step = progress.steps  # this process's first step of the epoch (a resumed one: not 0)
+        settled_steps = progress.steps  # the steps whose losses the loss keeper holds read (--host-syncs minimal)
         warmup_and_profile = cfg.warmup_steps + cfg.profile_steps
         kernel_end = warmup_and_profile + self.kernel_steps
         status = None
@@ -304,11 +313,16 @@ class Trainer:
                     self.write_kernel_profile()
             if self.global_step % STOP_CHECK_STEPS == 0:
                 self.losses.settle()
+                settled_steps = progress.steps
                 self.meter.poll()
                 self.health.sample()
                 status = self.agreed_stop()
                 if status:
                     break
+            if self.progress_file is not None and self.progress_file.due():
+                loss_steps = (settled_steps if isinstance(self.losses, HostLosses) else progress.steps) - first_step
+                self.progress_file.write(**self.progress_fields(epoch, progress, epoch_start, window_start,
+                                                                measured_steps, loss_steps))
         with overhead.timed("barrier_s"):
             now = self.synced_time()
         recompiled = self.graphs_compiled_after_warmup()
@@ -331,6 +345,21 @@ class Trainer:
             return status
         self.finish_epoch(epoch, progress, overhead, step_means, health, self.workload_fields(recompiled))
         return None
+
+    def progress_fields(self, epoch: int, progress: EpochProgress, epoch_start: float, window_start: Optional[float],
+                        measured_steps: int, loss_steps: int) -> Dict[str, Any]:
+        """The progress file's fields (dlaunch/train/progress.py): `progress` holds the epoch's figures before this
+        process (a resumed epoch's), the rest are this process's; the loss kept over `loss_steps` steps is read
+        first (the one device sync: the clock then counts finished steps)."""
+        loss = finite_or_none(float(self.losses.sum) / loss_steps) if loss_steps > 0 else None
+        now = time.perf_counter()
+        steps = progress.measured_steps + measured_steps
+        seconds = progress.measured_time + (now - window_start if window_start is not None else 0.0)
+        return dict(
+            epoch=epoch, epochs=self.epochs, step_in_epoch=progress.steps, steps_per_epoch=self.steps_per_epoch,
+            global_step=self.global_step, total_steps=self.total_steps, epoch_time_s=progress.time + now - epoch_start,
+            measured_steps=steps, images_per_s=steps * self.global_batch / seconds if steps and seconds > 0 else None,
+            loss=loss, loss_steps=loss_steps if loss is not None else 0)
 
     def step(self, batches: Any, requested: float, measured: bool, profiled: bool) -> float:
         """One step from asking `batches` for its batch (at `requested`): the train step, its CUDA graph's replay or a

@@ -4,8 +4,9 @@ torchrun pass it on to the job's processes).
 
 With DLAUNCH_TEST_HOLD=FILE, each trainer process pauses after its first finished epoch (the epoch record
 written, the checkpoint saved) until FILE (every rank) or FILE.rank<N> (rank N) exists, or the process has
-received a stop signal. A test thereby sees a live run mid-way on any machine, however fast the job, and
-then releases it by creating the file."""
+received a stop signal. With DLAUNCH_TEST_HOLD_AT_STEP=N too, each pauses alike before its step N + 1 (N steps
+done, run-wide), first creating FILE.held-at-step-N.rank<R>. A test thereby sees a live run mid-way on any machine,
+however fast the job, and then releases it by creating the file."""
 import importlib.abc
 import importlib.machinery
 import os
@@ -14,6 +15,7 @@ import time
 
 HOLD_FILE = os.environ.get("DLAUNCH_TEST_HOLD")
 HOLD_AFTER_EPOCH = 0
+HOLD_AT_STEP = int(os.environ.get("DLAUNCH_TEST_HOLD_AT_STEP", "-1"))
 GIVE_UP_S = 900.0  # a test that died without releasing its job does not leave it waiting for ever
 
 
@@ -27,7 +29,7 @@ def hold() -> None:
 
 
 def patch(module) -> None:
-    train_epoch = module.Trainer.train_epoch
+    train_epoch, step = module.Trainer.train_epoch, module.Trainer.step
 
     def held_train_epoch(self, epoch, skip, progress):
         status = train_epoch(self, epoch, skip, progress)
@@ -35,7 +37,14 @@ def patch(module) -> None:
             hold()
         return status
 
+    def held_step(self, *args, **kwargs):
+        if self.global_step == HOLD_AT_STEP:
+            open("%s.held-at-step-%d.rank%s" % (HOLD_FILE, HOLD_AT_STEP, os.environ.get("RANK", "0")), "w").close()
+            hold()
+        return step(self, *args, **kwargs)
+
     module.Trainer.train_epoch = held_train_epoch
+    module.Trainer.step = held_step
 
 
 class HoldFinder(importlib.abc.MetaPathFinder):
