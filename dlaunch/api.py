@@ -348,7 +348,10 @@ class ResultRow(Record):
     provenance: Dict[str, Any]
     path: str
     source: str
-    flags: Optional[List[Dict[str, Any]]]
+    flags: Optional[List[Dict[str, Any]]]  # [{"kind": "straggler" or "throttled", "message"}]; None: not recorded
+    flags_threshold: Optional[float]  # the straggler threshold the flags were judged at
+    step_options: str  # the trainer's workload options away from their defaults ("-": none)
+    compile_s: Optional[float]  # --compile's compile time, never part of images_per_s
     speedup: Optional[float]
     efficiency: Optional[float]
     history: Optional[str]
@@ -913,21 +916,26 @@ def results_db(db: Optional[Any] = None) -> "ResultsDB":
 
 @_api
 def results(where: Sequence[str] = (), *, db: Optional[Any] = None) -> List[ResultRow]:
-    """The runs in the results database, oldest first, that match every selector of `where` (e.g.
-    'site=juwels,gpus=8', 'date=2026-10'), with S_G, E_G, history and MLPerf RCP verdicts. A selector that
-    matches nothing is a DlaunchWarning."""
+    """The runs in the results database, oldest first (those that ended together by experiment, site and GPU
+    count), that match every selector of `where` (e.g. 'site=juwels,gpus=8', 'date=2026-10'), with S_G, E_G,
+    history and MLPerf RCP verdicts. A bad selector is a DlaunchError (before the database is looked for); one
+    that matches nothing a DlaunchNote."""
     from dlaunch.analysis.convergence import load_rcps, run_rcp_verdict
-    from dlaunch.resultsdb.compare import select, unmatched, with_history, with_scaling
+    from dlaunch.resultsdb.compare import parse_conditions, select, unmatched, with_history, with_scaling
 
+    for selector in where:  # a bad selector is named before the database is looked for
+        parse_conditions(selector)
     with results_db(db) as store:
         everything = with_scaling(store.rows())
     for note in unmatched(everything, list(where)):
         warnings.warn("-w %s" % escape(note), DlaunchNote, stacklevel=3)
     rcps = load_rcps()
     names = [f.name for f in dataclasses.fields(ResultRow) if f.name != "rcp"]
+    rows = sorted(with_history(select(everything, list(where)), everything),  # runs that ended together: by GPU count
+                  key=lambda row: (row["ended"], row["experiment"], row["site"], row["gpus"], row["run"]))
     return [ResultRow(**{k: row[k] for k in names}, rcp=None if row["epochs_to_mlperf_target"] is None else
                       run_rcp_verdict(row["global_batch"], row["epochs_to_mlperf_target"], rcps))
-            for row in with_history(select(everything, list(where)), everything)]
+            for row in rows]
 
 
 def _compare_row(match: Any) -> CompareRow:
@@ -945,8 +953,10 @@ def _compare_row(match: Any) -> CompareRow:
 def compare(a: str, b: str, *, metric: str = "images_per_s", db: Optional[Any] = None) -> Comparison:
     """Two sets of runs of the results database (each an experiment's name or a selector, as `results`' `where`)
     compared per model, framework, GPU count, ... on `metric`, as `dlaunch results compare`."""
-    from dlaunch.resultsdb.compare import compare as compared
+    from dlaunch.resultsdb.compare import compare as compared, parse_conditions
 
+    for selector in (a, b):  # named before the database is looked for
+        parse_conditions(selector)
     with results_db(db) as store:
         c = compared(store.rows(), a, b, metric)
     keys = list(c.matches[0].key) if c.matches else []

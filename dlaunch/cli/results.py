@@ -28,10 +28,25 @@ err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
 Db = Annotated[Optional[Path], typer.Option("--db", help="results database (default: $DLAUNCH_RESULTS_DB, else runs/results.sqlite)")]
 Format = Annotated[Literal["table", "csv", "json", "markdown"], typer.Option("--format", help="output format")]
 
-LIST_HEADERS = ("run", "experiment", "site", "ended", "GPUs", "framework", "model", "status", "images/s", "S_G", "E_G",
-                "epochs to target", "time to target s", "RCP", "history")
-LIST_LEAVE_OUT = ("history", "RCP", "time to target s", "epochs to target", "S_G", "ended", "site", "experiment", "model",
-                  "framework")
+LIST_HEADERS = ("run", "experiment", "site", "ended", "GPUs", "framework", "model", "step options", "status", "flags",
+                "images/s", "S_G", "E_G", "epochs to target", "time to target s", "RCP", "history")
+# Left out first at a narrow terminal: the columns whose value is the same in every row (they tell no run from
+# another; the caption names them), then in this order; run, GPUs, images/s and E_G stay.
+LIST_LEAVE_OUT = ("history", "RCP", "time to target s", "epochs to target", "S_G", "ended", "step options",
+                  "flags", "status", "framework", "model", "experiment", "site")
+
+
+def list_leave_out(cells: Sequence[Sequence[str]]) -> List[str]:
+    """LIST_LEAVE_OUT with the columns of one value in every row first."""
+    same = {h for i, h in enumerate(LIST_HEADERS) if len({row[i] for row in cells}) <= 1}
+    return [h for h in LIST_LEAVE_OUT if h in same] + [h for h in LIST_LEAVE_OUT if h not in same]
+
+
+def flag_kinds(flags: Optional[List[Dict[str, Any]]]) -> str:
+    """A row's flags by kind ('straggler', 'throttled'), 'none', or '-' when not recorded (metrics before version 4)."""
+    if flags is None:
+        return "-"
+    return ", ".join(dict.fromkeys(f["kind"] for f in flags)) or "none"
 
 
 def emit(fmt: str, title: str, headers: Sequence[str], cells: Sequence[Sequence[str]], records: Sequence[Dict[str, Any]],
@@ -65,12 +80,12 @@ def results(ctx: typer.Context,
     from dlaunch import api
 
     rows = api.results(where or [], db=db)
-    cells = [[r.run, r.experiment, r.site, r.ended[:10], str(r.gpus), r.framework, r.model, r.status,
-              cell(r.images_per_s, "%.1f"), cell(r.speedup, "%.2f"), cell(r.efficiency, "%.3f"),
+    cells = [[r.run, r.experiment, r.site, r.ended[:10], str(r.gpus), r.framework, r.model, r.step_options, r.status,
+              flag_kinds(r.flags), cell(r.images_per_s, "%.1f"), cell(r.speedup, "%.2f"), cell(r.efficiency, "%.3f"),
               cell(r.epochs_to_target, "%d"), cell(r.time_to_target_s, "%.1f"), r.rcp or "-", r.history or "-"]
              for r in rows]
     emit("json" if as_json else fmt, "dlaunch results: %d run(s)" % len(rows), LIST_HEADERS, cells,
-         [r.to_dict() for r in rows], LIST_LEAVE_OUT, ["database: %s" % db_path(db)])
+         [r.to_dict() for r in rows], list_leave_out(cells), ["database: %s" % db_path(db)])
 
 
 COMPARE_HEADERS = ("A median", "A range", "A runs", "B median", "B range", "B runs", "change %", "p", "significant")
