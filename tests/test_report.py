@@ -434,6 +434,24 @@ def test_a_figure_without_data_is_neither_written_nor_embedded(tmp_path):
     assert sorted(p.name for p in out.glob("*.png")) == ["efficiency.png", "speedup.png", "throughput.png"]
 
 
+def test_one_gpu_count_draws_no_speed_up_or_efficiency(tmp_path):
+    """Issue 37 item 4: a report of one GPU count drew S_G and E_G as one point at (1, 1) on an axis out to 2."""
+    runs = tmp_path / "runs"
+    write_run(runs, "g4-r0", 4, [100.0, 950.0])
+    write_run(runs, "g4-r1", 4, [100.0, 940.0])
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "speedup.png").write_bytes(b"an earlier report's figure")
+    result = _report(runs, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert embedded((out / "report.md").read_text()) == ["throughput.png"]
+    assert sorted(p.name for p in out.glob("*.png")) == ["throughput.png"]
+    assert "Speed-up S_G against GPUs" not in (out / "report.html").read_text()  # the figure's title
+    write_run(runs, "g8", 8, [100.0, 1700.0])  # a second count: both drawn
+    assert _report(runs, "-o", out).exit_code == 0
+    assert embedded((out / "report.md").read_text()) == ["throughput.png", "speedup.png", "efficiency.png"]
+
+
 def test_dollars_in_an_experiment_name_are_drawn_as_written(tmp_path):
     """Issue 37 item 11: matplotlib read `$...$` as mathtext; `cost$_$` ended `report` in a ParseSyntaxException."""
     runs = tmp_path / "runs"

@@ -179,7 +179,7 @@ def legend(ax, beside: bool = False) -> None:
 
 def plot_scaling(ax_x, ax_s, ax_e, results: Sequence["GroupResult"]) -> None:
     """Fig. 3 (throughput), the speed-up S_G and Fig. 4-7 (E_G): medians with error bars over repeats, the
-    ideal lines dotted, the model's dashed where there is one."""
+    ideal lines dotted, the model's dashed where there is one; `ax_s` and `ax_e` None: not drawn (`scaled`)."""
     shown: Dict[object, List[float]] = {ax_x: [], ax_s: [], ax_e: [1.0]}
     counts: List[int] = []
     ideal_labelled = set()
@@ -189,21 +189,27 @@ def plot_scaling(ax_x, ax_s, ax_e, results: Sequence["GroupResult"]) -> None:
         counts += gpus
         label = g.key.label + spread_label(g.points)
         shown[ax_x] += error_bars(ax_x, gpus, [p.throughput for p in g.points], color, label, shape)
-        shown[ax_s] += error_bars(ax_s, gpus, [p.speedups for p in g.points], color, label, shape)
-        shown[ax_e] += error_bars(ax_e, gpus, [p.efficiencies for p in g.points], color, label, shape)
+        if ax_s is not None:
+            shown[ax_s] += error_bars(ax_s, gpus, [p.speedups for p in g.points], color, label, shape)
+            shown[ax_e] += error_bars(ax_e, gpus, [p.efficiencies for p in g.points], color, label, shape)
         ideal = [n / gpus[0] for n in gpus]
         x_ref = g.points[0].images_per_s
         for ax, values in ((ax_x, [x_ref * s for s in ideal]), (ax_s, ideal)):
-            ax.plot(gpus, values, ":", color=color, label=None if ax in ideal_labelled else "ideal (dotted)")
-            ideal_labelled.add(ax)
-            shown[ax] += values
+            if ax is not None:
+                ax.plot(gpus, values, ":", color=color, label=None if ax in ideal_labelled else "ideal (dotted)")
+                ideal_labelled.add(ax)
+                shown[ax] += values
         if g.predictions:
             pred = [g.predictions[n] for n in gpus]
             for ax, values in ((ax_x, [p.images_per_s for p in pred]), (ax_e, [p.efficiency for p in pred])):
-                ax.plot(gpus, values, "--", color=color, label=legend_label(g.key.label + " (model, dashed)"))
-                shown[ax] += values
-    ax_e.axhline(1.0, color="black", linestyle=":", label="ideal (dotted)")
+                if ax is not None:
+                    ax.plot(gpus, values, "--", color=color, label=legend_label(g.key.label + " (model, dashed)"))
+                    shown[ax] += values
+    if ax_e is not None:
+        ax_e.axhline(1.0, color="black", linestyle=":", label="ideal (dotted)")
     for ax, label, scale in ((ax_x, "images/s", "log10"), (ax_s, "S_G", "log2"), (ax_e, "E_G", "linear")):
+        if ax is None:
+            continue
         value_axis(ax, shown[ax], label, scale)
         count_axis(ax, counts, "GPUs")
         legend(ax)
@@ -320,12 +326,17 @@ def plot_accuracy_vs_epoch(ax, runs: Sequence[Run]) -> None:
     legend(ax)
 
 
+def scaled(results: Sequence["GroupResult"]) -> bool:
+    """Whether some group has points at two GPU counts or more: a speed-up or E_G to draw."""
+    return any(len(g.points) >= 2 for g in results)
+
+
 def plot_titles(results: Sequence["GroupResult"]) -> Dict[str, str]:
     """The figures of this report that have data (file name -> title), in report order: a figure with
-    nothing to draw is neither written nor embedded."""
+    nothing to draw is neither written nor embedded (S_G and E_G only where some group has two GPU counts: one
+    count has only the reference's 1)."""
     runs = [r for g in results for r in g.runs]
-    scaled = any(g.points for g in results)
-    has = {"throughput.png": scaled, "speedup.png": scaled, "efficiency.png": scaled,
+    has = {"throughput.png": any(g.points for g in results), "speedup.png": scaled(results), "efficiency.png": scaled(results),
            "time_shares.png": any(p.shares for g in results for p in g.points),
            "accuracy_vs_batch.png": bool(_accuracy_series(runs)),
            "accuracy_vs_epoch.png": bool(_epoch_accuracies(runs))}
@@ -371,7 +382,8 @@ def write_plots(output: Path, results: Sequence["GroupResult"]) -> Dict[str, str
               BUDGET_PLOT: len(groups_drawn(results, lambda g: g.explained, MAX_PANELS))}
     figures = {name: plt.figure(figsize=(7, 2.5 + 2.5 * panels[name] if name in panels else 4.5)) for name in titles}
     if "throughput.png" in figures:
-        plot_scaling(*(figures[n].add_subplot() for n in ("throughput.png", "speedup.png", "efficiency.png")), results)
+        plot_scaling(*(figures[n].add_subplot() if n in figures else None for n in ("throughput.png", "speedup.png", "efficiency.png")),
+                     results)
     if "time_shares.png" in figures:
         plot_shares(figures["time_shares.png"], results)
     if "accuracy_vs_batch.png" in figures:
