@@ -13,6 +13,7 @@ from dlaunch.analysis.budget import LOST_PARTS, budget
 from dlaunch.analysis.scaling import group_runs, load_runs, run_from_metrics, scaling
 from dlaunch.analysis.stragglers import STRAGGLER, THROTTLED, is_straggler, live_flags, run_flags
 from dlaunch.errors import DlaunchError
+from dlaunch.thresholds import DEFAULT_THRESHOLD
 from dlaunch.jobs.sites import load_site
 from dlaunch.train.metrics_schema import VERSION, read_metrics
 from test_analysis import write_run, v4_fields
@@ -168,9 +169,11 @@ def test_budget_leaves_out_runs_with_a_straggler_unless_included(tmp_path):
 
 
 def test_site_profile_straggler_threshold(tmp_path):
-    text = Path("sites/local.toml").read_text()
-    assert load_site(Path("sites/local.toml")).straggler_threshold == 0.10
-    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    assert load_site(Path("sites/local.toml")).straggler_threshold == 0.30  # local ranks share the cores
+    text = Path("sites/local.toml").read_text().replace("straggler_threshold = 0.30\n", "")
+    default, good, bad = tmp_path / "default.toml", tmp_path / "good.toml", tmp_path / "bad.toml"
+    default.write_text(text)
+    assert load_site(default).straggler_threshold == DEFAULT_THRESHOLD  # a profile without one
     good.write_text("straggler_threshold = 0.25\n" + text)  # a top-level key: before the profile's tables
     bad.write_text("straggler_threshold = 1.5\n" + text)
     assert load_site(good).straggler_threshold == 0.25
