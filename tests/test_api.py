@@ -348,6 +348,17 @@ def test_study_list_and_check_json_are_the_apis_jobs_and_checks(tmp_path, monkey
     assert list(tmp_path.iterdir()) == []
 
 
+def test_study_run_json_submitting_prints_the_jobs_alone(tmp_path, monkeypatch, capfd):
+    """A study job run here with --json: stdout is the JSON of its Job (no live view), the submission on stderr."""
+    monkeypatch.chdir(tmp_path)
+    capfd.readouterr()
+    assert main(["study", "run", "smoke", "--site", "local", "--only", "gpus=1", "--only", "repeat=1", "--json"]) == 0
+    captured = capfd.readouterr()
+    (job,) = [api.Job.from_dict(item) for item in json.loads(captured.out)]
+    assert (job.submitted, job.exit_code, job.label) == (True, 0, "scaling/ddp-native-resnet44-g0001-step-r1: no figure, "
+                                                                   "repeat 1 of 2")
+
+
 def test_results_compare_json_is_the_apis_comparison_and_format_json_its_rows(tmp_path, monkeypatch, capsys):
     from test_results import two_experiments
 

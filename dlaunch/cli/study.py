@@ -88,7 +88,7 @@ def study_run_command(
         warnings.simplefilter("ignore", DlaunchWarning)
         jobs = api.study(study, site=site, output=output, dry_run=dry_run, only=only or (), data=data or (),
                          account=account, image=image, protocol=protocol, stack=stack, allow_large=allow_large,
-                         planned=planned, say=err.print, show_progress=True)
+                         planned=planned, say=err.print, show_progress=not as_json)  # stdout: the JSON alone
     (plan,) = plans
     if as_json:
         print_json(jobs)
