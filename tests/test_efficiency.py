@@ -108,7 +108,8 @@ def test_runs_with_a_straggler_stay_out_of_scaling_unless_included(tmp_path):
     (everything,) = group_runs(runs, include_stragglers=True).values()
     assert len(everything) == 3
     assert [(p.gpus, p.runs, p.images_per_s) for p in scaling(runs, include_stragglers=True)] == [(1, 1, 100.0), (2, 2, 120.0)]
-    assert len(group_runs(runs, straggler_threshold=0.5)[everything[0].key]) == 3  # 0.2 vs the median of the ranks, 0.15: 33 %
+    # 0.2 vs the median of the ranks, 0.15: 33 %
+    assert len(group_runs(runs, straggler_threshold=0.5)[everything[0].key]) == 3
 
 
 def steps_rate(fields: dict, images: int) -> float:

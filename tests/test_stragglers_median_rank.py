@@ -71,7 +71,8 @@ def test_flag_budget_and_predict_give_the_same_true_excess_over_the_faster_rank(
 def test_an_older_record_is_read_as_recorded_and_names_the_median_of_the_ranks(tmp_path):
     fields = epoch_fields([rank(0.1), rank(0.153)], ["n0", "n1"])
     rows = [dict(zip(STEP_PHASES, rank(f))) for f in (0.1, 0.153)]
-    fields["phases"] = dict(fields["phases"], method="rank-timers", median={p: median(r[p] for r in rows) for p in STEP_PHASES})
+    old_median = {p: median(r[p] for r in rows) for p in STEP_PHASES}  # statistics.median: the mean of the two
+    fields["phases"] = dict(fields["phases"], method="rank-timers", median=old_median)
     run = run_of(tmp_path, "old", fields, 2)
     (flag,) = run_flags(run)
     assert flag.message == "n1 rank 1 (local rank 0) computed 21 % slower than the median of the ranks" + FLAG_TAIL
@@ -106,7 +107,8 @@ def test_the_budget_leaves_out_a_throttled_run_unless_included(tmp_path):
     ok_rows = [rank(0.1, health=healthy), rank(0.1, health=healthy)]
     capped_rows = [rank(0.1, health=healthy), rank(0.1, health=fake_gpu(1095, 0x4, 81))]
     write_run(tmp_path, "g1", 1, [100.0, 100.0], version=VERSION)
-    write_run(tmp_path, "g2", 2, [100.0, 180.0], epoch_fields=[epoch_fields(ok_rows, ["n0", "n1"])] * 2, version=VERSION)
+    write_run(tmp_path, "g2", 2, [100.0, 180.0], epoch_fields=[epoch_fields(ok_rows, ["n0", "n1"])] * 2,
+              version=VERSION)
     capped = epoch_fields(capped_rows, ["n0", "n1"])
     capped["measured_steps"] = 5  # fewer steps counted: a lower images/s
     write_run(tmp_path, "g2-capped", 2, [100.0, 90.0], epoch_fields=[capped] * 2, version=VERSION)

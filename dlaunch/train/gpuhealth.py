@@ -137,7 +137,11 @@ def node_health(gpus: Sequence[Tuple[int, Sequence[float]]]) -> Health:
             return unavailable(reasons)
         return unavailable("measured on %d of %d GPUs only (%s)" % (len(measured), len(gpus), reasons))
     throttled = [(local_rank, v) for local_rank, v in measured if throttle_names(int(v[3]))]
-    local_rank, gpu = min(throttled or measured, key=lambda entry: (entry[1][1] / entry[1][2] if entry[1][2] else entry[1][1],
-                                                                     entry[0]))
+    def held_back(entry: Tuple[int, Sequence[float]]) -> Tuple[float, int]:
+        """The SM clock against its maximum (the clock where no maximum was read), then the local rank."""
+        local_rank, v = entry
+        return (v[1] / v[2] if v[2] else v[1], local_rank)
+
+    local_rank, gpu = min(throttled or measured, key=held_back)
     return {"sm_clock_mhz": gpu[1], "sm_clock_max_mhz": gpu[2], "local_rank": local_rank,
             "throttle": throttle_names(int(gpu[3])), "temperature_c": gpu[4]}
