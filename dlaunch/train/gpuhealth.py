@@ -137,6 +137,7 @@ def node_health(gpus: Sequence[Tuple[int, Sequence[float]]]) -> Health:
             return unavailable(reasons)
         return unavailable("measured on %d of %d GPUs only (%s)" % (len(measured), len(gpus), reasons))
     throttled = [(local_rank, v) for local_rank, v in measured if throttle_names(int(v[3]))]
+
     def held_back(entry: Tuple[int, Sequence[float]]) -> Tuple[float, int]:
         """The SM clock against its maximum (the clock where no maximum was read), then the local rank."""
         local_rank, v = entry
