@@ -109,6 +109,13 @@ def v4_epoch(n: int, compute: List[float]) -> dict:
                        data_wait_s=0.1, loss=1.0, lr=0.1, **v4_fields(compute, measured_steps=2, steps=2))
 
 
+def site_profile(straggler_threshold: float) -> str:
+    """sites/local.toml with `straggler_threshold` (whatever the shipped profile sets)."""
+    text = (Path(__file__).resolve().parents[1] / "sites" / "local.toml").read_text()
+    text = re.sub(r"(?m)^straggler_threshold *=.*\n", "", text)
+    return text.replace('gpu_vendor = "none"', 'gpu_vendor = "none"\nstraggler_threshold = %r' % straggler_threshold)
+
+
 def straggler(percent: int) -> str:
     """dlaunch/analysis/stragglers.py's flag on the written runs' rank 1 (a pattern: its wording is that module's)."""
     return r"straggler: n1 rank 1 \(local rank 0\) computed %d %% slower than the median [^;]*; this run's E_G is understated" % percent
@@ -119,7 +126,7 @@ def test_stragglers_are_flagged_with_the_runs_profile_threshold_ended_runs_on_th
     live one on its last epoch; the threshold is the profile's the run kept (site.toml: straggler_threshold)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DLAUNCH_STATUS_CACHE", "")
-    profile = (Path(__file__).resolve().parents[1] / "sites" / "local.toml").read_text()
+    profile = site_profile(0.10)
     warm, equal, late = [0.1, 0.5], [0.1, 0.1], [0.1, 0.14]  # late: rank 1 17 % over the median rank (0.12)
     epochs = [v4_epoch(0, warm), v4_epoch(1, equal), v4_epoch(2, equal), v4_epoch(3, late)]
     for name, records, state in (("ended", [header(8)] + epochs + [end()], "finished (exit 0)"),
@@ -129,7 +136,7 @@ def test_stragglers_are_flagged_with_the_runs_profile_threshold_ended_runs_on_th
     shown = {LINE.match(line).group(1): LINE.match(line).group(2) for line in watch_lines(capsys)}
     assert "straggler" not in shown["runs/ended"]  # the warm-up epoch is left out, the last one diluted: 6 %
     assert re.search("; %s$" % straggler(17), shown["runs/live"]), shown["runs/live"]
-    (tmp_path / "runs/ended/site.toml").write_text(profile.replace('gpu_vendor = "none"', 'gpu_vendor = "none"\nstraggler_threshold = 0.05'))
+    (tmp_path / "runs/ended/site.toml").write_text(site_profile(0.05))
     assert main(["watch", "--once", "runs/ended"]) == 0
     line = watch_lines(capsys)[0]
     assert re.search("; %s$" % straggler(6), line), line
@@ -143,7 +150,7 @@ def test_a_straggler_threshold_given_overrides_the_profiles_and_the_cached_flags
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DLAUNCH_STATUS_CACHE", str(tmp_path / "cache.json"))
-    profile = (Path(__file__).resolve().parents[1] / "sites" / "local.toml").read_text()
+    profile = site_profile(0.10)
     warm, equal, late = [0.1, 0.5], [0.1, 0.1], [0.1, 0.14]  # late: rank 1 17 % over the median rank (0.12)
     epochs = [v4_epoch(0, warm), v4_epoch(1, equal), v4_epoch(2, equal), v4_epoch(3, late)]
     for name, records, state in (("ended", [header(8)] + epochs + [end()], "finished (exit 0)"),
