@@ -9,7 +9,7 @@ times differ by up to 40 % in speed on their own (measured in equal jobs: one no
 12.8 ms, 1.39x, steadily over a job's epochs; most jobs within 5 %), more than two nodes of one type on a real cluster.
 A node slowed to 30 % of a CPU computes its forward pass about 4.7x slower, 370 % above the median rank (of 2 ranks the
 faster one). 0.85 keeps the ratio between 2 ranks that 0.30 allowed when the median was the mean of the two (before
-phases method "rank-timers-median-low": 1.3 / 0.7 = 1.86x).
+phases method "rank-timers-median-rank": 1.3 / 0.7 = 1.86x).
 
 Before issue 36 (main c098ce7) the slowed job ended `ok` with 3.3x less throughput and nothing named the node."""
 import os

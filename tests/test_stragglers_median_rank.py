@@ -1,4 +1,4 @@
-"""Issue 36 review: one straggler measure (the forward pass's excess over the median rank, a real rank: median_low),
+"""Issue 36 review: one straggler measure (the forward pass's excess over the median rank, a real rank: the median_low of the forward passes),
 used by the flag, the efficiency budget and predict; older records ("rank-timers": statistics.median) read as
 recorded with their measure named; a node's GPU health keeps each GPU's reasons with it; a throttle flag names the
 rank. Epoch records come from the trainer's own summary (dlaunch/train/phases.py's phase_fields) of rows made here;
@@ -23,12 +23,12 @@ OVERHEAD = {"loader_start_s": 0.5, "validation_s": 0.0, "checkpoint_s": 0.0, "ba
 FLAG_TAIL = ": a straggler; this run's E_G is understated"
 
 
-def rank(forward_s, local_rank=0, health=NO_GPU_HEALTH):
-    """A rank's row of the epoch's gather: 10 steps, backward twice its forward, data 0.01, sync 0.02, optimizer
+def rank(forward_s, local_rank=0, health=NO_GPU_HEALTH, sync_s=0.02):
+    """A rank's row of the epoch's gather: 10 steps, backward twice its forward, data 0.01, `sync_s`, optimizer
     0.005, other 0.001 s per step."""
     compute = 3 * forward_s
-    step = 0.01 + compute + 0.02 + 0.005 + 0.001
-    return rank_row([10.0, 0.01, forward_s, compute, 0.02, 0.005, 0.001, step], local_rank, OVERHEAD, health)
+    step = 0.01 + compute + sync_s + 0.005 + 0.001
+    return rank_row([10.0, 0.01, forward_s, compute, sync_s, 0.005, 0.001, step], local_rank, OVERHEAD, health)
 
 
 def epoch_fields(rows, hosts):
@@ -50,11 +50,14 @@ def fake_gpu(clock, reasons, temperature):
 
 def test_the_median_rank_is_a_real_rank_the_faster_of_two():
     fields = phase_fields([rank(0.1), rank(0.153)], ["n0", "n1"])
-    assert fields["phases"]["method"] == PHASES_METHOD == "rank-timers-median-low"
+    assert fields["phases"]["method"] == PHASES_METHOD == "rank-timers-median-rank"
     assert fields["phases"]["median"]["forward_s"] == 0.1  # not the mean of the two, 0.1265
     four = phase_fields([rank(0.10, 0), rank(0.12, 1), rank(0.30, 0), rank(0.11, 1)], ["n1", "n1", "n2", "n2"])
     assert four["phases"]["median"]["forward_s"] == 0.11  # rank 3's, not (0.11 + 0.12) / 2
     assert [n["median_forward_s"] for n in four["nodes"]] == [0.10, 0.11]
+    # one rank's phases, not a figure per field: the faster rank waits for the slower in sync_s
+    waits = phase_fields([rank(0.1, sync_s=0.12), rank(0.2, sync_s=0.02)], ["n0", "n1"])["phases"]["median"]
+    assert waits == dict(zip(STEP_PHASES, rank(0.1, sync_s=0.12)))
 
 
 def test_flag_budget_and_predict_give_the_same_true_excess_over_the_faster_rank(tmp_path):

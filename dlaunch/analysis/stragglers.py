@@ -3,8 +3,8 @@ dlaunch/train/phases.py: the writer side).
 
 - The straggler measure (`forward_excess`, one definition for the flag, the efficiency budget and predict): how much
   longer a rank's forward pass (forward_s, the part of compute_s that overlaps no communication) took than the median
-  rank's, as a fraction. The median rank is a real rank (statistics.median_low per field: method
-  "rank-timers-median-low", the writer's PHASES_METHOD): with 2 ranks the faster one, so "53 % slower" means the
+  rank's, as a fraction. The median rank is a real rank, all its phases (the median_low of the forward passes: method
+  "rank-timers-median-rank", the writer's PHASES_METHOD): with 2 ranks the faster one, so "53 % slower" means the
   two ranks differ 1.53x. Records of method `MEDIAN_OF_RANKS_METHOD` (written before) hold statistics.median, for an
   even rank count the mean of the two middle ranks (with 2 ranks "21 % slower" there meant 1.53x apart): they are
   read as recorded and their flags say "than the median of the ranks".

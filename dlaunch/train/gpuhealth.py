@@ -128,7 +128,7 @@ def node_health(gpus: Sequence[Tuple[int, Sequence[float]]]) -> Health:
     """GPU_HEALTH of a node from (local rank, HEALTH_SLOTS vector) of each of its ranks: the figures of one GPU, named
     by its local rank, with its own throttle reasons and temperature: among the GPUs with a throttle reason (else
     all), the one with the lowest mean SM clock against its maximum. "unavailable: ..." when some GPU of the node was
-    not measured. (Records before phases method "rank-timers-median-low" held the reasons of all the node's GPUs.)"""
+    not measured. (Records before phases method "rank-timers-median-rank" held the reasons of all the node's GPUs.)"""
     measured = [(local_rank, v) for local_rank, v in gpus if int(v[0]) == MEASURED]
     if len(measured) < len(gpus):
         reasons = "; ".join(REASONS.get(code, "reason %d" % code)

@@ -45,9 +45,8 @@ Per epoch, outside the steps (`EpochOverhead`, each rank's wall clock; rank 0's 
   metrics_s       the rank means, the energy reading, the phase gather, writing the previous epoch's record
 Once per epoch every rank fills its row (`ROW`: phases, steps, local rank, outside-step times, GPU health) of a
 [world_size x K] float64 table; one all_reduce_sum brings every row to every rank (`gather_rows`), and rank 0
-summarises them (`phase_fields`, `overhead_fields`, pure: per field the median rank's figure (statistics.median_low:
-`PHASES_METHOD`), the rank with the longest forward pass, and per node its ranks, median rank, slowest rank and GPU
-health). The gather's cost does not depend on the model (benchmarks/bench_gather.py).
+summarises them (`phase_fields`, `overhead_fields`, pure: the median rank's phases (`PHASES_METHOD`), the rank with
+the longest forward pass, and per node its ranks, median rank, slowest rank and GPU health). The gather's cost does not depend on the model (benchmarks/bench_gather.py).
 """
 import collections
 import contextlib
@@ -60,11 +59,12 @@ import torch
 from dlaunch.train.gpuhealth import HEALTH_SLOTS, node_health
 from dlaunch.train.metrics_schema import OVERHEAD_PARTS, STEP_PHASES
 
-# The `method` of the phases this module writes: "median" is the median rank, statistics.median_low per field (a
-# real rank's figure: for 2 ranks the faster one's), so "the slowest rank is 53 % slower than the median rank" is
-# its true excess over an actual rank. Before it, "rank-timers": statistics.median, for an even rank count the mean
-# of the two middle ranks (dlaunch/analysis/stragglers.py reads both).
-PHASES_METHOD = "rank-timers-median-low"
+# The `method` of the phases this module writes: "median" is the median rank's phases, a real rank (`_median_rank`:
+# the statistics.median_low of the forward passes; of 2 ranks the faster one), so "the slowest rank is 53 % slower
+# than the median rank" is its true excess over an actual rank, and the median rank's sync_s holds its own wait for
+# the slowest. Before it, "rank-timers": statistics.median per field, for an even rank count the mean of the two
+# middle ranks (dlaunch/analysis/stragglers.py reads both).
+PHASES_METHOD = "rank-timers-median-rank"
 
 MARKS = ("requested", "batch", "forward_begin", "forward_end", "backward_begin", "last_gradient", "ready", "updated")
 GPU_SLOTS = tuple("gpu_" + slot for slot in HEALTH_SLOTS)
@@ -225,6 +225,13 @@ def _slowest(ranks: List[Dict[str, float]], members: Sequence[int]) -> int:
     return max(members, key=lambda r: (ranks[r]["forward_s"], -r))
 
 
+def _median_rank(ranks: List[Dict[str, float]], members: Sequence[int]) -> int:
+    """The rank among `members` whose forward pass is their statistics.median_low (of 2 the faster; the lowest such
+    rank on a tie)."""
+    forward = statistics.median_low(ranks[r]["forward_s"] for r in members)
+    return min(r for r in members if ranks[r]["forward_s"] == forward)
+
+
 def overhead_fields(row: Sequence[float], more_metrics_s: float) -> Dict[str, float]:
     """The epoch record's `overhead` from rank 0's row, with `more_metrics_s` (the gather and its summary, which
     the row cannot hold) added to metrics_s."""
@@ -242,10 +249,10 @@ def phase_fields(rows: Sequence[Sequence[float]], hosts: Sequence[str]) -> Dict[
     if steps == 0:
         return {}
     fields: Dict[str, Any] = {}
-    slowest = _slowest(ranks, range(len(ranks)))
+    slowest, median = _slowest(ranks, range(len(ranks))), _median_rank(ranks, range(len(ranks)))
     fields["phases"] = {
         "method": PHASES_METHOD, "steps": steps, "ranks": len(ranks),
-        "median": {p: statistics.median_low(r[p] for r in ranks) for p in STEP_PHASES},
+        "median": {p: ranks[median][p] for p in STEP_PHASES},
         "slowest": dict({"rank": slowest, "host": hosts[slowest], "local_rank": int(ranks[slowest]["local_rank"])},
                         **{p: ranks[slowest][p] for p in STEP_PHASES})}
     by_host: Dict[str, List[int]] = {}
@@ -253,12 +260,11 @@ def phase_fields(rows: Sequence[Sequence[float]], hosts: Sequence[str]) -> Dict[
         by_host.setdefault(host, []).append(rank)
     fields["nodes"] = []
     for host, members in by_host.items():
-        slow = _slowest(ranks, members)
+        slow, middle = _slowest(ranks, members), _median_rank(ranks, members)
         gpus = [(int(ranks[r]["local_rank"]), [ranks[r][slot] for slot in GPU_SLOTS]) for r in members]
         fields["nodes"].append({
             "host": host, "ranks": len(members),
-            "median_forward_s": statistics.median_low(ranks[r]["forward_s"] for r in members),
-            "median_compute_s": statistics.median_low(ranks[r]["compute_s"] for r in members),
+            "median_forward_s": ranks[middle]["forward_s"], "median_compute_s": ranks[middle]["compute_s"],
             "slowest": {"rank": slow, "local_rank": int(ranks[slow]["local_rank"]), "forward_s": ranks[slow]["forward_s"],
                         "compute_s": ranks[slow]["compute_s"]},
             "gpu": node_health(gpus)})
