@@ -46,7 +46,8 @@ Per epoch, outside the steps (`EpochOverhead`, each rank's wall clock; rank 0's 
 Once per epoch every rank fills its row (`ROW`: phases, steps, local rank, outside-step times, GPU health) of a
 [world_size x K] float64 table; one all_reduce_sum brings every row to every rank (`gather_rows`), and rank 0
 summarises them (`phase_fields`, `overhead_fields`, pure: the median rank's phases (`PHASES_METHOD`), the rank with
-the longest forward pass, and per node its ranks, median rank, slowest rank and GPU health). The gather's cost does not depend on the model (benchmarks/bench_gather.py).
+the longest forward pass, and per node its ranks, median rank, slowest rank and GPU health). The gather's cost does
+not depend on the model (benchmarks/bench_gather.py).
 """
 import collections
 import contextlib
