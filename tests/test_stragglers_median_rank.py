@@ -1,8 +1,8 @@
 """Issue 36 review: one straggler measure (the forward pass's excess over the median rank, a real rank: the
 median_low of the forward passes), used by the flag, the efficiency budget and predict; older records ("rank-timers":
 statistics.median) read as recorded with their measure named; a node's GPU health keeps each GPU's reasons with it; a
-throttle flag names the rank. Epoch records come from the trainer's own summary (dlaunch/train/phases.py's phase_fields) of rows made here;
-GPU health vectors from the named fake NVML (tests/fake_nvml.py: no GPU on this machine)."""
+throttle flag names the rank. Epoch records come from the trainer's own summary (dlaunch/train/phases.py's
+phase_fields) of rows made here; GPU health vectors from the named fake NVML (tests/fake_nvml.py: no GPU here)."""
 from statistics import median
 
 import pytest
