@@ -867,11 +867,12 @@ def _report_tables(data: Any) -> List[Table]:
 @_api
 def report(paths: Sequence[Any], *, output: Optional[Any] = None, include_network_mismatches: bool = False,
            include_stragglers: bool = False, straggler_threshold: Optional[float] = None,
-           site: Optional[str] = None) -> Report:
+           site: Optional[str] = None, on_rejected: Optional[Callable[[str], None]] = None) -> Report:
     """What `dlaunch report` shows for the runs under `paths`: per group the scaling points (X, S_G, E_G and
     their spreads, predicted E_G), the efficiency budget; the runs set apart (diverged, stragglers, off
     their network); the tables the command prints (`tables`); with `output`, report.md, report.html and the
-    plots written there (`files`)."""
+    plots written there (`files`). `on_rejected` hears each unreadable metrics file's message as soon as it is
+    read (the command line prints them before a refusal)."""
     from dlaunch.analysis.scaling import load_runs
     from dlaunch.boundary import output_folder
     from dlaunch.reporting.document import write_report
@@ -883,6 +884,8 @@ def report(paths: Sequence[Any], *, output: Optional[Any] = None, include_networ
         output_folder("--output", Path(output))
     given = [Path(p) for p in paths]
     loaded = load_runs(str(p) for p in given)
+    for message in loaded.rejected if on_rejected else ():  # before a refusal (no valid file) is raised
+        on_rejected(message)  # type: ignore[misc]
     data = report_data(loaded, given, site, include_network_mismatches, include_stragglers, straggler_threshold)
     apart = data.apart
     set_apart = [SetApartRun(r.path, r.key.label, r.world_size, "diverged", [r.reason or ""]) for r in data.diverged]

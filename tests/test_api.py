@@ -237,6 +237,11 @@ def test_report_gives_the_groups_numbers_and_writes_its_files_when_asked(tmp_pat
     written = api.report(["runs"], output="out")
     assert {Path(f).name for f in written.files} >= {"report.md", "report.html"} and all(Path(f).is_file() for f in written.files)
     assert api.Report.from_dict(json.loads(json.dumps(written.to_dict()))) == written
+    assert [t.title for t in written.tables][:2] == [group.label, group.label + ": runs"]  # what `dlaunch report` prints
+    heard = []
+    with pytest.raises(DlaunchError, match="^no valid metrics files in runs/junk"):
+        api.report(["runs/junk"], on_rejected=heard.append)
+    assert heard == made.rejected  # heard before the refusal
 
 
 def test_results_selects_rows_and_notes_a_selector_that_matches_nothing(tmp_path, monkeypatch):

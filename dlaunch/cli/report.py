@@ -34,11 +34,10 @@ def report_command(
     """
     from dlaunch import api
 
-    made = api.report(paths, output=output, site=site, include_network_mismatches=include_network_mismatches,
-                      include_stragglers=include_stragglers, straggler_threshold=straggler_threshold)
     console, errors = Console(soft_wrap=True, markup=False), Console(stderr=True, soft_wrap=True, markup=False)
-    for message in made.rejected:
-        errors.print("rejected: %s" % escape(message), highlight=False)
+    made = api.report(paths, output=output, site=site, include_network_mismatches=include_network_mismatches,
+                      include_stragglers=include_stragglers, straggler_threshold=straggler_threshold,
+                      on_rejected=lambda message: errors.print("rejected: %s" % escape(message), highlight=False))
     for table in made.tables:  # fitted to the console without cutting a name, saying what they left out
         print_table(console, table.title, table.headers, table.rows, leave_out=table.leave_out, wrap_caption=True)
     for note in made.notes:
