@@ -19,7 +19,6 @@ from dlaunch.jobs.schema import BIND_PATH, SAFE_NAME, Partition, format_time, pa
 from dlaunch.jobs.sites import Site
 from dlaunch.train import jobenv
 from dlaunch.train.config import ConfigError, parse_config
-from dlaunch.train.engines import check_engine_flags
 from dlaunch.train.framework_table import FRAMEWORKS
 from dlaunch.train.metrics_schema import METRICS_FILE
 
@@ -222,7 +221,7 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
             raise DlaunchError("--data: %s does not exist" % data)
         warnings += ("--data %s is not visible here; it is checked on the nodes only" % data,)
     try:
-        check_engine_flags(parse_config(list(trainer_argv), check_paths=data_here), engine)
+        parse_config(list(trainer_argv), check_paths=data_here, engine=engine)
     except ConfigError as e:
         raise DlaunchError("trainer options: %s" % e) from None
     return LaunchPlan(

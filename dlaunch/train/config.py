@@ -238,8 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_config(argv: List[str], check_paths: bool = True) -> TrainConfig:
-    """Parse and validate `argv`; raise ConfigError naming the flag (or folder) at fault.
+def parse_config(argv: List[str], check_paths: bool = True, engine: str = "torch") -> TrainConfig:
+    """Parse and validate `argv` for `engine`'s trainer (torch, tensorflow, mxnet); raise ConfigError naming
+    the flag (or folder) at fault.
 
     `check_paths=False` checks the flags alone (the launcher, before a job's data folder and run
     directory are reachable): the folder's class count and an existing metrics file are not checked.
@@ -263,8 +264,29 @@ def parse_config(argv: List[str], check_paths: bool = True) -> TrainConfig:
     args["site"] = args["site"] or os.environ.get("DLAUNCH_SITE") or None
     args["experiment"] = args["experiment"] or os.environ.get("DLAUNCH_EXPERIMENT") or None
     cfg = TrainConfig(**args)
+    check_engine_flags(cfg, engine)
     _validate(cfg, check_paths)
     return cfg
+
+
+def check_engine_flags(cfg: TrainConfig, engine: str) -> None:
+    """Refuse the flags the TensorFlow and MXNet trainers do not implement, naming the flag (before the other
+    checks, which may ask for more of an option the trainer refuses anyway)."""
+    if engine == "torch":
+        return
+    unsupported = {"--loader dali": cfg.loader == "dali", "--device cuda": cfg.device == "cuda",
+                   "--amp %s" % cfg.amp: cfg.amp != "none", "--channels-last": cfg.channels_last,
+                   "--sync-bn": cfg.sync_bn, "--checkpoint-dir": bool(cfg.checkpoint_dir), "--resume": cfg.resume,
+                   "--profile-steps": cfg.profile_steps > 0,
+                   "--kernel-profile-steps": cfg.kernel_profile_steps > 0, "--fp16-allreduce": cfg.fp16_allreduce,
+                   "--compile %s" % cfg.compile: cfg.compile != "off", "--cuda-graphs": cfg.cuda_graphs,
+                   "--optimizer-impl %s" % cfg.optimizer_impl: cfg.optimizer_impl != "default",
+                   "--host-syncs minimal": cfg.host_syncs == "minimal"}
+    for flag, given in unsupported.items():
+        if given:
+            raise ConfigError("%s: not supported by the %s trainer (CPU, no checkpoints, no profiler)" % (flag, engine))
+    if cfg.model not in ("resnet44", "resnet50"):
+        raise ConfigError("--model %s: the %s trainer has resnet44 and resnet50" % (cfg.model, engine))
 
 
 def _validate(cfg: TrainConfig, check_paths: bool) -> None:

@@ -147,32 +147,11 @@ def engine_config(argv: List[str], engine: str,
     mode = engine_mode(name, engine)
     layout = task_layout(environ, mode.coordinators, mode.servers_per_node)
     writes = layout.task == layout.ids(mode.writer)[0]
-    cfg = parse_config(argv, check_paths=writes)
+    cfg = parse_config(argv, check_paths=writes, engine=engine)
     if not writes and not cfg.synthetic:
         cfg = replace(cfg, num_classes=count_image_folder_classes(cfg.data))
     cfg = replace(cfg, framework=name)
-    check_engine_flags(cfg, engine)
     return cfg, mode, layout
-
-
-def check_engine_flags(cfg: TrainConfig, engine: str) -> None:
-    """Refuse the flags the TensorFlow and MXNet trainers do not implement, naming the flag (the launcher
-    checks this before submitting, too)."""
-    if engine == "torch":
-        return
-    unsupported = {"--loader dali": cfg.loader == "dali", "--device cuda": cfg.device == "cuda",
-                   "--amp %s" % cfg.amp: cfg.amp != "none", "--channels-last": cfg.channels_last,
-                   "--sync-bn": cfg.sync_bn, "--checkpoint-dir": bool(cfg.checkpoint_dir), "--resume": cfg.resume,
-                   "--profile-steps": cfg.profile_steps > 0,
-                   "--kernel-profile-steps": cfg.kernel_profile_steps > 0, "--fp16-allreduce": cfg.fp16_allreduce,
-                   "--compile %s" % cfg.compile: cfg.compile != "off", "--cuda-graphs": cfg.cuda_graphs,
-                   "--optimizer-impl %s" % cfg.optimizer_impl: cfg.optimizer_impl != "default",
-                   "--host-syncs minimal": cfg.host_syncs == "minimal"}
-    for flag, given in unsupported.items():
-        if given:
-            raise ConfigError("%s: not supported by the %s trainer (CPU, no checkpoints, no profiler)" % (flag, engine))
-    if cfg.model not in ("resnet44", "resnet50"):
-        raise ConfigError("--model %s: the %s trainer has resnet44 and resnet50" % (cfg.model, engine))
 
 
 class NonfiniteStreak:
