@@ -207,7 +207,9 @@ def test_smoke_study_runs_here_reports_against_published_and_resubmits_only_fail
         assert read_metrics(str(folder / "scaling" / name / "metrics.jsonl")).status == "ok"
         assert read_metrics(str(folder / "scaling" / name / "metrics.jsonl")).header["experiment"] == "smoke.scaling"
 
-    report = dlaunch(tmp_path, "study", "report", folder, "-o", tmp_path / "report")
+    # The comparison with the published figures is the subject here, not the flags: whether a 2-process run on
+    # this machine's shared cores comes out a straggler is up to the moment, so flagged runs are kept in.
+    report = dlaunch(tmp_path, "study", "report", folder, "-o", tmp_path / "report", "--include-stragglers")
     assert report.returncode == 0, report.stderr
     assert (tmp_path / "report" / "published_vs_this_run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = (tmp_path / "report" / "report.md").read_text()
