@@ -7,8 +7,9 @@ averages them):
 
     t(G)        = global_batch / X(G)                       the effective step time behind the measured E_G (not a
                                                             measured step: X counts every second of the epochs)
-    wait(G)     = phases.median.compute_s x forward_excess  waiting for the slowest rank: the straggler measure of
-                                                            dlaunch/analysis/stragglers.py (`EpochPhases.wait_s`)
+    wait(G)     = phases.median.sync_s - phases.slowest.sync_s   waiting for the slowest rank, measured: the median
+                                                            rank waits for it in the gradients' collective, the
+                                                            slowest for none (`EpochPhases.wait_s`, 0 if negative)
     comm(G)     = phases.median.sync_s - wait(G)            exposed communication
     data(G)     = phases.median.data_s
     compute(G)  = phases.median.compute_s                   the median rank's forward + backward: it grows where

@@ -1,7 +1,7 @@
 """Stragglers and throttled GPUs from the per-rank phases of metrics schema version 4 (dlaunch/train/metrics_schema.py,
 dlaunch/train/phases.py: the writer side).
 
-- The straggler measure (`forward_excess`, one definition for the flag, the efficiency budget and predict): how much
+- The straggler measure (`forward_excess`, one definition for the flag and predict's column): how much
   longer a rank's forward pass (forward_s, the part of compute_s that overlaps no communication) took than the median
   rank's, as a fraction. The median rank is a real rank, all its phases (the median_low of the forward passes: method
   "rank-timers-median-rank", the writer's PHASES_METHOD): with 2 ranks the faster one, so "53 % slower" means the
@@ -79,10 +79,11 @@ class EpochPhases:
 
     @property
     def wait_s(self) -> float:
-        """Seconds per step the others wait for the slowest rank: the median rank's compute_s x `forward_excess` (a
-        rank slow by a factor is taken slow by it through backward too; its measured backward is not used, as it
-        slows with its peers' communication)."""
-        return self.median.compute_s * (forward_excess(self) or 0.0)
+        """Seconds per step the median rank waits for the slowest, measured: its sync_s over the slowest rank's (in
+        the gradients' collective a rank waits for those that arrive later; the slowest waits for none), 0 when the
+        slowest waited longer. Time, where `forward_excess` is the flag's measure of who is slow. (Records of
+        MEDIAN_OF_RANKS_METHOD: with 2 ranks their median sync_s is the mean of the two, so half the wait.)"""
+        return max(0.0, self.median.sync_s - self.slowest.sync_s)
 
 
 def forward_excess(phases: EpochPhases, forward_s: Optional[float] = None) -> Optional[float]:
