@@ -3,15 +3,13 @@
 median rank (written as the trainer writes them, so no timing decides it) is flagged at 5 % and not at 20 %."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from dlaunch import api
 from dlaunch.cli import main
-from test_watch import end, header, v4_epoch, write_run
+from test_watch import end, header, site_profile, v4_epoch, write_run
 
-PROFILE = (Path(__file__).resolve().parents[1] / "sites" / "local.toml").read_text()
 FLAG = r"straggler: n1 rank 1 \(local rank 0\) computed 6 % slower than the median"
 
 
@@ -23,7 +21,7 @@ def ended_run(tmp_path, monkeypatch):
     warm, equal, late = [0.1, 0.5], [0.1, 0.1], [0.1, 0.14]
     epochs = [v4_epoch(0, warm), v4_epoch(1, equal), v4_epoch(2, equal), v4_epoch(3, late)]
     run = write_run(tmp_path / "runs" / "e", "ended", [header(8)] + epochs + [end()], state="finished (exit 0)")
-    (run / "site.toml").write_text(PROFILE)  # the profile's threshold: 0.1 (the default)
+    (run / "site.toml").write_text(site_profile(0.10))  # the profile the run kept: 10 %
     return run
 
 
