@@ -309,8 +309,3 @@ def live_flags(run: Judged, threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
     epochs = run.epochs
     return flags_of(epochs[-1].phases, epochs[-1].nodes, threshold) if epochs else []
 
-
-def is_straggler(run: Judged, threshold: float = DEFAULT_THRESHOLD) -> bool:
-    """Whether a finished run has a straggler (throttled GPUs not counted; `is_flagged` counts both)."""
-    check_threshold(threshold)
-    return bool(straggler_flags(run.phases, run.node_figures, threshold))
