@@ -83,6 +83,7 @@ def fit_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], width: in
         width_of = natural if any(headers[i] in one_line for i in columns) else minimum
         return sum(width_of(i) for i in columns) + COLUMN_GAP * (len(columns) - 1)
 
+    leave_out = [h for h in leave_out if h in headers]  # a caller's list may name columns this table lacks
     empty = [h for h in leave_out if all(row[headers.index(h)] in EMPTY_CELLS for row in rows)]
     dropped = []
     for header in empty + [h for h in leave_out if h not in empty]:  # a column with no value in any row goes first

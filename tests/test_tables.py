@@ -29,3 +29,8 @@ def test_the_caption_names_the_empty_columns_apart():
 def test_a_wide_console_leaves_out_nothing_even_if_empty():
     fitted = fit_columns(HEADERS, ROWS, 200, OPTIONAL)
     assert fitted.dropped == [] and len(fitted.kept) == len(HEADERS)
+
+
+def test_a_leave_out_list_may_name_columns_the_table_lacks():
+    fitted = fit_columns(HEADERS, ROWS, 30, ["overhead s"] + OPTIONAL)
+    assert "overhead s" not in fitted.dropped and fitted.dropped[:2] == ["pred. E_G", "comm %"]

@@ -25,7 +25,7 @@ def _signed(value: float, digits: int) -> str:
 
 def prediction_headers(prediction: "Prediction") -> List[str]:
     """The columns: the paper's values and the model's errors where it has some, the epoch overhead, the runs'
-    straggler spread (--from-runs), the basis of each row."""
+    slowest forward vs median % (--from-runs: the straggler flag's measure), the basis of each row."""
     rows = prediction.rows
     paper_eg = any(r.paper_efficiency is not None for r in rows)
     paper_share = any(r.paper_comm_share is not None for r in rows)
@@ -33,13 +33,13 @@ def prediction_headers(prediction: "Prediction") -> List[str]:
     return (["GPUs", "nodes", "step ms", "exposed ms", "images/s", "E_G"] + (["paper E_G", "E_G error"] if paper_eg else [])
             + [share] + (["paper %", "error pp"] if paper_share else [])
             + (["overhead s", "overhead %"] if any(r.epoch_overhead for r in rows) else [])
-            + (["straggler spread"] if prediction.runs_gpus else []) + ["basis"])
+            + (["slowest forward vs median %"] if prediction.runs_gpus else []) + ["basis"])
 
 
 def prediction_rows(prediction: "Prediction") -> List[List[str]]:
     """Per GPU count: step, exposed time, images/s, E_G and the comm share, with the paper's values and the model's
-    errors, the epoch overhead (seconds per epoch, share of the run's time), the runs' straggler spread (at their
-    GPU counts) and the basis, as `prediction_headers` has them."""
+    errors, the epoch overhead (seconds per epoch, share of the run's time), the runs' slowest forward vs median %
+    (at their GPU counts) and the basis, as `prediction_headers` has them."""
     headers = prediction_headers(prediction)
     out = []
     for p in prediction.rows:
@@ -57,7 +57,7 @@ def prediction_rows(prediction: "Prediction") -> List[List[str]]:
             row += ["%.2f" % math.fsum(p.epoch_overhead.values()), "%.1f" % (100 * p.overhead_share)]
         if prediction.runs_gpus:
             row.append("-" if p.gpus not in prediction.runs_gpus else "not recorded" if p.straggler_spread is None
-                       else "%.2f" % p.straggler_spread)
+                       else "%.0f" % (100 * p.straggler_spread))
         out.append(row + [p.basis])
     return out
 

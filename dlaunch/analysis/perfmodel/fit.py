@@ -271,7 +271,7 @@ def calibration_runs(paths: Sequence[Path]) -> Tuple[List[Run], str]:
                                "--profile-steps are needed); %s" % (run.path, CALIBRATION_HOWTO))
         if run.key.model not in MODEL_PARAMS_M:
             raise DlaunchError("--from-runs: %s trains %r, not a model the model knows" % (run.path, run.key.model))
-    keys = {r.key[2:] for r in runs}
+    keys = {(r.key.model, r.key.framework, r.key.loader, r.key.batch_per_worker) for r in runs}  # step options: below
     if len(keys) > 1:
         raise DlaunchError("--from-runs: the runs mix workloads (model/framework/loader/batch): %s"
                            % ", ".join(sorted("%s/%s/%s/b%d" % k for k in keys)))
