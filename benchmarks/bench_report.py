@@ -8,7 +8,7 @@ experiment at GPU counts 1, 2, 4, ...; `--source`, else a tiny 2-process local r
 `dlaunch report` runs as a fresh process (the `dlaunch` entry point, COLUMNS=80, output to /dev/null)
 with its own empty results database: the first records every run ("cold"), the next find them
 recorded ("warm", the usual case). Then one warm report runs in this process with its stages timed
-(the functions that dlaunch/cli/report.py's report_command calls, wrapped with a timer where they are called), so that
+(the functions that api.report and dlaunch/cli/report.py's printing call, wrapped with a timer where they are called), so that
 a stage that grows faster than the runs shows. Prints both tables (seconds per 1,000 runs in the last
 column) and writes benchmarks/results/bench_report.json.
 """
@@ -31,10 +31,10 @@ from bench_status import dlaunch_argv, make_source, time_command, write_archive 
 from benchlib import save_results  # noqa: E402
 
 # report_command's stages: (the module that looks each up at call time, its name there).
-STAGES = (("dlaunch.cli.report", "load_runs"), ("dlaunch.reporting.report", "load_profiles"),
+STAGES = (("dlaunch.analysis.scaling", "load_runs"), ("dlaunch.reporting.report", "load_profiles"),
           ("dlaunch.reporting.report", "off_network"), ("dlaunch.reporting.report", "flagged"),
           ("dlaunch.reporting.report", "build_results"), ("dlaunch.reporting.report", "record_runs"),
-          ("dlaunch.cli.report", "print_results"), ("dlaunch.reporting.document", "write_plots"),
+          ("dlaunch.api", "_report_tables"), ("dlaunch.cli.report", "print_table"), ("dlaunch.reporting.document", "write_plots"),
           ("dlaunch.reporting.document", "markdown_report"), ("dlaunch.reporting.document", "write_page"))
 
 

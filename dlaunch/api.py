@@ -185,7 +185,15 @@ class RunStatus(Record):
     epochs_done: int = 0
     epochs_total: Optional[int] = None
     images_per_s: Optional[float] = None  # the run's throughput X once its metrics end
-    last_epoch_images_per_s: Optional[float] = None  # while it runs: its last epoch's steps-only figure
+    last_epoch_images_per_s: Optional[float] = None  # while it runs: its last epoch's part of X (overhead included)
+    steps_done: int = 0
+    steps_total: Optional[int] = None
+    # While it runs within an epoch (the trainer's progress.json): the job's images/s over the epoch's measured
+    # steps so far (steps only) and rank 0's mean loss over them; `loss` is the last epoch record's.
+    epoch_so_far_images_per_s: Optional[float] = None
+    epoch_so_far_loss: Optional[float] = None
+    loss: Optional[float] = None
+    eta_s: Optional[float] = None  # while it runs: seconds left at the measured rate
     ended: bool = False
     ok: bool = False
     why_failed: Optional[str] = None  # None unless it failed
@@ -244,7 +252,7 @@ class BudgetRow(Record):
 
 @dataclass(frozen=True)
 class ReportGroup(Record):
-    """Runs of one experiment, site, model, framework, loader and batch per GPU."""
+    """Runs of one experiment, site, model, framework, loader, batch per GPU and step options."""
 
     label: str
     experiment: str
@@ -253,6 +261,7 @@ class ReportGroup(Record):
     framework: str
     loader: str
     batch_per_gpu: int
+    step_options: str  # workload options away from their defaults, as flags ("-": none)
     runs: List[str]  # their metrics files
     points: List[ReportPoint]
     budget: List[BudgetRow]
@@ -474,7 +483,8 @@ class PredictionRow(Record):
     paper_efficiency: Optional[str] = None  # Aach et al.'s statement on E_G at this count (">0.50", "0.50")
     paper_efficiency_error: Optional[float] = None  # E_G - the stated value; None where a stated bound holds
     paper_comm_share: Optional[float] = None  # Table 2a's NCCL share of kernel time
-    straggler_spread: Optional[float] = None  # the runs' slowest rank's compute time over the median's (None: not recorded)
+    straggler_spread: Optional[float] = None  # the runs' slowest rank's forward pass over the median rank's, a fraction
+    # (stragglers.forward_excess; None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -697,7 +707,10 @@ def _run_status(snapshot: "Snapshot") -> RunStatus:
                      scheduler=snapshot.scheduler, state=scheduler_label(snapshot.state, snapshot.meaning, p.status),
                      status=p.status, queue=snapshot.queue, gpus=snapshot.gpus, epochs_done=p.epochs_done,
                      epochs_total=p.epochs_total, images_per_s=p.images_per_s,
-                     last_epoch_images_per_s=p.last_epoch_images_per_s, ended=snapshot.ended, ok=snapshot.ok,
+                     last_epoch_images_per_s=p.last_epoch_images_per_s, steps_done=p.steps_done,
+                     steps_total=p.steps_total, epoch_so_far_images_per_s=p.epoch_so_far_images_per_s,
+                     epoch_so_far_loss=p.epoch_so_far_loss, loss=p.loss, eta_s=p.eta_s(clock.time()),
+                     ended=snapshot.ended, ok=snapshot.ok,
                      why_failed=service.why_failed(snapshot) if snapshot.failed else None, flags=list(snapshot.flags),
                      network=list(snapshot.network), figures=service.run_figures(snapshot))
 
@@ -804,15 +817,15 @@ def _group(g: Any) -> ReportGroup:
     budget = [BudgetRow(row.gpus, row.measured_e_g, row.step_s, dict(row.lost)) for row in g.budget]
     key = g.key
     return ReportGroup(key.label, key.experiment, key.site, key.model, key.framework, key.loader, key.batch_per_worker,
-                       [r.path for r in g.runs], points, budget)
+                       key.step_options, [r.path for r in g.runs], points, budget)
 
 
 # The report's console tables: the columns left out first at a narrow terminal (report.md and report.html keep every one).
 SCALING_LEAVE_OUT = ["images/s range", "E_G range", "J/img range", "spread", "nodes", "runs", "data %", "compute %",
                      "comm %", "time to target s", "epochs to target", "TTA S_G", "J/img", "pred. E_G"]
 RUN_LEAVE_OUT = ["schedule", "global batch", "energy to acc. kJ", "kJ/epoch", "energy kJ", "time to acc. s",
-                 "epochs to target", "J/img", "best top-1", "history", "status"]
-BUDGET_LEAVE_OUT = ["step ms"]
+                 "epochs to target", "J/img", "compile s", "best top-1", "history", "status"]
+BUDGET_LEAVE_OUT = ["batch/X ms"]
 CONSOLE_GROUPS = 10  # groups shown as tables of their own; more: a line per group, the tables in the files
 SUMMARY_HEADERS = ["group", "runs", "GPUs", "images/s", "E_G"]
 

@@ -164,13 +164,10 @@ def test_selectors_filter_by_date_pins_and_keys_and_bad_ones_are_bad_input(tmp_p
     assert "B (nosuch): no ok run with images_per_s" in capsys.readouterr().err
 
 
-def test_the_table_keeps_whole_names_at_80_columns(tmp_path, results_db, monkeypatch):
-    import dlaunch.cli.results
-
+def test_the_table_keeps_whole_names_at_80_columns(tmp_path, results_db):
     write_run(tmp_path, "a-long-run-name-kept-whole-0001", 1, [1.0, 10.0], experiment="an-experiment")
     record(sorted(tmp_path.rglob("metrics.jsonl")))
-    monkeypatch.setattr(dlaunch.cli.results.out, "width", 80)
-    shown = results()
+    shown = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["results"])
     assert shown.exit_code == 0
     table = shown.stdout.split("left out at 80 columns: ")[0].splitlines()
     assert any("a-long-run-name-kept-whole-0001" in line for line in table)
@@ -300,6 +297,9 @@ def test_scaling_figures_leave_straggler_runs_out_as_the_report_does(tmp_path, r
     assert rows["g2-slow"]["flags"][0]["kind"] == "straggler"
     assert rows["g4"]["speedup"] == pytest.approx(1.8)  # against g2 alone (with g2-slow's 50 in the median: 2.4)
     assert rows["g2"]["speedup"] == 1.0 and rows["g2-slow"]["speedup"] is None and rows["g2-slow"]["efficiency"] is None
+    listed = results("--db", results_db, "--format", "markdown").stdout  # the E_G cell says why it is empty
+    (line,) = [line for line in listed.splitlines() if line.startswith("| g2-slow ")]
+    assert "| - (straggler) |" in line, line
 
 
 def test_a_row_is_judged_at_the_straggler_threshold_of_the_profile_its_run_kept(tmp_path, results_db):

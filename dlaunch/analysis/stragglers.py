@@ -28,14 +28,13 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from dlaunch.boundary import escape
 from dlaunch.thresholds import DEFAULT_THRESHOLD
-from dlaunch.train.metrics_schema import STEP_PHASES, is_number
+from dlaunch.train.metrics_schema import MEDIAN_OF_RANKS_METHOD, STEP_PHASES, is_number
 
 # Reasons that slow a GPU whatever its clock shows (NVML clock event reasons, as the trainer names them).
 HARD_THROTTLES = ("thermal", "hardware slowdown", "power brake")
 STRAGGLER, THROTTLED = "straggler", "throttled"
-# An epoch record's phases.method says what its "median" is: the median rank (dlaunch/train/phases.py's PHASES_METHOD),
-# or in records of the method before it, the median of the ranks (statistics.median; the reference named in flags).
-MEDIAN_OF_RANKS_METHOD = "rank-timers"
+# An epoch record's phases.method says what its "median" is (metrics_schema.PHASES_METHOD): the median rank, or in
+# records of MEDIAN_OF_RANKS_METHOD the median of the ranks (statistics.median; the reference named in flags).
 MEDIAN_RANK, MEDIAN_OF_RANKS = "the median rank", "the median of the ranks"
 
 

@@ -18,11 +18,10 @@ from dlaunch.resultsdb.store import ResultsDB, db_path, read_rows
 from dlaunch.tables import cell, counted, markdown, print_table
 
 if TYPE_CHECKING:
-    from dlaunch.api import Comparison
+    from dlaunch.api import Comparison, ResultRow
 
 results_app = command_group(help="The results database: list runs (no sub-command), compare, rebuild.",
                             invoke_without_command=True)
-out = Console(soft_wrap=True, markup=False, highlight=False)
 err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
 
 Db = Annotated[Optional[Path], typer.Option("--db", help="results database (default: $DLAUNCH_RESULTS_DB, else runs/results.sqlite)")]
@@ -49,9 +48,18 @@ def flag_kinds(flags: Optional[List[Dict[str, Any]]]) -> str:
     return ", ".join(dict.fromkeys(f["kind"] for f in flags)) or "none"
 
 
+def efficiency_cell(row: "ResultRow") -> str:
+    """E_G, or '-' with the flags that kept the run out of its scaling curve (as report leaves it out), so the
+    cell says why where the flags column is left out at a narrow terminal."""
+    if row.efficiency is None and row.flags:
+        return "- (%s)" % flag_kinds(row.flags)
+    return cell(row.efficiency, "%.3f")
+
+
 def emit(fmt: str, title: str, headers: Sequence[str], cells: Sequence[Sequence[str]], records: Sequence[Dict[str, Any]],
          leave_out: Sequence[str] = (), notes: Sequence[str] = ()) -> None:
     """`cells` as a table or Markdown (with `title` and `notes`), or `records` as CSV or JSON."""
+    out = Console(soft_wrap=True, markup=False, highlight=False)  # made now: its width is $COLUMNS as of this call
     if fmt == "json":
         out.out(json.dumps(list(records), indent=2, sort_keys=True))
     elif fmt == "csv":
@@ -81,7 +89,7 @@ def results(ctx: typer.Context,
 
     rows = api.results(where or [], db=db)
     cells = [[r.run, r.experiment, r.site, r.ended[:10], str(r.gpus), r.framework, r.model, r.step_options, r.status,
-              flag_kinds(r.flags), cell(r.images_per_s, "%.1f"), cell(r.speedup, "%.2f"), cell(r.efficiency, "%.3f"),
+              flag_kinds(r.flags), cell(r.images_per_s, "%.1f"), cell(r.speedup, "%.2f"), efficiency_cell(r),
               cell(r.epochs_to_target, "%d"), cell(r.time_to_target_s, "%.1f"), r.rcp or "-", r.history or "-"]
              for r in rows]
     emit("json" if as_json else fmt, "dlaunch results: %d run(s)" % len(rows), LIST_HEADERS, cells,

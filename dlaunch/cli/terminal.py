@@ -229,9 +229,12 @@ STATUS_LEAVE_OUT = ("results", "job", "site", "epochs", "metrics")
 
 def images_per_s_cell(status: "RunStatus") -> str:
     """The run's throughput X once its metrics end (dlaunch/analysis/scaling.py: Run.throughput); while
-    it runs, its last epoch's steps-only figure, labelled as such."""
+    it runs, within an epoch the epoch's images/s so far (steps only), else its last epoch's part of X,
+    labelled as such."""
     if status.images_per_s is not None:
         return "%.1f" % status.images_per_s
+    if status.epoch_so_far_images_per_s is not None:
+        return "%.1f (this epoch so far, steps only)" % status.epoch_so_far_images_per_s
     if status.last_epoch_images_per_s is not None:
         return "%.1f (last epoch)" % status.last_epoch_images_per_s
     return "-"

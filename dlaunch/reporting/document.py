@@ -74,8 +74,9 @@ DEFINITIONS = """\
   count, precision, framework, loader, batch per GPU and step options): X against the median of the
   last 10 of them; REGRESSION when slower by more than the site's reference tolerance (5% without one).
 - Efficiency budget (runs with per-rank phases, metrics version 4; dlaunch/analysis/budget.py): per GPU
-  count G, per step t(G) = global batch / X; exposed communication = median sync_s - wait; waiting for
-  stragglers = slowest rank's compute_s - median rank's; data = median data_s; compute = the median rank's
+  count G, per step t(G) = global batch / X; waiting for stragglers = wait = the median rank's sync_s - the
+  slowest rank's (its measured wait for the slowest, 0 if negative); exposed communication = median sync_s -
+  wait; data = median data_s; compute = the median rank's
   compute_s (it grows where communication beside back-propagation shares the GPU's SMs or a CPU's cores, or
   where clocks drop); epoch overhead = overhead.total_s / steps; each the median over the point's runs. Lost
   to x = (x(G) - x(G_ref)) / t(G); `other` = 1 - E_G - those (optimizer changes, host gaps, and parts not
@@ -224,7 +225,7 @@ def flagged_rows(runs: Sequence[Run], flags: Dict[str, List[Flag]]) -> List[List
     return [[Path(r.path).parent.name, str(r.world_size), "; ".join(f.message for f in flags[r.path]), r.path] for r in runs]
 
 
-BUDGET_HEADERS = ["GPUs", "E_G", "step ms", *LOST_PARTS]  # the parts: the share of the ideal lost to each
+BUDGET_HEADERS = ["GPUs", "E_G", "batch/X ms", *LOST_PARTS]  # the parts: the share of the ideal lost to each
 
 
 def budget_rows(g: GroupResult) -> List[List[str]]:

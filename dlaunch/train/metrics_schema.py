@@ -13,9 +13,10 @@ dlaunch/train/gpuhealth.py; a reader treats a missing one as "not recorded", nev
 - `phases`: per-rank timers of a step (`STEP_PHASES`, seconds per step, each the mean over that rank's timed
   steps: data_s waiting for the batch; compute_s forward + backward up to the first parameter's gradient, free
   of waiting for peers; sync_s from there to gradients ready: exposed communication + waiting for peers;
-  optimizer_s the update; step_s the whole step; other_s the rest), summarised over ranks: `median` (per
-  field) and `slowest` (the rank with the largest compute_s, with its host and local rank), method
-  "rank-timers", `steps` timed per rank, `ranks`;
+  optimizer_s the update; step_s the whole step; other_s the rest), summarised over ranks: `median` (the median
+  rank: the rank whose forward_s is the median_low over ranks, all its phases; "rank-timers" files: statistics.median
+  per field) and `slowest` (the rank with the longest forward_s, with its host and local rank), `method`
+  (PHASES_METHOD), `steps` timed per rank, `ranks`;
 - `nodes`: per node, in order of first rank: its ranks, median compute_s, slowest rank, and its GPUs' health
   (`GPU_HEALTH`: lowest mean SM clock and that GPU's maximum, clock event reasons seen, highest temperature;
   or "unavailable: <reason>");
@@ -75,7 +76,10 @@ NETWORK_FIELDS = {"host": True, "library": True, "transport": True, "network": F
 
 # Version 4 (dlaunch/train/phases.py): the per-rank step phases, seconds per step (the module docstring defines them).
 STEP_PHASES = ("data_s", "forward_s", "compute_s", "sync_s", "optimizer_s", "other_s", "step_s")  # forward_s: part of compute_s
-PHASES_METHOD = "rank-timers"
+# `phases.method`: what its "median" is. Written: the median rank, a real rank (the median_low of the forward passes,
+# all its phases; of 2 ranks the faster). Read too: MEDIAN_OF_RANKS_METHOD, statistics.median per field (of an even
+# rank count the mean of the two middle ranks).
+PHASES_METHOD, MEDIAN_OF_RANKS_METHOD = "rank-timers-median-rank", "rank-timers"
 # The epoch's seconds outside its steps (rank 0's wall clock); `total_s` is their sum.
 OVERHEAD_PARTS = ("loader_start_s", "validation_s", "checkpoint_s", "barrier_s", "metrics_s")
 OVERHEAD_FIELDS = OVERHEAD_PARTS + ("total_s",)

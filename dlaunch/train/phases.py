@@ -58,14 +58,11 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Sequence
 import torch
 
 from dlaunch.train.gpuhealth import HEALTH_SLOTS, node_health
-from dlaunch.train.metrics_schema import OVERHEAD_PARTS, STEP_PHASES
+from dlaunch.train.metrics_schema import OVERHEAD_PARTS, PHASES_METHOD, STEP_PHASES
 
-# The `method` of the phases this module writes: "median" is the median rank's phases, a real rank (`_median_rank`:
-# the statistics.median_low of the forward passes; of 2 ranks the faster one), so "the slowest rank is 53 % slower
-# than the median rank" is its true excess over an actual rank, and the median rank's sync_s holds its own wait for
-# the slowest. Before it, "rank-timers": statistics.median per field, for an even rank count the mean of the two
-# middle ranks (dlaunch/analysis/stragglers.py reads both).
-PHASES_METHOD = "rank-timers-median-rank"
+# PHASES_METHOD (metrics_schema.py): "median" is the median rank's phases, a real rank (`_median_rank`), so "the
+# slowest rank is 53 % slower than the median rank" is its true excess over an actual rank, and the median rank's
+# sync_s holds its own wait for the slowest (dlaunch/analysis/stragglers.py also reads the method before it).
 
 MARKS = ("requested", "batch", "forward_begin", "forward_end", "backward_begin", "last_gradient", "ready", "updated")
 GPU_SLOTS = tuple("gpu_" + slot for slot in HEALTH_SLOTS)
