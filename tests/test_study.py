@@ -405,14 +405,19 @@ def test_study_report_keeps_runs_with_a_straggler_apart_unless_included(tmp_path
               epoch_fields=[slow, slow])
 
     def scaling_gpus(*flags: str):
+        """The GPU counts of the scaling table, and of this run's values beside the published ones."""
         report = dlaunch(tmp_path, "study", "report", folder, "-o", tmp_path / "report", *flags)
         assert report.returncode == 0, report.stderr
-        section = (tmp_path / "report" / "report.md").read_text().split("## Scaling", 1)[1].split("\n## ", 1)[0]
-        return [line.split(" | ")[1].strip() for line in section.splitlines() if line.startswith("| scaling/")]
+        text = (tmp_path / "report" / "report.md").read_text()
+        section = text.split("## Scaling", 1)[1].split("\n## ", 1)[0]
+        published = [[c.strip() for c in line.strip("|").split(" | ")]
+                     for line in text.split("## Published vs this run", 1)[1].splitlines() if line.startswith("| Mahon")]
+        return ([line.split(" | ")[1].strip() for line in section.splitlines() if line.startswith("| scaling/")],
+                [row[1] for row in published if row[7] not in ("", "-")])
 
-    assert scaling_gpus() == ["1"]
-    assert scaling_gpus("--include-stragglers") == ["1", "2"]
-    assert scaling_gpus("--straggler-threshold", "0.5") == ["1", "2"]
+    assert scaling_gpus() == (["1"], ["1"])
+    assert scaling_gpus("--include-stragglers") == (["1", "2"], ["1", "2"])  # the published comparison kept it out too
+    assert scaling_gpus("--straggler-threshold", "0.5") == (["1", "2"], ["1", "2"])
 
 
 def test_a_study_is_found_by_name_from_any_folder_and_by_its_folder_variable(tmp_path, monkeypatch):

@@ -145,7 +145,7 @@ def study_report_command(
     straggler_threshold: StragglerThreshold = None,
 ) -> int:
     """The study's tables and plots, with the published values beside this run's, its protocol and assumptions."""
-    study, comparisons, design = published_comparisons(folder)
+    study, comparisons, design = published_comparisons(folder, include_stragglers, straggler_threshold)
     code = 0
     try:
         report_command([folder], output=output, site=None, include_network_mismatches=include_network_mismatches,

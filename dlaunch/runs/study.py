@@ -308,14 +308,21 @@ def study_runs(folder: Path) -> List[RunDir]:
     return runs
 
 
-def published_comparisons(folder: Path) -> Tuple[Study, List[Comparison], List[str]]:
+def published_comparisons(folder: Path, include_stragglers: bool = False,
+                          straggler_threshold: Optional[float] = None) -> Tuple[Study, List[Comparison], List[str]]:
     """A study directory's study, its published values beside its runs' (the study's `[[compare]]` entries), and the
-    lines on its design (protocol, image stack) its report shows."""
+    lines on its design (protocol, image stack) its report shows. Flagged runs are left out as `report` leaves them
+    out (each judged at `straggler_threshold`, else its profile's), unless `include_stragglers`."""
     from dlaunch.analysis.scaling import load_runs
+    from dlaunch.reporting.report import flagged, load_profiles
 
     study = recorded_study(folder)
     info = read_json(folder / STUDY_INFO, StudyInfo, follow_links=False).model_dump() if os.path.lexists(folder / STUDY_INFO) else {}
-    comparisons = [compare_published(c, PUBLISHED_DIR / c.file, load_runs([str(folder)]).runs) for c in study.compare]
+    runs = load_runs([str(folder)]).runs
+    if not include_stragglers:
+        left_out = flagged(runs, load_profiles(runs, None), straggler_threshold)
+        runs = [r for r in runs if r.path not in left_out]
+    comparisons = [compare_published(c, PUBLISHED_DIR / c.file, runs, include_stragglers=True) for c in study.compare]
     protocol = info.get("protocol")
     design = ["Protocol: %s (%s)" % (protocol, study.protocol[protocol].description)] if protocol in study.protocol else []
     design += ["Image stack: %s" % info["stack"]] if info.get("stack") else []
