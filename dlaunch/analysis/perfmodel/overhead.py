@@ -18,8 +18,9 @@ OVERHEAD_SHARE_LIMIT = 0.10
 # trainer): the weights and SGD's momentum, fp32, while the other ranks wait at the next collective.
 CHECKPOINT_BYTES_PER_PARAM = 8
 # Assumed (no published JUWELS figure): one rank's write of a few hundred MB. The trainer's own writer into memory, no
-# file system, reaches 0.7-1.1 GB/s on one core (benchmarks/bench_checkpoint.py); a write to GPFS can only be slower,
-# so 1 GB/s is the optimistic end.
+# file system, reaches 1.6 GB/s on a quiet core and 0.7 GB/s on a loaded one (benchmarks/bench_checkpoint.py); a write
+# to GPFS adds its own time, so the real rate lies below that ceiling: 1 GB/s assumes the file system costs about 60 %
+# of the serialisation again.
 CHECKPOINT_WRITE_BYTES_PER_S = 1e9
 
 
@@ -86,7 +87,7 @@ def paper_overhead_assumptions(loader: str) -> List[str]:
              "DALI's pipelines are built once and prefetch across epoch ends (no start cost)")
     checkpoint = ("a checkpoint every epoch (not stated; the reference ImageNet scripts of PyTorch, Horovod and DALI "
                   "write one): weights and momentum, %d bytes per parameter, by one rank at %.0f GB/s (assumed; the "
-                  "trainer's writer reaches about that into memory alone) while the others wait" % (CHECKPOINT_BYTES_PER_PARAM, CHECKPOINT_WRITE_BYTES_PER_S / 1e9))
+                  "trainer's writer reaches 1.6 GB/s into memory alone) while the others wait" % (CHECKPOINT_BYTES_PER_PARAM, CHECKPOINT_WRITE_BYTES_PER_S / 1e9))
     return [start, checkpoint, "no logging cost (not stated; 0 s)",
             "validation in forward only (a third of the step's non-I/O kernels, its I/O kernels per image)"]
 
