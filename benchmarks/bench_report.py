@@ -106,7 +106,7 @@ def main() -> None:
                                                          min(times), statistics.median(times) / size * 1000))
     print("\n| stage (in process, warm) | %s |" % " | ".join("%d runs" % size for size, _ in stages))
     print("|---|" + "---|" * len(stages))
-    for name in (*STAGES, "all"):
+    for name in (*(name for _, name in STAGES), "all"):
         print("| %s | %s |" % (name, " | ".join("%.2f" % spent.get(name, 0.0) for _, spent in stages)))
     path = save_results("bench_report", {
         "per_group": args.per_group, "repeats": args.repeats, "python": sys.version.split()[0],
