@@ -269,7 +269,8 @@ class ReportGroup(Record):
 
 @dataclass(frozen=True)
 class SetApartRun(Record):
-    """A run the report lists apart (`why`: 'diverged', 'straggler' or 'network') and whether it is in its tables."""
+    """A run the report lists apart (`why`: 'diverged', 'straggler', 'throttled', 'straggler and throttled' or
+    'network') and whether it is in its tables."""
 
     metrics: str
     group: str
@@ -483,7 +484,7 @@ class PredictionRow(Record):
     paper_efficiency: Optional[str] = None  # Aach et al.'s statement on E_G at this count (">0.50", "0.50")
     paper_efficiency_error: Optional[float] = None  # E_G - the stated value; None where a stated bound holds
     paper_comm_share: Optional[float] = None  # Table 2a's NCCL share of kernel time
-    straggler_spread: Optional[float] = None  # the runs' slowest rank's forward pass over the median rank's, a fraction
+    slowest_forward_excess: Optional[float] = None  # the runs' slowest rank's forward pass over the median rank's, a fraction
     # (stragglers.forward_excess; None: not recorded)
 
 
@@ -834,6 +835,11 @@ def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], le
     return Table(title, list(headers), [list(row) for row in rows], [h for h in leave_out if h in headers])
 
 
+def _flag_kinds(flags: Sequence[Any]) -> str:
+    """'straggler', 'throttled' or 'straggler and throttled': the kinds of a run's flags (stragglers first)."""
+    return " and ".join(dict.fromkeys(f.kind for f in flags))
+
+
 def _report_tables(data: Any) -> List[Table]:
     """The tables `dlaunch report` prints: per group its scaling, runs and budget (beyond CONSOLE_GROUPS groups one
     line per group: images/s and E_G at its largest GPU count), then RCP verdicts and the runs set apart."""
@@ -902,8 +908,8 @@ def report(paths: Sequence[Any], *, output: Optional[Any] = None, include_networ
     data = report_data(loaded, given, site, include_network_mismatches, include_stragglers, straggler_threshold)
     apart = data.apart
     set_apart = [SetApartRun(r.path, r.key.label, r.world_size, "diverged", [r.reason or ""]) for r in data.diverged]
-    set_apart += [SetApartRun(r.path, r.key.label, r.world_size, "straggler", [f.message for f in apart.flags[r.path]],
-                              apart.flagged_included) for r in apart.flagged]
+    set_apart += [SetApartRun(r.path, r.key.label, r.world_size, _flag_kinds(apart.flags[r.path]),
+                              [f.message for f in apart.flags[r.path]], apart.flagged_included) for r in apart.flagged]
     set_apart += [SetApartRun(r.path, r.key.label, r.world_size, "network", list(apart.problems[r.path]), apart.off_included)
                   for r in apart.off]
     notes = data.notes + apart.notes()
@@ -1090,7 +1096,7 @@ def predict(site: str, *, gpus: Optional[Sequence[int]] = None, model: Optional[
     result = prediction(site, gpus, model, compute_ms, data_ms, batch, framework, zero_stage, precision,
                         None if from_run is None else Path(from_run), [Path(p) for p in from_runs], calibrated,
                         storage_images_per_s, epoch_overhead, IMAGENET_TRAIN_IMAGES if epoch_images is None else epoch_images)
-    checks, spread = result.checks or {}, result.spread or {}
+    checks, excess = result.checks or {}, result.forward_excess_by_gpus or {}
     rows = []
     for p in result.predictions:
         statement = checks[p.gpus].statement if p.gpus in checks else None
@@ -1099,10 +1105,10 @@ def predict(site: str, *, gpus: Optional[Sequence[int]] = None, model: Optional[
                                   basis=result.basis[p.gpus], paper_efficiency=statement.text if statement else None,
                                   paper_efficiency_error=None if statement is None or holds else statement.error(p.efficiency),
                                   paper_comm_share=checks[p.gpus].comm_share if p.gpus in checks else None,
-                                  straggler_spread=spread.get(p.gpus)))
+                                  slowest_forward_excess=excess.get(p.gpus)))
     return Prediction(result.site, result.model, result.framework, result.workload.batch, result.compute_source,
                       result.machine_source, rows, workload=dataclasses.asdict(result.workload),
                       machine_figures=dataclasses.asdict(result.machine), storage=result.storage, epochs=result.epochs,
-                      profiled=result.profiled, runs_gpus=sorted(spread), assumptions=result.assumptions,
+                      profiled=result.profiled, runs_gpus=sorted(excess), assumptions=result.assumptions,
                       left_out=[_left_out(lo) for lo in result.left_out],
                       left_out_summary=loo_summary(result.left_out) if result.left_out else "", notes=result.notes)

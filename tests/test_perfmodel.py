@@ -752,7 +752,7 @@ def test_predict_calibrated_prints_the_assumptions_of_the_papers_epoch():
         assert "%.3f" % big.efficiency in _table(result.output)[1024]
 
 
-def test_predict_from_runs_measures_the_epoch_overhead_and_the_straggler_spread(tmp_path):
+def test_predict_from_runs_measures_the_epoch_overhead_and_the_slowest_forward_excess(tmp_path):
     truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, noise_s=1e-3)
     computes = {1: [0.5], 2: [0.5, 0.55], 4: [0.5, 0.5, 0.5, 0.6]}
     _runs_made_by(tmp_path / "runs", truth, nodes=(1, 2, 4), fields_for=lambda n: v4_fields(computes[n], overhead_s=n * 1.0))

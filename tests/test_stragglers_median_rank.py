@@ -122,3 +122,13 @@ def test_the_budget_leaves_out_a_throttled_run_unless_included(tmp_path):
     assert len(healthy_only) == 2
     assert budget(runs) == budget(healthy_only)
     assert budget(runs, include_stragglers=True)[1].measured_e_g != budget(healthy_only)[1].measured_e_g
+
+
+def test_a_runs_gpu_health_over_epochs_is_one_gpus():
+    """Each epoch names one GPU per node; the run's mean must not join one GPU's clock to another's reasons."""
+    from dlaunch.analysis.stragglers import GpuHealth, _mean_health
+
+    calm = GpuHealth(sm_clock_mhz=1400.0, sm_clock_max_mhz=1410.0, local_rank=0, throttle=(), temperature_c=60.0)
+    hot = GpuHealth(sm_clock_mhz=900.0, sm_clock_max_mhz=1410.0, local_rank=1, throttle=("thermal",), temperature_c=90.0)
+    mean = _mean_health([calm, hot, calm])
+    assert (mean.local_rank, mean.throttle, mean.sm_clock_mhz, mean.temperature_c) == (0, (), 1400.0, 60.0)

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Callable, Dict, List, Optional, Sequence
 
-from dlaunch.analysis.scaling import Run, measured_runs, scaling
-from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, is_flagged
+from dlaunch.analysis.scaling import Run, measured_runs, scaling, without_flagged
+from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD
 
 COMMUNICATION, STRAGGLERS, DATA, COMPUTE = "communication", "stragglers", "data", "compute"
 EPOCH_OVERHEAD, OTHER = "epoch overhead", "other"
@@ -64,8 +64,7 @@ def budget(runs: Sequence[Run], include_stragglers: bool = False,
            straggler_threshold: float = DEFAULT_THRESHOLD) -> List[BudgetRow]:
     """The budget per GPU count of one scaling group (`runs`, as `scaling.scaling` takes them); flagged runs left
     out unless `include_stragglers`."""
-    kept = measured_runs([r for r in runs if include_stragglers
-                          or not is_flagged(r.phases, r.node_figures, straggler_threshold)])
+    kept = measured_runs(without_flagged(runs, include_stragglers, straggler_threshold))
     points = scaling(kept, include_stragglers=True)
     if not points:
         return []

@@ -40,7 +40,7 @@ MEDIAN_RANK, MEDIAN_OF_RANKS = "the median rank", "the median of the ranks"
 
 @dataclass(frozen=True)
 class PhaseTimes:
-    """Seconds per step of one rank (or the median over ranks, per field), metrics-v4's definitions."""
+    """Seconds per step of one rank (or the median rank's), metrics-v4's definitions."""
 
     data_s: float
     forward_s: float  # part of compute_s
@@ -176,19 +176,23 @@ def mean_phases(epochs: Sequence[EpochPhases]) -> Optional[EpochPhases]:
 
 
 def _mean_health(healths: Sequence[GpuHealth]) -> GpuHealth:
-    """Mean SM clock, highest maximum clock and temperature, every throttle reason seen."""
+    """One GPU over the epochs (each epoch's record names one GPU per node): the local rank most epochs name, and of
+    the epochs that name it the mean SM clock, highest maximum clock and temperature, every throttle reason seen, so
+    that a flag never joins one GPU's clock to another's reasons."""
     measured = [h for h in healths if h.unavailable is None]
     if not measured:
         return healths[-1]
+    local_ranks = [h.local_rank for h in measured if h.local_rank is not None]
+    local_rank = _most_common(local_ranks) if local_ranks else None
+    measured = [h for h in measured if h.local_rank == local_rank]
 
     def figures(name: str) -> List[float]:
         return [getattr(h, name) for h in measured if getattr(h, name) is not None]
 
     clocks, maxima, temperatures = figures("sm_clock_mhz"), figures("sm_clock_max_mhz"), figures("temperature_c")
-    local_ranks = [h.local_rank for h in measured if h.local_rank is not None]
     reasons = tuple(dict.fromkeys(r for h in measured for r in h.throttle))
     return GpuHealth(fmean(clocks) if clocks else None, max(maxima) if maxima else None,
-                     _most_common(local_ranks) if local_ranks else None, reasons, max(temperatures) if temperatures else None)
+                     local_rank, reasons, max(temperatures) if temperatures else None)
 
 
 def mean_nodes(epochs: Sequence[Sequence[NodeFigures]]) -> Optional[Tuple[NodeFigures, ...]]:

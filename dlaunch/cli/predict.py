@@ -56,8 +56,8 @@ def prediction_rows(prediction: "Prediction") -> List[List[str]]:
         if "overhead s" in headers:
             row += ["%.2f" % math.fsum(p.epoch_overhead.values()), "%.1f" % (100 * p.overhead_share)]
         if prediction.runs_gpus:
-            row.append("-" if p.gpus not in prediction.runs_gpus else "not recorded" if p.straggler_spread is None
-                       else "%.0f" % (100 * p.straggler_spread))
+            row.append("-" if p.gpus not in prediction.runs_gpus else "not recorded" if p.slowest_forward_excess is None
+                       else "%.0f" % (100 * p.slowest_forward_excess))
         out.append(row + [p.basis])
     return out
 

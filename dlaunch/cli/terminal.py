@@ -21,6 +21,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from dlaunch.boundary import ALLOW_LARGE, NAME, escape, quoted, whole
 from dlaunch.errors import DlaunchError
+from dlaunch.thresholds import DEFAULT_THRESHOLD
 from dlaunch.jobs.request import TRAINER_FLAGS
 from dlaunch.runs.rundir import find_runs
 
@@ -127,7 +128,7 @@ def fraction(text: str) -> float:
 
 
 StragglerThreshold = Annotated[Optional[float], typer.Option(
-    parser=fraction, help="a rank computing this fraction slower than the median rank is a straggler (default: each run's site profile's straggler_threshold, else 0.1)")]
+    parser=fraction, help="a rank whose forward pass takes this fraction longer than the median rank's is a straggler (default: each run's site profile's straggler_threshold, else %g)" % DEFAULT_THRESHOLD)]
 
 Json = Annotated[bool, typer.Option("--json", help="print the objects of the Python API as JSON (docs/API.md), nothing else")]
 
@@ -234,7 +235,9 @@ def images_per_s_cell(status: "RunStatus") -> str:
     if status.images_per_s is not None:
         return "%.1f" % status.images_per_s
     if status.epoch_so_far_images_per_s is not None:
-        return "%.1f (this epoch so far, steps only)" % status.epoch_so_far_images_per_s
+        from dlaunch.runs.runstate import EPOCH_SO_FAR
+
+        return "%.1f (%s)" % (status.epoch_so_far_images_per_s, EPOCH_SO_FAR)
     if status.last_epoch_images_per_s is not None:
         return "%.1f (last epoch)" % status.last_epoch_images_per_s
     return "-"

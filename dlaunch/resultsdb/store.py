@@ -6,7 +6,9 @@ Where: `--db`, else $DLAUNCH_RESULTS_DB, else `runs/results.sqlite` (beside the 
 
 A row is a function of its run directory alone: its metrics file (figures as `dlaunch report` computes
 them: dlaunch/analysis/scaling.py) and the site profile it kept (`site.toml`, whose straggler_threshold
-judges the flags, as `dlaunch report` judges them without --site or --straggler-threshold), so rebuilding from the run directories gives the same rows. Its key
+judges the flags, as `dlaunch report` judges them without --site or --straggler-threshold; a run that kept
+none is judged at the default, where `report` takes its site's profile by name), so rebuilding from the run
+directories gives the same rows. Its key
 `uid` is the run's experiment, run id and start time: a run copied or moved keeps it, and two runs of
 one name in two output folders keep theirs apart. Figures that depend on other runs (S_G, E_G,
 history verdicts) are computed when rows are read.

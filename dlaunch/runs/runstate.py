@@ -35,6 +35,10 @@ LOCAL_RUNNING = "running here (dlaunch pid %d)"
 SUBMIT_GRACE_S = 60.0
 
 
+# The label of a live images/s within an epoch (Progress.epoch_so_far_images_per_s).
+EPOCH_SO_FAR = "this epoch so far, steps only"
+
+
 @dataclass(frozen=True)
 class Progress:
     """What the metrics file says (and, while the run runs, its progress file): `status` is 'no metrics yet',

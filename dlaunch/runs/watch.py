@@ -20,7 +20,7 @@ from rich.text import Text
 from dlaunch.boundary import escape, printable
 from dlaunch.errors import DlaunchError, SchedulerError
 from dlaunch.runs.rundir import find_runs, readable
-from dlaunch.runs.runstate import Snapshot, observe
+from dlaunch.runs.runstate import EPOCH_SO_FAR, Snapshot, observe
 from dlaunch.schedulers import JobState, scheduler_for
 
 BAR_WIDTH = 20
@@ -38,7 +38,7 @@ def duration(seconds: float) -> str:
     return "%dd%02dh" % (s // 86400, s % 86400 // 3600)
 
 
-EPOCH_SO_FAR_IMAGES = "images/s (this epoch so far, steps only)"
+EPOCH_SO_FAR_IMAGES = "images/s (%s)" % EPOCH_SO_FAR
 EPOCH_SO_FAR_LOSS = "(rank 0, this epoch so far)"
 
 

@@ -138,10 +138,11 @@ def node_health(gpus: Sequence[Tuple[int, Sequence[float]]]) -> Health:
         return unavailable("measured on %d of %d GPUs only (%s)" % (len(measured), len(gpus), reasons))
     throttled = [(local_rank, v) for local_rank, v in measured if throttle_names(int(v[3]))]
 
-    def held_back(entry: Tuple[int, Sequence[float]]) -> Tuple[float, int]:
-        """The SM clock against its maximum (the clock where no maximum was read), then the local rank."""
+    def held_back(entry: Tuple[int, Sequence[float]]) -> Tuple[bool, float, int]:
+        """The SM clock against its maximum (GPUs whose maximum was not read after those whose was, by clock), then
+        the local rank."""
         local_rank, v = entry
-        return (v[1] / v[2] if v[2] else v[1], local_rank)
+        return (not v[2], v[1] / v[2] if v[2] else v[1], local_rank)
 
     local_rank, gpu = min(throttled or measured, key=held_back)
     return {"sm_clock_mhz": gpu[1], "sm_clock_max_mhz": gpu[2], "local_rank": local_rank,

@@ -17,9 +17,10 @@ dlaunch/train/gpuhealth.py; a reader treats a missing one as "not recorded", nev
   rank: the rank whose forward_s is the median_low over ranks, all its phases; "rank-timers" files: statistics.median
   per field) and `slowest` (the rank with the longest forward_s, with its host and local rank), `method`
   (PHASES_METHOD), `steps` timed per rank, `ranks`;
-- `nodes`: per node, in order of first rank: its ranks, median compute_s, slowest rank, and its GPUs' health
-  (`GPU_HEALTH`: lowest mean SM clock and that GPU's maximum, clock event reasons seen, highest temperature;
-  or "unavailable: <reason>");
+- `nodes`: per node, in order of first rank: its ranks, its median rank's forward_s and compute_s, its slowest
+  rank, and GPU health (`GPU_HEALTH`: one GPU's mean SM clock, its maximum, its own clock event reasons and
+  highest temperature, named by local rank: among the GPUs with a reason, else all, the lowest clock against its
+  maximum; "rank-timers" files: every GPU's reasons and the node's highest temperature; or "unavailable: <reason>");
 - `overhead`: rank 0's seconds outside the steps (`OVERHEAD_FIELDS`: loader start, validation, checkpoint,
   barriers, metrics, and their total);
 - `measured_steps`: the steps counted for images/s (images / global batch).

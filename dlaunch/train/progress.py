@@ -70,6 +70,7 @@ class ProgressFile:
         record = dict(fields, time=time.time())
         folder = os.path.dirname(self.path)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + PROGRESS_FILE + ".")
+        os.fchmod(fd, 0o644)  # readable as the metrics file is (mkstemp makes it 0600): a colleague's status reads it
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(record, f)

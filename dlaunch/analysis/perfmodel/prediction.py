@@ -101,12 +101,12 @@ def workload_from_options(model: Optional[str], compute_ms: Optional[float], dat
 def slowest_forward_excess(runs: Sequence[Run]) -> Dict[int, Optional[float]]:
     """Per GPU count of `runs`, the straggler measure of the flag (`stragglers.forward_excess`: the slowest rank's
     forward pass over the median rank's, a fraction; the mean over its runs that recorded phases; None: none did)."""
-    spread: Dict[int, Optional[float]] = {}
+    by_gpus: Dict[int, Optional[float]] = {}
     for gpus in sorted({r.world_size for r in runs}):
         excesses = [forward_excess(r.phases) for r in runs if r.world_size == gpus and r.phases is not None]
         recorded = [e for e in excesses if e is not None]
-        spread[gpus] = fmean(recorded) if recorded else None
-    return spread
+        by_gpus[gpus] = fmean(recorded) if recorded else None
+    return by_gpus
 
 
 def runs_step(step_options: str, count: int) -> str:
@@ -144,7 +144,8 @@ class PredictionResult:
     overhead: bool  # the rows hold an epoch overhead
     assumptions: List[str] = field(default_factory=list)  # about Aach et al.'s DeepSpeed runs
     checks: Optional[Dict[int, PaperCheck]] = None
-    spread: Optional[Dict[int, Optional[float]]] = None  # per GPU count: slowest_forward_excess of the runs
+    # per GPU count: the runs' slowest_forward_excess
+    forward_excess_by_gpus: Optional[Dict[int, Optional[float]]] = None
     left_out: List[LeftOut] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
 
@@ -179,7 +180,7 @@ def prediction(site: str, gpus: Optional[Sequence[int]] = None, model: Optional[
     left_out: List[LeftOut] = []
     checks: Optional[Dict[int, PaperCheck]] = None
     overhead: Optional[EpochOverhead] = None
-    spread: Optional[Dict[int, Optional[float]]] = None
+    forward_excess_by_gpus: Optional[Dict[int, Optional[float]]] = None
     storage_source = "--storage-images-per-s" if storage_images_per_s is not None else None
     if from_runs:
         if from_run is not None or calibrated is not None:
@@ -190,7 +191,7 @@ def prediction(site: str, gpus: Optional[Sequence[int]] = None, model: Optional[
         machine = replace(fit_runs(runs, base or unknown_network(profile.gpus_per_node)), gpus_per_node=profile.gpus_per_node)
         model_name, workload, source = runs[0].key.model, workload_of_run(runs[0]), "measured in %s" % runs[0].path
         fitted = sorted({r.world_size for r in runs})
-        overhead, spread = measured_overhead(runs), slowest_forward_excess(runs)
+        overhead, forward_excess_by_gpus = measured_overhead(runs), slowest_forward_excess(runs)
         machine_source = "fitted on your runs"
         basis = _basis(fitted, max(fitted))
         notes = ["basis: fitted = a GPU count of your runs (profiled comm %% as --profile-steps measures it); in range = "
@@ -256,10 +257,10 @@ def prediction(site: str, gpus: Optional[Sequence[int]] = None, model: Optional[
         notes.append("overhead: seconds per epoch outside the steps and their share of the run's time; "
                      + ("more than %.0f %% of it from %d GPUs on" % (100 * OVERHEAD_SHARE_LIMIT, passes) if passes else
                         "under %.0f %% of it up to %d GPUs" % (100 * OVERHEAD_SHARE_LIMIT, limit)))
-    if spread is not None:
+    if forward_excess_by_gpus is not None:
         notes.append("slowest forward vs median: how much longer your runs' slowest rank's forward pass took than the "
                      "median rank's, the measure of the straggler flag (metrics version 4), at their GPU counts")
     notes += check_summary(predictions, checks) if checks else []
     return PredictionResult(profile.name, model_name, framework, workload, machine, source, machine_source, storage,
                             epochs, predictions, {p.gpus: basis(p.gpus) for p in predictions}, bool(from_runs),
-                            overhead is not None, assumed, checks, spread, left_out, notes)
+                            overhead is not None, assumed, checks, forward_excess_by_gpus, left_out, notes)
