@@ -121,17 +121,23 @@ def straggler(percent: int) -> str:
     return r"straggler: n1 rank 1 \(local rank 0\) computed %d %% slower than the median [^;]*; this run's E_G is understated" % percent
 
 
+def write_ended_and_live_runs(root: Path) -> None:
+    """runs/ended and runs/live (this process's local run), each with a warm-up, two equal epochs and a last one in
+    which rank 1 computes 17 % over the median rank (0.12), keeping a profile of threshold 0.10."""
+    profile = site_profile(0.10)
+    warm, equal, late = [0.1, 0.5], [0.1, 0.1], [0.1, 0.14]
+    epochs = [v4_epoch(0, warm), v4_epoch(1, equal), v4_epoch(2, equal), v4_epoch(3, late)]
+    for name, records, state in (("ended", [header(8)] + epochs + [end()], "finished (exit 0)"),
+                                 ("live", [header(8)] + epochs, LOCAL_RUNNING % os.getpid())):
+        (write_run(root, name, records, state=state) / "site.toml").write_text(profile)
+
+
 def test_stragglers_are_flagged_with_the_runs_profile_threshold_ended_runs_on_their_measured_epochs(tmp_path, monkeypatch, capsys):
     """dlaunch/analysis/stragglers.py's flags in watch's lines: an ended run judged on its measured epochs, a
     live one on its last epoch; the threshold is the profile's the run kept (site.toml: straggler_threshold)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DLAUNCH_STATUS_CACHE", "")
-    profile = site_profile(0.10)
-    warm, equal, late = [0.1, 0.5], [0.1, 0.1], [0.1, 0.14]  # late: rank 1 17 % over the median rank (0.12)
-    epochs = [v4_epoch(0, warm), v4_epoch(1, equal), v4_epoch(2, equal), v4_epoch(3, late)]
-    for name, records, state in (("ended", [header(8)] + epochs + [end()], "finished (exit 0)"),
-                                 ("live", [header(8)] + epochs, LOCAL_RUNNING % os.getpid())):
-        (write_run(tmp_path / "runs", name, records, state=state) / "site.toml").write_text(profile)
+    write_ended_and_live_runs(tmp_path / "runs")
     assert main(["watch", "--once", "runs"]) == 0
     shown = {LINE.match(line).group(1): LINE.match(line).group(2) for line in watch_lines(capsys)}
     assert "straggler" not in shown["runs/ended"]  # the warm-up epoch is left out, the last one diluted: 6 %
@@ -150,12 +156,7 @@ def test_a_straggler_threshold_given_overrides_the_profiles_and_the_cached_flags
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DLAUNCH_STATUS_CACHE", str(tmp_path / "cache.json"))
-    profile = site_profile(0.10)
-    warm, equal, late = [0.1, 0.5], [0.1, 0.1], [0.1, 0.14]  # late: rank 1 17 % over the median rank (0.12)
-    epochs = [v4_epoch(0, warm), v4_epoch(1, equal), v4_epoch(2, equal), v4_epoch(3, late)]
-    for name, records, state in (("ended", [header(8)] + epochs + [end()], "finished (exit 0)"),
-                                 ("live", [header(8)] + epochs, LOCAL_RUNNING % os.getpid())):
-        (write_run(tmp_path / "runs", name, records, state=state) / "site.toml").write_text(profile)
+    write_ended_and_live_runs(tmp_path / "runs")
 
     def flags(threshold: Optional[float] = None) -> dict:
         return {s.run.path.name: s.flags for s in service.observe(find_runs([tmp_path / "runs"]), straggler_threshold=threshold)}
