@@ -5,14 +5,55 @@ importable without the launcher); everything else is the launcher, its `dlaunch`
 API (dlaunch/api.py, docs/API.md): `dlaunch.run(...)`, `dlaunch.status()`, ... are loaded on first use
 (PEP 562), so that `import dlaunch` and `import dlaunch.train` import nothing else of dlaunch.
 """
+
 from typing import Any, List
 
 # The API's names (dlaunch/api.py) and the exception and warning types it raises and issues (dlaunch/errors.py).
-_API = ("run", "sweep", "study", "status", "study_status", "study_check", "watch", "cancel", "logs", "report", "results",
-        "compare", "sites", "images", "doctor", "predict", "rerun", "archive",
-        "Job", "RunStatus", "Logs", "Report", "ReportGroup", "ReportPoint", "Spread", "BudgetRow", "SetApartRun",
-        "RcpRow", "ResultRow", "SiteInfo", "ImageInfo", "Check", "Doctor", "Prediction", "PredictionRow", "LeftOutRun",
-        "Table", "StudyPlan", "StudyCheck", "Comparison", "CompareRow", "Rerun", "Archive")
+_API = (
+    "run",
+    "sweep",
+    "study",
+    "status",
+    "study_status",
+    "study_check",
+    "watch",
+    "cancel",
+    "logs",
+    "report",
+    "results",
+    "compare",
+    "sites",
+    "images",
+    "doctor",
+    "predict",
+    "rerun",
+    "archive",
+    "Job",
+    "RunStatus",
+    "Logs",
+    "Report",
+    "ReportGroup",
+    "ReportPoint",
+    "Spread",
+    "BudgetRow",
+    "SetApartRun",
+    "RcpRow",
+    "ResultRow",
+    "SiteInfo",
+    "ImageInfo",
+    "Check",
+    "Doctor",
+    "Prediction",
+    "PredictionRow",
+    "LeftOutRun",
+    "Table",
+    "StudyPlan",
+    "StudyCheck",
+    "Comparison",
+    "CompareRow",
+    "Rerun",
+    "Archive",
+)
 _ERRORS = ("DlaunchError", "DlaunchWarning", "DlaunchNote")
 __all__ = list(_API + _ERRORS) + ["api"]
 

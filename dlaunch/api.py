@@ -11,6 +11,7 @@ JSON-serialisable objects. The command line (dlaunch/cli/) parses, calls these a
 
 Start-up matters (the command line imports this module): each function imports its parts when called.
 """
+
 import dataclasses
 import functools
 import os
@@ -32,16 +33,59 @@ if TYPE_CHECKING:
     from dlaunch.runs.runstate import Snapshot
     from dlaunch.runs.service import Prepared
 
-__all__ = ["Archive", "BudgetRow", "Check", "CompareRow", "Comparison", "Doctor", "ImageInfo", "Job", "LeftOutRun",
-           "Logs", "Prediction", "PredictionRow", "RcpRow", "Record", "Report", "ReportGroup", "ReportPoint", "Rerun",
-           "ResultRow", "RunStatus", "SetApartRun", "SiteInfo", "Spread", "StudyCheck", "StudyPlan", "Table", "archive",
-           "cancel", "compare", "doctor", "images", "logs", "predict", "render_images", "report", "rerun", "results",
-           "run", "sites", "status", "study", "study_check", "study_status", "sweep", "watch"]
+__all__ = [
+    "Archive",
+    "BudgetRow",
+    "Check",
+    "CompareRow",
+    "Comparison",
+    "Doctor",
+    "ImageInfo",
+    "Job",
+    "LeftOutRun",
+    "Logs",
+    "Prediction",
+    "PredictionRow",
+    "RcpRow",
+    "Record",
+    "Report",
+    "ReportGroup",
+    "ReportPoint",
+    "Rerun",
+    "ResultRow",
+    "RunStatus",
+    "SetApartRun",
+    "SiteInfo",
+    "Spread",
+    "StudyCheck",
+    "StudyPlan",
+    "Table",
+    "archive",
+    "cancel",
+    "compare",
+    "doctor",
+    "images",
+    "logs",
+    "predict",
+    "render_images",
+    "report",
+    "rerun",
+    "results",
+    "run",
+    "sites",
+    "status",
+    "study",
+    "study_check",
+    "study_status",
+    "sweep",
+    "watch",
+]
 
 R = TypeVar("R", bound="Record")
 
 
 # -- the objects ----------------------------------------------------------------------------------------
+
 
 class Record:
     """What every API object has: `to_dict()` (plain JSON values) and `from_dict()` (the object again:
@@ -69,7 +113,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _field_types(cls: type) -> Dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
@@ -484,7 +528,9 @@ class PredictionRow(Record):
     paper_efficiency: Optional[str] = None  # Aach et al.'s statement on E_G at this count (">0.50", "0.50")
     paper_efficiency_error: Optional[float] = None  # E_G - the stated value; None where a stated bound holds
     paper_comm_share: Optional[float] = None  # Table 2a's NCCL share of kernel time
-    slowest_forward_excess: Optional[float] = None  # the runs' slowest rank's forward pass over the median rank's, a fraction
+    slowest_forward_excess: Optional[float] = (
+        None  # the runs' slowest rank's forward pass over the median rank's, a fraction
+    )
     # (stragglers.forward_excess; None: not recorded)
 
 
@@ -528,6 +574,7 @@ class Prediction(Record):
 
 # -- errors ---------------------------------------------------------------------------------------------
 
+
 def os_error(e: OSError) -> DlaunchError:
     """An OSError about a path the user gave or one dlaunch writes (a name too long for the file system, no
     permission, a full disk) as the one line naming it (exit code 2)."""
@@ -541,6 +588,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _api(function: F) -> F:
     """An API function: a path may be given as str or os.PathLike (handed on as str, as the command line has it); its
     DlaunchError's message as the command line prints it (control characters escaped), an OSError as `os_error`."""
+
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         args = tuple(os.fspath(a) if isinstance(a, os.PathLike) else a for a in args)
@@ -552,18 +600,31 @@ def _api(function: F) -> F:
             raise
         except OSError as e:
             raise os_error(e) from e
+
     return wrapper  # type: ignore[return-value]
 
 
 # -- run, sweep -----------------------------------------------------------------------------------------
 
+
 def _job(prepared: "Prepared", run: "Optional[RunDir]" = None, code: Optional[int] = None, label: str = "") -> Job:
     plan = prepared.plan
-    return Job(run_dir=plan.run_dir, site=plan.site, scheduler=plan.scheduler, experiment=prepared.request.experiment or "",
-               run_name=Path(plan.run_dir).name, script=prepared.script, job_id=run.job_id if run else None,
-               warnings=list(prepared.warnings), notes=list(prepared.notes), submitted=run is not None,
-               exit_code=code if run is not None and prepared.foreground else None, nodes=plan.nodes,
-               processes=plan.nodes * plan.nproc_per_node, label=label)
+    return Job(
+        run_dir=plan.run_dir,
+        site=plan.site,
+        scheduler=plan.scheduler,
+        experiment=prepared.request.experiment or "",
+        run_name=Path(plan.run_dir).name,
+        script=prepared.script,
+        job_id=run.job_id if run else None,
+        warnings=list(prepared.warnings),
+        notes=list(prepared.notes),
+        submitted=run is not None,
+        exit_code=code if run is not None and prepared.foreground else None,
+        nodes=plan.nodes,
+        processes=plan.nodes * plan.nproc_per_node,
+        label=label,
+    )
 
 
 def _delivered(jobs: Sequence["Prepared"], dry_run: bool) -> List[Job]:
@@ -576,32 +637,87 @@ def _delivered(jobs: Sequence["Prepared"], dry_run: bool) -> List[Job]:
 
 
 @_api
-def run(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional[int] = None, gpus: Optional[int] = None,
-        partition: Optional[str] = None, time: str = "01:00:00", account: Optional[str] = None,
-        image: Optional[str] = None, output: str = "runs", experiment: Optional[str] = None,
-        run_name: Optional[str] = None, repeat: int = 1, requeue: Optional[bool] = None, resume: Optional[str] = None,
-        dry_run: bool = False, allow_large: bool = False, **trainer: Any) -> List[Job]:
+def run(
+    site: Optional[str] = None,
+    *,
+    framework: str = "ddp",
+    nodes: Optional[int] = None,
+    gpus: Optional[int] = None,
+    partition: Optional[str] = None,
+    time: str = "01:00:00",
+    account: Optional[str] = None,
+    image: Optional[str] = None,
+    output: str = "runs",
+    experiment: Optional[str] = None,
+    run_name: Optional[str] = None,
+    repeat: int = 1,
+    requeue: Optional[bool] = None,
+    resume: Optional[str] = None,
+    dry_run: bool = False,
+    allow_large: bool = False,
+    **trainer: Any,
+) -> List[Job]:
     """Render a job for a site and submit it, or run it here to its end (`site="local"`); with `dry_run`
     render it only. `repeat` N: N runs of the request (RUN_NAME-r1..-rN); `resume`: a run directory again
     from its checkpoint (every other option from its plan.json). Trainer flags as keyword arguments."""
-    jobs = launch.prepare_run(site, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time,
-                              account=account, image=image, output=output, experiment=experiment, run_name=run_name,
-                              repeat=repeat, requeue=requeue, resume=resume, dry_run=dry_run, allow_large=allow_large,
-                              trainer=launch.trainer_options(trainer))
+    jobs = launch.prepare_run(
+        site,
+        framework=framework,
+        nodes=nodes,
+        gpus=gpus,
+        partition=partition,
+        time=time,
+        account=account,
+        image=image,
+        output=output,
+        experiment=experiment,
+        run_name=run_name,
+        repeat=repeat,
+        requeue=requeue,
+        resume=resume,
+        dry_run=dry_run,
+        allow_large=allow_large,
+        trainer=launch.trainer_options(trainer),
+    )
     return _delivered(jobs, dry_run)
 
 
 @_api
-def sweep(site: Optional[str] = None, *, framework: str = "ddp", nodes: Optional[Sequence[int]] = None,
-          gpus: Optional[Sequence[int]] = None, partition: Optional[str] = None, time: str = "01:00:00",
-          account: Optional[str] = None, image: Optional[str] = None, output: str = "runs",
-          experiment: Optional[str] = None, requeue: Optional[bool] = None, dry_run: bool = False,
-          allow_large: bool = False, **trainer: Any) -> List[Job]:
+def sweep(
+    site: Optional[str] = None,
+    *,
+    framework: str = "ddp",
+    nodes: Optional[Sequence[int]] = None,
+    gpus: Optional[Sequence[int]] = None,
+    partition: Optional[str] = None,
+    time: str = "01:00:00",
+    account: Optional[str] = None,
+    image: Optional[str] = None,
+    output: str = "runs",
+    experiment: Optional[str] = None,
+    requeue: Optional[bool] = None,
+    dry_run: bool = False,
+    allow_large: bool = False,
+    **trainer: Any,
+) -> List[Job]:
     """One job per node count (`nodes=[1, 2, 4]`) or GPU count (`gpus=...`), grouped as one experiment
     (runs n0001, n0002, ... or g0001, ...)."""
-    jobs = launch.prepare_sweep(site, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time,
-                                account=account, image=image, output=output, experiment=experiment, requeue=requeue,
-                                dry_run=dry_run, allow_large=allow_large, trainer=launch.trainer_options(trainer))
+    jobs = launch.prepare_sweep(
+        site,
+        framework=framework,
+        nodes=nodes,
+        gpus=gpus,
+        partition=partition,
+        time=time,
+        account=account,
+        image=image,
+        output=output,
+        experiment=experiment,
+        requeue=requeue,
+        dry_run=dry_run,
+        allow_large=allow_large,
+        trainer=launch.trainer_options(trainer),
+    )
     return _delivered(jobs, dry_run)
 
 
@@ -613,12 +729,22 @@ def _counted_warnings(lines: Iterable[str]) -> List[str]:
 
 
 @_api
-def rerun(result: Any, *, site: str, nodes: Optional[int] = None, gpus: Optional[int] = None, data: Optional[str] = None,
-          output: str = "runs", dry_run: bool = False, allow_large: bool = False) -> Rerun:
+def rerun(
+    result: Any,
+    *,
+    site: str,
+    nodes: Optional[int] = None,
+    gpus: Optional[int] = None,
+    data: Optional[str] = None,
+    output: str = "runs",
+    dry_run: bool = False,
+    allow_large: bool = False,
+) -> Rerun:
     """A result (metrics file, run directory, or ARCHIVE.tar.gz:RUN of `archive`'s bundle) run again on `site`: its
     request resolved there, submitted (or rendered only with `dry_run`), with what differs from the parent."""
-    rerun = launch.prepare_rerun(result, site, nodes=nodes, gpus=gpus, data=data, output=output, dry_run=dry_run,
-                                 allow_large=allow_large)
+    rerun = launch.prepare_rerun(
+        result, site, nodes=nodes, gpus=gpus, data=data, output=output, dry_run=dry_run, allow_large=allow_large
+    )
     (job,) = _delivered([rerun.job], dry_run)
     return Rerun(rerun.parent, [list(row) for row in rerun.differences], job)
 
@@ -630,17 +756,34 @@ def archive(folder: Any, output: Any) -> Archive:
     from dlaunch.runs.archive import MANIFEST, runs_without_profile, write_archive
 
     manifest = write_archive(Path(folder), Path(output))
-    return Archive(str(output), "%s/%s" % (Path(folder).resolve().name, MANIFEST), len(manifest),
-                   sum(int(entry["bytes"]) for entry in manifest.values()),  # type: ignore[call-overload]
-                   [str(run.path) for run in runs_without_profile(Path(folder))])
+    return Archive(
+        str(output),
+        "%s/%s" % (Path(folder).resolve().name, MANIFEST),
+        len(manifest),
+        sum(int(entry["bytes"]) for entry in manifest.values()),  # type: ignore[call-overload]
+        [str(run.path) for run in runs_without_profile(Path(folder))],
+    )
 
 
 @_api
-def study(name_or_path: Any, *, site: str, output: Any = "runs", dry_run: bool = False, list_only: bool = False,
-          only: Sequence[str] = (), data: Sequence[str] = (), account: Optional[str] = None, image: Optional[str] = None,
-          protocol: Optional[str] = None, stack: Optional[str] = None, allow_large: bool = False,
-          planned: Optional[Callable[[StudyPlan], None]] = None, say: Callable[[str], None] = lambda line: None,
-          show_progress: bool = False) -> List[Job]:
+def study(
+    name_or_path: Any,
+    *,
+    site: str,
+    output: Any = "runs",
+    dry_run: bool = False,
+    list_only: bool = False,
+    only: Sequence[str] = (),
+    data: Sequence[str] = (),
+    account: Optional[str] = None,
+    image: Optional[str] = None,
+    protocol: Optional[str] = None,
+    stack: Optional[str] = None,
+    allow_large: bool = False,
+    planned: Optional[Callable[[StudyPlan], None]] = None,
+    say: Callable[[str], None] = lambda line: None,
+    show_progress: bool = False,
+) -> List[Job]:
     """A study's jobs for `site` that are missing or failed, rendered and submitted into OUTPUT/<study name> (a
     study name, shipped or in $DLAUNCH_STUDIES_DIR, or a study file); with `dry_run` (or `list_only`, whose jobs the
     command line prints one line each: `label`, nodes, processes) rendered only. Warnings about its data and jobs are
@@ -651,8 +794,19 @@ def study(name_or_path: Any, *, site: str, output: Any = "runs", dry_run: bool =
     from dlaunch.runs.studyfile import find_study
 
     dry_run = dry_run or list_only
-    prepared = prepare_study(find_study(str(name_or_path)), site, Path(output), dry_run, only, data, account, image,
-                             protocol, stack, allow_large)
+    prepared = prepare_study(
+        find_study(str(name_or_path)),
+        site,
+        Path(output),
+        dry_run,
+        only,
+        data,
+        account,
+        image,
+        protocol,
+        stack,
+        allow_large,
+    )
     counted = _counted_warnings([*prepared.warnings, *(line for _, job in prepared.jobs for line in job.warnings)])
     for line in counted:
         warnings.warn(escape(line), DlaunchWarning, stacklevel=3)
@@ -664,20 +818,25 @@ def study(name_or_path: Any, *, site: str, output: Any = "runs", dry_run: bool =
     if dry_run:
         return jobs
     submitted = submit_study(prepared, say, show_progress)
-    return [_job(job, run, code, item.label)
-            for (item, job), run, code in zip(prepared.jobs, submitted.runs, submitted.codes)]
+    return [
+        _job(job, run, code, item.label)
+        for (item, job), run, code in zip(prepared.jobs, submitted.runs, submitted.codes)
+    ]
 
 
 @_api
-def study_check(name_or_path: Any, *, sites: Sequence[str] = (), protocol: Optional[str] = None,
-                stack: Optional[str] = None) -> List[StudyCheck]:
+def study_check(
+    name_or_path: Any, *, sites: Sequence[str] = (), protocol: Optional[str] = None, stack: Optional[str] = None
+) -> List[StudyCheck]:
     """Render every job of a study for each of `sites` (default: every shipped site, those not of the study's kind
     skipped) as `dlaunch study check` does: per site the jobs that cannot run there and why."""
     from dlaunch.runs.study import check_study
     from dlaunch.runs.studyfile import find_study
 
-    return [StudyCheck(r.site, r.jobs, [[label, why] for label, why in r.failures], r.skipped)
-            for r in check_study(find_study(str(name_or_path)), sites, protocol, stack)]
+    return [
+        StudyCheck(r.site, r.jobs, [[label, why] for label, why in r.failures], r.skipped)
+        for r in check_study(find_study(str(name_or_path)), sites, protocol, stack)
+    ]
 
 
 @_api
@@ -689,6 +848,7 @@ def study_status(folder: Any) -> List[RunStatus]:
 
 
 # -- status, watch, cancel, logs -----------------------------------------------------------------------
+
 
 def _record_ended(runs: Iterable["RunDir"]) -> None:
     """Rows for the runs that ended into the results database; one that cannot be written is a DlaunchWarning."""
@@ -704,16 +864,33 @@ def _run_status(snapshot: "Snapshot") -> RunStatus:
     from dlaunch.runs.failures import scheduler_label
 
     p = snapshot.progress
-    return RunStatus(name=snapshot.name, path=str(snapshot.run.path), site=snapshot.site, job=snapshot.job,
-                     scheduler=snapshot.scheduler, state=scheduler_label(snapshot.state, snapshot.meaning, p.status),
-                     status=p.status, queue=snapshot.queue, gpus=snapshot.gpus, epochs_done=p.epochs_done,
-                     epochs_total=p.epochs_total, images_per_s=p.images_per_s,
-                     last_epoch_images_per_s=p.last_epoch_images_per_s, steps_done=p.steps_done,
-                     steps_total=p.steps_total, epoch_so_far_images_per_s=p.epoch_so_far_images_per_s,
-                     epoch_so_far_loss=p.epoch_so_far_loss, loss=p.loss, eta_s=p.eta_s(clock.time()),
-                     ended=snapshot.ended, ok=snapshot.ok,
-                     why_failed=service.why_failed(snapshot) if snapshot.failed else None, flags=list(snapshot.flags),
-                     network=list(snapshot.network), figures=service.run_figures(snapshot))
+    return RunStatus(
+        name=snapshot.name,
+        path=str(snapshot.run.path),
+        site=snapshot.site,
+        job=snapshot.job,
+        scheduler=snapshot.scheduler,
+        state=scheduler_label(snapshot.state, snapshot.meaning, p.status),
+        status=p.status,
+        queue=snapshot.queue,
+        gpus=snapshot.gpus,
+        epochs_done=p.epochs_done,
+        epochs_total=p.epochs_total,
+        images_per_s=p.images_per_s,
+        last_epoch_images_per_s=p.last_epoch_images_per_s,
+        steps_done=p.steps_done,
+        steps_total=p.steps_total,
+        epoch_so_far_images_per_s=p.epoch_so_far_images_per_s,
+        epoch_so_far_loss=p.epoch_so_far_loss,
+        loss=p.loss,
+        eta_s=p.eta_s(clock.time()),
+        ended=snapshot.ended,
+        ok=snapshot.ok,
+        why_failed=service.why_failed(snapshot) if snapshot.failed else None,
+        flags=list(snapshot.flags),
+        network=list(snapshot.network),
+        figures=service.run_figures(snapshot),
+    )
 
 
 def _check_threshold(straggler_threshold: Optional[float]) -> None:
@@ -746,12 +923,14 @@ def _statuses(found: Sequence["RunDir"], straggler_threshold: Optional[float] = 
 
 
 @_api
-def status(paths: Sequence[Any] = ("runs",), *, newest_first: bool = False,
-           straggler_threshold: Optional[float] = None) -> List[RunStatus]:
+def status(
+    paths: Sequence[Any] = ("runs",), *, newest_first: bool = False, straggler_threshold: Optional[float] = None
+) -> List[RunStatus]:
     """The runs at or below `paths` (run, experiment or study directories), in path order or `newest_first`
     (by their last submission, as `dlaunch runs`): scheduler state, metrics status, figures, why one failed,
     stragglers judged at `straggler_threshold` (None: each run's site profile's)."""
-    from dlaunch.runs.rundir import find_runs, newest_first as by_submission
+    from dlaunch.runs.rundir import find_runs
+    from dlaunch.runs.rundir import newest_first as by_submission
 
     _check_threshold(straggler_threshold)
     paths = list(paths)
@@ -762,8 +941,13 @@ def status(paths: Sequence[Any] = ("runs",), *, newest_first: bool = False,
 
 
 @_api
-def watch(paths: Sequence[Any], *, interval: float = 5.0, timeout: Optional[float] = None,
-          straggler_threshold: Optional[float] = None) -> List[RunStatus]:
+def watch(
+    paths: Sequence[Any],
+    *,
+    interval: float = 5.0,
+    timeout: Optional[float] = None,
+    straggler_threshold: Optional[float] = None,
+) -> List[RunStatus]:
     """Look at the runs every `interval` seconds until every one has ended (or `timeout` seconds have
     passed); their last status. `paths` and `straggler_threshold` as for `status`, or an experiment's name
     under ./runs."""
@@ -804,28 +988,76 @@ def logs(run_dir: Any) -> Logs:
 
 # -- report, results ------------------------------------------------------------------------------------
 
+
 def _spread(s: Any) -> Optional[Spread]:
     return None if s is None else Spread(s.median, s.low, s.high, s.n, s.kind)
 
 
 def _group(g: Any) -> ReportGroup:
-    points = [ReportPoint(gpus=p.gpus, nodes=p.nodes, runs=p.runs, images_per_s=_spread(p.throughput),  # type: ignore[arg-type]
-                          speedup=_spread(p.speedups), efficiency=_spread(p.efficiencies),  # type: ignore[arg-type]
-                          predicted_efficiency=g.predictions[p.gpus].efficiency if p.gpus in g.predictions else None,
-                          shares=dataclasses.asdict(p.shares) if p.shares else None, joules_per_image=_spread(p.energy),
-                          epochs_to_target=_spread(p.epochs_to_target), time_to_target_s=_spread(p.time_to_target))
-              for p in g.points]
+    points = [
+        ReportPoint(
+            gpus=p.gpus,
+            nodes=p.nodes,
+            runs=p.runs,
+            images_per_s=_spread(p.throughput),  # type: ignore[arg-type]
+            speedup=_spread(p.speedups),
+            efficiency=_spread(p.efficiencies),  # type: ignore[arg-type]
+            predicted_efficiency=g.predictions[p.gpus].efficiency if p.gpus in g.predictions else None,
+            shares=dataclasses.asdict(p.shares) if p.shares else None,
+            joules_per_image=_spread(p.energy),
+            epochs_to_target=_spread(p.epochs_to_target),
+            time_to_target_s=_spread(p.time_to_target),
+        )
+        for p in g.points
+    ]
     budget = [BudgetRow(row.gpus, row.measured_e_g, row.step_s, dict(row.lost)) for row in g.budget]
     key = g.key
-    return ReportGroup(key.label, key.experiment, key.site, key.model, key.framework, key.loader, key.batch_per_worker,
-                       key.step_options, [r.path for r in g.runs], points, budget)
+    return ReportGroup(
+        key.label,
+        key.experiment,
+        key.site,
+        key.model,
+        key.framework,
+        key.loader,
+        key.batch_per_worker,
+        key.step_options,
+        [r.path for r in g.runs],
+        points,
+        budget,
+    )
 
 
 # The report's console tables: the columns left out first at a narrow terminal (report.md and report.html keep every one).
-SCALING_LEAVE_OUT = ["images/s range", "E_G range", "J/img range", "spread", "nodes", "runs", "data %", "compute %",
-                     "comm %", "time to target s", "epochs to target", "TTA S_G", "J/img", "pred. E_G"]
-RUN_LEAVE_OUT = ["schedule", "global batch", "energy to acc. kJ", "kJ/epoch", "energy kJ", "time to acc. s",
-                 "epochs to target", "J/img", "compile s", "best top-1", "history", "status"]
+SCALING_LEAVE_OUT = [
+    "images/s range",
+    "E_G range",
+    "J/img range",
+    "spread",
+    "nodes",
+    "runs",
+    "data %",
+    "compute %",
+    "comm %",
+    "time to target s",
+    "epochs to target",
+    "TTA S_G",
+    "J/img",
+    "pred. E_G",
+]
+RUN_LEAVE_OUT = [
+    "schedule",
+    "global batch",
+    "energy to acc. kJ",
+    "kJ/epoch",
+    "energy kJ",
+    "time to acc. s",
+    "epochs to target",
+    "J/img",
+    "compile s",
+    "best top-1",
+    "history",
+    "status",
+]
 BUDGET_LEAVE_OUT = ["batch/X ms"]
 CONSOLE_GROUPS = 10  # groups shown as tables of their own; more: a line per group, the tables in the files
 SUMMARY_HEADERS = ["group", "runs", "GPUs", "images/s", "E_G"]
@@ -844,9 +1076,21 @@ def _report_tables(data: Any) -> List[Table]:
     """The tables `dlaunch report` prints: per group its scaling, runs and budget (beyond CONSOLE_GROUPS groups one
     line per group: images/s and E_G at its largest GPU count), then RCP verdicts and the runs set apart."""
     from dlaunch.analysis.convergence import RCP_SOURCE
-    from dlaunch.reporting.document import (BUDGET_HEADERS, DIVERGED_HEADERS, FLAGGED_HEADERS, OFF_NETWORK_HEADERS,
-                                            RCP_HEADERS, Columns, budget_rows, diverged_rows, flagged_rows,
-                                            off_network_rows, rcp_rows, run_rows, scaling_rows)
+    from dlaunch.reporting.document import (
+        BUDGET_HEADERS,
+        DIVERGED_HEADERS,
+        FLAGGED_HEADERS,
+        OFF_NETWORK_HEADERS,
+        RCP_HEADERS,
+        Columns,
+        budget_rows,
+        diverged_rows,
+        flagged_rows,
+        off_network_rows,
+        rcp_rows,
+        run_rows,
+        scaling_rows,
+    )
     from dlaunch.tables import cell
 
     results, apart, tables = data.results, data.apart, []
@@ -854,10 +1098,23 @@ def _report_tables(data: Any) -> List[Table]:
         summary = []
         for g in results:
             last = g.points[-1] if g.points else None
-            summary.append([g.key.label, str(len(g.runs)), "%d-%d" % (g.points[0].gpus, last.gpus) if last else "-",
-                            cell(last.images_per_s if last else None), cell(last.efficiency if last else None, "%.3f")])
-        tables.append(_table("%d groups: images/s and E_G at each group's largest GPU count (every table: report.md, "
-                             "report.html)" % len(results), SUMMARY_HEADERS, summary))
+            summary.append(
+                [
+                    g.key.label,
+                    str(len(g.runs)),
+                    "%d-%d" % (g.points[0].gpus, last.gpus) if last else "-",
+                    cell(last.images_per_s if last else None),
+                    cell(last.efficiency if last else None, "%.3f"),
+                ]
+            )
+        tables.append(
+            _table(
+                "%d groups: images/s and E_G at each group's largest GPU count (every table: report.md, "
+                "report.html)" % len(results),
+                SUMMARY_HEADERS,
+                summary,
+            )
+        )
     else:
         columns = Columns.of([r for g in results for r in g.runs], history=bool(data.recorded.history))
         for g in results:
@@ -865,18 +1122,26 @@ def _report_tables(data: Any) -> List[Table]:
             rows = [row[:-1] for row in run_rows(g, data.profiles, columns, data.recorded.history)]  # paths: report.md
             tables.append(_table(g.key.label + ": runs", columns.run_headers()[:-1], rows, RUN_LEAVE_OUT))
             if g.explained:
-                tables.append(_table(g.key.label + ": efficiency budget", BUDGET_HEADERS, budget_rows(g), BUDGET_LEAVE_OUT))
+                tables.append(
+                    _table(g.key.label + ": efficiency budget", BUDGET_HEADERS, budget_rows(g), BUDGET_LEAVE_OUT)
+                )
     if data.rcp:
-        tables.append(_table("convergence against MLPerf's RCPs (%s)" % RCP_SOURCE, ["group"] + RCP_HEADERS,
-                             [[v.label] + row for v, row in zip(data.rcp, rcp_rows(data.rcp))],
-                             ["min epochs", "RCP mean", "runs", "RCP"]))
+        tables.append(
+            _table(
+                "convergence against MLPerf's RCPs (%s)" % RCP_SOURCE,
+                ["group"] + RCP_HEADERS,
+                [[v.label] + row for v, row in zip(data.rcp, rcp_rows(data.rcp))],
+                ["min epochs", "RCP mean", "runs", "RCP"],
+            )
+        )
     if apart.flagged:
         rows = [[r.key.label] + row[:-1] for r in apart.flagged for row in flagged_rows([r], apart.flags)]
         tables.append(_table("runs with a straggler or a throttled GPU", ["group"] + FLAGGED_HEADERS[:-1], rows))
     if data.diverged:
         rows = [[r.key.label] + row[:-1] for r in data.diverged for row in diverged_rows([r])]
-        tables.append(_table("diverged runs (left out of every table above)", ["group"] + DIVERGED_HEADERS[:-1], rows,
-                             ["epochs"]))
+        tables.append(
+            _table("diverged runs (left out of every table above)", ["group"] + DIVERGED_HEADERS[:-1], rows, ["epochs"])
+        )
     if apart.off:
         rows = [[r.key.label] + row[:-1] for r in apart.off for row in off_network_rows([r], apart.problems)]
         tables.append(_table("runs off their network", ["group"] + OFF_NETWORK_HEADERS[:-1], rows))
@@ -884,9 +1149,16 @@ def _report_tables(data: Any) -> List[Table]:
 
 
 @_api
-def report(paths: Sequence[Any], *, output: Optional[Any] = None, include_network_mismatches: bool = False,
-           include_stragglers: bool = False, straggler_threshold: Optional[float] = None,
-           site: Optional[str] = None, on_rejected: Optional[Callable[[str], None]] = None) -> Report:
+def report(
+    paths: Sequence[Any],
+    *,
+    output: Optional[Any] = None,
+    include_network_mismatches: bool = False,
+    include_stragglers: bool = False,
+    straggler_threshold: Optional[float] = None,
+    site: Optional[str] = None,
+    on_rejected: Optional[Callable[[str], None]] = None,
+) -> Report:
     """What `dlaunch report` shows for the runs under `paths`: per group the scaling points (X, S_G, E_G and
     their spreads, predicted E_G), the efficiency budget; the runs set apart (diverged, stragglers, off
     their network); the tables the command prints (`tables`); with `output`, report.md, report.html and the
@@ -908,21 +1180,47 @@ def report(paths: Sequence[Any], *, output: Optional[Any] = None, include_networ
     data = report_data(loaded, given, site, include_network_mismatches, include_stragglers, straggler_threshold)
     apart = data.apart
     set_apart = [SetApartRun(r.path, r.key.label, r.world_size, "diverged", [r.reason or ""]) for r in data.diverged]
-    set_apart += [SetApartRun(r.path, r.key.label, r.world_size, _flag_kinds(apart.flags[r.path]),
-                              [f.message for f in apart.flags[r.path]], apart.flagged_included) for r in apart.flagged]
-    set_apart += [SetApartRun(r.path, r.key.label, r.world_size, "network", list(apart.problems[r.path]), apart.off_included)
-                  for r in apart.off]
+    set_apart += [
+        SetApartRun(
+            r.path,
+            r.key.label,
+            r.world_size,
+            _flag_kinds(apart.flags[r.path]),
+            [f.message for f in apart.flags[r.path]],
+            apart.flagged_included,
+        )
+        for r in apart.flagged
+    ]
+    set_apart += [
+        SetApartRun(r.path, r.key.label, r.world_size, "network", list(apart.problems[r.path]), apart.off_included)
+        for r in apart.off
+    ]
     notes = data.notes + apart.notes()
     files: List[str] = []
     if output is not None:
         folder = Path(output)
-        write_report(folder, data.results, data.profiles, loaded.rejected, notes, data.diverged, data.recorded, data.rcp,
-                     apart, [str(p) for p in given])
-        files = sorted(str(folder / name) for name in os.listdir(folder) if name in ("report.md", PAGE) or name.endswith(".png"))
-    rcp = [RcpRow(v.label, v.global_batch, v.runs, v.reached, v.epochs, v.rcp.name if v.rcp else None, v.verdict)
-           for v in data.rcp]
-    return Report([_group(g) for g in data.results], set_apart, rcp, notes, list(loaded.rejected), files,
-                  _report_tables(data))
+        write_report(
+            folder,
+            data.results,
+            data.profiles,
+            loaded.rejected,
+            notes,
+            data.diverged,
+            data.recorded,
+            data.rcp,
+            apart,
+            [str(p) for p in given],
+        )
+        files = sorted(
+            str(folder / name) for name in os.listdir(folder) if name in ("report.md", PAGE) or name.endswith(".png")
+        )
+    rcp = [
+        RcpRow(v.label, v.global_batch, v.runs, v.reached, v.epochs, v.rcp.name if v.rcp else None, v.verdict)
+        for v in data.rcp
+    ]
+    return Report(
+        [_group(g) for g in data.results], set_apart, rcp, notes, list(loaded.rejected), files, _report_tables(data)
+    )
 
 
 def results_db(db: Optional[Any] = None) -> "ResultsDB":
@@ -931,8 +1229,10 @@ def results_db(db: Optional[Any] = None) -> "ResultsDB":
 
     path = db_path(Path(db) if db is not None else None)
     if not path.is_file():
-        raise DlaunchError("%s: no results database (runs are recorded when they end; `dlaunch results rebuild` "
-                           "reads run directories)" % path)
+        raise DlaunchError(
+            "%s: no results database (runs are recorded when they end; `dlaunch results rebuild` "
+            "reads run directories)" % path
+        )
     return ResultsDB(path)
 
 
@@ -953,29 +1253,50 @@ def results(where: Sequence[str] = (), *, db: Optional[Any] = None) -> List[Resu
         warnings.warn("-w %s" % escape(note), DlaunchNote, stacklevel=3)
     rcps = load_rcps()
     names = [f.name for f in dataclasses.fields(ResultRow) if f.name != "rcp"]
-    rows = sorted(with_history(select(everything, list(where)), everything),  # runs that ended together: by GPU count
-                  key=lambda row: (row["ended"], row["experiment"], row["site"], row["gpus"], row["run"]))
-    return [ResultRow(**{k: row[k] for k in names}, rcp=None if row["epochs_to_mlperf_target"] is None else
-                      run_rcp_verdict(row["global_batch"], row["epochs_to_mlperf_target"], rcps))
-            for row in rows]
+    rows = sorted(
+        with_history(select(everything, list(where)), everything),  # runs that ended together: by GPU count
+        key=lambda row: (row["ended"], row["experiment"], row["site"], row["gpus"], row["run"]),
+    )
+    return [
+        ResultRow(
+            **{k: row[k] for k in names},
+            rcp=None
+            if row["epochs_to_mlperf_target"] is None
+            else run_rcp_verdict(row["global_batch"], row["epochs_to_mlperf_target"], rcps),
+        )
+        for row in rows
+    ]
 
 
 def _compare_row(match: Any) -> CompareRow:
     sides = {}
     for side, values in (("a", match.a), ("b", match.b)):
         s = match.spread(values)
-        sides.update({side + "_median": s.median if s else None, side + "_low": s.low if s else None,
-                      side + "_high": s.high if s else None, side + "_spread": s.kind if s else None,
-                      side + "_runs": len(values), side + "_values": list(values)})
-    return CompareRow(key=dict(match.key), **sides, change_pct=None if match.change is None else 100 * match.change,
-                      p_value=match.p_value, significant=match.significance)
+        sides.update(
+            {
+                side + "_median": s.median if s else None,
+                side + "_low": s.low if s else None,
+                side + "_high": s.high if s else None,
+                side + "_spread": s.kind if s else None,
+                side + "_runs": len(values),
+                side + "_values": list(values),
+            }
+        )
+    return CompareRow(
+        key=dict(match.key),
+        **sides,
+        change_pct=None if match.change is None else 100 * match.change,
+        p_value=match.p_value,
+        significant=match.significance,
+    )
 
 
 @_api
 def compare(a: str, b: str, *, metric: str = "images_per_s", db: Optional[Any] = None) -> Comparison:
     """Two sets of runs of the results database (each an experiment's name or a selector, as `results`' `where`)
     compared per model, framework, GPU count, ... on `metric`, as `dlaunch results compare`."""
-    from dlaunch.resultsdb.compare import compare as compared, parse_conditions
+    from dlaunch.resultsdb.compare import compare as compared
+    from dlaunch.resultsdb.compare import parse_conditions
 
     for selector in (a, b):  # named before the database is looked for
         parse_conditions(selector)
@@ -983,13 +1304,22 @@ def compare(a: str, b: str, *, metric: str = "images_per_s", db: Optional[Any] =
         c = compared(store.rows(), a, b, metric)
     keys = list(c.matches[0].key) if c.matches else []
     varying = [k for k in keys if len({str(m.key[k]) for m in c.matches}) > 1] or keys[:1]
-    return Comparison(c.a.label, c.b.label, len(c.a.rows), len(c.b.rows), c.metric, varying,
-                      {k: c.matches[0].key[k] for k in keys if k not in varying},
-                      {k: list(v) for k, v in c.changed.items()}, {k: list(v) for k, v in c.pins.items()},
-                      [_compare_row(m) for m in c.matches])
+    return Comparison(
+        c.a.label,
+        c.b.label,
+        len(c.a.rows),
+        len(c.b.rows),
+        c.metric,
+        varying,
+        {k: c.matches[0].key[k] for k in keys if k not in varying},
+        {k: list(v) for k, v in c.changed.items()},
+        {k: list(v) for k, v in c.pins.items()},
+        [_compare_row(m) for m in c.matches],
+    )
 
 
 # -- sites, images, doctor, predict ---------------------------------------------------------------------
+
 
 @_api
 def sites() -> List[SiteInfo]:
@@ -1003,8 +1333,17 @@ def sites() -> List[SiteInfo]:
         except DlaunchError as e:
             found.append(SiteInfo(name, str(path), unreadable=str(e)))
             continue
-        found.append(SiteInfo(site.name, str(path), list(site.aliases), site.scheduler.kind, site.gpus_per_node,
-                              site.container.kind, site.description))
+        found.append(
+            SiteInfo(
+                site.name,
+                str(path),
+                list(site.aliases),
+                site.scheduler.kind,
+                site.gpus_per_node,
+                site.container.kind,
+                site.description,
+            )
+        )
     return found
 
 
@@ -1056,8 +1395,14 @@ def render_images() -> List[str]:
 
 
 @_api
-def doctor(site: str, *, partition: Optional[str] = None, account: Optional[str] = None, image: Optional[str] = None,
-           framework: str = "ddp") -> Doctor:
+def doctor(
+    site: str,
+    *,
+    partition: Optional[str] = None,
+    account: Optional[str] = None,
+    image: Optional[str] = None,
+    framework: str = "ddp",
+) -> Doctor:
     """Check a site before submitting (dlaunch/preflight.py): on a login node the scheduler, account, MPI,
     modules, runtime and image; inside an allocation also the node's architecture, rendezvous, interfaces,
     GPUs, driver and one all-reduce across the nodes. Failed checks are results, not errors."""
@@ -1066,26 +1411,47 @@ def doctor(site: str, *, partition: Optional[str] = None, account: Optional[str]
     from dlaunch.preflight import examine
 
     profile, node, done = examine(site, partition, account, image, framework)
-    return Doctor(profile.name, socket.gethostname(), node.on_node, [Check(c.name, c.result, c.found, c.fix) for c in done])
+    return Doctor(
+        profile.name, socket.gethostname(), node.on_node, [Check(c.name, c.result, c.found, c.fix) for c in done]
+    )
 
 
 def _left_out(lo: "LeftOut") -> LeftOutRun:
     from dlaunch.analysis.perfmodel.fit import wall_step_s
 
-    measured = dict(run=lo.run.path, gpus=lo.run.world_size, step_ms=1e3 * wall_step_s(lo.run), comm_share=lo.measured_share)
+    measured = dict(
+        run=lo.run.path, gpus=lo.run.world_size, step_ms=1e3 * wall_step_s(lo.run), comm_share=lo.measured_share
+    )
     if lo.predicted is None:
         return LeftOutRun(**measured, why=lo.why)
-    return LeftOutRun(**measured, predicted_step_ms=1e3 * lo.predicted.step_s, step_error=lo.step_error,
-                      predicted_comm_share=lo.predicted.profiled_comm_share, share_error=lo.share_error)
+    return LeftOutRun(
+        **measured,
+        predicted_step_ms=1e3 * lo.predicted.step_s,
+        step_error=lo.step_error,
+        predicted_comm_share=lo.predicted.profiled_comm_share,
+        share_error=lo.share_error,
+    )
 
 
 @_api
-def predict(site: str, *, gpus: Optional[Sequence[int]] = None, model: Optional[str] = None,
-            compute_ms: Optional[float] = None, data_ms: Optional[float] = None, batch: Optional[int] = None,
-            framework: str = "ddp", zero_stage: Optional[int] = None, precision: Optional[str] = None,
-            from_run: Optional[Any] = None, from_runs: Sequence[Any] = (), calibrated: Optional[str] = None,
-            storage_images_per_s: Optional[float] = None, epoch_overhead: Optional[float] = None,
-            epoch_images: Optional[int] = None) -> Prediction:
+def predict(
+    site: str,
+    *,
+    gpus: Optional[Sequence[int]] = None,
+    model: Optional[str] = None,
+    compute_ms: Optional[float] = None,
+    data_ms: Optional[float] = None,
+    batch: Optional[int] = None,
+    framework: str = "ddp",
+    zero_stage: Optional[int] = None,
+    precision: Optional[str] = None,
+    from_run: Optional[Any] = None,
+    from_runs: Sequence[Any] = (),
+    calibrated: Optional[str] = None,
+    storage_images_per_s: Optional[float] = None,
+    epoch_overhead: Optional[float] = None,
+    epoch_images: Optional[int] = None,
+) -> Prediction:
     """The performance model for a site, as `dlaunch predict`: step time, images/s, S_G, E_G and NCCL kernel share
     per GPU count on the site's nominal network (its [network] section), a machine fitted on Aach et al.'s Table 2a
     (`calibrated="dali"` or `"native"`) or on your own profiled runs (`from_runs`), each option the command's."""
@@ -1093,22 +1459,55 @@ def predict(site: str, *, gpus: Optional[Sequence[int]] = None, model: Optional[
     from dlaunch.analysis.perfmodel.model import IMAGENET_TRAIN_IMAGES
     from dlaunch.analysis.perfmodel.prediction import prediction
 
-    result = prediction(site, gpus, model, compute_ms, data_ms, batch, framework, zero_stage, precision,
-                        None if from_run is None else Path(from_run), [Path(p) for p in from_runs], calibrated,
-                        storage_images_per_s, epoch_overhead, IMAGENET_TRAIN_IMAGES if epoch_images is None else epoch_images)
+    result = prediction(
+        site,
+        gpus,
+        model,
+        compute_ms,
+        data_ms,
+        batch,
+        framework,
+        zero_stage,
+        precision,
+        None if from_run is None else Path(from_run),
+        [Path(p) for p in from_runs],
+        calibrated,
+        storage_images_per_s,
+        epoch_overhead,
+        IMAGENET_TRAIN_IMAGES if epoch_images is None else epoch_images,
+    )
     checks, excess = result.checks or {}, result.forward_excess_by_gpus or {}
     rows = []
     for p in result.predictions:
         statement = checks[p.gpus].statement if p.gpus in checks else None
         holds = statement is not None and statement.relation != "=" and statement.holds(p.efficiency)
-        rows.append(PredictionRow(**dataclasses.asdict(p), overhead_share=p.overhead_share,
-                                  basis=result.basis[p.gpus], paper_efficiency=statement.text if statement else None,
-                                  paper_efficiency_error=None if statement is None or holds else statement.error(p.efficiency),
-                                  paper_comm_share=checks[p.gpus].comm_share if p.gpus in checks else None,
-                                  slowest_forward_excess=excess.get(p.gpus)))
-    return Prediction(result.site, result.model, result.framework, result.workload.batch, result.compute_source,
-                      result.machine_source, rows, workload=dataclasses.asdict(result.workload),
-                      machine_figures=dataclasses.asdict(result.machine), storage=result.storage, epochs=result.epochs,
-                      profiled=result.profiled, runs_gpus=sorted(excess), assumptions=result.assumptions,
-                      left_out=[_left_out(lo) for lo in result.left_out],
-                      left_out_summary=loo_summary(result.left_out) if result.left_out else "", notes=result.notes)
+        rows.append(
+            PredictionRow(
+                **dataclasses.asdict(p),
+                overhead_share=p.overhead_share,
+                basis=result.basis[p.gpus],
+                paper_efficiency=statement.text if statement else None,
+                paper_efficiency_error=None if statement is None or holds else statement.error(p.efficiency),
+                paper_comm_share=checks[p.gpus].comm_share if p.gpus in checks else None,
+                slowest_forward_excess=excess.get(p.gpus),
+            )
+        )
+    return Prediction(
+        result.site,
+        result.model,
+        result.framework,
+        result.workload.batch,
+        result.compute_source,
+        result.machine_source,
+        rows,
+        workload=dataclasses.asdict(result.workload),
+        machine_figures=dataclasses.asdict(result.machine),
+        storage=result.storage,
+        epochs=result.epochs,
+        profiled=result.profiled,
+        runs_gpus=sorted(excess),
+        assumptions=result.assumptions,
+        left_out=[_left_out(lo) for lo in result.left_out],
+        left_out_summary=loo_summary(result.left_out) if result.left_out else "",
+        notes=result.notes,
+    )

@@ -1,4 +1,5 @@
 """Atomic file writes: readers see the old file or the new one, never half of one, even after a crash."""
+
 import os
 import tempfile
 from pathlib import Path

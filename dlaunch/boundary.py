@@ -22,6 +22,7 @@ leaves it for a terminal. One place, so that every reader keeps the same promise
 
 Imports nothing heavy: pydantic is imported by the functions that validate.
 """
+
 import codecs
 import json
 import os
@@ -57,11 +58,13 @@ _SHORT = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 def escape(text: str, keep: str = "") -> str:
     """`text` with every control character (but those in `keep`) written as an escape (`\\x1b`, `\\n`)."""
+
     def shown(m: "re.Match[str]") -> str:
         c = m.group()
         if c in keep:
             return c
         return _SHORT.get(c) or ("\\x%02x" % ord(c) if ord(c) < 0x100 else "\\u%04x" % ord(c))
+
     return _CONTROL.sub(shown, text)
 
 
@@ -90,6 +93,7 @@ def whole(pattern: str, text: Any) -> bool:
 
 
 # -- reading files -----------------------------------------------------------------------------------
+
 
 def read_bytes(path: Path, limit: int = MAX_FILE_BYTES, follow_links: bool = True) -> bytes:
     """The bytes of a regular file of at most `limit` bytes (see `open_regular`); DlaunchError naming it otherwise."""
@@ -165,7 +169,9 @@ def _in_file(data: Any, loc: Tuple[Any, ...]) -> List[Any]:
     (`scheduler.slurm.partitions.0` is `scheduler.partitions.0` in the file)."""
     shown = []
     for part in loc:
-        if (isinstance(data, dict) and data.get("kind") == part) or (isinstance(part, str) and data == part):  # the member's tag
+        if (isinstance(data, dict) and data.get("kind") == part) or (
+            isinstance(part, str) and data == part
+        ):  # the member's tag
             continue
         shown.append(part)
         if isinstance(data, dict):
@@ -177,8 +183,9 @@ def _in_file(data: Any, loc: Tuple[Any, ...]) -> List[Any]:
     return shown
 
 
-def read_json(path: Path, model: "Optional[Type[ModelT]]" = None, limit: int = MAX_FILE_BYTES,
-              follow_links: bool = True) -> Any:
+def read_json(
+    path: Path, model: "Optional[Type[ModelT]]" = None, limit: int = MAX_FILE_BYTES, follow_links: bool = True
+) -> Any:
     """A JSON file, validated with `model` when given (the model, else the parsed data)."""
     shown = display_path(path)
     data = parse_json(decode(read_bytes(path, limit, follow_links), shown), shown)
@@ -190,8 +197,9 @@ def read_toml(path: Path, model: "Type[ModelT]", limit: int = MAX_FILE_BYTES, fo
     return read_toml_text(path, model, limit, follow_links)[0]
 
 
-def read_toml_text(path: Path, model: "Type[ModelT]", limit: int = MAX_FILE_BYTES,
-                   follow_links: bool = True) -> "Tuple[ModelT, str]":
+def read_toml_text(
+    path: Path, model: "Type[ModelT]", limit: int = MAX_FILE_BYTES, follow_links: bool = True
+) -> "Tuple[ModelT, str]":
     """`read_toml` and the text it validated (for a copy of exactly what was read)."""
     shown = display_path(path)
     text = decode(read_bytes(path, limit, follow_links), shown)
@@ -200,12 +208,13 @@ def read_toml_text(path: Path, model: "Type[ModelT]", limit: int = MAX_FILE_BYTE
 
 # -- logs --------------------------------------------------------------------------------------------
 
+
 def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> Tuple[str, bool]:
     """(text, whether it is the whole log) of a log's last `limit` bytes, starting at a whole line;
     bytes that are not UTF-8 become U+FFFD (a log is what programs printed, not a file to refuse). A
     log that is missing, a link or no regular file (a FIFO) reads as empty."""
     try:
-        with open_regular(str(path), limit=2 ** 62, follow_links=False) as f:
+        with open_regular(str(path), limit=2**62, follow_links=False) as f:
             size = os.fstat(f.fileno()).st_size
             if size <= limit:
                 return f.read(limit).decode("utf-8", errors="replace"), True
@@ -224,7 +233,9 @@ def check_regular(path: Path) -> Path:
     except OSError as e:
         raise DlaunchError("%s: %s" % (display_path(path), e.strerror or e)) from None
     if not stat.S_ISREG(info.st_mode):
-        raise DlaunchError("%s: %s" % (display_path(path), "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"))
+        raise DlaunchError(
+            "%s: %s" % (display_path(path), "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file")
+        )
     return path
 
 
@@ -232,7 +243,7 @@ def copy_log(path: Path, write: Callable[[str], None]) -> None:
     """Copy a log through `write` in chunks (bounded memory for any size), control characters but
     line breaks and tabs escaped; DlaunchError for a log that is no regular file."""
     try:
-        with open_regular(str(path), limit=2 ** 62, follow_links=False) as f:
+        with open_regular(str(path), limit=2**62, follow_links=False) as f:
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             while True:
                 chunk = f.read(LOG_CHUNK_BYTES)
@@ -246,6 +257,7 @@ def copy_log(path: Path, write: Callable[[str], None]) -> None:
 
 
 # -- names, values, counts, outputs ------------------------------------------------------------------
+
 
 def check_name(flag: str, value: str) -> str:
     """A name (`NAME`) matched whole, or a DlaunchError naming `flag`."""
@@ -284,11 +296,15 @@ def fits_file_system(run_dir: Path, names: Dict[str, str]) -> None:
     limit = name_limit(run_dir)
     for flag, name in names.items():
         if len(name.encode("utf-8", "surrogateescape")) > limit:
-            raise DlaunchError("%s: %d characters, more than the %d the file system at %s takes in a name"
-                               % (flag, len(name), limit, display_path(existing_folder(run_dir))))
+            raise DlaunchError(
+                "%s: %d characters, more than the %d the file system at %s takes in a name"
+                % (flag, len(name), limit, display_path(existing_folder(run_dir)))
+            )
     if len(os.fsencode(str(run_dir))) + len("/checkpoints/last.pt.tmp") > PATH_LIMIT:
-        raise DlaunchError("--output: the run directory %s is longer than the %d bytes a path may have"
-                           % (escape(str(run_dir))[:80] + "...", PATH_LIMIT))
+        raise DlaunchError(
+            "--output: the run directory %s is longer than the %d bytes a path may have"
+            % (escape(str(run_dir))[:80] + "...", PATH_LIMIT)
+        )
 
 
 def check_value(where: str, value: str) -> str:
@@ -303,8 +319,10 @@ def check_limit(flag: str, count: int, what: str, allow_large: bool) -> None:
     """Refuse `count` above `LIMITS[what]` unless `--allow-large` was given."""
     limit = LIMITS[what]
     if count > limit and not allow_large:
-        raise DlaunchError("%s: %d %s is more than the %d that dlaunch takes without %s (a typo?); "
-                           "pass %s if you mean it" % (flag, count, what, limit, ALLOW_LARGE, ALLOW_LARGE))
+        raise DlaunchError(
+            "%s: %d %s is more than the %d that dlaunch takes without %s (a typo?); "
+            "pass %s if you mean it" % (flag, count, what, limit, ALLOW_LARGE, ALLOW_LARGE)
+        )
 
 
 def output_folder(flag: str, path: Path) -> Path:
@@ -327,13 +345,14 @@ def output_file(flag: str, path: Path) -> Path:
 
 # -- processes ---------------------------------------------------------------------------------------
 
+
 def process_start(pid: int) -> Optional[float]:
     """When process `pid` started (Unix seconds, to the clock tick and the boot time's second), from
     /proc; None when that cannot be told (no /proc, or no such process)."""
     try:
         stat = Path("/proc/%d/stat" % pid).read_text(encoding="utf-8", errors="replace")
         boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
-        ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # field 22, starttime, counted after `(comm)`
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, starttime, counted after `(comm)`
         return int(boot.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return None
@@ -351,4 +370,3 @@ def alive_since(pid: int, written: float) -> bool:
         return False
     started = process_start(pid)
     return started is None or started <= written + 1.0
-

@@ -1,5 +1,6 @@
 """Where the launcher's own files are (the repository, or installed tree, it runs from), the names of
 the run directory's files that layers other than dlaunch/runs/ read, and how files are found by name."""
+
 from pathlib import Path
 from typing import Dict, Sequence
 

@@ -9,6 +9,7 @@ job's environment and image: one all-reduce across the nodes, whose transport is
 profile's `[network]` and whose bus bandwidth stands beside the nominal one.
 Standard library only (sockets, ioctl, ELF and SIF headers): the login node has no torch.
 """
+
 import fcntl
 import os
 import platform
@@ -28,10 +29,10 @@ from dlaunch.errors import DlaunchError, SchedulerError
 from dlaunch.jobs.imagepaths import version_tuple
 from dlaunch.jobs.launchers import VISIBLE_DEVICES
 from dlaunch.jobs.request import LaunchRequest, check_framework
+from dlaunch.jobs.sites import Site, resolve_site
 from dlaunch.runs import service
 from dlaunch.runtimes import Runtime
 from dlaunch.schedulers import registration, scheduler_for
-from dlaunch.jobs.sites import Site, resolve_site
 from dlaunch.train.framework_table import image_group
 from dlaunch.train.network import interface_addresses
 
@@ -83,7 +84,9 @@ def allocation_hosts(site: Site, environ: Mapping[str, str]) -> List[str]:
     if not expand(scheduler.job_id_word(), environ) or not all(argv):
         return []
     try:
-        listed = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, env=dict(environ))
+        listed = subprocess.run(
+            argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, env=dict(environ), check=False
+        )
     except OSError:  # e.g. no scontrol on this host
         return []
     return list(dict.fromkeys(listed.stdout.split())) if listed.returncode == 0 else []
@@ -127,7 +130,14 @@ def check_interfaces(site: Site, node: Node) -> List[Check]:
             checks.append(Check(name, SKIP, "not set in the profile", "the library picks an interface itself"))
             continue
         if not node.on_node:
-            checks.append(Check(name, SKIP, "%s=%s" % (variable, spec), "run inside an allocation (srun dlaunch doctor ...) to see the node's interfaces"))
+            checks.append(
+                Check(
+                    name,
+                    SKIP,
+                    "%s=%s" % (variable, spec),
+                    "run inside an allocation (srun dlaunch doctor ...) to see the node's interfaces",
+                )
+            )
             continue
         selected = matching_interfaces(spec, with_address, variable)
         missing = [n for n in spec.split(",") if n not in with_address] if variable == "GLOO_SOCKET_IFNAME" else []
@@ -135,8 +145,15 @@ def check_interfaces(site: Site, node: Node) -> List[Check]:
         if selected and not missing:
             checks.append(Check(name, PASS, "%s: %s" % (shown, ", ".join(selected))))
         else:
-            checks.append(Check(name, FAIL, "%s selects %s" % (shown, ", ".join(selected) or "no interface"),
-                                "set %s in the profile's [env] to interfaces this node has: %s" % (variable, ", ".join(sorted(with_address)))))
+            checks.append(
+                Check(
+                    name,
+                    FAIL,
+                    "%s selects %s" % (shown, ", ".join(selected) or "no interface"),
+                    "set %s in the profile's [env] to interfaces this node has: %s"
+                    % (variable, ", ".join(sorted(with_address))),
+                )
+            )
     return checks
 
 
@@ -147,8 +164,12 @@ def check_scheduler_commands(site: Site) -> Check:
         return Check("scheduler commands", PASS, "%s site: none needed" % kind)
     missing = [command for command in needed if shutil.which(command) is None]
     if missing:
-        return Check("scheduler commands", FAIL, "%s: missing %s" % (kind, ", ".join(missing)),
-                     "load the %s client (e.g. `module load %s`) or run doctor on the site's login node" % (kind, kind))
+        return Check(
+            "scheduler commands",
+            FAIL,
+            "%s: missing %s" % (kind, ", ".join(missing)),
+            "load the %s client (e.g. `module load %s`) or run doctor on the site's login node" % (kind, kind),
+        )
     return Check("scheduler commands", PASS, "%s: %s" % (kind, ", ".join(needed)))
 
 
@@ -162,21 +183,31 @@ def check_controller(site: Site) -> Check:
     if shutil.which(command[0]) is None:
         return Check(name, SKIP, "no %s here" % command[0], "run doctor where the scheduler's commands are")
     try:
-        pinged = subprocess.run(list(command), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        pinged = subprocess.run(list(command), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
         said = " ".join((pinged.stdout + pinged.stderr).split("*")[0].split())
     except subprocess.TimeoutExpired:
         pinged, said = None, "no answer within %d s" % COMMAND_TIMEOUT_S
     if pinged is None or pinged.returncode != 0:
         variable = scheduler.server_variable
         where = "%s (%s) or " % (variable, os.environ.get(variable, "not set")) if variable else ""
-        return Check(name, FAIL, "%s: %s" % (" ".join(command), said or "failed"),
-                     "the controller does not answer (account and partition are not the problem): check %sthe "
-                     "site's status page, then run doctor again" % where)
+        return Check(
+            name,
+            FAIL,
+            "%s: %s" % (" ".join(command), said or "failed"),
+            "the controller does not answer (account and partition are not the problem): check %sthe "
+            "site's status page, then run doctor again" % where,
+        )
     return Check(name, PASS, said)
 
 
-def check_submission(site: Site, site_arg: str, partition: Optional[str], account: Optional[str], image: Optional[str],
-                     controller_up: bool = True) -> Check:
+def check_submission(
+    site: Site,
+    site_arg: str,
+    partition: Optional[str],
+    account: Optional[str],
+    image: Optional[str],
+    controller_up: bool = True,
+) -> Check:
     """The batch system's test-only submission of the job script `dlaunch run` would submit for one node
     (Slurm: `sbatch --test-only`): it validates the account, partition, QOS and options, submits nothing."""
     name = "account and partition"
@@ -189,8 +220,16 @@ def check_submission(site: Site, site_arg: str, partition: Optional[str], accoun
     if not controller_up:
         return Check(name, SKIP, "the controller does not answer", "checked once `scheduler controller` passes")
     with tempfile.TemporaryDirectory(prefix="dlaunch-doctor-") as scratch:
-        request = LaunchRequest(site=site_arg, nodes=1, partition=partition, account=account, image=image,
-                                time="00:10:00", experiment="doctor", run_name="doctor")
+        request = LaunchRequest(
+            site=site_arg,
+            nodes=1,
+            partition=partition,
+            account=account,
+            image=image,
+            time="00:10:00",
+            experiment="doctor",
+            run_name="doctor",
+        )
         try:
             script = service.prepare(request, run_dir=Path(scratch) / "run", require_image=False).script
         except DlaunchError as e:
@@ -220,12 +259,20 @@ def check_mpi_plugin(site: Site, controller_up: bool = True) -> Check:
             return Check(name, SKIP, str(e), "checked once `scheduler controller` passes")
         return Check(name, SKIP, str(e), "run doctor where the %s commands are" % scheduler.label)
     if not offered and not controller_up:
-        return Check(name, SKIP, "%s lists no MPI plugin while the controller does not answer" % scheduler.label,
-                     "checked once `scheduler controller` passes")
+        return Check(
+            name,
+            SKIP,
+            "%s lists no MPI plugin while the controller does not answer" % scheduler.label,
+            "checked once `scheduler controller` passes",
+        )
     if plugin in offered:
         return Check(name, PASS, "%s (offered: %s)" % (plugin, ", ".join(offered)))
-    return Check(name, FAIL, "%s offers %s, not %s" % (scheduler.label, ", ".join(offered) or "nothing", plugin),
-                 "set [scheduler] mpi_plugin to one of them (containers: the one the image's MPI speaks)")
+    return Check(
+        name,
+        FAIL,
+        "%s offers %s, not %s" % (scheduler.label, ", ".join(offered) or "nothing", plugin),
+        "set [scheduler] mpi_plugin to one of them (containers: the one the image's MPI speaks)",
+    )
 
 
 def check_modules(site: Site) -> Check:
@@ -234,14 +281,31 @@ def check_modules(site: Site) -> Check:
     if not site.modules:
         return Check(name, SKIP, "the profile loads none", "nothing to check")
     shell = 'n=$1; shift; for d in "$@"; do module use "$d" >/dev/null 2>&1; done; module is-avail "$n"'
-    if subprocess.run(["bash", "-c", "type module"], capture_output=True, timeout=COMMAND_TIMEOUT_S).returncode != 0:
+    if (
+        subprocess.run(
+            ["bash", "-c", "type module"], capture_output=True, timeout=COMMAND_TIMEOUT_S, check=False
+        ).returncode
+        != 0
+    ):
         return Check(name, SKIP, "no `module` command here", "run doctor on the site's login or compute node")
-    missing = [m for m in site.modules
-               if subprocess.run(["bash", "-c", shell, "doctor", m, *site.module_use], capture_output=True,
-                                 timeout=COMMAND_TIMEOUT_S).returncode != 0]
+    missing = [
+        m
+        for m in site.modules
+        if subprocess.run(
+            ["bash", "-c", shell, "doctor", m, *site.module_use],
+            capture_output=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        ).returncode
+        != 0
+    ]
     if missing:
-        return Check(name, FAIL, "not available: %s" % ", ".join(missing),
-                     "fix the profile's modules (`module spider NAME` shows the versions there are)")
+        return Check(
+            name,
+            FAIL,
+            "not available: %s" % ", ".join(missing),
+            "fix the profile's modules (`module spider NAME` shows the versions there are)",
+        )
     return Check(name, PASS, "available: %s" % ", ".join(site.modules))
 
 
@@ -258,8 +322,12 @@ def check_bind_sources(site: Site, node: Node, environ: Mapping[str, str]) -> Ch
         return Check(name, SKIP, ", ".join(sources), "run inside an allocation: binds are the compute nodes' paths")
     missing = [path for path in sources if not os.path.exists(path)]
     if missing:
-        return Check(name, FAIL, "missing on this node: %s" % ", ".join(missing),
-                     "fix the profile's [container] binds, module_use or nccl_net_plugin.library_dir (or load its module)")
+        return Check(
+            name,
+            FAIL,
+            "missing on this node: %s" % ", ".join(missing),
+            "fix the profile's [container] binds, module_use or nccl_net_plugin.library_dir (or load its module)",
+        )
     return Check(name, PASS, "exist: %s" % ", ".join(sources))
 
 
@@ -271,7 +339,9 @@ def visible_gpu_count(site: Site, environ: Mapping[str, str]) -> Tuple[Optional[
             shown = [d for d in environ[variable].split(",") if d.strip()]
             return len(shown), "%s=%s" % (variable, environ[variable])
     if site.gpu_vendor == "nvidia" and shutil.which("nvidia-smi"):
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        listed = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False
+        )
         return sum(line.startswith("GPU ") for line in listed.stdout.splitlines()), "nvidia-smi -L"
     if site.gpu_vendor == "amd":
         return len(list(Path("/dev/dri").glob("renderD*"))), "/dev/dri/renderD*"
@@ -284,21 +354,43 @@ def check_gpus(site: Site, node: Node, framework: str, environ: Mapping[str, str
     if site.gpu_vendor == "none":
         return Check(name, SKIP, "CPU site", "no GPUs")
     if not node.on_node:
-        return Check(name, SKIP, "profile: %d per node" % site.gpus_per_node,
-                     "run inside an allocation, as the job's tasks run (srun -N2 --ntasks-per-node=1 dlaunch doctor ...)")
+        return Check(
+            name,
+            SKIP,
+            "profile: %d per node" % site.gpus_per_node,
+            "run inside an allocation, as the job's tasks run (srun -N2 --ntasks-per-node=1 dlaunch doctor ...)",
+        )
     count, how = visible_gpu_count(site, environ)
     if count is None:
         return Check(name, SKIP, how, "no way to count the GPUs here")
     found = "%d (%s)" % (count, how)
     mode = site.launch_mode(framework)
     if mode != "torchrun-per-node" or count >= site.gpus_per_node:
-        return Check(name, PASS, found + "; %s starts %s" % (framework, "one worker per GPU-task" if mode != "torchrun-per-node"
-                                                                else "%d workers from this task" % site.gpus_per_node))
+        return Check(
+            name,
+            PASS,
+            found
+            + "; %s starts %s"
+            % (
+                framework,
+                "one worker per GPU-task"
+                if mode != "torchrun-per-node"
+                else "%d workers from this task" % site.gpus_per_node,
+            ),
+        )
     if site.launch.binds_gpu_per_task:
-        return Check(name, PASS, found + "; the job script makes GPUs 0-%d visible (binds_gpu_per_task)" % (site.gpus_per_node - 1))
-    return Check(name, FAIL, found + "; %s starts %d workers from this task" % (framework, site.gpus_per_node),
-                 "the site binds GPUs per task: set binds_gpu_per_task = true in the profile's [launch], or "
-                 "[launch.%s] mode = \"task-per-gpu\"" % framework)
+        return Check(
+            name,
+            PASS,
+            found + "; the job script makes GPUs 0-%d visible (binds_gpu_per_task)" % (site.gpus_per_node - 1),
+        )
+    return Check(
+        name,
+        FAIL,
+        found + "; %s starts %d workers from this task" % (framework, site.gpus_per_node),
+        "the site binds GPUs per task: set binds_gpu_per_task = true in the profile's [launch], or "
+        '[launch.%s] mode = "task-per-gpu"' % framework,
+    )
 
 
 def check_runtime(site: Site) -> Check:
@@ -309,14 +401,24 @@ def check_runtime(site: Site) -> Check:
     binary = runtime.binary
     path = shutil.which(binary)
     if path is None:
-        return Check("container runtime", FAIL, "%s: no %s on PATH" % (kind, binary),
-                     "load the module that provides %s (the profile loads: %s)" % (binary, " ".join(site.modules) or "none"))
+        return Check(
+            "container runtime",
+            FAIL,
+            "%s: no %s on PATH" % (kind, binary),
+            "load the module that provides %s (the profile loads: %s)" % (binary, " ".join(site.modules) or "none"),
+        )
     option = runtime.required_option
     if option:
-        helped = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        helped = subprocess.run(
+            [binary, "--help"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False
+        )
         if option not in helped.stdout:
-            return Check("container runtime", FAIL, "%s has no %s option" % (binary, option),
-                         "the plugin %s needs is not loaded on this host" % kind)
+            return Check(
+                "container runtime",
+                FAIL,
+                "%s has no %s option" % (binary, option),
+                "the plugin %s needs is not loaded on this host" % kind,
+            )
     return Check("container runtime", PASS, "%s: %s" % (kind, path))
 
 
@@ -325,7 +427,7 @@ def image_arch(runtime: Runtime, image: str) -> Optional[str]:
     runtime (`Runtime.read_arch`); None where it cannot be read here (a squashfs or EDF file)."""
     command = runtime.arch_command(image)
     if command:
-        shown = subprocess.run(list(command), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        shown = subprocess.run(list(command), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
         if shown.returncode != 0:
             raise FileNotFoundError(" ".join(shown.stderr.split()) or "%s does not know the image" % runtime.binary)
         return ARCH_ALIASES.get(shown.stdout.strip(), shown.stdout.strip())
@@ -350,17 +452,32 @@ def check_image(site: Site, image: Optional[str], framework: str) -> List[Check]
     elif not image.startswith("/"):
         return [Check("image", SKIP, image, "not a file: %s resolves it when the job starts" % runtime.kind)]
     elif runtime.missing(image):
-        return [Check("image", FAIL, "%s does not exist" % image, "build it (`dlaunch images` lists them) or give --image")]
+        return [
+            Check("image", FAIL, "%s does not exist" % image, "build it (`dlaunch images` lists them) or give --image")
+        ]
     try:
         arch = image_arch(runtime, image)
     except (OSError, ValueError) as e:
         return [Check("image", FAIL, "%s: %s" % (image, e), "give --image of a %s image" % runtime.kind)]
     checks = [Check("image", PASS, "%s exists" % image)]
     if arch is None:
-        checks.append(Check("image architecture", SKIP, image, "the architecture of a %s image is not read here" % runtime.image_kind))
+        checks.append(
+            Check(
+                "image architecture",
+                SKIP,
+                image,
+                "the architecture of a %s image is not read here" % runtime.image_kind,
+            )
+        )
     elif arch != site.arch:
-        checks.append(Check("image architecture", FAIL, "%s image on %s nodes (site arch)" % (arch, site.arch),
-                            "use an image built for %s (default image names end in -%s)" % (site.arch, site.arch)))
+        checks.append(
+            Check(
+                "image architecture",
+                FAIL,
+                "%s image on %s nodes (site arch)" % (arch, site.arch),
+                "use an image built for %s (default image names end in -%s)" % (site.arch, site.arch),
+            )
+        )
     else:
         checks.append(Check("image architecture", PASS, "%s, as the site's nodes" % arch))
     return checks
@@ -368,10 +485,17 @@ def check_image(site: Site, image: Optional[str], framework: str) -> List[Check]
 
 def check_node_arch(site: Site, node: Node) -> Check:
     if not node.on_node:
-        return Check("node architecture", SKIP, "profile: %s" % site.arch, "run inside an allocation to compare with the node's")
+        return Check(
+            "node architecture", SKIP, "profile: %s" % site.arch, "run inside an allocation to compare with the node's"
+        )
     here = platform.machine()
     if here != site.arch:
-        return Check("node architecture", FAIL, "uname -m %s, profile arch %s" % (here, site.arch), "set arch = %r in the profile" % here)
+        return Check(
+            "node architecture",
+            FAIL,
+            "uname -m %s, profile arch %s" % (here, site.arch),
+            "set arch = %r in the profile" % here,
+        )
     return Check("node architecture", PASS, "uname -m %s = profile arch" % here)
 
 
@@ -379,12 +503,18 @@ def check_rendezvous(site: Site, node: Node) -> Check:
     """The first host's name with the site's suffix resolves; on the first host, to one of its own addresses."""
     name = "rendezvous host"
     if registration(site.scheduler.kind).foreground:
-        return Check(name, SKIP, "%s site" % site.scheduler.kind, "one machine: torchrun --standalone needs no host name")
+        return Check(
+            name, SKIP, "%s site" % site.scheduler.kind, "one machine: torchrun --standalone needs no host name"
+        )
     if not node.hosts:
-        return Check(name, SKIP, "suffix %r" % site.rendezvous_host_suffix, "run inside an allocation (srun dlaunch doctor ...)")
+        return Check(
+            name, SKIP, "suffix %r" % site.rendezvous_host_suffix, "run inside an allocation (srun dlaunch doctor ...)"
+        )
     host = short(node.hosts[0]) + site.rendezvous_host_suffix
-    fix = ("set rendezvous_host_suffix (now %r) so that <first node><suffix> names the node on the network "
-           "NCCL/Gloo use; `getent hosts %s` shows the node's names" % (site.rendezvous_host_suffix, short(node.hosts[0])))
+    fix = (
+        "set rendezvous_host_suffix (now %r) so that <first node><suffix> names the node on the network "
+        "NCCL/Gloo use; `getent hosts %s` shows the node's names" % (site.rendezvous_host_suffix, short(node.hosts[0]))
+    )
     try:
         resolved = sorted({info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)})
     except socket.gaierror as e:
@@ -425,22 +555,38 @@ def check_driver(site: Site, image: Optional[str], framework: str) -> Check:
         return Check(name, SKIP, "%s GPUs" % site.gpu_vendor, "only NVIDIA drivers are checked")
     cuda = image_cuda(site, image, framework)
     if cuda is None:
-        return Check(name, SKIP, "image CUDA unknown", "no org.dlaunch.pin.cuda label to read (apptainer missing or another image)")
+        return Check(
+            name,
+            SKIP,
+            "image CUDA unknown",
+            "no org.dlaunch.pin.cuda label to read (apptainer missing or another image)",
+        )
     minimum = CUDA_MIN_DRIVER.get(version_tuple(cuda)[0])
     if minimum is None:
         return Check(name, SKIP, "CUDA %s" % cuda, "no minimum driver known for this CUDA release")
     if shutil.which("nvidia-smi"):
-        queried = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        queried = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        )
         driver, source = (queried.stdout.split() or ["?"])[0], "nvidia-smi"
     elif site.driver:
         driver, source = site.driver, "the profile's driver"
     else:
-        return Check(name, SKIP, "CUDA %s" % cuda, "no nvidia-smi here and no driver in the profile: run inside an allocation")
+        return Check(
+            name, SKIP, "CUDA %s" % cuda, "no nvidia-smi here and no driver in the profile: run inside an allocation"
+        )
     have = version_tuple(driver)
-    if not have or have < version_tuple(minimum)[:len(have)]:  # the profile may give major.minor only
-        return Check(name, FAIL, "driver %s (%s) < %s, the minimum for CUDA %s" % (driver, source, minimum, cuda),
-                     "use an image with an older CUDA (e.g. [container] stack) or the cuda-compat package (data-center GPUs)")
+    if not have or have < version_tuple(minimum)[: len(have)]:  # the profile may give major.minor only
+        return Check(
+            name,
+            FAIL,
+            "driver %s (%s) < %s, the minimum for CUDA %s" % (driver, source, minimum, cuda),
+            "use an image with an older CUDA (e.g. [container] stack) or the cuda-compat package (data-center GPUs)",
+        )
     return Check(name, PASS, "driver %s (%s) >= %s for CUDA %s" % (driver, source, minimum, cuda))
 
 
@@ -448,7 +594,9 @@ def lock_node(site: Site, environ: Mapping[str, str]) -> Optional[int]:
     """This node's lock for the allocation's all-reduce (one doctor task per node runs it): the locked
     file's descriptor, or None when another task of the allocation holds it."""
     job = expand(scheduler_for(site.scheduler.kind).job_id_word(), environ) or "none"
-    name = re.sub(r"[^\w.-]", "_", "dlaunch-doctor-%s-%s.lock" % (job, short(socket.gethostname())))  # /tmp may be shared
+    name = re.sub(
+        r"[^\w.-]", "_", "dlaunch-doctor-%s-%s.lock" % (job, short(socket.gethostname()))
+    )  # /tmp may be shared
     descriptor = os.open(os.path.join(tempfile.gettempdir(), name), os.O_CREAT | os.O_RDWR, 0o600)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -458,8 +606,9 @@ def lock_node(site: Site, environ: Mapping[str, str]) -> Optional[int]:
     return descriptor
 
 
-def netcheck_script(site: Site, site_arg: str, node: Node, image: Optional[str], framework: str,
-                    partition: Optional[str], scratch: Path) -> str:
+def netcheck_script(
+    site: Site, site_arg: str, node: Node, image: Optional[str], framework: str, partition: Optional[str], scratch: Path
+) -> str:
     """`python -m dlaunch.train.netcheck` for this node, in the job's environment and image (as a job of all the
     allocation's nodes would run, without its step)."""
     from dlaunch.jobs.plan import build_plan
@@ -470,16 +619,38 @@ def netcheck_script(site: Site, site_arg: str, node: Node, image: Optional[str],
         from dlaunch.jobs.imagepaths import default_image_for_site
 
         image = default_image_for_site(site, framework)
-    request = LaunchRequest(site=site_arg, framework=framework, nodes=len(node.hosts), partition=partition, image=image,
-                            time="00:10:00", experiment="doctor", run_name="doctor")
-    plan = build_plan(site, request, run_dir=str(scratch), git_revision=None, image=image, environ=os.environ,
-                      require_account=False)
+    request = LaunchRequest(
+        site=site_arg,
+        framework=framework,
+        nodes=len(node.hosts),
+        partition=partition,
+        image=image,
+        time="00:10:00",
+        experiment="doctor",
+        run_name="doctor",
+    )
+    plan = build_plan(
+        site, request, run_dir=str(scratch), git_revision=None, image=image, environ=os.environ, require_account=False
+    )
     here = [short(h) for h in node.hosts].index(short(socket.gethostname()))
     procs = site.gpus_per_node if site.gpu_vendor != "none" else 1
     prefix = tuple(runtime.prefix(plan.image, ())) if runtime.containerized else ()
     python = "python" if runtime.containerized else site.interpreters.get("torch", "python")
-    return render_in_job_environment(plan, prefix + (python, "-m", "dlaunch.train.netcheck", "--node-rank", str(here),
-                                                     "--nodes", str(len(node.hosts)), "--procs-per-node", str(procs)))
+    return render_in_job_environment(
+        plan,
+        prefix
+        + (
+            python,
+            "-m",
+            "dlaunch.train.netcheck",
+            "--node-rank",
+            str(here),
+            "--nodes",
+            str(len(node.hosts)),
+            "--procs-per-node",
+            str(procs),
+        ),
+    )
 
 
 class NetcheckResult(BaseModel):
@@ -492,8 +663,9 @@ class NetcheckResult(BaseModel):
     network: List[Dict[str, Any]]
 
 
-def check_allreduce(site: Site, site_arg: str, node: Node, image: Optional[str], framework: str,
-                    partition: Optional[str]) -> Check:
+def check_allreduce(
+    site: Site, site_arg: str, node: Node, image: Optional[str], framework: str, partition: Optional[str]
+) -> Check:
     """A short all-reduce across the allocation's nodes (dlaunch/train/netcheck.py, one doctor task per node):
     the transport each library selected, checked against the profile's `[network]`, and the bus
     bandwidth beside the profile's nominal bandwidth per node."""
@@ -504,21 +676,40 @@ def check_allreduce(site: Site, site_arg: str, node: Node, image: Optional[str],
     if registration(site.scheduler.kind).foreground:
         return Check(name, SKIP, "%s site" % site.scheduler.kind, "this machine only: no network between nodes")
     if not node.on_node or len(node.hosts) < 2:
-        return Check(name, SKIP, "nominal %s" % ("%g Gbit/s per node" % nominal if nominal else "unknown (no [network])"),
-                     "run inside an allocation of 2 nodes or more: srun -N2 --ntasks-per-node=1 dlaunch doctor ...")
+        return Check(
+            name,
+            SKIP,
+            "nominal %s" % ("%g Gbit/s per node" % nominal if nominal else "unknown (no [network])"),
+            "run inside an allocation of 2 nodes or more: srun -N2 --ntasks-per-node=1 dlaunch doctor ...",
+        )
     if site.container.enters_by_step:
-        return Check(name, SKIP, "%s: the image enters through the step's options" % site.container.kind,
-                     "run `srun --container-image=IMAGE python -m dlaunch.train.netcheck --node-rank ...` (see its --help)")
+        return Check(
+            name,
+            SKIP,
+            "%s: the image enters through the step's options" % site.container.kind,
+            "run `srun --container-image=IMAGE python -m dlaunch.train.netcheck --node-rank ...` (see its --help)",
+        )
     lock = lock_node(site, os.environ)
     if lock is None:
         return Check(name, SKIP, "another doctor task on this node runs it", "one task per node takes part")
-    environ = dict(os.environ, MASTER_ADDR=short(node.hosts[0]) + site.rendezvous_host_suffix, MASTER_PORT=str(site.master_port))
-    fix = ("run doctor once on every node of the allocation at the same time (srun -N%d --ntasks-per-node=1 dlaunch doctor ...); "
-           "the image needs the trainer's dlaunch/train/netcheck.py" % len(node.hosts))
+    environ = dict(
+        os.environ, MASTER_ADDR=short(node.hosts[0]) + site.rendezvous_host_suffix, MASTER_PORT=str(site.master_port)
+    )
+    fix = (
+        "run doctor once on every node of the allocation at the same time (srun -N%d --ntasks-per-node=1 dlaunch doctor ...); "
+        "the image needs the trainer's dlaunch/train/netcheck.py" % len(node.hosts)
+    )
     try:
         with tempfile.TemporaryDirectory(prefix="dlaunch-doctor-") as scratch:
             script = netcheck_script(site, site_arg, node, image, framework, partition, Path(scratch))
-            ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=environ, timeout=NETCHECK_TIMEOUT_S)
+            ran = subprocess.run(
+                ["bash", "-c", script],
+                capture_output=True,
+                text=True,
+                env=environ,
+                timeout=NETCHECK_TIMEOUT_S,
+                check=False,
+            )
     except DlaunchError as e:
         return Check(name, FAIL, str(e), "give the flag or fix the profile field it names")
     except subprocess.TimeoutExpired:
@@ -530,13 +721,22 @@ def check_allreduce(site: Site, site_arg: str, node: Node, image: Optional[str],
         said = (ran.stderr.strip().splitlines() or ["no output"])[-1]
         return Check(name, FAIL, "the all-reduce failed (exit %d): %s" % (ran.returncode, said), fix)
     try:
-        result = validate(NetcheckResult, parse_json(lines[-1], "dlaunch.train.netcheck's result"), "dlaunch.train.netcheck's result")
+        result = validate(
+            NetcheckResult, parse_json(lines[-1], "dlaunch.train.netcheck's result"), "dlaunch.train.netcheck's result"
+        )
     except DlaunchError as e:
         return Check(name, FAIL, str(e), fix)
     measured = "bus bandwidth %.3g Gbit/s (%d nodes, %d ranks, %.0f MiB)" % (
-        result.busbw_gbps, result.nodes, result.ranks, result.bytes / 2 ** 20)
-    beside = ("nominal %g Gbit/s per node: %.0f%%" % (nominal, 100 * result.busbw_gbps / nominal) if nominal
-              else "no nominal bandwidth ([network] bandwidth_gbps_per_node)")
+        result.busbw_gbps,
+        result.nodes,
+        result.ranks,
+        result.bytes / 2**20,
+    )
+    beside = (
+        "nominal %g Gbit/s per node: %.0f%%" % (nominal, 100 * result.busbw_gbps / nominal)
+        if nominal
+        else "no nominal bandwidth ([network] bandwidth_gbps_per_node)"
+    )
     found = "%s; %s, %s" % (describe(result.network), measured, beside)
     problems = network_problems(result.network, site.network)
     if problems:
@@ -544,22 +744,43 @@ def check_allreduce(site: Site, site_arg: str, node: Node, image: Optional[str],
     return Check(name, PASS, found)
 
 
-def run_checks(site: Site, site_arg: str, partition: Optional[str], account: Optional[str], image: Optional[str],
-               framework: str, node: Node) -> List[Check]:
+def run_checks(
+    site: Site,
+    site_arg: str,
+    partition: Optional[str],
+    account: Optional[str],
+    image: Optional[str],
+    framework: str,
+    node: Node,
+) -> List[Check]:
     controller = check_controller(site)
     rendezvous = check_rendezvous(site, node)
-    allreduce = (check_allreduce(site, site_arg, node, image, framework, partition) if rendezvous.result != FAIL else
-                 Check(ALLREDUCE, SKIP, "the rendezvous host fails", "fix it first: the all-reduce's processes meet there"))
-    return [check_scheduler_commands(site), controller,
-            check_submission(site, site_arg, partition, account, image, controller_up=controller.result != FAIL),
-            check_mpi_plugin(site, controller_up=controller.result != FAIL), check_modules(site), check_runtime(site), check_bind_sources(site, node, os.environ),
-            *check_image(site, image, framework), check_node_arch(site, node), rendezvous,
-            *check_interfaces(site, node), check_gpus(site, node, framework, os.environ), check_driver(site, image, framework),
-            allreduce]
+    allreduce = (
+        check_allreduce(site, site_arg, node, image, framework, partition)
+        if rendezvous.result != FAIL
+        else Check(ALLREDUCE, SKIP, "the rendezvous host fails", "fix it first: the all-reduce's processes meet there")
+    )
+    return [
+        check_scheduler_commands(site),
+        controller,
+        check_submission(site, site_arg, partition, account, image, controller_up=controller.result != FAIL),
+        check_mpi_plugin(site, controller_up=controller.result != FAIL),
+        check_modules(site),
+        check_runtime(site),
+        check_bind_sources(site, node, os.environ),
+        *check_image(site, image, framework),
+        check_node_arch(site, node),
+        rendezvous,
+        *check_interfaces(site, node),
+        check_gpus(site, node, framework, os.environ),
+        check_driver(site, image, framework),
+        allreduce,
+    ]
 
 
-def examine(site_arg: str, partition: Optional[str], account: Optional[str], image: Optional[str],
-            framework: str) -> Tuple[Site, Node, List[Check]]:
+def examine(
+    site_arg: str, partition: Optional[str], account: Optional[str], image: Optional[str], framework: str
+) -> Tuple[Site, Node, List[Check]]:
     """The site, where this is, and the checks run here; bad input (a framework, a site, a partition, an image
     reference its runtime cannot take) is a DlaunchError before any check runs."""
     check_framework(framework)

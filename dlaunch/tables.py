@@ -9,6 +9,7 @@ When even the first column and the columns that must stay do not fit (a very lon
 are stacked instead: the first cell on a line of its own, the others as `header: value` pairs on the
 next line, each line whole (a terminal wraps what is wider than itself; nothing is cut or broken).
 """
+
 import functools
 import re
 from typing import TYPE_CHECKING, List, NamedTuple, Optional, Sequence
@@ -66,16 +67,21 @@ class Fitted(NamedTuple):
     empty: List[str]  # those of `dropped` without a value in any row
 
 
-def fit_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, leave_out: Sequence[str] = (),
-                one_line: Sequence[str] = ()) -> Optional[Fitted]:
+def fit_columns(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    width: int,
+    leave_out: Sequence[str] = (),
+    one_line: Sequence[str] = (),
+) -> Optional[Fitted]:
     """The columns of fit_table's table (None: the rows are stacked)."""
     kept = list(range(len(headers)))
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def minimum(i: int) -> int:
         return max([longest_word(headers[i])] + [longest_word(row[i]) for row in rows])
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def natural(i: int) -> int:
         return max([cell_len(headers[i])] + [cell_len(row[i]) for row in rows])
 
@@ -101,8 +107,9 @@ def _table(title: str, headers: Sequence[str], fitted: Fitted, caption: Optional
     from rich import box
     from rich.table import Table  # not for `counted` and `markdown` (`run --dry-run` counts nodes)
 
-    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
-                  caption=caption)
+    table = Table(
+        title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True, caption=caption
+    )
     for i, column_width in zip(fitted.kept, fitted.widths):
         table.add_column(headers[i], width=column_width, overflow="fold")
     return table
@@ -115,8 +122,14 @@ def _caption(width: int, fitted: Fitted) -> Optional[str]:
     return "left out at %d columns: %s" % (width, "; ".join(parts)) if parts else None
 
 
-def fit_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], width: int,
-              leave_out: Sequence[str] = (), one_line: Sequence[str] = ()) -> RenderableType:
+def fit_table(
+    title: str,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    width: int,
+    leave_out: Sequence[str] = (),
+    one_line: Sequence[str] = (),
+) -> RenderableType:
     """A table of `rows` for a console `width` wide; `leave_out` names the headers that may be left
     out, first first, while the columns' longest words do not fit side by side, or, while a `one_line`
     column (which must be among them) is kept, while the whole cells do not; stacked rows when even
@@ -145,7 +158,7 @@ def folded(text: str, width: int, console: Console) -> List[str]:
         if width - offset >= length:
             offset += len(word)
         elif length > width:  # the word fits no line: folded across lines of `width`
-            pieces = [word[i:i + width] for i in range(0, len(word), width)]
+            pieces = [word[i : i + width] for i in range(0, len(word), width)]
             for piece in pieces[:-1]:
                 if start:
                     breaks.append(start)
@@ -160,7 +173,7 @@ def folded(text: str, width: int, console: Console) -> List[str]:
     for begin, stop in zip([0] + breaks, breaks + [len(text)]):
         line = text[begin:stop]
         if len(line) > width:  # Text.rstrip_end: whitespace beyond the width goes
-            line = line[:len(line) - min(len(line) - len(line.rstrip()), len(line) - width)]
+            line = line[: len(line) - min(len(line) - len(line.rstrip()), len(line) - width)]
         lines.append(line[:width].ljust(width))
     return lines
 
@@ -171,8 +184,15 @@ def print_lines(console: Console, lines: Sequence[str]) -> None:
     console.print(Segments([Segment(line) for line in lines], new_lines=True))
 
 
-def print_table(console: Console, title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
-                leave_out: Sequence[str] = (), one_line: Sequence[str] = (), wrap_caption: bool = False) -> None:
+def print_table(
+    console: Console,
+    title: str,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    leave_out: Sequence[str] = (),
+    one_line: Sequence[str] = (),
+    wrap_caption: bool = False,
+) -> None:
     """fit_table's table printed on `console` (a soft-wrapping one, as dlaunch's), its rows written as lines
     of plain text in one piece: the same lines, in a fraction of the time rich takes for many rows (it lays
     out a cell at a time). Cells are shown as they are (rich's table turned `:name:` into emoji). The caption

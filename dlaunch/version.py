@@ -1,2 +1,3 @@
 """dlaunch's version (pyproject.toml reads it; `dlaunch --version` and report.md's provenance print it)."""
+
 __version__ = "0.1.0"

@@ -23,6 +23,7 @@ and any part not recorded), so 1 - sum(lost) = measured E_G exactly. A part is N
 those of the group's scaling points: diverged runs left out, and flagged runs (a straggler or a throttled GPU:
 `stragglers.is_flagged`) unless `include_stragglers`.
 """
+
 from dataclasses import dataclass
 from statistics import median
 from typing import Callable, Dict, List, Optional, Sequence
@@ -60,8 +61,9 @@ def _median(values: Sequence[Optional[float]]) -> Optional[float]:
     return median(recorded) if recorded else None
 
 
-def budget(runs: Sequence[Run], include_stragglers: bool = False,
-           straggler_threshold: float = DEFAULT_THRESHOLD) -> List[BudgetRow]:
+def budget(
+    runs: Sequence[Run], include_stragglers: bool = False, straggler_threshold: float = DEFAULT_THRESHOLD
+) -> List[BudgetRow]:
     """The budget per GPU count of one scaling group (`runs`, as `scaling.scaling` takes them); flagged runs left
     out unless `include_stragglers`."""
     kept = measured_runs(without_flagged(runs, include_stragglers, straggler_threshold))
@@ -78,9 +80,9 @@ def budget(runs: Sequence[Run], include_stragglers: bool = False,
     for point in points:
         step, here = figures[point.gpus]
         lost: Dict[str, Optional[float]] = {
-            part: None if here[part] is None or reference[part] is None
-            else (here[part] - reference[part]) / step  # type: ignore[operator]
-            for part in PER_STEP}
+            part: None if here[part] is None or reference[part] is None else (here[part] - reference[part]) / step  # type: ignore[operator]
+            for part in PER_STEP
+        }
         lost[OTHER] = 1.0 - point.efficiency - sum(v for v in lost.values() if v is not None)
         rows.append(BudgetRow(point.gpus, point.efficiency, lost, step, here))
     return rows

@@ -24,6 +24,7 @@ on mlperf-logging or scipy (tests/test_convergence.py compares both on every RCP
 The ratio to the RCP mean says what the verdict does not: a run that needs 1.3x the RCP's epochs
 converges slower than a healthy one, and its throughput speed-up overstates its time to accuracy.
 """
+
 import json
 import math
 from dataclasses import dataclass
@@ -98,8 +99,13 @@ def _interpolated(batch: int, low: RCP, high: RCP) -> RCP:
     share = (batch - low.batch) / (high.batch - low.batch)
     rcp_mean = low.mean + share * (high.mean - low.mean)
     stdev = low.stdev + share * (high.stdev - low.stdev)
-    return RCP(batch, rcp_mean, stdev, min_epochs(rcp_mean, stdev, 2 * SUBMISSION_RUNS),
-               "interpolated between %d and %d" % (low.batch, high.batch))
+    return RCP(
+        batch,
+        rcp_mean,
+        stdev,
+        min_epochs(rcp_mean, stdev, 2 * SUBMISSION_RUNS),
+        "interpolated between %d and %d" % (low.batch, high.batch),
+    )
 
 
 def load_rcps(path: Path = RCP_FILE) -> List[RCP]:
@@ -175,6 +181,14 @@ def rcp_verdicts(groups: Dict[str, Sequence[Run]], rcps: Optional[Sequence[RCP]]
         for batch, batch_runs in sorted(by_batch.items()):
             epochs = [epochs_to(r.epochs, MLPERF_TARGET_TOP1) for r in batch_runs]
             counted = olympic_mean([math.inf if e is None else e for e in epochs])
-            verdicts.append(RCPVerdict(label, batch, len(batch_runs), sum(e is not None for e in epochs),
-                                       None if math.isinf(counted) else counted, rcp_at(batch, rcps)))
+            verdicts.append(
+                RCPVerdict(
+                    label,
+                    batch,
+                    len(batch_runs),
+                    sum(e is not None for e in epochs),
+                    None if math.isinf(counted) else counted,
+                    rcp_at(batch, rcps),
+                )
+            )
     return verdicts

@@ -1,6 +1,7 @@
 """The site profile a run directory kept (`site.toml`, dlaunch/paths.py: the text its job was made from), by which
 the run is judged: `dlaunch report` (its reference verdicts, network and straggler threshold) and the results
 database (the threshold of the flags a row keeps)."""
+
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional
 

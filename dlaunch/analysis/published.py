@@ -4,6 +4,7 @@ frameworks' throughput. The measured values leave out flagged runs (a straggler 
 scaling.group_runs at the default threshold, or as the caller judged them: a study's report as `report` does, and
 --include-stragglers keeps them). The study file's schema is dlaunch/runs/studyfile.py; a study's report draws
 these (dlaunch/reporting/)."""
+
 import csv
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +20,16 @@ from dlaunch.jobs.schema import StrictModel
 from dlaunch.paths import PUBLISHED_DIR
 from dlaunch.train.framework_table import FRAMEWORKS
 
-METRICS = ("images_per_s", "speedup", "efficiency", "comm_share", "kernel_comm_share", "kernel_compute_share",
-           "kernel_io_share", "throughput_ratio")
+METRICS = (
+    "images_per_s",
+    "speedup",
+    "efficiency",
+    "comm_share",
+    "kernel_comm_share",
+    "kernel_compute_share",
+    "kernel_io_share",
+    "throughput_ratio",
+)
 FILE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"  # a file directly in data/published/: no folder, no `..`
 
 
@@ -77,8 +86,9 @@ class Comparison:
     measured: Dict[str, List[Tuple[int, Spread]]]  # group label -> (GPUs, spread over repeats)
 
 
-def read_published(path: Path, column: str, share_of: Sequence[str], match: Dict[str, str],
-                   percent: bool = False) -> List[Tuple[int, float]]:
+def read_published(
+    path: Path, column: str, share_of: Sequence[str], match: Dict[str, str], percent: bool = False
+) -> List[Tuple[int, float]]:
     """(GPUs, value) from a published CSV (a `gpus` column): rows whose columns named in `match` agree,
     empty cells left out; with `share_of` the value is divided by the sum of those columns, with
     `percent` by 100."""
@@ -100,22 +110,29 @@ def read_published(path: Path, column: str, share_of: Sequence[str], match: Dict
                     value /= 100.0
                 points.append((int(row["gpus"]), value))
             except (ValueError, ZeroDivisionError):
-                raise DlaunchError("%s: row with gpus %s: %s is not a number" % (path, escape(str(row["gpus"])), ", ".join([column, *share_of]))) from None
+                raise DlaunchError(
+                    "%s: row with gpus %s: %s is not a number"
+                    % (path, escape(str(row["gpus"])), ", ".join([column, *share_of]))
+                ) from None
     return sorted(points)
 
 
 def read_published_row(path: Path, column: str, row: Dict[str, str]) -> float:
     """The value in `column` of the one published row whose cells agree with `row` (no count column)."""
     with open(path, newline="", encoding="utf-8") as f:
-        rows = [r for r in csv.DictReader(line for line in f if not line.startswith("#"))
-                if all(r.get(k) == v for k, v in row.items())]
+        rows = [
+            r
+            for r in csv.DictReader(line for line in f if not line.startswith("#"))
+            if all(r.get(k) == v for k, v in row.items())
+        ]
     if len(rows) != 1 or column not in rows[0]:
         raise DlaunchError("%s: %d rows match %s, or no column %s (need one row)" % (path, len(rows), row, column))
     return float(rows[0][column])
 
 
-def throughput_ratios(runs: Sequence[Run], faster: str, slower: str, match: Dict[str, str],
-                      include_stragglers: bool = False) -> List[Tuple[int, Spread]]:
+def throughput_ratios(
+    runs: Sequence[Run], faster: str, slower: str, match: Dict[str, str], include_stragglers: bool = False
+) -> List[Tuple[int, Spread]]:
     """Per count, the median images/s of framework `faster` over that of `slower` (groups matching
     `match`); the spread runs from the lowest to the highest ratio of any two of their runs."""
     per_framework: Dict[str, Dict[int, List[float]]] = {faster: {}, slower: {}}
@@ -126,11 +143,15 @@ def throughput_ratios(runs: Sequence[Run], faster: str, slower: str, match: Dict
     ratios = []
     for gpus in sorted(set(per_framework[faster]) & set(per_framework[slower])):
         f, s = per_framework[faster][gpus], per_framework[slower][gpus]
-        ratios.append((gpus, Spread(median(f) / median(s), min(f) / max(s), max(f) / min(s), len(f) + len(s), "min-max")))
+        ratios.append(
+            (gpus, Spread(median(f) / median(s), min(f) / max(s), max(f) / min(s), len(f) + len(s), "min-max"))
+        )
     return ratios
 
 
-def compare_published(compare: Compare, path: Path, runs: Sequence[Run], include_stragglers: bool = False) -> Comparison:
+def compare_published(
+    compare: Compare, path: Path, runs: Sequence[Run], include_stragglers: bool = False
+) -> Comparison:
     """The published values of a study's `[[compare]]` entry beside the matching groups of `runs` (flagged runs, at
     the default threshold, left out unless `include_stragglers`: a caller that judged them itself keeps the rest)."""
     if compare.metric == "throughput_ratio":
@@ -138,13 +159,23 @@ def compare_published(compare: Compare, path: Path, runs: Sequence[Run], include
         ratios = throughput_ratios(runs, faster, slower, dict(compare.match), include_stragglers)
         value = read_published_row(path, compare.column, dict(compare.row))
         published = [(gpus, value) for gpus, _ in ratios] or [(1, value)]
-        return Comparison(compare.label, compare.metric, path.name, published,
-                          {"%s / %s" % (faster, slower): ratios} if ratios else {})
+        return Comparison(
+            compare.label,
+            compare.metric,
+            path.name,
+            published,
+            {"%s / %s" % (faster, slower): ratios} if ratios else {},
+        )
     measured = {}
     for key, group in group_runs(runs, include_stragglers).items():
         if all(getattr(key, k) == v for k, v in compare.match.items()):
             values = run_values(group, compare.metric)
             if values:
                 measured[key.label] = [(gpus, Spread.of(v)) for gpus, v in values.items()]
-    return Comparison(compare.label, compare.metric, path.name,
-                      read_published(path, compare.column, compare.share_of, dict(compare.match), compare.percent), measured)
+    return Comparison(
+        compare.label,
+        compare.metric,
+        path.name,
+        read_published(path, compare.column, compare.share_of, dict(compare.match), compare.percent),
+        measured,
+    )

@@ -48,9 +48,10 @@ Definitions (also printed in the report):
 
 Metrics files are read only through `dlaunch.train.metrics_schema` (torch-free).
 """
+
 import math
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cache, cached_property
 from pathlib import Path
 from statistics import fmean, median
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
@@ -58,17 +59,30 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optiona
 from rich import box
 from rich.table import Table
 
-from dlaunch.analysis.stragglers import (DEFAULT_THRESHOLD, EpochPhases, NodeFigures, epoch_nodes, epoch_phases,
-                                         is_flagged, mean_nodes, mean_phases)
+from dlaunch.analysis.stragglers import (
+    DEFAULT_THRESHOLD,
+    EpochPhases,
+    NodeFigures,
+    epoch_nodes,
+    epoch_phases,
+    is_flagged,
+    mean_nodes,
+    mean_phases,
+)
 from dlaunch.boundary import escape
 from dlaunch.errors import DlaunchError
-
 from dlaunch.train.config import workload_flags
-from dlaunch.train.metrics_schema import METRICS_FILE, OVERHEAD_FIELDS, Metrics, MetricsError, energy_total, read_metrics
+from dlaunch.train.metrics_schema import (
+    METRICS_FILE,
+    OVERHEAD_FIELDS,
+    Metrics,
+    MetricsError,
+    energy_total,
+    read_metrics,
+)
 
 if TYPE_CHECKING:  # the site models (pydantic) stay out of `dlaunch status`'s start-up
     from dlaunch.jobs.sites import Reference
-
 
 
 @dataclass(frozen=True)
@@ -143,7 +157,9 @@ class EpochPoint:
         epoch's overhead (the steps-only rate without `overhead`)."""
         if self.overhead is None or self.images == 0 or self.steps_images_per_s <= 0 or self.steps <= 0:
             return self.steps_images_per_s
-        return self.images / (self.images / self.steps_images_per_s + self.overhead.total_s * self.measured_steps / self.steps)
+        return self.images / (
+            self.images / self.steps_images_per_s + self.overhead.total_s * self.measured_steps / self.steps
+        )
 
 
 def epochs_to(epochs: Sequence[EpochPoint], target: Optional[float]) -> Optional[int]:
@@ -245,7 +261,9 @@ class Run:
     @cached_property
     def overhead_per_step_s(self) -> Optional[float]:
         """Epoch overhead per step: the mean over the measured epochs of overhead.total_s / steps."""
-        recorded = [e.overhead.total_s / e.steps for e in self.measured_epochs if e.overhead is not None and e.steps > 0]
+        recorded = [
+            e.overhead.total_s / e.steps for e in self.measured_epochs if e.overhead is not None and e.steps > 0
+        ]
         return fmean(recorded) if recorded else None
 
     @cached_property
@@ -341,7 +359,7 @@ class Spread:
         return cls(median(ordered), ordered[k - 1], ordered[n - k], n, "%d%% CI" % round(100 * CONFIDENCE))
 
 
-@lru_cache(maxsize=None)
+@cache
 def interval_rank(n: int) -> int:
     """The largest k with 1 - 2 P(Binomial(n, 1/2) <= k - 1) >= CONFIDENCE (0: none). The binomial terms are
     summed in floating point, each from log-gamma (the leading ones underflow to 0, far below the 2.5 % tail
@@ -404,7 +422,9 @@ def find_metrics_files(paths: Iterable[str]) -> List[str]:
         if p.is_file():
             found.append(str(p))
         elif p.is_dir():
-            found.extend(sorted(str(f) for f in p.rglob(METRICS_FILE) if f.is_file() and not f.is_symlink()))  # no link out of the folder
+            found.extend(
+                sorted(str(f) for f in p.rglob(METRICS_FILE) if f.is_file() and not f.is_symlink())
+            )  # no link out of the folder
         else:
             raise DlaunchError("%s: no such file or directory" % escape(str(path)))
     return sorted(set(found))
@@ -428,18 +448,36 @@ def _overhead(record: Dict[str, Any]) -> Optional[Overhead]:
 def run_from_metrics(metrics: Metrics) -> Run:
     """Reduce a parsed metrics file (schema versions 1-4) to a Run."""
     h = metrics.header
-    key = GroupKey(_text(h["experiment"]), _text(h["site"]), _text(h["model"]), _text(h["framework"]), _text(h["loader"]),
-                   h["batch_per_worker"], _text(workload_flags(h["config"])))
+    key = GroupKey(
+        _text(h["experiment"]),
+        _text(h["site"]),
+        _text(h["model"]),
+        _text(h["framework"]),
+        _text(h["loader"]),
+        h["batch_per_worker"],
+        _text(workload_flags(h["config"])),
+    )
     epochs, domains = [], None
     for e in metrics.epochs:
         joules, counted = _total(e.get("energy_j"))
         domains = counted or domains
-        epochs.append(EpochPoint(e["epoch"], float(e["images_per_s"]), e["images"], e.get("top1"),
-                                 trained_images=e["steps"] * h["global_batch"], energy_j=joules,
-                                 epoch_time_s=float(e["epoch_time_s"]), steps=e["steps"],
-                                 measured_steps=e.get("measured_steps", e["images"] // h["global_batch"]),
-                                 overhead=_overhead(e), phases=epoch_phases(e), nodes=epoch_nodes(e),
-                                 compile_s=None if e.get("compile_s") is None else float(e["compile_s"])))
+        epochs.append(
+            EpochPoint(
+                e["epoch"],
+                float(e["images_per_s"]),
+                e["images"],
+                e.get("top1"),
+                trained_images=e["steps"] * h["global_batch"],
+                energy_j=joules,
+                epoch_time_s=float(e["epoch_time_s"]),
+                steps=e["steps"],
+                measured_steps=e.get("measured_steps", e["images"] // h["global_batch"]),
+                overhead=_overhead(e),
+                phases=epoch_phases(e),
+                nodes=epoch_nodes(e),
+                compile_s=None if e.get("compile_s") is None else float(e["compile_s"]),
+            )
+        )
     end = metrics.end or {}
     end_energy, end_domains = _total(end.get("energy_j"))
     profile = None
@@ -483,15 +521,17 @@ def load_runs(paths: Iterable[str]) -> Loaded:
     return Loaded(runs, rejected)
 
 
-def without_flagged(runs: Iterable[Run], include_stragglers: bool = False,
-                    straggler_threshold: float = DEFAULT_THRESHOLD) -> List[Run]:
+def without_flagged(
+    runs: Iterable[Run], include_stragglers: bool = False, straggler_threshold: float = DEFAULT_THRESHOLD
+) -> List[Run]:
     """`runs`, the flagged ones (a straggler or a throttled GPU: `stragglers.is_flagged`) left out unless
     `include_stragglers` (the name of report's --include-stragglers, which keeps both)."""
     return [r for r in runs if include_stragglers or not is_flagged(r.phases, r.node_figures, straggler_threshold)]
 
 
-def group_runs(runs: Iterable[Run], include_stragglers: bool = False,
-               straggler_threshold: float = DEFAULT_THRESHOLD) -> Dict[GroupKey, List[Run]]:
+def group_runs(
+    runs: Iterable[Run], include_stragglers: bool = False, straggler_threshold: float = DEFAULT_THRESHOLD
+) -> Dict[GroupKey, List[Run]]:
     """Runs by group key, groups and runs in sorted order; flagged runs (a straggler or a throttled GPU) left out unless
     `include_stragglers`."""
     groups: Dict[GroupKey, List[Run]] = {}
@@ -507,8 +547,9 @@ def _mean_shares(shares: Sequence[Shares]) -> Optional[Shares]:
     return Shares(fmean(s.comm for s in shares), fmean(s.compute for s in shares), fmean(s.data for s in shares))
 
 
-def scaling(runs: Sequence[Run], include_stragglers: bool = False,
-            straggler_threshold: float = DEFAULT_THRESHOLD) -> List[ScalingPoint]:
+def scaling(
+    runs: Sequence[Run], include_stragglers: bool = False, straggler_threshold: float = DEFAULT_THRESHOLD
+) -> List[ScalingPoint]:
     """Throughput, S_G, E_G and J/img per GPU count of one group (median and spread over the runs);
     diverged runs, runs without epochs and, unless `include_stragglers`, flagged runs (a straggler or a throttled
     GPU) are left out."""
@@ -523,18 +564,20 @@ def scaling(runs: Sequence[Run], include_stragglers: bool = False,
     points = []
     for gpus, throughputs in values["images_per_s"].items():
         group = [r for r in measured_runs(runs) if r.world_size == gpus]
-        points.append(ScalingPoint(
-            gpus=gpus,
-            nodes=max(r.nodes for r in group),
-            runs=len(group),
-            throughput=Spread.of(throughputs),
-            speedups=Spread.of(values["speedup"][gpus]),
-            efficiencies=Spread.of(values["efficiency"][gpus]),
-            shares=_mean_shares([r.shares for r in group if r.shares is not None]),
-            energy=spread("joules_per_image", gpus),
-            epochs_to_target=spread("epochs_to_target", gpus),
-            time_to_target=spread("time_to_target_s", gpus),
-        ))
+        points.append(
+            ScalingPoint(
+                gpus=gpus,
+                nodes=max(r.nodes for r in group),
+                runs=len(group),
+                throughput=Spread.of(throughputs),
+                speedups=Spread.of(values["speedup"][gpus]),
+                efficiencies=Spread.of(values["efficiency"][gpus]),
+                shares=_mean_shares([r.shares for r in group if r.shares is not None]),
+                energy=spread("joules_per_image", gpus),
+                epochs_to_target=spread("epochs_to_target", gpus),
+                time_to_target=spread("time_to_target_s", gpus),
+            )
+        )
     return points
 
 
@@ -553,8 +596,14 @@ class StatusFigures:
 def status_figures(metrics: Metrics) -> StatusFigures:
     """The derived figures of one run for `dlaunch status` (torch-free; version 1 files give Nones)."""
     run = run_from_metrics(metrics)
-    return StatusFigures(run.time_to_accuracy_s, run.energy_to_accuracy_j, run.joules_per_image, run.energy_j,
-                         run.energy_domains, run.diverged)
+    return StatusFigures(
+        run.time_to_accuracy_s,
+        run.energy_to_accuracy_j,
+        run.joules_per_image,
+        run.energy_j,
+        run.energy_domains,
+        run.diverged,
+    )
 
 
 @dataclass(frozen=True)
@@ -595,7 +644,9 @@ def verdict(run: Run, references: Sequence["Reference"]) -> Optional[Verdict]:
 
 def rich_table(title: Optional[str], headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
     """A console table whose cells keep their full width on narrow terminals (headers wrap at spaces)."""
-    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), pad_edge=False, collapse_padding=True)
+    table = Table(
+        title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), pad_edge=False, collapse_padding=True
+    )
     for i, header in enumerate(headers):
         widest = max([len(word) for word in header.split()] + [len(row[i]) for row in rows])
         table.add_column(header, min_width=widest)
@@ -621,7 +672,7 @@ def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
     time_to_target_s) in one group; runs without it (no epochs, no profile, no energy, target not
     reached, diverged) are left out."""
     if metric.startswith("kernel_"):  # runs that only profile have no throughput
-        part = metric[len("kernel_"):-len("_share")]
+        part = metric[len("kernel_") : -len("_share")]
         shares: Dict[int, List[float]] = {}
         for r in runs:
             if r.kernel_shares is not None and not r.diverged:
@@ -636,8 +687,12 @@ def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
         if metric == "comm_share":
             value = r.shares.comm if r.shares else None
         elif metric in ("images_per_s", "joules_per_image", "epochs_to_target", "time_to_target_s"):
-            value = {"images_per_s": r.throughput, "joules_per_image": r.joules_per_image,
-                     "epochs_to_target": r.epochs_to_target, "time_to_target_s": r.time_to_accuracy_s}[metric]
+            value = {
+                "images_per_s": r.throughput,
+                "joules_per_image": r.joules_per_image,
+                "epochs_to_target": r.epochs_to_target,
+                "time_to_target_s": r.time_to_accuracy_s,
+            }[metric]
         else:
             value = r.throughput / x_ref  # type: ignore[operator]
             value = value / (r.world_size / g_ref) if metric == "efficiency" else value

@@ -21,6 +21,7 @@ a threshold in, `Flag`s out. Epoch records are parsed here (`epoch_phases`, `epo
 (`mean_phases`, `mean_nodes`); dlaunch/analysis/scaling.py keeps them per epoch and per run. A version 1-3 file has
 none of these records: no flags, never "no straggler".
 """
+
 from collections import Counter
 from dataclasses import dataclass
 from statistics import fmean
@@ -112,8 +113,13 @@ class GpuHealth:
         def figure(name: str) -> Optional[float]:
             return float(value[name]) if is_number(value.get(name)) else None
 
-        return cls(figure("sm_clock_mhz"), figure("sm_clock_max_mhz"), value.get("local_rank"),
-                   tuple(escape(str(r)) for r in value.get("throttle") or ()), figure("temperature_c"))
+        return cls(
+            figure("sm_clock_mhz"),
+            figure("sm_clock_max_mhz"),
+            value.get("local_rank"),
+            tuple(escape(str(r)) for r in value.get("throttle") or ()),
+            figure("temperature_c"),
+        )
 
 
 @dataclass(frozen=True)
@@ -145,9 +151,12 @@ def epoch_phases(record: Dict[str, Any]) -> Optional[EpochPhases]:
     if not isinstance(phases, dict):
         return None
     slowest = phases["slowest"]
-    return EpochPhases(PhaseTimes.of(phases["median"]), PhaseTimes.of(slowest),
-                       RankId(escape(slowest["host"]), slowest["rank"], slowest["local_rank"]),
-                       MEDIAN_OF_RANKS if phases["method"] == MEDIAN_OF_RANKS_METHOD else MEDIAN_RANK)
+    return EpochPhases(
+        PhaseTimes.of(phases["median"]),
+        PhaseTimes.of(slowest),
+        RankId(escape(slowest["host"]), slowest["rank"], slowest["local_rank"]),
+        MEDIAN_OF_RANKS if phases["method"] == MEDIAN_OF_RANKS_METHOD else MEDIAN_RANK,
+    )
 
 
 def epoch_nodes(record: Dict[str, Any]) -> Optional[Tuple[NodeFigures, ...]]:
@@ -155,10 +164,19 @@ def epoch_nodes(record: Dict[str, Any]) -> Optional[Tuple[NodeFigures, ...]]:
     nodes = record.get("nodes")
     if not isinstance(nodes, list):
         return None
-    return tuple(NodeFigures(escape(n["host"]), n["ranks"], float(n["median_forward_s"]), float(n["median_compute_s"]),
-                             RankId(escape(n["host"]), n["slowest"]["rank"], n["slowest"]["local_rank"]),
-                             float(n["slowest"]["forward_s"]), float(n["slowest"]["compute_s"]), GpuHealth.of(n.get("gpu")))
-                 for n in nodes)
+    return tuple(
+        NodeFigures(
+            escape(n["host"]),
+            n["ranks"],
+            float(n["median_forward_s"]),
+            float(n["median_compute_s"]),
+            RankId(escape(n["host"]), n["slowest"]["rank"], n["slowest"]["local_rank"]),
+            float(n["slowest"]["forward_s"]),
+            float(n["slowest"]["compute_s"]),
+            GpuHealth.of(n.get("gpu")),
+        )
+        for n in nodes
+    )
 
 
 def _most_common(items: Sequence[Any]) -> Any:
@@ -171,8 +189,12 @@ def mean_phases(epochs: Sequence[EpochPhases]) -> Optional[EpochPhases]:
     their method)."""
     if not epochs:
         return None
-    return EpochPhases(PhaseTimes.mean_of([e.median for e in epochs]), PhaseTimes.mean_of([e.slowest for e in epochs]),
-                       _most_common([e.slowest_rank for e in epochs]), _most_common([e.median_of for e in epochs]))
+    return EpochPhases(
+        PhaseTimes.mean_of([e.median for e in epochs]),
+        PhaseTimes.mean_of([e.slowest for e in epochs]),
+        _most_common([e.slowest_rank for e in epochs]),
+        _most_common([e.median_of for e in epochs]),
+    )
 
 
 def _mean_health(healths: Sequence[GpuHealth]) -> GpuHealth:
@@ -191,8 +213,13 @@ def _mean_health(healths: Sequence[GpuHealth]) -> GpuHealth:
 
     clocks, maxima, temperatures = figures("sm_clock_mhz"), figures("sm_clock_max_mhz"), figures("temperature_c")
     reasons = tuple(dict.fromkeys(r for h in measured for r in h.throttle))
-    return GpuHealth(fmean(clocks) if clocks else None, max(maxima) if maxima else None,
-                     local_rank, reasons, max(temperatures) if temperatures else None)
+    return GpuHealth(
+        fmean(clocks) if clocks else None,
+        max(maxima) if maxima else None,
+        local_rank,
+        reasons,
+        max(temperatures) if temperatures else None,
+    )
 
 
 def mean_nodes(epochs: Sequence[Sequence[NodeFigures]]) -> Optional[Tuple[NodeFigures, ...]]:
@@ -203,26 +230,50 @@ def mean_nodes(epochs: Sequence[Sequence[NodeFigures]]) -> Optional[Tuple[NodeFi
     for nodes in epochs:
         for node in nodes:
             by_host.setdefault(node.host, []).append(node)
-    return tuple(NodeFigures(host, max(n.ranks for n in seen), fmean(n.median_forward_s for n in seen),
-                             fmean(n.median_compute_s for n in seen), _most_common([n.slowest for n in seen]),
-                             fmean(n.slowest_forward_s for n in seen), fmean(n.slowest_compute_s for n in seen),
-                             _mean_health([n.gpu for n in seen])) for host, seen in by_host.items())
+    return tuple(
+        NodeFigures(
+            host,
+            max(n.ranks for n in seen),
+            fmean(n.median_forward_s for n in seen),
+            fmean(n.median_compute_s for n in seen),
+            _most_common([n.slowest for n in seen]),
+            fmean(n.slowest_forward_s for n in seen),
+            fmean(n.slowest_compute_s for n in seen),
+            _mean_health([n.gpu for n in seen]),
+        )
+        for host, seen in by_host.items()
+    )
 
 
-def straggler_flags(phases: Optional[EpochPhases], nodes: Optional[Sequence[NodeFigures]], threshold: float) -> List[Flag]:
+def straggler_flags(
+    phases: Optional[EpochPhases], nodes: Optional[Sequence[NodeFigures]], threshold: float
+) -> List[Flag]:
     """A flag per node whose slowest rank's `forward_excess` is over `threshold` (without `nodes`: the run's
     slowest rank alone)."""
     if phases is None:
         return []
-    candidates = [(n.slowest, n.slowest_forward_s) for n in nodes] if nodes else [(phases.slowest_rank, phases.slowest.forward_s)]
+    candidates = (
+        [(n.slowest, n.slowest_forward_s) for n in nodes]
+        if nodes
+        else [(phases.slowest_rank, phases.slowest.forward_s)]
+    )
     flags = []
     for who, forward_s in candidates:
         excess = forward_excess(phases, forward_s)
         if excess is not None and excess > threshold:
-            flags.append(Flag(STRAGGLER, who.host, who.rank, who.local_rank, (
-                "%s rank %d (local rank %s) computed %.0f %% slower than %s: a straggler; "
-                "this run's E_G is understated" % (who.host, who.rank, _or_dash(who.local_rank), 100 * excess,
-                                                    phases.median_of))))
+            flags.append(
+                Flag(
+                    STRAGGLER,
+                    who.host,
+                    who.rank,
+                    who.local_rank,
+                    (
+                        "%s rank %d (local rank %s) computed %.0f %% slower than %s: a straggler; "
+                        "this run's E_G is understated"
+                        % (who.host, who.rank, _or_dash(who.local_rank), 100 * excess, phases.median_of)
+                    ),
+                )
+            )
     return flags
 
 
@@ -234,7 +285,11 @@ def throttled(gpu: GpuHealth, threshold: float) -> bool:
     """An SM clock below (1 - threshold) x its maximum with a throttle reason, or a hard throttle reason."""
     if any(r in HARD_THROTTLES for r in gpu.throttle):
         return True
-    slow = gpu.sm_clock_mhz is not None and gpu.sm_clock_max_mhz and gpu.sm_clock_mhz < (1.0 - threshold) * gpu.sm_clock_max_mhz
+    slow = (
+        gpu.sm_clock_mhz is not None
+        and gpu.sm_clock_max_mhz
+        and gpu.sm_clock_mhz < (1.0 - threshold) * gpu.sm_clock_max_mhz
+    )
     return bool(slow and gpu.throttle)
 
 
@@ -249,15 +304,28 @@ def throttle_flags(nodes: Optional[Sequence[NodeFigures]], threshold: float) -> 
         if gpu.unavailable is not None or not throttled(gpu, threshold):
             continue
         if gpu.sm_clock_mhz is not None and gpu.sm_clock_max_mhz:
-            clock = "SM clock %.0f of %.0f MHz (%.0f %%)" % (gpu.sm_clock_mhz, gpu.sm_clock_max_mhz,
-                                                            100 * gpu.sm_clock_mhz / gpu.sm_clock_max_mhz)
+            clock = "SM clock %.0f of %.0f MHz (%.0f %%)" % (
+                gpu.sm_clock_mhz,
+                gpu.sm_clock_max_mhz,
+                100 * gpu.sm_clock_mhz / gpu.sm_clock_max_mhz,
+            )
         else:
             clock = "SM clock not recorded"
         rank = node.slowest.rank if gpu.local_rank is not None and gpu.local_rank == node.slowest.local_rank else None
-        whose = ("local rank %s" % _or_dash(gpu.local_rank) if rank is None
-                 else "rank %d (local rank %d)" % (rank, gpu.local_rank))
-        flags.append(Flag(THROTTLED, node.host, rank, gpu.local_rank, "%s GPU of %s: %s, %s: throttled"
-                          % (node.host, whose, clock, ", ".join(gpu.throttle))))
+        whose = (
+            "local rank %s" % _or_dash(gpu.local_rank)
+            if rank is None
+            else "rank %d (local rank %d)" % (rank, gpu.local_rank)
+        )
+        flags.append(
+            Flag(
+                THROTTLED,
+                node.host,
+                rank,
+                gpu.local_rank,
+                "%s GPU of %s: %s, %s: throttled" % (node.host, whose, clock, ", ".join(gpu.throttle)),
+            )
+        )
     return flags
 
 
@@ -311,4 +379,3 @@ def live_flags(run: Judged, threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
     """A live run's flags, judged on its last epoch record."""
     epochs = run.epochs
     return flags_of(epochs[-1].phases, epochs[-1].nodes, threshold) if epochs else []
-

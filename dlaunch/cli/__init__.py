@@ -11,6 +11,7 @@ command needs; each command imports its own heavy parts (site profiles and pydan
 the image lock, the performance model, matplotlib) when it runs, and the commands of LAZY_COMMANDS and
 LAZY_GROUPS load their modules only then.
 """
+
 import ast
 import importlib
 import importlib.util
@@ -66,7 +67,9 @@ class DlaunchGroup(PlainGroup):
         return super().parse_args(ctx, args)
 
     def list_commands(self, ctx: Any) -> List[str]:
-        return super().list_commands(ctx) + [name for name in [*LAZY_COMMANDS, *LAZY_GROUPS] if name not in self.commands]
+        return super().list_commands(ctx) + [
+            name for name in [*LAZY_COMMANDS, *LAZY_GROUPS] if name not in self.commands
+        ]
 
     def get_command(self, ctx: Any, name: str) -> Any:
         if name in LAZY_GROUPS and name not in self.commands:
@@ -82,7 +85,9 @@ class DlaunchGroup(PlainGroup):
             callback = getattr(importlib.import_module(module), function)
             self.commands[name] = typer.main.get_command_from_info(
                 CommandInfo(name=name, callback=callback, cls=DlaunchCommand),
-                pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode)
+                pretty_exceptions_short=app.pretty_exceptions_short,
+                rich_markup_mode=app.rich_markup_mode,
+            )
         return super().get_command(ctx, name)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
@@ -93,8 +98,13 @@ class DlaunchGroup(PlainGroup):
             self.listing = False
 
 
-app = command_group(help="Launch distributed training benchmarks on Slurm sites or this machine.",
-                    no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False, cls=DlaunchGroup)
+app = command_group(
+    help="Launch distributed training benchmarks on Slurm sites or this machine.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    cls=DlaunchGroup,
+)
 
 
 def _print_version(asked: bool) -> None:
@@ -108,8 +118,17 @@ def _print_version(asked: bool) -> None:
 
 
 @app.callback()
-def options(version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
-                                                  help="print dlaunch's version (and git revision) and exit")] = False) -> None:
+def options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="print dlaunch's version (and git revision) and exit",
+        ),
+    ] = False,
+) -> None:
     """The program's own options (its help text is the app's)."""
 
 

@@ -1,4 +1,5 @@
 """`python -m dlaunch.cli ...` is `dlaunch ...`."""
+
 import sys
 
 from dlaunch.cli import main

@@ -1,5 +1,6 @@
 """`dlaunch archive EXPERIMENT -o FILE.tar.gz`: an experiment's or study's files bundled with a sha256 manifest
 (the Python API's `archive`; dlaunch/runs/archive.py)."""
+
 from pathlib import Path
 from typing import Annotated
 
@@ -18,11 +19,18 @@ def archive_command(
     from dlaunch import api
 
     made = api.archive(experiment, output)
-    out.print("wrote %s: %d files, %d bytes before compression, manifest %s"
-              % (display_path(Path(made.file)), made.files, made.bytes, escape(made.manifest)), markup=False, highlight=False)
+    out.print(
+        "wrote %s: %d files, %d bytes before compression, manifest %s"
+        % (display_path(Path(made.file)), made.files, made.bytes, escape(made.manifest)),
+        markup=False,
+        highlight=False,
+    )
     if made.without_profile:
-        err.print("note: %d run(s) without %s (submitted before dlaunch kept the profile a job was made from): "
-                  "no profile of theirs in the bundle, e.g. %s"
-                  % (len(made.without_profile), SITE_PROFILE, display_path(Path(made.without_profile[0]))),
-                  markup=False, highlight=False)
+        err.print(
+            "note: %d run(s) without %s (submitted before dlaunch kept the profile a job was made from): "
+            "no profile of theirs in the bundle, e.g. %s"
+            % (len(made.without_profile), SITE_PROFILE, display_path(Path(made.without_profile[0]))),
+            markup=False,
+            highlight=False,
+        )
     return 0

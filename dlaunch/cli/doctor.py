@@ -1,4 +1,5 @@
 """`dlaunch doctor`: a site's checks before a job (dlaunch/preflight.py), as a table or --json."""
+
 from typing import Annotated
 
 import typer
@@ -6,9 +7,16 @@ import typer
 from dlaunch.cli.terminal import Account, Framework, Image, Json, Partition, complete_site, out, print_json
 
 
-def doctor(site: Annotated[str, typer.Option("--site", help="profile name, alias or path to a .toml", autocompletion=complete_site)],
-           partition: Partition = None, account: Account = None, image: Image = None, framework: Framework = "ddp",
-           as_json: Json = False) -> int:
+def doctor(
+    site: Annotated[
+        str, typer.Option("--site", help="profile name, alias or path to a .toml", autocompletion=complete_site)
+    ],
+    partition: Partition = None,
+    account: Account = None,
+    image: Image = None,
+    framework: Framework = "ddp",
+    as_json: Json = False,
+) -> int:
     """Check a site before submitting: scheduler, account, MPI, modules, image, rendezvous, interfaces, GPUs, driver, network.
 
     Run it on the login node, and inside an allocation (`srun -N2 --ntasks-per-node=1 dlaunch doctor
@@ -24,7 +32,14 @@ def doctor(site: Annotated[str, typer.Option("--site", help="profile name, alias
         return 1 if found.failed else 0
     place = "%s %s" % ("node" if found.on_node else "login node (no compute node checks)", found.host)
     rows = [[c.name, c.outcome, c.detail, c.fix] for c in found.checks]
-    out.print(fit_table("dlaunch doctor: site %s on %s" % (found.site, place), ["check", "result", "found", "fix / why"], rows, out.width))
+    out.print(
+        fit_table(
+            "dlaunch doctor: site %s on %s" % (found.site, place),
+            ["check", "result", "found", "fix / why"],
+            rows,
+            out.width,
+        )
+    )
     if found.failed:
         out.print("%d check(s) failed: %s" % (len(found.failed), ", ".join(found.failed)), highlight=False)
         return 1

@@ -1,5 +1,6 @@
 """`dlaunch predict`: the performance model's prediction (dlaunch.api.predict, dlaunch/analysis/perfmodel/prediction.py)
 printed: the runs it was calibrated on, what it assumed, a row per GPU count and what the rows rest on; or --json."""
+
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, List, Literal, Optional, Sequence
@@ -30,10 +31,15 @@ def prediction_headers(prediction: "Prediction") -> List[str]:
     paper_eg = any(r.paper_efficiency is not None for r in rows)
     paper_share = any(r.paper_comm_share is not None for r in rows)
     share = "profiled comm %" if prediction.profiled else "NCCL kernel %"
-    return (["GPUs", "nodes", "step ms", "exposed ms", "images/s", "E_G"] + (["paper E_G", "E_G error"] if paper_eg else [])
-            + [share] + (["paper %", "error pp"] if paper_share else [])
-            + (["overhead s", "overhead %"] if any(r.epoch_overhead for r in rows) else [])
-            + (["slowest forward vs median %"] if prediction.runs_gpus else []) + ["basis"])
+    return (
+        ["GPUs", "nodes", "step ms", "exposed ms", "images/s", "E_G"]
+        + (["paper E_G", "E_G error"] if paper_eg else [])
+        + [share]
+        + (["paper %", "error pp"] if paper_share else [])
+        + (["overhead s", "overhead %"] if any(r.epoch_overhead for r in rows) else [])
+        + (["slowest forward vs median %"] if prediction.runs_gpus else [])
+        + ["basis"]
+    )
 
 
 def prediction_rows(prediction: "Prediction") -> List[List[str]]:
@@ -44,11 +50,23 @@ def prediction_rows(prediction: "Prediction") -> List[List[str]]:
     out = []
     for p in prediction.rows:
         share = p.profiled_comm_share if prediction.profiled else p.comm_share
-        row = [str(p.gpus), str(p.nodes), "%.2f" % (1e3 * p.step_s), "%.2f" % (1e3 * p.exposed_comm_s),
-               "%.1f" % p.images_per_s, "%.3f" % p.efficiency]
+        row = [
+            str(p.gpus),
+            str(p.nodes),
+            "%.2f" % (1e3 * p.step_s),
+            "%.2f" % (1e3 * p.exposed_comm_s),
+            "%.1f" % p.images_per_s,
+            "%.3f" % p.efficiency,
+        ]
         if "paper E_G" in headers:
-            row += ["-", "-"] if p.paper_efficiency is None else [
-                p.paper_efficiency, "holds" if p.paper_efficiency_error is None else _signed(p.paper_efficiency_error, 2)]
+            row += (
+                ["-", "-"]
+                if p.paper_efficiency is None
+                else [
+                    p.paper_efficiency,
+                    "holds" if p.paper_efficiency_error is None else _signed(p.paper_efficiency_error, 2),
+                ]
+            )
         row.append("%.1f" % (100 * share))
         if "paper %" in headers:
             paper = p.paper_comm_share
@@ -56,8 +74,13 @@ def prediction_rows(prediction: "Prediction") -> List[List[str]]:
         if "overhead s" in headers:
             row += ["%.2f" % math.fsum(p.epoch_overhead.values()), "%.1f" % (100 * p.overhead_share)]
         if prediction.runs_gpus:
-            row.append("-" if p.gpus not in prediction.runs_gpus else "not recorded" if p.slowest_forward_excess is None
-                       else "%.0f" % (100 * p.slowest_forward_excess))
+            row.append(
+                "-"
+                if p.gpus not in prediction.runs_gpus
+                else "not recorded"
+                if p.slowest_forward_excess is None
+                else "%.0f" % (100 * p.slowest_forward_excess)
+            )
         out.append(row + [p.basis])
     return out
 
@@ -72,38 +95,80 @@ def loo_rows(left_out: Sequence["LeftOutRun"]) -> List[List[str]]:
         if lo.predicted_step_ms is None:
             rows.append(measured + ["-", lo.why, "%.1f" % (100 * lo.comm_share), "-", "-"])
             continue
-        rows.append(measured + ["%.2f" % lo.predicted_step_ms, _signed(100 * lo.step_error, 1), "%.1f" % (100 * lo.comm_share),
-                                "%.1f" % (100 * lo.predicted_comm_share), _signed(100 * lo.share_error, 1)])
+        rows.append(
+            measured
+            + [
+                "%.2f" % lo.predicted_step_ms,
+                _signed(100 * lo.step_error, 1),
+                "%.1f" % (100 * lo.comm_share),
+                "%.1f" % (100 * lo.predicted_comm_share),
+                _signed(100 * lo.share_error, 1),
+            ]
+        )
     return rows
 
 
 def print_prediction(console: Console, prediction: "Prediction") -> None:
     """The runs it was calibrated on and their leave-one-out errors, the workload and machine, the epochs, the
     table, and what its rows rest on."""
+
     def say(text: str) -> None:
         console.print(text, highlight=False)
 
     if prediction.left_out:
-        say("calibrated on %d runs (%s GPUs); each run predicted from the others:"
-            % (len(prediction.left_out), ",".join(str(lo.gpus) for lo in prediction.left_out)))
-        console.print(fit_table("", LOO_HEADERS, loo_rows(prediction.left_out), console.width, leave_out=["comm %", "step ms"]))
+        say(
+            "calibrated on %d runs (%s GPUs); each run predicted from the others:"
+            % (len(prediction.left_out), ",".join(str(lo.gpus) for lo in prediction.left_out))
+        )
+        console.print(
+            fit_table("", LOO_HEADERS, loo_rows(prediction.left_out), console.width, leave_out=["comm %", "step ms"])
+        )
         say(prediction.left_out_summary)
     w, m = prediction.workload, prediction.machine_figures
-    say("%s on %s, %s: %.1f MB fp32 gradients, compute %.2f ms + data %.2f ms + other %.2f ms per step, batch %d per GPU\n"
+    say(
+        "%s on %s, %s: %.1f MB fp32 gradients, compute %.2f ms + data %.2f ms + other %.2f ms per step, batch %d per GPU\n"
         "machine (%s): %.2f us fabric latency, %.0f Gbit/s per node of %d GPUs, %.0f Gbit/s per GPU in a node, "
         "timing noise %.2g s, NCCL kernels beside back-propagation %.2f, storage %s\ncompute time: %s"
-        % (prediction.model, prediction.site, prediction.framework, w["gradient_bytes"] / 1e6, 1e3 * w["compute_s"],
-           1e3 * w["data_s"], 1e3 * w["other_s"], w["batch"], prediction.machine, m["latency_us"],
-           m["bandwidth_gbps_per_node"], m["gpus_per_node"], m["intra_node_gbps"], m["noise_s"], m["beside_compute"],
-           prediction.storage, prediction.compute_source))
+        % (
+            prediction.model,
+            prediction.site,
+            prediction.framework,
+            w["gradient_bytes"] / 1e6,
+            1e3 * w["compute_s"],
+            1e3 * w["data_s"],
+            1e3 * w["other_s"],
+            w["batch"],
+            prediction.machine,
+            m["latency_us"],
+            m["bandwidth_gbps_per_node"],
+            m["gpus_per_node"],
+            m["intra_node_gbps"],
+            m["noise_s"],
+            m["beside_compute"],
+            prediction.storage,
+            prediction.compute_source,
+        )
+    )
     if prediction.assumptions:
-        say("assumption about Aach et al.'s DeepSpeed runs (%s): %s" % (PAPER_DEEPSPEED_SOURCE, ", ".join(prediction.assumptions)))
+        say(
+            "assumption about Aach et al.'s DeepSpeed runs (%s): %s"
+            % (PAPER_DEEPSPEED_SOURCE, ", ".join(prediction.assumptions))
+        )
     say(prediction.epochs)
-    console.print(fit_table("", prediction_headers(prediction), prediction_rows(prediction), console.width,
-                            leave_out=["nodes", "exposed ms", "images/s", "overhead s", "step ms"]))
-    say("exposed: what a step waits for beyond its own work (transfers left over after back-propagation, the "
+    console.print(
+        fit_table(
+            "",
+            prediction_headers(prediction),
+            prediction_rows(prediction),
+            console.width,
+            leave_out=["nodes", "exposed ms", "images/s", "overhead s", "step ms"],
+        )
+    )
+    say(
+        "exposed: what a step waits for beyond its own work (transfers left over after back-propagation, the "
         "slowest rank, the file system); the kernels' earlier waits for their peers are NCCL kernel time, hidden "
-        "behind back-propagation")
+        "behind back-propagation"
+    )
     for note in prediction.notes:
         say(note)
 
@@ -118,35 +183,108 @@ def _gpu_counts(text: Optional[str]) -> Optional[List[int]]:
         raise DlaunchError("--gpus: %r is not a comma-separated list of integers" % text) from None
 
 
-Framework = Annotated[str, typer.Option(help="Framework: how gradients travel (its row's gradient_exchange: DDP buckets, Horovod fusion, DeepSpeed ZeRO).")]
-Precision = Annotated[Optional[Literal[PRECISIONS]], typer.Option(help="Precision of the published compute time: tf32 (default) or fp16 (mixed precision). With --calibrated, DeepSpeed assumes fp16 as the paper's runs (printed). Not with a measured compute time.")]
+Framework = Annotated[
+    str,
+    typer.Option(
+        help="Framework: how gradients travel (its row's gradient_exchange: DDP buckets, Horovod fusion, DeepSpeed ZeRO)."
+    ),
+]
+Precision = Annotated[
+    Optional[Literal[PRECISIONS]],
+    typer.Option(
+        help="Precision of the published compute time: tf32 (default) or fp16 (mixed precision). With --calibrated, DeepSpeed assumes fp16 as the paper's runs (printed). Not with a measured compute time."
+    ),
+]
 
 
 def predict_command(
-    site: Annotated[str, typer.Option(help="Site profile (name or TOML path); its \\[network] section gives the nominal interconnect.")],
-    gpus: Annotated[Optional[str], typer.Option(help="Comma-separated GPU counts; E_G is relative to the smallest. Default: 4, 8, ... 1024, up to what the site has.")] = None,
+    site: Annotated[
+        str,
+        typer.Option(help="Site profile (name or TOML path); its \\[network] section gives the nominal interconnect."),
+    ],
+    gpus: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Comma-separated GPU counts; E_G is relative to the smallest. Default: 4, 8, ... 1024, up to what the site has."
+        ),
+    ] = None,
     model: Annotated[Optional[str], typer.Option(help="Model (gradient size from its parameter count).")] = None,
-    compute_ms: Annotated[Optional[float], typer.Option(parser=finite_number(), help="Measured forward+backward time per step (ms).")] = None,
-    data_ms: Annotated[Optional[float], typer.Option(parser=finite_number(), help="Measured time waiting for data per step (ms); default 0 (the loader keeps up).")] = None,
+    compute_ms: Annotated[
+        Optional[float], typer.Option(parser=finite_number(), help="Measured forward+backward time per step (ms).")
+    ] = None,
+    data_ms: Annotated[
+        Optional[float],
+        typer.Option(
+            parser=finite_number(),
+            help="Measured time waiting for data per step (ms); default 0 (the loader keeps up).",
+        ),
+    ] = None,
     batch: Annotated[Optional[int], typer.Option(help="Batch per GPU the compute time was measured with.")] = None,
     framework: Framework = "ddp",
-    zero_stage: Annotated[Optional[int], typer.Option(min=0, max=2, help="DeepSpeed ZeRO stage (0: all-reduce; 1, 2: reduce-scatter + all-gather). Default 0.")] = None,
+    zero_stage: Annotated[
+        Optional[int],
+        typer.Option(
+            min=0, max=2, help="DeepSpeed ZeRO stage (0: all-reduce; 1, 2: reduce-scatter + all-gather). Default 0."
+        ),
+    ] = None,
     precision: Precision = None,
-    from_run: Annotated[Optional[Path], typer.Option(help="Run directory or metrics file with a profile record (the workload only).")] = None,
-    from_runs: Annotated[Optional[List[Path]], typer.Option(help="Calibrate machine and workload on your own small sweep: run directories or a sweep folder (repeat the flag), >= 2 GPU counts, each run made with --profile-steps N (e.g. `dlaunch sweep --nodes 1,2,4 --steps 60 --warmup-steps 10 --profile-steps 20`). Prints each run's leave-one-out error of step time and profiled comm share.")] = None,
-    calibrated: Annotated[Optional[str], typer.Option(help="Machine fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs: 'dali' (loader keeps up) or 'native' (adds the native loader's fitted data wait unless --data-ms is given, and the file system's images/s fitted on the paper's E_G statements unless --storage-images-per-s or the site's [storage] gives one; a GPU faster than the loader's 8 workers waits for them). On JUWELS Booster, ResNet-50, batch 64, shows the paper's values beside the model's.")] = None,
-    storage_images_per_s: Annotated[Optional[float], typer.Option(parser=finite_number(), help="Images/s the site's shared file system sustains for a loader that reads every sample as a file (native): p GPUs cannot step faster than p * batch / this. Default: the site's [storage] loader_images_per_s, else no ceiling (unknown).")] = None,
-    epoch_overhead: Annotated[Optional[float], typer.Option(parser=finite_number(), help="Seconds per epoch outside the steps (loader start, validation, checkpoint, barriers, logging) at every GPU count. Default: the runs' mean measured overhead with --from-runs (metrics version 4), Aach et al.'s setup with --calibrated (assumptions printed), else none.")] = None,
-    epoch_images: Annotated[int, typer.Option(help="Training images per epoch (steps per epoch = ceil(images / global batch)). Default: ImageNet-1k's.")] = IMAGENET_TRAIN_IMAGES,
+    from_run: Annotated[
+        Optional[Path], typer.Option(help="Run directory or metrics file with a profile record (the workload only).")
+    ] = None,
+    from_runs: Annotated[
+        Optional[List[Path]],
+        typer.Option(
+            help="Calibrate machine and workload on your own small sweep: run directories or a sweep folder (repeat the flag), >= 2 GPU counts, each run made with --profile-steps N (e.g. `dlaunch sweep --nodes 1,2,4 --steps 60 --warmup-steps 10 --profile-steps 20`). Prints each run's leave-one-out error of step time and profiled comm share."
+        ),
+    ] = None,
+    calibrated: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Machine fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs: 'dali' (loader keeps up) or 'native' (adds the native loader's fitted data wait unless --data-ms is given, and the file system's images/s fitted on the paper's E_G statements unless --storage-images-per-s or the site's [storage] gives one; a GPU faster than the loader's 8 workers waits for them). On JUWELS Booster, ResNet-50, batch 64, shows the paper's values beside the model's."
+        ),
+    ] = None,
+    storage_images_per_s: Annotated[
+        Optional[float],
+        typer.Option(
+            parser=finite_number(),
+            help="Images/s the site's shared file system sustains for a loader that reads every sample as a file (native): p GPUs cannot step faster than p * batch / this. Default: the site's [storage] loader_images_per_s, else no ceiling (unknown).",
+        ),
+    ] = None,
+    epoch_overhead: Annotated[
+        Optional[float],
+        typer.Option(
+            parser=finite_number(),
+            help="Seconds per epoch outside the steps (loader start, validation, checkpoint, barriers, logging) at every GPU count. Default: the runs' mean measured overhead with --from-runs (metrics version 4), Aach et al.'s setup with --calibrated (assumptions printed), else none.",
+        ),
+    ] = None,
+    epoch_images: Annotated[
+        int,
+        typer.Option(
+            help="Training images per epoch (steps per epoch = ceil(images / global batch)). Default: ImageNet-1k's."
+        ),
+    ] = IMAGENET_TRAIN_IMAGES,
     as_json: Json = False,
 ) -> None:
     """Predict step time, throughput, E_G and NCCL kernel share over GPU counts (NCCL ring/tree cost model, buckets, stragglers)."""
     from dlaunch import api
 
-    predicted = api.predict(site, gpus=_gpu_counts(gpus), model=model, compute_ms=compute_ms, data_ms=data_ms, batch=batch,
-                            framework=framework, zero_stage=zero_stage, precision=precision, from_run=from_run,
-                            from_runs=from_runs or (), calibrated=calibrated, storage_images_per_s=storage_images_per_s,
-                            epoch_overhead=epoch_overhead, epoch_images=epoch_images)
+    predicted = api.predict(
+        site,
+        gpus=_gpu_counts(gpus),
+        model=model,
+        compute_ms=compute_ms,
+        data_ms=data_ms,
+        batch=batch,
+        framework=framework,
+        zero_stage=zero_stage,
+        precision=precision,
+        from_run=from_run,
+        from_runs=from_runs or (),
+        calibrated=calibrated,
+        storage_images_per_s=storage_images_per_s,
+        epoch_overhead=epoch_overhead,
+        epoch_images=epoch_images,
+    )
     if as_json:
         print_json(predicted)
     else:

@@ -1,5 +1,6 @@
 """`dlaunch report`: the Python API's report (dlaunch/api.py: its tables on the console; report.md, report.html and the
 plots written by it)."""
+
 from pathlib import Path
 from typing import Annotated, List, Optional
 
@@ -11,18 +12,36 @@ from dlaunch.cli.terminal import StragglerThreshold
 from dlaunch.reporting.html import PAGE
 from dlaunch.tables import print_table
 
-
 # The options that decide which runs the tables and plots keep (report and study report).
-IncludeNetworkMismatches = Annotated[bool, typer.Option(
-    "--include-network-mismatches", help="keep runs whose network is not the site's [network] in the tables and plots")]
-IncludeStragglers = Annotated[bool, typer.Option(
-    "--include-stragglers", help="keep runs with a straggler or a throttled GPU in the tables and plots (their E_G is understated)")]
+IncludeNetworkMismatches = Annotated[
+    bool,
+    typer.Option(
+        "--include-network-mismatches",
+        help="keep runs whose network is not the site's [network] in the tables and plots",
+    ),
+]
+IncludeStragglers = Annotated[
+    bool,
+    typer.Option(
+        "--include-stragglers",
+        help="keep runs with a straggler or a throttled GPU in the tables and plots (their E_G is understated)",
+    ),
+]
 
 
 def report_command(
-    paths: Annotated[List[Path], typer.Argument(help="Run directories (searched recursively for metrics.jsonl) or metrics files.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Folder for report.md, report.html and the PNG plots.")] = Path("report"),
-    site: Annotated[Optional[str], typer.Option(help="Site profile (name or TOML path) for every run; default: the one each run's directory kept (site.toml), else its site's name.")] = None,
+    paths: Annotated[
+        List[Path], typer.Argument(help="Run directories (searched recursively for metrics.jsonl) or metrics files.")
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Folder for report.md, report.html and the PNG plots.")
+    ] = Path("report"),
+    site: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Site profile (name or TOML path) for every run; default: the one each run's directory kept (site.toml), else its site's name."
+        ),
+    ] = None,
     include_network_mismatches: IncludeNetworkMismatches = False,
     include_stragglers: IncludeStragglers = False,
     straggler_threshold: StragglerThreshold = None,
@@ -35,9 +54,15 @@ def report_command(
     from dlaunch import api
 
     console, errors = Console(soft_wrap=True, markup=False), Console(stderr=True, soft_wrap=True, markup=False)
-    made = api.report(paths, output=output, site=site, include_network_mismatches=include_network_mismatches,
-                      include_stragglers=include_stragglers, straggler_threshold=straggler_threshold,
-                      on_rejected=lambda message: errors.print("rejected: %s" % escape(message), highlight=False))
+    made = api.report(
+        paths,
+        output=output,
+        site=site,
+        include_network_mismatches=include_network_mismatches,
+        include_stragglers=include_stragglers,
+        straggler_threshold=straggler_threshold,
+        on_rejected=lambda message: errors.print("rejected: %s" % escape(message), highlight=False),
+    )
     for table in made.tables:  # fitted to the console without cutting a name, saying what they left out
         print_table(console, table.title, table.headers, table.rows, leave_out=table.leave_out, wrap_caption=True)
     for note in made.notes:

@@ -1,5 +1,6 @@
 """`dlaunch rerun RESULT --site OTHER`: a result turned back into a job on another site, what differs printed, the job
 printed (--dry-run) or submitted: the two steps of dlaunch/launch.py, as `run` (the Python API's `rerun` stands on them)."""
+
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,28 +11,44 @@ from dlaunch.tables import fit_table
 
 
 def rerun_command(
-    result: Annotated[Path, typer.Argument(help="metrics file, run directory, or ARCHIVE.tar.gz:RUN (a run inside `dlaunch archive`'s bundle)")],
+    result: Annotated[
+        Path,
+        typer.Argument(
+            help="metrics file, run directory, or ARCHIVE.tar.gz:RUN (a run inside `dlaunch archive`'s bundle)"
+        ),
+    ],
     site: Annotated[str, typer.Option("--site", help="the site to run it on (profile name, alias or path)")],
     nodes: Annotated[Optional[int], typer.Option(min=1, help="nodes (default: the result's GPU count)")] = None,
     gpus: Annotated[Optional[int], typer.Option(min=1, help="GPUs in all (default: the result's)")] = None,
-    data: Annotated[Optional[str], typer.Option(help="the dataset's path on the new site (default: the result's)")] = None,
+    data: Annotated[
+        Optional[str], typer.Option(help="the dataset's path on the new site (default: the result's)")
+    ] = None,
     output: Annotated[str, typer.Option(help="the run goes to OUTPUT/rerun-EXPERIMENT/RUN_NAME")] = "runs",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the job and the differences; write and submit nothing")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print the job and the differences; write and submit nothing")
+    ] = False,
     allow_large: AllowLarge = False,
 ) -> int:
     """Rerun a result on another site: its request resolved for the site, the differences printed."""
     from dlaunch import launch
 
-    rerun = launch.prepare_rerun(str(result), site, nodes=nodes, gpus=gpus, data=data, output=output, dry_run=dry_run,
-                                 allow_large=allow_large)
+    rerun = launch.prepare_rerun(
+        str(result), site, nodes=nodes, gpus=gpus, data=data, output=output, dry_run=dry_run, allow_large=allow_large
+    )
     job = rerun.job
     for warning in job.warnings:
         err.print("dlaunch: warning: %s" % warning)
     if dry_run:  # stdout is the script alone (`--dry-run > job.sh`); what differs goes to stderr
         out.out(job.script, end="")
     shown = err if dry_run else out
-    shown.print(fit_table("rerun of %s on %s: what differs" % (rerun.parent, job.plan.site), ("attribute", "parent", "rerun"),
-                          rerun.differences, shown.width))
+    shown.print(
+        fit_table(
+            "rerun of %s on %s: what differs" % (rerun.parent, job.plan.site),
+            ("attribute", "parent", "rerun"),
+            rerun.differences,
+            shown.width,
+        )
+    )
     if dry_run:
         return 0
     return launch.submit([job], err.print, show_progress=True).exit_code

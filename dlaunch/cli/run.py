@@ -1,14 +1,32 @@
 """`dlaunch run` and `dlaunch sweep`: the jobs prepared (dlaunch/launch.py), then their scripts printed (--dry-run) or
 the jobs submitted under the run service's one rule, a run in the foreground shown as `dlaunch watch` shows runs and
 its status after it, the others followed with --follow."""
+
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, List, Optional, Sequence, Tuple
 
 import typer
 
 from dlaunch.cli.runs import watch_runs
-from dlaunch.cli.terminal import (Account, AllowLarge, DryRun, Experiment, Follow, Framework, Image, Output, Partition,
-                                  Requeue, Site_, TimeLimit, complete_run_dir, err, out, show_status, with_trainer_options)
+from dlaunch.cli.terminal import (
+    Account,
+    AllowLarge,
+    DryRun,
+    Experiment,
+    Follow,
+    Framework,
+    Image,
+    Output,
+    Partition,
+    Requeue,
+    Site_,
+    TimeLimit,
+    complete_run_dir,
+    err,
+    out,
+    show_status,
+    with_trainer_options,
+)
 from dlaunch.errors import DlaunchError
 
 if TYPE_CHECKING:
@@ -42,24 +60,63 @@ def deliver(jobs: Sequence["Prepared"], dry_run: bool, follow: bool, summary: st
 
 
 @with_trainer_options
-def run(site: Site_ = None, framework: Framework = "ddp",
-        nodes: Annotated[Optional[int], typer.Option(help="nodes (default 1)")] = None,
-        gpus: Annotated[Optional[int], typer.Option(help="GPUs in all (local site: worker processes)")] = None,
-        partition: Partition = None, time_limit: TimeLimit = "01:00:00", account: Account = None,
-        image: Image = None, output: Output = "runs", experiment: Experiment = None,
-        run_name: Annotated[Optional[str], typer.Option(help="run directory name (default: a time stamp)")] = None,
-        resume: Annotated[Optional[Path], typer.Option(help="resubmit this run directory from its checkpoint (all other options come from its plan.json)", autocompletion=complete_run_dir)] = None,
-        requeue: Requeue = None, dry_run: DryRun = False, follow: Follow = False,
-        repeat: Annotated[int, typer.Option(min=1, help="N runs of this request in one experiment (RUN_NAME-r1..-rN): `dlaunch report` gives their median and spread")] = 1,
-        allow_large: AllowLarge = False, trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
+def run(
+    site: Site_ = None,
+    framework: Framework = "ddp",
+    nodes: Annotated[Optional[int], typer.Option(help="nodes (default 1)")] = None,
+    gpus: Annotated[Optional[int], typer.Option(help="GPUs in all (local site: worker processes)")] = None,
+    partition: Partition = None,
+    time_limit: TimeLimit = "01:00:00",
+    account: Account = None,
+    image: Image = None,
+    output: Output = "runs",
+    experiment: Experiment = None,
+    run_name: Annotated[Optional[str], typer.Option(help="run directory name (default: a time stamp)")] = None,
+    resume: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="resubmit this run directory from its checkpoint (all other options come from its plan.json)",
+            autocompletion=complete_run_dir,
+        ),
+    ] = None,
+    requeue: Requeue = None,
+    dry_run: DryRun = False,
+    follow: Follow = False,
+    repeat: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="N runs of this request in one experiment (RUN_NAME-r1..-rN): `dlaunch report` gives their median and spread",
+        ),
+    ] = 1,
+    allow_large: AllowLarge = False,
+    trainer: Tuple[Tuple[str, Any], ...] = (),
+) -> int:
     """Render a job for a site and submit it (or run it here with --site local)."""
     from dlaunch import launch
 
-    jobs = launch.prepare_run(site, framework=framework, nodes=nodes, gpus=gpus, partition=partition, time=time_limit,
-                              account=account, image=image, output=output, experiment=experiment, run_name=run_name,
-                              repeat=repeat, requeue=requeue, resume=None if resume is None else str(resume),
-                              dry_run=dry_run, allow_large=allow_large, trainer=trainer)
-    return deliver(jobs, dry_run, follow, "%d runs of one request (--repeat %d)" % (repeat, repeat) if repeat > 1 else "")
+    jobs = launch.prepare_run(
+        site,
+        framework=framework,
+        nodes=nodes,
+        gpus=gpus,
+        partition=partition,
+        time=time_limit,
+        account=account,
+        image=image,
+        output=output,
+        experiment=experiment,
+        run_name=run_name,
+        repeat=repeat,
+        requeue=requeue,
+        resume=None if resume is None else str(resume),
+        dry_run=dry_run,
+        allow_large=allow_large,
+        trainer=trainer,
+    )
+    return deliver(
+        jobs, dry_run, follow, "%d runs of one request (--repeat %d)" % (repeat, repeat) if repeat > 1 else ""
+    )
 
 
 def _counts(flag: str, text: Optional[str]) -> Optional[List[int]]:
@@ -73,18 +130,40 @@ def _counts(flag: str, text: Optional[str]) -> Optional[List[int]]:
 
 
 @with_trainer_options
-def sweep(site: Site_ = None, framework: Framework = "ddp",
-          nodes: Annotated[Optional[str], typer.Option(help="node counts, e.g. 1,2,4,8")] = None,
-          gpus: Annotated[Optional[str], typer.Option(help="GPU counts instead of node counts")] = None,
-          partition: Partition = None, time_limit: TimeLimit = "01:00:00", account: Account = None,
-          image: Image = None, output: Output = "runs", experiment: Experiment = None,
-          requeue: Requeue = None, dry_run: DryRun = False, follow: Follow = False, allow_large: AllowLarge = False,
-          trainer: Tuple[Tuple[str, Any], ...] = ()) -> int:
+def sweep(
+    site: Site_ = None,
+    framework: Framework = "ddp",
+    nodes: Annotated[Optional[str], typer.Option(help="node counts, e.g. 1,2,4,8")] = None,
+    gpus: Annotated[Optional[str], typer.Option(help="GPU counts instead of node counts")] = None,
+    partition: Partition = None,
+    time_limit: TimeLimit = "01:00:00",
+    account: Account = None,
+    image: Image = None,
+    output: Output = "runs",
+    experiment: Experiment = None,
+    requeue: Requeue = None,
+    dry_run: DryRun = False,
+    follow: Follow = False,
+    allow_large: AllowLarge = False,
+    trainer: Tuple[Tuple[str, Any], ...] = (),
+) -> int:
     """One job per node (or GPU) count, grouped as one experiment."""
     from dlaunch import launch
 
-    jobs = launch.prepare_sweep(site, framework=framework, nodes=_counts("--nodes", nodes), gpus=_counts("--gpus", gpus),
-                                partition=partition, time=time_limit, account=account, image=image, output=output,
-                                experiment=experiment, requeue=requeue, dry_run=dry_run, allow_large=allow_large,
-                                trainer=trainer)
+    jobs = launch.prepare_sweep(
+        site,
+        framework=framework,
+        nodes=_counts("--nodes", nodes),
+        gpus=_counts("--gpus", gpus),
+        partition=partition,
+        time=time_limit,
+        account=account,
+        image=image,
+        output=output,
+        experiment=experiment,
+        requeue=requeue,
+        dry_run=dry_run,
+        allow_large=allow_large,
+        trainer=trainer,
+    )
     return deliver(jobs, dry_run, follow)

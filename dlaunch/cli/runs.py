@@ -1,12 +1,23 @@
 """The commands on run directories: `dlaunch status`, `runs`, `watch`, `logs` and `cancel`."""
+
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, List, Optional, Sequence
 
 import typer
 
 from dlaunch.boundary import display_path, escape
-from dlaunch.cli.terminal import (Json, RunDirArg, RunDirs, StragglerThreshold, complete_run_dir, err, finite_number, out,
-                                  print_json, show_status)
+from dlaunch.cli.terminal import (
+    Json,
+    RunDirArg,
+    RunDirs,
+    StragglerThreshold,
+    complete_run_dir,
+    err,
+    finite_number,
+    out,
+    print_json,
+    show_status,
+)
 
 if TYPE_CHECKING:
     from dlaunch.api import RunStatus
@@ -32,8 +43,13 @@ def status(run_dirs: RunDirs = None, as_json: Json = False, straggler_threshold:
     return print_statuses(found) if as_json else show_status(found)
 
 
-def runs(directory: Annotated[Path, typer.Argument(help="folder holding run directories", autocompletion=complete_run_dir)] = Path("runs"),
-         as_json: Json = False, straggler_threshold: StragglerThreshold = None) -> int:
+def runs(
+    directory: Annotated[
+        Path, typer.Argument(help="folder holding run directories", autocompletion=complete_run_dir)
+    ] = Path("runs"),
+    as_json: Json = False,
+    straggler_threshold: StragglerThreshold = None,
+) -> int:
     """The run directories under DIRECTORY (default ./runs), newest first, with state and figures."""
     from dlaunch import api
 
@@ -41,8 +57,9 @@ def runs(directory: Annotated[Path, typer.Argument(help="folder holding run dire
     return print_statuses(found) if as_json else show_status(found)
 
 
-def watch_runs(targets: List[Path], interval: float = 5.0, once: bool = False,
-               straggler_threshold: Optional[float] = None) -> int:
+def watch_runs(
+    targets: List[Path], interval: float = 5.0, once: bool = False, straggler_threshold: Optional[float] = None
+) -> int:
     """Follow runs to their end in the live view (dlaunch/runs/watch.py: it redraws the terminal as the runs go, so
     it is the command line's, not the API's; docs/API.md); 1 when one failed. Their last status through the API,
     which records the runs that ended in the results database."""
@@ -59,11 +76,23 @@ def watch_runs(targets: List[Path], interval: float = 5.0, once: bool = False,
     return code
 
 
-def watch(targets: Annotated[List[Path], typer.Argument(help="run, experiment or study directories (or an experiment's name under ./runs)",
-                                                      autocompletion=complete_run_dir, show_default=False)],
-          once: Annotated[bool, typer.Option("--once", help="show the state once and exit (for cron): 1 when a run failed")] = False,
-          interval: Annotated[float, typer.Option(parser=finite_number(low=0.1), help="seconds between looks at the runs (at least 0.1)")] = 5.0,
-          straggler_threshold: StragglerThreshold = None) -> int:
+def watch(
+    targets: Annotated[
+        List[Path],
+        typer.Argument(
+            help="run, experiment or study directories (or an experiment's name under ./runs)",
+            autocompletion=complete_run_dir,
+            show_default=False,
+        ),
+    ],
+    once: Annotated[
+        bool, typer.Option("--once", help="show the state once and exit (for cron): 1 when a run failed")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option(parser=finite_number(low=0.1), help="seconds between looks at the runs (at least 0.1)")
+    ] = 5.0,
+    straggler_threshold: StragglerThreshold = None,
+) -> int:
     """Follow runs to their end: progress, images/s, loss, ETA, queue place, why one failed.
 
     Live in a terminal; through a pipe one plain line per change. Ends when every run has ended;

@@ -1,4 +1,5 @@
 """`dlaunch sites`: the site profiles listed (no sub-command), one shown, checked, or migrated to the current schema."""
+
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -7,7 +8,9 @@ import typer
 from dlaunch.boundary import display_path, escape
 from dlaunch.cli.terminal import Json, command_group, complete_site, err, out, print_json
 
-sites_app = command_group(help="Site profiles: list (no sub-command), show, check, migrate.", invoke_without_command=True)
+sites_app = command_group(
+    help="Site profiles: list (no sub-command), show, check, migrate.", invoke_without_command=True
+)
 
 SITES_HEADERS = ("name", "aliases", "scheduler", "GPUs per node", "container", "description", "file")
 # What a user picks a site by comes last: its names, scheduler and GPUs per node; a description is shown
@@ -29,18 +32,31 @@ def sites(ctx: typer.Context, as_json: Json = False) -> None:
     rows, unreadable = [], []
     for site in found:
         if site.unreadable is not None:  # listed, not fatal; the reason below the table, whatever the table leaves out
-            rows.append((escape(site.name), "", "unreadable", "", "", escape(site.unreadable), display_path(Path(site.file))))
+            rows.append(
+                (escape(site.name), "", "unreadable", "", "", escape(site.unreadable), display_path(Path(site.file)))
+            )
             unreadable.append("%s: unreadable: %s" % (escape(site.name), escape(site.unreadable)))
             continue
-        rows.append((site.name, ", ".join(site.aliases), site.scheduler, str(site.gpus_per_node), site.container,
-                     escape(site.description), display_path(Path(site.file))))
+        rows.append(
+            (
+                site.name,
+                ", ".join(site.aliases),
+                site.scheduler,
+                str(site.gpus_per_node),
+                site.container,
+                escape(site.description),
+                display_path(Path(site.file)),
+            )
+        )
     out.print(fit_table("sites", SITES_HEADERS, rows, out.width, leave_out=SITES_LEAVE_OUT, one_line=("description",)))
     for line in unreadable:
         out.print(line, highlight=False)
 
 
 @sites_app.command("show")
-def sites_show(name: Annotated[str, typer.Argument(help="profile name, alias or path", autocompletion=complete_site)]) -> int:
+def sites_show(
+    name: Annotated[str, typer.Argument(help="profile name, alias or path", autocompletion=complete_site)],
+) -> int:
     """Print one profile, resolved and with defaults filled in; warn when its sources are old."""
     import datetime
 
@@ -66,14 +82,20 @@ def sites_check(path: Annotated[Path, typer.Argument(help="profile file")]) -> i
     warnings = check_warnings(path, datetime.date.today())
     for warning in warnings:
         err.print("dlaunch: warning: %s: %s" % (display_path(path), escape(warning)), highlight=False)
-    out.print("%s: ok (site %s%s)" % (display_path(path), site.name, ", %d warning(s)" % len(warnings) if warnings else ""),
-              highlight=False)
+    out.print(
+        "%s: ok (site %s%s)" % (display_path(path), site.name, ", %d warning(s)" % len(warnings) if warnings else ""),
+        highlight=False,
+    )
     return 0
 
 
 @sites_app.command("migrate")
-def sites_migrate(path: Annotated[Path, typer.Argument(help="profile file of the first schema")],
-                  output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write here (may be PATH itself) instead of printing")] = None) -> int:
+def sites_migrate(
+    path: Annotated[Path, typer.Argument(help="profile file of the first schema")],
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="write here (may be PATH itself) instead of printing")
+    ] = None,
+) -> int:
     """Rewrite a first-schema profile in the current schema, comments kept (printed, or written with -o)."""
     from dlaunch.atomic import write_atomic
     from dlaunch.boundary import output_file

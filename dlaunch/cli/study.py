@@ -1,5 +1,6 @@
 """`dlaunch study run/check/status/report`: a study file's jobs rendered and submitted (dlaunch/runs/study.py), checked
 against sites, its runs' state, its report with the published values beside this run's."""
+
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Dict, List, Optional, Sequence
@@ -48,13 +49,30 @@ def print_check(study: Study, protocol: Optional[str], results: Sequence["StudyC
     return 1 if any(r.failures for r in results) else 0
 
 
-study_app = command_group(help="Studies: a matrix of runs from a study file, its status and its report.", no_args_is_help=True)
-ProtocolOption = Annotated[Optional[str], typer.Option("--protocol", help="the study's protocol (run length) to use; default: its default_protocol")]
-StackOption = Annotated[Optional[str], typer.Option("--stack", help="image stack of every framework's default image (`site`: the site's own); default: the study's `stack`")]
+study_app = command_group(
+    help="Studies: a matrix of runs from a study file, its status and its report.", no_args_is_help=True
+)
+ProtocolOption = Annotated[
+    Optional[str],
+    typer.Option("--protocol", help="the study's protocol (run length) to use; default: its default_protocol"),
+]
+StackOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--stack",
+        help="image stack of every framework's default image (`site`: the site's own); default: the study's `stack`",
+    ),
+]
 
 
-StudyArg = Annotated[str, typer.Argument(help="study name (shipped, or a file in $DLAUNCH_STUDIES_DIR), or a study file",
-                                         autocompletion=complete_study, show_default=False)]
+StudyArg = Annotated[
+    str,
+    typer.Argument(
+        help="study name (shipped, or a file in $DLAUNCH_STUDIES_DIR), or a study file",
+        autocompletion=complete_study,
+        show_default=False,
+    ),
+]
 
 
 @study_app.command("run")
@@ -62,22 +80,51 @@ def study_run_command(
     study: StudyArg,
     site: Annotated[str, typer.Option("--site", help="profile name, alias or path to a .toml")],
     output: Annotated[Path, typer.Option(help="the study directory is OUTPUT/<study name>")] = Path("runs"),
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="print every job's figure, repeat and script (the counts per figure and the study's assumptions on stderr); write and submit nothing")] = False,
-    listing: Annotated[bool, typer.Option("--list", help="as --dry-run, one line per job (its figures, repeat, nodes and GPUs) instead of its script")] = False,
-    only: Annotated[Optional[List[str]], typer.Option("--only", help="key=value (matrix, figure, framework, loader, model, gpus, nodes, schedule, repeat); repeatable")] = None,
-    data: Annotated[Optional[List[str]], typer.Option(help="the dataset a study's [dataset] asks for: PATH, or ENV=PATH per dataset; repeatable")] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="print every job's figure, repeat and script (the counts per figure and the study's assumptions on stderr); write and submit nothing",
+        ),
+    ] = False,
+    listing: Annotated[
+        bool,
+        typer.Option(
+            "--list", help="as --dry-run, one line per job (its figures, repeat, nodes and GPUs) instead of its script"
+        ),
+    ] = False,
+    only: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--only",
+            help="key=value (matrix, figure, framework, loader, model, gpus, nodes, schedule, repeat); repeatable",
+        ),
+    ] = None,
+    data: Annotated[
+        Optional[List[str]],
+        typer.Option(help="the dataset a study's [dataset] asks for: PATH, or ENV=PATH per dataset; repeatable"),
+    ] = None,
     account: Annotated[Optional[str], typer.Option(help="account/budget; default: the site's account variable")] = None,
-    image: Annotated[Optional[str], typer.Option(help="container image for every job; default: images/<stack>-<framework>-<arch> per framework")] = None,
+    image: Annotated[
+        Optional[str],
+        typer.Option(help="container image for every job; default: images/<stack>-<framework>-<arch> per framework"),
+    ] = None,
     protocol: ProtocolOption = None,
     stack: StackOption = None,
     allow_large: AllowLarge = False,
-    as_json: Annotated[bool, typer.Option("--json", help="print the Python API's objects as JSON (docs/API.md): a Job per job, nothing else; with --dry-run or --list their scripts are in it")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="print the Python API's objects as JSON (docs/API.md): a Job per job, nothing else; with --dry-run or --list their scripts are in it",
+        ),
+    ] = False,
 ) -> int:
     """Submit the jobs of a study that are missing or failed (or print them with --dry-run)."""
     from dlaunch import api
 
     dry_run = dry_run or listing
-    plans: List["StudyPlan"] = []
+    plans: List[StudyPlan] = []
 
     def planned(plan: "StudyPlan") -> None:  # before anything is submitted: its warnings, each once
         plans.append(plan)
@@ -86,9 +133,22 @@ def study_run_command(
 
     with warnings.catch_warnings():  # said by `planned`, counted per job
         warnings.simplefilter("ignore", DlaunchWarning)
-        jobs = api.study(study, site=site, output=output, dry_run=dry_run, only=only or (), data=data or (),
-                         account=account, image=image, protocol=protocol, stack=stack, allow_large=allow_large,
-                         planned=planned, say=err.print, show_progress=not as_json)  # stdout: the JSON alone
+        jobs = api.study(
+            study,
+            site=site,
+            output=output,
+            dry_run=dry_run,
+            only=only or (),
+            data=data or (),
+            account=account,
+            image=image,
+            protocol=protocol,
+            stack=stack,
+            allow_large=allow_large,
+            planned=planned,
+            say=err.print,
+            show_progress=not as_json,
+        )  # stdout: the JSON alone
     (plan,) = plans
     if as_json:
         print_json(jobs)
@@ -96,7 +156,10 @@ def study_run_command(
     if dry_run:  # stdout is the scripts (or the list) alone: the counts and notes go to stderr
         for i, job in enumerate(jobs, 1):
             if listing:
-                out.out("%s; %s, %s" % (job.label, counted(job.nodes, "node"), counted(job.processes, "GPU")), highlight=False)
+                out.out(
+                    "%s; %s, %s" % (job.label, counted(job.nodes, "node"), counted(job.processes, "GPU")),
+                    highlight=False,
+                )
             else:
                 out.out("# job %d/%d %s" % (i, len(jobs), job.label))
                 out.out(job.script)
@@ -111,10 +174,21 @@ def study_run_command(
 @study_app.command("check")
 def study_check_command(
     study: StudyArg,
-    site: Annotated[Optional[List[str]], typer.Option("--site", help="profile name, alias or path; repeatable; default: every shipped site (those not of the study's kind are skipped)")] = None,
+    site: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--site",
+            help="profile name, alias or path; repeatable; default: every shipped site (those not of the study's kind are skipped)",
+        ),
+    ] = None,
     protocol: ProtocolOption = None,
     stack: StackOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the Python API's objects as JSON (docs/API.md): a StudyCheck per site, nothing else")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="print the Python API's objects as JSON (docs/API.md): a StudyCheck per site, nothing else"
+        ),
+    ] = False,
 ) -> int:
     """Render every job of a study for a site and list those that cannot run there (exit 1 if one cannot)."""
     from dlaunch import api
@@ -148,8 +222,14 @@ def study_report_command(
     study, comparisons, design = published_comparisons(folder, include_stragglers, straggler_threshold)
     code = 0
     try:
-        report_command([folder], output=output, site=None, include_network_mismatches=include_network_mismatches,
-                       include_stragglers=include_stragglers, straggler_threshold=straggler_threshold)
+        report_command(
+            [folder],
+            output=output,
+            site=None,
+            include_network_mismatches=include_network_mismatches,
+            include_stragglers=include_stragglers,
+            straggler_threshold=straggler_threshold,
+        )
     except typer.Exit as e:
         code = e.exit_code
     plot = write_comparison(output, comparisons, study.based_on, design=design, assumptions=study.assumptions)

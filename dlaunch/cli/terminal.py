@@ -5,6 +5,7 @@ import these; none of them imports dlaunch/cli/__init__.py (the app and main).
 Start-up matters on login nodes (every command, every TAB): only what every command needs is imported
 here; the status table imports its parts when it is printed.
 """
+
 import functools
 import inspect
 import json
@@ -21,9 +22,9 @@ from typer.core import TyperCommand, TyperGroup
 
 from dlaunch.boundary import ALLOW_LARGE, NAME, escape, quoted, whole
 from dlaunch.errors import DlaunchError
-from dlaunch.thresholds import DEFAULT_THRESHOLD
 from dlaunch.jobs.request import TRAINER_FLAGS
 from dlaunch.runs.rundir import find_runs
+from dlaunch.thresholds import DEFAULT_THRESHOLD
 
 if TYPE_CHECKING:
     from dlaunch.api import Record, RunStatus
@@ -80,8 +81,11 @@ class PlainGroup(TyperGroup):
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         commands = [(name, self.get_command(ctx, name)) for name in self.list_commands(ctx)]
-        rows = [(name, command.get_short_help_str(limit=sys.maxsize)) for name, command in commands
-                if command is not None and not command.hidden]
+        rows = [
+            (name, command.get_short_help_str(limit=sys.maxsize))
+            for name, command in commands
+            if command is not None and not command.hidden
+        ]
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
@@ -102,6 +106,7 @@ def command_group(**settings: Any) -> typer.Typer:
 
 def finite_number(low: Optional[float] = None) -> Callable[[str], float]:
     """A typer `parser` for a float option: a finite number (`inf`, `nan` refused), at least `low`."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -112,6 +117,7 @@ def finite_number(low: Optional[float] = None) -> Callable[[str], float]:
         if low is not None and value < low:
             raise typer.BadParameter("%s is below %g" % (quoted(text), low))
         return value
+
     return parse
 
 
@@ -127,10 +133,18 @@ def fraction(text: str) -> float:
     return value
 
 
-StragglerThreshold = Annotated[Optional[float], typer.Option(
-    parser=fraction, help="a rank whose forward pass takes this fraction longer than the median rank's is a straggler (default: each run's site profile's straggler_threshold, else %g)" % DEFAULT_THRESHOLD)]
+StragglerThreshold = Annotated[
+    Optional[float],
+    typer.Option(
+        parser=fraction,
+        help="a rank whose forward pass takes this fraction longer than the median rank's is a straggler (default: each run's site profile's straggler_threshold, else %g)"
+        % DEFAULT_THRESHOLD,
+    ),
+]
 
-Json = Annotated[bool, typer.Option("--json", help="print the objects of the Python API as JSON (docs/API.md), nothing else")]
+Json = Annotated[
+    bool, typer.Option("--json", help="print the objects of the Python API as JSON (docs/API.md), nothing else")
+]
 
 
 def print_json(objects: "Union[Sequence[Record], Record]") -> None:
@@ -181,10 +195,14 @@ def _trainer_parameters() -> List[inspect.Parameter]:
             annotation: Any = Annotated[bool, typer.Option("--" + flag.name, help=flag.help, rich_help_panel="Trainer")]
             default: Any = False
         else:
-            kind = Literal[flag.values] if flag.values and flag.kind is str else flag.kind  # int choices: checked by the request
+            kind = (
+                Literal[flag.values] if flag.values and flag.kind is str else flag.kind
+            )  # int choices: checked by the request
             option = typer.Option("--" + flag.name, help=flag.help, rich_help_panel="Trainer")
             annotation, default = Annotated[Optional[kind], option], None
-        params.append(inspect.Parameter(flag.attr, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+        params.append(
+            inspect.Parameter(flag.attr, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+        )
     return params
 
 
@@ -204,23 +222,52 @@ def with_trainer_options(command: Callable) -> Callable:
     return wrapper
 
 
-Site_ = Annotated[Optional[str], typer.Option("--site", help="profile name, alias or path to a .toml", autocompletion=complete_site)]
+Site_ = Annotated[
+    Optional[str], typer.Option("--site", help="profile name, alias or path to a .toml", autocompletion=complete_site)
+]
 # Checked against the framework table when the request is made (a row added later counts too).
-Framework = Annotated[str, typer.Option(help="training framework (dlaunch/train/framework_table.py; TAB lists them)",
-                                        autocompletion=complete_framework)]
+Framework = Annotated[
+    str,
+    typer.Option(
+        help="training framework (dlaunch/train/framework_table.py; TAB lists them)", autocompletion=complete_framework
+    ),
+]
 Partition = Annotated[Optional[str], typer.Option(help="partition (or QOS); default: the site's default")]
-TimeLimit = Annotated[str, typer.Option("--time", help="time limit as Slurm writes it: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS")]
+TimeLimit = Annotated[
+    str, typer.Option("--time", help="time limit as Slurm writes it: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS")
+]
 Account = Annotated[Optional[str], typer.Option(help="account/budget; default: the site's account variable")]
-Image = Annotated[Optional[str], typer.Option(help="container image; default: images/<stack>-<framework>-<arch> in the form the site's runtime takes (.sif, .sqsh, a folder, a name: `dlaunch images`)")]
+Image = Annotated[
+    Optional[str],
+    typer.Option(
+        help="container image; default: images/<stack>-<framework>-<arch> in the form the site's runtime takes (.sif, .sqsh, a folder, a name: `dlaunch images`)"
+    ),
+]
 Output = Annotated[str, typer.Option(help="runs go to OUTPUT/EXPERIMENT/RUN_NAME")]
 Experiment = Annotated[Optional[str], typer.Option(help="experiment name (groups runs)")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="print the script; write and submit nothing")]
-Follow = Annotated[bool, typer.Option("--follow", help="after submitting, watch the job(s) to their end (as `dlaunch watch`)")]
-AllowLarge = Annotated[bool, typer.Option(ALLOW_LARGE, help="go beyond the limits that catch typos: --repeat over 100, more than 64 processes on this machine, a study of over 1000 jobs (README: Bad input and limits)")]
-Requeue = Annotated[Optional[bool], typer.Option("--requeue/--no-requeue", help="after a node failure the scheduler runs the job again and it resumes from its checkpoint (default: the site's `requeue`)")]
+Follow = Annotated[
+    bool, typer.Option("--follow", help="after submitting, watch the job(s) to their end (as `dlaunch watch`)")
+]
+AllowLarge = Annotated[
+    bool,
+    typer.Option(
+        ALLOW_LARGE,
+        help="go beyond the limits that catch typos: --repeat over 100, more than 64 processes on this machine, a study of over 1000 jobs (README: Bad input and limits)",
+    ),
+]
+Requeue = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--requeue/--no-requeue",
+        help="after a node failure the scheduler runs the job again and it resumes from its checkpoint (default: the site's `requeue`)",
+    ),
+]
 RunDirArg = Annotated[Path, typer.Argument(help="run directory", autocompletion=complete_run_dir)]
-RunDirs = Annotated[Optional[List[Path]], typer.Argument(help="run directories, or folders holding them (default: ./runs)",
-                                                         autocompletion=complete_run_dir)]
+RunDirs = Annotated[
+    Optional[List[Path]],
+    typer.Argument(help="run directories, or folders holding them (default: ./runs)", autocompletion=complete_run_dir),
+]
 
 STATUS_HEADERS = ("run", "site", "job", "GPUs", "scheduler", "metrics", "epochs", "images/s", "results")
 # Left out in this order when the columns' longest words do not fit the console side by side: what a
@@ -254,11 +301,26 @@ def show_status(statuses: Sequence["RunStatus"]) -> int:
     for s in statuses:
         if s.rejected is not None:
             continue
-        epochs = "%d/%d" % (s.epochs_done, s.epochs_total) if s.epochs_total else (str(s.epochs_done) if s.epochs_done else "-")
+        epochs = (
+            "%d/%d" % (s.epochs_done, s.epochs_total)
+            if s.epochs_total
+            else (str(s.epochs_done) if s.epochs_done else "-")
+        )
         # display_path(the metrics file), from the run directory's as shown (a relpath per run less)
         results = METRICS_FILE if s.name == "." else "%s/%s" % (s.name, METRICS_FILE)
-        rows.append((s.name, s.site, s.job, "-" if s.gpus is None else str(s.gpus), s.state, s.status, epochs,
-                     images_per_s_cell(s), results))
+        rows.append(
+            (
+                s.name,
+                s.site,
+                s.job,
+                "-" if s.gpus is None else str(s.gpus),
+                s.state,
+                s.status,
+                epochs,
+                images_per_s_cell(s),
+                results,
+            )
+        )
         if s.why_failed is not None:
             notes.append("%s: %s" % (s.name, s.why_failed))
         notes += ["%s: network: %s" % (s.name, problem) for problem in s.network]

@@ -7,6 +7,7 @@ stack's CMake C++ standard files into DIR (where it needs one) and prints, for t
 HOROVOD_VERSION, HOROVOD_BUILD_ENV (the build variables of ENGINE, `torch` by default or `mxnet`, as its image
 builds it; torch's with CMAKE_TOOLCHAIN_FILE where needed).
 """
+
 import shlex
 import sys
 from pathlib import Path
@@ -34,8 +35,10 @@ def settings(stack_name: str, folder: Path, engine: str = EVERY_STACK_ENGINE) ->
         for path, text in files.items():
             write_atomic(Path(path), text)
         env = "CMAKE_TOOLCHAIN_FILE=%s %s" % (list(files)[-1], env)
-    return ["HOROVOD_VERSION=%s" % shlex.quote(pins.pop()),  # one version per stack (the lock checks it)
-            "HOROVOD_BUILD_ENV=%s" % shlex.quote(env)]
+    return [
+        "HOROVOD_VERSION=%s" % shlex.quote(pins.pop()),  # one version per stack (the lock checks it)
+        "HOROVOD_BUILD_ENV=%s" % shlex.quote(env),
+    ]
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -5,6 +5,7 @@ a site against its stack (architecture, GPU vendor, driver, DALI).
 Kept apart from `dlaunch.jobs.images` (the version lock's pydantic models, definition files, `dlaunch
 images`): `dlaunch run` reads only the few facts it needs from the lock, with tomllib.
 """
+
 import os
 import re
 import tomllib
@@ -42,8 +43,7 @@ def image_name(group: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH)
     return f"{stack}-{group}-{arch}"
 
 
-def image_reference(group: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH,
-                    image_kind: str = "sif") -> str:
+def image_reference(group: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH, image_kind: str = "sif") -> str:
     """The default image of one kind: a path in the images dir, or `dlaunch/<stack>-<group>:<arch>`."""
     if image_kind == "name":
         image_name(group, stack, arch)
@@ -63,8 +63,10 @@ def stack_of_image(image: Optional[str]) -> Optional[str]:
     an extension, or `dlaunch/<stack>-<image group>:<arch>`); None for an image named otherwise."""
     groups, archs = "|".join(map(re.escape, image_groups())), "|".join(map(re.escape, ARCHITECTURES))
     extensions = "|".join(re.escape(e) for e in IMAGE_EXTENSIONS.values() if e)
-    m = re.fullmatch(r"(?:.*/)?([a-z][a-z0-9_-]*)-(?:%s)(?:-(?:%s)(?:%s)?/?|:(?:%s))" % (groups, archs, extensions, archs),
-                     image or "")
+    m = re.fullmatch(
+        r"(?:.*/)?([a-z][a-z0-9_-]*)-(?:%s)(?:-(?:%s)(?:%s)?/?|:(?:%s))" % (groups, archs, extensions, archs),
+        image or "",
+    )
     return m.group(1) if m else None
 
 
@@ -102,13 +104,17 @@ def check_site_stack(site: "Site", stack: str) -> None:
     arch = site.arch
     archs = facts.get("architectures", [DEFAULT_ARCH])
     if arch not in archs:
-        raise DlaunchError(f"site {site.name} is {arch}, and image stack {stack!r} exists only for "
-                           f"{', '.join(archs)}; set [container] stack to one built for {arch} or give --image")
+        raise DlaunchError(
+            f"site {site.name} is {arch}, and image stack {stack!r} exists only for "
+            f"{', '.join(archs)}; set [container] stack to one built for {arch} or give --image"
+        )
     vendor = facts.get("gpu_vendor", "nvidia")
     if vendor != "none" and site.gpu_vendor not in ("none", vendor):
         builds = {"nvidia": "CUDA", "amd": "ROCm"}[vendor]
-        raise DlaunchError(f"site {site.name} has {site.gpu_vendor} GPUs, and image stack {stack!r} is a {builds} "
-                           f"build; set [container] stack to one for {site.gpu_vendor} GPUs or give --image")
+        raise DlaunchError(
+            f"site {site.name} has {site.gpu_vendor} GPUs, and image stack {stack!r} is a {builds} "
+            f"build; set [container] stack to one for {site.gpu_vendor} GPUs or give --image"
+        )
 
 
 def default_image_for_site(site: "Site", framework: str, stack: Optional[str] = None) -> str:
@@ -120,11 +126,17 @@ def default_image_for_site(site: "Site", framework: str, stack: Optional[str] = 
     group = image_group(framework)
     if group not in stack_groups(stack):
         others = [name for name in _lock_stacks(LOCK_PATH) if group in stack_groups(name)]
-        where = f"stacks with it: {', '.join(others)} (make image-{group} STACK={others[0]})" if others else "no stack has it"
-        raise DlaunchError(f"--framework {framework}: image stack {stack!r} (site {site.name}) has no image of the "
-                           f"{FRAMEWORKS[framework].engine} trainer ({where}); set [container] stack to one with it "
-                           f"or give --image with its environment, or use a profile without containers whose "
-                           f"`interpreters` name its Python")
+        where = (
+            f"stacks with it: {', '.join(others)} (make image-{group} STACK={others[0]})"
+            if others
+            else "no stack has it"
+        )
+        raise DlaunchError(
+            f"--framework {framework}: image stack {stack!r} (site {site.name}) has no image of the "
+            f"{FRAMEWORKS[framework].engine} trainer ({where}); set [container] stack to one with it "
+            f"or give --image with its environment, or use a profile without containers whose "
+            f"`interpreters` name its Python"
+        )
     check_site_stack(site, stack)
     return image_reference(group, stack, site.arch, site.container.image_kind)
 
@@ -142,14 +154,18 @@ def driver_warning(site: "Site", stack: Optional[str] = None) -> Optional[str]:
         return None
     needed = stack_facts(stack).get("min_driver", "")
     if needed and version_tuple(driver) < version_tuple(needed):
-        return (f"site {site.name} states driver {driver}, and image stack {stack!r} needs R{needed} or newer "
-                f"(its CUDA); jobs fail at CUDA initialization unless the nodes have NVIDIA's forward-compatibility "
-                f"package")
+        return (
+            f"site {site.name} states driver {driver}, and image stack {stack!r} needs R{needed} or newer "
+            f"(its CUDA); jobs fail at CUDA initialization unless the nodes have NVIDIA's forward-compatibility "
+            f"package"
+        )
     return None
 
 
 def check_loader(site: "Site", loader: str) -> None:
     """DlaunchError (exit 2) for `--loader dali` on a site without NVIDIA GPUs (DALI is NVIDIA-only)."""
     if loader == "dali" and site.gpu_vendor == "amd":
-        raise DlaunchError(f"--loader dali: site {site.name} has AMD GPUs, and NVIDIA DALI runs only on NVIDIA "
-                           f"GPUs; use --loader native")
+        raise DlaunchError(
+            f"--loader dali: site {site.name} has AMD GPUs, and NVIDIA DALI runs only on NVIDIA "
+            f"GPUs; use --loader native"
+        )

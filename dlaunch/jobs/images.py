@@ -9,6 +9,7 @@ lock's `pip.<group>` pins (and `pip.common`'s, in the torch images).
 `make image-<group> STACK=<stack>` into `images/<stack>-<group>-<arch>.sif` (or, for debootstrap
 stacks without Apptainer, `make rootfs-<group>` into an unpacked root file system for Charliecloud).
 """
+
 import json
 import re
 import shlex
@@ -23,8 +24,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.imagepaths import REPO, stack_of
 from dlaunch.jobs.sites import available_sites, load_site
-from dlaunch.train.framework_table import (EVERY_STACK_ENGINE, group_engine, group_entry, image_groups, import_checks,
-                                   stack_image_groups, trainer_modules)
+from dlaunch.train.framework_table import (
+    EVERY_STACK_ENGINE,
+    group_engine,
+    group_entry,
+    image_groups,
+    import_checks,
+    stack_image_groups,
+    trainer_modules,
+)
 
 CONTAINERS = REPO / "containers"
 LOCK_PATH = CONTAINERS / "versions.toml"
@@ -51,10 +59,18 @@ _PROVIDED_CHECKS = {
 # controllers it must have. The host's builds take the same variables (scripts/bootstrap.sh for torch,
 # scripts/bootstrap-engines.sh for MXNet, through dlaunch/jobs/horovod_build.py); mx-allreduce runs over Gloo.
 _HOROVOD_ENGINES = {
-    "torch": ("HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 "
-              "HOROVOD_WITH_MPI=1", "horovod.torch", ("mpi", "gloo")),
-    "mxnet": ("HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 "
-              "HOROVOD_WITHOUT_MPI=1", "horovod.mxnet", ("gloo",)),
+    "torch": (
+        "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 "
+        "HOROVOD_WITH_MPI=1",
+        "horovod.torch",
+        ("mpi", "gloo"),
+    ),
+    "mxnet": (
+        "HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 "
+        "HOROVOD_WITHOUT_MPI=1",
+        "horovod.mxnet",
+        ("gloo",),
+    ),
 }
 
 
@@ -70,7 +86,11 @@ def horovod_cxx_std(stack: "Stack", engine: str) -> str:
 
 _HOROVOD_OPERATIONS = {"nccl": "NCCL", "mpi": "MPI", "gloo": "Gloo"}
 # Horovod's GPU operations per stack (`horovod_gpu`); RCCL is NCCL's API on ROCm.
-_HOROVOD_GPU_ENV = {"": "", "cuda": "HOROVOD_GPU_OPERATIONS=NCCL ", "rocm": "HOROVOD_GPU=ROCM HOROVOD_GPU_OPERATIONS=NCCL "}
+_HOROVOD_GPU_ENV = {
+    "": "",
+    "cuda": "HOROVOD_GPU_OPERATIONS=NCCL ",
+    "rocm": "HOROVOD_GPU=ROCM HOROVOD_GPU_OPERATIONS=NCCL ",
+}
 
 
 class LockError(DlaunchError):
@@ -122,12 +142,12 @@ class Stack(BaseModel):
             if not _IMAGE.fullmatch(self.base) or self.base.endswith(":latest"):
                 raise ValueError(f"base: {self.base!r} is not a registry/repository:tag reference with a fixed tag")
             if self.mirror:
-                raise ValueError("mirror: only for bootstrap = \"debootstrap\"")
+                raise ValueError('mirror: only for bootstrap = "debootstrap"')
         else:
             if not re.fullmatch(r"^[a-z]+$", self.base):
-                raise ValueError(f"base: {self.base!r} is not a Debian suite name (bootstrap = \"debootstrap\")")
+                raise ValueError(f'base: {self.base!r} is not a Debian suite name (bootstrap = "debootstrap")')
             if not re.fullmatch(r"^https?://[A-Za-z0-9./_-]+$", self.mirror):
-                raise ValueError(f"mirror: {self.mirror!r} is not an archive URL (bootstrap = \"debootstrap\")")
+                raise ValueError(f'mirror: {self.mirror!r} is not an archive URL (bootstrap = "debootstrap")')
             if self.base_digest:
                 raise ValueError("base_digest: a debootstrap base has no digest")
         return self
@@ -185,7 +205,9 @@ class Stack(BaseModel):
         for group in self.pip:
             engine = EVERY_STACK_ENGINE if group == COMMON else group_engine(group)
             if engine != EVERY_STACK_ENGINE and self.python_source != "apt":
-                raise ValueError(f"pip.{group}: a {engine} image needs python_source = \"apt\" (the base's Python has torch)")
+                raise ValueError(
+                    f'pip.{group}: a {engine} image needs python_source = "apt" (the base\'s Python has torch)'
+                )
             for name, version in self.pip[group].items():
                 # One version per engine's images (MXNet needs an older numpy), and one Horovod per stack.
                 key = ("", name) if name == "horovod" else (engine, name)
@@ -299,14 +321,16 @@ def cxx_standard_files(std: str, folder: str) -> Dict[str, str]:
     override = f"{folder}/cxx-standard.cmake"
     return {
         override: f'set(CMAKE_CXX14_STANDARD_COMPILE_OPTION "-std=c++{flag}")\n'
-                  f'set(CMAKE_CXX14_EXTENSION_COMPILE_OPTION "-std=gnu++{flag}")\n',
+        f'set(CMAKE_CXX14_EXTENSION_COMPILE_OPTION "-std=gnu++{flag}")\n',
         f"{folder}/toolchain.cmake": f'set(CMAKE_USER_MAKE_RULES_OVERRIDE_CXX "{override}")\n',
     }
 
 
 def _cxx_standard_lines(std: str) -> List[str]:
-    lines = [f"# Horovod's CMake asks for C++14; this torch needs {std} (a -std= in CXXFLAGS is dropped).",
-             "mkdir -p /opt/dlaunch/cmake"]
+    lines = [
+        f"# Horovod's CMake asks for C++14; this torch needs {std} (a -std= in CXXFLAGS is dropped).",
+        "mkdir -p /opt/dlaunch/cmake",
+    ]
     for path, text in cxx_standard_files(std, "/opt/dlaunch/cmake").items():
         lines += [f"echo {shlex.quote(line)} {'>>' if i else '>'} {path}" for i, line in enumerate(text.splitlines())]
     return lines
@@ -326,7 +350,9 @@ def _post(stack: Stack, group: str) -> List[str]:
     extra_apt = stack.apt_packages(group)
     if stack.python_source == "apt":
         py = f"python{stack.python}"
-        lines += _apt_lines([py, f"{py}-dev", f"{py}-venv", "ca-certificates", "curl", "bzip2", "build-essential"] + extra_apt)
+        lines += _apt_lines(
+            [py, f"{py}-dev", f"{py}-venv", "ca-certificates", "curl", "bzip2", "build-essential"] + extra_apt
+        )
         lines += [f"{py} -m venv /opt/venv", 'export PATH="/opt/venv/bin:$PATH"']
     elif extra_apt:
         lines += _apt_lines(extra_apt)
@@ -349,7 +375,7 @@ def _post(stack: Stack, group: str) -> List[str]:
         lines.append(f"{env} {_pip_install(stack, {'horovod': horovod}, '--no-build-isolation')}")
     lines += [
         "# The trainer from this commit (dlaunch/train is Python 3.9 compatible; the launcher is not installed).",
-        "echo /opt/dlaunch > \"$(python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/dlaunch.pth\"",
+        'echo /opt/dlaunch > "$(python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')/dlaunch.pth"',
         "python -m pip freeze > /opt/dlaunch/pip-freeze.txt",
     ]
     return lines
@@ -367,16 +393,20 @@ def _test(stack: Stack, group: str) -> List[str]:
     for name, version in provided.items():
         if name in _PROVIDED_CHECKS and (torch or name == "python"):  # the others read torch's or DALI's
             imp, expr = _PROVIDED_CHECKS[name]
-            lines.append(_python_check(
-                f"{imp}; v = str({expr}); pin = {json.dumps(version)}; a, b = sorted([v, pin], key=len); "
-                f"assert b.startswith(a) and not b[len(a):len(a) + 1].isdigit(), ({json.dumps(name)}, v, pin)"
-            ))
+            lines.append(
+                _python_check(
+                    f"{imp}; v = str({expr}); pin = {json.dumps(version)}; a, b = sorted([v, pin], key=len); "
+                    f"assert b.startswith(a) and not b[len(a):len(a) + 1].isdigit(), ({json.dumps(name)}, v, pin)"
+                )
+            )
     pip = stack.pip_pins(group)
     if pip:
-        lines.append(_python_check(
-            f"from importlib.metadata import version; pins = {json.dumps(pip)}; "
-            "bad = {n: version(n) for n in pins if version(n) != pins[n]}; assert not bad, bad"
-        ))
+        lines.append(
+            _python_check(
+                f"from importlib.metadata import version; pins = {json.dumps(pip)}; "
+                "bad = {n: version(n) for n in pins if version(n) != pins[n]}; assert not bad, bad"
+            )
+        )
     base = ("torch", "torchvision") + (("nvidia.dali",) if stack.has_dali else ()) if torch else ()
     lines.append(_python_check(f"import {', '.join(base + import_checks(group))}"))
     if "horovod" in pip:  # the image builds Horovod: with the operations the stack asks for
@@ -384,7 +414,7 @@ def _test(stack: Stack, group: str) -> List[str]:
         operations = [_HOROVOD_OPERATIONS[op] for op in (("nccl",) if stack.horovod_gpu else ()) + controllers]
         built = " and ".join(f"hvd.{op.lower()}_built()" for op in operations)
         lacks = " or ".join(filter(None, [", ".join(operations[:-1]), operations[-1]]))
-        lines.append(_python_check(f"import {module} as hvd; assert {built}, \"Horovod lacks {lacks}\""))
+        lines.append(_python_check(f'import {module} as hvd; assert {built}, "Horovod lacks {lacks}"'))
         lines.append("horovodrun --check-build")
     if torch:
         lines.append("python -m dlaunch.train --help > /dev/null")
@@ -406,23 +436,35 @@ def render_definition(stack_name: str, stack: Stack, group: str) -> str:
         environment.append('export PATH="/opt/venv/bin:$PATH"')
     if stack.build_pins(group).get("openmpi"):
         environment.append('export PATH="$PATH:/opt/openmpi/bin"')
-    labels = [
-        f"{LABEL_PREFIX}stack {stack_name}",
-        f"{LABEL_PREFIX}framework {group}",
-        f"{LABEL_PREFIX}git-revision {{{{ GIT_REVISION }}}}",
-        f"{LABEL_PREFIX}base {stack.base_reference}",
-        f"{LABEL_PREFIX}architectures {' '.join(stack.architectures)}",
-    ] + ([f"{LABEL_PREFIX}min-driver {stack.min_driver}"] if stack.min_driver else []) + [
-        f"{PIN_LABEL_PREFIX}{name} {version}" for name, version in stack.pins(group).items()
-    ]
-    text = [
-        "# Generated by `dlaunch images --render` from containers/versions.toml: edit that, not this.",
-        f"# Stack {stack_name}: {stack.description}.",
-        f"# Build from the repository root: make image-{group} STACK={stack_name}",
-    ] + _header(stack) + [""]
+    labels = (
+        [
+            f"{LABEL_PREFIX}stack {stack_name}",
+            f"{LABEL_PREFIX}framework {group}",
+            f"{LABEL_PREFIX}git-revision {{{{ GIT_REVISION }}}}",
+            f"{LABEL_PREFIX}base {stack.base_reference}",
+            f"{LABEL_PREFIX}architectures {' '.join(stack.architectures)}",
+        ]
+        + ([f"{LABEL_PREFIX}min-driver {stack.min_driver}"] if stack.min_driver else [])
+        + [f"{PIN_LABEL_PREFIX}{name} {version}" for name, version in stack.pins(group).items()]
+    )
+    text = (
+        [
+            "# Generated by `dlaunch images --render` from containers/versions.toml: edit that, not this.",
+            f"# Stack {stack_name}: {stack.description}.",
+            f"# Build from the repository root: make image-{group} STACK={stack_name}",
+        ]
+        + _header(stack)
+        + [""]
+    )
     text += _section("arguments", ["GIT_REVISION=unknown"])
-    text += _section("files", ["pyproject.toml /opt/dlaunch/pyproject.toml", "dlaunch/train /opt/dlaunch/dlaunch/train",
-                                     "dlaunch/__init__.py /opt/dlaunch/dlaunch/__init__.py"])
+    text += _section(
+        "files",
+        [
+            "pyproject.toml /opt/dlaunch/pyproject.toml",
+            "dlaunch/train /opt/dlaunch/dlaunch/train",
+            "dlaunch/__init__.py /opt/dlaunch/dlaunch/__init__.py",
+        ],
+    )
     text += _section("labels", labels)
     text += _section("environment", environment)
     text += _section("post", _post(stack, group))
@@ -473,8 +515,9 @@ def rootfs_labels(image_dir: Path) -> Dict[str, str]:
     return json.loads((image_dir / ".singularity.d" / "labels.json").read_text())
 
 
-def pins_of(sif: Path, rootfs: Path, stack: Optional[Stack], group: str,
-             binary: Optional[str]) -> Tuple[Dict[str, str], str]:
+def pins_of(
+    sif: Path, rootfs: Path, stack: Optional[Stack], group: str, binary: Optional[str]
+) -> Tuple[Dict[str, str], str]:
     """An image's pins and where they were read: the built image's labels, else the lock."""
     labels, where = None, ""
     if sif.is_file() and binary:
@@ -488,7 +531,7 @@ def pins_of(sif: Path, rootfs: Path, stack: Optional[Stack], group: str,
         except (OSError, ValueError) as exc:
             return {}, f"unreadable labels ({exc.__class__.__name__})"
     if labels is not None:
-        pins = {k[len(PIN_LABEL_PREFIX):]: v for k, v in labels.items() if k.startswith(PIN_LABEL_PREFIX)}
+        pins = {k[len(PIN_LABEL_PREFIX) :]: v for k, v in labels.items() if k.startswith(PIN_LABEL_PREFIX)}
         return pins, f"{where} (rev {labels.get(LABEL_PREFIX + 'git-revision', '?')})"
     if stack is None:
         return {}, "stack not in lock"

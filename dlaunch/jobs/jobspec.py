@@ -4,6 +4,7 @@
 shell lines that run on the batch host before the step. None of these classes writes shell:
 `render.py` turns each item into text and quotes every value.
 """
+
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple, Union
 
@@ -126,7 +127,9 @@ class AttemptCount:
     file: str
 
 
-PreludeItem = Union[WorkDir, Export, RequireVariable, Prepend, FirstHost, CommandOutput, HostList, Banner, EndTime, AttemptCount]
+PreludeItem = Union[
+    WorkDir, Export, RequireVariable, Prepend, FirstHost, CommandOutput, HostList, Banner, EndTime, AttemptCount
+]
 
 
 @dataclass(frozen=True)

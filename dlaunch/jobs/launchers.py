@@ -29,13 +29,14 @@ Stop signals: Slurm sends SIGUSR1 to every process of the job step 120 s before 
 torchrun therefore starts with SIGUSR1 ignored (`IGNORE_USR1`, inherited through exec); the workers
 install their own handler and receive the signal from Slurm directly.
 """
+
 from dataclasses import dataclass
 from typing import Any, Tuple
 
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.jobspec import CommandOutput, Export, FirstHost, PreludeItem, ShellWord
-from dlaunch.schedulers import Scheduler, registration
 from dlaunch.jobs.sites import Site
+from dlaunch.schedulers import Scheduler, registration
 from dlaunch.train.framework_table import FRAMEWORKS, FrameworkInfo
 
 
@@ -61,8 +62,9 @@ def rendezvous_prelude(site: Site, scheduler: Scheduler) -> Tuple[PreludeItem, .
     the allocation (+ the site's suffix, e.g. `i` for InfiniBand)."""
     command = tuple(site.launch.rendezvous_command)
     return (
-        CommandOutput("MASTER_ADDR", command) if command else
-        FirstHost("MASTER_ADDR", scheduler.hosts_command(), site.rendezvous_host_suffix),
+        CommandOutput("MASTER_ADDR", command)
+        if command
+        else FirstHost("MASTER_ADDR", scheduler.hosts_command(), site.rendezvous_host_suffix),
         Export("MASTER_PORT", str(site.master_port)),
     )
 
@@ -95,8 +97,13 @@ class LaunchStyle:
 
     def rank_per_gpu(self, site: Site, nproc_per_node: int, **how: Any) -> LaunchSpec:
         """One task per GPU with its share of the node's CPUs, each starting the row's entry."""
-        return LaunchSpec(tasks_per_node=nproc_per_node, cpus_per_task=max(1, site.cpus_per_node // nproc_per_node),
-                          whole_node=False, launch_prefix=("python", "-m", self.info.entry), **how)
+        return LaunchSpec(
+            tasks_per_node=nproc_per_node,
+            cpus_per_task=max(1, site.cpus_per_node // nproc_per_node),
+            whole_node=False,
+            launch_prefix=("python", "-m", self.info.entry),
+            **how,
+        )
 
 
 class TorchrunPerNode(LaunchStyle):
@@ -108,7 +115,9 @@ class TorchrunPerNode(LaunchStyle):
             prelude=rendezvous_prelude(site, scheduler) + visible_gpus(site, nproc_per_node),
             mpi=False,
             whole_node=True,
-            launch_prefix=IGNORE_USR1 + torchrun + (
+            launch_prefix=IGNORE_USR1
+            + torchrun
+            + (
                 _option("--nnodes=", scheduler.node_count_word(nodes)),
                 "--nproc_per_node=%d" % nproc_per_node,
                 "--rdzv_backend=c10d",
@@ -139,13 +148,25 @@ class Mpirun(LaunchStyle):
 
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
         step = ("mpirun", "-np", str(nodes * nproc_per_node), "--map-by", "ppr:%d:node" % nproc_per_node)
-        return self.rank_per_gpu(site, nproc_per_node, prelude=(), mpi=True,
-                                 own_step=step + tuple(site.launch.framework(self.info.name).step_options))
+        return self.rank_per_gpu(
+            site,
+            nproc_per_node,
+            prelude=(),
+            mpi=True,
+            own_step=step + tuple(site.launch.framework(self.info.name).step_options),
+        )
 
 
 class LocalTorchrun(LaunchStyle):
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
-        prefix = ("torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=%d" % nproc_per_node, "-m", self.info.entry)
+        prefix = (
+            "torchrun",
+            "--standalone",
+            "--nnodes=1",
+            "--nproc_per_node=%d" % nproc_per_node,
+            "-m",
+            self.info.entry,
+        )
         return LaunchSpec(1, site.cpus_per_node, (), False, True, prefix)
 
 

@@ -14,6 +14,7 @@ record does not say (an older trainer, NCCL's output not found) is not held agai
 MPI are judged by their interfaces only (they use TCP whatever the fabric), and only where they carry
 the data: beside NCCL/RCCL (Horovod on GPUs) they are a controller.
 """
+
 from typing import Annotated, Any, Dict, List, Literal, Optional, Sequence, Tuple
 
 from pydantic import Field, StringConstraints
@@ -66,15 +67,30 @@ def _deviations(record: Dict[str, Any], expected: Any, gpu_run: bool) -> List[Tu
             wanted = _transport(expected.transport) + (" (%s)" % expected.plugin if expected.plugin else "")
             found.append(("ran on %s (%s)" % (_transport(transport), record.get("network", transport)), wanted, []))
         elif expected.plugin and record.get("plugin") and not record["plugin"].startswith(expected.plugin):
-            did = "loaded no net plugin" if record["plugin"] == NO_PLUGIN else "loaded the net plugin %s" % record["plugin"]
+            did = (
+                "loaded no net plugin"
+                if record["plugin"] == NO_PLUGIN
+                else "loaded the net plugin %s" % record["plugin"]
+            )
             found.append((did, "the plugin %s" % expected.plugin, []))
         if expected.provider and record.get("provider") and record["provider"] != expected.provider:
-            found.append(("used the libfabric provider %s" % record["provider"], "the provider %s" % expected.provider, []))
+            found.append(
+                ("used the libfabric provider %s" % record["provider"], "the provider %s" % expected.provider, [])
+            )
     judged = transport == "socket" if record["library"] in GPU_LIBRARIES else not gpu_run
-    if judged and expected.interfaces and record.get("interfaces") \
-            and not interfaces_match(record["interfaces"], expected.interfaces):
-        found.append(("sent TCP traffic over %s" % ", ".join(record["interfaces"]), ", ".join(expected.interfaces),
-                      record.get("addresses", [])))
+    if (
+        judged
+        and expected.interfaces
+        and record.get("interfaces")
+        and not interfaces_match(record["interfaces"], expected.interfaces)
+    ):
+        found.append(
+            (
+                "sent TCP traffic over %s" % ", ".join(record["interfaces"]),
+                ", ".join(expected.interfaces),
+                record.get("addresses", []),
+            )
+        )
     return found
 
 
@@ -90,12 +106,16 @@ def network_problems(records: Optional[Sequence[Dict[str, Any]]], expected: Any)
         if record["transport"].startswith("unavailable"):
             continue
         for did, expects, shown in _deviations(record, expected, gpu_run):
-            hosts, addresses = groups.setdefault((LIBRARY_NAMES.get(record["library"], record["library"]), did, expects), ([], []))
+            hosts, addresses = groups.setdefault(
+                (LIBRARY_NAMES.get(record["library"], record["library"]), did, expects), ([], [])
+            )
             hosts.append(record["host"])
             addresses.extend(a for a in shown if a not in addresses)
-    return ["%s %s%s on %s; the profile expects %s: %s" % (library, did, " (%s)" % ", ".join(addresses) if addresses else "",
-                                                         _hosts(hosts), expects, CONSEQUENCE)
-            for (library, did, expects), (hosts, addresses) in groups.items()]
+    return [
+        "%s %s%s on %s; the profile expects %s: %s"
+        % (library, did, " (%s)" % ", ".join(addresses) if addresses else "", _hosts(hosts), expects, CONSEQUENCE)
+        for (library, did, expects), (hosts, addresses) in groups.items()
+    ]
 
 
 def describe(records: Optional[Sequence[Dict[str, Any]]]) -> str:
@@ -108,12 +128,16 @@ def describe(records: Optional[Sequence[Dict[str, Any]]]) -> str:
             text = "%s: %s" % (name, r["transport"])
         else:
             details = [r.get("network")] if r.get("network") and r["library"] in GPU_LIBRARIES else []
-            details += ["no net plugin" if r.get("plugin") == NO_PLUGIN else r.get("plugin"),
-                        "provider " + r["provider"] if r.get("provider") else None]
+            details += [
+                "no net plugin" if r.get("plugin") == NO_PLUGIN else r.get("plugin"),
+                "provider " + r["provider"] if r.get("provider") else None,
+            ]
             details += [", ".join(r.get("devices", [])) or None, r.get("gpudirect")]
             over = " over " + ", ".join(r["interfaces"]) if r.get("interfaces") else ""
             shown = "; ".join(d for d in details if d)
             text = "%s: %s%s%s" % (name, _transport(r["transport"]), " (%s)" % shown if shown else "", over)
         groups.setdefault(text, []).append(r["host"])
-    return "; ".join("%s on %s" % (text, _hosts(hosts) if len(hosts) <= SHOWN_HOSTS else "%d nodes" % len(hosts))
-                     for text, hosts in groups.items())
+    return "; ".join(
+        "%s on %s" % (text, _hosts(hosts) if len(hosts) <= SHOWN_HOSTS else "%d nodes" % len(hosts))
+        for text, hosts in groups.items()
+    )

@@ -3,6 +3,7 @@
 The site's scheduler, container runtime and the framework's launch style each contribute their part
 (dlaunch/schedulers/, dlaunch/runtimes/, dlaunch/jobs/launchers.py); `render.py` writes the text.
 """
+
 import dataclasses
 import os
 import re
@@ -14,9 +15,9 @@ from dlaunch.errors import DlaunchError, SchedulerError
 from dlaunch.jobs.jobspec import JobSpec, PreludeItem, Prepend, RequireVariable, TaskEnv, WorkDir, joined
 from dlaunch.jobs.launchers import launch_mode
 from dlaunch.jobs.request import LaunchRequest, trainer_arguments
-from dlaunch.schedulers import registration, scheduler_for
 from dlaunch.jobs.schema import BIND_PATH, SAFE_NAME, Partition, format_time, parse_time
 from dlaunch.jobs.sites import Site
+from dlaunch.schedulers import registration, scheduler_for
 from dlaunch.train import jobenv
 from dlaunch.train.config import ConfigError, parse_config
 from dlaunch.train.framework_table import FRAMEWORKS
@@ -41,7 +42,9 @@ class LaunchPlan:
     modules: Tuple[str, ...]
     env: Tuple[Tuple[str, str], ...]
     prelude: Tuple[PreludeItem, ...]
-    command: Tuple[Tuple[Any, ...], ...]  # lines in front of the trainer's flags: step, task variables, container, launch
+    command: Tuple[
+        Tuple[Any, ...], ...
+    ]  # lines in front of the trainer's flags: step, task variables, container, launch
     trainer_argv: Tuple[str, ...]
     warnings: Tuple[str, ...] = ()  # for the user, before submission; nothing in the script
     partition: Optional[str] = None  # the profile's partition row the job goes to (None: local)
@@ -55,7 +58,9 @@ class LaunchPlan:
         return data
 
 
-def resolve_account(site: Site, account: Optional[str], environ: Mapping[str, str], required: bool = True) -> Optional[str]:
+def resolve_account(
+    site: Site, account: Optional[str], environ: Mapping[str, str], required: bool = True
+) -> Optional[str]:
     """`--account`, else the site's account variable (e.g. $BUDGET); never hard-coded."""
     if account is None and site.account_env:
         account = environ.get(site.account_env) or None
@@ -71,7 +76,9 @@ def resolve_account(site: Site, account: Optional[str], environ: Mapping[str, st
 
 def _bindable(flag: str, path: str) -> str:
     if not BINDABLE.fullmatch(path):
-        raise DlaunchError("%s: %r has characters a Slurm/container path cannot carry (use letters, digits, _./+@=-)" % (flag, path))
+        raise DlaunchError(
+            "%s: %r has characters a Slurm/container path cannot carry (use letters, digits, _./+@=-)" % (flag, path)
+        )
     return path
 
 
@@ -79,20 +86,27 @@ def _shape(site: Site, request: LaunchRequest) -> Tuple[int, int]:
     """(nodes, processes per node) from --nodes or --gpus."""
     if registration(site.scheduler.kind).foreground:
         if request.nodes not in (None, 1):
-            raise DlaunchError("--nodes: site %s runs on this machine only (1 node), got %d" % (site.name, request.nodes))
+            raise DlaunchError(
+                "--nodes: site %s runs on this machine only (1 node), got %d" % (site.name, request.nodes)
+            )
         check_limit("--gpus", request.gpus or site.gpus_per_node, "local processes", request.allow_large)
         return 1, request.gpus or site.gpus_per_node
     if request.nodes is not None and request.gpus is not None:  # e.g. 2 GPUs on each of 2 nodes
         per_node, rest = divmod(request.gpus, request.nodes)
         if rest or not 1 <= per_node <= site.gpus_per_node:
-            raise DlaunchError("--gpus: %d GPUs do not spread evenly over --nodes %d with 1 to %d per node (site %s)"
-                               % (request.gpus, request.nodes, site.gpus_per_node, site.name))
+            raise DlaunchError(
+                "--gpus: %d GPUs do not spread evenly over --nodes %d with 1 to %d per node (site %s)"
+                % (request.gpus, request.nodes, site.gpus_per_node, site.name)
+            )
         return request.nodes, per_node
     if request.gpus is not None and request.nodes is None:
         if request.gpus < site.gpus_per_node:
             return 1, request.gpus
         if request.gpus % site.gpus_per_node:
-            raise DlaunchError("--gpus: %d is not a multiple of the %d GPUs per node of site %s" % (request.gpus, site.gpus_per_node, site.name))
+            raise DlaunchError(
+                "--gpus: %d is not a multiple of the %d GPUs per node of site %s"
+                % (request.gpus, site.gpus_per_node, site.name)
+            )
         return request.gpus // site.gpus_per_node, site.gpus_per_node
     return request.nodes or 1, site.gpus_per_node
 
@@ -108,12 +122,20 @@ def _queue_and_time(site: Site, request: LaunchRequest, nodes: int) -> Tuple[Par
     if request.partition is not None:
         partition = site.partition(request.partition)
         if nodes > partition.max_nodes:
-            raise DlaunchError("--nodes: %d exceeds the %d nodes of partition %s (site %s)" % (nodes, partition.max_nodes, partition.name, site.name))
+            raise DlaunchError(
+                "--nodes: %d exceeds the %d nodes of partition %s (site %s)"
+                % (nodes, partition.max_nodes, partition.name, site.name)
+            )
         if nodes < partition.min_nodes:
-            raise DlaunchError("--nodes: partition %s of site %s takes jobs of %d nodes or more, not %d"
-                               % (partition.name, site.name, partition.min_nodes, nodes))
+            raise DlaunchError(
+                "--nodes: partition %s of site %s takes jobs of %d nodes or more, not %d"
+                % (partition.name, site.name, partition.min_nodes, nodes)
+            )
         if seconds > partition.max_seconds:
-            raise DlaunchError("--time: %s exceeds the limit %s of partition %s (site %s)" % (format_time(seconds), partition.max_time, partition.name, site.name))
+            raise DlaunchError(
+                "--time: %s exceeds the limit %s of partition %s (site %s)"
+                % (format_time(seconds), partition.max_time, partition.name, site.name)
+            )
         return partition, seconds, ()
     default = site.partition(None)
     if default.fits(nodes, seconds):
@@ -121,12 +143,25 @@ def _queue_and_time(site: Site, request: LaunchRequest, nodes: int) -> Tuple[Par
     fitting = [p for p in site.partitions if p.auto and p.fits(nodes, seconds)]
     if not fitting:
         by_size = any(p.min_nodes <= nodes <= p.max_nodes for p in site.partitions)
-        raise DlaunchError("%s: no partition of site %s takes %d node(s) for %s; its partitions: %s"
-                           % ("--time" if by_size else "--nodes", site.name, nodes, format_time(seconds),
-                              ", ".join(p.limits() for p in site.partitions)))
+        raise DlaunchError(
+            "%s: no partition of site %s takes %d node(s) for %s; its partitions: %s"
+            % (
+                "--time" if by_size else "--nodes",
+                site.name,
+                nodes,
+                format_time(seconds),
+                ", ".join(p.limits() for p in site.partitions),
+            )
+        )
     chosen = fitting[0]
-    return chosen, seconds, ("partition %s chosen for %d node(s) and %s: the default, %s, does not take the job"
-                             % (chosen.limits(), nodes, format_time(seconds), default.limits()),)
+    return (
+        chosen,
+        seconds,
+        (
+            "partition %s chosen for %d node(s) and %s: the default, %s, does not take the job"
+            % (chosen.limits(), nodes, format_time(seconds), default.limits()),
+        ),
+    )
 
 
 def _environment(site: Site) -> Tuple[Prepend, ...]:
@@ -140,8 +175,16 @@ def _environment(site: Site) -> Tuple[Prepend, ...]:
     return required + tuple(Prepend(name, value) for name, value in prepend.items())
 
 
-def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision: Optional[str],
-               image: Optional[str], environ: Mapping[str, str], require_account: bool = True) -> LaunchPlan:
+def build_plan(
+    site: Site,
+    request: LaunchRequest,
+    *,
+    run_dir: str,
+    git_revision: Optional[str],
+    image: Optional[str],
+    environ: Mapping[str, str],
+    require_account: bool = True,
+) -> LaunchPlan:
     """Validate the request against the site and decide everything the script will contain.
 
     `require_account=False` (dry runs) renders a script without `--account` where none is known.
@@ -161,14 +204,32 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         account = resolve_account(site, request.account, environ, required=require_account)
         lead = scheduler.signal_lead_s
         if lead and seconds < 2 * lead:
-            warnings += ("--time %s leaves less than twice the %d s warning before the limit: the job may get no "
-                         "checkpoint warning (%s sends it up to a minute early or late)" % (format_time(seconds), lead, scheduler.label),)
+            warnings += (
+                "--time %s leaves less than twice the %d s warning before the limit: the job may get no "
+                "checkpoint warning (%s sends it up to a minute early or late)"
+                % (format_time(seconds), lead, scheduler.label),
+            )
         plugin_dir = site.nccl_net_plugin.directory if site.nccl_net_plugin else None
-        binds = (run_dir,) + ((_bindable("--data", data),) if data not in (None, "synthetic") else ()) + ((plugin_dir,) if plugin_dir else ())
+        binds = (
+            (run_dir,)
+            + ((_bindable("--data", data),) if data not in (None, "synthetic") else ())
+            + ((plugin_dir,) if plugin_dir else ())
+        )
     requeue = site.requeue if request.requeue is None else request.requeue
-    job = JobSpec(name="%s-%s" % (experiment, os.path.basename(run_dir)), nodes=nodes, tasks_per_node=spec.tasks_per_node,
-                  cpus_per_task=spec.cpus_per_task, gpus_per_node=nproc, seconds=seconds, queue=queue, account=account,
-                  run_dir=run_dir, requeue=requeue, extra_tasks=spec.extra_tasks, overcommit=spec.overcommit)
+    job = JobSpec(
+        name="%s-%s" % (experiment, os.path.basename(run_dir)),
+        nodes=nodes,
+        tasks_per_node=spec.tasks_per_node,
+        cpus_per_task=spec.cpus_per_task,
+        gpus_per_node=nproc,
+        seconds=seconds,
+        queue=queue,
+        account=account,
+        run_dir=run_dir,
+        requeue=requeue,
+        extra_tasks=spec.extra_tasks,
+        overcommit=spec.overcommit,
+    )
     container_options: Tuple[str, ...] = ()
     container_prefix: Tuple[str, ...] = ()
     if runtime.containerized:
@@ -182,8 +243,10 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         image = None
     if spec.own_step:
         if container_options:
-            raise DlaunchError("--framework %s: site %s starts it with %s, which cannot pass the %s runtime's step options"
-                               % (request.framework, site.name, spec.own_step[0], runtime.kind))
+            raise DlaunchError(
+                "--framework %s: site %s starts it with %s, which cannot pass the %s runtime's step options"
+                % (request.framework, site.name, spec.own_step[0], runtime.kind)
+            )
         step = spec.own_step
     else:
         step_options = tuple(site.launch.framework(request.framework).step_options) + container_options
@@ -195,24 +258,34 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
     # The scheduler's task variables as the neutral ones, in each task its step starts (mpirun's ranks are
     # not the scheduler's tasks: Horovod asks MPI).
     task_env = (TaskEnv(scheduler.task_variables),) if scheduler.task_variables and not spec.own_step else ()
-    provenance = tuple((name, value) for name, value in (
-        ("DLAUNCH_SITE", site.name),
-        (jobenv.SCHEDULER, site.scheduler.kind),
-        ("DLAUNCH_IMAGE", image),
-        ("DLAUNCH_GIT_REVISION", git_revision),
-        ("DLAUNCH_EXPERIMENT", experiment),
-        ("DLAUNCH_RUN_DIR", run_dir),
-        ("DLAUNCH_PARENT_RUN", environ.get("DLAUNCH_PARENT_RUN")),  # set by `dlaunch rerun`
-    ) if value)
+    provenance = tuple(
+        (name, value)
+        for name, value in (
+            ("DLAUNCH_SITE", site.name),
+            (jobenv.SCHEDULER, site.scheduler.kind),
+            ("DLAUNCH_IMAGE", image),
+            ("DLAUNCH_GIT_REVISION", git_revision),
+            ("DLAUNCH_EXPERIMENT", experiment),
+            ("DLAUNCH_RUN_DIR", run_dir),
+            ("DLAUNCH_PARENT_RUN", environ.get("DLAUNCH_PARENT_RUN")),  # set by `dlaunch rerun`
+        )
+        if value
+    )
     given_as = {"DLAUNCH_IMAGE": "--image", "DLAUNCH_RUN_DIR": "--output", "DLAUNCH_EXPERIMENT": "--experiment"}
     for name, value in provenance:  # no NUL or line break in an export (the site's `env` is checked by its schema)
         check_value(given_as.get(name, "$" + name), value)
     engine = FRAMEWORKS[request.framework].engine
     checkpoints = engine == "torch"  # the TensorFlow and MXNet trainers keep none
-    trainer_argv = ("--framework", request.framework) + trainer_arguments(request) + (
-        "--metrics", os.path.join(run_dir, METRICS_FILE),
-    ) + (("--checkpoint-dir", os.path.join(run_dir, "checkpoints")) if checkpoints else ()) + (
-        ("--resume",) if request.resume and checkpoints else ())
+    trainer_argv = (
+        ("--framework", request.framework)
+        + trainer_arguments(request)
+        + (
+            "--metrics",
+            os.path.join(run_dir, METRICS_FILE),
+        )
+        + (("--checkpoint-dir", os.path.join(run_dir, "checkpoints")) if checkpoints else ())
+        + (("--resume",) if request.resume and checkpoints else ())
+    )
     # The trainer's own checks (torch-free), so that no job is submitted only to exit 2; the data folder
     # too where this machine sees it (a node-local path is checked on the nodes only).
     data_here = data not in (None, "synthetic") and os.path.exists(data)
@@ -238,8 +311,14 @@ def build_plan(site: Site, request: LaunchRequest, *, run_dir: str, git_revision
         module_use=tuple(site.module_use),
         modules=tuple(site.modules),
         env=tuple(site.env_for(nodes).items()) + provenance,
-        prelude=(WorkDir(run_dir),) + (environment + runtime.exports([p for p in environment if isinstance(p, Prepend)])
-                 + scheduler.job_environment(site.scheduler, job) + scheduler.prelude(site.scheduler, job) + spec.prelude),
+        prelude=(WorkDir(run_dir),)
+        + (
+            environment
+            + runtime.exports([p for p in environment if isinstance(p, Prepend)])
+            + scheduler.job_environment(site.scheduler, job)
+            + scheduler.prelude(site.scheduler, job)
+            + spec.prelude
+        ),
         command=scheduler.command(step, task_env, container_prefix, spec.launch_prefix),
         trainer_argv=trainer_argv,
         warnings=warnings,

@@ -1,14 +1,27 @@
 """`LaunchPlan` -> batch script text. Every value is quoted here; nothing else writes shell."""
+
 import re
 import shlex
 from functools import singledispatch
 from typing import List, Sequence, Union
 
-from dlaunch.jobs.jobspec import (AttemptCount, Banner, CommandOutput, EndTime, Export, FirstHost, HostList, Prepend,
-                                   RequireVariable, ShellWord, TaskEnv, WorkDir)
+from dlaunch.jobs.jobspec import (
+    AttemptCount,
+    Banner,
+    CommandOutput,
+    EndTime,
+    Export,
+    FirstHost,
+    HostList,
+    Prepend,
+    RequireVariable,
+    ShellWord,
+    TaskEnv,
+    WorkDir,
+)
 from dlaunch.jobs.plan import LaunchPlan
-from dlaunch.schedulers import scheduler_for
 from dlaunch.jobs.schema import ENV_NAME, HOST_SUFFIX
+from dlaunch.schedulers import scheduler_for
 
 _SHELL_WORD = re.compile(r"^[A-Za-z0-9_=:.,/@+$-]*$")
 _NAME = re.compile(ENV_NAME)
@@ -82,8 +95,11 @@ def _(item: HostList) -> str:
 @render_item.register
 def _(item: Banner) -> str:
     job, count, hosts = _name(item.job_id), _name(item.restart_count), _name(item.hosts)
-    return ('echo "dlaunch: job $%s attempt $(( ${%s:-0} + 1 )) on $%s at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)"\n'
-            % (job, count, hosts))
+    return 'echo "dlaunch: job $%s attempt $(( ${%s:-0} + 1 )) on $%s at $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)"\n' % (
+        job,
+        count,
+        hosts,
+    )
 
 
 @render_item.register
@@ -94,8 +110,14 @@ def _(item: EndTime) -> str:
 @render_item.register
 def _(item: AttemptCount) -> str:
     name, job, file = _name(item.name), _name(item.job_id), quote(item.file)
-    return ('%s="$(grep -cxF "$%s" %s 2>/dev/null || true)"\necho "$%s" >> %s\nexport %s\n'
-            % (name, job, file, job, file, name))
+    return '%s="$(grep -cxF "$%s" %s 2>/dev/null || true)"\necho "$%s" >> %s\nexport %s\n' % (
+        name,
+        job,
+        file,
+        job,
+        file,
+        name,
+    )
 
 
 def task_env_words(item: TaskEnv) -> str:

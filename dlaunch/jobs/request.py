@@ -1,4 +1,5 @@
 """What the user asks for: a `LaunchRequest`, and the trainer flags it passes through."""
+
 import dataclasses
 import os
 from dataclasses import dataclass
@@ -8,8 +9,6 @@ from dlaunch.boundary import check_name
 from dlaunch.errors import DlaunchError
 from dlaunch.train.config import FLAGS, Flag  # the trainer's own definitions (torch-free module)
 from dlaunch.train.framework_table import FRAMEWORKS
-
-
 
 # The trainer's flags that users set through dlaunch (the rest come from the run directory and the
 # environment); defined once, in dlaunch/train/config.py.
@@ -54,15 +53,22 @@ class LaunchRequest:
 
     def normalized(self) -> "LaunchRequest":
         """Paths made absolute (site file, image, output, data), so the run can be resumed from anywhere."""
+
         def absolute(path: Optional[str]) -> Optional[str]:
             return os.path.abspath(path) if path else path
+
         site = absolute(self.site) if self.site.endswith(".toml") or os.sep in self.site else self.site
         data = self.option("data")
         trainer = tuple((k, absolute(v) if k == "data" and v != "synthetic" else v) for k, v in self.trainer)
         # An image given as a path (not a registry or store name: pyxis, podman-hpc) is made absolute.
-        image = absolute(self.image) if self.image and (self.image.startswith((".", "/")) or os.path.exists(self.image)) else self.image
-        return dataclasses.replace(self, site=site, image=image, output=absolute(self.output),
-                                   trainer=trainer if data else self.trainer)
+        image = (
+            absolute(self.image)
+            if self.image and (self.image.startswith((".", "/")) or os.path.exists(self.image))
+            else self.image
+        )
+        return dataclasses.replace(
+            self, site=site, image=image, output=absolute(self.output), trainer=trainer if data else self.trainer
+        )
 
     def to_dict(self) -> Dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -4,6 +4,7 @@ Every pattern here is a promise to `render.py`: a value that matches it may appe
 script (quoted or inside a directive line) without changing the script's meaning. Pydantic matches
 them as whole strings; Python code must use `re.fullmatch` (`re.match` with `$` passes `value\n`).
 """
+
 import re
 from typing import Annotated, List, Optional
 
@@ -105,7 +106,7 @@ class Partition(StrictModel):
         if self.min_nodes > self.max_nodes:
             raise ValueError("min_nodes %d exceeds max_nodes %d" % (self.min_nodes, self.max_nodes))
         if self.partition == "" and not self.qos:
-            raise ValueError("partition = \"\" needs a qos (the job must go somewhere)")
+            raise ValueError('partition = "" needs a qos (the job must go somewhere)')
         return self
 
     @property

@@ -6,6 +6,7 @@ when it was read (`read YYYY-MM-DD`), and a profile whose newest source is older
 flagged. `migrate` rewrites a first-schema file with tomlkit (the library that keeps a TOML file's
 comments and order: a profile's comments are its citations) and proves the result means the same.
 """
+
 import datetime
 import re
 import tomllib
@@ -21,8 +22,12 @@ STALE_AFTER_DAYS = 183  # six months
 # GPU models that exist on one CPU architecture only (Grace superchips are Arm; MI300A is an x86 APU).
 ARCH_OF_GPU = (("GH200", "aarch64"), ("GB200", "aarch64"), ("GB300", "aarch64"), ("MI300A", "x86_64"))
 # First-schema keys and where the current schema keeps them (besides `[[partitions]]` and `runtime`).
-V1_SCHEDULER_KEYS = {"mpi_plugin": "mpi_plugin", "gres": "gres", "srun_args": "step_options",
-                     "sbatch_directives": "directives"}
+V1_SCHEDULER_KEYS = {
+    "mpi_plugin": "mpi_plugin",
+    "gres": "gres",
+    "srun_args": "step_options",
+    "sbatch_directives": "directives",
+}
 
 
 def source_dates(site: Site) -> List[Optional[datetime.date]]:
@@ -43,12 +48,16 @@ def age_warnings(site: Site, today: datetime.date) -> List[str]:
     undated = [source.split()[0] for source, date in zip(site.based_on, dates) if date is None]
     warnings = []
     if undated:
-        warnings.append("%d of %d sources do not say when they were read (`read YYYY-MM-DD`): %s"
-                        % (len(undated), len(dates), ", ".join(undated)))
+        warnings.append(
+            "%d of %d sources do not say when they were read (`read YYYY-MM-DD`): %s"
+            % (len(undated), len(dates), ", ".join(undated))
+        )
     known = [d for d in dates if d is not None]
     if known and (today - max(known)).days > STALE_AFTER_DAYS:
-        warnings.append("the newest source was read %s, more than six months ago: check the profile against the "
-                        "operator's pages before a benchmark campaign" % max(known).isoformat())
+        warnings.append(
+            "the newest source was read %s, more than six months ago: check the profile against the "
+            "operator's pages before a benchmark campaign" % max(known).isoformat()
+        )
     return warnings
 
 
@@ -62,13 +71,17 @@ def check_warnings(path: Path, today: datetime.date) -> List[str]:
     data = tomllib.loads(text)  # valid UTF-8 and TOML: load_profile read it
     warnings = []
     if is_first_schema(data):
-        warnings.append("written in the first schema (scheduler = %r at the top): `dlaunch sites migrate %s` "
-                        "writes the current one" % (data["scheduler"], display_path(path)))
+        warnings.append(
+            "written in the first schema (scheduler = %r at the top): `dlaunch sites migrate %s` "
+            "writes the current one" % (data["scheduler"], display_path(path))
+        )
     model = (site.gpu_model or "").upper()
     for prefix, arch in ARCH_OF_GPU:
         if model.startswith(prefix) and site.arch != arch:
-            warnings.append("arch = %r contradicts gpu_model = %r (%s nodes are %s): the default image would be "
-                            "built for the wrong CPU" % (site.arch, site.gpu_model, prefix, arch))
+            warnings.append(
+                "arch = %r contradicts gpu_model = %r (%s nodes are %s): the default image would be "
+                "built for the wrong CPU" % (site.arch, site.gpu_model, prefix, arch)
+            )
     warnings += shadow_warnings(site, path)
     warnings += age_warnings(site, today)
     return warnings
@@ -87,8 +100,15 @@ def shadow_warnings(site: Site, path: Path) -> List[str]:
             continue
         shared = [word for word in mine if word in {stem, other.name, *other.aliases}]
         if shared:
-            warnings.append("%s also name%s profile %s (%s): --site finds only one of them"
-                            % (", ".join(repr(w) for w in shared), "s" if len(shared) == 1 else "", other.name, display_path(other_path)))
+            warnings.append(
+                "%s also name%s profile %s (%s): --site finds only one of them"
+                % (
+                    ", ".join(repr(w) for w in shared),
+                    "s" if len(shared) == 1 else "",
+                    other.name,
+                    display_path(other_path),
+                )
+            )
     return warnings
 
 
@@ -111,7 +131,11 @@ def migrate(path: Path) -> Tuple[str, bool]:
         rows = tomlkit.aot()
         old_rows = list(doc["partitions"])
         for row in old_rows:
-            while row is not old_rows[-1] and row.value.body and isinstance(row.value.body[-1][1], tomlkit.items.Whitespace):
+            while (
+                row is not old_rows[-1]
+                and row.value.body
+                and isinstance(row.value.body[-1][1], tomlkit.items.Whitespace)
+            ):
                 row.value.body.pop()  # the new array of tables puts its own blank line between rows
             if by_qos:
                 row.add("partition", "")
@@ -139,7 +163,9 @@ def migrate(path: Path) -> Tuple[str, bool]:
     migrated = tomlkit.dumps(out)
     again = Site.model_validate(tomllib.loads(migrated))
     if again != original:
-        raise DlaunchError("%s: the migrated profile does not mean the same as the original (please report)" % display_path(path))
+        raise DlaunchError(
+            "%s: the migrated profile does not mean the same as the original (please report)" % display_path(path)
+        )
     return migrated, True
 
 

@@ -1,4 +1,5 @@
 """Site profiles: TOML files validated by pydantic, found by name, alias or path (schema: docs/sites.md)."""
+
 import os
 import re
 from pathlib import Path
@@ -6,19 +7,29 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Type
 
 from pydantic import Field, SerializeAsAny, StringConstraints, create_model, field_validator, model_validator
 
-from dlaunch.errors import DlaunchError
 from dlaunch.boundary import ModelT, display_path, parse_toml, read_text, read_toml, read_toml_text
+from dlaunch.errors import DlaunchError
+from dlaunch.jobs.jobspec import ShellWord
+from dlaunch.jobs.network import Network
+from dlaunch.jobs.schema import (
+    HOST_SUFFIX,
+    AbsPath,
+    EnvName,
+    EnvValue,
+    ModuleName,
+    Partition,
+    SafeName,
+    StrictModel,
+    VarPath,
+    Word,
+)
+from dlaunch.paths import SHIPPED_SITES_DIR, toml_files_by_name
 from dlaunch.runtimes import NoContainer, Runtime
 from dlaunch.runtimes import validate_config as runtime_config
 from dlaunch.schedulers import registration, scheduler_for
 from dlaunch.schedulers import validate_config as scheduler_config
-from dlaunch.jobs.jobspec import ShellWord
-from dlaunch.jobs.network import Network
-from dlaunch.jobs.schema import HOST_SUFFIX, AbsPath, EnvName, EnvValue, ModuleName, Partition, SafeName, StrictModel, VarPath, Word
-from dlaunch.paths import SHIPPED_SITES_DIR, toml_files_by_name
 from dlaunch.thresholds import DEFAULT_THRESHOLD
 from dlaunch.train.framework_table import FRAMEWORKS
-
 
 # Environment values with a documented range; a value outside it is refused with the source.
 ENV_RANGES = {
@@ -106,9 +117,14 @@ class LaunchBase(StrictModel):
 
 
 Launch = create_model(  # one optional `[launch.<name>]` per framework the profile may launch differently
-    "Launch", __base__=LaunchBase,
-    **{name.replace("-", "_"): (Optional[FrameworkLaunch], Field(default=None, alias=name))
-       for name, info in FRAMEWORKS.items() if info.launch in LAUNCH_MODES})
+    "Launch",
+    __base__=LaunchBase,
+    **{
+        name.replace("-", "_"): (Optional[FrameworkLaunch], Field(default=None, alias=name))
+        for name, info in FRAMEWORKS.items()
+        if info.launch in LAUNCH_MODES
+    },
+)
 
 
 class EnvByNodes(StrictModel):
@@ -130,10 +146,16 @@ def _from_v1(data: Any) -> Any:
     scheduler: Dict[str, Any] = {"kind": data.pop("scheduler")}
     by_qos = data.pop("partition_directive", "partition") == "qos"
     if "partitions" in data:
-        scheduler["partitions"] = [dict(p, partition="", qos=p.get("name")) if by_qos and isinstance(p, dict) else p
-                                   for p in data.pop("partitions")]
-    for old, new in (("mpi_plugin", "mpi_plugin"), ("gres", "gres"), ("srun_args", "step_options"),
-                     ("sbatch_directives", "directives")):
+        scheduler["partitions"] = [
+            dict(p, partition="", qos=p.get("name")) if by_qos and isinstance(p, dict) else p
+            for p in data.pop("partitions")
+        ]
+    for old, new in (
+        ("mpi_plugin", "mpi_plugin"),
+        ("gres", "gres"),
+        ("srun_args", "step_options"),
+        ("sbatch_directives", "directives"),
+    ):
         if old in data:
             scheduler[new] = data.pop(old)
     data["scheduler"] = scheduler
@@ -223,21 +245,27 @@ class Site(StrictModel):
     def _check_launch(self) -> None:
         gpu_request = getattr(self.scheduler, "gpu_request", "none")
         if gpu_request != "none" and self.gpu_vendor == "none":
-            raise ValueError("scheduler.gpu_request: a site without GPUs (gpu_vendor = \"none\") asks for none")
+            raise ValueError('scheduler.gpu_request: a site without GPUs (gpu_vendor = "none") asks for none')
         if gpu_request != "none" and "gpu" in (getattr(self.scheduler, "gres", None) or ""):
             raise ValueError("scheduler.gres and scheduler.gpu_request both ask for GPUs: keep gpu_request")
         launch = self.launch
         if launch.rendezvous_command and self.rendezvous_host_suffix:
-            raise ValueError("launch.rendezvous_command and rendezvous_host_suffix both name the rendezvous host: keep one")
+            raise ValueError(
+                "launch.rendezvous_command and rendezvous_host_suffix both name the rendezvous host: keep one"
+            )
         for name, info in FRAMEWORKS.items():
             chosen = launch.framework(name)
             if info.launch not in LAUNCH_MODES or chosen == FrameworkLaunch():
                 continue
             if registration(self.scheduler.kind).foreground:
-                raise ValueError("launch.%s: a site that runs its jobs in the foreground starts its processes itself "
-                                 "(torchrun --standalone, horovodrun)" % name)
+                raise ValueError(
+                    "launch.%s: a site that runs its jobs in the foreground starts its processes itself "
+                    "(torchrun --standalone, horovodrun)" % name
+                )
             if chosen.mode and chosen.mode not in LAUNCH_MODES[info.launch]:
-                raise ValueError("launch.%s.mode: %r is not one of %s" % (name, chosen.mode, ", ".join(LAUNCH_MODES[info.launch])))
+                raise ValueError(
+                    "launch.%s.mode: %r is not one of %s" % (name, chosen.mode, ", ".join(LAUNCH_MODES[info.launch]))
+                )
             form = scheduler_for(self.scheduler.kind).step_option_form  # the scheduler's step, unless mpirun starts it
             for option in chosen.step_options if form and chosen.mode != "mpirun" else ():
                 if not re.fullmatch(form[0], option):

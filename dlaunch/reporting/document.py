@@ -3,6 +3,7 @@ plots (`write_report`), and a study's published-vs-this-run section (`write_comp
 line prints too. Deterministic: the same inputs give byte-identical outputs (rows sorted, no time stamps but the
 data's, plots with a fixed DPI and without PNG software/date metadata).
 """
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -15,7 +16,14 @@ from dlaunch.analysis.stragglers import Flag
 from dlaunch.atomic import write_atomic
 from dlaunch.jobs.sites import Site
 from dlaunch.reporting.html import write_page
-from dlaunch.reporting.plots import COMPARISON_PLOT, COMPARISON_TITLE, left_out, plot_titles, write_comparison_plot, write_plots
+from dlaunch.reporting.plots import (
+    COMPARISON_PLOT,
+    COMPARISON_TITLE,
+    left_out,
+    plot_titles,
+    write_comparison_plot,
+    write_plots,
+)
 from dlaunch.reporting.report import GroupResult, Profiles, Recorded, SetApart, flagged_note, off_network_note
 from dlaunch.tables import cell, counted, markdown
 from dlaunch.version import __version__
@@ -100,9 +108,32 @@ def _percent(value: Optional[float]) -> str:
     return "-" if value is None else "%.1f" % (100 * value)
 
 
-SCALING_HEADERS = ["GPUs", "nodes", "runs", "spread", "images/s", "images/s range", "S_G", "E_G", "E_G range", "pred. E_G",
-                   "comm %", "compute %", "data %"]
-RUN_HEADERS = ["run", "GPUs", "global batch", "schedule", "status", "images/s", "best top-1", "reference", "metrics file"]
+SCALING_HEADERS = [
+    "GPUs",
+    "nodes",
+    "runs",
+    "spread",
+    "images/s",
+    "images/s range",
+    "S_G",
+    "E_G",
+    "E_G range",
+    "pred. E_G",
+    "comm %",
+    "compute %",
+    "data %",
+]
+RUN_HEADERS = [
+    "run",
+    "GPUs",
+    "global batch",
+    "schedule",
+    "status",
+    "images/s",
+    "best top-1",
+    "reference",
+    "metrics file",
+]
 ENERGY_SCALING_HEADERS = ["J/img", "J/img range"]
 ACCURACY_SCALING_HEADERS = ["epochs to target", "time to target s", "TTA S_G"]
 ACCURACY_RUN_HEADERS = ["epochs to target", "time to acc. s"]
@@ -125,13 +156,19 @@ class Columns:
 
     @classmethod
     def of(cls, runs: Sequence[Run], history: bool = False) -> "Columns":
-        return cls(energy=any(r.joules_per_image is not None or r.energy_j is not None for r in runs),
-                   accuracy=any(r.time_to_accuracy_s is not None for r in runs), history=history,
-                   compiled=any(r.compile_s is not None for r in runs))
+        return cls(
+            energy=any(r.joules_per_image is not None or r.energy_j is not None for r in runs),
+            accuracy=any(r.time_to_accuracy_s is not None for r in runs),
+            history=history,
+            compiled=any(r.compile_s is not None for r in runs),
+        )
 
     def scaling_headers(self) -> List[str]:
-        return (SCALING_HEADERS + (ACCURACY_SCALING_HEADERS if self.accuracy else [])
-                + (ENERGY_SCALING_HEADERS if self.energy else []))
+        return (
+            SCALING_HEADERS
+            + (ACCURACY_SCALING_HEADERS if self.accuracy else [])
+            + (ENERGY_SCALING_HEADERS if self.energy else [])
+        )
 
     def run_headers(self) -> List[str]:
         extra = ([COMPILE_HEADER] if self.compiled else []) + (ACCURACY_RUN_HEADERS if self.accuracy else [])
@@ -160,15 +197,27 @@ def scaling_rows(g: GroupResult, columns: Columns) -> List[List[str]]:
         pred = g.predictions.get(pt.gpus)
         s = pt.shares
         row = [
-            str(pt.gpus), str(pt.nodes), str(pt.runs), pt.throughput.kind if pt.runs > 1 else "-",
-            "%.1f" % pt.images_per_s, _range(pt.throughput, "%.1f"), "%.2f" % pt.speedup, "%.3f" % pt.efficiency,
-            _range(pt.efficiencies, "%.3f"), cell(pred.efficiency if pred else None, "%.3f"),
-            _percent(s.comm if s else None), _percent(s.compute if s else None), _percent(s.data if s else None),
+            str(pt.gpus),
+            str(pt.nodes),
+            str(pt.runs),
+            pt.throughput.kind if pt.runs > 1 else "-",
+            "%.1f" % pt.images_per_s,
+            _range(pt.throughput, "%.1f"),
+            "%.2f" % pt.speedup,
+            "%.3f" % pt.efficiency,
+            _range(pt.efficiencies, "%.3f"),
+            cell(pred.efficiency if pred else None, "%.3f"),
+            _percent(s.comm if s else None),
+            _percent(s.compute if s else None),
+            _percent(s.data if s else None),
         ]
         if columns.accuracy:
             tta = pt.time_to_target
-            row += [cell(pt.epochs_to_target.median if pt.epochs_to_target else None, "%g"),
-                    cell(tta.median if tta else None), cell(t_ref / tta.median if tta and t_ref else None, "%.2f")]
+            row += [
+                cell(pt.epochs_to_target.median if pt.epochs_to_target else None, "%g"),
+                cell(tta.median if tta else None),
+                cell(t_ref / tta.median if tta and t_ref else None, "%.2f"),
+            ]
         if columns.energy:
             row += [cell(pt.joules_per_image, "%.3g"), _range(pt.energy, "%.3g")]
         rows.append(row)
@@ -187,21 +236,34 @@ def verdict_cell(run: Run, site: Optional[Site]) -> str:
     return "%s %+.1f%%" % ("PASS" if v.passed else "REGRESSION", 100 * v.deviation)
 
 
-def run_rows(g: GroupResult, profiles: Profiles, columns: Columns, history: Optional[Dict[str, str]] = None) -> List[List[str]]:
+def run_rows(
+    g: GroupResult, profiles: Profiles, columns: Columns, history: Optional[Dict[str, str]] = None
+) -> List[List[str]]:
     """`history`: metrics file -> history verdict (dlaunch/resultsdb/compare.py)."""
     rows = []
     for run in g.runs:
         check = verdict_cell(run, profiles.of(run))
-        row = [Path(run.path).parent.name, str(run.world_size), str(run.global_batch), run.schedule, run.status,
-               cell(run.throughput), cell(run.best_top1, "%.4f"), check]
+        row = [
+            Path(run.path).parent.name,
+            str(run.world_size),
+            str(run.global_batch),
+            run.schedule,
+            run.status,
+            cell(run.throughput),
+            cell(run.best_top1, "%.4f"),
+            check,
+        ]
         if columns.compiled:
             row.append(cell(run.compile_s))
         if columns.accuracy:
             row += [cell(run.epochs_to_target, "%d"), cell(run.time_to_accuracy_s)]
         if columns.energy:
             total = _kilo(run.energy_j)
-            row += [cell(run.joules_per_image, "%.3g"), _kilo(run.energy_per_epoch),
-                    total if run.energy_domains is None else "%s (%s)" % (total, run.energy_domains)]
+            row += [
+                cell(run.joules_per_image, "%.3g"),
+                _kilo(run.energy_per_epoch),
+                total if run.energy_domains is None else "%s (%s)" % (total, run.energy_domains),
+            ]
             if columns.accuracy:
                 row.append(_kilo(run.energy_to_accuracy_j))
         if columns.history:
@@ -222,7 +284,9 @@ FLAGGED_HEADERS = ["run", "GPUs", "flags", "metrics file"]
 
 
 def flagged_rows(runs: Sequence[Run], flags: Dict[str, List[Flag]]) -> List[List[str]]:
-    return [[Path(r.path).parent.name, str(r.world_size), "; ".join(f.message for f in flags[r.path]), r.path] for r in runs]
+    return [
+        [Path(r.path).parent.name, str(r.world_size), "; ".join(f.message for f in flags[r.path]), r.path] for r in runs
+    ]
 
 
 BUDGET_HEADERS = ["GPUs", "E_G", "batch/X ms", *LOST_PARTS]  # the parts: the share of the ideal lost to each
@@ -230,9 +294,11 @@ BUDGET_HEADERS = ["GPUs", "E_G", "batch/X ms", *LOST_PARTS]  # the parts: the sh
 
 def budget_rows(g: GroupResult) -> List[List[str]]:
     """Per GPU count: E_G, the step time behind it and the share of the ideal lost per cause."""
-    return [[str(row.gpus), "%.3f" % row.measured_e_g, "%.1f" % (1000 * row.step_s)]
-            + ["not recorded" if row.lost[part] is None else _share(row.lost[part]) for part in LOST_PARTS]  # type: ignore[arg-type]
-            for row in g.budget]
+    return [
+        [str(row.gpus), "%.3f" % row.measured_e_g, "%.1f" % (1000 * row.step_s)]
+        + ["not recorded" if row.lost[part] is None else _share(row.lost[part]) for part in LOST_PARTS]  # type: ignore[arg-type]
+        for row in g.budget
+    ]
 
 
 def _share(value: float) -> str:
@@ -250,17 +316,33 @@ RCP_HEADERS = ["global batch", "runs", "reached 75.9%", "epochs to 75.9%", "RCP 
 
 
 def rcp_rows(verdicts: Sequence[RCPVerdict]) -> List[List[str]]:
-    return [[str(v.global_batch), str(v.runs), str(v.reached), cell(v.epochs, "%.2f"),
-             cell(v.rcp.mean if v.rcp else None, "%.2f"), cell(v.rcp.min_epochs if v.rcp else None, "%.2f"),
-             v.rcp.name if v.rcp else "-", v.verdict] for v in verdicts]
+    return [
+        [
+            str(v.global_batch),
+            str(v.runs),
+            str(v.reached),
+            cell(v.epochs, "%.2f"),
+            cell(v.rcp.mean if v.rcp else None, "%.2f"),
+            cell(v.rcp.min_epochs if v.rcp else None, "%.2f"),
+            v.rcp.name if v.rcp else "-",
+            v.verdict,
+        ]
+        for v in verdicts
+    ]
 
 
-
-
-def markdown_report(results: Sequence[GroupResult], profiles: Profiles, rejected: Sequence[str],
-                    notes: Sequence[str], diverged: Sequence[Run] = (), recorded: Optional[Recorded] = None,
-                    rcp: Sequence[RCPVerdict] = (), apart: SetApart = SetApart(),
-                    plots: Optional[Dict[str, str]] = None, inputs: Sequence[str] = ()) -> str:
+def markdown_report(
+    results: Sequence[GroupResult],
+    profiles: Profiles,
+    rejected: Sequence[str],
+    notes: Sequence[str],
+    diverged: Sequence[Run] = (),
+    recorded: Optional[Recorded] = None,
+    rcp: Sequence[RCPVerdict] = (),
+    apart: SetApart = SetApart(),
+    plots: Optional[Dict[str, str]] = None,
+    inputs: Sequence[str] = (),
+) -> str:
     """`recorded`: the results database's history verdicts and rows; `rcp`: the convergence verdicts per
     global batch; `apart`: the runs listed apart; `plots`: the figures written (file -> title); `inputs`:
     the paths reported on."""
@@ -270,48 +352,98 @@ def markdown_report(results: Sequence[GroupResult], profiles: Profiles, rejected
     excluded = apart.excluded()
     parts = [
         "# dlaunch report",
-        "%s in %s; %s apart; %s rejected." % (counted(n_runs, "run"), counted(len(results), "group"),
-                                               counted(len(diverged), "diverged run"), counted(len(rejected), "file"))
+        "%s in %s; %s apart; %s rejected."
+        % (
+            counted(n_runs, "run"),
+            counted(len(results), "group"),
+            counted(len(diverged), "diverged run"),
+            counted(len(rejected), "file"),
+        )
         + ("" if apart.off_included or not apart.off else " %d run(s) off their network apart." % len(apart.off))
-        + ("" if apart.flagged_included or not apart.flagged
-           else " %d run(s) with a straggler or a throttled GPU apart." % len(apart.flagged)),
+        + (
+            ""
+            if apart.flagged_included or not apart.flagged
+            else " %d run(s) with a straggler or a throttled GPU apart." % len(apart.flagged)
+        ),
         "## Scaling",
         markdown_table(columns.scaling_headers(), [(g.key.label, scaling_rows(g, columns)) for g in results]),
         "## Runs",
-        markdown_table(columns.run_headers(), [(g.key.label, run_rows(g, profiles, columns, recorded.history)) for g in results]),
+        markdown_table(
+            columns.run_headers(), [(g.key.label, run_rows(g, profiles, columns, recorded.history)) for g in results]
+        ),
     ]
     explained = [g for g in results if g.explained]
     if explained:
-        parts += ["## Efficiency budget",
-                  "Per GPU count, from ideal (1.000) to the measured E_G: the share of the ideal lost to each cause "
-                  "(communication, stragglers, data, compute, epoch overhead, other) against the group's reference G_ref "
-                  "(definitions below); the parts and E_G add up to 1.",
-                  markdown_table(BUDGET_HEADERS, [(g.key.label, budget_rows(g)) for g in explained])]
+        parts += [
+            "## Efficiency budget",
+            "Per GPU count, from ideal (1.000) to the measured E_G: the share of the ideal lost to each cause "
+            "(communication, stragglers, data, compute, epoch overhead, other) against the group's reference G_ref "
+            "(definitions below); the parts and E_G add up to 1.",
+            markdown_table(BUDGET_HEADERS, [(g.key.label, budget_rows(g)) for g in explained]),
+        ]
     if rcp:
-        parts += ["## Convergence against MLPerf's reference convergence points",
-                  markdown_table(RCP_HEADERS, [(v.label, [row]) for v, row in zip(rcp, rcp_rows(rcp))]),
-                  "ResNet-50 on ImageNet, epochs to MLPerf's target of 75.9%% top-1 per global batch, against "
-                  "the RCPs of %s (method: dlaunch/analysis/convergence.py)." % RCP_SOURCE]
+        parts += [
+            "## Convergence against MLPerf's reference convergence points",
+            markdown_table(RCP_HEADERS, [(v.label, [row]) for v, row in zip(rcp, rcp_rows(rcp))]),
+            "ResNet-50 on ImageNet, epochs to MLPerf's target of 75.9%% top-1 per global batch, against "
+            "the RCPs of %s (method: dlaunch/analysis/convergence.py)." % RCP_SOURCE,
+        ]
     plots = plot_titles(results) if plots is None else plots
-    parts += ["## Plots", "\n\n".join([*(["_%s_" % note] if (note := left_out(results)) else []),
-                                       *("![%s](%s)" % (title, name) for name, title in plots.items())])
-              or "No figure: no run has data to draw."]
-    kernel_rows = [(g.key.label, [[str(r.world_size)] + ["%.1f" % (100 * v) for v in (
-        r.kernel_shares.comm, r.kernel_shares.compute, r.kernel_shares.io,
-        1 - r.kernel_shares.comm - r.kernel_shares.compute - r.kernel_shares.io)]
-        for r in sorted(g.runs, key=lambda r: r.world_size) if r.kernel_shares]) for g in results]
+    parts += [
+        "## Plots",
+        "\n\n".join(
+            [
+                *(["_%s_" % note] if (note := left_out(results)) else []),
+                *("![%s](%s)" % (title, name) for name, title in plots.items()),
+            ]
+        )
+        or "No figure: no run has data to draw.",
+    ]
+    kernel_rows = [
+        (
+            g.key.label,
+            [
+                [str(r.world_size)]
+                + [
+                    "%.1f" % (100 * v)
+                    for v in (
+                        r.kernel_shares.comm,
+                        r.kernel_shares.compute,
+                        r.kernel_shares.io,
+                        1 - r.kernel_shares.comm - r.kernel_shares.compute - r.kernel_shares.io,
+                    )
+                ]
+                for r in sorted(g.runs, key=lambda r: r.world_size)
+                if r.kernel_shares
+            ],
+        )
+        for g in results
+    ]
     if any(rows for _, rows in kernel_rows):
-        parts += ["## Kernel time shares (percent of CUDA kernel time)",
-                  markdown_table(KERNEL_HEADERS, [(label, rows) for label, rows in kernel_rows if rows])]
+        parts += [
+            "## Kernel time shares (percent of CUDA kernel time)",
+            markdown_table(KERNEL_HEADERS, [(label, rows) for label, rows in kernel_rows if rows]),
+        ]
     if apart.flagged:
-        parts += ["## Stragglers and throttled GPUs", flagged_note(apart.flagged, apart.flagged_included, apart.threshold) + ".",
-                  markdown_table(FLAGGED_HEADERS, [(r.key.label, flagged_rows([r], apart.flags)) for r in apart.flagged])]
+        parts += [
+            "## Stragglers and throttled GPUs",
+            flagged_note(apart.flagged, apart.flagged_included, apart.threshold) + ".",
+            markdown_table(FLAGGED_HEADERS, [(r.key.label, flagged_rows([r], apart.flags)) for r in apart.flagged]),
+        ]
     if diverged:
-        parts += ["## Diverged runs", "Left out of every table and plot above.",
-                  markdown_table(DIVERGED_HEADERS, [(r.key.label, diverged_rows([r])) for r in diverged])]
+        parts += [
+            "## Diverged runs",
+            "Left out of every table and plot above.",
+            markdown_table(DIVERGED_HEADERS, [(r.key.label, diverged_rows([r])) for r in diverged]),
+        ]
     if apart.off:
-        parts += ["## Runs off their network", off_network_note(apart.off, apart.off_included) + ".",
-                  markdown_table(OFF_NETWORK_HEADERS, [(r.key.label, off_network_rows([r], apart.problems)) for r in apart.off])]
+        parts += [
+            "## Runs off their network",
+            off_network_note(apart.off, apart.off_included) + ".",
+            markdown_table(
+                OFF_NETWORK_HEADERS, [(r.key.label, off_network_rows([r], apart.problems)) for r in apart.off]
+            ),
+        ]
     if rejected:
         parts += ["## Rejected files", "\n".join("- `%s`" % msg for msg in rejected)]
     if notes:
@@ -327,8 +459,10 @@ PROVENANCE_HEADERS = ["run", "started", "image", "git revision", "versions", "jo
 
 def provenance_text(runs: Sequence[Run], profiles: Profiles, recorded: Recorded, inputs: Sequence[str]) -> str:
     """Who made the report from what, and per run what it ran (from the results database's rows)."""
-    lines = ["- Made by dlaunch %s (`dlaunch report`) from %s under %s." % (
-        __version__, counted(len(runs), "metrics file"), ", ".join("`%s`" % p for p in inputs) or "-")]
+    lines = [
+        "- Made by dlaunch %s (`dlaunch report`) from %s under %s."
+        % (__version__, counted(len(runs), "metrics file"), ", ".join("`%s`" % p for p in inputs) or "-")
+    ]
     lines += ["- Site profiles: %s." % ("; ".join(profiles.sources) or "none")]
     rows = []
     for run in sorted(runs, key=lambda r: (r.key, r.world_size, r.path)):
@@ -337,23 +471,53 @@ def provenance_text(runs: Sequence[Run], profiles: Profiles, recorded: Recorded,
             rows.append((run.key.label, [[Path(run.path).parent.name, "-", "-", "-", "-", "-", run.path]]))
             continue
         versions = ", ".join("%s %s" % item for item in sorted(row["pins"].items())) or "-"
-        rows.append((run.key.label, [[Path(run.path).parent.name, row["started"], row["image"] or "-",
-                                      row["provenance"].get("git_revision") or "-", versions,
-                                      row["provenance"].get("job_id") or "-", run.path]]))
+        rows.append(
+            (
+                run.key.label,
+                [
+                    [
+                        Path(run.path).parent.name,
+                        row["started"],
+                        row["image"] or "-",
+                        row["provenance"].get("git_revision") or "-",
+                        versions,
+                        row["provenance"].get("job_id") or "-",
+                        run.path,
+                    ]
+                ],
+            )
+        )
     missing = sum(1 for r in runs if r.path not in recorded.rows)
-    why = [] if not missing else ["%s without a row in the results database (running, or the database was not "
-                                  "written): '-'." % counted(missing, "run")]
+    why = (
+        []
+        if not missing
+        else [
+            "%s without a row in the results database (running, or the database was not "
+            "written): '-'." % counted(missing, "run")
+        ]
+    )
     return "\n".join(lines) + "\n\n" + "\n\n".join(why + [markdown_table(PROVENANCE_HEADERS, rows)])
 
 
-def write_report(output: Path, results: Sequence[GroupResult], profiles: Profiles, rejected: Sequence[str],
-                 notes: Sequence[str], diverged: Sequence[Run] = (), recorded: Optional[Recorded] = None,
-                 rcp: Sequence[RCPVerdict] = (), apart: SetApart = SetApart(), inputs: Sequence[str] = ()) -> None:
+def write_report(
+    output: Path,
+    results: Sequence[GroupResult],
+    profiles: Profiles,
+    rejected: Sequence[str],
+    notes: Sequence[str],
+    diverged: Sequence[Run] = (),
+    recorded: Optional[Recorded] = None,
+    rcp: Sequence[RCPVerdict] = (),
+    apart: SetApart = SetApart(),
+    inputs: Sequence[str] = (),
+) -> None:
     """report.md, report.html and the plots into `output` (created), each file written atomically."""
     output.mkdir(parents=True, exist_ok=True)
     plots = write_plots(output, results)
-    write_atomic(output / "report.md", markdown_report(results, profiles, rejected, notes, diverged, recorded, rcp, apart,
-                                                       plots, inputs))
+    write_atomic(
+        output / "report.md",
+        markdown_report(results, profiles, rejected, notes, diverged, recorded, rcp, apart, plots, inputs),
+    )
     write_page(output)
 
 
@@ -370,13 +534,29 @@ def comparison_rows(comparisons: Sequence[Comparison]) -> List[List[str]]:
             measured = dict(points)
             for gpus in sorted(set(published) | set(measured)):
                 s = measured.get(gpus)
-                rows.append([c.label, str(gpus), cell(published.get(gpus), "%.3g"), label,
-                             *([cell(v, "%.3g") for v in (s.median, s.low, s.high)] + [str(s.n), s.kind] if s else ["-"] * 5)])
+                rows.append(
+                    [
+                        c.label,
+                        str(gpus),
+                        cell(published.get(gpus), "%.3g"),
+                        label,
+                        *(
+                            [cell(v, "%.3g") for v in (s.median, s.low, s.high)] + [str(s.n), s.kind]
+                            if s
+                            else ["-"] * 5
+                        ),
+                    ]
+                )
     return rows
 
 
-def write_comparison(output: Path, comparisons: Sequence[Comparison], sources: Sequence[str],
-                     design: Sequence[str] = (), assumptions: Sequence[str] = ()) -> Optional[Path]:
+def write_comparison(
+    output: Path,
+    comparisons: Sequence[Comparison],
+    sources: Sequence[str],
+    design: Sequence[str] = (),
+    assumptions: Sequence[str] = (),
+) -> Optional[Path]:
     """The published-vs-this-run plot into `output` (when the study compares with published data; returned),
     and its table appended to `output`/report.md (report.html made again from it), after the study's design
     lines (protocol, stack) and its assumptions (what the sources leave unstated)."""
@@ -385,16 +565,27 @@ def write_comparison(output: Path, comparisons: Sequence[Comparison], sources: S
         write_comparison_plot(output, comparisons)
     elif plot.is_file() and not plot.is_symlink():
         plot.unlink()  # an earlier report's
-    section = "\n\n".join([
-        "## Published vs this run",
-        "Sources:\n" + "\n".join("- %s" % s for s in sources),
-        *(["\n".join(design)] if design else []),
-        *(["Assumptions (values the sources leave unstated, fixed by this study):\n" + "\n".join("- %s" % a for a in assumptions)]
-          if assumptions else []),
-        markdown_table(COMPARISON_HEADERS[1:], [(row[0], [row[1:]]) for row in comparison_rows(comparisons)]).replace(
-            "| group |", "| comparison |", 1),
-        "![%s](%s)" % (COMPARISON_TITLE, COMPARISON_PLOT) if comparisons else "The study compares with no published data.",
-    ])
+    section = "\n\n".join(
+        [
+            "## Published vs this run",
+            "Sources:\n" + "\n".join("- %s" % s for s in sources),
+            *(["\n".join(design)] if design else []),
+            *(
+                [
+                    "Assumptions (values the sources leave unstated, fixed by this study):\n"
+                    + "\n".join("- %s" % a for a in assumptions)
+                ]
+                if assumptions
+                else []
+            ),
+            markdown_table(
+                COMPARISON_HEADERS[1:], [(row[0], [row[1:]]) for row in comparison_rows(comparisons)]
+            ).replace("| group |", "| comparison |", 1),
+            "![%s](%s)" % (COMPARISON_TITLE, COMPARISON_PLOT)
+            if comparisons
+            else "The study compares with no published data.",
+        ]
+    )
     report = output / "report.md"
     previous = report.read_text(encoding="utf-8") if report.is_file() else ""
     write_atomic(report, previous + "\n" + section + "\n")

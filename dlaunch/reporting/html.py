@@ -7,6 +7,7 @@ a contents list of its sections and a small style sheet: no script, no file or a
 it opens the same anywhere (a mail attachment, a browser without network). Deterministic like
 report.md: the same inputs give the same bytes.
 """
+
 import base64
 import html
 import re
@@ -80,9 +81,10 @@ def cells(line: str) -> List[str]:
 
 def table_html(lines: List[str]) -> str:
     head, rows = cells(lines[0]), [cells(line) for line in lines[2:]]
-    return ("<table>\n<thead>\n<tr>%s</tr>\n</thead>\n<tbody>\n%s</tbody>\n</table>\n"
-            % ("".join("<th>%s</th>" % c for c in head), "".join("<tr>%s</tr>\n" % "".join("<td>%s</td>" % c for c in row)
-                                                                for row in rows)))
+    return "<table>\n<thead>\n<tr>%s</tr>\n</thead>\n<tbody>\n%s</tbody>\n</table>\n" % (
+        "".join("<th>%s</th>" % c for c in head),
+        "".join("<tr>%s</tr>\n" % "".join("<td>%s</td>" % c for c in row) for row in rows),
+    )
 
 
 def render(markdown_text: str, folder: Path) -> str:
@@ -114,10 +116,12 @@ def render(markdown_text: str, folder: Path) -> str:
     body = "".join(parts)
     contents = "".join('<li><a href="#%s">%s</a></li>' % (anchor, html.escape(text)) for anchor, text in sections)
     body = body.replace("</h1>\n", "</h1>\n<nav><ul>%s</ul></nav>\n" % contents, 1)  # the contents under the title
-    return ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            "<title>%s</title>\n<style>\n%s</style>\n</head>\n<body>\n<main>\n%s</main>\n</body>\n</html>\n"
-            % (html.escape(title), STYLE, body))
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        "<title>%s</title>\n<style>\n%s</style>\n</head>\n<body>\n<main>\n%s</main>\n</body>\n</html>\n"
+        % (html.escape(title), STYLE, body)
+    )
 
 
 def write_page(folder: Path) -> Path:

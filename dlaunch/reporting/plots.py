@@ -9,9 +9,10 @@ apart); repeats are drawn as their median with the spread as error bars. Text is
 mathtext: an experiment called "cost$_$" is drawn as written. Files are written atomically, with a
 fixed DPI and without software or date metadata, so the same inputs give the same bytes.
 """
+
 import math
-from statistics import median
 from pathlib import Path
+from statistics import median
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
 from dlaunch.analysis.budget import LOST_PARTS
@@ -38,14 +39,26 @@ ENERGY_PLOT_TITLE = "Energy per image (J) against GPUs, per framework and loader
 # Written after the E_G (and energy) plots whenever a group's budget names a cause (metrics version 4 phases).
 BUDGET_PLOT = "efficiency_budget.png"
 BUDGET_TITLE = "Efficiency budget: from ideal (1) to the measured E_G, the share lost per cause"
-BUDGET_COLOURS = {"communication": "C3", "stragglers": "C1", "data": "C2", "compute": "C5", "epoch overhead": "C4",
-                  "other": "C7"}
+BUDGET_COLOURS = {
+    "communication": "C3",
+    "stragglers": "C1",
+    "data": "C2",
+    "compute": "C5",
+    "epoch overhead": "C4",
+    "other": "C7",
+}
 COMPARISON_PLOT = "published_vs_this_run.png"
 COMPARISON_TITLE = "Published values (markers) and this run (lines)"
-METRIC_LABELS = {"images_per_s": "images/s", "speedup": "speed-up S_G", "efficiency": "E_G",
-                 "comm_share": "comm share of comm + compute + data",
-                 "kernel_comm_share": "NCCL share of kernel time", "kernel_compute_share": "cuDNN share of kernel time",
-                 "kernel_io_share": "I/O share of kernel time", "throughput_ratio": "images/s ratio"}
+METRIC_LABELS = {
+    "images_per_s": "images/s",
+    "speedup": "speed-up S_G",
+    "efficiency": "E_G",
+    "comm_share": "comm share of comm + compute + data",
+    "kernel_comm_share": "NCCL share of kernel time",
+    "kernel_compute_share": "cuDNN share of kernel time",
+    "kernel_io_share": "I/O share of kernel time",
+    "throughput_ratio": "images/s ratio",
+}
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h")
 NICE_MANTISSAS = (1, 2, 5)
 T = TypeVar("T")
@@ -85,13 +98,13 @@ def enclosing(candidates: Iterable[float], low: float, high: float) -> List[floa
 def log2_ticks(low: float, high: float) -> List[float]:
     """Powers of two enclosing [low, high] (low > 0), at least two."""
     first, last = math.floor(math.log2(low)), math.ceil(math.log2(high))
-    return enclosing([2.0 ** k for k in range(first, max(last, first + 1) + 1)], low, max(high, 2.0 ** (first + 1)))
+    return enclosing([2.0**k for k in range(first, max(last, first + 1) + 1)], low, max(high, 2.0 ** (first + 1)))
 
 
 def log10_ticks(low: float, high: float) -> List[float]:
     """1-2-5 ticks (1, 2, 5, 10, 20, ...) enclosing [low, high] (low > 0)."""
     first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
-    return enclosing([m * 10.0 ** k for k in range(first, last + 1) for m in NICE_MANTISSAS], low, high)
+    return enclosing([m * 10.0**k for k in range(first, last + 1) for m in NICE_MANTISSAS], low, high)
 
 
 def linear_ticks(high: float) -> List[float]:
@@ -142,8 +155,16 @@ def value_axis(ax, values: Iterable[float], label: str, scale: str = "linear") -
 def error_bars(ax, gpus: Sequence[int], spreads: Sequence[Spread], color: str, label: str, shape: str) -> List[float]:
     """Medians joined by a line, each with its spread as an error bar (none for a single run); the values drawn."""
     err = [[s.median - s.low for s in spreads], [s.high - s.median for s in spreads]]
-    ax.errorbar(gpus, [s.median for s in spreads], yerr=err, fmt="-", marker=shape, color=color, capsize=3,
-                label=legend_label(label))
+    ax.errorbar(
+        gpus,
+        [s.median for s in spreads],
+        yerr=err,
+        fmt="-",
+        marker=shape,
+        color=color,
+        capsize=3,
+        label=legend_label(label),
+    )
     return [v for s in spreads for v in (s.low, s.median, s.high)]
 
 
@@ -152,7 +173,9 @@ def spread_label(points: Sequence[ScalingPoint]) -> str:
     return " (median, bars: %s)" % " or ".join(kinds) if kinds else ""
 
 
-def groups_drawn(results: Sequence["GroupResult"], has: Callable[["GroupResult"], bool], limit: int = MAX_GROUPS) -> List["GroupResult"]:
+def groups_drawn(
+    results: Sequence["GroupResult"], has: Callable[["GroupResult"], bool], limit: int = MAX_GROUPS
+) -> List["GroupResult"]:
     """The groups a figure draws: the first `limit` of those that `has` data for it."""
     return [g for g in results if has(g)][:limit]
 
@@ -164,9 +187,11 @@ def left_out(results: Sequence["GroupResult"]) -> Optional[str]:
     lines = len(_epoch_accuracies([r for g in results for r in g.runs]))
     if scaled <= MAX_GROUPS and panels <= MAX_PANELS and lines <= MAX_GROUPS:
         return None
-    return ("The figures draw the first %d of the %d groups with data (the time shares and the budget the first %d, "
-            "top-1 against epoch the first %d of %d lines); the tables above hold every group."
-            % (MAX_GROUPS, scaled, MAX_PANELS, MAX_GROUPS, lines))
+    return (
+        "The figures draw the first %d of the %d groups with data (the time shares and the budget the first %d, "
+        "top-1 against epoch the first %d of %d lines); the tables above hold every group."
+        % (MAX_GROUPS, scaled, MAX_PANELS, MAX_GROUPS, lines)
+    )
 
 
 def legend(ax, beside: bool = False) -> None:
@@ -222,8 +247,14 @@ def plot_energy_per_image(ax, results: Sequence["GroupResult"]) -> None:
     for i, g in enumerate(groups_drawn(results, lambda g: any(p.energy is not None for p in g.points))):
         points = [p for p in g.points if p.energy is not None]
         counts += [p.gpus for p in points]
-        values += error_bars(ax, [p.gpus for p in points], [p.energy for p in points], "C%d" % i,  # type: ignore[misc]
-                             g.key.label + spread_label(points), marker(g.key.framework))
+        values += error_bars(
+            ax,
+            [p.gpus for p in points],
+            [p.energy for p in points],
+            "C%d" % i,  # type: ignore[misc]
+            g.key.label + spread_label(points),
+            marker(g.key.framework),
+        )
     value_axis(ax, values, "J per image")
     count_axis(ax, counts, "GPUs")
     legend(ax)
@@ -261,15 +292,24 @@ def plot_budget(fig, results: Sequence["GroupResult"]) -> None:
         for part in LOST_PARTS:
             values = [row.lost[part] or 0.0 for row in g.budget]  # not recorded: inside `other`
             values = [0.0 if abs(v) < RESIDUE else v for v in values]
-            ax.bar(labels, [max(v, 0.0) for v in values], bottom=top, color=BUDGET_COLOURS[part], label="lost: %s" % part)
+            ax.bar(
+                labels, [max(v, 0.0) for v in values], bottom=top, color=BUDGET_COLOURS[part], label="lost: %s" % part
+            )
             top = [t + max(v, 0.0) for t, v in zip(top, values)]
             gains.append((part, [min(v, 0.0) for v in values]))
         highest = max(top)
         for part, values in gains:
             if any(values):
                 top = [t + v for t, v in zip(top, values)]
-                ax.bar(labels, [-v for v in values], bottom=top, color="none", edgecolor=BUDGET_COLOURS[part],
-                       hatch="//", label="gained: %s" % part)
+                ax.bar(
+                    labels,
+                    [-v for v in values],
+                    bottom=top,
+                    color="none",
+                    edgecolor=BUDGET_COLOURS[part],
+                    hatch="//",
+                    label="gained: %s" % part,
+                )
         ax.axhline(1.0, color="black", linestyle=":", label="ideal")
         value_axis(ax, [highest], "share of ideal")
         ax.set_title(g.key.label, fontsize="small")
@@ -307,15 +347,23 @@ def _epoch_accuracies(runs: Sequence[Run]) -> Dict[Tuple[str, str, int, str], Li
             if e.top1 is not None:
                 key = (run.key.label, run.key.framework, run.world_size, run.schedule)
                 found.setdefault(key, {}).setdefault(e.epoch, []).append(e.top1)
-    return {key: [(epoch, median(values)) for epoch, values in sorted(epochs.items())] for key, epochs in sorted(found.items())}
+    return {
+        key: [(epoch, median(values)) for epoch, values in sorted(epochs.items())]
+        for key, epochs in sorted(found.items())
+    }
 
 
 def plot_accuracy_vs_epoch(ax, runs: Sequence[Run]) -> None:
     """Fig. 9: top-1 against epoch, one line per group, GPU count and schedule (the median of its runs; the first MAX_GROUPS)."""
     shown: List[float] = []
     for (label, framework, gpus, schedule), points in list(_epoch_accuracies(runs).items())[:MAX_GROUPS]:
-        ax.plot([e for e, _ in points], [a for _, a in points], "-", marker=marker(framework),
-                label=legend_label("%s G=%d %s" % (label, gpus, schedule)))
+        ax.plot(
+            [e for e, _ in points],
+            [a for _, a in points],
+            "-",
+            marker=marker(framework),
+            label=legend_label("%s G=%d %s" % (label, gpus, schedule)),
+        )
         shown += [a for _, a in points]
     from matplotlib.ticker import MaxNLocator
 
@@ -336,10 +384,14 @@ def plot_titles(results: Sequence["GroupResult"]) -> Dict[str, str]:
     nothing to draw is neither written nor embedded (S_G and E_G only where some group has two GPU counts: one
     count has only the reference's 1)."""
     runs = [r for g in results for r in g.runs]
-    has = {"throughput.png": any(g.points for g in results), "speedup.png": scaled(results), "efficiency.png": scaled(results),
-           "time_shares.png": any(p.shares for g in results for p in g.points),
-           "accuracy_vs_batch.png": bool(_accuracy_series(runs)),
-           "accuracy_vs_epoch.png": bool(_epoch_accuracies(runs))}
+    has = {
+        "throughput.png": any(g.points for g in results),
+        "speedup.png": scaled(results),
+        "efficiency.png": scaled(results),
+        "time_shares.png": any(p.shares for g in results for p in g.points),
+        "accuracy_vs_batch.png": bool(_accuracy_series(runs)),
+        "accuracy_vs_epoch.png": bool(_epoch_accuracies(runs)),
+    }
     titles = {}
     for name, title in PLOTS.items():
         if has[name]:
@@ -360,12 +412,14 @@ def save(output: Path, name: str, fig, title: str) -> None:
 
 def drawing(draw: Callable[..., T]) -> Callable[..., T]:
     """`draw` run with matplotlib's Agg backend and mathtext off (names with `$` are drawn as written)."""
+
     def run(*args, **kwargs):
         import matplotlib
 
         matplotlib.use("Agg")
         with matplotlib.rc_context({"text.parse_math": False}):
             return draw(*args, **kwargs)
+
     run.__doc__ = draw.__doc__
     return run
 
@@ -378,12 +432,19 @@ def write_plots(output: Path, results: Sequence["GroupResult"]) -> Dict[str, str
 
     titles = plot_titles(results)
     runs = [r for g in results for r in g.runs]
-    panels = {"time_shares.png": len(groups_drawn(results, lambda g: any(p.shares for p in g.points), MAX_PANELS)),
-              BUDGET_PLOT: len(groups_drawn(results, lambda g: g.explained, MAX_PANELS))}
+    panels = {
+        "time_shares.png": len(groups_drawn(results, lambda g: any(p.shares for p in g.points), MAX_PANELS)),
+        BUDGET_PLOT: len(groups_drawn(results, lambda g: g.explained, MAX_PANELS)),
+    }
     figures = {name: plt.figure(figsize=(7, 2.5 + 2.5 * panels[name] if name in panels else 4.5)) for name in titles}
     if "throughput.png" in figures:
-        plot_scaling(*(figures[n].add_subplot() if n in figures else None for n in ("throughput.png", "speedup.png", "efficiency.png")),
-                     results)
+        plot_scaling(
+            *(
+                figures[n].add_subplot() if n in figures else None
+                for n in ("throughput.png", "speedup.png", "efficiency.png")
+            ),
+            results,
+        )
     if "time_shares.png" in figures:
         plot_shares(figures["time_shares.png"], results)
     if "accuracy_vs_batch.png" in figures:
@@ -409,13 +470,26 @@ def plot_comparisons(fig, comparisons: Sequence[Comparison]) -> None:
     for ax, c in zip(axes, comparisons):
         shown: List[float] = []
         if c.published:
-            ax.plot([g for g, _ in c.published], [v for _, v in c.published], "s", color="black", markersize=7,
-                    linestyle="none", label=legend_label("published (%s)" % c.source))
+            ax.plot(
+                [g for g, _ in c.published],
+                [v for _, v in c.published],
+                "s",
+                color="black",
+                markersize=7,
+                linestyle="none",
+                label=legend_label("published (%s)" % c.source),
+            )
             shown += [v for _, v in c.published]
         for i, (label, points) in enumerate(sorted(c.measured.items())):
             kinds = " or ".join(sorted({s.kind for _, s in points}))
-            shown += error_bars(ax, [g for g, _ in points], [s for _, s in points], "C%d" % (i % 10),
-                                "this run: %s (median, bars: %s)" % (label, kinds), "o")
+            shown += error_bars(
+                ax,
+                [g for g, _ in points],
+                [s for _, s in points],
+                "C%d" % (i % 10),
+                "this run: %s (median, bars: %s)" % (label, kinds),
+                "o",
+            )
         if not c.measured:
             ax.text(0.5, 0.5, "no run of this study matches", ha="center", va="center", transform=ax.transAxes)
         count_axis(ax, [g for g, _ in c.published] + [g for points in c.measured.values() for g, _ in points], "GPUs")

@@ -6,6 +6,7 @@ verdicts. Rendering it: dlaunch/reporting/document.py (report.md, report.html, p
 Each run is judged by the site profile it was made from: the text its run directory kept (`site.toml`), else the
 profile of its site's name found here, or every run by `--site`.
 """
+
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -15,8 +16,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from dlaunch.analysis.budget import OTHER, BudgetRow, budget
 from dlaunch.analysis.convergence import RCPVerdict, rcp_verdicts
 from dlaunch.analysis.kept_profile import kept_profile
-from dlaunch.analysis.perfmodel.model import (MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, interconnect_of_site,
-                                              predict)
+from dlaunch.analysis.perfmodel.model import (
+    MODEL_PARAMS_M,
+    Prediction,
+    Workload,
+    gradient_bytes,
+    interconnect_of_site,
+    predict,
+)
 from dlaunch.analysis.scaling import GroupKey, Loaded, Run, ScalingPoint, group_runs, reference_for, scaling
 from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, Flag, run_flags
 from dlaunch.errors import DlaunchError, DlaunchWarning
@@ -77,7 +84,9 @@ def load_profiles(runs: Sequence[Run], override: Optional[str]) -> Profiles:
         try:
             site = kept_profile(run.path, validated)
         except DlaunchError as e:
-            notes.append("the kept profile of run %s is not valid here, so its site's name is looked up (%s)" % (run.path, e))
+            notes.append(
+                "the kept profile of run %s is not valid here, so its site's name is looked up (%s)" % (run.path, e)
+            )
             site = None
         if site is None and run.key.site != "-":
             source = BY_NAME
@@ -90,13 +99,17 @@ def load_profiles(runs: Sequence[Run], override: Optional[str]) -> Profiles:
         if site is not None:
             of_run[run.path] = site
             counts[run.key.site, source] = counts.get((run.key.site, source), 0) + 1
-    notes += ["site %r of the runs: no profile, so no reference verdicts or predictions (%s)" % (name, why)
-              for name, why in sorted(unknown.items())]
+    notes += [
+        "site %r of the runs: no profile, so no reference verdicts or predictions (%s)" % (name, why)
+        for name, why in sorted(unknown.items())
+    ]
     sources = ["%s: %s by %s" % (name, counted(n, "run"), source) for (name, source), n in sorted(counts.items())]
     return Profiles(of_run, sources, notes)
 
 
-def _group_predictions(runs: Sequence[Run], points: Sequence[ScalingPoint], site: Optional[Site]) -> Dict[int, Prediction]:
+def _group_predictions(
+    runs: Sequence[Run], points: Sequence[ScalingPoint], site: Optional[Site]
+) -> Dict[int, Prediction]:
     """The model's curve over the group's GPU counts, from the reference point's profile."""
     network = interconnect_of_site(site) if site else None
     if network is None or not points or runs[0].key.model not in MODEL_PARAMS_M:
@@ -106,7 +119,9 @@ def _group_predictions(runs: Sequence[Run], points: Sequence[ScalingPoint], site
     if not profiled:
         return {}
     profile = profiled[0].profile
-    workload = Workload(profile.compute_s, runs[0].key.batch_per_worker, gradient_bytes(runs[0].key.model), profile.data_s)
+    workload = Workload(
+        profile.compute_s, runs[0].key.batch_per_worker, gradient_bytes(runs[0].key.model), profile.data_s
+    )
     return {p.gpus: p for p in predict(workload, network, [pt.gpus for pt in points])}
 
 
@@ -116,8 +131,15 @@ def build_results(runs: Sequence[Run], profiles: Profiles) -> List[GroupResult]:
     results = []
     for key, group in group_runs((r for r in runs if not r.diverged), include_stragglers=True).items():
         points = scaling(group, include_stragglers=True)
-        results.append(GroupResult(key, group, points, _group_predictions(group, points, profiles.of_group(group)),
-                                   budget(group, include_stragglers=True)))
+        results.append(
+            GroupResult(
+                key,
+                group,
+                points,
+                _group_predictions(group, points, profiles.of_group(group)),
+                budget(group, include_stragglers=True),
+            )
+        )
     return results
 
 
@@ -129,9 +151,11 @@ def missing_references(runs: Sequence[Run], profiles: Profiles) -> List[str]:
         if site is not None and run.throughput is not None and reference_for(run, site.reference) is None:
             key = (site.name, run.key.model, run.world_size, run.amp)
             missing[key] = missing.get(key, 0) + 1
-    return ["site %s has no [[reference]] for %s on %s%s: no verdict for %s"
-            % (name, model, counted(gpus, "GPU"), "" if amp == "none" else " with --amp %s" % amp, counted(n, "run"))
-            for (name, model, gpus, amp), n in sorted(missing.items())]
+    return [
+        "site %s has no [[reference]] for %s on %s%s: no verdict for %s"
+        % (name, model, counted(gpus, "GPU"), "" if amp == "none" else " with --amp %s" % amp, counted(n, "run"))
+        for (name, model, gpus, amp), n in sorted(missing.items())
+    ]
 
 
 def off_network(runs: Sequence[Run], profiles: Profiles) -> Dict[str, List[str]]:
@@ -148,10 +172,14 @@ def off_network(runs: Sequence[Run], profiles: Profiles) -> Dict[str, List[str]]
 def off_network_note(runs: Sequence[Run], included: bool) -> str:
     """What the report did with the runs that are off their network."""
     if included:
-        return ("%d run(s) off their site's [network] are kept in the tables and plots (--include-network-mismatches): "
-                "their throughput is not the fabric's" % len(runs))
-    return ("%d run(s) off their site's [network] are left out of the tables and plots "
-            "(--include-network-mismatches keeps them)" % len(runs))
+        return (
+            "%d run(s) off their site's [network] are kept in the tables and plots (--include-network-mismatches): "
+            "their throughput is not the fabric's" % len(runs)
+        )
+    return (
+        "%d run(s) off their site's [network] are left out of the tables and plots "
+        "(--include-network-mismatches keeps them)" % len(runs)
+    )
 
 
 def threshold_for(run: Run, profiles: Profiles, override: Optional[float]) -> float:
@@ -174,13 +202,20 @@ def flagged(runs: Sequence[Run], profiles: Profiles, override: Optional[float]) 
 
 def flagged_note(runs: Sequence[Run], included: bool, override: Optional[float]) -> str:
     """What the report did with the runs that have a straggler or a throttled GPU, and by which threshold."""
-    threshold = ("--straggler-threshold %g" % override if override is not None
-                 else "each site profile's straggler_threshold (%g without one)" % DEFAULT_THRESHOLD)
+    threshold = (
+        "--straggler-threshold %g" % override
+        if override is not None
+        else "each site profile's straggler_threshold (%g without one)" % DEFAULT_THRESHOLD
+    )
     if included:
-        return ("%d run(s) with a straggler or a throttled GPU (threshold: %s) are kept in the tables and plots "
-                "(--include-stragglers): their E_G is understated" % (len(runs), threshold))
-    return ("%d run(s) with a straggler or a throttled GPU (threshold: %s) are left out of the tables and plots "
-            "(--include-stragglers keeps them)" % (len(runs), threshold))
+        return (
+            "%d run(s) with a straggler or a throttled GPU (threshold: %s) are kept in the tables and plots "
+            "(--include-stragglers): their E_G is understated" % (len(runs), threshold)
+        )
+    return (
+        "%d run(s) with a straggler or a throttled GPU (threshold: %s) are left out of the tables and plots "
+        "(--include-stragglers keeps them)" % (len(runs), threshold)
+    )
 
 
 @dataclass(frozen=True)
@@ -202,8 +237,9 @@ class SetApart:
         return list({r.path: r for r in left_out}.values())
 
     def notes(self) -> List[str]:
-        return (([off_network_note(self.off, self.off_included)] if self.off else [])
-                + ([flagged_note(self.flagged, self.flagged_included, self.threshold)] if self.flagged else []))
+        return ([off_network_note(self.off, self.off_included)] if self.off else []) + (
+            [flagged_note(self.flagged, self.flagged_included, self.threshold)] if self.flagged else []
+        )
 
 
 STEPS_ONLY_SHOWN = 10  # runs named in the note on runs without epoch overhead
@@ -215,8 +251,10 @@ def steps_only_note(runs: Sequence[Run]) -> List[str]:
     if not lacking:
         return []
     names = ", ".join(Path(r.path).parent.name for r in lacking[:STEPS_ONLY_SHOWN])
-    return ["%s recorded no epoch overhead (metrics version 1-3), so images/s is the steps-only rate: %s%s"
-            % (counted(len(lacking), "run"), names, ", ..." if len(lacking) > STEPS_ONLY_SHOWN else "")]
+    return [
+        "%s recorded no epoch overhead (metrics version 1-3), so images/s is the steps-only rate: %s%s"
+        % (counted(len(lacking), "run"), names, ", ..." if len(lacking) > STEPS_ONLY_SHOWN else "")
+    ]
 
 
 @dataclass(frozen=True)
@@ -240,7 +278,9 @@ def record_runs(metrics_files: Sequence[str]) -> Recorded:
         everything = store.rows()
     wanted = {os.path.abspath(f): f for f in metrics_files}
     mine = [r for r in everything if r["provenance"]["metrics_file"] in wanted]
-    history = {wanted[r["provenance"]["metrics_file"]]: r["history"] for r in with_history(mine, everything) if r["history"]}
+    history = {
+        wanted[r["provenance"]["metrics_file"]]: r["history"] for r in with_history(mine, everything) if r["history"]
+    }
     return Recorded(history, {wanted[r["provenance"]["metrics_file"]]: r for r in mine})
 
 
@@ -259,8 +299,14 @@ class ReportData:
     rcp: List[RCPVerdict]
 
 
-def report_data(loaded: Loaded, paths: Sequence[Path], site: Optional[str] = None, include_network_mismatches: bool = False,
-                include_stragglers: bool = False, straggler_threshold: Optional[float] = None) -> ReportData:
+def report_data(
+    loaded: Loaded,
+    paths: Sequence[Path],
+    site: Optional[str] = None,
+    include_network_mismatches: bool = False,
+    include_stragglers: bool = False,
+    straggler_threshold: Optional[float] = None,
+) -> ReportData:
     """The report of `loaded` (read from `paths`) without printing or writing it (the ended runs are recorded in
     the results database); DlaunchError when no metrics file was valid."""
     if not loaded.runs:
@@ -268,8 +314,15 @@ def report_data(loaded: Loaded, paths: Sequence[Path], site: Optional[str] = Non
     profiles = load_profiles(loaded.runs, site)
     problems = off_network(loaded.runs, profiles)
     flags = flagged(loaded.runs, profiles, straggler_threshold)
-    apart = SetApart([r for r in loaded.runs if r.path in problems], problems, include_network_mismatches,
-                     [r for r in loaded.runs if r.path in flags], flags, include_stragglers, straggler_threshold)
+    apart = SetApart(
+        [r for r in loaded.runs if r.path in problems],
+        problems,
+        include_network_mismatches,
+        [r for r in loaded.runs if r.path in flags],
+        flags,
+        include_stragglers,
+        straggler_threshold,
+    )
     excluded = {r.path for r in apart.excluded()}
     results = build_results([r for r in loaded.runs if r.path not in excluded], profiles)
     reported = [r for g in results for r in g.runs]

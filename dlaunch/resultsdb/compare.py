@@ -27,23 +27,58 @@ model, GPU count, precision, framework, loader, batch per GPU and step options (
 before it started, at least MIN_HISTORY): REGRESSION when slower by more than the tolerance of the
 site's `[[reference]]` for the model, GPU count and precision (DEFAULT_TOLERANCE without one).
 """
+
 import math
 from bisect import bisect_left
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cached_property, lru_cache
+from functools import cache, cached_property
 from statistics import median
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dlaunch.analysis.scaling import Spread, matching_reference, reference_point
 from dlaunch.errors import DlaunchError
 
-SELECTOR_KEYS = ("experiment", "site", "stack", "framework", "loader", "model", "gpus", "nodes", "batch_per_gpu",
-                 "global_batch", "amp", "schedule", "status", "image", "run", "step_options")
+SELECTOR_KEYS = (
+    "experiment",
+    "site",
+    "stack",
+    "framework",
+    "loader",
+    "model",
+    "gpus",
+    "nodes",
+    "batch_per_gpu",
+    "global_batch",
+    "amp",
+    "schedule",
+    "status",
+    "image",
+    "run",
+    "step_options",
+)
 MATCH_KEY = ("model", "framework", "loader", "gpus", "batch_per_gpu", "amp", "step_options")
-GROUP_KEY = ("experiment", "site", "model", "framework", "loader", "batch_per_gpu", "step_options")  # a curve, as report's
-METRICS = ("images_per_s", "epoch_time_s", "speedup", "efficiency", "joules_per_image", "energy_j",
-           "time_to_target_s", "epochs_to_target", "energy_to_target_j", "best_top1")
+GROUP_KEY = (
+    "experiment",
+    "site",
+    "model",
+    "framework",
+    "loader",
+    "batch_per_gpu",
+    "step_options",
+)  # a curve, as report's
+METRICS = (
+    "images_per_s",
+    "epoch_time_s",
+    "speedup",
+    "efficiency",
+    "joules_per_image",
+    "energy_j",
+    "time_to_target_s",
+    "epochs_to_target",
+    "energy_to_target_j",
+    "best_top1",
+)
 SIGNIFICANCE = 0.05
 HISTORY_RUNS = 10
 MIN_HISTORY = 3
@@ -69,8 +104,9 @@ def _date(selector: str, value: str) -> str:
     try:
         datetime.strptime(value, DATE_FORMATS[len(value)])
     except (KeyError, ValueError):
-        raise DlaunchError("selector %r: date %r is not a day, month or year (YYYY-MM-DD, YYYY-MM, YYYY)"
-                           % (selector, value)) from None
+        raise DlaunchError(
+            "selector %r: date %r is not a day, month or year (YYYY-MM-DD, YYYY-MM, YYYY)" % (selector, value)
+        ) from None
     return value
 
 
@@ -79,12 +115,12 @@ def _date_condition(selector: str, value: str) -> Callable[[Dict[str, Any]], boo
         day = _date(selector, value)
         return lambda row: row["ended"].startswith(day)
     low, high = (_date(selector, end) if end else "" for end in value.split("..", 1))
-    if low and high and low[:len(high)] > high[:len(low)]:
+    if low and high and low[: len(high)] > high[: len(low)]:
         raise DlaunchError("selector %r: the range ends (%s) before it starts (%s)" % (selector, high, low))
-    return lambda row: (not low or row["ended"][:len(low)] >= low) and (not high or row["ended"][:len(high)] <= high)
+    return lambda row: (not low or row["ended"][: len(low)] >= low) and (not high or row["ended"][: len(high)] <= high)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _site_names(value: str) -> Tuple[str, ...]:
     """The site names `value` stands for: itself, and the profile it names or is an alias of (`juwels`:
     juwels-booster), where one is found."""
@@ -104,21 +140,27 @@ def parse_conditions(text: str) -> List[Condition]:
         key, sep, value = part.partition("=")
         key, value = (key.strip(), value.strip()) if sep else ("experiment", part)
         if not part or (sep and not value):
-            raise DlaunchError("selector %r: give key=value (keys: %s, pins.NAME, date)" % (text, ", ".join(SELECTOR_KEYS)))
+            raise DlaunchError(
+                "selector %r: give key=value (keys: %s, pins.NAME, date)" % (text, ", ".join(SELECTOR_KEYS))
+            )
         if key == "date":
             holds = _date_condition(text, value)
         elif key.startswith("pins.") and len(key) > 5:
             holds = lambda row, k=key[5:], v=value: str(row["pins"].get(k)) == v
         elif key in COUNT_KEYS:
             if not (value.isascii() and value.isdigit()) or int(value) < 1:
-                raise DlaunchError("selector %r: %s takes a count (a whole number from 1), e.g. %s=8" % (text, key, key))
+                raise DlaunchError(
+                    "selector %r: %s takes a count (a whole number from 1), e.g. %s=8" % (text, key, key)
+                )
             holds = lambda row, k=key, n=int(value): row[k] == n
         elif key == "site":
             holds = lambda row, names=_site_names(value): row["site"] in names
         elif key in SELECTOR_KEYS:
             holds = lambda row, k=key, v=value: str(row[k]) == v
         else:
-            raise DlaunchError("selector %r: unknown key %r (keys: %s, pins.NAME, date)" % (text, key, ", ".join(SELECTOR_KEYS)))
+            raise DlaunchError(
+                "selector %r: unknown key %r (keys: %s, pins.NAME, date)" % (text, key, ", ".join(SELECTOR_KEYS))
+            )
         conditions.append(Condition(part if sep else "experiment=%s" % part, key, holds))
     return conditions
 
@@ -149,8 +191,12 @@ def unmatched(rows: Sequence[Dict[str, Any]], selectors: Sequence[str]) -> List[
     the rows have; none for an empty database."""
     if not rows:
         return []
-    return ["%s matches no run in the database (%s)" % (c.text, _values(rows, c.key))
-            for selector in selectors for c in parse_conditions(selector) if not any(c.holds(row) for row in rows)]
+    return [
+        "%s matches no run in the database (%s)" % (c.text, _values(rows, c.key))
+        for selector in selectors
+        for c in parse_conditions(selector)
+        if not any(c.holds(row) for row in rows)
+    ]
 
 
 # -- figures that depend on other runs ------------------------------------------------------------------
@@ -181,8 +227,10 @@ def with_scaling(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
         for r in curve:
             speedup = r["images_per_s"] / x_ref
             derived[r["uid"]] = (speedup, speedup / (r["gpus"] / g_ref))
-    return [dict(row, speedup=derived.get(row["uid"], (None, None))[0], efficiency=derived.get(row["uid"], (None, None))[1])
-            for row in rows]
+    return [
+        dict(row, speedup=derived.get(row["uid"], (None, None))[0], efficiency=derived.get(row["uid"], (None, None))[1])
+        for row in rows
+    ]
 
 
 # -- significance -------------------------------------------------------------------------------------
@@ -279,19 +327,23 @@ def compare(rows: Sequence[Dict[str, Any]], selector_a: str, selector_b: str, me
     for label, selector in (("A", selector_a), ("B", selector_b)):
         chosen = [r for r in select(rows, [selector]) if r["status"] == "ok" and r[metric] is not None]
         if not chosen:
-            raise DlaunchError("; ".join(["%s (%s): no ok run with %s in the results database" % (label, selector, metric)]
-                                         + unmatched(rows, [selector])))
+            raise DlaunchError(
+                "; ".join(
+                    ["%s (%s): no ok run with %s in the results database" % (label, selector, metric)]
+                    + unmatched(rows, [selector])
+                )
+            )
         sides.append(Side(selector, chosen))
     a, b = sides
     changed = {}
     for key in ("experiment", "site", "stack") + MATCH_KEY:
-        va, vb = _single(a.rows, lambda r: r[key]), _single(b.rows, lambda r: r[key])
+        va, vb = _single(a.rows, lambda r: r[key]), _single(b.rows, lambda r: r[key])  # noqa: B023 (called at once)
         if va is not None and vb is not None and va != vb:
             changed[key] = (va, vb)
     names = sorted({n for r in a.rows + b.rows for n in r["pins"]})
     pins = {}
     for name in names:
-        va, vb = _single(a.rows, lambda r: r["pins"].get(name)), _single(b.rows, lambda r: r["pins"].get(name))
+        va, vb = _single(a.rows, lambda r: r["pins"].get(name)), _single(b.rows, lambda r: r["pins"].get(name))  # noqa: B023
         if va != vb and va is not None and vb is not None:
             pins[name] = (va, vb)
     key = [k for k in MATCH_KEY if k not in changed]
@@ -299,7 +351,9 @@ def compare(rows: Sequence[Dict[str, Any]], selector_a: str, selector_b: str, me
     for side, rows_ in ((0, a.rows), (1, b.rows)):
         for r in rows_:
             values.setdefault(tuple(r[k] for k in key), ([], []))[side].append(float(r[metric]))
-    matches = [Match(dict(zip(key, k)), v[0], v[1]) for k, v in sorted(values.items(), key=lambda kv: [str(x) for x in kv[0]])]
+    matches = [
+        Match(dict(zip(key, k)), v[0], v[1]) for k, v in sorted(values.items(), key=lambda kv: [str(x) for x in kv[0]])
+    ]
     return Comparison(a, b, metric, changed, pins, matches)
 
 
@@ -311,16 +365,30 @@ def history_verdict(row: Dict[str, Any], rows: Sequence[Dict[str, Any]], toleran
     """PASS/REGRESSION against the recent median (see the module's docstring); None without enough history."""
     if row["images_per_s"] is None:
         return None
-    earlier = sorted((r for r in rows if r["uid"] != row["uid"] and r["status"] == "ok" and r["images_per_s"] is not None
-                      and r["ended"] < row["started"] and all(r[k] == row[k] for k in HISTORY_KEY)),
-                     key=lambda r: r["ended"])[-HISTORY_RUNS:]
+    earlier = sorted(
+        (
+            r
+            for r in rows
+            if r["uid"] != row["uid"]
+            and r["status"] == "ok"
+            and r["images_per_s"] is not None
+            and r["ended"] < row["started"]
+            and all(r[k] == row[k] for k in HISTORY_KEY)
+        ),
+        key=lambda r: r["ended"],
+    )[-HISTORY_RUNS:]
     if len(earlier) < MIN_HISTORY:
         return None
     recent = median(r["images_per_s"] for r in earlier)
     tol = DEFAULT_TOLERANCE if tolerance is None else tolerance
     deviation = row["images_per_s"] / recent - 1
-    return "%s %+.1f%% vs last %d (tol. %.0f%%%s)" % ("PASS" if deviation >= -tol else "REGRESSION", 100 * deviation,
-                                                      len(earlier), 100 * tol, "" if tolerance is not None else ", default")
+    return "%s %+.1f%% vs last %d (tol. %.0f%%%s)" % (
+        "PASS" if deviation >= -tol else "REGRESSION",
+        100 * deviation,
+        len(earlier),
+        100 * tol,
+        "" if tolerance is not None else ", default",
+    )
 
 
 def _tolerances(rows: Sequence[Dict[str, Any]]) -> Dict[Tuple[str, str, int, str], Optional[float]]:
@@ -348,14 +416,16 @@ def with_history(rows: Sequence[Dict[str, Any]], history: Sequence[Dict[str, Any
     among them, and history_verdict leaves it out)."""
     tolerances = _tolerances(rows)
     by_key: Dict[Tuple[Any, ...], List[Dict[str, Any]]] = {}
-    for r in sorted((r for r in history if r["status"] == "ok" and r["images_per_s"] is not None), key=lambda r: r["ended"]):
+    for r in sorted(
+        (r for r in history if r["status"] == "ok" and r["images_per_s"] is not None), key=lambda r: r["ended"]
+    ):
         by_key.setdefault(tuple(r[k] for k in HISTORY_KEY), []).append(r)
     ends = {key: [r["ended"] for r in found] for key, found in by_key.items()}
     judged = []
     for row in rows:
         key = tuple(row[k] for k in HISTORY_KEY)
         before = bisect_left(ends.get(key, []), row["started"])
-        earlier = by_key.get(key, [])[max(0, before - HISTORY_RUNS - 1):before]
+        earlier = by_key.get(key, [])[max(0, before - HISTORY_RUNS - 1) : before]
         tolerance = tolerances[row["site"], row["model"], row["gpus"], row["amp"]]
         judged.append(dict(row, history=history_verdict(row, earlier, tolerance)))
     return judged

@@ -30,6 +30,7 @@ dlaunch/analysis/kept_profile.py, else the default), `step_options` (the trainer
 their defaults, "-" for none: part of a scaling curve's key) and `compile_s` (--compile's compile time); its
 rows are read again the same way.
 """
+
 import json
 import os
 import sqlite3
@@ -103,12 +104,16 @@ NAMES = tuple(name for name, _ in COLUMNS)
 JSON_COLUMNS = ("pins", "request", "provenance", "flags")
 # SQL that brings a database of the version before each key to that version.
 MIGRATIONS = {
-    2: ("ALTER TABLE runs ADD COLUMN flags TEXT",
-        "UPDATE runs SET source = ''"),  # every run is read again when dlaunch next sees it
-    3: ("ALTER TABLE runs ADD COLUMN flags_threshold REAL",
+    2: (
+        "ALTER TABLE runs ADD COLUMN flags TEXT",
+        "UPDATE runs SET source = ''",
+    ),  # every run is read again when dlaunch next sees it
+    3: (
+        "ALTER TABLE runs ADD COLUMN flags_threshold REAL",
         "ALTER TABLE runs ADD COLUMN step_options TEXT NOT NULL DEFAULT '-'",
         "ALTER TABLE runs ADD COLUMN compile_s REAL",
-        "UPDATE runs SET source = ''"),
+        "UPDATE runs SET source = ''",
+    ),
 }
 
 
@@ -155,29 +160,62 @@ def row_of(metrics: Metrics, source: str, validated: Optional[Dict[bytes, Any]] 
     run = run_from_metrics(metrics)
     judged = run.phases is not None or run.node_figures is not None  # per-rank phases (metrics version 4)
     threshold = kept_threshold(metrics.path, {} if validated is None else validated) if judged else None
-    provenance = {"git_revision": h.get("git_revision"), "job_id": h.get("slurm_job_id"), "hosts": h.get("hosts"),
-                  "script_sha256": h.get("script_sha256"), "parent_run": h.get("parent_run"),
-                  "data": h["config"].get("data"), "num_classes": h["config"].get("num_classes"),
-                  "metrics_file": os.path.abspath(metrics.path)}
+    provenance = {
+        "git_revision": h.get("git_revision"),
+        "job_id": h.get("slurm_job_id"),
+        "hosts": h.get("hosts"),
+        "script_sha256": h.get("script_sha256"),
+        "parent_run": h.get("parent_run"),
+        "data": h["config"].get("data"),
+        "num_classes": h["config"].get("num_classes"),
+        "metrics_file": os.path.abspath(metrics.path),
+    }
     if h.get("network") is not None:
         provenance["network"] = h["network"]
     row = {
         "uid": "%s/%s/%.3f" % (run.key.experiment, h["run_id"], h["time"]),
-        "run": h["run_id"], "experiment": run.key.experiment, "site": run.key.site,
-        "started": _iso(h["time"]), "ended": _iso(end["time"]), "status": end["status"], "reason": end.get("reason"),
-        "framework": run.key.framework, "loader": run.key.loader, "model": run.key.model, "amp": run.amp,
-        "schedule": run.schedule, "gpus": run.world_size, "nodes": run.nodes, "batch_per_gpu": run.key.batch_per_worker,
-        "global_batch": run.global_batch, "image": h.get("image"), "stack": stack_of_image(h.get("image")) or "-",
-        "pins": h.get("versions") or {}, "images_per_s": run.throughput, "epoch_time_s": run.epoch_time_s,
-        "epochs": end["epochs_completed"], "total_time_s": end["total_time_s"], "best_top1": run.best_top1,
-        "target_accuracy": run.target_accuracy, "epochs_to_target": run.epochs_to_target,
+        "run": h["run_id"],
+        "experiment": run.key.experiment,
+        "site": run.key.site,
+        "started": _iso(h["time"]),
+        "ended": _iso(end["time"]),
+        "status": end["status"],
+        "reason": end.get("reason"),
+        "framework": run.key.framework,
+        "loader": run.key.loader,
+        "model": run.key.model,
+        "amp": run.amp,
+        "schedule": run.schedule,
+        "gpus": run.world_size,
+        "nodes": run.nodes,
+        "batch_per_gpu": run.key.batch_per_worker,
+        "global_batch": run.global_batch,
+        "image": h.get("image"),
+        "stack": stack_of_image(h.get("image")) or "-",
+        "pins": h.get("versions") or {},
+        "images_per_s": run.throughput,
+        "epoch_time_s": run.epoch_time_s,
+        "epochs": end["epochs_completed"],
+        "total_time_s": end["total_time_s"],
+        "best_top1": run.best_top1,
+        "target_accuracy": run.target_accuracy,
+        "epochs_to_target": run.epochs_to_target,
         "epochs_to_mlperf_target": epochs_to(run.epochs, MLPERF_TARGET_TOP1) if rcp_applies(run) else None,
-        "time_to_target_s": run.time_to_accuracy_s, "energy_j": run.energy_j, "energy_domains": run.energy_domains,
-        "joules_per_image": run.joules_per_image, "energy_to_target_j": run.energy_to_accuracy_j,
-        "request": h.get("request") or {}, "provenance": provenance,
-        "path": os.path.abspath(os.path.dirname(metrics.path)), "source": source,
-        "flags": None if threshold is None else [{"kind": f.kind, "message": f.message} for f in run_flags(run, threshold)],
-        "flags_threshold": threshold, "step_options": run.key.step_options, "compile_s": run.compile_s,
+        "time_to_target_s": run.time_to_accuracy_s,
+        "energy_j": run.energy_j,
+        "energy_domains": run.energy_domains,
+        "joules_per_image": run.joules_per_image,
+        "energy_to_target_j": run.energy_to_accuracy_j,
+        "request": h.get("request") or {},
+        "provenance": provenance,
+        "path": os.path.abspath(os.path.dirname(metrics.path)),
+        "source": source,
+        "flags": None
+        if threshold is None
+        else [{"kind": f.kind, "message": f.message} for f in run_flags(run, threshold)],
+        "flags_threshold": threshold,
+        "step_options": run.key.step_options,
+        "compile_s": run.compile_s,
     }
     return row
 
@@ -198,8 +236,10 @@ class ResultsDB:
     def _prepare(self) -> None:
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise DlaunchError("%s: results database of schema version %d; this dlaunch knows up to %d (update dlaunch)"
-                               % (self.path, version, SCHEMA_VERSION))
+            raise DlaunchError(
+                "%s: results database of schema version %d; this dlaunch knows up to %d (update dlaunch)"
+                % (self.path, version, SCHEMA_VERSION)
+            )
         if self.conn.execute("PRAGMA journal_mode").fetchone()[0].upper() != journal_mode(self.path):
             self._set_journal_mode(journal_mode(self.path))
         if version < SCHEMA_VERSION:
@@ -237,15 +277,20 @@ class ResultsDB:
     def upsert(self, rows: Sequence[Dict[str, Any]]) -> None:
         """Insert or replace rows by uid, in one transaction."""
         sql = "INSERT INTO runs (%s) VALUES (%s) ON CONFLICT(uid) DO UPDATE SET %s" % (
-            ", ".join(NAMES), ", ".join("?" * len(NAMES)), ", ".join("%s=excluded.%s" % (n, n) for n in NAMES[1:]))
+            ", ".join(NAMES),
+            ", ".join("?" * len(NAMES)),
+            ", ".join("%s=excluded.%s" % (n, n) for n in NAMES[1:]),
+        )
         values = [[json.dumps(row[n], sort_keys=True) if n in JSON_COLUMNS else row[n] for n in NAMES] for row in rows]
         with self.transaction():
             self.conn.executemany(sql, values)
 
     def sources(self) -> Dict[str, str]:
         """Metrics file -> the stamp it had when its row was written."""
-        return {json.loads(r["provenance"])["metrics_file"]: r["source"]
-                for r in self.conn.execute("SELECT provenance, source FROM runs")}
+        return {
+            json.loads(r["provenance"])["metrics_file"]: r["source"]
+            for r in self.conn.execute("SELECT provenance, source FROM runs")
+        }
 
     def rows(self) -> List[Dict[str, Any]]:
         """Every row, oldest end first, JSON columns as objects."""
@@ -286,7 +331,9 @@ def read_rows(metrics_files: Iterable[Path], known: Dict[str, str]) -> Tuple[Lis
             stamp = _stamp(path)
             if known.get(os.path.abspath(path)) == stamp:
                 continue
-            metrics = read_metrics(str(path), follow_links=False)  # a run's file: never through a link (dlaunch/boundary.py)
+            metrics = read_metrics(
+                str(path), follow_links=False
+            )  # a run's file: never through a link (dlaunch/boundary.py)
         except OSError as e:
             rejected.append("%s: %s" % (path, e.strerror or e))
             continue
@@ -320,4 +367,6 @@ def record(metrics_files: Iterable[Path], db: Optional[Path] = None) -> Recorded
                 store.upsert(rows)
         return Recorded(len(rows))
     except (sqlite3.Error, OSError, DlaunchError) as e:
-        return Recorded(0, "results database %s not written: %s (dlaunch results rebuild recovers the rows)" % (path, e))
+        return Recorded(
+            0, "results database %s not written: %s (dlaunch results rebuild recovers the rows)" % (path, e)
+        )

@@ -7,6 +7,7 @@ folder are bundled: symbolic links are left out, never followed (a profile linke
 out). Files are streamed into the bundle (bounded memory for any size). `read_member` reads a run's
 metrics back out of such a bundle, after checking its hash (`dlaunch rerun ARCHIVE.tar.gz:RUN`).
 """
+
 import hashlib
 import io
 import json
@@ -21,7 +22,15 @@ from dlaunch.atomic import atomic_file
 from dlaunch.boundary import MAX_FILE_BYTES, display_path, escape, output_file, parse_json, validate
 from dlaunch.errors import DlaunchError
 from dlaunch.runs.rundir import SITE_PROFILE, RunDir, find_runs
-from dlaunch.train.metrics_schema import MAX_METRICS_BYTES, METRICS_FILE, FileRefused, Metrics, MetricsError, open_regular, parse_metrics
+from dlaunch.train.metrics_schema import (
+    MAX_METRICS_BYTES,
+    METRICS_FILE,
+    FileRefused,
+    Metrics,
+    MetricsError,
+    open_regular,
+    parse_metrics,
+)
 
 MANIFEST = "manifest.json"
 SKIPPED_FOLDERS = ("checkpoints",)  # model weights: large, and not a result
@@ -88,7 +97,7 @@ def write_archive(folder: Path, output: Path) -> Dict[str, Dict[str, object]]:
         with tarfile.open(tmp, "w:gz") as tar:
             for name, path in files:
                 try:
-                    with open_regular(str(path), limit=2 ** 62, follow_links=False) as f:
+                    with open_regular(str(path), limit=2**62, follow_links=False) as f:
                         info = tarfile.TarInfo(name)
                         info.size, info.mode, info.mtime = os.fstat(f.fileno()).st_size, 0o644, 0
                         reader = _Hashing(f)
@@ -111,7 +120,10 @@ def _member(tar: tarfile.TarFile, name: str, limit: int, archive: Path) -> bytes
     if not info.isfile():
         raise DlaunchError("%s: %s is not a regular file" % (display_path(archive), escape(name)))
     if info.size > limit:
-        raise DlaunchError("%s: %s has %d bytes, more than the %d it may have" % (display_path(archive), escape(name), info.size, limit))
+        raise DlaunchError(
+            "%s: %s has %d bytes, more than the %d it may have"
+            % (display_path(archive), escape(name), info.size, limit)
+        )
     return tar.extractfile(info).read(limit + 1)
 
 
@@ -151,7 +163,9 @@ def read_member(archive: Path, member: str) -> Metrics:
         with tarfile.open(archive, "r:gz") as tar:
             manifest = _manifest(tar, "%s/%s" % (name.split("/", 1)[0], MANIFEST), archive)
             if name not in manifest:
-                raise DlaunchError("%s: no run %s (runs: %s)" % (display_path(archive), escape(member), _runs(manifest)))
+                raise DlaunchError(
+                    "%s: no run %s (runs: %s)" % (display_path(archive), escape(member), _runs(manifest))
+                )
             data = _member(tar, name, MAX_METRICS_BYTES, archive)
     except NOT_AN_ARCHIVE as e:
         raise DlaunchError("%s: not a dlaunch archive (%s)" % (display_path(archive), escape(str(e)))) from None
@@ -167,4 +181,8 @@ def read_member(archive: Path, member: str) -> Metrics:
 
 def runs_without_profile(folder: Path) -> List[RunDir]:
     """The runs under `folder` that kept no site profile (submitted before dlaunch kept the one a job was made from)."""
-    return [run for run in find_runs([folder]) if (run.path / SITE_PROFILE).is_symlink() or not (run.path / SITE_PROFILE).is_file()]
+    return [
+        run
+        for run in find_runs([folder])
+        if (run.path / SITE_PROFILE).is_symlink() or not (run.path / SITE_PROFILE).is_file()
+    ]

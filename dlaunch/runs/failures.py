@@ -11,6 +11,7 @@ attempt that explains anything wins; inside it, causes rank (first observed line
   4 a peer's symptom (connection closed or reset by the rank that died first);
   5 launcher noise (torchrun's `exitcode`, `ChildFailedError`; the scheduler's own: `Scheduler.log_noise`).
 """
+
 import functools
 import re
 from dataclasses import dataclass
@@ -21,27 +22,35 @@ from dlaunch.boundary import LOG_TAIL_BYTES, log_tail, printable
 from dlaunch.schedulers import JobState
 
 ATTEMPT = re.compile(r"^dlaunch: job \S+ attempt (\d+)\b")
-_SYMPTOM = (r"Connection (closed|reset) by peer|Broken pipe|Socket Timeout|remote process exited|"
-            r"communicator was aborted|Connection refused|timed out|Timeout")
+_SYMPTOM = (
+    r"Connection (closed|reset) by peer|Broken pipe|Socket Timeout|remote process exited|"
+    r"communicator was aborted|Connection refused|timed out|Timeout"
+)
 _NOISE = r"ChildFailedError|SignalException|exitcode\s*:\s*-?\d"
 Ranked = Tuple[Tuple[int, "re.Pattern[str]", Optional["re.Pattern[str]"]], ...]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ranked(verdicts: Tuple[str, ...] = (), noise: Tuple[str, ...] = ()) -> Ranked:
     """The causes by rank, with a scheduler's verdicts (rank 3) and noise (rank 5)."""
     all_noise = "|".join((_NOISE,) + noise)
     patterns = (
         (0, r"\btrain: error: ", None),
-        (1, r"No space left on device|ENOSPC|Out of memory|Cannot allocate memory|oom[-_ ]kill|Killed process \d+", None),
+        (
+            1,
+            r"No space left on device|ENOSPC|Out of memory|Cannot allocate memory|oom[-_ ]kill|Killed process \d+",
+            None,
+        ),
         (2, r"Signal \d+ \(\w+\) received by PID", None),
         (2, r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception)\b:", "%s|%s" % (_SYMPTOM, all_noise)),
         *((3, verdict, None) for verdict in verdicts),
         (4, _SYMPTOM, None),
         (5, all_noise, None),
     )
-    return tuple((rank, re.compile(pattern, re.IGNORECASE if rank == 1 else 0), re.compile(exclude) if exclude else None)
-                 for rank, pattern, exclude in patterns)
+    return tuple(
+        (rank, re.compile(pattern, re.IGNORECASE if rank == 1 else 0), re.compile(exclude) if exclude else None)
+        for rank, pattern, exclude in patterns
+    )
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,7 @@ def log_name(path: Path) -> str:
         cut = path.lstat().st_size > LOG_TAIL_BYTES
     except OSError:
         cut = False
-    return "%s (last %d MiB)" % (path.name, LOG_TAIL_BYTES // 2 ** 20) if cut else path.name
+    return "%s (last %d MiB)" % (path.name, LOG_TAIL_BYTES // 2**20) if cut else path.name
 
 
 def explain(logs: Sequence[Path], verdicts: Tuple[str, ...] = (), noise: Tuple[str, ...] = ()) -> Optional[Cause]:

@@ -6,6 +6,7 @@ gives the median and spread of each figure. They are submitted as every command 
 (dlaunch/runs/service.py: every run directory checked free first, a refusal stops the rest); on
 `--site local` they run one after the other.
 """
+
 import dataclasses
 from typing import List
 

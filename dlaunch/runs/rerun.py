@@ -7,6 +7,7 @@ script hash). The request is resolved again against the new site by the run serv
 is said attribute by attribute. The new run links its parent: `parent.json` in its run directory
 and `DLAUNCH_PARENT_RUN`, which the trainer writes into its header as `parent_run`.
 """
+
 import dataclasses
 import json
 import os
@@ -36,11 +37,15 @@ def read_result(result: Path) -> Tuple[Metrics, str]:
     if text.endswith(".tar.gz") and result.is_file():
         from dlaunch.runs.archive import archive_runs
 
-        raise DlaunchError("%s: an archive: name the run in it, as %s:EXPERIMENT/RUN (its runs: %s)"
-                           % (escape(text), escape(text), archive_runs(result)))
+        raise DlaunchError(
+            "%s: an archive: name the run in it, as %s:EXPERIMENT/RUN (its runs: %s)"
+            % (escape(text), escape(text), archive_runs(result))
+        )
     path = result / METRICS_FILE if result.is_dir() else result
     if not path.is_file():
-        raise DlaunchError("%s: no metrics file (give a metrics.jsonl, a run directory or ARCHIVE.tar.gz:RUN)" % escape(str(result)))
+        raise DlaunchError(
+            "%s: no metrics file (give a metrics.jsonl, a run directory or ARCHIVE.tar.gz:RUN)" % escape(str(result))
+        )
     try:
         return read_metrics(str(path)), str(path.resolve())
     except MetricsError as e:
@@ -53,8 +58,15 @@ def _typed(name: str, value: Any) -> Any:
     return str(value) if flag.kind is str and not isinstance(value, str) else value
 
 
-def request_of(metrics: Metrics, site: str, nodes: Optional[int], gpus: Optional[int], output: str,
-               data: Optional[str], allow_large: bool = False) -> LaunchRequest:
+def request_of(
+    metrics: Metrics,
+    site: str,
+    nodes: Optional[int],
+    gpus: Optional[int],
+    output: str,
+    data: Optional[str],
+    allow_large: bool = False,
+) -> LaunchRequest:
     """The result's request for `site`: its framework and trainer options, its GPU count unless told otherwise."""
     asked = abstract_request(metrics.header)
     options = {k: _typed(k, v) for k, v in asked["options"].items() if k in FLAGS_BY_NAME}
@@ -62,8 +74,15 @@ def request_of(metrics: Metrics, site: str, nodes: Optional[int], gpus: Optional
         options["data"] = data
     count = {"nodes": nodes} if nodes else {"gpus": gpus or asked["world_size"]}
     experiment = "rerun-%s" % re.sub(r"[^A-Za-z0-9_.+-]", "-", metrics.header.get("experiment") or "run")[:100]
-    return LaunchRequest(site=site, framework=asked["framework"], output=output, experiment=experiment,
-                         trainer=tuple(options.items()), allow_large=allow_large, **count)
+    return LaunchRequest(
+        site=site,
+        framework=asked["framework"],
+        output=output,
+        experiment=experiment,
+        trainer=tuple(options.items()),
+        allow_large=allow_large,
+        **count,
+    )
 
 
 def differences(metrics: Metrics, request: LaunchRequest, plan: Any) -> List[Tuple[str, str, str]]:
@@ -77,7 +96,11 @@ def differences(metrics: Metrics, request: LaunchRequest, plan: Any) -> List[Tup
         ("nodes", h["nodes"], plan.nodes),
         ("processes per node", per_node, plan.nproc_per_node),
         ("GPUs (world size)", h["world_size"], plan.nodes * plan.nproc_per_node),
-        ("global batch", h["global_batch"], plan.nodes * plan.nproc_per_node * (request.option("batch-size") or h["batch_per_worker"])),
+        (
+            "global batch",
+            h["global_batch"],
+            plan.nodes * plan.nproc_per_node * (request.option("batch-size") or h["batch_per_worker"]),
+        ),
         ("image", h.get("image"), plan.image),
         ("dlaunch revision", h.get("git_revision"), dict(plan.env).get("DLAUNCH_GIT_REVISION")),
         ("hosts", ",".join(sorted(set(h["hosts"]))), "allocated when it runs"),
@@ -100,8 +123,16 @@ class Rerun:
     differences: List[Tuple[str, str, str]]  # (attribute, parent, rerun)
 
 
-def prepare_rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Optional[int] = None, dry_run: bool = False,
-                  output: str = "runs", data: Optional[str] = None, allow_large: bool = False) -> Rerun:
+def prepare_rerun(
+    result: Path,
+    site: str,
+    nodes: Optional[int] = None,
+    gpus: Optional[int] = None,
+    dry_run: bool = False,
+    output: str = "runs",
+    data: Optional[str] = None,
+    allow_large: bool = False,
+) -> Rerun:
     """The result's job on `site` (its request resolved there by the run service), with what differs from the parent;
     `service.submit_all` submits its job."""
     if nodes and gpus:
@@ -114,6 +145,15 @@ def prepare_rerun(result: Path, site: str, nodes: Optional[int] = None, gpus: Op
     environ = dict(os.environ, DLAUNCH_PARENT_RUN=parent)  # the script exports it: the trainer's `parent_run`
     job = service.prepare(asked, dry_run=dry_run, environ=environ)
     rows = differences(metrics, job.request, job.plan)
-    link = json.dumps({"parent": parent, "run_id": metrics.header["run_id"],
-                       "differences": [dict(zip(("attribute", "parent", "rerun"), r)) for r in rows]}, indent=2) + "\n"
+    link = (
+        json.dumps(
+            {
+                "parent": parent,
+                "run_id": metrics.header["run_id"],
+                "differences": [dict(zip(("attribute", "parent", "rerun"), r)) for r in rows],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return Rerun(dataclasses.replace(job, files=((PARENT_FILE, link),)), parent, rows)

@@ -1,5 +1,6 @@
 """A run directory: `job.sh`, `plan.json`, `site.toml` (the profile text the job was made from), `job_id`,
 `state`, logs, `metrics.jsonl`, `checkpoints/`. Its files are read through dlaunch/boundary.py."""
+
 import functools
 import json
 import os
@@ -27,8 +28,11 @@ SNAPSHOT_FILES = ("plan.json", "job_id", "state", METRICS_FILE, SITE_PROFILE)
 def default_run_name() -> str:
     """A time stamp to the millisecond and 4 random hex digits: runs submitted in a loop never collide."""
     now = time.time()
-    return "%s-%03d-%s" % (time.strftime("%Y%m%d-%H%M%S", time.localtime(now)), int(now * 1000) % 1000,
-                           secrets.token_hex(2))
+    return "%s-%03d-%s" % (
+        time.strftime("%Y%m%d-%H%M%S", time.localtime(now)),
+        int(now * 1000) % 1000,
+        secrets.token_hex(2),
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -102,7 +106,9 @@ class RunDir:
     def job_id(self) -> Optional[str]:
         job_id = self.read("job_id")
         if job_id is not None and not whole(JOB_ID, job_id):
-            raise DlaunchError("%s: %s is not a job id" % (display_path(self.path / "job_id"), escape(repr(job_id[:80]))))
+            raise DlaunchError(
+                "%s: %s is not a job id" % (display_path(self.path / "job_id"), escape(repr(job_id[:80])))
+            )
         return job_id
 
     @property

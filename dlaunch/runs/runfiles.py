@@ -6,6 +6,7 @@ which is checked field by field against `LaunchRequest` (its model is derived fr
 a field added there is checked here too). Strict: `gpus: "2"` is an error, not 2. Fields a newer
 launcher adds to the plan are kept.
 """
+
 import dataclasses
 from typing import Annotated, Any, Dict, Type, get_type_hints
 
@@ -63,4 +64,3 @@ def stored_request(data: Dict[str, Any], shown: str) -> LaunchRequest:
         return LaunchRequest.from_dict(fields)
     except DlaunchError as e:
         raise DlaunchError("%s: request: %s" % (shown, e)) from None
-

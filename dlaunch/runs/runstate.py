@@ -7,6 +7,7 @@ show what it returns. A run that has ended is read
 once: its snapshot is kept in the status cache (dlaunch/runs/statuscache.py) and taken from there while
 its files are unchanged, without asking its scheduler.
 """
+
 import dataclasses
 import os
 import re
@@ -21,7 +22,14 @@ from dlaunch.runs import statuscache
 from dlaunch.runs.failures import reconcile
 from dlaunch.runs.rundir import SNAPSHOT_FILES, RunDir
 from dlaunch.schedulers import Job, JobState, registration, scheduler_for
-from dlaunch.train.metrics_schema import MAX_METRICS_BYTES, FileRefused, Metrics, MetricsError, open_regular, read_metrics
+from dlaunch.train.metrics_schema import (
+    MAX_METRICS_BYTES,
+    FileRefused,
+    Metrics,
+    MetricsError,
+    open_regular,
+    read_metrics,
+)
 from dlaunch.train.progress import PROGRESS_FILE, read_progress_file
 
 if TYPE_CHECKING:
@@ -100,15 +108,25 @@ def _within_epoch(progress: Progress, metrics: Metrics, train_time: float, path:
     was written after the metrics file's last record and is of this run's epochs; else `progress` as it is."""
     found = read_progress_file(str(path.parent / PROGRESS_FILE))
     last_time = max((float(r["time"]) for r in metrics.records), default=None)
-    if (found is None or last_time is None or found["time"] <= last_time or found["epoch"] != progress.epochs_done
-            or found["total_steps"] != progress.steps_total or found["global_step"] < progress.steps_done):
+    if (
+        found is None
+        or last_time is None
+        or found["time"] <= last_time
+        or found["epoch"] != progress.epochs_done
+        or found["total_steps"] != progress.steps_total
+        or found["global_step"] < progress.steps_done
+    ):
         return progress
     steps = progress.steps_done + found["step_in_epoch"]
     seconds = train_time + found["epoch_time_s"]
     return dataclasses.replace(
-        progress, steps_done=found["global_step"], seconds_per_step=seconds / steps if steps and seconds > 0 else None,
-        last_record_time=found["time"], epoch_so_far_images_per_s=found["images_per_s"],
-        epoch_so_far_loss=found["loss"])
+        progress,
+        steps_done=found["global_step"],
+        seconds_per_step=seconds / steps if steps and seconds > 0 else None,
+        last_record_time=found["time"],
+        epoch_so_far_images_per_s=found["images_per_s"],
+        epoch_so_far_loss=found["loss"],
+    )
 
 
 def _read_progress(path: Path, ended: bool = False) -> "Tuple[Progress, Optional[Run]]":
@@ -144,7 +162,9 @@ def _read_progress(path: Path, ended: bool = False) -> "Tuple[Progress, Optional
         seconds_per_step=train_time / steps if steps and train_time > 0 else None,
         last_record_time=float(metrics.records[-1]["time"]) if metrics.records else None,
     )
-    return (_within_epoch(progress, metrics, train_time, path) if metrics.status == "running" and not ended else progress), run
+    return (
+        _within_epoch(progress, metrics, train_time, path) if metrics.status == "running" and not ended else progress
+    ), run
 
 
 def read_progress(path: Path, ended: bool = False) -> Progress:
@@ -153,8 +173,9 @@ def read_progress(path: Path, ended: bool = False) -> Progress:
     return _read_progress(path, ended)[0]
 
 
-def _judged(run_dir: RunDir, run: "Optional[Run]", live: bool,
-            threshold: Optional[float] = None) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+def _judged(
+    run_dir: RunDir, run: "Optional[Run]", live: bool, threshold: Optional[float] = None
+) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
     """(how the run is off its profile's network: dlaunch/jobs/network.py; its straggler and throttled-GPU
     flags, 'straggler: ...': dlaunch/analysis/stragglers.py, on its last epoch while `live`, with `threshold`,
     else its profile's `straggler_threshold`). The profile is read only for runs that recorded something to judge."""
@@ -181,7 +202,9 @@ class Snapshot:
     name: str  # the run directory as shown
     site: str
     job: str
-    state: str  # the scheduler's word for the job's state, or a foreground run's ('finished (exit 0)', 'running here ...')
+    state: (
+        str  # the scheduler's word for the job's state, or a foreground run's ('finished (exit 0)', 'running here ...')
+    )
     queue: str  # for a pending job: reason, place in the queue, expected start
     progress: Progress
     ended: bool  # nothing more will happen to this run (until it is resumed)
@@ -192,7 +215,9 @@ class Snapshot:
     gpus: Optional[int] = None  # the GPUs (processes on a CPU site) its plan asks for: nodes x processes per node
     reason: Optional[str] = None  # why it failed ('' when it did not); None: not looked up (service.why_failed)
     figures: Optional[str] = None  # its figures (service.run_figures); None: not looked up
-    measured: "Optional[Run]" = field(default=None, compare=False, repr=False)  # its metrics as read (not from the cache)
+    measured: "Optional[Run]" = field(
+        default=None, compare=False, repr=False
+    )  # its metrics as read (not from the cache)
 
     @property
     def ok(self) -> bool:
@@ -236,19 +261,41 @@ def _foreground_state(run: RunDir, now: float) -> Tuple[str, bool]:
 def _kept(run: RunDir, kept: Dict[str, Any]) -> Optional[Snapshot]:
     """The snapshot the status cache kept for an ended run (None when the entry is not one)."""
     try:
-        return Snapshot(run, display_path(run.path), kept["site"], kept["job"], kept["state"], "",
-                        Progress(**kept["progress"]), True, JobState[kept["meaning"]] if kept["meaning"] else None,
-                        kept["scheduler"], tuple(kept["network"]), tuple(kept["flags"]), kept["gpus"], kept["reason"],
-                        kept["figures"])
+        return Snapshot(
+            run,
+            display_path(run.path),
+            kept["site"],
+            kept["job"],
+            kept["state"],
+            "",
+            Progress(**kept["progress"]),
+            True,
+            JobState[kept["meaning"]] if kept["meaning"] else None,
+            kept["scheduler"],
+            tuple(kept["network"]),
+            tuple(kept["flags"]),
+            kept["gpus"],
+            kept["reason"],
+            kept["figures"],
+        )
     except (KeyError, TypeError, ValueError):
         return None
 
 
 def _to_keep(snapshot: Snapshot) -> Dict[str, Any]:
-    return {"site": snapshot.site, "job": snapshot.job, "state": snapshot.state, "progress": dataclasses.asdict(snapshot.progress),
-            "meaning": snapshot.meaning.name if snapshot.meaning else None, "scheduler": snapshot.scheduler,
-            "network": list(snapshot.network), "flags": list(snapshot.flags), "gpus": snapshot.gpus, "reason": snapshot.reason,
-            "figures": snapshot.figures}
+    return {
+        "site": snapshot.site,
+        "job": snapshot.job,
+        "state": snapshot.state,
+        "progress": dataclasses.asdict(snapshot.progress),
+        "meaning": snapshot.meaning.name if snapshot.meaning else None,
+        "scheduler": snapshot.scheduler,
+        "network": list(snapshot.network),
+        "flags": list(snapshot.flags),
+        "gpus": snapshot.gpus,
+        "reason": snapshot.reason,
+        "figures": snapshot.figures,
+    }
 
 
 def _gpus(plan: Dict[str, Any]) -> Optional[int]:
@@ -287,8 +334,24 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
         if status != progress.status:
             progress = dataclasses.replace(progress, status=status)
         network, flags = _judged(run, measured, live=progress.status == "running")
-        snapshots.append(Snapshot(run, display_path(run.path), plan["site"], job_id or "-", state, queue_text,
-                                  progress, ended, meaning, plan["scheduler"], network, flags, _gpus(plan), measured=measured))
+        snapshots.append(
+            Snapshot(
+                run,
+                display_path(run.path),
+                plan["site"],
+                job_id or "-",
+                state,
+                queue_text,
+                progress,
+                ended,
+                meaning,
+                plan["scheduler"],
+                network,
+                flags,
+                _gpus(plan),
+                measured=measured,
+            )
+        )
     return snapshots
 
 
@@ -300,9 +363,12 @@ def _rejudged(snapshot: Snapshot, threshold: float) -> Snapshot:
     return dataclasses.replace(snapshot, network=network, flags=flags, measured=measured)
 
 
-def observe(runs: Iterable[RunDir], now: Optional[float] = None,
-            complete: Optional[Callable[[List[Snapshot]], List[Snapshot]]] = None,
-            straggler_threshold: Optional[float] = None) -> List[Snapshot]:
+def observe(
+    runs: Iterable[RunDir],
+    now: Optional[float] = None,
+    complete: Optional[Callable[[List[Snapshot]], List[Snapshot]]] = None,
+    straggler_threshold: Optional[float] = None,
+) -> List[Snapshot]:
     """A snapshot of every run: of an ended run the status cache's while its files are unchanged
     (dlaunch/runs/statuscache.py), else read from its directory and, once it has ended, kept there.
     `complete` adds what the cache should keep too to ended snapshots that lack it (`reason`, `figures`).

@@ -14,6 +14,7 @@ prints: dlaunch/cli/) and the backends (dlaunch/schedulers/, dlaunch/runtimes/).
   kept in the status cache with its snapshot: dlaunch/runs/statuscache.py);
 - `resume`, `logs`, `cancel` (a run that has ended: nothing to cancel, no error).
 """
+
 import dataclasses
 import functools
 import os
@@ -36,15 +37,30 @@ if TYPE_CHECKING:  # the run layer's state stays out of `run --dry-run`'s start-
     from dlaunch.jobs.plan import LaunchPlan
     from dlaunch.runs.runstate import Snapshot
 
-__all__ = ["Logs", "Prepared", "Submitted", "cancel", "check_new", "git_revision", "logs", "observe", "prepare",
-           "resume", "run_figures", "submit_all", "why_failed"]
+__all__ = [
+    "Logs",
+    "Prepared",
+    "Submitted",
+    "cancel",
+    "check_new",
+    "git_revision",
+    "logs",
+    "observe",
+    "prepare",
+    "resume",
+    "run_figures",
+    "submit_all",
+    "why_failed",
+]
 
 
 @functools.lru_cache(maxsize=1)
 def git_revision() -> Optional[str]:
     """The launcher's own commit, for the trainer's provenance (asked once per command: a sweep renders many jobs)."""
     try:
-        result = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        result = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return result.stdout.strip() if result.returncode == 0 else None
@@ -71,8 +87,13 @@ class Prepared:
         return registration(self.plan.scheduler).foreground
 
 
-def prepare(request: LaunchRequest, run_dir: Optional[Path] = None, dry_run: bool = False,
-            environ: Mapping[str, str] = os.environ, require_image: bool = True) -> Prepared:
+def prepare(
+    request: LaunchRequest,
+    run_dir: Optional[Path] = None,
+    dry_run: bool = False,
+    environ: Mapping[str, str] = os.environ,
+    require_image: bool = True,
+) -> Prepared:
     """Resolve the site, complete and check the request, render the script (nothing is written). A
     missing image stops it (a dry run warns; `require_image=False` neither)."""
     from dlaunch.jobs.imagepaths import check_loader, default_image_for_site, driver_warning
@@ -105,20 +126,35 @@ def prepare(request: LaunchRequest, run_dir: Optional[Path] = None, dry_run: boo
         except DlaunchError as e:
             if resolve_account(site, request.account, environ, required=False) is None:  # missing, not malformed
                 warnings.append("%s (the dry run renders the script without it)" % e)
-    plan = build_plan(site, request, run_dir=str(run_dir), git_revision=revision, image=request.image,
-                      environ=environ, require_account=not dry_run)
+    plan = build_plan(
+        site,
+        request,
+        run_dir=str(run_dir),
+        git_revision=revision,
+        image=request.image,
+        environ=environ,
+        require_account=not dry_run,
+    )
     plan = dataclasses.replace(plan, profile=profile)
     warnings.extend(plan.warnings)
     if require_image and plan.image and runtime_class(plan.runtime).missing(plan.image):
         stack = stack_of_image(plan.image)  # a default image: its group's make target in its stack
         target = "image-%s%s" % (image_group(plan.framework), " STACK=%s" % stack if stack else "")
-        message = "--image: %s does not exist (build it with `make %s`; `dlaunch images` lists them)" % (plan.image, target)
+        message = "--image: %s does not exist (build it with `make %s`; `dlaunch images` lists them)" % (
+            plan.image,
+            target,
+        )
         if not dry_run:
             raise DlaunchError(message)
         warnings.append(message)
     header = "dlaunch %s: site %s, %s, %s x %s%s" % (
-        (revision or "unknown")[:12], site.name, plan.framework, counted(plan.nodes, "node"),
-        counted(plan.nproc_per_node, "process", "processes"), ", partition %s" % plan.partition if plan.partition else "")
+        (revision or "unknown")[:12],
+        site.name,
+        plan.framework,
+        counted(plan.nodes, "node"),
+        counted(plan.nproc_per_node, "process", "processes"),
+        ", partition %s" % plan.partition if plan.partition else "",
+    )
     return Prepared(request, plan, render_script(plan, header), tuple(warnings), tuple(plan.notes), request.resume)
 
 
@@ -130,8 +166,10 @@ def resume(run_dir: Path, dry_run: bool = False, allow_large: bool = False) -> P
     if not registration(existing.plan()["plan"]["scheduler"]).foreground and existing.job_id:
         job = existing.scheduler.jobs([existing.job_id])[existing.job_id]
         if job.kind.active:
-            raise DlaunchError("--resume: job %s of %s is still %s (dlaunch cancel it first)"
-                               % (existing.job_id, display_path(existing.path), job.state))
+            raise DlaunchError(
+                "--resume: job %s of %s is still %s (dlaunch cancel it first)"
+                % (existing.job_id, display_path(existing.path), job.state)
+            )
     stored = existing.request()
     request = dataclasses.replace(stored, resume=True, allow_large=stored.allow_large or allow_large)
     return prepare(request, run_dir=existing.path.resolve(), dry_run=dry_run)
@@ -141,7 +179,9 @@ def check_new(jobs: Sequence[Prepared]) -> None:
     """Refuse, before anything is written, a new run whose directory exists."""
     taken = [job.run_dir for job in jobs if not job.resume and job.run_dir.exists()]
     if taken:
-        raise DlaunchError("run directory %s exists (choose another --run-name or --experiment, or --resume it)" % taken[0])
+        raise DlaunchError(
+            "run directory %s exists (choose another --run-name or --experiment, or --resume it)" % taken[0]
+        )
 
 
 @dataclass(frozen=True)
@@ -164,7 +204,10 @@ def _run_here(run: RunDir, script: Path, say: Callable[[str], None], show_progre
 
     job = run.scheduler.start(script, run.path)
     run.write("job_id", job.job_id + "\n")
-    say("running %s on this machine; its log: %s" % (display_path(run.path), ", ".join(display_path(p) for p in run.log_files())))
+    say(
+        "running %s on this machine; its log: %s"
+        % (display_path(run.path), ", ".join(display_path(p) for p in run.log_files()))
+    )
     ended: List[int] = []
 
     def wait(seconds: Optional[float]) -> bool:
@@ -216,8 +259,16 @@ def submit_all(jobs: Sequence[Prepared], say: Callable[[str], None], show_progre
     codes: List[int] = []
     for i, job in enumerate(jobs, 1):
         if len(jobs) > 1 or job.resume:  # which one, as experiment (or matrix)/run
-            say("[%d/%d] %s %s/%s" % (i, len(jobs), "resubmitting" if job.resume else "submitting",
-                                      job.run_dir.parent.name, job.run_dir.name))
+            say(
+                "[%d/%d] %s %s/%s"
+                % (
+                    i,
+                    len(jobs),
+                    "resubmitting" if job.resume else "submitting",
+                    job.run_dir.parent.name,
+                    job.run_dir.name,
+                )
+            )
         try:
             run, code = _submit(job, say, show_progress)
         except SchedulerError:
@@ -258,7 +309,10 @@ def why_failed(snapshot: "Snapshot") -> str:
         scheduler = snapshot.run.scheduler
         ended = scheduler.end_reason(snapshot.job)
         if ended:
-            return "%s ended the job (%s); its log says nothing (was the run directory visible on the nodes?)" % (scheduler.label, ended)
+            return "%s ended the job (%s); its log says nothing (was the run directory visible on the nodes?)" % (
+                scheduler.label,
+                ended,
+            )
     return "%s, metrics %s" % (snapshot.state, snapshot.progress.status)
 
 
@@ -320,7 +374,11 @@ def logs(run: RunDir) -> Logs:
         return Logs(files)
     (snapshot,) = observe([run])
     if snapshot.failed:
-        return Logs([], "no log in %s: the run %s (%s)" % (display_path(run.path), snapshot.progress.status, why_failed(snapshot)), True)
+        return Logs(
+            [],
+            "no log in %s: the run %s (%s)" % (display_path(run.path), snapshot.progress.status, why_failed(snapshot)),
+            True,
+        )
     return Logs([], "no log in %s yet (state: %s)" % (display_path(run.path), snapshot.state))
 
 
@@ -333,7 +391,11 @@ def cancel(run: RunDir) -> str:
 
     (snapshot,) = runstate.observe([run])
     if snapshot.ended:
-        return "%s had ended (%s; metrics %s): nothing to cancel" % (snapshot.name, snapshot.state, snapshot.progress.status)
+        return "%s had ended (%s; metrics %s): nothing to cancel" % (
+            snapshot.name,
+            snapshot.state,
+            snapshot.progress.status,
+        )
     run.scheduler.cancel(run.job_id)
     run.set_state("cancel requested")
     return "cancelled job %s" % run.job_id

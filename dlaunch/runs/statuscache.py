@@ -14,6 +14,7 @@ same commands write (dlaunch/resultsdb/store.py: runs/results.sqlite -> runs/res
 At most MAX_ENTRIES runs, the newest entries kept. Two commands that save at once may each lose the
 other's new entries (computed again next time), never corrupt the file.
 """
+
 import functools
 import hashlib
 import json
@@ -73,9 +74,13 @@ def _digest(states: Sequence[Any]) -> str:
 
 def _valid(entry: Any) -> bool:
     """An entry as `put` makes them (the file may come from anywhere: it is checked when read)."""
-    return (isinstance(entry, dict) and isinstance(entry.get("stamp"), str) and isinstance(entry.get("snapshot"), dict)
-            and isinstance(entry.get("files"), list)
-            and all(isinstance(name, str) and name and os.sep not in name for name in entry["files"]))
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("stamp"), str)
+        and isinstance(entry.get("snapshot"), dict)
+        and isinstance(entry.get("files"), list)
+        and all(isinstance(name, str) and name and os.sep not in name for name in entry["files"])
+    )
 
 
 class StatusCache:
@@ -103,21 +108,27 @@ class StatusCache:
         as `put` was given it, while these and its logs are unchanged, else None)."""
         key = os.path.abspath(run_dir)
         entry = self.new.get(key) or self.entries.get(key)
-        if entry is None or entry["files"][:len(files)] != list(files):
+        if entry is None or entry["files"][: len(files)] != list(files):
             return _states(run_dir, files), None
         states = _states(run_dir, entry["files"])
         kept = entry["snapshot"] if entry["stamp"] == _digest(states) else None
-        return states[:1 + len(files)], kept
+        return states[: 1 + len(files)], kept
 
-    def put(self, run_dir: Path, made_from: List[Any], files: Sequence[str], logs: Sequence[str], snapshot: Dict[str, Any]) -> None:
+    def put(
+        self, run_dir: Path, made_from: List[Any], files: Sequence[str], logs: Sequence[str], snapshot: Dict[str, Any]
+    ) -> None:
         """Keep an ended run's snapshot, made from `files` (as `lookup` was given them) and its `logs`;
         `made_from` is the lookup's states from before they were read (a file written meanwhile: not kept)."""
         names = list(files) + list(logs)
         states = _states(run_dir, names)
-        if self.path is None or states[:1 + len(files)] != made_from:
+        if self.path is None or states[: 1 + len(files)] != made_from:
             return
-        self.new[os.path.abspath(run_dir)] = {"stamp": _digest(states), "files": names, "made": time.time(),
-                                              "snapshot": snapshot}
+        self.new[os.path.abspath(run_dir)] = {
+            "stamp": _digest(states),
+            "files": names,
+            "made": time.time(),
+            "snapshot": snapshot,
+        }
 
     def save(self) -> None:
         """Write the new entries into the cache file (merged with what another command saved meanwhile);
@@ -129,11 +140,16 @@ class StatusCache:
         entries = dict(self._read())
         entries.update(self.new)
         if len(entries) > MAX_ENTRIES:
-            newest = sorted(entries, key=lambda key: entries[key].get("made", 0) if isinstance(entries[key], dict) else 0)
+            newest = sorted(
+                entries, key=lambda key: entries[key].get("made", 0) if isinstance(entries[key], dict) else 0
+            )
             entries = {key: entries[key] for key in newest[-MAX_ENTRIES:]}
         try:
-            write_atomic(self.path, json.dumps({"format": FORMAT, "code": code_stamp(), "runs": entries},
-                                               separators=(",", ":")), mode=0o600)
+            write_atomic(
+                self.path,
+                json.dumps({"format": FORMAT, "code": code_stamp(), "runs": entries}, separators=(",", ":")),
+                mode=0o600,
+            )
         except OSError:
             return
         self.entries, self.new = entries, {}

@@ -11,6 +11,7 @@ every job for a site (or for every shipped site of the study's kind) and lists t
 GPU counts above one node that a site's nodes do not hold evenly in whole nodes run on the fewest nodes that hold
 them evenly (12 GPUs: 3 nodes of 4, or 2 nodes of 6 on 8-GPU nodes).
 """
+
 import dataclasses
 import json
 import os
@@ -25,10 +26,22 @@ from dlaunch.jobs.request import LaunchRequest
 from dlaunch.paths import PUBLISHED_DIR, SHIPPED_SITES_DIR
 from dlaunch.runs import service
 from dlaunch.runs.rundir import RunDir, find_runs
-from dlaunch.runs.studyfile import (LOADERS, STUDY_COPY, STUDY_INFO, DIMENSIONS, Matrix, Study, StudyInfo, choose_protocol,
-                                    excluded, load_study, recorded_study)
+from dlaunch.runs.studyfile import (
+    DIMENSIONS,
+    LOADERS,
+    STUDY_COPY,
+    STUDY_INFO,
+    Matrix,
+    Study,
+    StudyInfo,
+    choose_protocol,
+    excluded,
+    load_study,
+    recorded_study,
+)
 from dlaunch.schedulers import registration
 from dlaunch.tables import counted
+
 
 @dataclass(frozen=True)
 class Job:
@@ -45,7 +58,13 @@ class Job:
     def label(self) -> str:
         """matrix, figures and repeat, as the dry run prints them above the job's script."""
         figures = ", ".join(self.figures) or "no figure"
-        return "%s/%s: %s, repeat %d of %d" % (self.matrix, self.name, figures, self.coordinates["repeat"], self.repeats)
+        return "%s/%s: %s, repeat %d of %d" % (
+            self.matrix,
+            self.name,
+            figures,
+            self.coordinates["repeat"],
+            self.repeats,
+        )
 
     def line(self, nodes: int, per_node: int) -> str:
         """The label and the job's size, as `study run --list` prints it."""
@@ -93,7 +112,9 @@ def merge_recipes(*recipes: Dict[str, Any]) -> Dict[str, Any]:
     return merged
 
 
-def _overlays(study: Study, m: Matrix, protocol: Optional[str], point: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[str]]:
+def _overlays(
+    study: Study, m: Matrix, protocol: Optional[str], point: Dict[str, Any]
+) -> Tuple[Dict[str, Any], Optional[str]]:
     """(recipe, time) a protocol adds at one point of a matrix block."""
     if protocol is None or m.part is None:
         return {}, None
@@ -106,9 +127,18 @@ def _overlays(study: Study, m: Matrix, protocol: Optional[str], point: Dict[str,
     return recipe, time
 
 
-def expand(study: Study, site: str, output: Path, data: Optional[Dict[str, str]] = None, account: Optional[str] = None,
-           image: Optional[str] = None, only: Sequence[str] = (), protocol: Optional[str] = None,
-           stack: Optional[str] = None, allow_large: bool = False) -> List[Job]:
+def expand(
+    study: Study,
+    site: str,
+    output: Path,
+    data: Optional[Dict[str, str]] = None,
+    account: Optional[str] = None,
+    image: Optional[str] = None,
+    only: Sequence[str] = (),
+    protocol: Optional[str] = None,
+    stack: Optional[str] = None,
+    allow_large: bool = False,
+) -> List[Job]:
     """Every job of the study's matrix (in file order), as requests for `site`; `data`: loader -> path;
     `stack` overrides the study's (`site`: the site's own). More than the limit of `study jobs` (a
     typo's million) is refused as soon as it is reached, unless `allow_large`."""
@@ -130,7 +160,11 @@ def expand(study: Study, site: str, output: Path, data: Optional[Dict[str, str]]
             recipe = merge_recipes(study.recipe, m.recipe, extra_recipe)
             if data and loader in data:
                 recipe["data"] = data[loader]
-            nodes = spread_nodes(count, resolved.gpus_per_node) if key == "gpus" and not registration(resolved.scheduler.kind).foreground else None
+            nodes = (
+                spread_nodes(count, resolved.gpus_per_node)
+                if key == "gpus" and not registration(resolved.scheduler.kind).foreground
+                else None
+            )
             job_image = image
             if not job_image and stack and resolved.container.containerized:
                 job_image = default_image_for_site(resolved, framework, stack)
@@ -139,15 +173,27 @@ def expand(study: Study, site: str, output: Path, data: Optional[Dict[str, str]]
                 if not _selected(filters, coordinates, m.figures):
                     continue
                 if len(jobs) == LIMITS["study jobs"] and not allow_large:
-                    raise DlaunchError("study %s: more than %d jobs (at matrix %s): pass %s if you mean it"
-                                       % (study.name, LIMITS["study jobs"], m.name, ALLOW_LARGE))
+                    raise DlaunchError(
+                        "study %s: more than %d jobs (at matrix %s): pass %s if you mean it"
+                        % (study.name, LIMITS["study jobs"], m.name, ALLOW_LARGE)
+                    )
                 name = "%s-%s-%s-%s%04d-%s-r%d" % (framework, loader, model, key[0], count, schedule, repeat)
                 trainer = dict(recipe, model=model, loader=loader, schedule=schedule)
-                request = LaunchRequest(site=site, framework=framework, partition=m.partition or study.partition,
-                                        time=extra_time or m.time or study.time, account=account, image=job_image,
-                                        output=str(output), experiment="%s.%s" % (study.name, m.name), run_name=name,
-                                        trainer=tuple(trainer.items()), allow_large=allow_large, **{key: count},
-                                        **({"nodes": nodes} if nodes else {}))
+                request = LaunchRequest(
+                    site=site,
+                    framework=framework,
+                    partition=m.partition or study.partition,
+                    time=extra_time or m.time or study.time,
+                    account=account,
+                    image=job_image,
+                    output=str(output),
+                    experiment="%s.%s" % (study.name, m.name),
+                    run_name=name,
+                    trainer=tuple(trainer.items()),
+                    allow_large=allow_large,
+                    **{key: count},
+                    **({"nodes": nodes} if nodes else {}),
+                )
                 jobs.append(Job(m.name, name, coordinates, request, tuple(m.figures), m.repeats))
     return jobs
 
@@ -163,11 +209,15 @@ def _check_recorded(folder: Path, site: str, protocol: Optional[str]) -> None:
         return
     recorded = read_json(info, StudyInfo, follow_links=False)
     if recorded.site != site:
-        raise DlaunchError("--site: %s was run on site %s; give another --output to run it on %s"
-                           % (display_path(folder), escape(recorded.site), site))
+        raise DlaunchError(
+            "--site: %s was run on site %s; give another --output to run it on %s"
+            % (display_path(folder), escape(recorded.site), site)
+        )
     if recorded.protocol != protocol:
-        raise DlaunchError("--protocol: %s was run with protocol %s; give another --output to run protocol %s"
-                           % (display_path(folder), escape(str(recorded.protocol)), protocol))
+        raise DlaunchError(
+            "--protocol: %s was run with protocol %s; give another --output to run protocol %s"
+            % (display_path(folder), escape(str(recorded.protocol)), protocol)
+        )
 
 
 def _record_study(path: Path, folder: Path, site: str, protocol: Optional[str], stack: Optional[str]) -> None:
@@ -177,7 +227,13 @@ def _record_study(path: Path, folder: Path, site: str, protocol: Optional[str], 
     if (folder / STUDY_INFO).is_file():
         return
     write_atomic(folder / STUDY_COPY, read_text(path))
-    info = {"study": load_study(path).name, "file": str(path.resolve()), "site": site, "protocol": protocol, "stack": stack}
+    info = {
+        "study": load_study(path).name,
+        "file": str(path.resolve()),
+        "site": site,
+        "protocol": protocol,
+        "stack": stack,
+    }
     write_atomic(folder / STUDY_INFO, json.dumps(info, indent=2) + "\n")
 
 
@@ -231,7 +287,9 @@ class StudyJobs:
     @property
     def summary(self) -> str:
         """`3 jobs (left alone: 2 ended ok, 1 still active)`."""
-        skipped = ["%d ended ok" % self.ended_ok] * bool(self.ended_ok) + ["%d still active" % self.active] * bool(self.active)
+        skipped = ["%d ended ok" % self.ended_ok] * bool(self.ended_ok) + ["%d still active" % self.active] * bool(
+            self.active
+        )
         return counted(len(self.jobs), "job") + (" (left alone: %s)" % ", ".join(skipped) if skipped else "")
 
     @property
@@ -240,9 +298,19 @@ class StudyJobs:
         return design_summary(self.study, self.protocol, [job for job, _ in self.jobs])
 
 
-def prepare_study(path: Path, site: str, output: Path = Path("runs"), dry_run: bool = False, only: Sequence[str] = (),
-                  data: Sequence[str] = (), account: Optional[str] = None, image: Optional[str] = None,
-                  protocol: Optional[str] = None, stack: Optional[str] = None, allow_large: bool = False) -> StudyJobs:
+def prepare_study(
+    path: Path,
+    site: str,
+    output: Path = Path("runs"),
+    dry_run: bool = False,
+    only: Sequence[str] = (),
+    data: Sequence[str] = (),
+    account: Optional[str] = None,
+    image: Optional[str] = None,
+    protocol: Optional[str] = None,
+    stack: Optional[str] = None,
+    allow_large: bool = False,
+) -> StudyJobs:
     """Render the jobs of a study that are missing or failed (nothing written): the first step of `study run`. A
     study directory of another site or protocol is refused (unless `dry_run`)."""
     study = load_study(path)
@@ -254,7 +322,9 @@ def prepare_study(path: Path, site: str, output: Path = Path("runs"), dry_run: b
     folder = study_dir(study, output)
     if not dry_run:
         _check_recorded(folder, site, protocol)
-    existing = [RunDir(folder / j.matrix / j.name) for j in jobs if (folder / j.matrix / j.name / "plan.json").is_file()]
+    existing = [
+        RunDir(folder / j.matrix / j.name) for j in jobs if (folder / j.matrix / j.name / "plan.json").is_file()
+    ]
     snapshots = {s.run.path: s for s in service.observe(existing)} if existing else {}
     todo, ok, active = [], 0, 0
     for job in jobs:
@@ -267,14 +337,32 @@ def prepare_study(path: Path, site: str, output: Path = Path("runs"), dry_run: b
             active += 1
         else:
             todo.append((job, True))  # ended otherwise than ok: resumed from its checkpoint, if any
-    rendered = tuple((job, service.prepare(dataclasses.replace(job.request, resume=resume),
-                                           run_dir=folder / job.matrix / job.name, dry_run=dry_run)) for job, resume in todo)
-    return StudyJobs(study, Path(path), folder, site, protocol, None if stack == "site" else stack or study.stack, rendered,
-                     ok, active, tuple(warnings))
+    rendered = tuple(
+        (
+            job,
+            service.prepare(
+                dataclasses.replace(job.request, resume=resume), run_dir=folder / job.matrix / job.name, dry_run=dry_run
+            ),
+        )
+        for job, resume in todo
+    )
+    return StudyJobs(
+        study,
+        Path(path),
+        folder,
+        site,
+        protocol,
+        None if stack == "site" else stack or study.stack,
+        rendered,
+        ok,
+        active,
+        tuple(warnings),
+    )
 
 
-def submit_study(prepared: StudyJobs, say: Callable[[str], None] = lambda line: None,
-                 show_progress: bool = False) -> service.Submitted:
+def submit_study(
+    prepared: StudyJobs, say: Callable[[str], None] = lambda line: None, show_progress: bool = False
+) -> service.Submitted:
     """Record the study in its directory (the study file, site, protocol and stack, at its first submission) and
     submit its jobs under the run service's one rule: the second step of `study run`."""
     _record_study(prepared.path, prepared.folder, prepared.site, prepared.protocol, prepared.stack)
@@ -292,8 +380,14 @@ def figure_counts(jobs: Sequence[Job]) -> Dict[str, int]:
 
 def design_summary(study: Study, protocol: Optional[str], jobs: Sequence[Job]) -> str:
     """The protocol, the stack, the jobs per figure and the study's assumptions, as lines of text."""
-    lines = ["study %s%s%s" % (study.name, ", protocol %s: %s" % (protocol, study.protocol[protocol].description) if protocol else "",
-                               ", stack %s" % study.stack if study.stack else "")]
+    lines = [
+        "study %s%s%s"
+        % (
+            study.name,
+            ", protocol %s: %s" % (protocol, study.protocol[protocol].description) if protocol else "",
+            ", stack %s" % study.stack if study.stack else "",
+        )
+    ]
     lines += ["  %s: %s" % (figure, counted(n, "job")) for figure, n in figure_counts(jobs).items()]
     if study.assumptions:
         lines.append("assumptions (unstated in the sources; this study's choice):")
@@ -308,8 +402,9 @@ def study_runs(folder: Path) -> List[RunDir]:
     return runs
 
 
-def published_comparisons(folder: Path, include_stragglers: bool = False,
-                          straggler_threshold: Optional[float] = None) -> Tuple[Study, List[Comparison], List[str]]:
+def published_comparisons(
+    folder: Path, include_stragglers: bool = False, straggler_threshold: Optional[float] = None
+) -> Tuple[Study, List[Comparison], List[str]]:
     """A study directory's study, its published values beside its runs' (the study's `[[compare]]` entries), and the
     lines on its design (protocol, image stack) its report shows. Flagged runs are left out as `report` leaves them
     out (each judged at `straggler_threshold`, else its profile's), unless `include_stragglers`."""
@@ -317,14 +412,20 @@ def published_comparisons(folder: Path, include_stragglers: bool = False,
     from dlaunch.reporting.report import flagged, load_profiles
 
     study = recorded_study(folder)
-    info = read_json(folder / STUDY_INFO, StudyInfo, follow_links=False).model_dump() if os.path.lexists(folder / STUDY_INFO) else {}
+    info = (
+        read_json(folder / STUDY_INFO, StudyInfo, follow_links=False).model_dump()
+        if os.path.lexists(folder / STUDY_INFO)
+        else {}
+    )
     runs = load_runs([str(folder)]).runs
     if not include_stragglers:
         left_out = flagged(runs, load_profiles(runs, None), straggler_threshold)
         runs = [r for r in runs if r.path not in left_out]
     comparisons = [compare_published(c, PUBLISHED_DIR / c.file, runs, include_stragglers=True) for c in study.compare]
     protocol = info.get("protocol")
-    design = ["Protocol: %s (%s)" % (protocol, study.protocol[protocol].description)] if protocol in study.protocol else []
+    design = (
+        ["Protocol: %s (%s)" % (protocol, study.protocol[protocol].description)] if protocol in study.protocol else []
+    )
     design += ["Image stack: %s" % info["stack"]] if info.get("stack") else []
     return study, comparisons, design
 
@@ -366,23 +467,36 @@ def job_nodes(job: Job, gpus_per_node: int) -> int:
     return request.nodes or -(-request.gpus // gpus_per_node)
 
 
-def check_study_on_site(study: Study, site: str, protocol: Optional[str], stack: Optional[str],
-                        skip_too_small: bool = False) -> CheckResult:
+def check_study_on_site(
+    study: Study, site: str, protocol: Optional[str], stack: Optional[str], skip_too_small: bool = False
+) -> CheckResult:
     """Render every job of `study` for `site` as a dry run does; collect those that cannot run there.
     `skip_too_small`: a site whose largest partition holds fewer nodes than the study's largest job is
     not checked but skipped (the study is larger than the site)."""
     from dlaunch.jobs.sites import resolve_site
+
     resolved = resolve_site(site)
     try:
-        jobs = expand(study, site, Path("/dlaunch-study-check"), {l: "/dlaunch-study-check/data" for l in LOADERS},
-                      protocol=protocol, stack=stack)
+        jobs = expand(
+            study,
+            site,
+            Path("/dlaunch-study-check"),
+            {loader: "/dlaunch-study-check/data" for loader in LOADERS},
+            protocol=protocol,
+            stack=stack,
+        )
     except DlaunchError as e:
         return CheckResult(resolved.name, 0, (("every job", str(e)),))
     largest = max((job_nodes(job, resolved.gpus_per_node) for job in jobs), default=0)
     capacity = max((p.max_nodes for p in resolved.partitions), default=largest)
     if skip_too_small and largest > capacity:
-        return CheckResult(resolved.name, len(jobs), (), skipped="too small: the study's largest jobs take %d nodes, the "
-                           "site's largest partition %d" % (largest, capacity))
+        return CheckResult(
+            resolved.name,
+            len(jobs),
+            (),
+            skipped="too small: the study's largest jobs take %d nodes, the "
+            "site's largest partition %d" % (largest, capacity),
+        )
     failures = []
     for job in jobs:
         try:
@@ -396,8 +510,9 @@ def shipped_sites() -> List[str]:
     return [path.stem for path in sorted(SHIPPED_SITES_DIR.glob("*.toml"))]
 
 
-def check_study(path: Path, sites: Sequence[str] = (), protocol: Optional[str] = None,
-                stack: Optional[str] = None) -> List[CheckResult]:
+def check_study(
+    path: Path, sites: Sequence[str] = (), protocol: Optional[str] = None, stack: Optional[str] = None
+) -> List[CheckResult]:
     """`study check`: the given sites, or every shipped site (those not of the study's kind skipped)."""
     from dlaunch.jobs.sites import resolve_site
 

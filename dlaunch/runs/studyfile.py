@@ -16,6 +16,7 @@ Pydantic validates the files (as `dlaunch/jobs/sites.py` does site profiles): a 
 field-named errors and typed values without hand-written checks. Studies are found by name in
 $DLAUNCH_STUDIES_DIR, then among the shipped ones, or by path.
 """
+
 import itertools
 import os
 from pathlib import Path
@@ -41,8 +42,14 @@ KINDS = ("gpu", "cpu")
 
 SHIPPED_STUDIES_DIR = REPO / "studies"
 
-LISTS = {"framework": "frameworks", "loader": "loaders", "model": "models", "gpus": "gpus", "nodes": "nodes",
-         "schedule": "schedules"}  # a dimension -> the matrix's list of its values
+LISTS = {
+    "framework": "frameworks",
+    "loader": "loaders",
+    "model": "models",
+    "gpus": "gpus",
+    "nodes": "nodes",
+    "schedule": "schedules",
+}  # a dimension -> the matrix's list of its values
 Count = Annotated[int, Field(gt=0)]
 
 
@@ -134,22 +141,31 @@ class Matrix(_WithRecipe):
             twice = [v for v in values if values.count(v) > 1]
             if twice:  # two jobs would get one run directory
                 raise ValueError("%s: %s appears twice" % (LISTS[dimension], quoted(twice[0])))
-        for i, rule in enumerate(self.exclude):  # the matrix has every combination: a rule matches one iff each value is listed
+        for i, rule in enumerate(
+            self.exclude
+        ):  # the matrix has every combination: a rule matches one iff each value is listed
             other = next((key for key in rule if key not in lists), None)
             if other:
                 raise ValueError("exclude.%d: %s: the matrix lists %s, not %s" % (i, other, self.count_key, other))
             if not all(value in lists[key] for key, value in rule.items()):
                 raise ValueError("exclude.%d: %s matches no job of the matrix" % (i, rule_text(rule)))
         named = [d for d in lists if any(d in rule for rule in self.exclude)]  # only these decide
-        if not any(not excluded(dict(zip(named, values)), self.exclude)
-                   for values in itertools.product(*(lists[d] for d in named))):
+        if not any(
+            not excluded(dict(zip(named, values)), self.exclude)
+            for values in itertools.product(*(lists[d] for d in named))
+        ):
             raise ValueError("exclude: the exclusions leave no job of the matrix")
         return self
 
     def lists(self) -> Dict[str, List[Any]]:
         """The matrix's dimensions (framework, loader, model, gpus or nodes, schedule) and their values."""
-        return {"framework": self.frameworks, "loader": self.loaders, "model": self.models,
-                self.count_key: list(self.gpus or self.nodes or []), "schedule": self.schedules}
+        return {
+            "framework": self.frameworks,
+            "loader": self.loaders,
+            "model": self.models,
+            self.count_key: list(self.gpus or self.nodes or []),
+            "schedule": self.schedules,
+        }
 
     def points(self) -> Iterator[Dict[str, Any]]:
         """Every combination of the lists, in file order (before exclusions and repeats)."""
@@ -191,7 +207,9 @@ class Study(_WithRecipe):
             raise ValueError("two matrix blocks are called %s" % next(n for n in names if names.count(n) > 1))
         covered = [loader for d in self.dataset for loader in d.loaders]
         if len(set(covered)) != len(covered):
-            raise ValueError("dataset: two datasets for loader %s" % next(l for l in covered if covered.count(l) > 1))
+            raise ValueError(
+                "dataset: two datasets for loader %s" % next(name for name in covered if covered.count(name) > 1)
+            )
         if self.dataset and any("data" in r for r in [self.recipe] + [m.recipe for m in self.matrix]):
             raise ValueError("a recipe sets data and [dataset] asks for it: keep one")
         if self.kind == "cpu" and self.gpu_vendor:
@@ -244,12 +262,15 @@ def find_study(name_or_path: str) -> Path:
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
         path = Path(name_or_path)
         if not os.path.lexists(path) and path.stem in known:
-            raise DlaunchError("%s: no such file; the study %s is found by its name from any folder (%s)"
-                               % (escape(name_or_path), path.stem, display_path(known[path.stem])))
+            raise DlaunchError(
+                "%s: no such file; the study %s is found by its name from any folder (%s)"
+                % (escape(name_or_path), path.stem, display_path(known[path.stem]))
+            )
         return path
     if name_or_path not in known:
-        raise DlaunchError("study %s: no such study (known: %s; or give a path to a .toml)"
-                           % (quoted(name_or_path), ", ".join(known)))
+        raise DlaunchError(
+            "study %s: no such study (known: %s; or give a path to a .toml)" % (quoted(name_or_path), ", ".join(known))
+        )
     return known[name_or_path]
 
 
@@ -276,5 +297,7 @@ def choose_protocol(study: Study, protocol: Optional[str]) -> Optional[str]:
         return study.default_protocol
     if protocol not in study.protocol:
         known = ", ".join(study.protocol) or "none"
-        raise DlaunchError("--protocol: study %s has no protocol %r (its protocols: %s)" % (study.name, protocol, known))
+        raise DlaunchError(
+            "--protocol: study %s has no protocol %r (its protocols: %s)" % (study.name, protocol, known)
+        )
     return protocol

@@ -8,6 +8,7 @@ characters), and one `overall:` line whenever runs start or end. `--once` looks 
 Exit code: 0 when every run ended ok (with --once: none failed so far), 1 when one failed.
 `dlaunch run` shows a run that runs on this machine the same way while its job runs (`follow_job`).
 """
+
 import shutil
 import sys
 import time
@@ -75,9 +76,13 @@ class Watcher:
     """Looks at the runs under `targets` again on every `poll`; a run that ended is not asked about again.
     `straggler_threshold`: flags judged at it instead of each run's profile threshold (runstate.observe)."""
 
-    def __init__(self, targets: Sequence[Path], explain: Callable[[Snapshot], str],
-                 reject: Callable[[str], None] = lambda message: print("rejected: " + message, file=sys.stderr, flush=True),
-                 straggler_threshold: Optional[float] = None):
+    def __init__(
+        self,
+        targets: Sequence[Path],
+        explain: Callable[[Snapshot], str],
+        reject: Callable[[str], None] = lambda message: print("rejected: " + message, file=sys.stderr, flush=True),
+        straggler_threshold: Optional[float] = None,
+    ):
         self.targets = list(targets)
         self.straggler_threshold = straggler_threshold
         self.explain = explain
@@ -99,8 +104,12 @@ class Watcher:
             if message not in self.rejected:
                 self.rejected[message] = None
                 self.reject(printable(message))
-        fresh = {s.run.path: s for s in observe([r for r in runs if r.path not in self.ended],
-                                                  straggler_threshold=self.straggler_threshold)}
+        fresh = {
+            s.run.path: s
+            for s in observe(
+                [r for r in runs if r.path not in self.ended], straggler_threshold=self.straggler_threshold
+            )
+        }
         self.ended.update((path, s) for path, s in fresh.items() if s.ended)
         return [self.ended.get(run.path) or fresh[run.path] for run in runs]
 
@@ -142,8 +151,13 @@ def exit_code(snapshots: Sequence[Snapshot], watcher: Optional["Watcher"] = None
     return 1 if any(s.failed for s in snapshots) or (watcher is not None and watcher.rejected) else 0
 
 
-def follow_plain(watcher: Watcher, interval: float, once: bool, write: Callable[[str], None],
-                 wait: Optional[Callable[[float], bool]] = None) -> int:
+def follow_plain(
+    watcher: Watcher,
+    interval: float,
+    once: bool,
+    write: Callable[[str], None],
+    wait: Optional[Callable[[float], bool]] = None,
+) -> int:
     """Print a line per run whenever it changes, and the overall line when runs start or end; until every
     run has ended, or with `wait` (a job that runs here: `follow_job`) until it says the job has."""
     shown: Dict[Path, str] = {}
@@ -196,14 +210,18 @@ def _shown(snapshots: Sequence[Snapshot], room: int) -> Tuple[List[Snapshot], st
     if len(snapshots) <= room:
         return list(snapshots), ""
     order = sorted(snapshots, key=lambda s: (not s.failed, s.ended, s.meaning is JobState.PENDING))
-    shown, rest = order[:max(1, room - 1)], order[max(1, room - 1):]
+    shown, rest = order[: max(1, room - 1)], order[max(1, room - 1) :]
     ok = sum(s.ok for s in rest)
     return shown, "%d more not shown (%d ended ok, %d not ended); `dlaunch runs` lists all" % (
-        len(rest), ok, sum(not s.ended for s in rest))
+        len(rest),
+        ok,
+        sum(not s.ended for s in rest),
+    )
 
 
-def view(watcher: Watcher, snapshots: Sequence[Snapshot], now: float, title: str,
-         height: Optional[int] = None) -> RenderableType:
+def view(
+    watcher: Watcher, snapshots: Sequence[Snapshot], now: float, title: str, height: Optional[int] = None
+) -> RenderableType:
     """The live view: per run a line with its name and state, below it the bar and the figures (or
     why it failed); with several runs an overall bar. Names fold only when wider than the console;
     when the runs do not fit the screen's `height` (if given), runs that ended ok give way first."""
@@ -223,8 +241,9 @@ def view(watcher: Watcher, snapshots: Sequence[Snapshot], now: float, title: str
     return Group(*parts)
 
 
-def follow_live(watcher: Watcher, console: Console, interval: float, title: str,
-                wait: Optional[Callable[[float], bool]] = None) -> int:
+def follow_live(
+    watcher: Watcher, console: Console, interval: float, title: str, wait: Optional[Callable[[float], bool]] = None
+) -> int:
     """Redraw the view every second (the ETAs count down), look at the runs every `interval` s; until
     every run has ended, or with `wait` (`follow_plain`) until it says the job has."""
     from rich.live import Live
@@ -273,8 +292,13 @@ def wait_for_job(wait: Callable[[Optional[float]], bool]) -> None:
             print(INTERRUPTED, file=sys.stderr, flush=True)
 
 
-def follow_job(run_dir: Path, wait: Callable[[float], bool], explain: Callable[[Snapshot], str],
-               interval: float = 1.0, console: Optional[Console] = None) -> None:
+def follow_job(
+    run_dir: Path,
+    wait: Callable[[float], bool],
+    explain: Callable[[Snapshot], str],
+    interval: float = 1.0,
+    console: Optional[Console] = None,
+) -> None:
     """Show the progress of a run whose job runs here (`dlaunch run --site local`) as `dlaunch watch`
     shows runs (live in a terminal, plain lines through a pipe) until `wait(seconds)`, which waits at most
     that long, says the job has ended and its end is recorded. Ctrl-C reaches the job too (the trainer
@@ -299,12 +323,20 @@ def check_watchable(snapshots: Sequence[Snapshot]) -> None:
     for kind in sorted({s.scheduler for s in snapshots if not s.ended and s.meaning is JobState.UNKNOWN}):
         scheduler = scheduler_for(kind)
         if scheduler.status_command and shutil.which(scheduler.status_command) is None:
-            raise SchedulerError("%s: command not found: watch %s jobs from a login node of their cluster "
-                                 "(--once shows what the run directories say)" % (scheduler.status_command, scheduler.label))
+            raise SchedulerError(
+                "%s: command not found: watch %s jobs from a login node of their cluster "
+                "(--once shows what the run directories say)" % (scheduler.status_command, scheduler.label)
+            )
 
 
-def follow(targets: Sequence[Path], explain: Callable[[Snapshot], str], console: Console,
-           interval: float = 5.0, once: bool = False, straggler_threshold: Optional[float] = None) -> int:
+def follow(
+    targets: Sequence[Path],
+    explain: Callable[[Snapshot], str],
+    console: Console,
+    interval: float = 5.0,
+    once: bool = False,
+    straggler_threshold: Optional[float] = None,
+) -> int:
     """Watch the runs under `targets`: live in a terminal, plain lines otherwise; the exit code.
     `straggler_threshold`: flags judged at it instead of each run's profile threshold."""
     watcher = Watcher(targets, explain, straggler_threshold=straggler_threshold)
@@ -314,7 +346,9 @@ def follow(targets: Sequence[Path], explain: Callable[[Snapshot], str], console:
     if live is None:
         return follow_plain(watcher, interval, once, _print_line)
     title = "dlaunch watch %s: every %gs; Ctrl-C stops watching, not the runs" % (
-        " ".join(str(t) for t in targets), interval)
+        " ".join(str(t) for t in targets),
+        interval,
+    )
     if once:
         snapshots = watcher.poll()
         live.print(view(watcher, snapshots, time.time(), title))

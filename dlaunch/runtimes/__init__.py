@@ -5,6 +5,7 @@ it adds to a job: options of the scheduler's step (pyxis: `srun --container-imag
 front of the launch command (`apptainer exec ... IMAGE`), and a check of the image reference.
 Binds are `src[:dst][:ro]`; the job adds its run directory and data folder.
 """
+
 import importlib
 import os
 import re
@@ -32,7 +33,9 @@ class Runtime(StrictModel):
     binds: List[Bind] = []
     stack: SafeName = "current"  # the default image stack (containers/versions.toml)
     containerized: ClassVar[bool] = True  # False: the job runs on the host (no image)
-    image_kind: ClassVar[str] = "sif"  # sif | sqsh | dir | name | edf: how an image is named (dlaunch/jobs/imagepaths.py)
+    image_kind: ClassVar[str] = (
+        "sif"  # sif | sqsh | dir | name | edf: how an image is named (dlaunch/jobs/imagepaths.py)
+    )
     binary: ClassVar[str] = ""  # the command a node needs to start the container (`dlaunch doctor`)
     enters_by_step: ClassVar[bool] = False  # True: the image enters through the step's options, no prefix command
 
@@ -52,7 +55,9 @@ class Runtime(StrictModel):
     def check_image(self, image: str) -> str:
         """The image reference, or DlaunchError naming --image."""
         if not _is_path(image):
-            raise DlaunchError("--image: %r is not an absolute path of letters, digits and _./+@=- (%s)" % (image, self.kind))
+            raise DlaunchError(
+                "--image: %r is not an absolute path of letters, digits and _./+@=- (%s)" % (image, self.kind)
+            )
         return image
 
     @classmethod

@@ -4,13 +4,14 @@ Apptainer passes the host's environment into the container except LD_LIBRARY_PAT
 itself; a site's library folders (a NCCL network plugin) go in through `APPTAINERENV_LD_LIBRARY_PATH`
 (`SINGULARITYENV_` for Singularity), as ALCF's and OLCF's container guides do.
 """
+
 from pathlib import Path
 from typing import List, Literal, Optional, Sequence, Tuple
 
 from dlaunch.jobs.jobspec import PreludeItem, Prepend, joined
+from dlaunch.jobs.schema import Option
 from dlaunch.runtimes import Runtime
 from dlaunch.runtimes.imagearch import sif_arch, tree_arch
-from dlaunch.jobs.schema import Option
 
 
 class Apptainer(Runtime):

@@ -4,14 +4,15 @@ The image is an unpacked root file system (a directory). ch-run passes the envir
 binds read-write; it cannot create a bind's target inside the image, so images carry the targets
 (`scripts/build-rootfs.py` creates them). A `:ro` bind is refused: ch-run has no such option.
 """
+
 from pathlib import Path
 from typing import List, Literal, Sequence, Tuple
 
 from pydantic import field_validator
 
+from dlaunch.jobs.schema import Option
 from dlaunch.runtimes import Runtime
 from dlaunch.runtimes.imagearch import tree_arch
-from dlaunch.jobs.schema import Option
 
 
 class Charliecloud(Runtime):

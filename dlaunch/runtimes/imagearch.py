@@ -1,4 +1,5 @@
 """Reading an image file's CPU architecture without starting it (`Runtime.read_arch`, for `dlaunch doctor`)."""
+
 import os
 from pathlib import Path
 

@@ -6,13 +6,14 @@ over the host's interfaces), hence `--env-host` and `--net=host` (podman run opt
 on Perlmutter unverified here: podman cannot start containers on this machine). Images are names in
 podman-hpc's image store (`podman-hpc migrate` makes them visible on compute nodes).
 """
+
 import re
 from typing import List, Literal, Optional, Sequence, Tuple
 
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.jobspec import joined
-from dlaunch.runtimes import Runtime
 from dlaunch.jobs.schema import Option
+from dlaunch.runtimes import Runtime
 
 _IMAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?$")
 
@@ -36,5 +37,7 @@ class PodmanHpc(Runtime):
         return (self.binary, "image", "inspect", "--format", "{{.Architecture}}", image)
 
     def prefix(self, image: str, binds: Sequence[str]) -> Tuple[str, ...]:
-        volumes = tuple(arg for bind in self.every_bind(binds) for arg in ("-v", bind if ":" in bind else joined(":", (bind, bind))))
+        volumes = tuple(
+            arg for bind in self.every_bind(binds) for arg in ("-v", bind if ":" in bind else joined(":", (bind, bind)))
+        )
         return (self.binary, "run", "--rm") + tuple(self.flags) + ("--env-host", "--net=host") + volumes + (image,)

@@ -6,13 +6,14 @@ registry and image with `#`). CSCS Alps wraps this in an environment definition 
 file naming image, mounts and environment): `srun --environment=EDF` (`environment = true`); the
 EDF must then mount the run directory's file system itself. Pyxis passes the environment through.
 """
+
 import re
 from typing import Literal, Optional, Sequence, Tuple
 
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.jobspec import joined
-from dlaunch.runtimes import Runtime
 from dlaunch.jobs.schema import PATH, SAFE_NAME
+from dlaunch.runtimes import Runtime
 
 _REGISTRY_REF = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?#[a-z0-9._/-]+(:[A-Za-z0-9._-]+)?$")
 
@@ -36,20 +37,28 @@ class Pyxis(Runtime):
         if self.environment:
             if re.fullmatch(PATH, image) or re.fullmatch(SAFE_NAME, image):
                 return image
-            raise DlaunchError("--image: %r is neither an EDF file path nor an EDF name (pyxis with environment = true)" % image)
+            raise DlaunchError(
+                "--image: %r is neither an EDF file path nor an EDF name (pyxis with environment = true)" % image
+            )
         if re.fullmatch(PATH, image) or _REGISTRY_REF.fullmatch(image):
             return image
-        raise DlaunchError("--image: %r is neither a squashfs path nor an enroot registry reference like "
-                           "nvcr.io#nvidia/pytorch:25.12-py3 (pyxis)" % image)
+        raise DlaunchError(
+            "--image: %r is neither a squashfs path nor an enroot registry reference like "
+            "nvcr.io#nvidia/pytorch:25.12-py3 (pyxis)" % image
+        )
 
     def warnings(self, binds: Sequence[str]) -> Tuple[str, ...]:
         if not self.environment:
             return ()
-        return ("the environment definition file must mount %s (pyxis takes mounts from it, not from dlaunch)"
-                % ", ".join(self.every_bind(binds)),)
+        return (
+            "the environment definition file must mount %s (pyxis takes mounts from it, not from dlaunch)"
+            % ", ".join(self.every_bind(binds)),
+        )
 
     def step_options(self, image: str, binds: Sequence[str]) -> Tuple[str, ...]:
         if self.environment:
             return ("--environment=%s" % image,)
         every = self.every_bind(binds)
-        return ("--container-image=%s" % image,) + ((joined("", ("--container-mounts=", joined(",", every))),) if every else ())
+        return ("--container-image=%s" % image,) + (
+            (joined("", ("--container-mounts=", joined(",", every))),) if every else ()
+        )

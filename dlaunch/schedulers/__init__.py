@@ -8,6 +8,7 @@ of jobs and their place in the queue, the accounting of ended ones (end reason, 
 run's log files and the words the batch system writes into them. Its `Config` is the pydantic model
 of the site's `[scheduler]` section. Its registration row says whether it runs jobs in the foreground.
 """
+
 import enum
 import importlib
 import os
@@ -66,8 +67,14 @@ class JobState(enum.Enum):
 
     @property
     def failed(self) -> bool:
-        return self in (JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.NODE_FAIL,
-                        JobState.PREEMPTED, JobState.OUT_OF_MEMORY)
+        return self in (
+            JobState.FAILED,
+            JobState.CANCELLED,
+            JobState.TIMEOUT,
+            JobState.NODE_FAIL,
+            JobState.PREEMPTED,
+            JobState.OUT_OF_MEMORY,
+        )
 
 
 @dataclass(frozen=True)
@@ -158,11 +165,15 @@ class Scheduler:
 
     def _run(self, argv: List[str]) -> subprocess.CompletedProcess:
         try:
-            return subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_s, env=self.environ)
+            return subprocess.run(
+                argv, capture_output=True, text=True, timeout=self.timeout_s, env=self.environ, check=False
+            )
         except FileNotFoundError:
             raise SchedulerError("%s: command not found (is this a %s login node?)" % (argv[0], self.kind)) from None
         except subprocess.TimeoutExpired:
-            raise SchedulerError("%s did not answer within %g s (is the %s server down?)" % (argv[0], self.timeout_s, self.kind)) from None
+            raise SchedulerError(
+                "%s did not answer within %g s (is the %s server down?)" % (argv[0], self.timeout_s, self.kind)
+            ) from None
 
     # -- the script ---------------------------------------------------------------------------------
     def directives(self, cfg: StrictModel, job: JobSpec) -> Tuple[str, ...]:
@@ -176,7 +187,9 @@ class Scheduler:
         task-level values the same in every task (a fixed task count) may be exported here too."""
         return ()
 
-    def step(self, cfg: StrictModel, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]) -> Tuple[str, ...]:
+    def step(
+        self, cfg: StrictModel, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]
+    ) -> Tuple[str, ...]:
         """The command that starts `job.tasks_per_node` tasks on every node: `mpi` wires them as MPI
         ranks, `whole_node` leaves them unbound to CPUs (a torchrun that owns its node); `options`
         come from the container runtime (e.g. pyxis's --container-image)."""
@@ -264,5 +277,18 @@ def validate_config(data: Any) -> Any:
     return scheduler_for(kind).Config.model_validate(data)
 
 
-__all__ = ["BACKENDS", "Figure", "Job", "JobState", "Registration", "Running", "Scheduler", "ScriptCheck", "ShellWord", "Submission",
-           "registration", "scheduler_for", "validate_config"]
+__all__ = [
+    "BACKENDS",
+    "Figure",
+    "Job",
+    "JobState",
+    "Registration",
+    "Running",
+    "Scheduler",
+    "ScriptCheck",
+    "ShellWord",
+    "Submission",
+    "registration",
+    "scheduler_for",
+    "validate_config",
+]

@@ -8,6 +8,7 @@ variables (dlaunch/train/jobenv.py) and a free port base for the tasks to listen
 on to the tasks, ends the others when one fails (`--kill-on-bad-exit`), and exits with the first
 failure's code.
 """
+
 import argparse
 import os
 import signal
@@ -52,7 +53,9 @@ class Local(Scheduler):
             *(Export(name, value) for name, value in one_task.items()),
         )
 
-    def step(self, cfg: LocalConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]) -> Tuple[str, ...]:
+    def step(
+        self, cfg: LocalConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]
+    ) -> Tuple[str, ...]:
         if job.tasks == 1:
             return ("exec",)
         return ("exec", "python", "-m", "dlaunch.schedulers.local", "--tasks", str(job.tasks), "--")
@@ -68,7 +71,9 @@ class Local(Scheduler):
         # torchrun/horovodrun/python of the environment dlaunch runs in, even when it is not activated.
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         with open(run_dir / LOCAL_LOG, "a", encoding="utf-8") as log:  # a resumed run keeps the earlier log
-            return LocalJob(subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=run_dir))
+            return LocalJob(
+                subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=run_dir)
+            )
 
     def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
         return {job_id: Job("local", JobState.UNKNOWN) for job_id in job_ids}
@@ -114,18 +119,34 @@ def task_environments(ntasks: int, environ: Dict[str, str]) -> List[Dict[str, st
     """Every task's environment: `environ`, the task's neutral variables, the step's tasks per node and,
     unless set, a free port base."""
     port = environ.get(ENGINE_PORT) or str(free_port_base(ntasks))
-    return [dict(environ, **jobenv.step_environment(task, ntasks, task, 0),
-                 **{jobenv.TASKS_PER_NODE: str(ntasks), ENGINE_PORT: port}) for task in range(ntasks)]
+    return [
+        dict(
+            environ,
+            **jobenv.step_environment(task, ntasks, task, 0),
+            **{jobenv.TASKS_PER_NODE: str(ntasks), ENGINE_PORT: port},
+        )
+        for task in range(ntasks)
+    ]
 
 
-def run_step(command: List[str], ntasks: int, environ: Optional[Dict[str, str]] = None,
-             output: Optional[TextIO] = None, cwd: Optional[str] = None, timeout: Optional[float] = None) -> List[int]:
+def run_step(
+    command: List[str],
+    ntasks: int,
+    environ: Optional[Dict[str, str]] = None,
+    output: Optional[TextIO] = None,
+    cwd: Optional[str] = None,
+    timeout: Optional[float] = None,
+) -> List[int]:
     """Start `command` as every task of a one-node step and wait for all; each task's exit code. One
     task failing ends the others (SIGTERM, SIGKILL after KILL_WAIT_S), as do SIGTERM and SIGUSR1 sent to
     this process (passed on); `timeout` kills all. `output`: where the tasks write (default: inherited)."""
     envs = task_environments(ntasks, dict(os.environ if environ is None else environ))
-    procs = [subprocess.Popen(command, env=env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT if output is not None else None)
-             for env in envs]
+    procs = [
+        subprocess.Popen(
+            command, env=env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT if output is not None else None
+        )
+        for env in envs
+    ]
 
     def forward(signum: int, frame: Any) -> None:
         for proc in procs:
@@ -141,8 +162,12 @@ def run_step(command: List[str], ntasks: int, environ: Optional[Dict[str, str]] 
             now = time.monotonic()
             failed = [t for t, proc in enumerate(procs) if proc.returncode not in (None, 0)]
             if failed and stop_at is None:
-                print("dlaunch-local-step: task %d exited with %d; ending the others" % (failed[0], procs[failed[0]].returncode),
-                      file=sys.stderr, flush=True)
+                print(
+                    "dlaunch-local-step: task %d exited with %d; ending the others"
+                    % (failed[0], procs[failed[0]].returncode),
+                    file=sys.stderr,
+                    flush=True,
+                )
                 forward(signal.SIGTERM, None)
                 stop_at = now + KILL_WAIT_S
             if (stop_at is not None and now > stop_at) or (deadline is not None and now > deadline):
@@ -169,8 +194,9 @@ def step_exit_code(codes: Sequence[int]) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dlaunch.schedulers.local",
-                                     description="Run COMMAND as every task of a step on this machine.")
+    parser = argparse.ArgumentParser(
+        prog="python -m dlaunch.schedulers.local", description="Run COMMAND as every task of a step on this machine."
+    )
     parser.add_argument("--tasks", type=int, required=True)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)

@@ -14,6 +14,7 @@ src/resmom/start_exec.c), so the script counts its own starts in the run directo
 from the second on the trainer resumes from its checkpoint. PBS writes its verdict into the log
 (`=>> PBS: job killed: walltime 3610 exceeded limit 3600`, src/resmom/mom_main.c).
 """
+
 import json
 import re
 from pathlib import Path
@@ -23,15 +24,24 @@ from pydantic import Field, StringConstraints, field_validator
 
 from dlaunch.errors import SchedulerError
 from dlaunch.jobs.jobspec import AttemptCount, Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
-from dlaunch.schedulers import Job, JobState, Scheduler, Submission
 from dlaunch.jobs.schema import PBS_DIRECTIVE, PBS_RESOURCES, Partition, StrictModel, Word, check_partitions
+from dlaunch.schedulers import Job, JobState, Scheduler, Submission
 from dlaunch.train import jobenv
 
 _JOB_ID = re.compile(r"^\d+(\[\d*\])?(\.[A-Za-z0-9.-]+)?$")
 # qstat's job_state letters (Reference Guide, "Job States").
-_STATES = {"Q": JobState.PENDING, "H": JobState.PENDING, "W": JobState.PENDING, "T": JobState.PENDING,
-           "B": JobState.RUNNING, "R": JobState.RUNNING, "E": JobState.COMPLETING, "S": JobState.SUSPENDED,
-           "U": JobState.SUSPENDED, "M": JobState.PENDING}
+_STATES = {
+    "Q": JobState.PENDING,
+    "H": JobState.PENDING,
+    "W": JobState.PENDING,
+    "T": JobState.PENDING,
+    "B": JobState.RUNNING,
+    "R": JobState.RUNNING,
+    "E": JobState.COMPLETING,
+    "S": JobState.SUSPENDED,
+    "U": JobState.SUSPENDED,
+    "M": JobState.PENDING,
+}
 EXIT_DELETED = 271  # Exit_status of a job killed by qdel: 256 + SIGTERM (Reference Guide, "Job Exit Status")
 LOG = "pbs.out"
 ATTEMPTS = "pbs-attempts"  # one line per start of a job in this run directory: its id
@@ -69,8 +79,11 @@ class Pbs(Scheduler):
     Config = PbsConfig
     # What Cray PALS' mpiexec gives every rank (HPE's pals.h, "Environment variables available for
     # applications"; PALS runs Polaris' mpiexec).
-    task_variables = ((jobenv.TASK_ID, "PALS_RANKID"), (jobenv.LOCAL_TASK_ID, "PALS_LOCAL_RANKID"),
-                      (jobenv.NODE_ID, "PALS_NODEID"))
+    task_variables = (
+        (jobenv.TASK_ID, "PALS_RANKID"),
+        (jobenv.LOCAL_TASK_ID, "PALS_LOCAL_RANKID"),
+        (jobenv.NODE_ID, "PALS_NODEID"),
+    )
     log_verdicts = (r"=>> PBS: job killed: ",)
     # PALS mpiexec's report of a rank that failed (as seen in ALCF users' logs; unverified here).
     log_noise = (r"\brank \d+ (exited with code|died from signal) \d+",)
@@ -92,7 +105,10 @@ class Pbs(Scheduler):
         )
 
     def prelude(self, cfg: PbsConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
-        return (Banner(jobenv.JOB_ID, jobenv.RESTART_COUNT, jobenv.NODELIST), EndTime("DLAUNCH_JOB_END_TIME", job.seconds))
+        return (
+            Banner(jobenv.JOB_ID, jobenv.RESTART_COUNT, jobenv.NODELIST),
+            EndTime("DLAUNCH_JOB_END_TIME", job.seconds),
+        )
 
     def job_environment(self, cfg: PbsConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
         """mpiexec starts `--ppn` tasks on every node: the counts are the job's own."""
@@ -105,12 +121,24 @@ class Pbs(Scheduler):
             Export(jobenv.TASKS_PER_NODE, "%d(x%d)" % (job.tasks_per_node, job.nodes)),
         )
 
-    def step(self, cfg: PbsConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]) -> Tuple[str, ...]:
+    def step(
+        self, cfg: PbsConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]
+    ) -> Tuple[str, ...]:
         binding = ("--cpu-bind", "none") if whole_node else ("--depth=%d" % job.cpus_per_task, "--cpu-bind", "depth")
         if job.extra_tasks:
-            raise SchedulerError("mpiexec starts the same number of tasks on every node; coordinator tasks are not placed")
-        return ("mpiexec", "-n", str(job.tasks), "--ppn", str(job.tasks_per_node),
-                *binding, *cfg.mpiexec_options, *options)
+            raise SchedulerError(
+                "mpiexec starts the same number of tasks on every node; coordinator tasks are not placed"
+            )
+        return (
+            "mpiexec",
+            "-n",
+            str(job.tasks),
+            "--ppn",
+            str(job.tasks_per_node),
+            *binding,
+            *cfg.mpiexec_options,
+            *options,
+        )
 
     def job_id_word(self) -> str:
         return ShellWord("$PBS_JOBID")
@@ -146,8 +174,12 @@ class Pbs(Scheduler):
                 continue
             state = fields.get("job_state", "?")
             estimated = fields.get("estimated") if isinstance(fields.get("estimated"), dict) else {}
-            found[job_id] = Job(state, classify(state, fields.get("Exit_status")), fields.get("comment", ""),
-                                start=str(estimated.get("start_time", "")))
+            found[job_id] = Job(
+                state,
+                classify(state, fields.get("Exit_status")),
+                fields.get("comment", ""),
+                start=str(estimated.get("start_time", "")),
+            )
         return found
 
     def end_reason(self, job_id: str) -> Optional[str]:

@@ -13,6 +13,7 @@ start-up, the container) and, on a shared node, other jobs too (sacct: "only in 
 exclusive job allocation does this value reflect the job's real energy consumption"). Where no plugin
 is configured Slurm records 0, which is "unavailable", not zero joules.
 """
+
 import re
 import subprocess
 from dataclasses import dataclass
@@ -23,9 +24,8 @@ from pydantic import Field, StringConstraints, field_validator
 
 from dlaunch.errors import SchedulerError
 from dlaunch.jobs.jobspec import Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
+from dlaunch.jobs.schema import GRES, OPTION, Option, Partition, SafeName, StrictModel, check_partitions, format_time
 from dlaunch.schedulers import Figure, Job, JobState, Scheduler, ScriptCheck, Submission
-from dlaunch.jobs.schema import GRES, OPTION, Option, Partition, SafeName, StrictModel, format_time
-from dlaunch.jobs.schema import check_partitions
 from dlaunch.train import jobenv
 
 # One failed task (a crashed node's torchrun, a dead MPI rank) ends the whole step instead of leaving
@@ -49,18 +49,24 @@ _STATES = (
 GONE = "unknown (not in Slurm any more)"
 # What `sbatch --test-only`'s refusal names, and what to do about it (first match wins; `dlaunch doctor`).
 _REFUSALS = (
-    ("account", "pass --account that `sacctmgr show assoc user=$USER` lists (or set the profile's account_env variable)"),
+    (
+        "account",
+        "pass --account that `sacctmgr show assoc user=$USER` lists (or set the profile's account_env variable)",
+    ),
     ("qos", "the partition row's qos is not one the account may use: fix the row or pass --partition"),
     ("partition", "fix the profile's partition names (`sinfo -s` lists the site's) or pass --partition"),
     ("time limit", "the partition row's max_time is above the site's limit: lower it in the profile"),
     ("node count", "the job's node count is outside the partition's limits: fix the row's min_nodes/max_nodes"),
-    ("node configuration", "the job asks a node for more CPUs, GPUs or features than it has: fix cores_per_node, "
-                           "threads_per_core, gpus_per_node or the directives"),
+    (
+        "node configuration",
+        "the job asks a node for more CPUs, GPUs or features than it has: fix cores_per_node, "
+        "threads_per_core, gpus_per_node or the directives",
+    ),
     ("feature", "a --constraint of the profile's directives names a feature the nodes lack"),
 )
 # sacct prints ConsumedEnergy with a unit prefix in steps of 1000 (`convert_num_unit2(..., 1000, ...)`).
 PREFIXES = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-NO_VALUE = 2 ** 64 - 2  # Slurm's NO_VAL64, printed by some versions for "not recorded"
+NO_VALUE = 2**64 - 2  # Slurm's NO_VAL64, printed by some versions for "not recorded"
 SHOWN_FIELDS = r"\b(JobId|JobState|ExitCode|Reason)=(\S+)"  # of a `scontrol show job -o` line
 END_FIELDS = ("State", "ExitCode", "Reason")  # sacct's names of what end_reason says
 ACCOUNTED_FIELDS = END_FIELDS + ("ConsumedEnergyRaw",)  # what jobs() asks sacct of the jobs that left the queue
@@ -155,9 +161,13 @@ class Slurm(Scheduler):
     log_noise = (r"srun: error:", r"slurmstepd: error:.*(Exited|task \d+)")
     no_test_submission = ""
     # What srun gives every task of a step (sbatch/srun manual pages, "OUTPUT ENVIRONMENT VARIABLES").
-    task_variables = ((jobenv.NTASKS, "SLURM_NTASKS"), (jobenv.TASK_ID, "SLURM_PROCID"),
-                      (jobenv.LOCAL_TASK_ID, "SLURM_LOCALID"), (jobenv.NODE_ID, "SLURM_NODEID"),
-                      (jobenv.TASKS_PER_NODE, "SLURM_STEP_TASKS_PER_NODE"))
+    task_variables = (
+        (jobenv.NTASKS, "SLURM_NTASKS"),
+        (jobenv.TASK_ID, "SLURM_PROCID"),
+        (jobenv.LOCAL_TASK_ID, "SLURM_LOCALID"),
+        (jobenv.NODE_ID, "SLURM_NODEID"),
+        (jobenv.TASKS_PER_NODE, "SLURM_STEP_TASKS_PER_NODE"),
+    )
 
     def directives(self, cfg: SlurmConfig, job: JobSpec) -> Tuple[str, ...]:
         queue = job.queue
@@ -201,14 +211,22 @@ class Slurm(Scheduler):
             HostList(jobenv.NODELIST, self.hosts_command()),
         )
 
-    def step(self, cfg: SlurmConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]) -> Tuple[str, ...]:
+    def step(
+        self, cfg: SlurmConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]
+    ) -> Tuple[str, ...]:
         if mpi and not cfg.mpi_plugin:
             raise SchedulerError("no [scheduler] mpi_plugin for srun --mpi (an MPI-launched framework needs one)")
         tasks = "--ntasks-per-node=%d" % job.tasks_per_node if not job.extra_tasks else "--ntasks=%d" % job.tasks
-        return ("srun", tasks, *(("--overcommit",) if job.overcommit else ()),
-                *(("--cpu-bind=none",) if whole_node else ()),
-                *(("--mpi=%s" % cfg.mpi_plugin,) if mpi else ()),
-                KILL_ON_BAD_EXIT, *cfg.step_options, *options)
+        return (
+            "srun",
+            tasks,
+            *(("--overcommit",) if job.overcommit else ()),
+            *(("--cpu-bind=none",) if whole_node else ()),
+            *(("--mpi=%s" % cfg.mpi_plugin,) if mpi else ()),
+            KILL_ON_BAD_EXIT,
+            *cfg.step_options,
+            *options,
+        )
 
     def node_count_word(self, nodes: int) -> str:
         return ShellWord("$SLURM_JOB_NUM_NODES")
@@ -252,8 +270,18 @@ class Slurm(Scheduler):
         """`fields` of each job's allocation in the accounting database (`sacct`, one call) by job id, and why
         sacct gave nothing ("unavailable: ..."; None when it answered)."""
         try:
-            listed = self._run(["sacct", "-j", ",".join(job_ids), "-X", "--noheader", "--parsable2", "-o",
-                                ",".join(("JobID",) + tuple(fields))])
+            listed = self._run(
+                [
+                    "sacct",
+                    "-j",
+                    ",".join(job_ids),
+                    "-X",
+                    "--noheader",
+                    "--parsable2",
+                    "-o",
+                    ",".join(("JobID",) + tuple(fields)),
+                ]
+            )
         except SchedulerError as e:
             return {}, "unavailable: %s" % e
         if listed.returncode != 0:
@@ -277,8 +305,13 @@ class Slurm(Scheduler):
             shown, error = None, str(e)
         accounted, sacct_error = self._accounted(job_ids, ACCOUNTED_FIELDS)
         asked = frozenset(job_ids)
-        left = LeftQueue(asked, {j: fields for j, fields in shown.items() if j in asked} if shown is not None else None,
-                         error, accounted, sacct_error)
+        left = LeftQueue(
+            asked,
+            {j: fields for j, fields in shown.items() if j in asked} if shown is not None else None,
+            error,
+            accounted,
+            sacct_error,
+        )
         _LEFT_QUEUE[self._environment()] = left
         return left
 
@@ -340,7 +373,11 @@ class Slurm(Scheduler):
                 fields = dict(zip(("JobState", "ExitCode", "Reason"), accounted)) if accounted else None
         if fields is None:
             return None
-        return "%s, exit code %s, reason %s" % (fields["JobState"], fields.get("ExitCode", "?"), fields.get("Reason") or "None")
+        return "%s, exit code %s, reason %s" % (
+            fields["JobState"],
+            fields.get("ExitCode", "?"),
+            fields.get("Reason") or "None",
+        )
 
     def job_energy(self, job_id: str) -> Figure:
         """Slurm's figure for the job's nodes (`sacct -o ConsumedEnergyRaw`): what the last jobs() learned of
@@ -359,14 +396,22 @@ class Slurm(Scheduler):
 
     def check_script(self, script: Path) -> ScriptCheck:
         """`sbatch --test-only`: Slurm validates the account, partition, QOS and options, submits nothing."""
-        chosen = " ".join(line.split(None, 1)[1] for line in script.read_text(encoding="utf-8").splitlines()
-                          if line.startswith(("#SBATCH --account", "#SBATCH --partition", "#SBATCH --qos"))) or "no account or partition"
+        chosen = (
+            " ".join(
+                line.split(None, 1)[1]
+                for line in script.read_text(encoding="utf-8").splitlines()
+                if line.startswith(("#SBATCH --account", "#SBATCH --partition", "#SBATCH --qos"))
+            )
+            or "no account or partition"
+        )
         tested = self._run(["sbatch", "--test-only", str(script)])
         said = " ".join((tested.stderr + tested.stdout).split()).replace("sbatch: ", "")
         if tested.returncode == 0:
             return ScriptCheck(True, "%s: sbatch --test-only accepted (%s)" % (chosen, said))
-        fix = next((fix for word, fix in _REFUSALS if word in said.lower()),
-                   "pass --account/--partition that `sacctmgr show assoc user=$USER` lists, or fix the profile's partitions")
+        fix = next(
+            (fix for word, fix in _REFUSALS if word in said.lower()),
+            "pass --account/--partition that `sacctmgr show assoc user=$USER` lists, or fix the profile's partitions",
+        )
         return ScriptCheck(False, "%s: %s" % (chosen, said), fix)
 
     def mpi_plugins(self) -> List[str]:
@@ -376,15 +421,19 @@ class Slurm(Scheduler):
         listed = self._run(["srun", "--mpi=list"])
         if listed.returncode != 0:
             said = (listed.stderr.strip() or listed.stdout.strip() or "exit %d" % listed.returncode).splitlines()[-1]
-            raise SchedulerError("srun --mpi=list: %s (%s)" % (said, self.environ.get("SLURM_CONF", "default slurm.conf")))
+            raise SchedulerError(
+                "srun --mpi=list: %s (%s)" % (said, self.environ.get("SLURM_CONF", "default slurm.conf"))
+            )
         words = [line.replace("srun: ", "").strip() for line in (listed.stdout + listed.stderr).splitlines()]
         return [word for word in words if re.fullmatch(r"[a-z][a-z0-9_]*", word)]
 
     def log_files(self, run_dir: Path) -> List[Path]:
         """`slurm-<job>.out` of every submission, in job order (`slurm-9.out` before `slurm-10.out`)."""
+
         def job_number(path: Path) -> int:
-            digits = path.stem[len("slurm-"):]
+            digits = path.stem[len("slurm-") :]
             return int(digits) if digits.isdigit() else -1
+
         return sorted(run_dir.glob("slurm-*.out"), key=job_number)
 
     def cancel(self, job_id: str) -> None:

@@ -4,6 +4,7 @@ Exit codes: 0 ok, 2 bad input (one line `train: error: ...` on stderr, nothing w
 75 interrupted by SIGUSR1 (resumable), 143 cancelled by SIGTERM, other non-zero: failed.
 A job that its scheduler started again (requeued after a node failure or a preemption) resumes by itself.
 """
+
 import os
 import sys
 from typing import List, Optional
@@ -23,11 +24,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             argv.append("--resume")  # the same job again: continue its metrics and checkpoint
         cfg = parse_config(argv)
         from dlaunch.train.frameworks import get_framework
+
         framework = get_framework(cfg.framework)
     except ConfigError as e:
         print("train: error: %s" % e, file=sys.stderr)
         return EXIT_BAD_INPUT
     from dlaunch.train.loop import run
+
     return run(cfg, argv, framework)
 
 

@@ -6,6 +6,7 @@ states, and the partial accumulators of an interrupted epoch, so the resumed run
 record once and in full. Rank 0 writes it (temporary file, fsync, os.replace, fsync of the
 directory); every rank reads it (the directory must be shared).
 """
+
 import inspect
 import os
 from typing import Any, Dict, Optional

@@ -9,17 +9,16 @@ Exit codes of `python -m dlaunch.train` (the launcher and Slurm scripts rely on 
   65 diverged (the loss stayed non-finite for `--max-nonfinite-steps` steps; no checkpoint of the
   non-finite weights is written), anything else: failed.
 """
+
 import argparse
 import math
 import os
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from dlaunch.train.errors import (EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED,  # noqa: F401
-                                  EXIT_OK, ConfigError)
+from dlaunch.train.errors import EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, ConfigError  # noqa: F401
 from dlaunch.train.framework_table import FRAMEWORKS
 from dlaunch.train.metrics_schema import METRICS_FILE
-
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet44")
 SCHEDULES = ("step", "cosine", "exponential")
@@ -37,7 +36,7 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".t
 # trainer seeds numpy with --seed); one image's ResNet-50 training activations grow with its pixels
 # (about 0.1 GB at 224 px, about 120 GB at 8192 px: the memory of the largest GPUs). The launcher
 # parses the trainer's flags with this module, so a job beyond them is refused before it queues.
-MAX_SEED = 2 ** 32 - 1
+MAX_SEED = 2**32 - 1
 MAX_IMAGE_SIZE = 8192
 
 
@@ -155,8 +154,12 @@ FLAGS: Tuple[Flag, ...] = (
     Flag("loader", str, "input pipeline", ("native", "dali")),
     Flag("dali-device", str, "where DALI decodes", ("cpu", "gpu")),
     Flag("data", str, "'synthetic' or an ImageNet-layout folder (train/<class>/*, val/<class>/*)"),
-    Flag("num-classes", int, "classes of the classifier (default: the folder's class count, 1000 for synthetic)",
-         default_none=True),
+    Flag(
+        "num-classes",
+        int,
+        "classes of the classifier (default: the folder's class count, 1000 for synthetic)",
+        default_none=True,
+    ),
     Flag("image-size", int, "image side in pixels"),
     Flag("workers", int, "DataLoader worker processes per rank"),
     Flag("batch-size", int, "images per worker (rank) and step"),
@@ -189,17 +192,34 @@ FLAGS: Tuple[Flag, ...] = (
     Flag("site", str, "site name (provenance; default $DLAUNCH_SITE)", launcher=False),
     Flag("image", str, "container image (provenance; default $DLAUNCH_IMAGE)", launcher=False),
     Flag("profile-steps", int, "time N steps after the warm-up steps (compute/communication profile)"),
-    Flag("kernel-profile-steps", int, "CUDA kernel time per class (NCCL, cuDNN, I/O) over N steps after those "
-         "(torch.profiler; GPU runs; N past the run's end: to the end)"),
-    Flag("compile", str, "torch.compile the model in this mode; it compiles in the first step, a warm-up step, whose "
-         "wall time the first epoch record keeps as compile_s (measured on an H100: default; the other modes not yet)",
-         COMPILE_MODES),
-    Flag("cuda-graphs", bool, "capture the whole step in one CUDA graph at the last warm-up step and replay it "
-         "(DDP on a GPU, static shapes, --optimizer-impl fused)"),
+    Flag(
+        "kernel-profile-steps",
+        int,
+        "CUDA kernel time per class (NCCL, cuDNN, I/O) over N steps after those "
+        "(torch.profiler; GPU runs; N past the run's end: to the end)",
+    ),
+    Flag(
+        "compile",
+        str,
+        "torch.compile the model in this mode; it compiles in the first step, a warm-up step, whose "
+        "wall time the first epoch record keeps as compile_s (measured on an H100: default; the other modes not yet)",
+        COMPILE_MODES,
+    ),
+    Flag(
+        "cuda-graphs",
+        bool,
+        "capture the whole step in one CUDA graph at the last warm-up step and replay it "
+        "(DDP on a GPU, static shapes, --optimizer-impl fused)",
+    ),
     Flag("optimizer-impl", str, "SGD implementation: torch's choice, foreach (multi-tensor) or fused", OPTIMIZER_IMPLS),
-    Flag("host-syncs", str, "minimal: no per-step host synchronisation (the loss is read at the stop checks only; "
-         "fp16 needs --optimizer-impl fused; on an H100 it measured slower than fused alone, cause open: "
-         "benchmarks/README.md)", HOST_SYNCS),
+    Flag(
+        "host-syncs",
+        str,
+        "minimal: no per-step host synchronisation (the loss is read at the stop checks only; "
+        "fp16 needs --optimizer-impl fused; on an H100 it measured slower than fused alone, cause open: "
+        "benchmarks/README.md)",
+        HOST_SYNCS,
+    ),
     Flag("fp16-allreduce", bool, "horovod: compress gradients to fp16"),
     Flag("fusion-threshold-mb", float, "horovod: tensor fusion buffer (MB)"),
     Flag("backward-passes-per-step", int, "horovod: gradient accumulation"),
@@ -258,8 +278,10 @@ def parse_config(argv: List[str], check_paths: bool = True, engine: str = "torch
         if args["num_classes"] is None:
             args["num_classes"] = found
         elif args["num_classes"] != found:
-            raise ConfigError("--num-classes %d does not match %d classes in %s"
-                              % (args["num_classes"], found, os.path.join(args["data"], "train")))
+            raise ConfigError(
+                "--num-classes %d does not match %d classes in %s"
+                % (args["num_classes"], found, os.path.join(args["data"], "train"))
+            )
     args["image"] = args["image"] or os.environ.get("DLAUNCH_IMAGE") or None
     args["site"] = args["site"] or os.environ.get("DLAUNCH_SITE") or None
     args["experiment"] = args["experiment"] or os.environ.get("DLAUNCH_EXPERIMENT") or None
@@ -274,14 +296,22 @@ def check_engine_flags(cfg: TrainConfig, engine: str) -> None:
     checks, which may ask for more of an option the trainer refuses anyway)."""
     if engine == "torch":
         return
-    unsupported = {"--loader dali": cfg.loader == "dali", "--device cuda": cfg.device == "cuda",
-                   "--amp %s" % cfg.amp: cfg.amp != "none", "--channels-last": cfg.channels_last,
-                   "--sync-bn": cfg.sync_bn, "--checkpoint-dir": bool(cfg.checkpoint_dir), "--resume": cfg.resume,
-                   "--profile-steps": cfg.profile_steps > 0,
-                   "--kernel-profile-steps": cfg.kernel_profile_steps > 0, "--fp16-allreduce": cfg.fp16_allreduce,
-                   "--compile %s" % cfg.compile: cfg.compile != "off", "--cuda-graphs": cfg.cuda_graphs,
-                   "--optimizer-impl %s" % cfg.optimizer_impl: cfg.optimizer_impl != "default",
-                   "--host-syncs minimal": cfg.host_syncs == "minimal"}
+    unsupported = {
+        "--loader dali": cfg.loader == "dali",
+        "--device cuda": cfg.device == "cuda",
+        "--amp %s" % cfg.amp: cfg.amp != "none",
+        "--channels-last": cfg.channels_last,
+        "--sync-bn": cfg.sync_bn,
+        "--checkpoint-dir": bool(cfg.checkpoint_dir),
+        "--resume": cfg.resume,
+        "--profile-steps": cfg.profile_steps > 0,
+        "--kernel-profile-steps": cfg.kernel_profile_steps > 0,
+        "--fp16-allreduce": cfg.fp16_allreduce,
+        "--compile %s" % cfg.compile: cfg.compile != "off",
+        "--cuda-graphs": cfg.cuda_graphs,
+        "--optimizer-impl %s" % cfg.optimizer_impl: cfg.optimizer_impl != "default",
+        "--host-syncs minimal": cfg.host_syncs == "minimal",
+    }
     for flag, given in unsupported.items():
         if given:
             raise ConfigError("%s: not supported by the %s trainer (CPU, no checkpoints, no profiler)" % (flag, engine))
@@ -290,10 +320,16 @@ def check_engine_flags(cfg: TrainConfig, engine: str) -> None:
 
 
 def _validate(cfg: TrainConfig, check_paths: bool) -> None:
-    positive = {"--batch-size": cfg.batch_size, "--image-size": cfg.image_size, "--num-classes": cfg.num_classes,
-                "--steps-per-epoch": cfg.steps_per_epoch, "--reference-batch": cfg.reference_batch,
-                "--val-every": cfg.val_every, "--backward-passes-per-step": cfg.backward_passes_per_step,
-                "--max-nonfinite-steps": cfg.max_nonfinite_steps}
+    positive = {
+        "--batch-size": cfg.batch_size,
+        "--image-size": cfg.image_size,
+        "--num-classes": cfg.num_classes,
+        "--steps-per-epoch": cfg.steps_per_epoch,
+        "--reference-batch": cfg.reference_batch,
+        "--val-every": cfg.val_every,
+        "--backward-passes-per-step": cfg.backward_passes_per_step,
+        "--max-nonfinite-steps": cfg.max_nonfinite_steps,
+    }
     if cfg.epochs is not None:
         positive["--epochs"] = cfg.epochs
     if cfg.steps is not None:
@@ -303,19 +339,27 @@ def _validate(cfg: TrainConfig, check_paths: bool) -> None:
     for flag, value in positive.items():
         if value < 1:
             raise ConfigError("%s %d must be at least 1" % (flag, value))
-    non_negative = {"--workers": cfg.workers, "--warmup-steps": cfg.warmup_steps,
-                    "--profile-steps": cfg.profile_steps, "--kernel-profile-steps": cfg.kernel_profile_steps,
-                    "--lr": cfg.lr, "--lr-min": cfg.lr_min,
-                    "--warmup-epochs": cfg.warmup_epochs, "--momentum": cfg.momentum,
-                    "--weight-decay": cfg.weight_decay}
+    non_negative = {
+        "--workers": cfg.workers,
+        "--warmup-steps": cfg.warmup_steps,
+        "--profile-steps": cfg.profile_steps,
+        "--kernel-profile-steps": cfg.kernel_profile_steps,
+        "--lr": cfg.lr,
+        "--lr-min": cfg.lr_min,
+        "--warmup-epochs": cfg.warmup_epochs,
+        "--momentum": cfg.momentum,
+        "--weight-decay": cfg.weight_decay,
+    }
     for flag, value in non_negative.items():
         if value < 0:
             raise ConfigError("%s %s must not be negative" % (flag, value))
     if cfg.image_size < 32:
         raise ConfigError("--image-size %d is too small (ResNets need at least 32)" % cfg.image_size)
     if cfg.image_size > MAX_IMAGE_SIZE:
-        raise ConfigError("--image-size %d is too large: one image's activations would not fit a GPU (at most %d)"
-                          % (cfg.image_size, MAX_IMAGE_SIZE))
+        raise ConfigError(
+            "--image-size %d is too large: one image's activations would not fit a GPU (at most %d)"
+            % (cfg.image_size, MAX_IMAGE_SIZE)
+        )
     if not 0 <= cfg.seed <= MAX_SEED:
         raise ConfigError("--seed %d is outside 0..%d (numpy's seed range)" % (cfg.seed, MAX_SEED))
     if not 0.0 <= cfg.label_smoothing < 1.0:
@@ -323,11 +367,12 @@ def _validate(cfg: TrainConfig, check_paths: bool) -> None:
     if not 0.0 < cfg.gamma <= 1.0:
         raise ConfigError("--gamma %s must be in (0, 1]" % cfg.gamma)
     if cfg.target_accuracy is not None and not 0.0 < cfg.target_accuracy <= 1.0:
-        raise ConfigError("--target-accuracy %s must be a top-1 fraction in (0, 1], e.g. 0.75"
-                          % cfg.target_accuracy)
+        raise ConfigError("--target-accuracy %s must be a top-1 fraction in (0, 1], e.g. 0.75" % cfg.target_accuracy)
     if cfg.steps is not None and cfg.warmup_steps + cfg.profile_steps >= cfg.steps:
-        raise ConfigError("--warmup-steps %d + --profile-steps %d leave none of --steps %d to measure"
-                          % (cfg.warmup_steps, cfg.profile_steps, cfg.steps))
+        raise ConfigError(
+            "--warmup-steps %d + --profile-steps %d leave none of --steps %d to measure"
+            % (cfg.warmup_steps, cfg.profile_steps, cfg.steps)
+        )
     _validate_workload(cfg)
     if cfg.resume and not cfg.checkpoint_dir:
         raise ConfigError("--resume needs --checkpoint-dir")
@@ -338,11 +383,14 @@ def _validate(cfg: TrainConfig, check_paths: bool) -> None:
     if cfg.loader == "dali" and cfg.synthetic:
         raise ConfigError("--loader dali needs --data PATH (synthetic data has no loader)")
     if check_paths and cfg.loader != "dali" and not cfg.synthetic and _is_tfrecord_dir(cfg.data):
-        raise ConfigError("--data %s holds TFRecords, which only --loader dali reads (the native loader reads an "
-                          "image folder)" % cfg.data)
+        raise ConfigError(
+            "--data %s holds TFRecords, which only --loader dali reads (the native loader reads an "
+            "image folder)" % cfg.data
+        )
     if check_paths and os.path.exists(cfg.metrics_path) and os.path.getsize(cfg.metrics_path) > 0 and not cfg.resume:
-        raise ConfigError("metrics file %s exists; pass --resume to append or choose another --metrics"
-                          % cfg.metrics_path)
+        raise ConfigError(
+            "metrics file %s exists; pass --resume to append or choose another --metrics" % cfg.metrics_path
+        )
 
 
 def _validate_workload(cfg: TrainConfig) -> None:
@@ -350,25 +398,34 @@ def _validate_workload(cfg: TrainConfig) -> None:
     what needs the torch of the image or the framework is checked when the run starts: dlaunch/train/workload.py)."""
     fp16_unfused = cfg.amp == "fp16" and cfg.optimizer_impl != "fused"
     if cfg.compile != "off" and cfg.warmup_steps < 1:
-        raise ConfigError("--compile %s needs --warmup-steps >= 1 (the first step compiles; it must not be measured)"
-                          % cfg.compile)
+        raise ConfigError(
+            "--compile %s needs --warmup-steps >= 1 (the first step compiles; it must not be measured)" % cfg.compile
+        )
     if cfg.host_syncs == "minimal" and fp16_unfused:
-        raise ConfigError("--host-syncs minimal with --amp fp16 needs --optimizer-impl fused (otherwise GradScaler's "
-                          "step reads its overflow flag on the host every step)")
+        raise ConfigError(
+            "--host-syncs minimal with --amp fp16 needs --optimizer-impl fused (otherwise GradScaler's "
+            "step reads its overflow flag on the host every step)"
+        )
     if not cfg.cuda_graphs:
         return
     if cfg.optimizer_impl != "fused":
-        raise ConfigError("--cuda-graphs needs --optimizer-impl fused (the captured step reads the LR of the schedule "
-                          "from a device tensor, which only the fused SGD reads without a host sync)")
+        raise ConfigError(
+            "--cuda-graphs needs --optimizer-impl fused (the captured step reads the LR of the schedule "
+            "from a device tensor, which only the fused SGD reads without a host sync)"
+        )
     if cfg.compile == "reduce-overhead":
         raise ConfigError("--cuda-graphs with --compile reduce-overhead: that mode captures CUDA graphs itself")
     if cfg.warmup_steps <= GRAPH_EAGER_STEPS:
-        raise ConfigError("--cuda-graphs needs --warmup-steps > %d (eager steps before the capture)" % GRAPH_EAGER_STEPS)
+        raise ConfigError(
+            "--cuda-graphs needs --warmup-steps > %d (eager steps before the capture)" % GRAPH_EAGER_STEPS
+        )
     if cfg.device == "cpu":
         raise ConfigError("--cuda-graphs needs --device cuda")
     if cfg.profile_steps > 0:
-        raise ConfigError("--cuda-graphs with --profile-steps: a profiled step runs in synchronised parts, which a "
-                          "captured step cannot")
+        raise ConfigError(
+            "--cuda-graphs with --profile-steps: a profiled step runs in synchronised parts, which a "
+            "captured step cannot"
+        )
 
 
 def _is_tfrecord_dir(root: str) -> bool:

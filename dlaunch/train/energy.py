@@ -21,6 +21,7 @@ stay Python 3.9 / torch 1.11, measures windows per process rather than handing o
 knows no HPE Cray counters; nvidia-ml-py is NVIDIA's own, dependency-free binding of the one call
 needed. Missing libraries are not errors: the figure reads "unavailable: <reason>".
 """
+
 import glob
 import json
 import os
@@ -179,8 +180,14 @@ class RocmSmiGpu(Counter):
 
     def _query(self, option: str) -> Dict[str, Any]:
         try:
-            out = subprocess.run([self.command, "-d", str(self.device), option, "--json"], stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, text=True, timeout=30, check=True).stdout
+            out = subprocess.run(
+                [self.command, "-d", str(self.device), option, "--json"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout
             cards = json.loads(out)
             return next(iter(v for k, v in cards.items() if k.startswith("card")))
         except FileNotFoundError:
@@ -313,8 +320,14 @@ class EnergyMeter:
     """This rank's sources, read at `poll` (often enough to follow counter wrap-around) and summed
     over ranks by `reduce`. Utilisation samples and the peak-memory mark restart at `start_epoch`."""
 
-    def __init__(self, sources: Dict[str, Union[Counter, str]], device: torch.device, rank: int, world_size: int,
-                 node_leader: bool):
+    def __init__(
+        self,
+        sources: Dict[str, Union[Counter, str]],
+        device: torch.device,
+        rank: int,
+        world_size: int,
+        node_leader: bool,
+    ):
         self.sources = sources
         self.device = device
         self.rank, self.world_size = rank, world_size
@@ -386,7 +399,7 @@ class EnergyMeter:
         measure it, this rank's reason (or how many measured it)."""
         energy: Dict[str, Figure] = {}
         for i, domain in enumerate(ENERGY_DOMAINS):
-            joules, measured, expected = summed[3 * i:3 * i + 3]
+            joules, measured, expected = summed[3 * i : 3 * i + 3]
             own = self.sources.get(domain)
             if expected > 0 and round(measured) == round(expected):
                 energy[domain] = joules
@@ -396,9 +409,9 @@ class EnergyMeter:
                 energy[domain] = unavailable("measured on %d of %d ranks only" % (round(measured), round(expected)))
             else:
                 energy[domain] = own if isinstance(own, str) else unavailable("no rank measures it")
-        rest = summed[3 * len(ENERGY_DOMAINS):]
+        rest = summed[3 * len(ENERGY_DOMAINS) :]
         utilization_sum, utilization_ranks = rest[0], round(rest[1])
-        memory, memory_ranks = rest[2:2 + self.world_size], round(rest[-1])
+        memory, memory_ranks = rest[2 : 2 + self.world_size], round(rest[-1])
         gpu_ranks = round(summed[3 * ENERGY_DOMAINS.index("gpu") + 2])
         if gpu_ranks and utilization_ranks == gpu_ranks:
             utilization: Figure = utilization_sum / utilization_ranks
@@ -406,7 +419,13 @@ class EnergyMeter:
             utilization = unavailable("sampled on %d of %d ranks only" % (utilization_ranks, gpu_ranks))
         else:
             utilization = self.utilization_reason or unavailable("no utilisation sample in this epoch")
-        peak: Figure = max(memory) if memory_ranks == self.world_size else unavailable(
-            "this run uses no GPU (device %s)" % self.device.type if not memory_ranks else
-            "measured on %d of %d ranks only" % (memory_ranks, self.world_size))
+        peak: Figure = (
+            max(memory)
+            if memory_ranks == self.world_size
+            else unavailable(
+                "this run uses no GPU (device %s)" % self.device.type
+                if not memory_ranks
+                else "measured on %d of %d ranks only" % (memory_ranks, self.world_size)
+            )
+        )
         return Reading(energy, utilization, peak)

@@ -20,6 +20,7 @@ default block distribution). Each task's port is `DLAUNCH_ENGINE_PORT` (default 
 else 29600) + its index on its node.
 Torch-free, stdlib-only.
 """
+
 import math
 import os
 from dataclasses import dataclass, replace
@@ -81,8 +82,9 @@ def task_layout(environ: Mapping[str, str], coordinators: int = 0, servers_per_n
     hosts = jobenv.node_hosts(environ)
     per_node = jobenv.tasks_per_node(environ, ntasks, len(hosts))
     if len(per_node) != len(hosts) or sum(per_node) != ntasks:
-        raise ConfigError("tasks per node %s do not match %d hosts and %s %d"
-                          % (per_node, len(hosts), jobenv.NTASKS, ntasks))
+        raise ConfigError(
+            "tasks per node %s do not match %d hosts and %s %d" % (per_node, len(hosts), jobenv.NTASKS, ntasks)
+        )
     base = int(environ.get(ENGINE_PORT) or int(environ.get("MASTER_PORT") or DEFAULT_PORT - 1) + 1)
     task_hosts: List[str] = []
     ports: List[int] = []
@@ -100,16 +102,23 @@ def task_layout(environ: Mapping[str, str], coordinators: int = 0, servers_per_n
             else:
                 roles.append(WORKER)
     if WORKER not in roles:
-        raise ConfigError("%d tasks leave no worker after %d coordinator(s) and %d server(s) per node"
-                          % (ntasks, coordinators, servers_per_node))
+        raise ConfigError(
+            "%d tasks leave no worker after %d coordinator(s) and %d server(s) per node"
+            % (ntasks, coordinators, servers_per_node)
+        )
     return TaskLayout(tuple(task_hosts), tuple(ports), tuple(roles), this.task_id)
 
 
 def mode_settings(mode: FrameworkInfo) -> Dict[str, Any]:
     """What the metrics header's framework_settings records about a task-per-worker mode."""
-    return {"engine": mode.engine, "mode": mode.name, "architecture": mode.architecture,
-            "asynchronous": not mode.synchronous, "coordinators": mode.coordinators,
-            "servers_per_node": mode.servers_per_node}
+    return {
+        "engine": mode.engine,
+        "mode": mode.name,
+        "architecture": mode.architecture,
+        "asynchronous": not mode.synchronous,
+        "coordinators": mode.coordinators,
+        "servers_per_node": mode.servers_per_node,
+    }
 
 
 def engine_mode(name: str, engine: str) -> FrameworkInfo:
@@ -124,8 +133,9 @@ def engine_mode(name: str, engine: str) -> FrameworkInfo:
     return mode
 
 
-def engine_config(argv: List[str], engine: str,
-                  environ: Mapping[str, str]) -> Tuple[TrainConfig, FrameworkInfo, TaskLayout]:
+def engine_config(
+    argv: List[str], engine: str, environ: Mapping[str, str]
+) -> Tuple[TrainConfig, FrameworkInfo, TaskLayout]:
     """dlaunch/train/config.py's parsing and validation for a TensorFlow or MXNet task, whose `--framework` is
     one of the engine's modes, and the task's place; flags those trainers do not implement are refused,
     naming the flag. Only the task that writes the metrics file refuses an existing one (the others may
@@ -135,15 +145,17 @@ def engine_config(argv: List[str], engine: str,
     for i, token in enumerate(argv):
         if token == "--framework" and i + 1 < len(argv):
             name = argv[i + 1]
-            del argv[i:i + 2]
+            del argv[i : i + 2]
             break
         if token.startswith("--framework="):
             name = token.split("=", 1)[1]
             del argv[i]
             break
     if name is None:
-        raise ConfigError("--framework is required (choose from %s)"
-                          % ", ".join(n for n, m in task_per_worker().items() if m.engine == engine and not m.refused))
+        raise ConfigError(
+            "--framework is required (choose from %s)"
+            % ", ".join(n for n, m in task_per_worker().items() if m.engine == engine and not m.refused)
+        )
     mode = engine_mode(name, engine)
     layout = task_layout(environ, mode.coordinators, mode.servers_per_node)
     writes = layout.task == layout.ids(mode.writer)[0]

@@ -1,4 +1,5 @@
 """The trainer's exit codes and its bad-input error (torch-free; the modules below config.py raise it too)."""
+
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: resumable, requeue

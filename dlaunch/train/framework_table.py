@@ -10,9 +10,10 @@ The one table of them (`FRAMEWORKS`), read where it is used, so that a row added
   pins (`containers/versions.toml`), the definition files and their %test imports
   (`dlaunch/jobs/images.py`: `import_check`), `make image-<group>` (`containers/images.mk`:
   `python3 -c 'import dlaunch.train.framework_table as t; print(*t.image_groups())'`);
-- the performance model: how gradients travel (`gradient_exchange`, `dlaunch/analysis/perfmodel.py`).
+- the performance model: how gradients travel (`gradient_exchange`, `dlaunch/analysis/perfmodel/model.py`).
 Adding a framework: its implementation file (the seam class) plus one row here.
 """
+
 from dataclasses import dataclass
 from typing import Dict, Iterable, Tuple
 
@@ -40,7 +41,9 @@ class FrameworkInfo:
     install_hint: str  # what to install when the import fails
     description: str
     entry: str = "dlaunch.train"  # `python -m <entry>`, the module the launch style starts
-    gradient_exchange: str = ""  # for the performance model: ddp-buckets | horovod-fusion | deepspeed-zero ("": not modelled)
+    gradient_exchange: str = (
+        ""  # for the performance model: ddp-buckets | horovod-fusion | deepspeed-zero ("": not modelled)
+    )
     architecture: str = "allreduce"  # allreduce | parameter-server
     synchronous: bool = True  # False: workers update without waiting for each other
     coordinators: int = 0  # task-per-worker: extra tasks (TensorFlow's chief, MXNet's scheduler, torch's server)
@@ -50,13 +53,39 @@ class FrameworkInfo:
 
 
 _ROWS = (
-    FrameworkInfo("ddp", "torch", "dlaunch.train.frameworks.ddp:DDP", "torchrun-per-node", "ddp", "torch.distributed",
-                  "torch with torch.distributed", "PyTorch DistributedDataParallel", gradient_exchange="ddp-buckets"),
-    FrameworkInfo("horovod", "torch", "dlaunch.train.frameworks.horovod:Horovod", "mpi-per-gpu", "horovod", "horovod.torch",
-                  "Horovod built with PyTorch (HOROVOD_WITH_PYTORCH=1 pip install horovod)", "Horovod (PyTorch), ring all-reduce",
-                  gradient_exchange="horovod-fusion"),
-    FrameworkInfo("deepspeed", "torch", "dlaunch.train.frameworks.deepspeed:DeepSpeed", "torchrun-per-node", "deepspeed", "deepspeed",
-                  "DeepSpeed (pip install deepspeed)", "DeepSpeed engine, ZeRO stages 0-3", gradient_exchange="deepspeed-zero"),
+    FrameworkInfo(
+        "ddp",
+        "torch",
+        "dlaunch.train.frameworks.ddp:DDP",
+        "torchrun-per-node",
+        "ddp",
+        "torch.distributed",
+        "torch with torch.distributed",
+        "PyTorch DistributedDataParallel",
+        gradient_exchange="ddp-buckets",
+    ),
+    FrameworkInfo(
+        "horovod",
+        "torch",
+        "dlaunch.train.frameworks.horovod:Horovod",
+        "mpi-per-gpu",
+        "horovod",
+        "horovod.torch",
+        "Horovod built with PyTorch (HOROVOD_WITH_PYTORCH=1 pip install horovod)",
+        "Horovod (PyTorch), ring all-reduce",
+        gradient_exchange="horovod-fusion",
+    ),
+    FrameworkInfo(
+        "deepspeed",
+        "torch",
+        "dlaunch.train.frameworks.deepspeed:DeepSpeed",
+        "torchrun-per-node",
+        "deepspeed",
+        "deepspeed",
+        "DeepSpeed (pip install deepspeed)",
+        "DeepSpeed engine, ZeRO stages 0-3",
+        gradient_exchange="deepspeed-zero",
+    ),
 )
 
 _TF_HINT = "the TensorFlow environment: scripts/bootstrap-engines.sh tf"
@@ -64,36 +93,108 @@ _MX_HINT = "the MXNet environment: scripts/bootstrap-engines.sh mx"
 _PS = dict(architecture="parameter-server", coordinators=1, servers_per_node=1)
 # The task-per-worker engines (dlaunch/train/tf, dlaunch/train/mx, dlaunch/train/frameworks/torch_ps.py).
 _TASK_ROWS = (
-    FrameworkInfo("tf-allreduce", "tensorflow", "dlaunch.train.tf.trainer:AllReduceTrainer", "task-per-worker", "tensorflow",
-                  "tensorflow", _TF_HINT, "TensorFlow MultiWorkerMirroredStrategy, synchronous collective all-reduce",
-                  entry="dlaunch.train.tf"),
-    FrameworkInfo("tf-ps-async", "tensorflow", "dlaunch.train.tf.trainer:ParameterServerTrainer", "task-per-worker",
-                  "tensorflow", "tensorflow", _TF_HINT,
-                  "TensorFlow ParameterServerStrategy: chief, one server per node, asynchronous workers",
-                  entry="dlaunch.train.tf", synchronous=False, writer="coordinator", **_PS),
-    FrameworkInfo("tf-ps-sync", "tensorflow", "dlaunch.train.tf.trainer:ParameterServerTrainer", "task-per-worker",
-                  "tensorflow", "tensorflow", _TF_HINT,
-                  "TensorFlow ParameterServerStrategy, synchronous: the chief averages one gradient per worker "
-                  "and applies it to the servers' variables (TF2 has no SyncReplicasOptimizer)",
-                  entry="dlaunch.train.tf", writer="coordinator", **_PS),
-    FrameworkInfo("mx-ps-sync", "mxnet", "dlaunch.train.mx.trainer:Worker", "task-per-worker", "mxnet", "mxnet", _MX_HINT,
-                  "MXNet key-value store dist_sync: scheduler, one server per node, synchronous workers",
-                  entry="dlaunch.train.mx", **_PS),
-    FrameworkInfo("mx-ps-async", "mxnet", "dlaunch.train.mx.trainer:Worker", "task-per-worker", "mxnet", "mxnet", _MX_HINT,
-                  "MXNet key-value store dist_async: scheduler, one server per node, asynchronous workers",
-                  entry="dlaunch.train.mx", synchronous=False, **_PS),
-    FrameworkInfo("mx-allreduce", "mxnet", "dlaunch.train.mx.trainer:Worker", "task-per-worker", "mxnet", "horovod.mxnet",
-                  _MX_HINT + " with Horovod 0.28.1 built against it",
-                  "Horovod (MXNet) over gloo, synchronous ring all-reduce; rendezvous at the first worker",
-                  entry="dlaunch.train.mx"),
-    FrameworkInfo("torch-ps-sync", "torch", "dlaunch.train.frameworks.torch_ps:TorchParameterServer", "task-per-worker",
-                  "ddp", "torch.distributed.rpc", "torch with torch.distributed.rpc",
-                  "PyTorch parameter server (torch.distributed.rpc): task 0 the server, synchronous workers",
-                  entry="dlaunch.train.frameworks.torch_ps", architecture="parameter-server", coordinators=1),
-    FrameworkInfo("torch-ps-async", "torch", "dlaunch.train.frameworks.torch_ps:TorchParameterServerAsync", "task-per-worker",
-                  "ddp", "torch.distributed.rpc", "torch with torch.distributed.rpc",
-                  "PyTorch parameter server (torch.distributed.rpc): task 0 the server, asynchronous workers",
-                  entry="dlaunch.train.frameworks.torch_ps", architecture="parameter-server", coordinators=1, synchronous=False),
+    FrameworkInfo(
+        "tf-allreduce",
+        "tensorflow",
+        "dlaunch.train.tf.trainer:AllReduceTrainer",
+        "task-per-worker",
+        "tensorflow",
+        "tensorflow",
+        _TF_HINT,
+        "TensorFlow MultiWorkerMirroredStrategy, synchronous collective all-reduce",
+        entry="dlaunch.train.tf",
+    ),
+    FrameworkInfo(
+        "tf-ps-async",
+        "tensorflow",
+        "dlaunch.train.tf.trainer:ParameterServerTrainer",
+        "task-per-worker",
+        "tensorflow",
+        "tensorflow",
+        _TF_HINT,
+        "TensorFlow ParameterServerStrategy: chief, one server per node, asynchronous workers",
+        entry="dlaunch.train.tf",
+        synchronous=False,
+        writer="coordinator",
+        **_PS,
+    ),
+    FrameworkInfo(
+        "tf-ps-sync",
+        "tensorflow",
+        "dlaunch.train.tf.trainer:ParameterServerTrainer",
+        "task-per-worker",
+        "tensorflow",
+        "tensorflow",
+        _TF_HINT,
+        "TensorFlow ParameterServerStrategy, synchronous: the chief averages one gradient per worker "
+        "and applies it to the servers' variables (TF2 has no SyncReplicasOptimizer)",
+        entry="dlaunch.train.tf",
+        writer="coordinator",
+        **_PS,
+    ),
+    FrameworkInfo(
+        "mx-ps-sync",
+        "mxnet",
+        "dlaunch.train.mx.trainer:Worker",
+        "task-per-worker",
+        "mxnet",
+        "mxnet",
+        _MX_HINT,
+        "MXNet key-value store dist_sync: scheduler, one server per node, synchronous workers",
+        entry="dlaunch.train.mx",
+        **_PS,
+    ),
+    FrameworkInfo(
+        "mx-ps-async",
+        "mxnet",
+        "dlaunch.train.mx.trainer:Worker",
+        "task-per-worker",
+        "mxnet",
+        "mxnet",
+        _MX_HINT,
+        "MXNet key-value store dist_async: scheduler, one server per node, asynchronous workers",
+        entry="dlaunch.train.mx",
+        synchronous=False,
+        **_PS,
+    ),
+    FrameworkInfo(
+        "mx-allreduce",
+        "mxnet",
+        "dlaunch.train.mx.trainer:Worker",
+        "task-per-worker",
+        "mxnet",
+        "horovod.mxnet",
+        _MX_HINT + " with Horovod 0.28.1 built against it",
+        "Horovod (MXNet) over gloo, synchronous ring all-reduce; rendezvous at the first worker",
+        entry="dlaunch.train.mx",
+    ),
+    FrameworkInfo(
+        "torch-ps-sync",
+        "torch",
+        "dlaunch.train.frameworks.torch_ps:TorchParameterServer",
+        "task-per-worker",
+        "ddp",
+        "torch.distributed.rpc",
+        "torch with torch.distributed.rpc",
+        "PyTorch parameter server (torch.distributed.rpc): task 0 the server, synchronous workers",
+        entry="dlaunch.train.frameworks.torch_ps",
+        architecture="parameter-server",
+        coordinators=1,
+    ),
+    FrameworkInfo(
+        "torch-ps-async",
+        "torch",
+        "dlaunch.train.frameworks.torch_ps:TorchParameterServerAsync",
+        "task-per-worker",
+        "ddp",
+        "torch.distributed.rpc",
+        "torch with torch.distributed.rpc",
+        "PyTorch parameter server (torch.distributed.rpc): task 0 the server, asynchronous workers",
+        entry="dlaunch.train.frameworks.torch_ps",
+        architecture="parameter-server",
+        coordinators=1,
+        synchronous=False,
+    ),
 )
 FRAMEWORKS: Dict[str, FrameworkInfo] = {row.name: row for row in _ROWS + _TASK_ROWS}
 

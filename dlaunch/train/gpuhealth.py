@@ -15,6 +15,7 @@ dlaunch/train/phases.py gathers with the epoch's phases:
 - temperature_c: the highest GPU temperature.
 `node_health` turns the vectors of a node's ranks into the metrics record's GPU_HEALTH.
 """
+
 import sys
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
@@ -25,19 +26,24 @@ from dlaunch.train.metrics_schema import THROTTLE_REASONS, unavailable
 
 HEALTH_SLOTS = ("reason", "sm_clock_mhz", "sm_clock_max_mhz", "throttle_bits", "temperature_c")
 MEASURED, NO_GPU, NO_NVML, NOT_NVIDIA, NVML_ERROR = range(5)
-REASONS = {NO_GPU: "this run uses no GPU", NO_NVML: "nvidia-ml-py not installed",
-           NOT_NVIDIA: "not an NVIDIA GPU (NVML reads NVIDIA GPUs only)",
-           NVML_ERROR: "NVML error (the rank's standard error names it)"}
+REASONS = {
+    NO_GPU: "this run uses no GPU",
+    NO_NVML: "nvidia-ml-py not installed",
+    NOT_NVIDIA: "not an NVIDIA GPU (NVML reads NVIDIA GPUs only)",
+    NVML_ERROR: "NVML error (the rank's standard error names it)",
+}
 # nvml.h: NVML_CLOCK_SM, NVML_TEMPERATURE_GPU, and the clock event reason bits.
 NVML_CLOCK_SM = 1
 NVML_TEMPERATURE_GPU = 0
 GPU_IDLE_BIT = 0x1
-THROTTLE_BITS = ((0x4, "power cap"),  # SW power cap
-                 (0x8, "hardware slowdown"),  # HW slowdown
-                 (0x10, "sync boost"),
-                 (0x20, "thermal"),  # SW thermal slowdown
-                 (0x40, "thermal"),  # HW thermal slowdown
-                 (0x80, "power brake"))  # HW power brake slowdown
+THROTTLE_BITS = (
+    (0x4, "power cap"),  # SW power cap
+    (0x8, "hardware slowdown"),  # HW slowdown
+    (0x10, "sync boost"),
+    (0x20, "thermal"),  # SW thermal slowdown
+    (0x40, "thermal"),  # HW thermal slowdown
+    (0x80, "power brake"),
+)  # HW power brake slowdown
 
 Health = Union[Dict[str, Any], str]  # a GPU_HEALTH of the metrics schema
 
@@ -131,8 +137,10 @@ def node_health(gpus: Sequence[Tuple[int, Sequence[float]]]) -> Health:
     not measured. (Records before phases method "rank-timers-median-rank" held the reasons of all the node's GPUs.)"""
     measured = [(local_rank, v) for local_rank, v in gpus if int(v[0]) == MEASURED]
     if len(measured) < len(gpus):
-        reasons = "; ".join(REASONS.get(code, "reason %d" % code)
-                            for code in sorted({int(v[0]) for _, v in gpus if int(v[0]) != MEASURED}))
+        reasons = "; ".join(
+            REASONS.get(code, "reason %d" % code)
+            for code in sorted({int(v[0]) for _, v in gpus if int(v[0]) != MEASURED})
+        )
         if not measured:
             return unavailable(reasons)
         return unavailable("measured on %d of %d GPUs only (%s)" % (len(measured), len(gpus), reasons))
@@ -145,5 +153,10 @@ def node_health(gpus: Sequence[Tuple[int, Sequence[float]]]) -> Health:
         return (not v[2], v[1] / v[2] if v[2] else v[1], local_rank)
 
     local_rank, gpu = min(throttled or measured, key=held_back)
-    return {"sm_clock_mhz": gpu[1], "sm_clock_max_mhz": gpu[2], "local_rank": local_rank,
-            "throttle": throttle_names(int(gpu[3])), "temperature_c": gpu[4]}
+    return {
+        "sm_clock_mhz": gpu[1],
+        "sm_clock_max_mhz": gpu[2],
+        "local_rank": local_rank,
+        "throttle": throttle_names(int(gpu[3])),
+        "temperature_c": gpu[4],
+    }

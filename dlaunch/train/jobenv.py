@@ -18,6 +18,7 @@ Task level (set inside each task of the step):
   DLAUNCH_LOCAL_TASK_ID   its index on its node
   DLAUNCH_NODE_ID         its node's index in DLAUNCH_NODELIST
 """
+
 import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional
@@ -88,15 +89,17 @@ class Task:
 def _count(environ: Mapping[str, str], name: str) -> int:
     text = environ.get(name, "").strip()
     if not text.isdigit():
-        raise ConfigError("%s must be set to a number (one task per process of a dlaunch job step), got %r"
-                          % (name, text))
+        raise ConfigError(
+            "%s must be set to a number (one task per process of a dlaunch job step), got %r" % (name, text)
+        )
     return int(text)
 
 
 def task(environ: Mapping[str, str]) -> Task:
     """This task; ConfigError naming the variable when it is missing or outside the step."""
-    this = Task(_count(environ, TASK_ID), _count(environ, NTASKS), _count(environ, LOCAL_TASK_ID),
-                _count(environ, NODE_ID))
+    this = Task(
+        _count(environ, TASK_ID), _count(environ, NTASKS), _count(environ, LOCAL_TASK_ID), _count(environ, NODE_ID)
+    )
     if not 0 <= this.task_id < this.ntasks:
         raise ConfigError("%s %d outside %s %d" % (TASK_ID, this.task_id, NTASKS, this.ntasks))
     return this

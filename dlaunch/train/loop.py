@@ -40,6 +40,7 @@ Warm-up and profiled steps (`--warmup-steps`, then `--profile-steps` timed witho
 run warms up again before it measures; none of them count for throughput. A kernel profile may run to
 the end of the run (a profiling run then reports no throughput).
 """
+
 import contextlib
 import math
 import os
@@ -54,8 +55,15 @@ import torch.nn as nn
 
 from dlaunch.train import jobenv
 from dlaunch.train.checkpoint import checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from dlaunch.train.config import (EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, ConfigError,
-                          TrainConfig)
+from dlaunch.train.config import (
+    EXIT_BAD_INPUT,
+    EXIT_CANCELLED,
+    EXIT_DIVERGED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    ConfigError,
+    TrainConfig,
+)
 from dlaunch.train.data import build_loaders
 from dlaunch.train.energy import EnergyMeter, Figure
 from dlaunch.train.frameworks.base import DistInfo, Framework
@@ -67,13 +75,23 @@ from dlaunch.train.mllog import MLPerfLog, hyperparameters, mllog_path
 from dlaunch.train.models import build_model
 from dlaunch.train.network import NCCL_LOG_DIR, by_node, nccl_warnings, observe, route_nccl_debug
 from dlaunch.train.phases import EpochOverhead, StepTimer, gather_rows, overhead_fields, phase_fields, rank_row
-from dlaunch.train.progress import ProgressFile, finite_or_none, interval_s, progress_path
 from dlaunch.train.profiling import KernelProfiler, StepProfiler, kernel_fields, unavailable_kernel_fields
+from dlaunch.train.progress import ProgressFile, finite_or_none, interval_s, progress_path
 from dlaunch.train.schedule import LRSchedule
 from dlaunch.train.signals import StopSignals
-from dlaunch.train.workload import (CapturedStep, FirstStepClock, LearningRate, TorchFeatures, build_optimizer,
-                                    HostLosses, compiled_graphs, host_syncs_seen, loss_keeper, optimizer_impl,
-                                    torch_refusal)
+from dlaunch.train.workload import (
+    CapturedStep,
+    FirstStepClock,
+    HostLosses,
+    LearningRate,
+    TorchFeatures,
+    build_optimizer,
+    compiled_graphs,
+    host_syncs_seen,
+    loss_keeper,
+    optimizer_impl,
+    torch_refusal,
+)
 
 # Steps between stop-signal checks: bounds the extra work after Slurm's warning (sent 120 s early)
 # while keeping the all-reduce and device sync of a check off most steps.
@@ -107,8 +125,7 @@ class EpochProgress:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, argv: List[str], framework: Framework, dist: DistInfo,
-                 signals: StopSignals):
+    def __init__(self, cfg: TrainConfig, argv: List[str], framework: Framework, dist: DistInfo, signals: StopSignals):
         self.cfg, self.argv, self.fw, self.dist, self.signals = cfg, argv, framework, dist, signals
         self.init_started = time.time()  # MLPerf's init_start
         self.device = dist.device
@@ -143,14 +160,27 @@ class Trainer:
         self.steps_per_epoch = min(cfg.steps, batches) if cfg.steps else batches
         self.total_steps = cfg.steps if cfg.steps else cfg.epochs * self.steps_per_epoch
         self.epochs = math.ceil(self.total_steps / self.steps_per_epoch)
-        self.kernel_steps = min(cfg.kernel_profile_steps, max(0, self.total_steps - cfg.warmup_steps - cfg.profile_steps))
+        self.kernel_steps = min(
+            cfg.kernel_profile_steps, max(0, self.total_steps - cfg.warmup_steps - cfg.profile_steps)
+        )
         if cfg.warmup_steps + cfg.profile_steps >= self.total_steps:
-            raise ConfigError("--warmup-steps %d + --profile-steps %d leave none of the %d steps to measure"
-                              % (cfg.warmup_steps, cfg.profile_steps, self.total_steps))
+            raise ConfigError(
+                "--warmup-steps %d + --profile-steps %d leave none of the %d steps to measure"
+                % (cfg.warmup_steps, cfg.profile_steps, self.total_steps)
+            )
         self.global_batch = cfg.batch_size * dist.world_size  # images per loop step
         self.update_batch = self.global_batch * framework.batches_per_update(cfg)  # images per optimizer update
-        self.schedule = LRSchedule(cfg.lr, cfg.reference_batch, self.update_batch, self.steps_per_epoch,
-                                   self.total_steps, cfg.schedule, cfg.warmup_epochs, cfg.lr_min, cfg.gamma)
+        self.schedule = LRSchedule(
+            cfg.lr,
+            cfg.reference_batch,
+            self.update_batch,
+            self.steps_per_epoch,
+            self.total_steps,
+            cfg.schedule,
+            cfg.warmup_epochs,
+            cfg.lr_min,
+            cfg.gamma,
+        )
 
         memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
         self.model = build_model(cfg.model, cfg.num_classes).to(self.device, memory_format=memory_format)
@@ -167,9 +197,12 @@ class Trainer:
         self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
         self.profiler = StepProfiler(framework, framework.parameters(self.model), self.synchronize, dist.world_size)
         self.kernel_profiler = KernelProfiler(self.synchronize) if self.device.type == "cuda" else None
-        self.mllog = MLPerfLog(mllog_path(cfg.metrics_path) if dist.is_main else None, cfg.target_accuracy,
-                               cfg.val_every, self.epochs)
-        self.progress_file = ProgressFile(progress_path(cfg.metrics_path), interval_s(os.environ)) if dist.is_main else None
+        self.mllog = MLPerfLog(
+            mllog_path(cfg.metrics_path) if dist.is_main else None, cfg.target_accuracy, cfg.val_every, self.epochs
+        )
+        self.progress_file = (
+            ProgressFile(progress_path(cfg.metrics_path), interval_s(os.environ)) if dist.is_main else None
+        )
 
     # -- collectives and clocks ------------------------------------------------------------------
     def synchronize(self) -> None:
@@ -206,8 +239,9 @@ class Trainer:
         if self.kernel_profiler is None:
             fields = unavailable_kernel_fields("no CUDA device (a %s run)" % self.device.type, self.kernel_steps, ranks)
         else:
-            summed = self.fw.all_reduce_sum(torch.tensor(self.kernel_profiler.finish(), dtype=torch.float64,
-                                                         device=self.device)).tolist()
+            summed = self.fw.all_reduce_sum(
+                torch.tensor(self.kernel_profiler.finish(), dtype=torch.float64, device=self.device)
+            ).tolist()
             fields = kernel_fields(summed, self.kernel_steps, ranks, self.kernel_profiler.times.top())
         if self.writer:
             self.writer.write("kernel_profile", **fields)
@@ -215,8 +249,9 @@ class Trainer:
     def read_energy(self) -> Any:
         """The run's energy so far on every rank (one collective); returns the reading."""
         reading = self.meter.reduce(self.fw.all_reduce_sum)
-        self.energy_j = {d: self.energy_before.get(d, 0.0) + v if is_number(v) else v
-                         for d, v in reading.energy_j.items()}
+        self.energy_j = {
+            d: self.energy_before.get(d, 0.0) + v if is_number(v) else v for d, v in reading.energy_j.items()
+        }
         return reading
 
     def measured_energy(self) -> Dict[str, float]:
@@ -237,13 +272,21 @@ class Trainer:
             continuing = os.path.exists(cfg.metrics_path) and os.path.getsize(cfg.metrics_path) > 0
             self.writer = MetricsWriter(cfg.metrics_path)
             if state is not None and continuing:
-                self.writer.write("resume", epoch=start_epoch, step=self.global_step,
-                                  checkpoint=checkpoint_path(cfg.checkpoint_dir), network=network)
+                self.writer.write(
+                    "resume",
+                    epoch=start_epoch,
+                    step=self.global_step,
+                    checkpoint=checkpoint_path(cfg.checkpoint_dir),
+                    network=network,
+                )
                 self.mllog.resume()
             else:
                 header = self.writer.write("header", network=network, **self.header_fields(hosts))
-                self.mllog.run_start(header, hyperparameters(cfg, self.schedule, self.global_batch, self.update_batch,
-                                                             self.steps_per_epoch), self.init_started)
+                self.mllog.run_start(
+                    header,
+                    hyperparameters(cfg, self.schedule, self.global_batch, self.update_batch, self.steps_per_epoch),
+                    self.init_started,
+                )
         for epoch in range(start_epoch, self.epochs):
             status = self.train_epoch(epoch, skip, progress)
             if status is None and epoch + 1 < self.epochs:
@@ -290,7 +333,12 @@ class Trainer:
             if self.session_steps == 0 and cfg.compile != "off":
                 self.first_step.start()
             requested = time.perf_counter()
-            if measured and self.session_steps == kernel_end and cfg.host_syncs == "minimal" and self.device.type == "cuda":
+            if (
+                measured
+                and self.session_steps == kernel_end
+                and cfg.host_syncs == "minimal"
+                and self.device.type == "cuda"
+            ):
                 with host_syncs_seen() as self.step_host_syncs:  # the first measured step, under sync debug mode
                     waited = self.step(batches, requested, measured, profiled)
             else:
@@ -321,8 +369,9 @@ class Trainer:
                     break
             if self.progress_file is not None and self.progress_file.due():
                 loss_steps = (settled_steps if isinstance(self.losses, HostLosses) else progress.steps) - first_step
-                self.progress_file.write(**self.progress_fields(epoch, progress, epoch_start, window_start,
-                                                                measured_steps, loss_steps))
+                self.progress_file.write(
+                    **self.progress_fields(epoch, progress, epoch_start, window_start, measured_steps, loss_steps)
+                )
         with overhead.timed("barrier_s"):
             now = self.synced_time()
         recompiled = self.graphs_compiled_after_warmup()
@@ -333,8 +382,9 @@ class Trainer:
         progress.time += now - epoch_start
         progress.measured_steps += measured_steps
         with overhead.timed("metrics_s"):
-            rank_loss_sum, rank_data_wait, diverged = self.rank_means([self.losses.epoch_sum(), data_wait,
-                                                                        self.losses.diverged_flag().item()])
+            rank_loss_sum, rank_data_wait, diverged = self.rank_means(
+                [self.losses.epoch_sum(), data_wait, self.losses.diverged_flag().item()]
+            )
         progress.loss_sum += rank_loss_sum
         progress.data_wait += rank_data_wait
         if diverged > 0 or status == "diverged":
@@ -346,8 +396,15 @@ class Trainer:
         self.finish_epoch(epoch, progress, overhead, step_means, health, self.workload_fields(recompiled))
         return None
 
-    def progress_fields(self, epoch: int, progress: EpochProgress, epoch_start: float, window_start: Optional[float],
-                        measured_steps: int, loss_steps: int) -> Dict[str, Any]:
+    def progress_fields(
+        self,
+        epoch: int,
+        progress: EpochProgress,
+        epoch_start: float,
+        window_start: Optional[float],
+        measured_steps: int,
+        loss_steps: int,
+    ) -> Dict[str, Any]:
         """The progress file's fields (dlaunch/train/progress.py): `progress` holds the epoch's figures before this
         process (a resumed epoch's), the rest are this process's; the loss kept over `loss_steps` steps is read
         first (the one device sync: the clock then counts finished steps)."""
@@ -356,10 +413,18 @@ class Trainer:
         steps = progress.measured_steps + measured_steps
         seconds = progress.measured_time + (now - window_start if window_start is not None else 0.0)
         return dict(
-            epoch=epoch, epochs=self.epochs, step_in_epoch=progress.steps, steps_per_epoch=self.steps_per_epoch,
-            global_step=self.global_step, total_steps=self.total_steps, epoch_time_s=progress.time + now - epoch_start,
-            measured_steps=steps, images_per_s=steps * self.global_batch / seconds if steps and seconds > 0 else None,
-            loss=loss, loss_steps=loss_steps if loss is not None else 0)
+            epoch=epoch,
+            epochs=self.epochs,
+            step_in_epoch=progress.steps,
+            steps_per_epoch=self.steps_per_epoch,
+            global_step=self.global_step,
+            total_steps=self.total_steps,
+            epoch_time_s=progress.time + now - epoch_start,
+            measured_steps=steps,
+            images_per_s=steps * self.global_batch / seconds if steps and seconds > 0 else None,
+            loss=loss,
+            loss_steps=loss_steps if loss is not None else 0,
+        )
 
     def step(self, batches: Any, requested: float, measured: bool, profiled: bool) -> float:
         """One step from asking `batches` for its batch (at `requested`): the train step, its CUDA graph's replay or a
@@ -421,8 +486,15 @@ class Trainer:
             fields["step_host_syncs"], self.step_host_syncs = self.step_host_syncs, None
         return fields
 
-    def finish_epoch(self, epoch: int, progress: EpochProgress, overhead: EpochOverhead, step_means: List[float],
-                     health: List[float], workload: Dict[str, Any]) -> None:
+    def finish_epoch(
+        self,
+        epoch: int,
+        progress: EpochProgress,
+        overhead: EpochOverhead,
+        step_means: List[float],
+        health: List[float],
+        workload: Dict[str, Any],
+    ) -> None:
         """Validation, energy, the checkpoint of the next epoch's start, the phase gather, then the epoch record
         (`step_means`: StepTimer.epoch_means, `health`: GpuHealth.end_epoch of this rank, `workload`:
         `workload_fields`)."""
@@ -450,24 +522,40 @@ class Trainer:
         if reached:
             total = energy_total(self.energy_j)
             self.energy_to_accuracy = total[0] if total else None
-        epoch_energy = {d: v - progress.energy_start_j.get(d, 0.0) if is_number(v) else v
-                        for d, v in self.energy_j.items()}
+        epoch_energy = {
+            d: v - progress.energy_start_j.get(d, 0.0) if is_number(v) else v for d, v in self.energy_j.items()
+        }
         self.epochs_completed = epoch + 1
         with overhead.timed("checkpoint_s"):
             self.save(epoch + 1, EpochProgress())
         gather_began = time.perf_counter()
-        rows = gather_rows(self.fw.all_reduce_sum, rank_row(step_means, self.dist.local_rank, overhead.seconds, health),
-                           self.dist.rank, self.dist.world_size, self.device)
+        rows = gather_rows(
+            self.fw.all_reduce_sum,
+            rank_row(step_means, self.dist.local_rank, overhead.seconds, health),
+            self.dist.rank,
+            self.dist.world_size,
+            self.device,
+        )
         explained = phase_fields(rows, self.hosts) if self.writer else {}
         explained["overhead"] = overhead_fields(rows[0], time.perf_counter() - gather_began)
         images = progress.measured_steps * self.global_batch
-        record = dict(epoch=epoch, steps=progress.steps, images=images,
-                      images_per_s=images / progress.measured_time if progress.measured_time > 0 else 0.0,
-                      epoch_time_s=progress.time, data_wait_s=progress.data_wait,
-                      loss=progress.loss_sum / max(progress.steps, 1), lr=self.schedule(self.global_step - 1),
-                      energy_j=epoch_energy, gpu_utilization_pct=reading.utilization_pct,
-                      gpu_memory_peak_bytes=reading.memory_peak_bytes, measured_steps=progress.measured_steps,
-                      **explained, **workload, **fields)
+        record = dict(
+            epoch=epoch,
+            steps=progress.steps,
+            images=images,
+            images_per_s=images / progress.measured_time if progress.measured_time > 0 else 0.0,
+            epoch_time_s=progress.time,
+            data_wait_s=progress.data_wait,
+            loss=progress.loss_sum / max(progress.steps, 1),
+            lr=self.schedule(self.global_step - 1),
+            energy_j=epoch_energy,
+            gpu_utilization_pct=reading.utilization_pct,
+            gpu_memory_peak_bytes=reading.memory_peak_bytes,
+            measured_steps=progress.measured_steps,
+            **explained,
+            **workload,
+            **fields,
+        )
         if self.writer:
             with self.next_overhead.timed("metrics_s"):
                 self.epoch_records.append(self.writer.write("epoch", **record))
@@ -483,9 +571,14 @@ class Trainer:
                     logits = module(images)
                 top = logits.topk(min(5, logits.shape[1]), dim=1).indices
                 hits = top == labels[:, None]
-                counts += torch.stack([hits[:, 0].sum(), hits.any(dim=1).sum(),
-                                       nn.functional.cross_entropy(logits.float(), labels, reduction="sum"),
-                                       torch.tensor(labels.numel(), device=self.device)]).double()
+                counts += torch.stack(
+                    [
+                        hits[:, 0].sum(),
+                        hits.any(dim=1).sum(),
+                        nn.functional.cross_entropy(logits.float(), labels, reduction="sum"),
+                        torch.tensor(labels.numel(), device=self.device),
+                    ]
+                ).double()
         module.train()
         top1, top5, loss, total = self.fw.all_reduce_sum(counts).tolist()
         return {"top1": top1 / total, "top5": top5 / total, "val_loss": loss / total, "images": int(total)}
@@ -495,12 +588,21 @@ class Trainer:
         """Checkpoint the position `epoch` + `progress.steps` (all ranks call; rank 0 writes)."""
         if not self.cfg.checkpoint_dir:
             return
-        state = {"epoch": epoch, "step_in_epoch": progress.steps, "global_step": self.global_step,
-                 "framework": self.fw.state_dict(), "rng": rng_state(), "progress": asdict(progress),
-                 "world_size": self.dist.world_size, "global_batch": self.global_batch,
-                 "elapsed_s": self.elapsed(), "best_top1": self.best_top1,
-                 "time_to_accuracy_s": self.time_to_accuracy, "energy_j": self.measured_energy(),
-                 "energy_to_accuracy_j": self.energy_to_accuracy}
+        state = {
+            "epoch": epoch,
+            "step_in_epoch": progress.steps,
+            "global_step": self.global_step,
+            "framework": self.fw.state_dict(),
+            "rng": rng_state(),
+            "progress": asdict(progress),
+            "world_size": self.dist.world_size,
+            "global_batch": self.global_batch,
+            "elapsed_s": self.elapsed(),
+            "best_top1": self.best_top1,
+            "time_to_accuracy_s": self.time_to_accuracy,
+            "energy_j": self.measured_energy(),
+            "energy_to_accuracy_j": self.energy_to_accuracy,
+        }
         if self.dist.is_main:
             save_checkpoint(checkpoint_path(self.cfg.checkpoint_dir), state)
         self.fw.barrier()
@@ -508,9 +610,16 @@ class Trainer:
     def restore(self, state: Dict[str, Any]) -> tuple:
         path = checkpoint_path(self.cfg.checkpoint_dir)
         if (state["world_size"], state["global_batch"]) != (self.dist.world_size, self.global_batch):
-            raise ConfigError("--resume: %s was written by %d ranks x batch %d; this run has %d x %d"
-                              % (path, state["world_size"], state["global_batch"] // state["world_size"],
-                                 self.dist.world_size, self.cfg.batch_size))
+            raise ConfigError(
+                "--resume: %s was written by %d ranks x batch %d; this run has %d x %d"
+                % (
+                    path,
+                    state["world_size"],
+                    state["global_batch"] // state["world_size"],
+                    self.dist.world_size,
+                    self.cfg.batch_size,
+                )
+            )
         self.fw.load_state_dict(state["framework"])
         set_rng_state(state["rng"])
         self.global_step = state["global_step"]
@@ -534,22 +643,46 @@ class Trainer:
         versions = library_versions()
         versions.update(self.fw.versions())
         return dict(
-            run_id=run_id(), argv=[sys.executable, "-m", "dlaunch.train"] + self.argv, config=cfg.to_dict(),
-            framework=cfg.framework, loader=cfg.loader, model=cfg.model, device=self.device.type,
-            world_size=self.dist.world_size, nodes=len(set(hosts)), hosts=hosts,
-            batch_per_worker=cfg.batch_size, global_batch=self.global_batch, lr_scaled=self.schedule.lr_max,
-            versions=versions, framework_settings=dict(self.fw.settings(), **self.workload_settings()),
-            loader_settings=dict(getattr(self.loaders.train, "settings", {}), data=cfg.data, workers=cfg.workers,
-                                 batches_per_epoch=len(self.loaders.train), steps_per_epoch=self.steps_per_epoch,
-                                 total_steps=self.total_steps),
-            slurm_job_id=jobenv.job_id(os.environ), scheduler=jobenv.scheduler(os.environ), site=cfg.site, experiment=cfg.experiment,
-            image=cfg.image, git_revision=git_revision(), energy_sources=self.meter.describe())
+            run_id=run_id(),
+            argv=[sys.executable, "-m", "dlaunch.train"] + self.argv,
+            config=cfg.to_dict(),
+            framework=cfg.framework,
+            loader=cfg.loader,
+            model=cfg.model,
+            device=self.device.type,
+            world_size=self.dist.world_size,
+            nodes=len(set(hosts)),
+            hosts=hosts,
+            batch_per_worker=cfg.batch_size,
+            global_batch=self.global_batch,
+            lr_scaled=self.schedule.lr_max,
+            versions=versions,
+            framework_settings=dict(self.fw.settings(), **self.workload_settings()),
+            loader_settings=dict(
+                getattr(self.loaders.train, "settings", {}),
+                data=cfg.data,
+                workers=cfg.workers,
+                batches_per_epoch=len(self.loaders.train),
+                steps_per_epoch=self.steps_per_epoch,
+                total_steps=self.total_steps,
+            ),
+            slurm_job_id=jobenv.job_id(os.environ),
+            scheduler=jobenv.scheduler(os.environ),
+            site=cfg.site,
+            experiment=cfg.experiment,
+            image=cfg.image,
+            git_revision=git_revision(),
+            energy_sources=self.meter.describe(),
+        )
 
     def workload_settings(self) -> Dict[str, Any]:
         """What the workload options did (dlaunch/train/workload.py), for the header's framework_settings: the SGD
         implementation the step runs, what torch.compile compiled, where the CUDA graph is captured."""
-        return {"sgd": optimizer_impl(self.optimizer), "compiled": self.fw.compiled or None,
-                "cuda_graph": "the whole step, captured at the last warm-up step" if self.captured is not None else None}
+        return {
+            "sgd": optimizer_impl(self.optimizer),
+            "compiled": self.fw.compiled or None,
+            "cuda_graph": "the whole step, captured at the last warm-up step" if self.captured is not None else None,
+        }
 
     def finish(self, status: str) -> None:
         """Write the `end` record with every rank's parameter digest and the run's energy, and print the summary."""
@@ -557,16 +690,25 @@ class Trainer:
         self.read_energy()
         reason = None
         if status == "diverged":
-            reason = ("the loss was not finite for %d consecutive steps on some rank (by step %d); "
-                      "the checkpoint, if any, is of the last finished epoch"
-                      % (self.cfg.max_nonfinite_steps, self.global_step))
+            reason = (
+                "the loss was not finite for %d consecutive steps on some rank (by step %d); "
+                "the checkpoint, if any, is of the last finished epoch"
+                % (self.cfg.max_nonfinite_steps, self.global_step)
+            )
         if self.writer:
-            end = self.writer.write("end", status=status, total_time_s=self.elapsed(),
-                                    epochs_completed=self.epochs_completed,
-                                    best_top1=self.best_top1, target_accuracy=self.cfg.target_accuracy,
-                                    time_to_accuracy_s=self.time_to_accuracy, param_digests=digests,
-                                    energy_j=self.energy_j, energy_to_accuracy_j=self.energy_to_accuracy,
-                                    reason=reason)
+            end = self.writer.write(
+                "end",
+                status=status,
+                total_time_s=self.elapsed(),
+                epochs_completed=self.epochs_completed,
+                best_top1=self.best_top1,
+                target_accuracy=self.cfg.target_accuracy,
+                time_to_accuracy_s=self.time_to_accuracy,
+                param_digests=digests,
+                energy_j=self.energy_j,
+                energy_to_accuracy_j=self.energy_to_accuracy,
+                reason=reason,
+            )
             print_summary(self.epoch_records, end)
         self.mllog.run_stop(status)
 
@@ -577,7 +719,9 @@ def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
     trainer: Optional[Trainer] = None
     nccl_log = None
     if cfg.device != "cpu" and torch.cuda.is_available():  # before NCCL/RCCL start: they read it once
-        nccl_log = route_nccl_debug(os.environ, os.path.join(os.path.dirname(os.path.abspath(cfg.metrics_path)), NCCL_LOG_DIR))
+        nccl_log = route_nccl_debug(
+            os.environ, os.path.join(os.path.dirname(os.path.abspath(cfg.metrics_path)), NCCL_LOG_DIR)
+        )
     try:
         refusal = torch_refusal(cfg, TorchFeatures.of_this_torch())
         if refusal:
@@ -594,10 +738,16 @@ def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
     except BaseException as e:
         if trainer is not None and trainer.writer:
             status = "cancelled" if isinstance(e, KeyboardInterrupt) else "failed"
-            trainer.writer.write("end", status=status, total_time_s=trainer.elapsed(),
-                                 epochs_completed=trainer.epochs_completed, best_top1=trainer.best_top1,
-                                 target_accuracy=cfg.target_accuracy, time_to_accuracy_s=trainer.time_to_accuracy,
-                                 reason=("%s: %s" % (type(e).__name__, e))[:2000])
+            trainer.writer.write(
+                "end",
+                status=status,
+                total_time_s=trainer.elapsed(),
+                epochs_completed=trainer.epochs_completed,
+                best_top1=trainer.best_top1,
+                target_accuracy=cfg.target_accuracy,
+                time_to_accuracy_s=trainer.time_to_accuracy,
+                reason=("%s: %s" % (type(e).__name__, e))[:2000],
+            )
             trainer.mllog.run_stop(status)
         for line in nccl_warnings(nccl_log) if nccl_log else ():  # they went to the debug file, not the log
             print(line, file=sys.stderr)

@@ -1,11 +1,11 @@
 """The torch trainer's metrics: torch's library versions for the header; the writer, provenance and
 summary table are engine-free (dlaunch/train/metrics_core.py, shared with the TensorFlow and MXNet trainers)."""
+
 import platform
 from typing import Dict, Optional
 
 import torch
 import torchvision
-
 
 
 def library_versions() -> Dict[str, Optional[str]]:

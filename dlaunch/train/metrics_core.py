@@ -4,6 +4,7 @@ summary table. Torch-free and stdlib-only (Python 3.9), shared by the PyTorch, T
 trainers so that `dlaunch report` reads every engine's runs alike; `dlaunch/train/metrics.py` adds torch's
 library versions.
 """
+
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ class MetricsWriter:
         self.path = path
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8")
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (open for the run: a record per write)
 
     def write(self, record_type: str, **fields: Any) -> Dict[str, Any]:
         if record_type == "header":
@@ -57,8 +58,14 @@ def git_revision() -> Optional[str]:
     if revision:
         return revision
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=os.path.dirname(os.path.abspath(__file__)),
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10, check=True)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+            check=True,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.decode().strip() or None
@@ -77,9 +84,18 @@ def print_summary(epochs: List[Dict[str, Any]], end: Dict[str, Any]) -> None:
     epoch's steps-only rate; the time outside the steps (`overhead`) is its own column ("-": not recorded),
     and the last epoch's per-rank phases, where recorded, close the title."""
     columns = ("epoch", "images/s (steps)", "steps s", "overhead s", "loss", "lr", "top1")
-    rows = [(str(e["epoch"]), "%.1f" % e["images_per_s"], "%.2f" % e["epoch_time_s"],
-             "%.2f" % e["overhead"]["total_s"] if "overhead" in e else "-", "%.4f" % e["loss"],
-             "%.4g" % e["lr"], "-" if e.get("top1") is None else "%.4f" % e["top1"]) for e in epochs]
+    rows = [
+        (
+            str(e["epoch"]),
+            "%.1f" % e["images_per_s"],
+            "%.2f" % e["epoch_time_s"],
+            "%.2f" % e["overhead"]["total_s"] if "overhead" in e else "-",
+            "%.4f" % e["loss"],
+            "%.4g" % e["lr"],
+            "-" if e.get("top1") is None else "%.4f" % e["top1"],
+        )
+        for e in epochs
+    ]
     title = "train: %s after %.1f s" % (end["status"], end["total_time_s"])
     if end.get("time_to_accuracy_s") is not None:
         title += ", time to accuracy %.1f s" % end["time_to_accuracy_s"]
@@ -112,9 +128,13 @@ def print_summary(epochs: List[Dict[str, Any]], end: Dict[str, Any]) -> None:
 def phases_line(phases: Dict[str, Any]) -> str:
     """One line of an epoch record's `phases`: the median rank's seconds per step and the slowest rank's compute."""
     median, slowest = phases["median"], phases["slowest"]
-    return ("last epoch, median rank per step: %s; rank %d (%s, local rank %d) computed longest: %.4f s"
-            % (", ".join("%s %.4f s" % (name[:-2], median[name]) for name in STEP_PHASES),
-               slowest["rank"], slowest["host"], slowest["local_rank"], slowest["compute_s"]))
+    return "last epoch, median rank per step: %s; rank %d (%s, local rank %d) computed longest: %.4f s" % (
+        ", ".join("%s %.4f s" % (name[:-2], median[name]) for name in STEP_PHASES),
+        slowest["rank"],
+        slowest["host"],
+        slowest["local_rank"],
+        slowest["compute_s"],
+    )
 
 
 class RunRecorder:
@@ -140,14 +160,37 @@ class RunRecorder:
         loader_settings (the rest comes from the configuration and the environment)."""
         cfg = self.cfg
         if self.writer:
-            self.writer.write("header", run_id=run_id(), argv=[self.entry] + self.argv, config=cfg.to_dict(),
-                              framework=cfg.framework, loader="native", model=cfg.model,
-                              nodes=len(set(fields["hosts"])), batch_per_worker=cfg.batch_size,
-                              slurm_job_id=jobenv.job_id(os.environ), scheduler=jobenv.scheduler(os.environ), site=cfg.site,
-                              experiment=cfg.experiment, image=cfg.image, git_revision=git_revision(), **fields)
+            self.writer.write(
+                "header",
+                run_id=run_id(),
+                argv=[self.entry] + self.argv,
+                config=cfg.to_dict(),
+                framework=cfg.framework,
+                loader="native",
+                model=cfg.model,
+                nodes=len(set(fields["hosts"])),
+                batch_per_worker=cfg.batch_size,
+                slurm_job_id=jobenv.job_id(os.environ),
+                scheduler=jobenv.scheduler(os.environ),
+                site=cfg.site,
+                experiment=cfg.experiment,
+                image=cfg.image,
+                git_revision=git_revision(),
+                **fields,
+            )
 
-    def epoch(self, epoch: int, steps: int, images: int, measured_s: float, epoch_s: float, data_wait_s: float,
-              loss: float, lr: float, validation: Optional[Dict[str, float]] = None) -> None:
+    def epoch(
+        self,
+        epoch: int,
+        steps: int,
+        images: int,
+        measured_s: float,
+        epoch_s: float,
+        data_wait_s: float,
+        loss: float,
+        lr: float,
+        validation: Optional[Dict[str, float]] = None,
+    ) -> None:
         """One epoch; `validation`: top1, top5, val_loss (fractions, mean cross-entropy)."""
         fields = dict(validation or {})
         if validation:
@@ -157,17 +200,35 @@ class RunRecorder:
             if target is not None and self.time_to_accuracy is None and validation["top1"] >= target:
                 self.time_to_accuracy = self.elapsed()
         if self.writer:
-            self.epochs.append(self.writer.write(
-                "epoch", epoch=epoch, steps=steps, images=images,
-                images_per_s=images / measured_s if measured_s > 0 else 0.0, epoch_time_s=epoch_s,
-                data_wait_s=data_wait_s, loss=loss, lr=lr, **fields))
+            self.epochs.append(
+                self.writer.write(
+                    "epoch",
+                    epoch=epoch,
+                    steps=steps,
+                    images=images,
+                    images_per_s=images / measured_s if measured_s > 0 else 0.0,
+                    epoch_time_s=epoch_s,
+                    data_wait_s=data_wait_s,
+                    loss=loss,
+                    lr=lr,
+                    **fields,
+                )
+            )
 
     def end(self, status: str, reason: Optional[str] = None, param_digests: Optional[List[str]] = None) -> None:
         if not self.writer:
             return
         fields: Dict[str, Any] = {"param_digests": param_digests} if param_digests else {}
-        end = self.writer.write("end", status=status, total_time_s=self.elapsed(), epochs_completed=len(self.epochs),
-                                best_top1=self.best_top1, target_accuracy=self.cfg.target_accuracy,
-                                time_to_accuracy_s=self.time_to_accuracy, reason=reason, **fields)
+        end = self.writer.write(
+            "end",
+            status=status,
+            total_time_s=self.elapsed(),
+            epochs_completed=len(self.epochs),
+            best_top1=self.best_top1,
+            target_accuracy=self.cfg.target_accuracy,
+            time_to_accuracy_s=self.time_to_accuracy,
+            reason=reason,
+            **fields,
+        )
         self.writer.close()
         print_summary(self.epochs, end)

@@ -43,6 +43,7 @@ latest session's (`Metrics.network`).
 Measured figures are a number or the text "unavailable: <reason>", never a zero standing in for
 "not measured". Energy is per domain (`ENERGY_DOMAINS`), in joules, summed over the job's ranks.
 """
+
 import errno
 import json
 import math
@@ -71,12 +72,33 @@ FIGURE = "figure"  # a number or "unavailable: <reason>"
 ENERGY = "energy"  # {domain: figure} over ENERGY_DOMAINS
 NETWORK = "network"  # a list of NETWORK_FIELDS records
 # One record of `network` (dlaunch/train/network.py): a text or a list of texts per field; True: required.
-NETWORK_FIELDS = {"host": True, "library": True, "transport": True, "network": False, "version": False,
-                  "plugin": False, "provider": False, "devices": False, "interfaces": False, "addresses": False,
-                  "bootstrap": False, "gpudirect": False, "components": False, "source": False}
+NETWORK_FIELDS = {
+    "host": True,
+    "library": True,
+    "transport": True,
+    "network": False,
+    "version": False,
+    "plugin": False,
+    "provider": False,
+    "devices": False,
+    "interfaces": False,
+    "addresses": False,
+    "bootstrap": False,
+    "gpudirect": False,
+    "components": False,
+    "source": False,
+}
 
 # Version 4 (dlaunch/train/phases.py): the per-rank step phases, seconds per step (the module docstring defines them).
-STEP_PHASES = ("data_s", "forward_s", "compute_s", "sync_s", "optimizer_s", "other_s", "step_s")  # forward_s: part of compute_s
+STEP_PHASES = (
+    "data_s",
+    "forward_s",
+    "compute_s",
+    "sync_s",
+    "optimizer_s",
+    "other_s",
+    "step_s",
+)  # forward_s: part of compute_s
 # `phases.method`: what its "median" is. Written: the median rank, a real rank (the median_low of the forward passes,
 # all its phases; of 2 ranks the faster). Read too: MEDIAN_OF_RANKS_METHOD, statistics.median per field (of an even
 # rank count the mean of the two middle ranks).
@@ -91,14 +113,30 @@ THROTTLE = "throttle"  # one of THROTTLE_REASONS
 # Shapes of the version 4 fields: a tuple of types, FIGURE, GPU_HEALTH, THROTTLE, {key: shape} (exactly these
 # keys) or [shape] (a list of any length).
 OVERHEAD_SHAPE = {name: _NUM for name in OVERHEAD_FIELDS}
-PHASES_SHAPE = {"method": (str,), "steps": (int,), "ranks": (int,), "median": {p: _NUM for p in STEP_PHASES},
-                "slowest": dict({"rank": (int,), "host": (str,), "local_rank": (int,)},
-                                **{p: _NUM for p in STEP_PHASES})}
-GPU_HEALTH_SHAPE = {"sm_clock_mhz": FIGURE, "sm_clock_max_mhz": FIGURE, "local_rank": (int, type(None)),
-                    "throttle": [THROTTLE], "temperature_c": FIGURE}
-NODES_SHAPE = [{"host": (str,), "ranks": (int,), "median_forward_s": _NUM, "median_compute_s": _NUM,
-                "slowest": {"rank": (int,), "local_rank": (int,), "forward_s": _NUM, "compute_s": _NUM},
-                "gpu": GPU_HEALTH}]
+PHASES_SHAPE = {
+    "method": (str,),
+    "steps": (int,),
+    "ranks": (int,),
+    "median": {p: _NUM for p in STEP_PHASES},
+    "slowest": dict({"rank": (int,), "host": (str,), "local_rank": (int,)}, **{p: _NUM for p in STEP_PHASES}),
+}
+GPU_HEALTH_SHAPE = {
+    "sm_clock_mhz": FIGURE,
+    "sm_clock_max_mhz": FIGURE,
+    "local_rank": (int, type(None)),
+    "throttle": [THROTTLE],
+    "temperature_c": FIGURE,
+}
+NODES_SHAPE = [
+    {
+        "host": (str,),
+        "ranks": (int,),
+        "median_forward_s": _NUM,
+        "median_compute_s": _NUM,
+        "slowest": {"rank": (int,), "local_rank": (int,), "forward_s": _NUM, "compute_s": _NUM},
+        "gpu": GPU_HEALTH,
+    }
+]
 
 # type -> {field: (accepted python types, or FIGURE or ENERGY; required)}
 RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
@@ -215,8 +253,11 @@ def abstract_request(header: Dict[str, Any]) -> Dict[str, Any]:
     derived from `argv` and `config` (files written before `request` existed)."""
     if isinstance(header.get("request"), dict):
         return header["request"]
-    return {"framework": header["framework"], "world_size": header["world_size"],
-            "options": requested_options(header["argv"], header["config"])}
+    return {
+        "framework": header["framework"],
+        "world_size": header["world_size"],
+        "options": requested_options(header["argv"], header["config"]),
+    }
 
 
 class MetricsError(ValueError):
@@ -250,10 +291,12 @@ def _check_figure(value: Any) -> bool:
     return is_number(value) or (isinstance(value, str) and value.startswith(UNAVAILABLE))
 
 
-_EXPECTED = {FIGURE: "a number or 'unavailable: <reason>'",
-             ENERGY: "{domain: number or 'unavailable: <reason>'} with domains %s" % ", ".join(ENERGY_DOMAINS),
-             NETWORK: "a list of records with the texts %s (other fields: texts or lists of texts)"
-                      % ", ".join(k for k, need in NETWORK_FIELDS.items() if need)}
+_EXPECTED = {
+    FIGURE: "a number or 'unavailable: <reason>'",
+    ENERGY: "{domain: number or 'unavailable: <reason>'} with domains %s" % ", ".join(ENERGY_DOMAINS),
+    NETWORK: "a list of records with the texts %s (other fields: texts or lists of texts)"
+    % ", ".join(k for k, need in NETWORK_FIELDS.items() if need),
+}
 
 
 def _check_network(value: Any) -> bool:
@@ -261,8 +304,11 @@ def _check_network(value: Any) -> bool:
         return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
 
     return isinstance(value, list) and all(
-        isinstance(r, dict) and all(isinstance(r.get(k), str) for k, need in NETWORK_FIELDS.items() if need)
-        and all(text_or_texts(v) for v in r.values()) for r in value)
+        isinstance(r, dict)
+        and all(isinstance(r.get(k), str) for k, need in NETWORK_FIELDS.items() if need)
+        and all(text_or_texts(v) for v in r.values())
+        for r in value
+    )
 
 
 def _check_value(types: Any, value: Any) -> bool:
@@ -301,8 +347,11 @@ def shape_problem(shape: Any, value: Any, where: str) -> Optional[str]:
             return None
         return shape_problem(GPU_HEALTH_SHAPE, value, where)
     if shape == THROTTLE:
-        return None if value in THROTTLE_REASONS else "%s is %r, expected one of %s" % (
-            where, value, ", ".join(THROTTLE_REASONS))
+        return (
+            None
+            if value in THROTTLE_REASONS
+            else "%s is %r, expected one of %s" % (where, value, ", ".join(THROTTLE_REASONS))
+        )
     if not _check_value(shape, value):
         expected = _EXPECTED.get(shape) or " or ".join("null" if t is type(None) else t.__name__ for t in shape)
         return "%s is %r, expected %s" % (where, value, expected)
@@ -336,8 +385,10 @@ def validate_record(record: Any) -> None:
     if record.get("schema") != SCHEMA:
         raise MetricsError("not a %s record (schema=%r)" % (SCHEMA, record.get("schema")))
     if record.get("version") not in READABLE_VERSIONS:
-        raise MetricsError("unsupported schema version %r (this reader knows %s)"
-                           % (record.get("version"), ", ".join(map(str, READABLE_VERSIONS))))
+        raise MetricsError(
+            "unsupported schema version %r (this reader knows %s)"
+            % (record.get("version"), ", ".join(map(str, READABLE_VERSIONS)))
+        )
     rtype = record.get("type")
     if not isinstance(rtype, str) or rtype not in RECORD_FIELDS:
         raise MetricsError("unknown record type %r" % (rtype,))
@@ -367,16 +418,45 @@ def validate_record(record: Any) -> None:
 # The losses are exempt: a diverging run records the non-finite loss it saw (`--max-nonfinite-steps`).
 # The writer does not check bounds: a run is never stopped for a figure it measured.
 BOUNDS: Dict[str, Dict[str, Tuple[Optional[float], Optional[float]]]] = {
-    "header": {"world_size": (1, None), "nodes": (1, None), "batch_per_worker": (1, None), "global_batch": (1, None),
-               "lr_scaled": (0, None)},
-    "epoch": {"epoch": (0, None), "steps": (0, None), "images": (0, None), "images_per_s": (0, None),
-              "epoch_time_s": (0, None), "data_wait_s": (0, None), "lr": (0, None), "top1": (0, 1), "top5": (0, 1),
-              "gpu_utilization_pct": (0, None), "gpu_memory_peak_bytes": (0, None), "measured_steps": (0, None),
-              "compile_s": (0, None), "graphs_compiled_after_warmup": (0, None)},
-    "profile": {"steps": (0, None), "step_s": (0, None), "compute_s": (0, None), "comm_s": (0, None), "data_s": (0, None)},
+    "header": {
+        "world_size": (1, None),
+        "nodes": (1, None),
+        "batch_per_worker": (1, None),
+        "global_batch": (1, None),
+        "lr_scaled": (0, None),
+    },
+    "epoch": {
+        "epoch": (0, None),
+        "steps": (0, None),
+        "images": (0, None),
+        "images_per_s": (0, None),
+        "epoch_time_s": (0, None),
+        "data_wait_s": (0, None),
+        "lr": (0, None),
+        "top1": (0, 1),
+        "top5": (0, 1),
+        "gpu_utilization_pct": (0, None),
+        "gpu_memory_peak_bytes": (0, None),
+        "measured_steps": (0, None),
+        "compile_s": (0, None),
+        "graphs_compiled_after_warmup": (0, None),
+    },
+    "profile": {
+        "steps": (0, None),
+        "step_s": (0, None),
+        "compute_s": (0, None),
+        "comm_s": (0, None),
+        "data_s": (0, None),
+    },
     "resume": {"epoch": (0, None), "step": (0, None)},
-    "end": {"total_time_s": (0, None), "epochs_completed": (0, None), "best_top1": (0, 1), "target_accuracy": (0, 1),
-            "time_to_accuracy_s": (0, None), "energy_to_accuracy_j": (0, None)},
+    "end": {
+        "total_time_s": (0, None),
+        "epochs_completed": (0, None),
+        "best_top1": (0, 1),
+        "target_accuracy": (0, 1),
+        "time_to_accuracy_s": (0, None),
+        "energy_to_accuracy_j": (0, None),
+    },
 }
 NON_FINITE_ALLOWED = ("loss", "val_loss")
 NESTED_NON_NEGATIVE = ("overhead", "phases", "nodes")  # version 4: every number inside is finite and >= 0
@@ -473,7 +553,9 @@ def parse_records(lines: Iterable[bytes], path: str) -> Iterator[Dict[str, Any]]
             validate_record(record)
             check_bounds(record)
         except UnicodeDecodeError as e:
-            raise MetricsError("%s:%d: not UTF-8 text (byte 0x%02x at column %d)" % (path, lineno, raw[e.start], e.start + 1)) from None
+            raise MetricsError(
+                "%s:%d: not UTF-8 text (byte 0x%02x at column %d)" % (path, lineno, raw[e.start], e.start + 1)
+            ) from None
         except RecursionError:
             raise MetricsError("%s:%d: nested too deeply" % (path, lineno)) from None
         except (ValueError, MetricsError) as e:

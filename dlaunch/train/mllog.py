@@ -16,6 +16,7 @@ carry nothing but it (the paper's image is Python 3.9 with a pinned stack), and 
 JSON object per line. Its output is checked with mlperf-logging's own parser and checker in the
 tests. Torch-free, standard library only (Python 3.9); rank 0 writes, each line flushed.
 """
+
 import json
 import os
 import time
@@ -53,12 +54,24 @@ class MLPerfLog:
         self._block_first: Optional[int] = None
         self._eval_samples_logged = False
 
-    def event(self, key: str, value: Any = None, metadata: Optional[Dict[str, Any]] = None,
-              event_type: str = POINT, time_s: Optional[float] = None) -> None:
+    def event(
+        self,
+        key: str,
+        value: Any = None,
+        metadata: Optional[Dict[str, Any]] = None,
+        event_type: str = POINT,
+        time_s: Optional[float] = None,
+    ) -> None:
         if self._file is None or self.stopped:
             return
-        line = {"namespace": "", "time_ms": int(1000 * (time.time() if time_s is None else time_s)),
-                "event_type": event_type, "key": key, "value": value, "metadata": metadata or {}}
+        line = {
+            "namespace": "",
+            "time_ms": int(1000 * (time.time() if time_s is None else time_s)),
+            "event_type": event_type,
+            "key": key,
+            "value": value,
+            "metadata": metadata or {},
+        }
         self._file.write(TOKEN + json.dumps(line) + "\n")
         self._file.flush()
 
@@ -68,10 +81,16 @@ class MLPerfLog:
         self._open("w")
         self.event("init_start", event_type=START, time_s=init_started_s)
         platform = "%dx%s" % (header["nodes"], header.get("site") or (header["hosts"] or ["unknown"])[0])
-        for key, value in (("submission_org", ORG), ("submission_platform", platform),
-                           ("submission_division", DIVISION), ("submission_status", SUBMISSION_STATUS),
-                           ("submission_benchmark", BENCHMARK), ("dlaunch_run", header["run_id"]),
-                           ("dlaunch_model", header["model"]), ("cache_clear", False)):
+        for key, value in (
+            ("submission_org", ORG),
+            ("submission_platform", platform),
+            ("submission_division", DIVISION),
+            ("submission_status", SUBMISSION_STATUS),
+            ("submission_benchmark", BENCHMARK),
+            ("dlaunch_run", header["run_id"]),
+            ("dlaunch_model", header["model"]),
+            ("cache_clear", False),
+        ):
             self.event(key, value)
         for key, value in hyperparameters.items():
             self.event(key, value)
@@ -84,14 +103,17 @@ class MLPerfLog:
 
     def _open(self, mode: str) -> None:
         if self.path:
-            self._file = open(self.path, mode, encoding="utf-8")
+            self._file = open(self.path, mode, encoding="utf-8")  # noqa: SIM115 (open for the run)
 
     def epoch_start(self, epoch: int) -> None:
         """`epoch` is 0-based; MLPerf counts from 1. A block begins at every `val_every`-th epoch."""
         if epoch % self.val_every == 0:
             self._block_first = epoch + 1
-            self.event("block_start", event_type=START, metadata={
-                "first_epoch_num": epoch + 1, "epoch_count": min(self.val_every, self.epochs - epoch)})
+            self.event(
+                "block_start",
+                event_type=START,
+                metadata={"first_epoch_num": epoch + 1, "epoch_count": min(self.val_every, self.epochs - epoch)},
+            )
         self.event("epoch_start", event_type=START, metadata={"epoch_num": epoch + 1})
 
     def epoch_stop(self, epoch: int) -> None:
@@ -133,25 +155,32 @@ class MLPerfLog:
             self._file = None
 
 
-def hyperparameters(cfg: Any, schedule: Any, step_batch: int, update_batch: float, steps_per_epoch: int) -> Dict[str, Any]:
+def hyperparameters(
+    cfg: Any, schedule: Any, step_batch: int, update_batch: float, steps_per_epoch: int
+) -> Dict[str, Any]:
     """MLPerf's optimizer, schedule and batch keys of a run: `schedule` is the trainer's LRSchedule,
     `step_batch` the images of one loop step (all ranks), `update_batch` those of one optimizer update
     (several steps with Horovod's gradient accumulation, one worker's batch with an asynchronous
     parameter server)."""
     values: Dict[str, Any] = {
-        "seed": cfg.seed, "global_batch_size": int(round(update_batch)),
+        "seed": cfg.seed,
+        "global_batch_size": int(round(update_batch)),
         "gradient_accumulation_steps": max(1, int(round(update_batch / step_batch))),
-        "train_samples": steps_per_epoch * step_batch, "opt_name": "sgd",
+        "train_samples": steps_per_epoch * step_batch,
+        "opt_name": "sgd",
         "sgd_opt_base_learning_rate": schedule.lr_max,
         "sgd_opt_end_learning_rate": schedule(schedule.total_steps),  # the schedule's value at its end
         "sgd_opt_learning_rate_decay_steps": schedule.total_steps - schedule.warmup_steps,
-        "sgd_opt_weight_decay": cfg.weight_decay, "sgd_opt_momentum": cfg.momentum,
+        "sgd_opt_weight_decay": cfg.weight_decay,
+        "sgd_opt_momentum": cfg.momentum,
         "opt_learning_rate_warmup_epochs": cfg.warmup_epochs,
         "opt_learning_rate_decay_schedule": cfg.schedule,
         "model_bn_span": step_batch if cfg.sync_bn else cfg.batch_size,
     }
     if cfg.schedule == "step":
-        values.update(opt_learning_rate_decay_boundary_epochs=list(schedule.milestones), opt_learning_rate_decay_factor=0.1)
+        values.update(
+            opt_learning_rate_decay_boundary_epochs=list(schedule.milestones), opt_learning_rate_decay_factor=0.1
+        )
     elif cfg.schedule == "exponential":
         values["opt_learning_rate_decay_factor"] = cfg.gamma
     return values

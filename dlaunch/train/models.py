@@ -5,6 +5,7 @@ of n basic blocks with 16/32/64 channels (stride 2 at the start of stages 2 and 
 pooling and a linear classifier. Shortcuts are option A (as in the paper's CIFAR experiments):
 identity, and where the shape changes a parameter-free stride-2 subsampling with zero-padded channels.
 """
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -24,7 +25,7 @@ class _BasicBlock(nn.Module):
     def shortcut(self, x: torch.Tensor) -> torch.Tensor:
         """Option A: subsample by the stride, zero-pad the new channels."""
         if self.stride != 1:
-            x = x[:, :, ::self.stride, ::self.stride]
+            x = x[:, :, :: self.stride, :: self.stride]
         if self.pad:
             x = F.pad(x, (0, 0, 0, 0, 0, self.pad))
         return x

@@ -9,6 +9,7 @@ over n ranks in t seconds (the slowest rank's mean over the timed iterations), w
 rank's links carry and is comparable with a node's network bandwidth. The first process of every
 node prints the line (the same on all nodes); the others print nothing.
 """
+
 import argparse
 import json
 import os
@@ -28,7 +29,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--node-rank", type=int, required=True)
     parser.add_argument("--nodes", type=int, required=True)
     parser.add_argument("--procs-per-node", type=int, default=1)
-    parser.add_argument("--megabytes", type=float, default=None, help="message size in MiB (default: 64 on GPUs, 8 on CPUs)")
+    parser.add_argument(
+        "--megabytes", type=float, default=None, help="message size in MiB (default: 64 on GPUs, 8 on CPUs)"
+    )
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for the other nodes")
     args = parser.parse_args(argv)
@@ -51,10 +54,11 @@ def measure(local_rank: int, args: argparse.Namespace, debug_dir: str) -> None:
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     world = args.nodes * args.procs_per_node
     rank = args.node_rank * args.procs_per_node + local_rank
-    dist.init_process_group("nccl" if on_gpu else "gloo", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=args.timeout))
+    dist.init_process_group(
+        "nccl" if on_gpu else "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=args.timeout)
+    )
     megabytes = args.megabytes if args.megabytes is not None else (64.0 if on_gpu else 8.0)
-    buffer = torch.ones(int(megabytes * 2 ** 20) // 4, dtype=torch.float32, device=device)
+    buffer = torch.ones(int(megabytes * 2**20) // 4, dtype=torch.float32, device=device)
     for _ in range(WARMUP_ITERATIONS):
         dist.all_reduce(buffer)
     if on_gpu:
@@ -73,9 +77,16 @@ def measure(local_rank: int, args: argparse.Namespace, debug_dir: str) -> None:
     if local_rank == 0:
         size = buffer.numel() * buffer.element_size()
         bus = size / seconds.item() * 2 * (world - 1) / world
-        result: Dict[str, Any] = {"nodes": args.nodes, "ranks": world, "bytes": size, "seconds": seconds.item(),
-                                  "busbw_gbps": bus * 8 / 1e9, "device": device.type, "host": socket.gethostname(),
-                                  "network": by_node(r for records in gathered for r in records)}
+        result: Dict[str, Any] = {
+            "nodes": args.nodes,
+            "ranks": world,
+            "bytes": size,
+            "seconds": seconds.item(),
+            "busbw_gbps": bus * 8 / 1e9,
+            "device": device.type,
+            "host": socket.gethostname(),
+            "network": by_node(r for records in gathered for r in records),
+        }
         print(json.dumps(result), flush=True)
     dist.barrier()
     dist.destroy_process_group()

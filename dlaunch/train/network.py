@@ -18,6 +18,7 @@ mpi), `transport` (`TRANSPORTS`, or "unavailable: <reason>"), and where known `n
 `source`. `by_node` merges the records of all ranks into one per node, library and transport.
 Torch-free and stdlib-only (Python 3.9): the launcher's `doctor` uses the same helpers.
 """
+
 import fcntl
 import glob
 import ipaddress
@@ -35,8 +36,12 @@ TRANSPORTS = {
 }
 # NCCL's network names (`Using network X`) -> transport: its own IB and Socket, nccl-rdma-sharp-plugins'
 # IBext (verbs), UCX and UCX-RMA, aws-ofi-nccl's "AWS Libfabric" (up to 1.11), "Libfabric" or "OFI".
-_NETWORK_KINDS = ((re.compile(r"^IB(ext)?(_v\d+)?$", re.I), "ib"), (re.compile(r"^Socket$", re.I), "socket"),
-                  (re.compile(r"^(AWS Libfabric|Libfabric|OFI)$", re.I), "ofi"), (re.compile(r"^UCX", re.I), "ucx"))
+_NETWORK_KINDS = (
+    (re.compile(r"^IB(ext)?(_v\d+)?$", re.I), "ib"),
+    (re.compile(r"^Socket$", re.I), "socket"),
+    (re.compile(r"^(AWS Libfabric|Libfabric|OFI)$", re.I), "ofi"),
+    (re.compile(r"^UCX", re.I), "ucx"),
+)
 NCCL_LOG_DIR = "nccl"  # beside the metrics file
 NO_PLUGIN = "none"  # the `plugin` of a NCCL/RCCL that uses its internal IB and Socket transports
 NCCL_LOG_PATTERN = "nccl.%h.%p.log"
@@ -110,7 +115,7 @@ class TcpSocket(NamedTuple):
 def _proc_address(text: str) -> str:
     """/proc/net/tcp's hex address: 32-bit words in host (little-endian) order."""
     raw = bytes.fromhex(text)
-    swapped = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    swapped = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
     return _plain_address(socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, swapped))
 
 
@@ -124,7 +129,7 @@ def tcp_sockets(proc: str = "/proc/self") -> List[TcpSocket]:
         except OSError:  # closed meanwhile
             continue
         if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
+            inodes.add(target[len("socket:[") : -1])
     found = []
     for table in ("tcp", "tcp6"):
         try:
@@ -137,8 +142,11 @@ def tcp_sockets(proc: str = "/proc/self") -> List[TcpSocket]:
             if len(fields) < 10 or fields[9] not in inodes:
                 continue
             (local, local_port), (remote, remote_port) = (field.split(":") for field in fields[1:3])
-            found.append(TcpSocket(_proc_address(local), int(local_port, 16), _proc_address(remote),
-                                   int(remote_port, 16), fields[3]))
+            found.append(
+                TcpSocket(
+                    _proc_address(local), int(local_port, 16), _proc_address(remote), int(remote_port, 16), fields[3]
+                )
+            )
     return found
 
 
@@ -151,7 +159,9 @@ def socket_record(library: str, host: str, store_port: Optional[int], proc: str 
     for s in tcp_sockets(proc):
         if store_port in (s.local_port, s.remote_port):
             continue
-        bound = s.state == TCP_ESTABLISHED or (s.state == TCP_LISTEN and not ipaddress.ip_address(s.local).is_unspecified)
+        bound = s.state == TCP_ESTABLISHED or (
+            s.state == TCP_LISTEN and not ipaddress.ip_address(s.local).is_unspecified
+        )
         if bound and s.local not in locals_:
             locals_.append(s.local)
     if any(not ipaddress.ip_address(a).is_loopback for a in locals_):  # then loopback ones are node-local (PMIx...)
@@ -229,8 +239,10 @@ _NETWORK = re.compile(r"^Using network (.+?)\s*$")
 _OFI_PACKAGE = re.compile(r"^NET/OFI (?:Using|Initializing) (aws-ofi-[nr]ccl)\s*(\S*)")
 _PLUGIN = re.compile(r"^NET/Plugin ?: ?Loaded net plugin (.+?) \(v(\d+)\)")
 # Internal transports: older NCCLs say so in NET/Plugin lines; 2.2x names the internal plugin it gave a communicator.
-_INTERNAL = re.compile(r"^(NET/Plugin ?: ?(No plugin found|.*Using internal network plugin)|Assigned NET plugin (IB|Socket) "
-                       r"to comm)")
+_INTERNAL = re.compile(
+    r"^(NET/Plugin ?: ?(No plugin found|.*Using internal network plugin)|Assigned NET plugin (IB|Socket) "
+    r"to comm)"
+)
 _PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is ([^,\s]+)")
 _IB = re.compile(r"^NET/IB ?: ?Using(.*?);\s*OOB (.*)$")
 _SOCKET = re.compile(r"^NET/Socket ?: ?Using(.*)$")
@@ -259,13 +271,23 @@ def parse_nccl_debug(text: str) -> Dict[str, Any]:
         if version and "version" not in found:
             found.update(library=version.group(1).lower(), version=version.group(2))
         for pattern, update in (
-                (_NETWORK, lambda m: {"network": m.group(1), "transport": transport_kind(m.group(1))}),
-                (_OFI_PACKAGE, lambda m: {"plugin": " ".join(filter(None, m.groups()))}),
-                (_PROVIDER, lambda m: {"provider": m.group(1)}),
-                (_IB, lambda m: dict({"bootstrap": " ".join(_interface_address(m.group(2)))},
-                                     **({"devices": _DEVICE.findall(m.group(1))} if _DEVICE.findall(m.group(1)) else {}))),
-                (_SOCKET, lambda m: {"interfaces": [_interface_address(t)[0] for t in _DEVICE.findall(m.group(1))],
-                                     "addresses": [_interface_address(t)[1] for t in _DEVICE.findall(m.group(1))]}),
+            (_NETWORK, lambda m: {"network": m.group(1), "transport": transport_kind(m.group(1))}),
+            (_OFI_PACKAGE, lambda m: {"plugin": " ".join(filter(None, m.groups()))}),
+            (_PROVIDER, lambda m: {"provider": m.group(1)}),
+            (
+                _IB,
+                lambda m: dict(
+                    {"bootstrap": " ".join(_interface_address(m.group(2)))},
+                    **({"devices": _DEVICE.findall(m.group(1))} if _DEVICE.findall(m.group(1)) else {}),
+                ),
+            ),
+            (
+                _SOCKET,
+                lambda m: {
+                    "interfaces": [_interface_address(t)[0] for t in _DEVICE.findall(m.group(1))],
+                    "addresses": [_interface_address(t)[1] for t in _DEVICE.findall(m.group(1))],
+                },
+            ),
         ):
             match = pattern.search(message)
             if match:
@@ -288,7 +310,9 @@ def parse_nccl_debug(text: str) -> Dict[str, Any]:
     if connections:
         found["gpudirect"] = "GPUDirect RDMA on %d of %d network connections" % (gdr_connections, connections)
     elif gdr_support:
-        found["gpudirect"] = "GPUDirect RDMA %s" % (gdr_support[0].lower() if len(set(gdr_support)) == 1 else "enabled for some NICs")
+        found["gpudirect"] = "GPUDirect RDMA %s" % (
+            gdr_support[0].lower() if len(set(gdr_support)) == 1 else "enabled for some NICs"
+        )
     return found
 
 
@@ -328,8 +352,11 @@ def observe(libraries: Sequence[str], environ: Mapping[str, str]) -> List[Dict[s
     records = []
     for library in libraries:
         if library == "nccl":
-            records.append(nccl_record(host, nccl_pattern) if nccl_pattern
-                           else {"host": host, "library": "nccl", "transport": unavailable("NCCL's debug output not routed")})
+            records.append(
+                nccl_record(host, nccl_pattern)
+                if nccl_pattern
+                else {"host": host, "library": "nccl", "transport": unavailable("NCCL's debug output not routed")}
+            )
         elif library == "mpi":
             records.append(mpi_record(host, store_port))
         else:

@@ -49,6 +49,7 @@ summarises them (`phase_fields`, `overhead_fields`, pure: the median rank's phas
 the longest forward pass, and per node its ranks, median rank, slowest rank and GPU health). The gather's cost does
 not depend on the model (benchmarks/bench_gather.py).
 """
+
 import collections
 import contextlib
 import statistics
@@ -201,15 +202,21 @@ class EpochOverhead:
             self.seconds[part] += time.perf_counter() - began
 
 
-def rank_row(step_means: Sequence[float], local_rank: int, overhead: Dict[str, float],
-             health: Sequence[float]) -> List[float]:
+def rank_row(
+    step_means: Sequence[float], local_rank: int, overhead: Dict[str, float], health: Sequence[float]
+) -> List[float]:
     """This rank's ROW: `step_means` from StepTimer.epoch_means, `health` from GpuHealth.end_epoch."""
     steps, means = step_means[0], list(step_means[1:])
     return means + [steps, float(local_rank)] + [overhead[part] for part in OVERHEAD_PARTS] + list(health)
 
 
-def gather_rows(all_reduce_sum: Callable[[torch.Tensor], torch.Tensor], row: Sequence[float], rank: int,
-                world_size: int, device: torch.device) -> List[List[float]]:
+def gather_rows(
+    all_reduce_sum: Callable[[torch.Tensor], torch.Tensor],
+    row: Sequence[float],
+    rank: int,
+    world_size: int,
+    device: torch.device,
+) -> List[List[float]]:
     """Every rank's row, index = rank: one all_reduce_sum of a [world_size x len(ROW)] table (all ranks call it)."""
     table = torch.zeros((world_size, len(ROW)), dtype=torch.float64, device=device)
     table[rank] = torch.tensor(list(row), dtype=torch.float64, device=device)
@@ -249,10 +256,15 @@ def phase_fields(rows: Sequence[Sequence[float]], hosts: Sequence[str]) -> Dict[
     fields: Dict[str, Any] = {}
     slowest, median = _slowest(ranks, range(len(ranks))), _median_rank(ranks, range(len(ranks)))
     fields["phases"] = {
-        "method": PHASES_METHOD, "steps": steps, "ranks": len(ranks),
+        "method": PHASES_METHOD,
+        "steps": steps,
+        "ranks": len(ranks),
         "median": {p: ranks[median][p] for p in STEP_PHASES},
-        "slowest": dict({"rank": slowest, "host": hosts[slowest], "local_rank": int(ranks[slowest]["local_rank"])},
-                        **{p: ranks[slowest][p] for p in STEP_PHASES})}
+        "slowest": dict(
+            {"rank": slowest, "host": hosts[slowest], "local_rank": int(ranks[slowest]["local_rank"])},
+            **{p: ranks[slowest][p] for p in STEP_PHASES},
+        ),
+    }
     by_host: Dict[str, List[int]] = {}
     for rank, host in enumerate(hosts):
         by_host.setdefault(host, []).append(rank)
@@ -260,10 +272,19 @@ def phase_fields(rows: Sequence[Sequence[float]], hosts: Sequence[str]) -> Dict[
     for host, members in by_host.items():
         slow, middle = _slowest(ranks, members), _median_rank(ranks, members)
         gpus = [(int(ranks[r]["local_rank"]), [ranks[r][slot] for slot in GPU_SLOTS]) for r in members]
-        fields["nodes"].append({
-            "host": host, "ranks": len(members),
-            "median_forward_s": ranks[middle]["forward_s"], "median_compute_s": ranks[middle]["compute_s"],
-            "slowest": {"rank": slow, "local_rank": int(ranks[slow]["local_rank"]), "forward_s": ranks[slow]["forward_s"],
-                        "compute_s": ranks[slow]["compute_s"]},
-            "gpu": node_health(gpus)})
+        fields["nodes"].append(
+            {
+                "host": host,
+                "ranks": len(members),
+                "median_forward_s": ranks[middle]["forward_s"],
+                "median_compute_s": ranks[middle]["compute_s"],
+                "slowest": {
+                    "rank": slow,
+                    "local_rank": int(ranks[slow]["local_rank"]),
+                    "forward_s": ranks[slow]["forward_s"],
+                    "compute_s": ranks[slow]["compute_s"],
+                },
+                "gpu": node_health(gpus),
+            }
+        )
     return fields

@@ -23,6 +23,7 @@ The `profile` record holds rank 0's means (method "unoverlapped-timers"). Every 
 overlapped steps are a third measure (dlaunch/train/phases.py, the epoch record's `phases`), which times
 neither profiled nor kernel-profiled steps.
 """
+
 import time
 from collections import Counter
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
@@ -48,8 +49,9 @@ CYCLE_STEPS = 50  # steps per profiler session: their kernel records are summed,
 
 
 class StepProfiler:
-    def __init__(self, framework: Any, parameters: List[torch.nn.Parameter], synchronize: Callable[[], None],
-                 world_size: int):
+    def __init__(
+        self, framework: Any, parameters: List[torch.nn.Parameter], synchronize: Callable[[], None], world_size: int
+    ):
         self.framework = framework
         self.world_size = world_size
         self.parameters = parameters
@@ -70,8 +72,12 @@ class StepProfiler:
         communicated = time.perf_counter()
         self.framework.step()
         self.synchronize()
-        for name, value in (("data_s", data_s), ("compute_s", computed - begin),
-                            ("comm_s", communicated - computed), ("step_s", time.perf_counter() - started)):
+        for name, value in (
+            ("data_s", data_s),
+            ("compute_s", computed - begin),
+            ("comm_s", communicated - computed),
+            ("step_s", time.perf_counter() - started),
+        ):
             self.times[name].append(value)
         return loss
 
@@ -80,7 +86,7 @@ class StepProfiler:
         mean = self.framework.all_reduce_mean(torch.cat([g.reshape(-1) for g in grads]))
         offset = 0
         for g in grads:
-            g.copy_(mean[offset:offset + g.numel()].view_as(g))
+            g.copy_(mean[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
 
     def summary(self) -> Dict[str, Any]:

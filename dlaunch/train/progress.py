@@ -21,6 +21,7 @@ Its fields (FIELDS):
   the last stop check (every STOP_CHECK_STEPS steps, dlaunch/train/loop.py), so `loss_steps` may lag the
   step; null before one (and for a loss that is not finite).
 """
+
 import json
 import math
 import os
@@ -34,8 +35,16 @@ PROGRESS_FILE = "progress.json"
 INTERVAL_ENV = "DLAUNCH_PROGRESS_INTERVAL_S"
 DEFAULT_INTERVAL_S = 2.0
 MAX_PROGRESS_BYTES = 4096
-COUNTS = ("epoch", "epochs", "step_in_epoch", "steps_per_epoch", "global_step", "total_steps", "measured_steps",
-          "loss_steps")
+COUNTS = (
+    "epoch",
+    "epochs",
+    "step_in_epoch",
+    "steps_per_epoch",
+    "global_step",
+    "total_steps",
+    "measured_steps",
+    "loss_steps",
+)
 FIELDS = COUNTS + ("time", "epoch_time_s", "images_per_s", "loss")
 
 
@@ -96,8 +105,13 @@ def read_progress_file(path: str) -> Optional[Dict[str, Any]]:
     if not isinstance(data, dict):
         return None
     counts_ok = all(isinstance(data.get(k), int) and not isinstance(data.get(k), bool) and data[k] >= 0 for k in COUNTS)
-    numbers_ok = is_number(data.get("time")) and is_number(data.get("epoch_time_s")) and all(
-        data.get(k) is None or (is_number(data[k]) and math.isfinite(data[k])) for k in ("images_per_s", "loss"))
+    numbers_ok = (
+        is_number(data.get("time"))
+        and is_number(data.get("epoch_time_s"))
+        and all(
+            data.get(k) is None or (is_number(data[k]) and math.isfinite(data[k])) for k in ("images_per_s", "loss")
+        )
+    )
     if not (counts_ok and numbers_ok and math.isfinite(data["time"]) and math.isfinite(data["epoch_time_s"])):
         return None
     return {k: data[k] for k in FIELDS}

@@ -16,6 +16,7 @@ After warm-up, with `e = step / steps_per_epoch` (fractional epochs since the st
 
 Pure Python: no torch.
 """
+
 import math
 from dataclasses import dataclass
 from typing import Tuple
@@ -69,5 +70,5 @@ class LRSchedule:
                 return self.lr_max
             return self.lr_min + 0.5 * (self.lr_max - self.lr_min) * (1 + math.cos(math.pi * min(t, t_max) / t_max))
         if self.schedule == "exponential":
-            return self.lr_max * self.gamma ** t
+            return self.lr_max * self.gamma**t
         raise ValueError("unknown schedule %r" % (self.schedule,))

@@ -11,6 +11,7 @@ and after each epoch.
 A worker under torchrun starts with SIGUSR1 ignored (inherited from torchrun, see dlaunch/jobs/launchers.py):
 a warning sent before `install()` is lost, which is why it is the first thing `python -m dlaunch.train` does.
 """
+
 import os
 import signal
 import time

@@ -35,6 +35,7 @@ for: dlaunch/train/phases.py), setting the LR, and asking the loader for the bat
 STOP_CHECK_STEPS steps (one all-reduce, read on the host), the energy and GPU-health polls there (NVML calls on the
 host, no device sync) are not per step.
 """
+
 import contextlib
 import inspect
 import math
@@ -62,9 +63,13 @@ class TorchFeatures(NamedTuple):
     def of_this_torch(cls) -> "TorchFeatures":
         parameters = inspect.signature(torch.optim.SGD).parameters
         fused_sgd = getattr(torch.ops.aten, "_fused_sgd_", None) if hasattr(torch, "_fused_sgd_") else None
-        return cls(torch.__version__.split("+")[0], hasattr(torch, "compile"),
-                   tuple(name for name in ("foreach", "fused") if name in parameters), multi_tensor_sgd() is not None,
-                   fused_sgd is not None and "tensor_lr" in fused_sgd.overloads())
+        return cls(
+            torch.__version__.split("+")[0],
+            hasattr(torch, "compile"),
+            tuple(name for name in ("foreach", "fused") if name in parameters),
+            multi_tensor_sgd() is not None,
+            fused_sgd is not None and "tensor_lr" in fused_sgd.overloads(),
+        )
 
 
 def multi_tensor_sgd() -> Any:
@@ -86,8 +91,10 @@ def torch_refusal(cfg: TrainConfig, features: TorchFeatures) -> Optional[str]:
     if cfg.optimizer_impl == "fused" and "fused" not in features.sgd_options:
         return "--optimizer-impl fused needs torch >= 2.3 (this image has %s)" % features.version
     if cfg.cuda_graphs and not features.fused_tensor_lr:
-        return ("--cuda-graphs needs a fused SGD that reads the LR from a device tensor (aten::_fused_sgd_.tensor_lr), "
-                "which torch %s lacks" % features.version)
+        return (
+            "--cuda-graphs needs a fused SGD that reads the LR from a device tensor (aten::_fused_sgd_.tensor_lr), "
+            "which torch %s lacks" % features.version
+        )
     return None
 
 
@@ -160,7 +167,9 @@ def optimizer_impl(optimizer: torch.optim.Optimizer) -> str:
     if group.get("foreach") is None:
         try:
             from torch.optim.optimizer import _default_to_fused_or_foreach
-        except ImportError:  # before torch 2.0: 1.11's SGD has only the for-loop; 1.12's and 1.13's choice is not known here
+        except (
+            ImportError
+        ):  # before torch 2.0: 1.11's SGD has only the for-loop; 1.12's and 1.13's choice is not known here
             return "for-loop" if "foreach" not in inspect.signature(torch.optim.SGD).parameters else "default"
         params = [p for g in optimizer.param_groups for p in g["params"]]
         return "foreach" if _default_to_fused_or_foreach(params, False, False)[1] else "for-loop"
@@ -170,6 +179,7 @@ def optimizer_impl(optimizer: torch.optim.Optimizer) -> str:
 def compiled_graphs() -> int:
     """Graphs torch.compile has compiled in this process so far (torch._dynamo's counter)."""
     from torch._dynamo.utils import counters
+
     return int(counters["stats"]["unique_graphs"])
 
 
@@ -302,9 +312,12 @@ SYNC_WARNING = "called a synchronizing CUDA operation"
 
 
 def host_syncs_of(caught: List[warnings.WarningMessage]) -> List[str]:
-    """"file:line: message" of each warning in `caught` that torch's sync debug mode gave at a synchronising call."""
-    return ["%s:%d: %s" % (os.path.basename(w.filename), w.lineno, str(w.message).splitlines()[0])
-            for w in caught if SYNC_WARNING in str(w.message)]
+    """ "file:line: message" of each warning in `caught` that torch's sync debug mode gave at a synchronising call."""
+    return [
+        "%s:%d: %s" % (os.path.basename(w.filename), w.lineno, str(w.message).splitlines()[0])
+        for w in caught
+        if SYNC_WARNING in str(w.message)
+    ]
 
 
 class CapturedStep:

@@ -1,6 +1,7 @@
 """The machine fitted to what was measured: NCCL kernel-time shares (`fit_machine`, `fit_loader_stall`: the paper's
 Table 2a, dlaunch/analysis/perfmodel/paper.py) or the user's own profiled runs (`calibration_runs`, `fit_runs`), each
 run predicted from a fit on the others (`leave_one_out`). A few parameters each, solved in pure Python."""
+
 import itertools
 import math
 from dataclasses import dataclass, replace
@@ -8,17 +9,27 @@ from pathlib import Path
 from statistics import fmean
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from dlaunch.analysis.perfmodel.model import (MODEL_PARAMS_M, Prediction, Workload, gradient_bytes, loader_spread, messages,
-                                              predict, step_times)
+from dlaunch.analysis.perfmodel.model import (
+    MODEL_PARAMS_M,
+    Prediction,
+    Workload,
+    gradient_bytes,
+    loader_spread,
+    messages,
+    predict,
+    step_times,
+)
 from dlaunch.analysis.perfmodel.nccl import DEFAULT_INTRA_NODE_GBPS, RING_PLATEAU, Machine, straggler_factor
 from dlaunch.analysis.scaling import Run, find_metrics_files, run_from_metrics
 from dlaunch.errors import DlaunchError
 from dlaunch.train.config import workload_flags
 from dlaunch.train.metrics_schema import MetricsError, read_metrics
 
-CALIBRATION_HOWTO = ("make calibration runs with the trainer's profiler, e.g. `dlaunch sweep --site SITE --nodes 1,2,4 "
-                     "--model resnet50 --steps 60 --warmup-steps 10 --profile-steps 20`, then pass their run "
-                     "directories (or the sweep's folder)")
+CALIBRATION_HOWTO = (
+    "make calibration runs with the trainer's profiler, e.g. `dlaunch sweep --site SITE --nodes 1,2,4 "
+    "--model resnet50 --steps 60 --warmup-steps 10 --profile-steps 20`, then pass their run "
+    "directories (or the sweep's folder)"
+)
 
 
 def _solve(a: List[List[float]], b: List[float]) -> Optional[List[float]]:
@@ -40,7 +51,9 @@ def _solve(a: List[List[float]], b: List[float]) -> Optional[List[float]]:
     return x
 
 
-def _nonnegative_lstsq(rows: Sequence[Sequence[float]], targets: Sequence[float], weights: Sequence[float]) -> List[float]:
+def _nonnegative_lstsq(
+    rows: Sequence[Sequence[float]], targets: Sequence[float], weights: Sequence[float]
+) -> List[float]:
     """Weighted least squares with coefficients >= 0 (the best non-negative solution over the column subsets)."""
     width = len(rows[0])
     wa = [[w * v for v in row] for row, w in zip(rows, weights)]
@@ -62,7 +75,7 @@ def _nonnegative_lstsq(rows: Sequence[Sequence[float]], targets: Sequence[float]
 
 def golden_min(cost: Callable[[float], float], low: float, high: float, rounds: int = 100) -> float:
     """The minimum of a unimodal `cost` on [low, high] (golden-section search)."""
-    ratio = (5 ** 0.5 - 1) / 2
+    ratio = (5**0.5 - 1) / 2
     for _ in range(rounds):
         a, b = high - ratio * (high - low), low + ratio * (high - low)
         if cost(a) <= cost(b):
@@ -90,16 +103,19 @@ def fit_machine(points: Sequence[Tuple[int, float]], workload: Workload, machine
     weights = [(1.0 - share) ** 2 / workload.compute_s for _, share in points]
 
     def best_beside(spread: float) -> Tuple[float, float]:
-        trial = replace(machine, noise_s=spread ** 2, beside_compute=0.0)
+        trial = replace(machine, noise_s=spread**2, beside_compute=0.0)
         rest = [t - step_times(workload, trial, gpus).kernel for (gpus, _), t in zip(points, targets)]
-        beside = max(0.0, math.fsum(w * w * a * r for w, a, r in zip(weights, overlapped, rest))
-                     / math.fsum(w * w * a * a for w, a in zip(weights, overlapped)))
+        beside = max(
+            0.0,
+            math.fsum(w * w * a * r for w, a, r in zip(weights, overlapped, rest))
+            / math.fsum(w * w * a * a for w, a in zip(weights, overlapped)),
+        )
         return beside, math.fsum((w * (r - beside * a)) ** 2 for w, a, r in zip(weights, overlapped, rest))
 
     # beyond this spread the last wait alone exceeds every target
     high = max(t / (straggler_factor(g) * math.sqrt(workload.busy_s)) for (g, _), t in zip(points, targets))
     spread = golden_min(lambda s: best_beside(s)[1], 0.0, high)
-    return replace(machine, noise_s=spread ** 2, beside_compute=best_beside(spread)[0])
+    return replace(machine, noise_s=spread**2, beside_compute=best_beside(spread)[0])
 
 
 def fit_loader_stall(points: Sequence[Tuple[int, float]], workload: Workload, machine: Machine) -> float:
@@ -108,8 +124,10 @@ def fit_loader_stall(points: Sequence[Tuple[int, float]], workload: Workload, ma
 
     def cost(data_s: float) -> float:
         loaded = replace(workload, data_s=data_s)
-        return sum((1 - share) ** 2 * (p.comm_share - share) ** 2
-                   for p, (_, share) in zip(predict(loaded, machine, [g for g, _ in points]), points))
+        return sum(
+            (1 - share) ** 2 * (p.comm_share - share) ** 2
+            for p, (_, share) in zip(predict(loaded, machine, [g for g, _ in points]), points)
+        )
 
     return golden_min(cost, 0.0, 10.0 * workload.compute_s, rounds=80)
 
@@ -118,9 +136,15 @@ def workload_of_run(run: Run) -> Workload:
     """The workload measured by a profiled run (its other time: step minus compute, comm and data)."""
     p = run.profile
     assert p is not None
-    return Workload(p.compute_s, run.key.batch_per_worker, gradient_bytes(run.key.model), p.data_s,
-                    max(0.0, p.step_s - p.compute_s - p.comm_s - p.data_s), run.key.framework,
-                    reads_files=run.key.loader == "native")
+    return Workload(
+        p.compute_s,
+        run.key.batch_per_worker,
+        gradient_bytes(run.key.model),
+        p.data_s,
+        max(0.0, p.step_s - p.compute_s - p.comm_s - p.data_s),
+        run.key.framework,
+        reads_files=run.key.loader == "native",
+    )
 
 
 def wall_step_s(run: Run) -> float:
@@ -136,7 +160,7 @@ def _layout(machine: Machine, run: Run) -> Machine:
 def _network_given_noise(multi: Sequence[Tuple[Run, Workload]], machine: Machine, spread: float) -> Machine:
     """`machine` with noise spread^2 and the network that best explains the runs' profiled all-reduces
     (one ring all-reduce + the slowest rank's lag: linear in latency and inverse bandwidth)."""
-    fitted = replace(machine, noise_s=spread ** 2)
+    fitted = replace(machine, noise_s=spread**2)
     for inside in (True, False):
         side = [(r, w) for r, w in multi if (r.nodes == 1) == inside]
         if not side:
@@ -146,8 +170,10 @@ def _network_given_noise(multi: Sequence[Tuple[Run, Workload]], machine: Machine
         for r, w in side:
             bare = replace(_layout(fitted, r), latency_us=0.0 if fit_latency else fitted.latency_us)
             lag = fitted.lateness_s(w.busy_s, r.world_size) + w.data_s * loader_spread(r.world_size, w.batch)
-            rows.append(([2 * (r.nodes - 1) * RING_PLATEAU * 1e-6] if fit_latency else [])
-                        + [2 * (r.world_size - 1) / r.world_size * w.gradient_bytes])
+            rows.append(
+                ([2 * (r.nodes - 1) * RING_PLATEAU * 1e-6] if fit_latency else [])
+                + [2 * (r.world_size - 1) / r.world_size * w.gradient_bytes]
+            )
             targets.append(r.profile.comm_s - bare.ring_allreduce_s(r.world_size, 0.0) - lag)
         coef = _nonnegative_lstsq(rows, targets, [1.0] * len(rows))
         if coef[-1] <= 0:
@@ -155,8 +181,11 @@ def _network_given_noise(multi: Sequence[Tuple[Run, Workload]], machine: Machine
         if inside:
             fitted = replace(fitted, intra_node_gbps=8e-9 / coef[-1])
         else:
-            fitted = replace(fitted, bandwidth_gbps_per_node=8e-9 / coef[-1],
-                             latency_us=coef[0] if fit_latency else fitted.latency_us)
+            fitted = replace(
+                fitted,
+                bandwidth_gbps_per_node=8e-9 / coef[-1],
+                latency_us=coef[0] if fit_latency else fitted.latency_us,
+            )
     return fitted
 
 
@@ -176,7 +205,9 @@ def fit_runs(runs: Sequence[Run], base: Machine) -> Machine:
         total = 0.0
         for r, w in multi:
             t = step_times(w, _layout(machine, r), r.world_size)
-            total += ((t.step - wall_step_s(r)) / wall_step_s(r)) ** 2 + ((t.profiled_comm - r.profile.comm_s) / r.profile.comm_s) ** 2
+            total += ((t.step - wall_step_s(r)) / wall_step_s(r)) ** 2 + (
+                (t.profiled_comm - r.profile.comm_s) / r.profile.comm_s
+            ) ** 2
         return total
 
     # at most all of a step beyond its work is the slowest rank's lag
@@ -218,8 +249,14 @@ def leave_one_out(runs: Sequence[Run], base: Optional[Machine], gpus_per_node: i
         rest = [r for j, r in enumerate(runs) if j != i]
         across = run.nodes > 1
         if base is None and run.world_size > 1 and not any(r.world_size > 1 and (r.nodes > 1) == across for r in rest):
-            out.append(LeftOut(run, None, "the others hold no %s run and the site no [network]"
-                               % ("multi-node" if across else "multi-GPU single-node")))
+            out.append(
+                LeftOut(
+                    run,
+                    None,
+                    "the others hold no %s run and the site no [network]"
+                    % ("multi-node" if across else "multi-GPU single-node"),
+                )
+            )
             continue
         machine = _layout(fit_runs(rest, base or unknown_network(gpus_per_node)), run)
         out.append(LeftOut(run, predict_run(min(rest, key=lambda r: r.world_size), machine, run.world_size)))
@@ -237,9 +274,11 @@ def loo_summary(left_out: Sequence[LeftOut]) -> str:
         return "leave-one-out error: none of the %d runs can be predicted from the others" % len(left_out)
     steps = [100 * abs(lo.step_error) for lo in predicted]
     shares = [100 * abs(lo.share_error) for lo in predicted]
-    return ("leave-one-out error (%d of %d runs predicted from the others): step time mean %.1f %%, max %.1f %%; "
-            "profiled comm share mean %.1f pp, max %.1f pp"
-            % (len(predicted), len(left_out), fmean(steps), max(steps), fmean(shares), max(shares)))
+    return (
+        "leave-one-out error (%d of %d runs predicted from the others): step time mean %.1f %%, max %.1f %%; "
+        "profiled comm share mean %.1f pp, max %.1f pp"
+        % (len(predicted), len(left_out), fmean(steps), max(steps), fmean(shares), max(shares))
+    )
 
 
 def calibration_runs(paths: Sequence[Path]) -> Tuple[List[Run], str]:
@@ -257,28 +296,40 @@ def calibration_runs(paths: Sequence[Path]) -> Tuple[List[Run], str]:
         run = run_from_metrics(metrics)
         recompiled = sum(e.get("graphs_compiled_after_warmup") or 0 for e in metrics.epochs)
         if recompiled:
-            raise DlaunchError("--from-runs: %s compiled %d graph(s) after its warm-up steps, so its step times hold "
-                               "compile time; rerun it with more --warmup-steps" % (run.path, recompiled))
+            raise DlaunchError(
+                "--from-runs: %s compiled %d graph(s) after its warm-up steps, so its step times hold "
+                "compile time; rerun it with more --warmup-steps" % (run.path, recompiled)
+            )
         runs.append(run)
         options[run.path] = workload_flags(metrics.header["config"])
     if len(runs) < 2:
-        raise DlaunchError("--from-runs: %d run(s) found, at least 2 GPU counts are needed; %s" % (len(runs), CALIBRATION_HOWTO))
+        raise DlaunchError(
+            "--from-runs: %d run(s) found, at least 2 GPU counts are needed; %s" % (len(runs), CALIBRATION_HOWTO)
+        )
     for run in runs:
         if run.profile is None:
             raise DlaunchError("--from-runs: %s has no profile record; %s" % (run.path, CALIBRATION_HOWTO))
         if run.throughput is None:
-            raise DlaunchError("--from-runs: %s has no measured epoch (more --steps than --warmup-steps + "
-                               "--profile-steps are needed); %s" % (run.path, CALIBRATION_HOWTO))
+            raise DlaunchError(
+                "--from-runs: %s has no measured epoch (more --steps than --warmup-steps + "
+                "--profile-steps are needed); %s" % (run.path, CALIBRATION_HOWTO)
+            )
         if run.key.model not in MODEL_PARAMS_M:
             raise DlaunchError("--from-runs: %s trains %r, not a model the model knows" % (run.path, run.key.model))
     keys = {(r.key.model, r.key.framework, r.key.loader, r.key.batch_per_worker) for r in runs}  # step options: below
     if len(keys) > 1:
-        raise DlaunchError("--from-runs: the runs mix workloads (model/framework/loader/batch): %s"
-                           % ", ".join(sorted("%s/%s/%s/b%d" % k for k in keys)))
+        raise DlaunchError(
+            "--from-runs: the runs mix workloads (model/framework/loader/batch): %s"
+            % ", ".join(sorted("%s/%s/%s/b%d" % k for k in keys))
+        )
     if len(set(options.values())) > 1:
-        raise DlaunchError("--from-runs: the runs mix step options: %s"
-                           % "; ".join("%s: %s" % (path, flags or "none") for path, flags in sorted(options.items())))
+        raise DlaunchError(
+            "--from-runs: the runs mix step options: %s"
+            % "; ".join("%s: %s" % (path, flags or "none") for path, flags in sorted(options.items()))
+        )
     if len({r.world_size for r in runs}) < 2:
-        raise DlaunchError("--from-runs: all runs use %d GPUs; at least 2 GPU counts are needed; %s"
-                           % (runs[0].world_size, CALIBRATION_HOWTO))
+        raise DlaunchError(
+            "--from-runs: all runs use %d GPUs; at least 2 GPU counts are needed; %s"
+            % (runs[0].world_size, CALIBRATION_HOWTO)
+        )
     return sorted(runs, key=lambda r: (r.world_size, r.path)), options[runs[0].path]

@@ -1,6 +1,7 @@
 """The model itself: what one GPU does per step (`Workload`), how its gradients travel (`messages`), one step on
 p GPUs (`step_times`: busy, transfers, the waits, NCCL kernel time), the epoch, and the curve over GPU counts
 (`predict`). Definitions: the package's docstring (dlaunch/analysis/perfmodel/__init__.py)."""
+
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Optional, Protocol, Sequence, Tuple
@@ -31,8 +32,8 @@ MODEL_GFLOPS: Dict[str, float] = {
 DEFAULT_BATCH = 64  # the paper's batch per GPU
 DEFAULT_GPU_COUNTS = [4, 8, 16, 32, 64, 128, 256, 512, 1024]
 BACKWARD_FRACTION = 2.0 / 3.0  # backward ~ 2x forward
-DDP_FIRST_BUCKET_BYTES = 1024.0 ** 2  # torch.distributed's first bucket
-DDP_BUCKET_BYTES = 25 * 1024.0 ** 2  # DistributedDataParallel(bucket_cap_mb=25)
+DDP_FIRST_BUCKET_BYTES = 1024.0**2  # torch.distributed's first bucket
+DDP_BUCKET_BYTES = 25 * 1024.0**2  # DistributedDataParallel(bucket_cap_mb=25)
 DEFAULT_FUSION_MB = 64.0  # HOROVOD_FUSION_THRESHOLD's default (the trainer's --fusion-threshold-mb)
 DEEPSPEED_BUCKET_BYTES = 4 * 5e8  # reduce_bucket_size: 5e8 fp32 elements
 # The native loader's CPU side: DataLoader worker processes per GPU (Aach et al.: 8 CPU threads per
@@ -105,8 +106,11 @@ def messages(workload: Workload) -> List[Message]:
     total = workload.gradient_bytes
     exchange = gradient_exchanges().get(workload.framework)
     if exchange in ("ddp-buckets", "horovod-fusion"):
-        sizes = (_buckets(total, DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_BYTES) if exchange == "ddp-buckets"
-                 else _buckets(total, workload.fusion_mb * 1024 ** 2, workload.fusion_mb * 1024 ** 2))
+        sizes = (
+            _buckets(total, DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_BYTES)
+            if exchange == "ddp-buckets"
+            else _buckets(total, workload.fusion_mb * 1024**2, workload.fusion_mb * 1024**2)
+        )
         done, out = 0.0, []
         for size in sizes:
             done += size
@@ -114,7 +118,9 @@ def messages(workload: Workload) -> List[Message]:
         return out
     if exchange == "deepspeed-zero":
         if workload.zero_stage == 0:
-            return [Message("allreduce", s, 1.0) for s in _buckets(total, DEEPSPEED_BUCKET_BYTES, DEEPSPEED_BUCKET_BYTES)]
+            return [
+                Message("allreduce", s, 1.0) for s in _buckets(total, DEEPSPEED_BUCKET_BYTES, DEEPSPEED_BUCKET_BYTES)
+            ]
         if workload.zero_stage in (1, 2):
             return [Message("reduce_scatter", total, 1.0), Message("all_gather", total, 1.0)]
         raise ValueError("ZeRO stage %r is not modelled (0, 1, 2)" % workload.zero_stage)
@@ -182,8 +188,17 @@ def step_times(workload: Workload, machine: Machine, gpus: int) -> StepTimes:
     overlapped = workload.backward_s * (1.0 - msgs[0].ready)
     kernel = network + math.fsum(waits) + end_lag + machine.beside_compute * overlapped
     profiled = machine.ring_allreduce_s(gpus, workload.gradient_bytes) + end_lag
-    return StepTimes(workload.busy_s + stall + left_over + end_lag, network, stall + left_over + end_lag, end_lag + stall,
-                     math.fsum(waits), kernel, stall, profiled, algorithm)
+    return StepTimes(
+        workload.busy_s + stall + left_over + end_lag,
+        network,
+        stall + left_over + end_lag,
+        end_lag + stall,
+        math.fsum(waits),
+        kernel,
+        stall,
+        profiled,
+        algorithm,
+    )
 
 
 def steps_per_epoch(gpus: int, batch: int, images: int = IMAGENET_TRAIN_IMAGES) -> int:
@@ -199,8 +214,7 @@ def native_loader_images_per_s() -> float:
 class EpochOverhead(Protocol):
     """An epoch's time outside its steps (dlaunch/analysis/perfmodel/overhead.py): seconds per epoch by part at `gpus`."""
 
-    def parts(self, workload: Workload, machine: Machine, gpus: int) -> Dict[str, float]:
-        ...
+    def parts(self, workload: Workload, machine: Machine, gpus: int) -> Dict[str, float]: ...
 
 
 @dataclass(frozen=True)
@@ -233,8 +247,13 @@ class Prediction:
         return self.epoch_overhead_s / total if total > 0 else 0.0
 
 
-def predict(workload: Workload, network: Machine, gpus: Sequence[int], overhead: Optional[EpochOverhead] = None,
-            epoch_images: int = IMAGENET_TRAIN_IMAGES) -> List[Prediction]:
+def predict(
+    workload: Workload,
+    network: Machine,
+    gpus: Sequence[int],
+    overhead: Optional[EpochOverhead] = None,
+    epoch_images: int = IMAGENET_TRAIN_IMAGES,
+) -> List[Prediction]:
     """The model's curve over `gpus` (sorted); E_G and speed-up relative to the smallest count; epochs of
     `epoch_images` with `overhead` outside their steps."""
     counts = sorted(set(gpus))
@@ -248,14 +267,26 @@ def predict(workload: Workload, network: Machine, gpus: Sequence[int], overhead:
     out = []
     for p, t in rows:
         profiled_data = workload.data_s + t.stall
-        out.append(Prediction(
-            gpus=p, nodes=network.nodes(p), step_s=t.step, comm_s=t.network, exposed_comm_s=t.exposed, wait_s=t.waits,
-            hidden_wait_s=t.hidden_waits, kernel_comm_s=t.kernel, algorithm=t.algorithm, images_per_s=x[p],
-            speedup=x[p] / x[g_ref], efficiency=(x[p] / x[g_ref]) / (p / g_ref),
-            comm_share=t.kernel / (t.kernel + workload.compute_s),
-            profiled_comm_share=t.profiled_comm / (t.profiled_comm + workload.compute_s + profiled_data),
-            steps_per_epoch=steps[p], epoch_overhead=parts[p],
-        ))
+        out.append(
+            Prediction(
+                gpus=p,
+                nodes=network.nodes(p),
+                step_s=t.step,
+                comm_s=t.network,
+                exposed_comm_s=t.exposed,
+                wait_s=t.waits,
+                hidden_wait_s=t.hidden_waits,
+                kernel_comm_s=t.kernel,
+                algorithm=t.algorithm,
+                images_per_s=x[p],
+                speedup=x[p] / x[g_ref],
+                efficiency=(x[p] / x[g_ref]) / (p / g_ref),
+                comm_share=t.kernel / (t.kernel + workload.compute_s),
+                profiled_comm_share=t.profiled_comm / (t.profiled_comm + workload.compute_s + profiled_data),
+                steps_per_epoch=steps[p],
+                epoch_overhead=parts[p],
+            )
+        )
     return out
 
 

@@ -31,6 +31,7 @@ system sustains for a loader that reads every sample as a file through the CPU (
 ceiling): p ranks taking batch images per step cannot step faster than p * batch /
 storage_images_per_s.
 """
+
 import math
 from dataclasses import dataclass
 from typing import Optional, Tuple
@@ -102,8 +103,9 @@ class Machine:
     def tree_allreduce_s(self, gpus: int, nbytes: float) -> float:
         nodes = self.nodes(gpus)
         local = min(gpus, self.gpus_per_node)
-        latency = 2 * ((local - 1) * TREE_STEP_US["nvlink"]
-                       + int(math.log2(nodes)) * (TREE_STEP_US["net"] + self.latency_us))
+        latency = 2 * (
+            (local - 1) * TREE_STEP_US["nvlink"] + int(math.log2(nodes)) * (TREE_STEP_US["net"] + self.latency_us)
+        )
         bus = min(TREE_BW_FACTOR * self.bus_bytes_per_s(gpus), TREE_MAX_GBYTES[nodes > 2] * 1e9)
         return latency * 1e-6 + nbytes / (0.5 * bus)
 

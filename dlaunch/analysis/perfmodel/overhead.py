@@ -2,13 +2,23 @@
 out over the epoch's steps as the metrics-v4 reader does: stated (`--epoch-overhead`) or the runs' measured mean
 (`FixedOverhead`), or Aach et al.'s stated setup (`PaperOverhead`), and the GPU count from which it is more than a
 tenth of a run's time."""
+
 from dataclasses import dataclass
 from statistics import fmean
 from typing import Dict, List, Optional, Sequence
 
-from dlaunch.analysis.perfmodel.model import (BACKWARD_FRACTION, IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES,
-                                              MODEL_PARAMS_M, NATIVE_WORKER_IMAGES_PER_S, EpochOverhead, Machine,
-                                              Workload, native_loader_images_per_s, predict)
+from dlaunch.analysis.perfmodel.model import (
+    BACKWARD_FRACTION,
+    IMAGENET_TRAIN_IMAGES,
+    IMAGENET_VAL_IMAGES,
+    MODEL_PARAMS_M,
+    NATIVE_WORKER_IMAGES_PER_S,
+    EpochOverhead,
+    Machine,
+    Workload,
+    native_loader_images_per_s,
+    predict,
+)
 from dlaunch.analysis.scaling import Run
 
 # `predict` names the GPU count from which epoch overhead is more than this share of a run's time.
@@ -75,21 +85,36 @@ class PaperOverhead:
             validation = max(validation, IMAGENET_VAL_IMAGES / machine.storage_images_per_s)
         start = 2 * workload.batch / NATIVE_WORKER_IMAGES_PER_S if self.loader == "native" else 0.0
         sync = machine.lateness_s(validation, gpus) + 2 * machine.allreduce_s(gpus, 8.0)
-        return {"validation": validation, "loader start": start, "synchronisation": sync,
-                "checkpoint": self.checkpoint_bytes / CHECKPOINT_WRITE_BYTES_PER_S, "logging": 0.0}
+        return {
+            "validation": validation,
+            "loader start": start,
+            "synchronisation": sync,
+            "checkpoint": self.checkpoint_bytes / CHECKPOINT_WRITE_BYTES_PER_S,
+            "logging": 0.0,
+        }
 
 
 def paper_overhead_assumptions(loader: str) -> List[str]:
     """What `PaperOverhead` assumes where Aach et al. are silent (printed by `predict`)."""
-    start = ("the native loader's DataLoader workers start again every epoch for training and validation "
-             "(PyTorch's default persistent_workers=False), each first batch made by one worker at %.0f images/s"
-             % NATIVE_WORKER_IMAGES_PER_S if loader == "native" else
-             "DALI's pipelines are built once and prefetch across epoch ends (no start cost)")
-    checkpoint = ("a checkpoint every epoch (not stated; the reference ImageNet scripts of PyTorch, Horovod and DALI "
-                  "write one): weights and momentum, %d bytes per parameter, by one rank at %.0f GB/s (assumed; the "
-                  "trainer's writer reaches 1.6 GB/s into memory alone) while the others wait" % (CHECKPOINT_BYTES_PER_PARAM, CHECKPOINT_WRITE_BYTES_PER_S / 1e9))
-    return [start, checkpoint, "no logging cost (not stated; 0 s)",
-            "validation in forward only (a third of the step's non-I/O kernels, its I/O kernels per image)"]
+    start = (
+        "the native loader's DataLoader workers start again every epoch for training and validation "
+        "(PyTorch's default persistent_workers=False), each first batch made by one worker at %.0f images/s"
+        % NATIVE_WORKER_IMAGES_PER_S
+        if loader == "native"
+        else "DALI's pipelines are built once and prefetch across epoch ends (no start cost)"
+    )
+    checkpoint = (
+        "a checkpoint every epoch (not stated; the reference ImageNet scripts of PyTorch, Horovod and DALI "
+        "write one): weights and momentum, %d bytes per parameter, by one rank at %.0f GB/s (assumed; the "
+        "trainer's writer reaches 1.6 GB/s into memory alone) while the others wait"
+        % (CHECKPOINT_BYTES_PER_PARAM, CHECKPOINT_WRITE_BYTES_PER_S / 1e9)
+    )
+    return [
+        start,
+        checkpoint,
+        "no logging cost (not stated; 0 s)",
+        "validation in forward only (a third of the step's non-I/O kernels, its I/O kernels per image)",
+    ]
 
 
 def measured_overhead(runs: Sequence[Run]) -> Optional[FixedOverhead]:
@@ -98,8 +123,14 @@ def measured_overhead(runs: Sequence[Run]) -> Optional[FixedOverhead]:
     return FixedOverhead(fmean(recorded), "measured") if recorded else None
 
 
-def overhead_passes(workload: Workload, machine: Machine, overhead: EpochOverhead, start: int, limit: int,
-                    epoch_images: int = IMAGENET_TRAIN_IMAGES) -> Optional[int]:
+def overhead_passes(
+    workload: Workload,
+    machine: Machine,
+    overhead: EpochOverhead,
+    start: int,
+    limit: int,
+    epoch_images: int = IMAGENET_TRAIN_IMAGES,
+) -> Optional[int]:
     """The smallest GPU count from `start` (then whole nodes) up to `limit` at which epoch overhead is more
     than OVERHEAD_SHARE_LIMIT of the run's time; None when it stays below up to `limit`."""
     node = machine.gpus_per_node
@@ -112,11 +143,15 @@ def overhead_passes(workload: Workload, machine: Machine, overhead: EpochOverhea
 
 def describe_epochs(overhead: EpochOverhead, workload: Workload, epoch_images: int) -> str:
     """What the epochs are and where their overhead comes from (with `PaperOverhead`'s assumptions)."""
-    epochs = "epochs of %d training images (%s)" % (epoch_images, "ImageNet-1k" if epoch_images == IMAGENET_TRAIN_IMAGES
-                                                       else "--epoch-images")
+    epochs = "epochs of %d training images (%s)" % (
+        epoch_images,
+        "ImageNet-1k" if epoch_images == IMAGENET_TRAIN_IMAGES else "--epoch-images",
+    )
     if isinstance(overhead, FixedOverhead):
         source = "given" if overhead.source == "--epoch-overhead" else "your runs' mean"
         return "%s; epoch overhead %.3f s per epoch (%s)" % (epochs, overhead.seconds, source)
-    return ("%s; epoch overhead from Aach et al.'s stated setup (50,000 validation images every epoch, batch %d per GPU, "
-            "8 CPU threads per %s loader): validation, loader start, synchronisation; assumed: %s"
-            % (epochs, workload.batch, overhead.loader, "; ".join(paper_overhead_assumptions(overhead.loader))))
+    return (
+        "%s; epoch overhead from Aach et al.'s stated setup (50,000 validation images every epoch, batch %d per GPU, "
+        "8 CPU threads per %s loader): validation, loader start, synchronisation; assumed: %s"
+        % (epochs, workload.batch, overhead.loader, "; ".join(paper_overhead_assumptions(overhead.loader)))
+    )

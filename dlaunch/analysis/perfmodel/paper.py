@@ -3,6 +3,7 @@ statements on E_G, the published A100 throughput per precision; the workload of 
 on them (`fit_published`: noise and kernels beside compute on the DALI column, the native loader's data wait, the
 file system's images/s on the point statements), its epoch (`paper_overhead`), what it leaves unstated about its
 DeepSpeed runs, and the paper's values beside the model's where the prediction is of its workload and machine."""
+
 import csv
 import math
 from dataclasses import dataclass, replace
@@ -11,8 +12,17 @@ from statistics import fmean
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from dlaunch.analysis.perfmodel.fit import fit_loader_stall, fit_machine, golden_min
-from dlaunch.analysis.perfmodel.model import (DEFAULT_BATCH, MODEL_GFLOPS, EpochOverhead, Prediction, Workload,
-                                              gradient_bytes, interconnect_of_site, native_loader_images_per_s, predict)
+from dlaunch.analysis.perfmodel.model import (
+    DEFAULT_BATCH,
+    MODEL_GFLOPS,
+    EpochOverhead,
+    Prediction,
+    Workload,
+    gradient_bytes,
+    interconnect_of_site,
+    native_loader_images_per_s,
+    predict,
+)
 from dlaunch.analysis.perfmodel.nccl import Machine
 from dlaunch.analysis.perfmodel.overhead import PaperOverhead, checkpoint_bytes
 from dlaunch.jobs.sites import Site
@@ -41,8 +51,10 @@ STATEMENT_TOLERANCE = 0.10
 # and Horovod: TF32, PyTorch's default, as Table 2a's kernel times (DDP) say. benchmarks/README.md
 # has the mechanisms of DeepSpeed 0.6.3 this was chosen over.
 PAPER_DEEPSPEED_SOURCE = "not stated there; as in DeepSpeedExamples' CIFAR config of 2022-03"
-STORAGE_FIT = ("fitted on the paper's E_G values for the native loader (%s), at least what Table 2a's native rows "
-               "drew up to %d GPUs" % (AACH2023_STATEMENTS.name, CALIBRATION_MAX_GPUS))
+STORAGE_FIT = (
+    "fitted on the paper's E_G values for the native loader (%s), at least what Table 2a's native rows "
+    "drew up to %d GPUs" % (AACH2023_STATEMENTS.name, CALIBRATION_MAX_GPUS)
+)
 
 
 @dataclass(frozen=True)
@@ -90,7 +102,11 @@ class Statement(NamedTuple):
     value: float
 
     def covers(self, model: str, loader: str, framework: str, gpus: int) -> bool:
-        return (model, loader) == (self.model, self.loader) and framework in self.frameworks and self.gpus_from <= gpus <= self.gpus_to
+        return (
+            (model, loader) == (self.model, self.loader)
+            and framework in self.frameworks
+            and self.gpus_from <= gpus <= self.gpus_to
+        )
 
     def error(self, efficiency: float) -> float:
         """Model - value; for a bound 0 while it holds (else by how much the model is on the wrong side)."""
@@ -111,13 +127,28 @@ class Statement(NamedTuple):
 def load_statements(path: Path = AACH2023_STATEMENTS) -> List[Statement]:
     with open(path, newline="", encoding="utf-8") as f:
         lines = [line for line in f if not line.startswith("#")]
-    return [Statement(r["model"], r["loader"], tuple(r["frameworks"].split()), int(r["gpus_from"]), int(r["gpus_to"]),
-                      r["relation"], float(r["value"])) for r in csv.DictReader(lines)]
+    return [
+        Statement(
+            r["model"],
+            r["loader"],
+            tuple(r["frameworks"].split()),
+            int(r["gpus_from"]),
+            int(r["gpus_to"]),
+            r["relation"],
+            float(r["value"]),
+        )
+        for r in csv.DictReader(lines)
+    ]
 
 
 def storage_points(statements: Sequence[Statement]) -> List[Tuple[str, int, float]]:
     """[(framework, gpus, E_G)] of the point statements on the native loader: what the file system is fitted on."""
-    return [(f, s.gpus_from, s.value) for s in statements if s.relation == "=" and s.loader == "native" for f in s.frameworks]
+    return [
+        (f, s.gpus_from, s.value)
+        for s in statements
+        if s.relation == "=" and s.loader == "native"
+        for f in s.frameworks
+    ]
 
 
 def storage_floor(gpus: Sequence[int], workload: Workload, machine: Machine) -> float:
@@ -126,20 +157,29 @@ def storage_floor(gpus: Sequence[int], workload: Workload, machine: Machine) -> 
     return max(p.images_per_s for p in predict(workload, free, gpus))
 
 
-def fit_storage(statements: Sequence[Tuple[str, int, float]], workloads: Dict[str, Workload], machine: Machine,
-                floor: float, overhead: Optional[EpochOverhead] = None) -> float:
+def fit_storage(
+    statements: Sequence[Tuple[str, int, float]],
+    workloads: Dict[str, Workload],
+    machine: Machine,
+    floor: float,
+    overhead: Optional[EpochOverhead] = None,
+) -> float:
     """The file system's images/s (>= `floor`) whose E_G best matches [(framework, gpus, E_G)] (reference 4
     GPUs), each framework with its workload in `workloads`, epochs with `overhead`."""
+
     def cost(log_r: float) -> float:
         storage = replace(machine, storage_images_per_s=math.exp(log_r))
-        return sum((predict(workloads[f], storage, [AACH2023_REFERENCE_GPUS, g], overhead)[1].efficiency - v) ** 2
-                   for f, g, v in statements)
+        return sum(
+            (predict(workloads[f], storage, [AACH2023_REFERENCE_GPUS, g], overhead)[1].efficiency - v) ** 2
+            for f, g, v in statements
+        )
 
     return math.exp(golden_min(cost, math.log(floor), math.log(100.0 * floor)))
 
 
-def io_kernel_s(loader: str, batch: int, gpu: str = "A100", max_gpus: int = CALIBRATION_MAX_GPUS,
-                path: Path = AACH2023_TABLE2A) -> float:
+def io_kernel_s(
+    loader: str, batch: int, gpu: str = "A100", max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TABLE2A
+) -> float:
     """The loader's I/O kernel time per step: Table 2a's I/O kernels over its cuDNN and other kernels (a
     ResNet-50 TF32 step), rows up to `max_gpus`, per image. Decoding and augmenting an image costs the
     same whatever network and precision train on it, so it does not scale with FLOPs or the precision."""
@@ -148,8 +188,9 @@ def io_kernel_s(loader: str, batch: int, gpu: str = "A100", max_gpus: int = CALI
     return batch * per_step / PUBLISHED_RESNET50_IMAGES_PER_S[gpu]["tf32"]
 
 
-def paper_overhead(loader: str, batch: int = DEFAULT_BATCH, gpu: str = "A100", path: Path = AACH2023_TABLE2A,
-                   model: str = "resnet50") -> PaperOverhead:
+def paper_overhead(
+    loader: str, batch: int = DEFAULT_BATCH, gpu: str = "A100", path: Path = AACH2023_TABLE2A, model: str = "resnet50"
+) -> PaperOverhead:
     """Aach et al.'s epoch overhead with `loader` for `model`'s workload whose compute holds Table 2a's I/O kernels."""
     return PaperOverhead(loader, io_kernel_s(loader, batch, gpu, path=path), checkpoint_bytes(model))
 
@@ -168,15 +209,20 @@ def published_compute_ms(site: Site, model: str, batch: int, precision: str = "t
     return 1e3 * batch / images_per_s
 
 
-def published_workload(model: str = "resnet50", loader: str = "dali", path: Path = AACH2023_TABLE2A,
-                       precision: str = "tf32") -> Workload:
+def published_workload(
+    model: str = "resnet50", loader: str = "dali", path: Path = AACH2023_TABLE2A, precision: str = "tf32"
+) -> Workload:
     """Table 2a's workload per GPU: batch 64; the GPU's kernel time per step other than NCCL's: the
     published A100 throughput at `precision` (a whole training step; FLOP-scaled for other models) plus
     the loader's I/O kernels (`io_kernel_s`); data wait 0; the native loader reads files."""
     images_per_s = PUBLISHED_RESNET50_IMAGES_PER_S["A100"][precision]
     step = DEFAULT_BATCH / (images_per_s * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS[model])
-    return Workload(step + io_kernel_s(loader, DEFAULT_BATCH, path=path), DEFAULT_BATCH, gradient_bytes(model),
-                    reads_files=loader == "native")
+    return Workload(
+        step + io_kernel_s(loader, DEFAULT_BATCH, path=path),
+        DEFAULT_BATCH,
+        gradient_bytes(model),
+        reads_files=loader == "native",
+    )
 
 
 @dataclass(frozen=True)
@@ -186,8 +232,9 @@ class PublishedFit:
     storage_floor: float  # images/s the native rows up to the fit's largest count drew without a stall
 
 
-def fit_published(max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TABLE2A,
-                  statements: Path = AACH2023_STATEMENTS) -> PublishedFit:
+def fit_published(
+    max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TABLE2A, statements: Path = AACH2023_STATEMENTS
+) -> PublishedFit:
     """One machine fit for Table 2a's machine: noise and beside_compute on its DALI column (DALI keeps
     up: no loader wait), then the native loader's data wait on the native column with that machine,
     both on counts <= `max_gpus`; then the file system's images/s from the point statements on the
@@ -195,7 +242,9 @@ def fit_published(max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TA
     `paper_workload` (not below what the native rows drew without a stall)."""
     columns = load_published(path)
     dali = published_workload(path=path)
-    machine = fit_machine([(r.gpus, r.comm_share) for r in columns["dali"] if r.gpus <= max_gpus], dali, AACH2023_MACHINE)
+    machine = fit_machine(
+        [(r.gpus, r.comm_share) for r in columns["dali"] if r.gpus <= max_gpus], dali, AACH2023_MACHINE
+    )
     native = published_workload(loader="native", path=path)
     fitted = [r for r in columns["native"] if r.gpus <= max_gpus]
     native = replace(native, data_s=fit_loader_stall([(r.gpus, r.comm_share) for r in fitted], native, machine))
@@ -224,8 +273,13 @@ def paper_precision(framework: str) -> str:
     return "fp16" if framework == "deepspeed" else "tf32"
 
 
-def paper_workload(fit: PublishedFit, model: str = "resnet50", loader: str = "dali", framework: str = "ddp",
-                   path: Path = AACH2023_TABLE2A) -> Workload:
+def paper_workload(
+    fit: PublishedFit,
+    model: str = "resnet50",
+    loader: str = "dali",
+    framework: str = "ddp",
+    path: Path = AACH2023_TABLE2A,
+) -> Workload:
     """The paper's workload with `framework` on Table 2a's machine (`published_workload` at the
     framework's `paper_precision`, `calibrated_workload` for the loader)."""
     published = published_workload(model, loader, path, paper_precision(framework))
@@ -242,39 +296,63 @@ class PaperCheck:
 
 def paper_checks(model: str, loader: str, framework: str, gpus: Sequence[int]) -> Dict[int, PaperCheck]:
     """Table 2a's comm share (DDP) and the text's E_G statements for ResNet-50, batch 64, on JUWELS Booster."""
-    rows = {r.gpus: r.comm_share for r in load_published()[loader]} if framework == "ddp" and model == "resnet50" else {}
+    rows = (
+        {r.gpus: r.comm_share for r in load_published()[loader]} if framework == "ddp" and model == "resnet50" else {}
+    )
     statements = load_statements()
-    return {g: PaperCheck(rows.get(g), next((s for s in statements if s.covers(model, loader, framework, g)), None))
-            for g in gpus}
+    return {
+        g: PaperCheck(rows.get(g), next((s for s in statements if s.covers(model, loader, framework, g)), None))
+        for g in gpus
+    }
 
 
 def paper_machine(site: Site) -> bool:
     """Whether the site's network is Table 2a's machine (JUWELS Booster)."""
     machine = interconnect_of_site(site)
     return machine is not None and (machine.gpus_per_node, machine.latency_us, machine.bandwidth_gbps_per_node) == (
-        AACH2023_MACHINE.gpus_per_node, AACH2023_MACHINE.latency_us, AACH2023_MACHINE.bandwidth_gbps_per_node)
+        AACH2023_MACHINE.gpus_per_node,
+        AACH2023_MACHINE.latency_us,
+        AACH2023_MACHINE.bandwidth_gbps_per_node,
+    )
 
 
 def check_summary(predictions: Sequence[Prediction], checks: Dict[int, PaperCheck]) -> List[str]:
     """One line per observable: the model's errors at the counts where the paper has a value."""
     lines = []
-    for label, counts in (("fitted", [p for p in predictions if p.gpus <= CALIBRATION_MAX_GPUS]),
-                          ("predicted", [p for p in predictions if p.gpus > CALIBRATION_MAX_GPUS])):
-        errors = [100 * abs(p.comm_share - checks[p.gpus].comm_share) for p in counts if checks[p.gpus].comm_share is not None]
+    for label, counts in (
+        ("fitted", [p for p in predictions if p.gpus <= CALIBRATION_MAX_GPUS]),
+        ("predicted", [p for p in predictions if p.gpus > CALIBRATION_MAX_GPUS]),
+    ):
+        errors = [
+            100 * abs(p.comm_share - checks[p.gpus].comm_share) for p in counts if checks[p.gpus].comm_share is not None
+        ]
         if errors:
-            lines.append("NCCL kernel share vs Table 2a, %s counts: mean %.1f pp, max %.1f pp" % (label, fmean(errors), max(errors)))
+            lines.append(
+                "NCCL kernel share vs Table 2a, %s counts: mean %.1f pp, max %.1f pp"
+                % (label, fmean(errors), max(errors))
+            )
     said = [(p, checks[p.gpus].statement) for p in predictions if checks[p.gpus].statement is not None]
     if said:
         held = sum(1 for p, s in said if s.holds(p.efficiency))
-        lines.append("E_G vs the paper's statements: %d of %d hold (a bound as stated, a value within +-%.2f)"
-                     % (held, len(said), STATEMENT_TOLERANCE))
+        lines.append(
+            "E_G vs the paper's statements: %d of %d hold (a bound as stated, a value within +-%.2f)"
+            % (held, len(said), STATEMENT_TOLERANCE)
+        )
     return lines
 
 
-def paper_assumptions(framework: str, calibrated: Optional[str], precision: Optional[str], zero_stage: Optional[int],
-                       measured_compute: bool) -> List[str]:
+def paper_assumptions(
+    framework: str,
+    calibrated: Optional[str],
+    precision: Optional[str],
+    zero_stage: Optional[int],
+    measured_compute: bool,
+) -> List[str]:
     """What `--calibrated` assumes about the paper's DeepSpeed runs where the flags leave it open."""
     if calibrated is None or framework != "deepspeed":
         return []
-    return ((["fp16 (compute from the published mixed-precision figure)"] if precision is None and not measured_compute else [])
-            + (["ZeRO stage 0"] if zero_stage is None else []))
+    return (
+        ["fp16 (compute from the published mixed-precision figure)"]
+        if precision is None and not measured_compute
+        else []
+    ) + (["ZeRO stage 0"] if zero_stage is None else [])

@@ -3,25 +3,66 @@ returns it): the workload (measured, from a profiled run, or the published throu
 (the site's nominal [network], fitted on Aach et al.'s Table 2a with `calibrated`, or on the user's runs with
 `from_runs`), the storage ceiling and the epoch overhead, and the model's step, images/s, E_G and comm share per GPU
 count with the basis of each (nominal, fitted, in range, predicted) and the paper's values where it has some."""
+
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import fmean
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from dlaunch.analysis.perfmodel.fit import (LeftOut, calibration_runs, fit_runs, leave_one_out, unknown_network,
-                                            workload_of_run)
-from dlaunch.analysis.perfmodel.model import (DEFAULT_BATCH, DEFAULT_GPU_COUNTS, IMAGENET_TRAIN_IMAGES, MODEL_PARAMS_M,
-                                              NATIVE_WORKER_IMAGES_PER_S, NATIVE_WORKERS, EpochOverhead, Prediction,
-                                              Workload, gradient_bytes, interconnect_of_site, native_loader_images_per_s,
-                                              predict, site_max_gpus)
+from dlaunch.analysis.perfmodel.fit import (
+    LeftOut,
+    calibration_runs,
+    fit_runs,
+    leave_one_out,
+    unknown_network,
+    workload_of_run,
+)
+from dlaunch.analysis.perfmodel.model import (
+    DEFAULT_BATCH,
+    DEFAULT_GPU_COUNTS,
+    IMAGENET_TRAIN_IMAGES,
+    MODEL_PARAMS_M,
+    NATIVE_WORKER_IMAGES_PER_S,
+    NATIVE_WORKERS,
+    EpochOverhead,
+    Prediction,
+    Workload,
+    gradient_bytes,
+    interconnect_of_site,
+    native_loader_images_per_s,
+    predict,
+    site_max_gpus,
+)
 from dlaunch.analysis.perfmodel.nccl import Machine
-from dlaunch.analysis.perfmodel.overhead import (OVERHEAD_SHARE_LIMIT, FixedOverhead, PaperOverhead, checkpoint_bytes,
-                                                 describe_epochs, measured_overhead, overhead_passes)
-from dlaunch.analysis.perfmodel.paper import (AACH2023_REFERENCE_GPUS, AACH2023_TABLE2A, CALIBRATION_MAX_GPUS,
-                                              PRECISIONS, STORAGE_FIT, PaperCheck, calibrated_workload, check_summary,
-                                              fit_published, io_kernel_s, load_statements, paper_assumptions,
-                                              paper_checks, paper_machine, paper_precision, published_compute_ms,
-                                              published_gpu, storage_points)
+from dlaunch.analysis.perfmodel.overhead import (
+    OVERHEAD_SHARE_LIMIT,
+    FixedOverhead,
+    PaperOverhead,
+    checkpoint_bytes,
+    describe_epochs,
+    measured_overhead,
+    overhead_passes,
+)
+from dlaunch.analysis.perfmodel.paper import (
+    AACH2023_REFERENCE_GPUS,
+    AACH2023_TABLE2A,
+    CALIBRATION_MAX_GPUS,
+    PRECISIONS,
+    STORAGE_FIT,
+    PaperCheck,
+    calibrated_workload,
+    check_summary,
+    fit_published,
+    io_kernel_s,
+    load_statements,
+    paper_assumptions,
+    paper_checks,
+    paper_machine,
+    paper_precision,
+    published_compute_ms,
+    published_gpu,
+    storage_points,
+)
 from dlaunch.analysis.scaling import Run, load_runs
 from dlaunch.analysis.stragglers import forward_excess
 from dlaunch.errors import DlaunchError
@@ -38,14 +79,22 @@ def check_gpu_counts(counts: Sequence[int], site: Site) -> List[int]:
     if counts[0] < 1:
         raise DlaunchError("--gpus: GPU counts must be >= 1 (got %r)" % given)
     if counts[-1] > site_max_gpus(site):
-        raise DlaunchError("--gpus: %d GPUs is more than site %s has (%d: nodes of its largest partition x %d GPUs per node)"
-                           % (counts[-1], site.name, site_max_gpus(site), site.gpus_per_node))
+        raise DlaunchError(
+            "--gpus: %d GPUs is more than site %s has (%d: nodes of its largest partition x %d GPUs per node)"
+            % (counts[-1], site.name, site_max_gpus(site), site.gpus_per_node)
+        )
     return counts
 
 
-def workload_from_options(model: Optional[str], compute_ms: Optional[float], data_ms: Optional[float],
-                          batch: Optional[int], from_run: Optional[Path],
-                          site: Optional[Site] = None, precision: str = "tf32") -> Tuple[str, Workload, str]:
+def workload_from_options(
+    model: Optional[str],
+    compute_ms: Optional[float],
+    data_ms: Optional[float],
+    batch: Optional[int],
+    from_run: Optional[Path],
+    site: Optional[Site] = None,
+    precision: str = "tf32",
+) -> Tuple[str, Workload, str]:
     """The model name, the workload and where its compute time comes from.
 
     `--from-run` fills what the flags leave out; without either, the published throughput of the
@@ -67,10 +116,14 @@ def workload_from_options(model: Optional[str], compute_ms: Optional[float], dat
             raise DlaunchError("--from-run: %s holds %d runs, expected one" % (from_run, len(loaded.runs)))
         run = loaded.runs[0]
         if run.profile is None:
-            raise DlaunchError("--from-run: %s has no profile record (run the trainer with --profile-steps N)" % run.path)
+            raise DlaunchError(
+                "--from-run: %s has no profile record (run the trainer with --profile-steps N)" % run.path
+            )
         if model is not None and model != run.key.model and compute_ms is None:
-            raise DlaunchError("--from-run: %s trains %s, not --model %s: its compute time does not transfer "
-                               "(leave out --model, or give --compute-ms)" % (run.path, run.key.model, model))
+            raise DlaunchError(
+                "--from-run: %s trains %s, not --model %s: its compute time does not transfer "
+                "(leave out --model, or give --compute-ms)" % (run.path, run.key.model, model)
+            )
         model = model or run.key.model
         if model not in MODEL_PARAMS_M:
             raise DlaunchError("--from-run: %s trains %r, not a model the model knows" % (run.path, model))
@@ -80,22 +133,33 @@ def workload_from_options(model: Optional[str], compute_ms: Optional[float], dat
         reads_files = run.key.loader == "native"
         source = "measured in %s" % run.path
         if site is not None and run.key.site != site.name:
-            source += (" on site %s: the compute and data times transfer to %s only if its GPUs (and CPUs) are the same"
-                       % (run.key.site, site.name))
+            source += (
+                " on site %s: the compute and data times transfer to %s only if its GPUs (and CPUs) are the same"
+                % (run.key.site, site.name)
+            )
     if compute_ms is None and model is not None and site is not None:
         batch = batch or DEFAULT_BATCH
         compute_ms = published_compute_ms(site, model, batch, precision)
-        source = ("published %s throughput (NVIDIA DeepLearningExamples, %s), scaled by model FLOPs"
-                  % (site.gpu_model, "TF32" if precision == "tf32" else "mixed precision"))
+        source = "published %s throughput (NVIDIA DeepLearningExamples, %s), scaled by model FLOPs" % (
+            site.gpu_model,
+            "TF32" if precision == "tf32" else "mixed precision",
+        )
     if model is None:
-        raise DlaunchError("--model is needed unless --from-run names a profiled run (known: %s)" % ", ".join(sorted(MODEL_PARAMS_M)))
+        raise DlaunchError(
+            "--model is needed unless --from-run names a profiled run (known: %s)" % ", ".join(sorted(MODEL_PARAMS_M))
+        )
     if compute_ms is None:
-        raise DlaunchError("--compute-ms: no published throughput for %s on site %s; give a measured compute time "
-                           "(or --from-run / --from-runs)" % (model, site.name if site else "-"))
+        raise DlaunchError(
+            "--compute-ms: no published throughput for %s on site %s; give a measured compute time "
+            "(or --from-run / --from-runs)" % (model, site.name if site else "-")
+        )
     if batch is None:
         raise DlaunchError("--batch: needed with --compute-ms (the batch per GPU it was measured with)")
-    return model, Workload(compute_ms / 1e3, batch, gradient_bytes(model), (data_ms or 0.0) / 1e3,
-                           reads_files=reads_files), source
+    return (
+        model,
+        Workload(compute_ms / 1e3, batch, gradient_bytes(model), (data_ms or 0.0) / 1e3, reads_files=reads_files),
+        source,
+    )
 
 
 def slowest_forward_excess(runs: Sequence[Run]) -> Dict[int, Optional[float]]:
@@ -150,19 +214,37 @@ class PredictionResult:
     notes: List[str] = field(default_factory=list)
 
 
-def prediction(site: str, gpus: Optional[Sequence[int]] = None, model: Optional[str] = None,
-               compute_ms: Optional[float] = None, data_ms: Optional[float] = None, batch: Optional[int] = None,
-               framework: str = "ddp", zero_stage: Optional[int] = None, precision: Optional[str] = None,
-               from_run: Optional[Path] = None, from_runs: Sequence[Path] = (), calibrated: Optional[str] = None,
-               storage_images_per_s: Optional[float] = None, epoch_overhead: Optional[float] = None,
-               epoch_images: int = IMAGENET_TRAIN_IMAGES) -> PredictionResult:
+def prediction(
+    site: str,
+    gpus: Optional[Sequence[int]] = None,
+    model: Optional[str] = None,
+    compute_ms: Optional[float] = None,
+    data_ms: Optional[float] = None,
+    batch: Optional[int] = None,
+    framework: str = "ddp",
+    zero_stage: Optional[int] = None,
+    precision: Optional[str] = None,
+    from_run: Optional[Path] = None,
+    from_runs: Sequence[Path] = (),
+    calibrated: Optional[str] = None,
+    storage_images_per_s: Optional[float] = None,
+    epoch_overhead: Optional[float] = None,
+    epoch_images: int = IMAGENET_TRAIN_IMAGES,
+) -> PredictionResult:
     """The performance model for `site` as `dlaunch predict` runs it (each argument is its option); DlaunchError
     naming the option for bad input."""
     if framework not in gradient_exchanges():
-        raise DlaunchError("--framework %s: the performance model knows how the gradients of %s travel, not of this one "
-                           "(its row in dlaunch/train/framework_table.py has no gradient_exchange)" % (framework, ", ".join(gradient_exchanges())))
+        raise DlaunchError(
+            "--framework %s: the performance model knows how the gradients of %s travel, not of this one "
+            "(its row in dlaunch/train/framework_table.py has no gradient_exchange)"
+            % (framework, ", ".join(gradient_exchanges()))
+        )
     profile = resolve_site(site)
-    counts = check_gpu_counts(gpus, profile) if gpus is not None else [g for g in DEFAULT_GPU_COUNTS if g <= site_max_gpus(profile)] or [1]
+    counts = (
+        check_gpu_counts(gpus, profile)
+        if gpus is not None
+        else [g for g in DEFAULT_GPU_COUNTS if g <= site_max_gpus(profile)] or [1]
+    )
     if storage_images_per_s is not None and not storage_images_per_s > 0:
         raise DlaunchError("--storage-images-per-s: must be positive (got %r)" % storage_images_per_s)
     if epoch_overhead is not None and not epoch_overhead >= 0:
@@ -173,8 +255,10 @@ def prediction(site: str, gpus: Optional[Sequence[int]] = None, model: Optional[
         raise DlaunchError("--precision: %r is not one of %s" % (precision, ", ".join(PRECISIONS)))
     measured_compute = compute_ms is not None or from_run is not None or bool(from_runs)
     if precision is not None and measured_compute:
-        raise DlaunchError("--precision: chooses the published compute time; a measured one (--compute-ms, --from-run, "
-                           "--from-runs) has its own precision")
+        raise DlaunchError(
+            "--precision: chooses the published compute time; a measured one (--compute-ms, --from-run, "
+            "--from-runs) has its own precision"
+        )
     assumed = paper_assumptions(framework, calibrated, precision, zero_stage, measured_compute)
     precision = precision or (paper_precision(framework) if calibrated is not None else "tf32")
     left_out: List[LeftOut] = []
@@ -188,29 +272,41 @@ def prediction(site: str, gpus: Optional[Sequence[int]] = None, model: Optional[
         runs, step_options = calibration_runs(from_runs)
         base = interconnect_of_site(profile)
         left_out = leave_one_out(runs, base, profile.gpus_per_node)
-        machine = replace(fit_runs(runs, base or unknown_network(profile.gpus_per_node)), gpus_per_node=profile.gpus_per_node)
+        machine = replace(
+            fit_runs(runs, base or unknown_network(profile.gpus_per_node)), gpus_per_node=profile.gpus_per_node
+        )
         model_name, workload, source = runs[0].key.model, workload_of_run(runs[0]), "measured in %s" % runs[0].path
         fitted = sorted({r.world_size for r in runs})
         overhead, forward_excess_by_gpus = measured_overhead(runs), slowest_forward_excess(runs)
         machine_source = "fitted on your runs"
         basis = _basis(fitted, max(fitted))
-        notes = ["basis: fitted = a GPU count of your runs (profiled comm %% as --profile-steps measures it); in range = "
-                 "between them; predicted = beyond %d GPUs; %s" % (max(fitted), runs_step(step_options, len(runs)))]
+        notes = [
+            "basis: fitted = a GPU count of your runs (profiled comm %% as --profile-steps measures it); in range = "
+            "between them; predicted = beyond %d GPUs; %s" % (max(fitted), runs_step(step_options, len(runs)))
+        ]
     else:
         machine = interconnect_of_site(profile)
         if machine is None:
-            raise DlaunchError("--site: site %s has no [network] section (latency_us, bandwidth_gbps_per_node); "
-                               "add one or calibrate with --from-runs" % profile.name)
-        model_name, workload, source = workload_from_options(model, compute_ms, data_ms, batch, from_run, profile, precision)
+            raise DlaunchError(
+                "--site: site %s has no [network] section (latency_us, bandwidth_gbps_per_node); "
+                "add one or calibrate with --from-runs" % profile.name
+            )
+        model_name, workload, source = workload_from_options(
+            model, compute_ms, data_ms, batch, from_run, profile, precision
+        )
         machine_source = "nominal (site profile), no timing noise"
-        basis = lambda gpus: "nominal"  # noqa: E731
+        basis = lambda gpus: "nominal"
         notes = ["basis: nominal = the site profile's network, nothing fitted (see --calibrated, --from-runs)"]
         if calibrated is not None:
             if calibrated not in ("dali", "native"):
-                raise DlaunchError("--calibrated: %r is not a column of %s (dali, native)" % (calibrated, AACH2023_TABLE2A.name))
+                raise DlaunchError(
+                    "--calibrated: %r is not a column of %s (dali, native)" % (calibrated, AACH2023_TABLE2A.name)
+                )
             fit = fit_published()
             machine = replace(machine, noise_s=fit.machine.noise_s, beside_compute=fit.machine.beside_compute)
-            machine_source = "noise fitted on Aach et al. 2023 Table 2a, 4-%d GPUs (JUWELS Booster)" % CALIBRATION_MAX_GPUS
+            machine_source = (
+                "noise fitted on Aach et al. 2023 Table 2a, 4-%d GPUs (JUWELS Booster)" % CALIBRATION_MAX_GPUS
+            )
             published = compute_ms is None and from_run is None
             io_s = 0.0
             if published:  # the paper's workload: its loader's I/O kernels run on the GPU too
@@ -226,22 +322,44 @@ def prediction(site: str, gpus: Optional[Sequence[int]] = None, model: Optional[
                 storage_images_per_s = fit.machine.storage_images_per_s
                 storage_source = STORAGE_FIT
                 storage_counts = {gpus for _, gpus, _ in storage_points(load_statements())}
-                basis = _basis([g for g in counts if g <= CALIBRATION_MAX_GPUS or g in storage_counts], CALIBRATION_MAX_GPUS)
-            if (published and model_name == "resnet50" and workload.batch == DEFAULT_BATCH and data_ms is None
-                    and counts[0] == AACH2023_REFERENCE_GPUS and paper_machine(profile)):
+                basis = _basis(
+                    [g for g in counts if g <= CALIBRATION_MAX_GPUS or g in storage_counts], CALIBRATION_MAX_GPUS
+                )
+            if (
+                published
+                and model_name == "resnet50"
+                and workload.batch == DEFAULT_BATCH
+                and data_ms is None
+                and counts[0] == AACH2023_REFERENCE_GPUS
+                and paper_machine(profile)
+            ):
                 checks = paper_checks(model_name, calibrated, framework, counts)
-            notes = ["basis: fitted = inside the fit's range (Table 2a rows of 4-%d GPUs%s); predicted = beyond it"
-                     % (CALIBRATION_MAX_GPUS, "; the storage ceiling: E_G values of the paper" if storage_source == STORAGE_FIT else "")]
-    workload = replace(workload, framework=framework,
-                       zero_stage=(zero_stage or 0) if gradient_exchanges()[framework] == "deepspeed-zero" else 0)
+            notes = [
+                "basis: fitted = inside the fit's range (Table 2a rows of 4-%d GPUs%s); predicted = beyond it"
+                % (
+                    CALIBRATION_MAX_GPUS,
+                    "; the storage ceiling: E_G values of the paper" if storage_source == STORAGE_FIT else "",
+                )
+            ]
+    workload = replace(
+        workload,
+        framework=framework,
+        zero_stage=(zero_stage or 0) if gradient_exchanges()[framework] == "deepspeed-zero" else 0,
+    )
     if storage_images_per_s is None and profile.storage is not None:  # the site's [storage] fact
         storage_images_per_s, storage_source = profile.storage.loader_images_per_s, "site profile [storage]"
     machine = replace(machine, storage_images_per_s=storage_images_per_s)
-    storage = ("no ceiling" if not (workload.reads_files and machine.storage_images_per_s)
-               else "%.0f images/s for a loader reading files (%s)" % (machine.storage_images_per_s, storage_source))
+    storage = (
+        "no ceiling"
+        if not (workload.reads_files and machine.storage_images_per_s)
+        else "%.0f images/s for a loader reading files (%s)" % (machine.storage_images_per_s, storage_source)
+    )
     if calibrated == "native" and data_ms is None and from_run is None:
-        storage += ("; the native loader's CPU %.0f images/s per GPU (%d workers x %.0f, measured)"
-                    % (native_loader_images_per_s(), NATIVE_WORKERS, NATIVE_WORKER_IMAGES_PER_S))
+        storage += "; the native loader's CPU %.0f images/s per GPU (%d workers x %.0f, measured)" % (
+            native_loader_images_per_s(),
+            NATIVE_WORKERS,
+            NATIVE_WORKER_IMAGES_PER_S,
+        )
     if epoch_overhead is not None:
         overhead = FixedOverhead(epoch_overhead, "--epoch-overhead")
     if overhead is not None:
@@ -254,13 +372,37 @@ def prediction(site: str, gpus: Optional[Sequence[int]] = None, model: Optional[
     if overhead is not None:
         limit = max(site_max_gpus(profile), counts[-1])
         passes = overhead_passes(workload, machine, overhead, counts[0], limit, epoch_images)
-        notes.append("overhead: seconds per epoch outside the steps and their share of the run's time; "
-                     + ("more than %.0f %% of it from %d GPUs on" % (100 * OVERHEAD_SHARE_LIMIT, passes) if passes else
-                        "under %.0f %% of it up to %d GPUs" % (100 * OVERHEAD_SHARE_LIMIT, limit)))
+        notes.append(
+            "overhead: seconds per epoch outside the steps and their share of the run's time; "
+            + (
+                "more than %.0f %% of it from %d GPUs on" % (100 * OVERHEAD_SHARE_LIMIT, passes)
+                if passes
+                else "under %.0f %% of it up to %d GPUs" % (100 * OVERHEAD_SHARE_LIMIT, limit)
+            )
+        )
     if forward_excess_by_gpus is not None:
-        notes.append("slowest forward vs median: how much longer your runs' slowest rank's forward pass took than the "
-                     "median rank's, the measure of the straggler flag (metrics version 4), at their GPU counts")
+        notes.append(
+            "slowest forward vs median: how much longer your runs' slowest rank's forward pass took than the "
+            "median rank's, the measure of the straggler flag (metrics version 4), at their GPU counts"
+        )
     notes += check_summary(predictions, checks) if checks else []
-    return PredictionResult(profile.name, model_name, framework, workload, machine, source, machine_source, storage,
-                            epochs, predictions, {p.gpus: basis(p.gpus) for p in predictions}, bool(from_runs),
-                            overhead is not None, assumed, checks, forward_excess_by_gpus, left_out, notes)
+    return PredictionResult(
+        profile.name,
+        model_name,
+        framework,
+        workload,
+        machine,
+        source,
+        machine_source,
+        storage,
+        epochs,
+        predictions,
+        {p.gpus: basis(p.gpus) for p in predictions},
+        bool(from_runs),
+        overhead is not None,
+        assumed,
+        checks,
+        forward_excess_by_gpus,
+        left_out,
+        notes,
+    )

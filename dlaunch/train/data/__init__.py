@@ -6,6 +6,7 @@ batches of `epoch` (DistributedSampler semantics: one permutation seeded by `see
 rank) minus the first `skip_batches` (a mid-epoch resume skips them without reading them).
 `val` is None where there is no validation set (synthetic data).
 """
+
 from typing import Any
 
 from dlaunch.train.data.loaders import Loaders
@@ -21,6 +22,8 @@ def build_loaders(cfg: Any, dist: Any) -> Loaders:
         return build_dali_loaders(cfg, dist)
     if cfg.synthetic:
         from dlaunch.train.data.synthetic import build_synthetic_loaders
+
         return build_synthetic_loaders(cfg, dist)
     from dlaunch.train.data.folder import build_folder_loaders
+
     return build_folder_loaders(cfg, dist)

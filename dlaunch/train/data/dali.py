@@ -23,23 +23,22 @@ loader's count); batches past that on a larger shard are read and dropped, so al
 (LastBatchPolicy.DROP). Validation uses LastBatchPolicy.PARTIAL on fixed shards (stick_to_shard): every
 validation image is evaluated exactly once, the last batch of a rank may be smaller.
 """
+
 import math
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, Tuple
 
-import torch
-
-from dlaunch.train.config import ConfigError
-from dlaunch.train.data.loaders import Loaders
-from dlaunch.train.data.folder import IMAGENET_MEAN, IMAGENET_STD
-
 import nvidia.dali
 import nvidia.dali.tfrecord as tfrec
+import torch
 from nvidia.dali import fn, pipeline_def, types
 from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
 import dlaunch.train.data.tfrecords as tfrecords
+from dlaunch.train.config import ConfigError
+from dlaunch.train.data.folder import IMAGENET_MEAN, IMAGENET_STD
+from dlaunch.train.data.loaders import Loaders
 
 READER = "Reader"
 _MEAN = [255.0 * m for m in IMAGENET_MEAN]
@@ -63,26 +62,48 @@ class Source:
 
 def _read(source: Source, shard_id: int, num_shards: int, training: bool, reader_seed: int = 0) -> Tuple[Any, Any]:
     """(encoded images, labels) of this rank's shard: shuffled for training, fixed shards for validation."""
-    order = dict(random_shuffle=True, seed=reader_seed) if training else dict(
-        random_shuffle=False, stick_to_shard=True, pad_last_batch=True)
+    order = (
+        dict(random_shuffle=True, seed=reader_seed)
+        if training
+        else dict(random_shuffle=False, stick_to_shard=True, pad_last_batch=True)
+    )
     if not source.records:
         return fn.readers.file(file_root=source.root, shard_id=shard_id, num_shards=num_shards, name=READER, **order)
-    inputs = fn.readers.tfrecord(path=list(source.records), index_path=list(source.indexes), shard_id=shard_id,
-                                 num_shards=num_shards, name=READER,
-                                 features={"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
-                                           "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1)}, **order)
+    inputs = fn.readers.tfrecord(
+        path=list(source.records),
+        index_path=list(source.indexes),
+        shard_id=shard_id,
+        num_shards=num_shards,
+        name=READER,
+        features={
+            "image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+            "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1),
+        },
+        **order,
+    )
     return inputs["image/encoded"], inputs["image/class/label"] - source.label_offset
 
 
 @pipeline_def
 def _train_pipeline(source: Source, shard_id: int, num_shards: int, reader_seed: int, size: int, device: str):
     jpegs, labels = _read(source, shard_id, num_shards, True, reader_seed)
-    images = fn.decoders.image_random_crop(jpegs, device="mixed" if device == "gpu" else "cpu",
-                                           output_type=types.RGB, random_area=[0.08, 1.0],
-                                           random_aspect_ratio=[3.0 / 4.0, 4.0 / 3.0])
+    images = fn.decoders.image_random_crop(
+        jpegs,
+        device="mixed" if device == "gpu" else "cpu",
+        output_type=types.RGB,
+        random_area=[0.08, 1.0],
+        random_aspect_ratio=[3.0 / 4.0, 4.0 / 3.0],
+    )
     images = fn.resize(images, device=device, resize_x=size, resize_y=size)
-    images = fn.crop_mirror_normalize(images, device=device, dtype=types.FLOAT, output_layout="CHW",
-                                      mean=_MEAN, std=_STD, mirror=fn.random.coin_flip(probability=0.5))
+    images = fn.crop_mirror_normalize(
+        images,
+        device=device,
+        dtype=types.FLOAT,
+        output_layout="CHW",
+        mean=_MEAN,
+        std=_STD,
+        mirror=fn.random.coin_flip(probability=0.5),
+    )
     return images, labels
 
 
@@ -91,8 +112,9 @@ def _val_pipeline(source: Source, shard_id: int, num_shards: int, size: int, dev
     jpegs, labels = _read(source, shard_id, num_shards, False)
     images = fn.decoders.image(jpegs, device="mixed" if device == "gpu" else "cpu", output_type=types.RGB)
     images = fn.resize(images, device=device, resize_shorter=int(round(size * 256 / 224)))
-    images = fn.crop_mirror_normalize(images, device=device, dtype=types.FLOAT, output_layout="CHW",
-                                      crop=(size, size), mean=_MEAN, std=_STD)
+    images = fn.crop_mirror_normalize(
+        images, device=device, dtype=types.FLOAT, output_layout="CHW", crop=(size, size), mean=_MEAN, std=_STD
+    )
     return images, labels
 
 
@@ -104,11 +126,19 @@ def shard_size(samples: int, shard_id: int, num_shards: int) -> int:
 class DaliLoader:
     """A DALIGenericIterator as a trainer loader: `batches` per epoch, batches moved to `device`."""
 
-    def __init__(self, pipeline: Any, policy: Any, batches: int, device: torch.device, channels_last: bool,
-                 settings: Dict[str, Any]):
+    def __init__(
+        self,
+        pipeline: Any,
+        policy: Any,
+        batches: int,
+        device: torch.device,
+        channels_last: bool,
+        settings: Dict[str, Any],
+    ):
         pipeline.build()
-        self.iterator = DALIGenericIterator([pipeline], ["images", "labels"], reader_name=READER,
-                                            last_batch_policy=policy, auto_reset=True)
+        self.iterator = DALIGenericIterator(
+            [pipeline], ["images", "labels"], reader_name=READER, last_batch_policy=policy, auto_reset=True
+        )
         self.batches = batches
         self.device = device
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
@@ -136,8 +166,10 @@ class DaliLoader:
             images, labels = outputs[0]["images"], outputs[0]["labels"]
             if index < skip or images.shape[0] == 0:
                 continue
-            yield (images.to(self.device, non_blocking=non_blocking, memory_format=self.memory_format),
-                   labels.reshape(-1).to(self.device, dtype=torch.int64, non_blocking=non_blocking))
+            yield (
+                images.to(self.device, non_blocking=non_blocking, memory_format=self.memory_format),
+                labels.reshape(-1).to(self.device, dtype=torch.int64, non_blocking=non_blocking),
+            )
         self._unfinished = False
 
 
@@ -145,14 +177,22 @@ def sources(data: str) -> Dict[str, Source]:
     """The train and val sources of `--data`: its TFRecords when it holds a manifest, else its class folders."""
     if tfrecords.is_tfrecord_dir(data):
         manifest = tfrecords.read_manifest(data)
-        return {split: Source(os.path.join(data, split), manifest["splits"][split]["images"],
-                              tuple(tfrecords.files(data, manifest, split)),
-                              tuple(tfrecords.index_files(data, manifest, split)), manifest["label_offset"])
-                for split in tfrecords.SPLITS}
+        return {
+            split: Source(
+                os.path.join(data, split),
+                manifest["splits"][split]["images"],
+                tuple(tfrecords.files(data, manifest, split)),
+                tuple(tfrecords.index_files(data, manifest, split)),
+                manifest["label_offset"],
+            )
+            for split in tfrecords.SPLITS
+        }
     from torchvision import datasets
 
-    return {split: Source(os.path.join(data, split), len(datasets.ImageFolder(os.path.join(data, split))))
-            for split in tfrecords.SPLITS}
+    return {
+        split: Source(os.path.join(data, split), len(datasets.ImageFolder(os.path.join(data, split))))
+        for split in tfrecords.SPLITS
+    }
 
 
 def build_dali_loaders(cfg: Any, dist: Any) -> Loaders:
@@ -166,18 +206,44 @@ def build_dali_loaders(cfg: Any, dist: Any) -> Loaders:
     train_source, val_source = (sources(cfg.data)[split] for split in ("train", "val"))
     batches = (train_source.images // dist.world_size) // cfg.batch_size
     if batches == 0:
-        raise ConfigError("--batch-size %d x %d ranks is more than the %d images in %s"
-                          % (cfg.batch_size, dist.world_size, train_source.images, train_source.root))
-    settings = {"dali": nvidia.dali.__version__, "dali_device": cfg.dali_device, "threads": threads,
-                "format": train_source.format, "train_last_batch": "DROP", "val_last_batch": "PARTIAL",
-                "shuffle": ("TFRecord reader" if train_source.records else "file reader") +
-                ": fixed-seed shard split, shard rotation per epoch, seeded shuffle buffer"}
-    common = dict(batch_size=cfg.batch_size, num_threads=threads, device_id=device_id,
-                  shard_id=dist.rank, num_shards=dist.world_size, size=cfg.image_size, device=cfg.dali_device)
-    train = DaliLoader(_train_pipeline(source=train_source, reader_seed=cfg.seed,
-                                       seed=cfg.seed * 65536 + dist.rank, **common),
-                       LastBatchPolicy.DROP, batches, dist.device, cfg.channels_last, settings)
+        raise ConfigError(
+            "--batch-size %d x %d ranks is more than the %d images in %s"
+            % (cfg.batch_size, dist.world_size, train_source.images, train_source.root)
+        )
+    settings = {
+        "dali": nvidia.dali.__version__,
+        "dali_device": cfg.dali_device,
+        "threads": threads,
+        "format": train_source.format,
+        "train_last_batch": "DROP",
+        "val_last_batch": "PARTIAL",
+        "shuffle": ("TFRecord reader" if train_source.records else "file reader")
+        + ": fixed-seed shard split, shard rotation per epoch, seeded shuffle buffer",
+    }
+    common = dict(
+        batch_size=cfg.batch_size,
+        num_threads=threads,
+        device_id=device_id,
+        shard_id=dist.rank,
+        num_shards=dist.world_size,
+        size=cfg.image_size,
+        device=cfg.dali_device,
+    )
+    train = DaliLoader(
+        _train_pipeline(source=train_source, reader_seed=cfg.seed, seed=cfg.seed * 65536 + dist.rank, **common),
+        LastBatchPolicy.DROP,
+        batches,
+        dist.device,
+        cfg.channels_last,
+        settings,
+    )
     val_batches = math.ceil(shard_size(val_source.images, dist.rank, dist.world_size) / cfg.batch_size)
-    val = DaliLoader(_val_pipeline(source=val_source, seed=cfg.seed * 65536 + dist.rank, **common),
-                     LastBatchPolicy.PARTIAL, val_batches, dist.device, cfg.channels_last, settings)
+    val = DaliLoader(
+        _val_pipeline(source=val_source, seed=cfg.seed * 65536 + dist.rank, **common),
+        LastBatchPolicy.PARTIAL,
+        val_batches,
+        dist.device,
+        cfg.channels_last,
+        settings,
+    )
     return Loaders(train, val)

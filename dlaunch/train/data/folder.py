@@ -6,6 +6,7 @@ batches), RandomResizedCrop + horizontal flip. The augmentation of sample i in e
 Validation: resize to image_size*256/224, center crop; every image is evaluated exactly once
 (rank r takes images r, r+world, ...), so summed counts give the exact top-1 of the whole set.
 """
+
 import itertools
 from typing import Any, Iterator
 
@@ -29,7 +30,7 @@ class SeededImageFolder(datasets.ImageFolder):
         self.epoch = 0
 
     def __getitem__(self, index: int):
-        torch.manual_seed(((self.seed * 1000003 + self.epoch) * 10000019 + index) % (2 ** 63))
+        torch.manual_seed(((self.seed * 1000003 + self.epoch) * 10000019 + index) % (2**63))
         return super().__getitem__(index)
 
 
@@ -80,33 +81,51 @@ class DeviceLoader:
     def __iter__(self):
         non_blocking = self.device.type == "cuda"
         for images, labels in self.loader:
-            yield (images.to(self.device, non_blocking=non_blocking, memory_format=self.memory_format),
-                   labels.to(self.device, non_blocking=non_blocking))
+            yield (
+                images.to(self.device, non_blocking=non_blocking, memory_format=self.memory_format),
+                labels.to(self.device, non_blocking=non_blocking),
+            )
 
 
 def build_folder_loaders(cfg: Any, dist: Any) -> Loaders:
     normalize = transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)
-    train_set = SeededImageFolder(cfg.data + "/train", transforms.Compose([
-        transforms.RandomResizedCrop(cfg.image_size),
-        transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(),
-        normalize,
-    ]), cfg.seed)
-    val_set = datasets.ImageFolder(cfg.data + "/val", transforms.Compose([
-        transforms.Resize(int(round(cfg.image_size * 256 / 224))),
-        transforms.CenterCrop(cfg.image_size),
-        transforms.ToTensor(),
-        normalize,
-    ]))
-    train_sampler = ResumableDistributedSampler(train_set, num_replicas=dist.world_size, rank=dist.rank,
-                                                shuffle=True, seed=cfg.seed, drop_last=True)
+    train_set = SeededImageFolder(
+        cfg.data + "/train",
+        transforms.Compose(
+            [
+                transforms.RandomResizedCrop(cfg.image_size),
+                transforms.RandomHorizontalFlip(),
+                transforms.ToTensor(),
+                normalize,
+            ]
+        ),
+        cfg.seed,
+    )
+    val_set = datasets.ImageFolder(
+        cfg.data + "/val",
+        transforms.Compose(
+            [
+                transforms.Resize(int(round(cfg.image_size * 256 / 224))),
+                transforms.CenterCrop(cfg.image_size),
+                transforms.ToTensor(),
+                normalize,
+            ]
+        ),
+    )
+    train_sampler = ResumableDistributedSampler(
+        train_set, num_replicas=dist.world_size, rank=dist.rank, shuffle=True, seed=cfg.seed, drop_last=True
+    )
     batches = len(train_sampler) // cfg.batch_size
     if batches == 0:
-        raise ConfigError("--batch-size %d x %d ranks is more than the %d images in %s/train"
-                          % (cfg.batch_size, dist.world_size, len(train_set), cfg.data))
+        raise ConfigError(
+            "--batch-size %d x %d ranks is more than the %d images in %s/train"
+            % (cfg.batch_size, dist.world_size, len(train_set), cfg.data)
+        )
     common = dict(batch_size=cfg.batch_size, num_workers=cfg.workers, pin_memory=dist.device.type == "cuda")
     train = DataLoader(train_set, sampler=train_sampler, drop_last=True, **common)
     val_sampler = ShardSampler(len(val_set), dist.rank, dist.world_size)
     val = DataLoader(val_set, sampler=val_sampler, **common)
-    return Loaders(DeviceLoader(train, dist.device, cfg.channels_last, batches),
-                   DeviceLoader(val, dist.device, cfg.channels_last, len(val)))
+    return Loaders(
+        DeviceLoader(train, dist.device, cfg.channels_last, batches),
+        DeviceLoader(val, dist.device, cfg.channels_last, len(val)),
+    )

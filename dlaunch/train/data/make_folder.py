@@ -9,6 +9,7 @@ scikit-learn's bundled 8x8 digits (1797 images, 10 classes, no download) upscale
 stratified train/val split. Both are deterministic by seed. The folder appears atomically (written to
 a temporary sibling, then renamed); an existing non-empty OUT is refused.
 """
+
 import os
 import shutil
 import sys
@@ -43,8 +44,9 @@ def _write_atomically(root: str, class_names: List[str], samples: Callable[[], L
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def make_pattern_folder(root: str, classes: int, images_per_class: int, val_per_class: int,
-                        size: int, seed: int = 0) -> None:
+def make_pattern_folder(
+    root: str, classes: int, images_per_class: int, val_per_class: int, size: int, seed: int = 0
+) -> None:
     """`classes` classes of coloured stripes, `images_per_class` train and `val_per_class` val images each."""
     rng = np.random.RandomState(seed)
     colours = rng.uniform(40, 215, size=(classes, 3))
@@ -107,12 +109,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                 raise ConfigError("--val-fraction %s must be in (0, 1)" % args.val_fraction)
             make_digits_folder(args.out, args.size, args.val_fraction, args.seed)
         else:
-            for flag, value in (("--classes", args.classes), ("--images-per-class", args.images_per_class),
-                                ("--val-per-class", args.val_per_class)):
+            for flag, value in (
+                ("--classes", args.classes),
+                ("--images-per-class", args.images_per_class),
+                ("--val-per-class", args.val_per_class),
+            ):
                 if value < 1:
                     raise ConfigError("%s %d must be at least 1" % (flag, value))
-            make_pattern_folder(args.out, args.classes, args.images_per_class, args.val_per_class,
-                                args.size, args.seed)
+            make_pattern_folder(args.out, args.classes, args.images_per_class, args.val_per_class, args.size, args.seed)
     except ConfigError as e:
         print("make_folder: error: %s" % e, file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ manifest is written last, so DST holds a usable set only when the conversion fin
 google-crc32c (the records' CRC32C checksums; the `dali` extra of dlaunch), no TensorFlow: the
 protocol-buffer encoding of the few fields is written here.
 """
+
 import json
 import os
 import random
@@ -51,8 +52,10 @@ def _int64_feature(value: int) -> bytes:
 
 def example(features: Sequence[Tuple[str, bytes]]) -> bytes:
     """A serialized tf.train.Example: Example.features (1) { map<string, Feature> feature (1) }."""
-    entries = b"".join(_length_delimited(1, _length_delimited(1, name.encode()) + _length_delimited(2, feature))
-                       for name, feature in features)
+    entries = b"".join(
+        _length_delimited(1, _length_delimited(1, name.encode()) + _length_delimited(2, feature))
+        for name, feature in features
+    )
     return _length_delimited(1, entries)
 
 
@@ -71,11 +74,15 @@ def image_example(path: str, label: int, synset: str) -> bytes:
     with open(path, "rb") as f:
         encoded = f.read()
     extension = os.path.splitext(path)[1].lower().lstrip(".")
-    return example([("image/encoded", _bytes_feature(encoded)),
-                    ("image/format", _bytes_feature(("JPEG" if extension in ("jpg", "jpeg") else extension.upper()).encode())),
-                    ("image/filename", _bytes_feature(os.path.basename(path).encode())),
-                    ("image/class/label", _int64_feature(label + 1)),
-                    ("image/class/synset", _bytes_feature(synset.encode()))])
+    return example(
+        [
+            ("image/encoded", _bytes_feature(encoded)),
+            ("image/format", _bytes_feature(("JPEG" if extension in ("jpg", "jpeg") else extension.upper()).encode())),
+            ("image/filename", _bytes_feature(os.path.basename(path).encode())),
+            ("image/class/label", _int64_feature(label + 1)),
+            ("image/class/synset", _bytes_feature(synset.encode())),
+        ]
+    )
 
 
 def write_shard(record_path: str, index_path: str, items: Sequence[Item]) -> int:
@@ -100,20 +107,31 @@ def list_split(root: str, split: str, classes: List[str]) -> List[Item]:
     items = []
     for label, name in enumerate(classes):
         folder = os.path.join(root, split, name)
-        items += [(os.path.join(folder, f), label, name) for f in sorted(os.listdir(folder))
-                  if f.lower().endswith(IMAGE_EXTENSIONS)]
+        items += [
+            (os.path.join(folder, f), label, name)
+            for f in sorted(os.listdir(folder))
+            if f.lower().endswith(IMAGE_EXTENSIONS)
+        ]
     return items
 
 
-def convert(src: str, dst: str, train_shards: int = 1024, val_shards: int = 128, workers: Optional[int] = None,
-            seed: int = 0) -> dict:
+def convert(
+    src: str, dst: str, train_shards: int = 1024, val_shards: int = 128, workers: Optional[int] = None, seed: int = 0
+) -> dict:
     """Write DST from SRC; returns the manifest."""
     count_image_folder_classes(src)  # the layout check of the trainer (ConfigError naming what is wrong)
     if os.path.exists(os.path.join(dst, MANIFEST)):
         raise ConfigError("%s already holds a TFRecord set (%s); remove it or choose another DST" % (dst, MANIFEST))
     classes = sorted(e.name for e in os.scandir(os.path.join(src, "train")) if e.is_dir())
-    manifest = {"format": FORMAT, "source": os.path.abspath(src), "classes": classes, "label_offset": 1,
-                "features": {"image": "image/encoded", "label": "image/class/label"}, "seed": seed, "splits": {}}
+    manifest = {
+        "format": FORMAT,
+        "source": os.path.abspath(src),
+        "classes": classes,
+        "label_offset": 1,
+        "features": {"image": "image/encoded", "label": "image/class/label"},
+        "seed": seed,
+        "splits": {},
+    }
     jobs = []
     for split, wanted in (("train", train_shards), ("val", val_shards)):
         items = list_split(src, split, classes)
@@ -124,7 +142,7 @@ def convert(src: str, dst: str, train_shards: int = 1024, val_shards: int = 128,
             os.makedirs(folder, exist_ok=True)
         for shard in range(shards):
             name = shard_name(split, shard, shards)
-            part = items[shard * len(items) // shards:(shard + 1) * len(items) // shards]
+            part = items[shard * len(items) // shards : (shard + 1) * len(items) // shards]
             jobs.append((os.path.join(dst, split, name), os.path.join(dst, "index", split, name + ".idx"), part))
     with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         written = sum(pool.map(write_shard, *zip(*jobs)))
@@ -153,8 +171,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ConfigError as e:
         print("make_tfrecord: error: %s" % e, file=sys.stderr)
         return 2
-    print("wrote %s: %s" % (a.dst, ", ".join("%s %d images in %d shards" % (s, v["images"], v["shards"])
-                                               for s, v in manifest["splits"].items())))
+    print(
+        "wrote %s: %s"
+        % (
+            a.dst,
+            ", ".join(
+                "%s %d images in %d shards" % (s, v["images"], v["shards"]) for s, v in manifest["splits"].items()
+            ),
+        )
+    )
     return 0
 
 

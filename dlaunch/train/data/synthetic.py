@@ -3,6 +3,7 @@
 Rank r's batch is drawn from a generator seeded by `(seed, r)` (`synthetic_batch`), so a test can
 replay exactly what every rank trained on. There is no validation set.
 """
+
 from typing import Any, Tuple
 
 import torch

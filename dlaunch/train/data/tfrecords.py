@@ -12,6 +12,7 @@ The records follow TensorFlow's ImageNet converter (build_imagenet_data.py of te
 `image/class/label` = 1 + the class's index in sorted folder order (0 stands for a background class
 there), so the trainer's label is `image/class/label` - `label_offset`.
 """
+
 import json
 import os
 from typing import Any, Dict, List
@@ -45,7 +46,9 @@ def read_manifest(root: str) -> Dict[str, Any]:
         for record, index in zip(files(root, manifest, split), index_files(root, manifest, split)):
             for needed in (record, index):
                 if not os.path.isfile(needed):
-                    raise ConfigError("--data %s: %s is missing (rerun python -m dlaunch.train.data.make_tfrecord)" % (root, needed))
+                    raise ConfigError(
+                        "--data %s: %s is missing (rerun python -m dlaunch.train.data.make_tfrecord)" % (root, needed)
+                    )
     return manifest
 
 

@@ -1,4 +1,5 @@
 """`--framework NAME` -> a Framework instance, imported only when chosen (rows: dlaunch/train/framework_table.py)."""
+
 import importlib
 
 from dlaunch.train.config import ConfigError

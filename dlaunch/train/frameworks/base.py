@@ -3,6 +3,7 @@
 The training loop (`dlaunch/train/loop.py`) calls only these methods, so a framework is added by writing
 one subclass and registering it in `dlaunch/train/frameworks/__init__.py`.
 """
+
 import contextlib
 import hashlib
 from dataclasses import dataclass
@@ -46,7 +47,9 @@ class Framework:
         """Start the process group (or equivalent) and return this process's place in it."""
         raise NotImplementedError
 
-    def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
+    def wrap(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any
+    ) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
         """Make model and optimizer distributed; parameters are equal on all ranks afterwards."""
         raise NotImplementedError
 

@@ -10,6 +10,7 @@ there is nothing to average, and DDP would still copy every gradient through its
 on CUDA graphs with DDP (NCCL's async error handling off before the group starts, DDP built on a side stream, more
 than 11 eager iterations before the capture).
 """
+
 import contextlib
 import gc
 import os
@@ -34,8 +35,12 @@ def rank_environment(environ: Mapping[str, str]) -> Dict[str, str]:
     task = jobenv.task(environ)
     nodes = len(jobenv.node_hosts(environ))
     on_node = jobenv.tasks_per_node(environ, task.ntasks, nodes)[task.node_id]
-    return {"RANK": str(task.task_id), "LOCAL_RANK": str(task.local_id), "WORLD_SIZE": str(task.ntasks),
-            "LOCAL_WORLD_SIZE": str(on_node)}
+    return {
+        "RANK": str(task.task_id),
+        "LOCAL_RANK": str(task.local_id),
+        "WORLD_SIZE": str(task.ntasks),
+        "LOCAL_WORLD_SIZE": str(on_node),
+    }
 
 
 def resolve_device(cfg: Any, local_rank: int, local_workers: int, one_launcher: bool) -> torch.device:
@@ -87,8 +92,10 @@ class DDP(ProcessGroupFramework):
         if cfg.cuda_graphs and device.type != "cuda":
             raise ConfigError("--cuda-graphs needs a CUDA device")
         if cfg.cuda_graphs and world_size > 1 and cfg.warmup_steps <= DDP_GRAPH_EAGER_STEPS:
-            raise ConfigError("--cuda-graphs across %d ranks needs --warmup-steps > %d (DDP's eager iterations before "
-                              "a capture)" % (world_size, DDP_GRAPH_EAGER_STEPS))
+            raise ConfigError(
+                "--cuda-graphs across %d ranks needs --warmup-steps > %d (DDP's eager iterations before "
+                "a capture)" % (world_size, DDP_GRAPH_EAGER_STEPS)
+            )
         self.backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
@@ -101,7 +108,9 @@ class DDP(ProcessGroupFramework):
         self.world_size = world_size
         return DistInfo(rank, world_size, local_rank, local_world_size, device)
 
-    def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
+    def wrap(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any
+    ) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
         self.sync_bn = cfg.sync_bn
         if cfg.sync_bn:
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)  # reuses the Parameter objects
@@ -115,7 +124,9 @@ class DDP(ProcessGroupFramework):
             if stream is not None:
                 stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-                self.model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+                self.model = DistributedDataParallel(
+                    model, device_ids=[device.index] if device.type == "cuda" else None
+                )
             if stream is not None:
                 torch.cuda.current_stream().wait_stream(stream)
         self.optimizer = optimizer
@@ -157,7 +168,12 @@ class DDP(ProcessGroupFramework):
         return {"ddp": torch.__version__}
 
     def settings(self) -> Dict[str, Any]:
-        return {"backend": self.backend, "wrapped": self.world_size > 1, "sync_bn": self.sync_bn, "grad_scaler": self.scaler is not None}
+        return {
+            "backend": self.backend,
+            "wrapped": self.world_size > 1,
+            "sync_bn": self.sync_bn,
+            "grad_scaler": self.scaler is not None,
+        }
 
     def shutdown(self) -> None:
         # Free the DDP reducer (it holds the process group and gloo work objects) while the

@@ -28,6 +28,7 @@ engine's step waits on the host every step.
 DeepSpeed clips gradients to norm 1.0 by default; here only `--grad-clip F` clips. `--profile-steps`
 needs whole local gradients (`no_sync`), so it is refused under ZeRO >= 1.
 """
+
 import os
 from typing import Any, ContextManager, Dict, Tuple
 
@@ -48,7 +49,7 @@ def deepspeed_config(cfg: Any, world_size: int) -> Dict[str, Any]:
         "gradient_accumulation_steps": 1,
         "zero_optimization": {"stage": cfg.zero_stage},
         "zero_allow_untested_optimizer": True,
-        "steps_per_print": 2 ** 31 - 1,  # the trainer prints and records progress
+        "steps_per_print": 2**31 - 1,  # the trainer prints and records progress
         # DeepSpeed clips to norm 1.0 unless told otherwise; the other frameworks do not clip.
         "gradient_clipping": cfg.grad_clip if cfg.grad_clip is not None and cfg.grad_clip > 0 else 0.0,
     }
@@ -61,8 +62,10 @@ def deepspeed_config(cfg: Any, world_size: int) -> Dict[str, Any]:
 
 def cast_floating_inputs(dtype: torch.dtype) -> Any:
     """A forward pre-hook that casts the floating-point tensor arguments of a module to `dtype`."""
+
     def hook(module: torch.nn.Module, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
         return tuple(x.to(dtype) if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs)
+
     return hook
 
 
@@ -77,25 +80,34 @@ class DeepSpeed(DDP):
         self.config: Dict[str, Any] = {}
 
     def init(self, cfg: Any) -> DistInfo:
-        refuse_step_options(cfg, "DeepSpeed's engine step reads gradient norms and overflow flags on the host, which a "
-                                 "CUDA graph cannot capture",
-                            "DeepSpeed's engine synchronises the host every step (its throughput timer; under "
-                            "bf16/fp16 its optimizer's gradient-norm and overflow checks)")
+        refuse_step_options(
+            cfg,
+            "DeepSpeed's engine step reads gradient norms and overflow flags on the host, which a "
+            "CUDA graph cannot capture",
+            "DeepSpeed's engine synchronises the host every step (its throughput timer; under "
+            "bf16/fp16 its optimizer's gradient-norm and overflow checks)",
+        )
         if cfg.zero_stage == 3 and cfg.checkpoint_dir:
-            raise ConfigError("--zero-stage 3 partitions the parameters: checkpoints (--checkpoint-dir) "
-                              "need --zero-stage 0, 1 or 2")
+            raise ConfigError(
+                "--zero-stage 3 partitions the parameters: checkpoints (--checkpoint-dir) need --zero-stage 0, 1 or 2"
+            )
         if cfg.zero_stage > 0 and cfg.profile_steps > 0:
-            raise ConfigError("--profile-steps needs whole local gradients, which ZeRO partitions: "
-                              "profile with --zero-stage 0")
+            raise ConfigError(
+                "--profile-steps needs whole local gradients, which ZeRO partitions: profile with --zero-stage 0"
+            )
         if cfg.profile_steps > 0 and not hasattr(deepspeed.DeepSpeedEngine, "no_sync"):  # DeepSpeed < 0.16
-            raise ConfigError("--profile-steps needs DeepSpeed's engine.no_sync() (DeepSpeed >= 0.16; this is %s)"
-                              % deepspeed.__version__)
+            raise ConfigError(
+                "--profile-steps needs DeepSpeed's engine.no_sync() (DeepSpeed >= 0.16; this is %s)"
+                % deepspeed.__version__
+            )
         info = super().init(cfg)
         os.environ.setdefault("LOCAL_RANK", str(info.local_rank))  # a job of one has no torchrun env
         deepspeed.init_distributed(dist_backend=self.backend, verbose=False)
         return info
 
-    def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
+    def wrap(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any
+    ) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
         if cfg.sync_bn:
             raise ConfigError("--sync-bn is implemented for --framework ddp only")
         if cfg.amp == "bf16":
@@ -106,14 +118,16 @@ class DeepSpeed(DDP):
         # objects); with channels-last input batches cuDNN still runs its channels-last kernels.
         model = model.to(memory_format=torch.contiguous_format)
         self.config = deepspeed_config(cfg, self.world_size)
-        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.config,
-                                                    dist_init_required=False)
+        self.engine, _, _, _ = deepspeed.initialize(
+            model=model, optimizer=optimizer, config=self.config, dist_init_required=False
+        )
         if cfg.amp != "none":
             # DeepSpeed's fp16/bf16 modes cast the module but not its inputs, and inside the engine they
             # switch off the loop's torch.autocast on CUDA (DeepSpeed >= 0.16, runtime/torch_autocast.py):
             # without this, "Input type (torch.cuda.FloatTensor) and weight type (torch.cuda.HalfTensor)".
             self.engine.module.register_forward_pre_hook(
-                cast_floating_inputs(torch.float16 if cfg.amp == "fp16" else torch.bfloat16))
+                cast_floating_inputs(torch.float16 if cfg.amp == "fp16" else torch.bfloat16)
+            )
         self.optimizer = optimizer
         self.model = self.engine
         return self.engine, optimizer
@@ -173,8 +187,12 @@ class DeepSpeed(DDP):
         return {"deepspeed": deepspeed.__version__}
 
     def settings(self) -> Dict[str, Any]:
-        return {"backend": self.backend, "zero_stage": self.zero_stage, "config": self.config,
-                "checkpoint": "model+optimizer" if self.zero_stage == 0 else "model only (ZeRO partitions optimizer state)"}
+        return {
+            "backend": self.backend,
+            "zero_stage": self.zero_stage,
+            "config": self.config,
+            "checkpoint": "model+optimizer" if self.zero_stage == 0 else "model only (ZeRO partitions optimizer state)",
+        }
 
     def shutdown(self) -> None:
         self.engine = None

@@ -16,6 +16,7 @@ N micro-batches accumulate locally, each scaled by 1/N, and are reduced and appl
 BatchNorm statistics stay per rank (Horovod broadcasts buffers only at the start); rank 0's equal
 DDP's, which broadcasts rank 0's buffers every forward.
 """
+
 import contextlib
 import os
 from typing import Any, Dict, Iterator, Optional, Tuple
@@ -47,8 +48,10 @@ def expected_size(env: Dict[str, str]) -> Optional[Tuple[str, int]]:
 def check_controller(env: Dict[str, str]) -> None:
     """Refuse Gloo CPU operations under the MPI controller (Horovod crashes on that mix)."""
     if env.get("HOROVOD_CPU_OPERATIONS", "").lower() == "gloo" and env.get("HOROVOD_CONTROLLER", "").lower() != "gloo":
-        raise ConfigError("HOROVOD_CPU_OPERATIONS=gloo needs the Gloo controller (horovodrun --gloo); "
-                          "unset it when starting with mpirun or srun --mpi")
+        raise ConfigError(
+            "HOROVOD_CPU_OPERATIONS=gloo needs the Gloo controller (horovodrun --gloo); "
+            "unset it when starting with mpirun or srun --mpi"
+        )
 
 
 class Horovod(Framework):
@@ -64,8 +67,11 @@ class Horovod(Framework):
         self.on_gpu = False
 
     def init(self, cfg: Any) -> DistInfo:
-        refuse_step_options(cfg, "Horovod's all-reduces run on its own background thread, outside any CUDA graph",
-                            "Horovod's optimizer waits on the host for every step's all-reduces (synchronize)")
+        refuse_step_options(
+            cfg,
+            "Horovod's all-reduces run on its own background thread, outside any CUDA graph",
+            "Horovod's optimizer waits on the host for every step's all-reduces (synchronize)",
+        )
         check_controller(dict(os.environ))
         if cfg.sync_bn:
             raise ConfigError("--sync-bn is implemented for --framework ddp only")
@@ -77,15 +83,19 @@ class Horovod(Framework):
         if expected is not None and expected[1] > 1 and hvd.size() != expected[1]:
             size = hvd.size()
             hvd.shutdown()
-            raise ConfigError("--framework horovod: Horovod sees %d process(es) but %s=%d; start with "
-                              "horovodrun or the scheduler's MPI launch (not torchrun)" % (size, expected[0], expected[1]))
+            raise ConfigError(
+                "--framework horovod: Horovod sees %d process(es) but %s=%d; start with "
+                "horovodrun or the scheduler's MPI launch (not torchrun)" % (size, expected[0], expected[1])
+            )
         device = resolve_device(cfg, hvd.local_rank(), hvd.local_size(), one_launcher=False)  # a task per rank
         self.on_gpu = device.type == "cuda"
         if device.type == "cuda":
             torch.cuda.set_device(device)
         return DistInfo(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device)
 
-    def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
+    def wrap(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any
+    ) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
         self.passes_per_step = cfg.backward_passes_per_step
         self.fp16_allreduce = cfg.fp16_allreduce
         # Horovod's collectives refuse non-contiguous tensors ("Tensor is required to be contiguous."), and
@@ -93,9 +103,11 @@ class Horovod(Framework):
         # Parameter objects); with channels-last input batches cuDNN still runs its channels-last kernels.
         model = model.to(memory_format=torch.contiguous_format)
         self.optimizer = hvd.DistributedOptimizer(
-            optimizer, named_parameters=model.named_parameters(),
+            optimizer,
+            named_parameters=model.named_parameters(),
             compression=hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none,
-            backward_passes_per_step=self.passes_per_step)
+            backward_passes_per_step=self.passes_per_step,
+        )
         self.model = model
         self.broadcast_from_rank0()
         return model, self.optimizer
@@ -124,7 +136,7 @@ class Horovod(Framework):
         delays = self.optimizer._allreduce_delay
         saved = dict(delays)
         for p in delays:
-            delays[p] = 2 ** 62
+            delays[p] = 2**62
         try:
             yield
         finally:
@@ -188,11 +200,13 @@ class Horovod(Framework):
         return ("nccl", controller) if self.on_gpu and hvd.nccl_built() else (controller,)
 
     def settings(self) -> Dict[str, Any]:
-        return {"controller": "mpi" if hvd.mpi_enabled() else "gloo",
-                "built": {"mpi": hvd.mpi_built(), "gloo": hvd.gloo_built(), "nccl": bool(hvd.nccl_built())},
-                "fp16_allreduce": self.fp16_allreduce,
-                "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
-                "backward_passes_per_step": self.passes_per_step}
+        return {
+            "controller": "mpi" if hvd.mpi_enabled() else "gloo",
+            "built": {"mpi": hvd.mpi_built(), "gloo": hvd.gloo_built(), "nccl": bool(hvd.nccl_built())},
+            "fp16_allreduce": self.fp16_allreduce,
+            "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
+            "backward_passes_per_step": self.passes_per_step,
+        }
 
     def shutdown(self) -> None:
         if hvd.is_initialized():

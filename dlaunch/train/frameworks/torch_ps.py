@@ -18,6 +18,7 @@ not saved; a resumed run starts the server from the checkpointed parameters).
 Entry: `python -m dlaunch.train.frameworks.torch_ps --framework torch-ps-sync|torch-ps-async ...` (the flags of
 `python -m dlaunch.train`), one task per process.
 """
+
 import os
 import sys
 import threading
@@ -41,8 +42,9 @@ _server: Optional["ParameterServer"] = None  # set in the server's process only
 class ParameterServer:
     """The master copy of the parameters and the optimizer (task 0)."""
 
-    def __init__(self, parameters: List[torch.nn.Parameter], optimizer: torch.optim.Optimizer, workers: int,
-                 synchronous: bool):
+    def __init__(
+        self, parameters: List[torch.nn.Parameter], optimizer: torch.optim.Optimizer, workers: int, synchronous: bool
+    ):
         self.parameters, self.optimizer = parameters, optimizer
         self.workers, self.synchronous = workers, synchronous
         self.lock = threading.Lock()
@@ -111,23 +113,31 @@ class TorchParameterServer(ProcessGroupFramework):
         self.reply: Optional[Tuple[int, List[torch.Tensor]]] = None  # the server's answer to this step's push
 
     def init(self, cfg: Any) -> DistInfo:
-        refuse_step_options(cfg, "a parameter server's worker runs on the CPU",
-                            "a parameter server's worker waits for the server's answer every step")
+        refuse_step_options(
+            cfg,
+            "a parameter server's worker runs on the CPU",
+            "a parameter server's worker waits for the server's answer every step",
+        )
         mode = engine_mode(cfg.framework, "torch")
         layout = task_layout(os.environ, mode.coordinators, mode.servers_per_node)
         torch.set_num_threads(layout.threads(cfg.threads))
         server = layout.ids(COORDINATOR)[0]
         self.world_size = layout.num_workers
         options = rpc.TensorPipeRpcBackendOptions(
-            init_method="tcp://%s:%d" % (layout.hosts[server], layout.ports[server]), rpc_timeout=RPC_TIMEOUT_S)
+            init_method="tcp://%s:%d" % (layout.hosts[server], layout.ports[server]), rpc_timeout=RPC_TIMEOUT_S
+        )
         if layout.role == COORDINATOR:
             self.serve(cfg, layout.task, len(layout.hosts), options)
             raise SystemExit(0)
         worker = layout.worker_index
         rpc.init_rpc("worker%d" % worker, rank=layout.task, world_size=len(layout.hosts), rpc_backend_options=options)
         first = layout.ids("worker")[0]
-        dist.init_process_group("gloo", init_method="tcp://%s:%d" % (layout.hosts[first], layout.ports[first]),
-                                rank=worker, world_size=self.world_size)
+        dist.init_process_group(
+            "gloo",
+            init_method="tcp://%s:%d" % (layout.hosts[first], layout.ports[first]),
+            rank=worker,
+            world_size=self.world_size,
+        )
         local = [t for t in layout.ids("worker") if layout.hosts[t] == layout.hosts[layout.task]]
         return DistInfo(worker, self.world_size, local.index(layout.task), len(local), torch.device("cpu"))
 
@@ -136,10 +146,12 @@ class TorchParameterServer(ProcessGroupFramework):
         global _server
         from dlaunch.train.models import build_model
         from dlaunch.train.workload import build_optimizer
+
         torch.manual_seed(cfg.seed)
         model = build_model(cfg.model, cfg.num_classes)
-        _server = ParameterServer(list(model.parameters()), build_optimizer(model, cfg), self.world_size,
-                                  self.synchronous)
+        _server = ParameterServer(
+            list(model.parameters()), build_optimizer(model, cfg), self.world_size, self.synchronous
+        )
         rpc.init_rpc(SERVER_NAME, rank=task, world_size=world_size, rpc_backend_options=options)
         rpc.shutdown()  # waits for every worker's shutdown
 
@@ -189,11 +201,21 @@ class TorchParameterServer(ProcessGroupFramework):
 
     def settings(self) -> Dict[str, Any]:
         mode = engine_mode("torch-ps-sync" if self.synchronous else "torch-ps-async", "torch")
-        staleness = ({"staleness_bound": 0} if self.synchronous else
-                     {"staleness_bound": None, "staleness": "unbounded: the server applies each worker's "
-                                                            "gradients as they arrive"})
-        return dict(mode_settings(mode), transport="torch.distributed.rpc (TensorPipe)", collectives="gloo (workers)",
-                    servers=1, **staleness)
+        staleness = (
+            {"staleness_bound": 0}
+            if self.synchronous
+            else {
+                "staleness_bound": None,
+                "staleness": "unbounded: the server applies each worker's gradients as they arrive",
+            }
+        )
+        return dict(
+            mode_settings(mode),
+            transport="torch.distributed.rpc (TensorPipe)",
+            collectives="gloo (workers)",
+            servers=1,
+            **staleness,
+        )
 
     def shutdown(self) -> None:
         if dist.is_available() and dist.is_initialized():
@@ -215,10 +237,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("train: error: %s" % e, file=sys.stderr)
         return EXIT_BAD_INPUT
     from dlaunch.train.loop import run
+
     return run(cfg, argv, TorchParameterServer() if mode.synchronous else TorchParameterServerAsync())
 
 
 if __name__ == "__main__":
     # Run the module under its own name, so that the RPC functions pickle as dlaunch.train.frameworks.torch_ps.*.
     from dlaunch.train.frameworks.torch_ps import main as _main
+
     sys.exit(_main())

@@ -5,6 +5,7 @@ scheduler and the servers run inside `import mxnet` and return when the workers 
 `mx-allreduce` (Horovod over gloo) has workers only; dlaunch/train/mx/trainer.py sets Horovod's variables.
 The metrics file is written by worker 0.
 """
+
 import os
 import sys
 
@@ -15,6 +16,7 @@ StopSignals().install()  # before the slow imports (see dlaunch/train/signals.py
 from dlaunch.train.config import EXIT_BAD_INPUT, EXIT_OK, ConfigError  # noqa: E402
 from dlaunch.train.engines import WORKER, engine_config  # noqa: E402
 from dlaunch.train.mx.roles import dmlc_environment  # noqa: E402
+
 
 def main() -> int:
     try:
@@ -31,8 +33,10 @@ def main() -> int:
     os.environ["OMP_NUM_THREADS"] = str(layout.threads(cfg.threads))
     if layout.role != WORKER:
         import mxnet  # noqa: F401  (runs the scheduler or server until the workers finish)
+
         return EXIT_OK
     from dlaunch.train.mx.trainer import run
+
     return run(cfg, sys.argv[1:], mode, layout)
 
 

@@ -1,5 +1,6 @@
 """ResNet-44 (CIFAR layout, option-A shortcuts, as dlaunch/train/models.py) and ResNet-50 (Gluon model zoo v1,
 random init), Gluon hybrid blocks, NCHW."""
+
 import mxnet as mx
 from mxnet import gluon
 from mxnet.gluon import nn
@@ -11,15 +12,23 @@ class BasicBlock(gluon.HybridBlock):
         self.stride, self.pad = stride, pad
         with self.name_scope():
             self.body = nn.HybridSequential()
-            self.body.add(nn.Conv2D(channels, 3, stride, 1, use_bias=False), nn.BatchNorm(momentum=0.9, epsilon=1e-5),
-                          nn.Activation("relu"), nn.Conv2D(channels, 3, 1, 1, use_bias=False),
-                          nn.BatchNorm(momentum=0.9, epsilon=1e-5))
+            self.body.add(
+                nn.Conv2D(channels, 3, stride, 1, use_bias=False),
+                nn.BatchNorm(momentum=0.9, epsilon=1e-5),
+                nn.Activation("relu"),
+                nn.Conv2D(channels, 3, 1, 1, use_bias=False),
+                nn.BatchNorm(momentum=0.9, epsilon=1e-5),
+            )
 
     def hybrid_forward(self, F, x):
         shortcut = x
         if self.stride != 1:
-            shortcut = F.slice(shortcut, begin=(None, None, None, None), end=(None, None, None, None),
-                               step=(1, 1, self.stride, self.stride))
+            shortcut = F.slice(
+                shortcut,
+                begin=(None, None, None, None),
+                end=(None, None, None, None),
+                step=(1, 1, self.stride, self.stride),
+            )
         if self.pad:
             shortcut = F.concat(shortcut, F.zeros_like(shortcut), dim=1)  # pad == the input's channels here
         return F.relu(self.body(x) + shortcut)

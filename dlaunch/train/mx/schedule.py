@@ -1,6 +1,7 @@
 """dlaunch/train/schedule.py as an MXNet LR scheduler. It is pickled to the servers with the optimizer, which
 unpickle it while `import mxnet` is still running (the server loop runs inside that import), so this
 module imports nothing from mxnet but `lr_scheduler` (already loaded by then)."""
+
 from mxnet.lr_scheduler import LRScheduler
 
 from dlaunch.train.schedule import LRSchedule

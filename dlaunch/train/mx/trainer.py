@@ -13,6 +13,7 @@ dist_sync every worker holds the same weights after each step. Stop signals are 
 `STOP_CHECK_STEPS` steps after a barrier, so all workers see a signal Slurm sent to all of them at the
 same step.
 """
+
 import hashlib
 import os
 import platform
@@ -49,8 +50,10 @@ class ShardSampler(gluon.data.Sampler):
         self.length = size // (batch * workers) * batch
 
     def __iter__(self):
-        order = np.random.RandomState((self.seed * 1000003 + self.epoch) % 2 ** 32).permutation(self.size)  # numpy's seed range
-        return iter(order[self.worker::self.workers][:self.length].tolist())
+        order = np.random.RandomState((self.seed * 1000003 + self.epoch) % 2**32).permutation(
+            self.size
+        )  # numpy's seed range
+        return iter(order[self.worker :: self.workers][: self.length].tolist())
 
     def __len__(self) -> int:
         return self.length
@@ -58,15 +61,19 @@ class ShardSampler(gluon.data.Sampler):
 
 def folder_loader(cfg: TrainConfig, split: str, sampler: Optional[gluon.data.Sampler]) -> gluon.data.DataLoader:
     from mxnet.gluon.data.vision import transforms
+
     steps = [transforms.Resize(cfg.image_size)]
     if split == "train":
         steps.append(transforms.RandomFlipLeftRight())
     steps += [transforms.ToTensor(), transforms.Normalize(MEAN, STD)]
-    dataset = gluon.data.vision.ImageFolderDataset("%s/%s" % (cfg.data, split)).transform_first(transforms.Compose(steps))
+    dataset = gluon.data.vision.ImageFolderDataset("%s/%s" % (cfg.data, split)).transform_first(
+        transforms.Compose(steps)
+    )
     if sampler is None:
         return gluon.data.DataLoader(dataset, batch_size=cfg.batch_size, shuffle=False, num_workers=cfg.workers)
-    return gluon.data.DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, num_workers=cfg.workers,
-                                 last_batch="discard")
+    return gluon.data.DataLoader(
+        dataset, batch_size=cfg.batch_size, sampler=sampler, num_workers=cfg.workers, last_batch="discard"
+    )
 
 
 def versions() -> dict:
@@ -75,7 +82,7 @@ def versions() -> dict:
 
 def param_digest(net: gluon.Block) -> str:
     digest = hashlib.sha256()
-    for name, param in sorted(net.collect_params().items()):
+    for _name, param in sorted(net.collect_params().items()):
         digest.update(param.data().asnumpy().tobytes())
     return digest.hexdigest()
 
@@ -96,8 +103,15 @@ def start_horovod(layout: TaskLayout) -> Any:
         plan = []
         for t in layout.ids("worker"):
             slot = horovod_environment(TaskLayout(layout.hosts, layout.ports, layout.roles, t))
-            plan.append(SlotInfo(slot["HOROVOD_HOSTNAME"], *(int(slot["HOROVOD_" + k]) for k in (
-                "RANK", "LOCAL_RANK", "CROSS_RANK", "SIZE", "LOCAL_SIZE", "CROSS_SIZE"))))
+            plan.append(
+                SlotInfo(
+                    slot["HOROVOD_HOSTNAME"],
+                    *(
+                        int(slot["HOROVOD_" + k])
+                        for k in ("RANK", "LOCAL_RANK", "CROSS_RANK", "SIZE", "LOCAL_SIZE", "CROSS_SIZE")
+                    ),
+                )
+            )
         server = RendezvousHTTPServer(("", address[1]), RendezvousHandler, 0)
         server.init(plan)
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -116,7 +130,9 @@ def start_horovod(layout: TaskLayout) -> Any:
 
 
 class Worker:
-    def __init__(self, cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout, signals: StopSignals):
+    def __init__(
+        self, cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout, signals: StopSignals
+    ):
         self.cfg, self.mode, self.layout, self.signals = cfg, mode, layout, signals
         self.hvd = self.kv = None
         if mode.architecture == "allreduce":
@@ -129,8 +145,10 @@ class Worker:
         np.random.seed(cfg.seed)
         if cfg.synthetic:
             mx.random.seed(cfg.seed * 65536 + self.rank)
-            self.batch = (mx.nd.random.normal(shape=(cfg.batch_size, 3, cfg.image_size, cfg.image_size)),
-                          mx.nd.random.randint(0, cfg.num_classes, shape=(cfg.batch_size,)).astype("float32"))
+            self.batch = (
+                mx.nd.random.normal(shape=(cfg.batch_size, 3, cfg.image_size, cfg.image_size)),
+                mx.nd.random.randint(0, cfg.num_classes, shape=(cfg.batch_size,)).astype("float32"),
+            )
             self.steps_per_epoch = cfg.steps_per_epoch
             self.sampler, self.train, self.val = None, None, None
         else:
@@ -143,8 +161,17 @@ class Worker:
         self.steps_per_epoch = min(self.steps_per_epoch, self.total_steps)
         self.epochs = -(-self.total_steps // self.steps_per_epoch)
         self.update_images = cfg.batch_size * (self.workers if mode.synchronous else 1)
-        self.schedule = LRSchedule(cfg.lr, cfg.reference_batch, self.update_images, self.steps_per_epoch,
-                                   self.total_steps, cfg.schedule, cfg.warmup_epochs, cfg.lr_min, cfg.gamma)
+        self.schedule = LRSchedule(
+            cfg.lr,
+            cfg.reference_batch,
+            self.update_images,
+            self.steps_per_epoch,
+            self.total_steps,
+            cfg.schedule,
+            cfg.warmup_epochs,
+            cfg.lr_min,
+            cfg.gamma,
+        )
         mx.random.seed(cfg.seed)
         self.net = build_model(cfg.model, cfg.num_classes)
         self.net.initialize(mx.init.MSRAPrelu(factor_type="out", slope=0.0), ctx=mx.cpu())
@@ -154,14 +181,21 @@ class Worker:
             self.net(mx.nd.zeros((1, 3, cfg.image_size, cfg.image_size)))  # deferred shapes, before the broadcast
             self.hvd.broadcast_parameters(self.net.collect_params(), root_rank=0)
             # Horovod sums the workers' gradients and divides by their number: rescale by one worker's batch.
-            self.trainer = self.hvd.DistributedTrainer(self.net.collect_params(), "sgd", {
-                "momentum": cfg.momentum, "wd": cfg.weight_decay, "learning_rate": self.schedule(0)})
+            self.trainer = self.hvd.DistributedTrainer(
+                self.net.collect_params(),
+                "sgd",
+                {"momentum": cfg.momentum, "wd": cfg.weight_decay, "learning_rate": self.schedule(0)},
+            )
             self.step_images = cfg.batch_size
         else:
             scheduler = ScheduleOnServer(self.schedule, 1 if mode.synchronous else self.workers)
-            self.trainer = gluon.Trainer(self.net.collect_params(), "sgd",
-                                         {"momentum": cfg.momentum, "wd": cfg.weight_decay, "lr_scheduler": scheduler},
-                                         kvstore=self.kv, update_on_kvstore=True)
+            self.trainer = gluon.Trainer(
+                self.net.collect_params(),
+                "sgd",
+                {"momentum": cfg.momentum, "wd": cfg.weight_decay, "lr_scheduler": scheduler},
+                kvstore=self.kv,
+                update_on_kvstore=True,
+            )
             self.step_images = self.update_images
         self.loss = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=False)
         self.recorder = RunRecorder(cfg, argv, "python -m dlaunch.train.mx", self.rank == 0)
@@ -194,8 +228,12 @@ class Worker:
             logits = self.net(images.as_in_context(mx.cpu()))
             labels_np = labels.asnumpy()
             top = np.argsort(-logits.asnumpy(), axis=1)[:, :5]
-            totals += (np.sum(top[:, 0] == labels_np), np.sum(np.any(top == labels_np[:, None], axis=1)),
-                       float(mx.nd.softmax_cross_entropy(logits, labels.astype("float32")).asscalar()), len(labels_np))
+            totals += (
+                np.sum(top[:, 0] == labels_np),
+                np.sum(np.any(top == labels_np[:, None], axis=1)),
+                float(mx.nd.softmax_cross_entropy(logits, labels.astype("float32")).asscalar()),
+                len(labels_np),
+            )
         return {"top1": totals[0] / totals[3], "top5": totals[1] / totals[3], "val_loss": totals[2] / totals[3]}
 
     def barrier(self) -> None:
@@ -224,27 +262,46 @@ class Worker:
     @staticmethod
     def hvd_version() -> str:
         import horovod
+
         return horovod.__version__
 
     def run(self) -> int:
         cfg = self.cfg
         hosts = [self.layout.hosts[t] for t in self.layout.ids("worker")]
-        staleness = ({"staleness_bound": 0} if self.mode.synchronous else
-                     {"staleness_bound": None, "staleness": "unbounded: a server applies each worker's gradients "
-                                                             "as they arrive (dist_async)"})
-        self.recorder.header(device="cpu", world_size=self.workers, hosts=hosts,
-                             global_batch=cfg.batch_size * self.workers, lr_scaled=self.schedule.lr_max,
-                             versions=versions(),
-                             framework_settings=dict(mode_settings(self.mode), **self.transport(), **staleness),
-                             loader_settings={"data": cfg.data, "pipeline": "gluon" if self.train else "synthetic",
-                                              "steps_per_epoch": self.steps_per_epoch, "total_steps": self.total_steps,
-                                              "loss_and_data_wait": "rank 0's"})
+        staleness = (
+            {"staleness_bound": 0}
+            if self.mode.synchronous
+            else {
+                "staleness_bound": None,
+                "staleness": "unbounded: a server applies each worker's gradients as they arrive (dist_async)",
+            }
+        )
+        self.recorder.header(
+            device="cpu",
+            world_size=self.workers,
+            hosts=hosts,
+            global_batch=cfg.batch_size * self.workers,
+            lr_scaled=self.schedule.lr_max,
+            versions=versions(),
+            framework_settings=dict(mode_settings(self.mode), **self.transport(), **staleness),
+            loader_settings={
+                "data": cfg.data,
+                "pipeline": "gluon" if self.train else "synthetic",
+                "steps_per_epoch": self.steps_per_epoch,
+                "total_steps": self.total_steps,
+                "loss_and_data_wait": "rank 0's",
+            },
+        )
         status = "ok"
         for epoch in range(self.epochs):
             status = self.train_epoch(epoch) or "ok"
             if status != "ok":
                 break
-        self.recorder.end(status, end_reason(status, cfg, self.global_step, "MXNet"), [param_digest(self.net)] if status != "diverged" else None)
+        self.recorder.end(
+            status,
+            end_reason(status, cfg, self.global_step, "MXNet"),
+            [param_digest(self.net)] if status != "diverged" else None,
+        )
         self.barrier()
         return EXIT_CODES[status]
 
@@ -277,9 +334,17 @@ class Worker:
         self.barrier()
         now = time.perf_counter()
         validation = self.validate() if self.val is not None else None
-        self.recorder.epoch(epoch, steps, measured * cfg.batch_size * self.workers,
-                            now - window_start if window_start else 0.0, now - epoch_start, data_wait,
-                            loss_sum / max(steps, 1), self.schedule(self.global_step - 1), validation)
+        self.recorder.epoch(
+            epoch,
+            steps,
+            measured * cfg.batch_size * self.workers,
+            now - window_start if window_start else 0.0,
+            now - epoch_start,
+            data_wait,
+            loss_sum / max(steps, 1),
+            self.schedule(self.global_step - 1),
+            validation,
+        )
         return None
 
 

@@ -5,6 +5,7 @@ parameter servers of `tf-ps-async` serve until the chief's port closes (the chie
 died), then exit 0. Exit codes as dlaunch/train/config.py; the metrics file is written by worker 0
 (`tf-allreduce`) or the chief (`tf-ps-async`).
 """
+
 import os
 import sys
 
@@ -25,6 +26,7 @@ def main() -> int:
         print("dlaunch.train.tf: error: %s" % e, file=sys.stderr)
         return EXIT_BAD_INPUT
     from dlaunch.train.tf.trainer import run
+
     return run(cfg, sys.argv[1:], mode, layout)
 
 

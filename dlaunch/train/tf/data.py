@@ -1,6 +1,7 @@
 """tf.data input: synthetic (one fixed random batch per worker, repeated) or the image folder (decoded
 JPEGs, random horizontal flip, resized to --image-size, ImageNet mean/std). Training batches are
 per worker (`--batch-size`); worker w of W takes files w, w+W, ... of a per-pass shuffle."""
+
 from typing import Any, Optional, Tuple
 
 import tensorflow as tf
@@ -18,6 +19,7 @@ def _decode(image_size: int, train: bool):
         if train:
             image = tf.image.random_flip_left_right(image)
         return (image - MEAN) / STD, label
+
     return decode
 
 
@@ -36,8 +38,11 @@ def train_dataset(cfg: Any, worker: Optional[int], workers: int) -> tf.data.Data
     ds = ds.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True).repeat()
     if worker is not None:
         ds = ds.shard(workers, worker)
-    return (ds.map(_decode(cfg.image_size, True), num_parallel_calls=max(1, cfg.workers))
-            .batch(cfg.batch_size, drop_remainder=True).prefetch(2))
+    return (
+        ds.map(_decode(cfg.image_size, True), num_parallel_calls=max(1, cfg.workers))
+        .batch(cfg.batch_size, drop_remainder=True)
+        .prefetch(2)
+    )
 
 
 def steps_per_epoch(cfg: Any, workers: int) -> int:

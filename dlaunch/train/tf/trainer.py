@@ -12,6 +12,7 @@ Steps: a synchronous step updates the model once with the gradients of every wor
 the LR schedule counts rounds, linearly scaled for one worker's batch (each update is one worker's
 gradient). Throughput is the job's images between two points at which all workers were done.
 """
+
 import hashlib
 import json
 import os
@@ -44,11 +45,19 @@ SERVER_INTER_OP_THREADS = 2
 def tf_config(layout: TaskLayout, mode: FrameworkInfo) -> Dict[str, Any]:
     """TF_CONFIG for this task: workers only (all-reduce), or chief + workers + ps."""
     if mode.architecture == "allreduce":
-        return {"cluster": {"worker": layout.addresses(WORKER)}, "task": {"type": "worker", "index": layout.worker_index}}
+        return {
+            "cluster": {"worker": layout.addresses(WORKER)},
+            "task": {"type": "worker", "index": layout.worker_index},
+        }
     kind = {COORDINATOR: "chief", SERVER: "ps", WORKER: "worker"}[layout.role]
-    return {"cluster": {"chief": layout.addresses(COORDINATOR), "worker": layout.addresses(WORKER),
-                        "ps": layout.addresses(SERVER)},
-            "task": {"type": kind, "index": layout.ids(layout.role).index(layout.task)}}
+    return {
+        "cluster": {
+            "chief": layout.addresses(COORDINATOR),
+            "worker": layout.addresses(WORKER),
+            "ps": layout.addresses(SERVER),
+        },
+        "task": {"type": kind, "index": layout.ids(layout.role).index(layout.task)},
+    }
 
 
 def versions() -> Dict[str, Optional[str]]:
@@ -72,8 +81,9 @@ class Step:
             self.model = build_model(cfg.model, cfg.num_classes, cfg.image_size)
             self.optimizer = keras.optimizers.SGD(learning_rate=1.0, momentum=cfg.momentum)
         self.decayed = {v.ref() for v in self.model.trainable_variables if len(v.shape) > 1}
-        self.loss = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=cfg.label_smoothing,
-                                                         reduction=keras.losses.Reduction.NONE)
+        self.loss = keras.losses.CategoricalCrossentropy(
+            from_logits=True, label_smoothing=cfg.label_smoothing, reduction=keras.losses.Reduction.NONE
+        )
         self.loss_batch = loss_batch
 
     def replica(self, images: tf.Tensor, labels: tf.Tensor, lr: tf.Tensor) -> tf.Tensor:
@@ -86,8 +96,10 @@ class Step:
         replicas = tf.cast(tf.distribute.get_replica_context().num_replicas_in_sync, tf.float32)
         grads = tape.gradient(loss, variables)
         # The optimizer sums gradients over replicas: each adds its share of the weight decay.
-        grads = [lr * (g + self.cfg.weight_decay / replicas * v if v.ref() in self.decayed else g)
-                 for g, v in zip(grads, variables)]
+        grads = [
+            lr * (g + self.cfg.weight_decay / replicas * v if v.ref() in self.decayed else g)
+            for g, v in zip(grads, variables)
+        ]
         self.optimizer.apply_gradients(zip(grads, variables))
         return loss
 
@@ -108,9 +120,17 @@ def run(cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayo
 def serve(mode: FrameworkInfo, layout: TaskLayout, threads: int) -> int:
     """A parameter server or a worker of ParameterServerStrategy: serve until the chief's port closes."""
     config = tf_config(layout, mode)
-    pools = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=SERVER_INTER_OP_THREADS)
-    tf.distribute.Server(tf.train.ClusterSpec(config["cluster"]), job_name=config["task"]["type"],
-                         task_index=config["task"]["index"], protocol="grpc", start=True, config=pools)
+    pools = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=threads, inter_op_parallelism_threads=SERVER_INTER_OP_THREADS
+    )
+    tf.distribute.Server(
+        tf.train.ClusterSpec(config["cluster"]),
+        job_name=config["task"]["type"],
+        task_index=config["task"]["index"],
+        protocol="grpc",
+        start=True,
+        config=pools,
+    )
     chief = layout.ids(COORDINATOR)[0]
     address = (layout.hosts[chief], layout.ports[chief])
     seen, started = False, time.monotonic()
@@ -122,7 +142,10 @@ def serve(mode: FrameworkInfo, layout: TaskLayout, threads: int) -> int:
             if seen:
                 break
             if time.monotonic() - started > CHIEF_START_TIMEOUT_S:
-                print("dlaunch.train.tf: error: the chief %s:%d did not come up in %.0f s" % (address + (CHIEF_START_TIMEOUT_S,)))
+                print(
+                    "dlaunch.train.tf: error: the chief %s:%d did not come up in %.0f s"
+                    % (address + (CHIEF_START_TIMEOUT_S,))
+                )
                 os._exit(1)
         time.sleep(1.0)
     os._exit(0)  # the gRPC server has no clean stop; the chief is gone, so is the job
@@ -131,8 +154,15 @@ def serve(mode: FrameworkInfo, layout: TaskLayout, threads: int) -> int:
 class _Trainer:
     """What both loops share: the schedule, the records, the end."""
 
-    def __init__(self, cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout,
-                 signals: StopSignals, writes: bool):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        argv: List[str],
+        mode: FrameworkInfo,
+        layout: TaskLayout,
+        signals: StopSignals,
+        writes: bool,
+    ):
         self.cfg, self.mode, self.layout, self.signals = cfg, mode, layout, signals
         self.workers = layout.num_workers
         self.steps_per_epoch = data.steps_per_epoch(cfg, self.workers)
@@ -140,8 +170,17 @@ class _Trainer:
         self.steps_per_epoch = min(self.steps_per_epoch, self.total_steps)
         self.epochs = -(-self.total_steps // self.steps_per_epoch)
         update_batch = cfg.batch_size * (self.workers if mode.synchronous else 1)
-        self.schedule = LRSchedule(cfg.lr, cfg.reference_batch, update_batch, self.steps_per_epoch, self.total_steps,
-                                   cfg.schedule, cfg.warmup_epochs, cfg.lr_min, cfg.gamma)
+        self.schedule = LRSchedule(
+            cfg.lr,
+            cfg.reference_batch,
+            update_batch,
+            self.steps_per_epoch,
+            self.total_steps,
+            cfg.schedule,
+            cfg.warmup_epochs,
+            cfg.lr_min,
+            cfg.gamma,
+        )
         self.recorder = RunRecorder(cfg, argv, "python -m dlaunch.train.tf", writes)
         self.global_step = 0
         self.session_steps = 0
@@ -149,11 +188,22 @@ class _Trainer:
 
     def header(self, settings: Dict[str, Any], **loader: Any) -> None:
         cfg = self.cfg
-        self.recorder.header(device="cpu", world_size=self.workers, hosts=self.layout.worker_hosts,
-                             global_batch=cfg.batch_size * self.workers, lr_scaled=self.schedule.lr_max,
-                             versions=versions(), framework_settings=dict(mode_settings(self.mode), **settings),
-                             loader_settings={"data": cfg.data, "pipeline": "tf.data", "steps_per_epoch":
-                                              self.steps_per_epoch, "total_steps": self.total_steps, **loader})
+        self.recorder.header(
+            device="cpu",
+            world_size=self.workers,
+            hosts=self.layout.worker_hosts,
+            global_batch=cfg.batch_size * self.workers,
+            lr_scaled=self.schedule.lr_max,
+            versions=versions(),
+            framework_settings=dict(mode_settings(self.mode), **settings),
+            loader_settings={
+                "data": cfg.data,
+                "pipeline": "tf.data",
+                "steps_per_epoch": self.steps_per_epoch,
+                "total_steps": self.total_steps,
+                **loader,
+            },
+        )
 
     def stop_status(self, usr1: float, term: float, diverged: float) -> Optional[str]:
         if diverged > 0:
@@ -170,14 +220,16 @@ class _Trainer:
 class AllReduceTrainer(_Trainer):
     """MultiWorkerMirroredStrategy: every worker a replica, gradients summed by collective all-reduce."""
 
-    def __init__(self, cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout,
-                 signals: StopSignals):
+    def __init__(
+        self, cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout, signals: StopSignals
+    ):
         super().__init__(cfg, argv, mode, layout, signals, writes=layout.worker_index == 0)
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
         self.worker = layout.worker_index
         self.step = Step(cfg, self.strategy, cfg.batch_size * self.workers)
         dataset = self.strategy.distribute_datasets_from_function(
-            lambda context: data.train_dataset(cfg, self.worker, self.workers))
+            lambda context: data.train_dataset(cfg, self.worker, self.workers)
+        )
         self.iterator = iter(dataset)
         self.val = data.val_dataset(cfg, self.worker, self.workers)
 
@@ -199,7 +251,7 @@ class AllReduceTrainer(_Trainer):
         own = tf.constant(list(bytes.fromhex(model_digest(self.step.model))), tf.int32)
         per_replica = self.strategy.run(tf.identity, args=(own,))
         gathered = self.strategy.gather(per_replica, axis=0).numpy().tolist()
-        return [bytes(gathered[i:i + 32]).hex() for i in range(0, len(gathered), 32)]
+        return [bytes(gathered[i : i + 32]).hex() for i in range(0, len(gathered), 32)]
 
     def run(self) -> int:
         self.header({"strategy": "MultiWorkerMirroredStrategy", "staleness_bound": 0})
@@ -235,7 +287,7 @@ class AllReduceTrainer(_Trainer):
                 status = self.stop_status(*self.sum_list(self.signals.flags() + [diverged]))
                 if status:
                     break
-        wait_sum, = self.sum_list([data_wait])
+        (wait_sum,) = self.sum_list([data_wait])
         now = time.perf_counter()
         if status:
             return status
@@ -243,17 +295,26 @@ class AllReduceTrainer(_Trainer):
         if self.val is not None:
             top1, top5, loss, images = self.sum_list(list(data.counts(self.step.model, self.val)))
             validation = {"top1": top1 / images, "top5": top5 / images, "val_loss": loss / images}
-        self.recorder.epoch(epoch, steps, measured * cfg.batch_size * self.workers,
-                            now - window_start if window_start else 0.0, now - epoch_start, wait_sum / self.workers,
-                            loss_sum / max(steps, 1), self.schedule(self.global_step - 1), validation)
+        self.recorder.epoch(
+            epoch,
+            steps,
+            measured * cfg.batch_size * self.workers,
+            now - window_start if window_start else 0.0,
+            now - epoch_start,
+            wait_sum / self.workers,
+            loss_sum / max(steps, 1),
+            self.schedule(self.global_step - 1),
+            validation,
+        )
         return None
 
 
 class ParameterServerTrainer(_Trainer):
     """ParameterServerStrategy on the chief: steps scheduled onto whichever worker is free."""
 
-    def __init__(self, cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout,
-                 signals: StopSignals):
+    def __init__(
+        self, cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout, signals: StopSignals
+    ):
         super().__init__(cfg, argv, mode, layout, signals, writes=True)
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         self.strategy = tf.distribute.ParameterServerStrategy(resolver)
@@ -268,8 +329,10 @@ class ParameterServerTrainer(_Trainer):
         self.val = data.val_dataset(cfg, 0, 1)
         if mode.synchronous:  # SGD momentum buffers of the chief's updates, on the servers beside the variables
             with self.strategy.scope():
-                self.velocity = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False)
-                                 for v in self.step.model.trainable_variables]
+                self.velocity = [
+                    tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False)
+                    for v in self.step.model.trainable_variables
+                ]
 
     @tf.function
     def remote_step(self, iterator: Any, lr: tf.Tensor) -> tf.Tensor:
@@ -291,7 +354,7 @@ class ParameterServerTrainer(_Trainer):
             return loss, tape.gradient(loss, step.model.trainable_variables)
 
         loss, grads = self.strategy.run(replica, args=(images, labels))
-        reduce = lambda value: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)  # noqa: E731
+        reduce = lambda value: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
         return reduce(loss), [reduce(g) for g in grads]
 
     def synchronous_rounds(self, count: int) -> List[float]:
@@ -301,13 +364,17 @@ class ParameterServerTrainer(_Trainer):
         variables = self.step.model.trainable_variables
         for r in range(count):
             lr = self.schedule(self.global_step + r)
-            results = [self.coordinator.schedule(self.remote_gradients, args=(self.iterator,)) for _ in range(self.workers)]
+            results = [
+                self.coordinator.schedule(self.remote_gradients, args=(self.iterator,)) for _ in range(self.workers)
+            ]
             self.coordinator.join()
             fetched = [result.fetch() for result in results]
             losses.append(sum(float(loss) for loss, _ in fetched) / self.workers)
             mean = [sum(grads[i] for _, grads in fetched) / self.workers for i in range(len(variables))]
-            update = [lr * (g + self.cfg.weight_decay * v if v.ref() in self.step.decayed else g)
-                      for g, v in zip(mean, variables)]
+            update = [
+                lr * (g + self.cfg.weight_decay * v if v.ref() in self.step.decayed else g)
+                for g, v in zip(mean, variables)
+            ]
             # Keras's SGD, applied from the chief (its apply_gradients needs a replica context, which the
             # chief has not): velocity = momentum x velocity - update; variable += velocity.
             for variable, velocity, step in zip(variables, self.velocity, update):
@@ -322,21 +389,30 @@ class ParameterServerTrainer(_Trainer):
         results = []
         for r in range(count):
             lr = tf.constant(self.schedule(self.global_step + r), tf.float32)
-            results += [self.coordinator.schedule(self.remote_step, args=(self.iterator, lr))
-                        for _ in range(self.workers)]
+            results += [
+                self.coordinator.schedule(self.remote_step, args=(self.iterator, lr)) for _ in range(self.workers)
+            ]
         self.coordinator.join()
         return [float(r.fetch()) for r in results]
 
     def run(self) -> int:
         if self.mode.synchronous:
-            staleness = {"staleness_bound": 0, "staleness": "none: every update is the mean gradient of one batch "
-                         "per worker, all computed on the same variables (the chief waits for all, then applies)"}
+            staleness = {
+                "staleness_bound": 0,
+                "staleness": "none: every update is the mean gradient of one batch "
+                "per worker, all computed on the same variables (the chief waits for all, then applies)",
+            }
         else:
-            staleness = {"staleness_bound": None, "staleness": "unbounded: each step reads the servers' current "
-                         "variables and applies its gradients without waiting for other workers",
-                         "chief_joins_every_rounds": STOP_CHECK_STEPS}
-        self.header(dict({"strategy": "ParameterServerStrategy", "servers": len(self.layout.ids(SERVER))}, **staleness),
-                    data_wait="not observable on the chief: the workers read their data (recorded as 0)")
+            staleness = {
+                "staleness_bound": None,
+                "staleness": "unbounded: each step reads the servers' current "
+                "variables and applies its gradients without waiting for other workers",
+                "chief_joins_every_rounds": STOP_CHECK_STEPS,
+            }
+        self.header(
+            dict({"strategy": "ParameterServerStrategy", "servers": len(self.layout.ids(SERVER))}, **staleness),
+            data_wait="not observable on the chief: the workers read their data (recorded as 0)",
+        )
         status = "ok"
         for epoch in range(self.epochs):
             status = self.train_epoch(epoch) or "ok"
@@ -353,8 +429,11 @@ class ParameterServerTrainer(_Trainer):
         while steps < self.steps_per_epoch and self.global_step < self.total_steps:
             if self.session_steps >= cfg.warmup_steps and window_start is None:
                 window_start = time.perf_counter()
-            chunk = min(STOP_CHECK_STEPS - self.global_step % STOP_CHECK_STEPS, self.steps_per_epoch - steps,
-                        self.total_steps - self.global_step)
+            chunk = min(
+                STOP_CHECK_STEPS - self.global_step % STOP_CHECK_STEPS,
+                self.steps_per_epoch - steps,
+                self.total_steps - self.global_step,
+            )
             if window_start is None:
                 chunk = min(chunk, cfg.warmup_steps - self.session_steps)
             for loss in self.rounds(chunk):
@@ -373,7 +452,15 @@ class ParameterServerTrainer(_Trainer):
             top1, top5, loss, images = data.counts(self.step.model, self.val)
             validation = {"top1": top1 / images, "top5": top5 / images, "val_loss": loss / images}
         # Data wait happens on the workers, out of the chief's sight: recorded as 0 (see loader_settings).
-        self.recorder.epoch(epoch, steps, measured * cfg.batch_size * self.workers,
-                            now - window_start if window_start else 0.0, now - epoch_start, 0.0,
-                            sum(losses) / max(len(losses), 1), self.schedule(self.global_step - 1), validation)
+        self.recorder.epoch(
+            epoch,
+            steps,
+            measured * cfg.batch_size * self.workers,
+            now - window_start if window_start else 0.0,
+            now - epoch_start,
+            0.0,
+            sum(losses) / max(len(losses), 1),
+            self.schedule(self.global_step - 1),
+            validation,
+        )
         return None
