@@ -126,7 +126,7 @@ def test_the_budget_leaves_out_a_throttled_run_unless_included(tmp_path):
 
 def test_a_runs_gpu_health_over_epochs_is_one_gpus():
     """Each epoch names one GPU per node; the run's mean must not join one GPU's clock to another's reasons."""
-    from dlaunch.analysis.stragglers import GpuHealth, _mean_health
+    from dlaunch.analysis.phases import GpuHealth, _mean_health
 
     calm = GpuHealth(sm_clock_mhz=1400.0, sm_clock_max_mhz=1410.0, local_rank=0, throttle=(), temperature_c=60.0)
     hot = GpuHealth(sm_clock_mhz=900.0, sm_clock_max_mhz=1410.0, local_rank=1, throttle=("thermal",), temperature_c=90.0)

@@ -11,7 +11,8 @@ Definitions (also printed in the report):
   rate, images_per_s alone (`Run.overhead_included` says which). The epoch record's own
   `images_per_s` is its steps-only rate (`EpochPoint.steps_images_per_s`).
 - Per-rank phases, nodes, GPU health and epoch overhead of a run (version 4): the mean over the
-  same measured epochs (`Run.phases`, `Run.node_figures`, `Run.overhead`). Flagged runs, those with a
+  same measured epochs (`Run.phases`, `Run.node_figures`, `Run.overhead`; the records: dlaunch/analysis/phases.py).
+  Flagged runs, those with a
   straggler or a throttled GPU (any flag of dlaunch/analysis/stragglers.py), are left out of groups and
   scaling points unless `include_stragglers`: their E_G is understated.
 - Runs are grouped by experiment, site, model, framework, loader, batch per GPU and step options: runs with
@@ -59,27 +60,21 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optiona
 from rich import box
 from rich.table import Table
 
-from dlaunch.analysis.stragglers import (
-    DEFAULT_THRESHOLD,
+from dlaunch.analysis.phases import (
     EpochPhases,
     NodeFigures,
+    Overhead,
     epoch_nodes,
+    epoch_overhead,
     epoch_phases,
-    is_flagged,
     mean_nodes,
     mean_phases,
 )
+from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, is_flagged
 from dlaunch.boundary import escape
 from dlaunch.errors import DlaunchError
 from dlaunch.train.config import workload_flags
-from dlaunch.train.metrics_schema import (
-    METRICS_FILE,
-    OVERHEAD_FIELDS,
-    Metrics,
-    MetricsError,
-    energy_total,
-    read_metrics,
-)
+from dlaunch.train.metrics_schema import METRICS_FILE, Metrics, MetricsError, energy_total, read_metrics
 
 if TYPE_CHECKING:  # the site models (pydantic) stay out of `dlaunch status`'s start-up
     from dlaunch.jobs.sites import Reference
@@ -117,22 +112,6 @@ class KernelShares:
             return None
         total, comm, compute, io = values
         return cls(comm / total, compute / total, io / total)
-
-
-@dataclass(frozen=True)
-class Overhead:
-    """An epoch's time outside its steps (rank 0's wall clock, seconds; metrics-v4's `overhead`), or a mean of them."""
-
-    loader_start_s: float
-    validation_s: float
-    checkpoint_s: float
-    barrier_s: float
-    metrics_s: float
-    total_s: float
-
-    @classmethod
-    def mean_of(cls, items: Sequence["Overhead"]) -> "Overhead":
-        return cls(*(fmean(getattr(o, name) for o in items) for name in OVERHEAD_FIELDS))
 
 
 @dataclass(frozen=True)
@@ -440,11 +419,6 @@ def _total(energy: Optional[dict]) -> Tuple[Optional[float], Optional[str]]:
     return (total[0], total[1]) if total else (None, None)
 
 
-def _overhead(record: Dict[str, Any]) -> Optional[Overhead]:
-    overhead = record.get("overhead")
-    return Overhead(*(float(overhead[name]) for name in OVERHEAD_FIELDS)) if isinstance(overhead, dict) else None
-
-
 def run_from_metrics(metrics: Metrics) -> Run:
     """Reduce a parsed metrics file (schema versions 1-4) to a Run."""
     h = metrics.header
@@ -472,7 +446,7 @@ def run_from_metrics(metrics: Metrics) -> Run:
                 epoch_time_s=float(e["epoch_time_s"]),
                 steps=e["steps"],
                 measured_steps=e.get("measured_steps", e["images"] // h["global_batch"]),
-                overhead=_overhead(e),
+                overhead=epoch_overhead(e),
                 phases=epoch_phases(e),
                 nodes=epoch_nodes(e),
                 compile_s=None if e.get("compile_s") is None else float(e["compile_s"]),

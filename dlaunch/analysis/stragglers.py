@@ -1,5 +1,5 @@
-"""Stragglers and throttled GPUs from the per-rank phases of metrics schema version 4 (dlaunch/train/metrics_schema.py,
-dlaunch/train/phases.py: the writer side).
+"""Stragglers and throttled GPUs from the per-rank phases of metrics schema version 4 (dlaunch/analysis/phases.py: the
+records; dlaunch/train/phases.py: the writer side).
 
 - The straggler measure (`forward_excess`, one definition for the flag and predict's column): how much
   longer a rank's forward pass (forward_s, the part of compute_s that overlaps no communication) took than the median
@@ -17,73 +17,18 @@ dlaunch/train/phases.py: the writer side).
 
 One flag per node at most of each kind, naming host, rank and local rank; a run is flagged (`is_flagged`: left out of
 scaling figures and the budget unless included) when it has any. Pure functions: a Run (or a parsed metrics file) and
-a threshold in, `Flag`s out. Epoch records are parsed here (`epoch_phases`, `epoch_nodes`) and averaged over epochs
-(`mean_phases`, `mean_nodes`); dlaunch/analysis/scaling.py keeps them per epoch and per run. A version 1-3 file has
-none of these records: no flags, never "no straggler".
+a threshold in, `Flag`s out. A version 1-3 file has no phases: no flags, never "no straggler".
 """
 
-from collections import Counter
 from dataclasses import dataclass
-from statistics import fmean
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import List, Optional, Protocol, Sequence, Tuple
 
-from dlaunch.boundary import escape
+from dlaunch.analysis.phases import EpochPhases, GpuHealth, NodeFigures
 from dlaunch.thresholds import DEFAULT_THRESHOLD
-from dlaunch.train.metrics_schema import MEDIAN_OF_RANKS_METHOD, STEP_PHASES, is_number
 
 # Reasons that slow a GPU whatever its clock shows (NVML clock event reasons, as the trainer names them).
 HARD_THROTTLES = ("thermal", "hardware slowdown", "power brake")
 STRAGGLER, THROTTLED = "straggler", "throttled"
-# An epoch record's phases.method says what its "median" is (metrics_schema.PHASES_METHOD): the median rank, or in
-# records of MEDIAN_OF_RANKS_METHOD the median of the ranks (statistics.median; the reference named in flags).
-MEDIAN_RANK, MEDIAN_OF_RANKS = "the median rank", "the median of the ranks"
-
-
-@dataclass(frozen=True)
-class PhaseTimes:
-    """Seconds per step of one rank (or the median rank's), metrics-v4's definitions."""
-
-    data_s: float
-    forward_s: float  # part of compute_s
-    compute_s: float
-    sync_s: float
-    optimizer_s: float
-    other_s: float
-    step_s: float
-
-    @classmethod
-    def of(cls, record: Dict[str, Any]) -> "PhaseTimes":
-        return cls(*(float(record[name]) for name in STEP_PHASES))
-
-    @classmethod
-    def mean_of(cls, items: Sequence["PhaseTimes"]) -> "PhaseTimes":
-        return cls(*(fmean(getattr(p, name) for p in items) for name in STEP_PHASES))
-
-
-@dataclass(frozen=True)
-class RankId:
-    host: str
-    rank: int
-    local_rank: Optional[int]
-
-
-@dataclass(frozen=True)
-class EpochPhases:
-    """An epoch's `phases`: the median rank (`median_of` names what the record's median is) and the rank with the
-    longest forward pass."""
-
-    median: PhaseTimes
-    slowest: PhaseTimes
-    slowest_rank: RankId
-    median_of: str  # MEDIAN_RANK or MEDIAN_OF_RANKS (records of MEDIAN_OF_RANKS_METHOD)
-
-    @property
-    def wait_s(self) -> float:
-        """Seconds per step the median rank waits for the slowest, measured: its sync_s over the slowest rank's (in
-        the gradients' collective a rank waits for those that arrive later; the slowest waits for none), 0 when the
-        slowest waited longer. Time, where `forward_excess` is the flag's measure of who is slow. (Records of
-        MEDIAN_OF_RANKS_METHOD: with 2 ranks their median sync_s is the mean of the two, so half the wait.)"""
-        return max(0.0, self.median.sync_s - self.slowest.sync_s)
 
 
 def forward_excess(phases: EpochPhases, forward_s: Optional[float] = None) -> Optional[float]:
@@ -95,154 +40,12 @@ def forward_excess(phases: EpochPhases, forward_s: Optional[float] = None) -> Op
 
 
 @dataclass(frozen=True)
-class GpuHealth:
-    """A node's GPU health (None: a figure not recorded); `unavailable`: why none was recorded."""
-
-    sm_clock_mhz: Optional[float] = None
-    sm_clock_max_mhz: Optional[float] = None
-    local_rank: Optional[int] = None
-    throttle: Tuple[str, ...] = ()
-    temperature_c: Optional[float] = None
-    unavailable: Optional[str] = None
-
-    @classmethod
-    def of(cls, value: Any) -> "GpuHealth":
-        if not isinstance(value, dict):
-            return cls(unavailable=escape(str(value)))
-
-        def figure(name: str) -> Optional[float]:
-            return float(value[name]) if is_number(value.get(name)) else None
-
-        return cls(
-            figure("sm_clock_mhz"),
-            figure("sm_clock_max_mhz"),
-            value.get("local_rank"),
-            tuple(escape(str(r)) for r in value.get("throttle") or ()),
-            figure("temperature_c"),
-        )
-
-
-@dataclass(frozen=True)
-class NodeFigures:
-    """One node's entry of an epoch record's `nodes` (or the mean over epochs)."""
-
-    host: str
-    ranks: int
-    median_forward_s: float
-    median_compute_s: float
-    slowest: RankId
-    slowest_forward_s: float
-    slowest_compute_s: float
-    gpu: GpuHealth
-
-
-@dataclass(frozen=True)
 class Flag:
     kind: str  # STRAGGLER or THROTTLED
     host: str
     rank: Optional[int]  # stragglers: the slow rank; throttled GPUs: the GPU's rank where the record holds it
     local_rank: Optional[int]
     message: str
-
-
-def epoch_phases(record: Dict[str, Any]) -> Optional[EpochPhases]:
-    """The `phases` of a (validated) epoch record; None when not recorded (versions 1-3)."""
-    phases = record.get("phases")
-    if not isinstance(phases, dict):
-        return None
-    slowest = phases["slowest"]
-    return EpochPhases(
-        PhaseTimes.of(phases["median"]),
-        PhaseTimes.of(slowest),
-        RankId(escape(slowest["host"]), slowest["rank"], slowest["local_rank"]),
-        MEDIAN_OF_RANKS if phases["method"] == MEDIAN_OF_RANKS_METHOD else MEDIAN_RANK,
-    )
-
-
-def epoch_nodes(record: Dict[str, Any]) -> Optional[Tuple[NodeFigures, ...]]:
-    """The `nodes` of a (validated) epoch record; None when not recorded."""
-    nodes = record.get("nodes")
-    if not isinstance(nodes, list):
-        return None
-    return tuple(
-        NodeFigures(
-            escape(n["host"]),
-            n["ranks"],
-            float(n["median_forward_s"]),
-            float(n["median_compute_s"]),
-            RankId(escape(n["host"]), n["slowest"]["rank"], n["slowest"]["local_rank"]),
-            float(n["slowest"]["forward_s"]),
-            float(n["slowest"]["compute_s"]),
-            GpuHealth.of(n.get("gpu")),
-        )
-        for n in nodes
-    )
-
-
-def _most_common(items: Sequence[Any]) -> Any:
-    """The item seen most often (the first of them on a tie)."""
-    return Counter(items).most_common(1)[0][0]
-
-
-def mean_phases(epochs: Sequence[EpochPhases]) -> Optional[EpochPhases]:
-    """The mean over epochs of each vector; the slowest rank: the one slowest in most of them (one run's epochs share
-    their method)."""
-    if not epochs:
-        return None
-    return EpochPhases(
-        PhaseTimes.mean_of([e.median for e in epochs]),
-        PhaseTimes.mean_of([e.slowest for e in epochs]),
-        _most_common([e.slowest_rank for e in epochs]),
-        _most_common([e.median_of for e in epochs]),
-    )
-
-
-def _mean_health(healths: Sequence[GpuHealth]) -> GpuHealth:
-    """One GPU over the epochs (each epoch's record names one GPU per node): the local rank most epochs name, and of
-    the epochs that name it the mean SM clock, highest maximum clock and temperature, every throttle reason seen, so
-    that a flag never joins one GPU's clock to another's reasons."""
-    measured = [h for h in healths if h.unavailable is None]
-    if not measured:
-        return healths[-1]
-    local_ranks = [h.local_rank for h in measured if h.local_rank is not None]
-    local_rank = _most_common(local_ranks) if local_ranks else None
-    measured = [h for h in measured if h.local_rank == local_rank]
-
-    def figures(name: str) -> List[float]:
-        return [getattr(h, name) for h in measured if getattr(h, name) is not None]
-
-    clocks, maxima, temperatures = figures("sm_clock_mhz"), figures("sm_clock_max_mhz"), figures("temperature_c")
-    reasons = tuple(dict.fromkeys(r for h in measured for r in h.throttle))
-    return GpuHealth(
-        fmean(clocks) if clocks else None,
-        max(maxima) if maxima else None,
-        local_rank,
-        reasons,
-        max(temperatures) if temperatures else None,
-    )
-
-
-def mean_nodes(epochs: Sequence[Sequence[NodeFigures]]) -> Optional[Tuple[NodeFigures, ...]]:
-    """Per host (in order of first appearance), the mean over the epochs that list it."""
-    if not epochs:
-        return None
-    by_host: Dict[str, List[NodeFigures]] = {}
-    for nodes in epochs:
-        for node in nodes:
-            by_host.setdefault(node.host, []).append(node)
-    return tuple(
-        NodeFigures(
-            host,
-            max(n.ranks for n in seen),
-            fmean(n.median_forward_s for n in seen),
-            fmean(n.median_compute_s for n in seen),
-            _most_common([n.slowest for n in seen]),
-            fmean(n.slowest_forward_s for n in seen),
-            fmean(n.slowest_compute_s for n in seen),
-            _mean_health([n.gpu for n in seen]),
-        )
-        for host, seen in by_host.items()
-    )
 
 
 def straggler_flags(
