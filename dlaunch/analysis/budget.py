@@ -19,17 +19,16 @@ averages them):
 
 lost to x at G = (x(G) - x(G_ref)) / t(G); "other" = 1 - E_G - the recorded parts (optimizer changes, host gaps,
 and any part not recorded), so 1 - sum(lost) = measured E_G exactly. A part is None
-("not recorded") where the point's or the reference's runs lack it (files before version 4). The runs are
-those of the group's scaling points: diverged runs left out, and flagged runs (a straggler or a throttled GPU:
-`stragglers.is_flagged`) unless `include_stragglers`.
+("not recorded") where the point's or the reference's runs lack it (files before version 4). The runs are those the
+caller gives, as it judged them: diverged runs are left out here, flagged ones (a straggler or a throttled GPU) by the
+caller (`stragglers.unflagged`) unless it includes them.
 """
 
 from dataclasses import dataclass
 from statistics import median
 from typing import Callable, Dict, List, Optional, Sequence
 
-from dlaunch.analysis.scaling import Run, measured_runs, scaling, without_flagged
-from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD
+from dlaunch.analysis.scaling import Run, measured_runs, scaling
 
 COMMUNICATION, STRAGGLERS, DATA, COMPUTE = "communication", "stragglers", "data", "compute"
 EPOCH_OVERHEAD, OTHER = "epoch overhead", "other"
@@ -61,13 +60,10 @@ def _median(values: Sequence[Optional[float]]) -> Optional[float]:
     return median(recorded) if recorded else None
 
 
-def budget(
-    runs: Sequence[Run], include_stragglers: bool = False, straggler_threshold: float = DEFAULT_THRESHOLD
-) -> List[BudgetRow]:
-    """The budget per GPU count of one scaling group (`runs`, as `scaling.scaling` takes them); flagged runs left
-    out unless `include_stragglers`."""
-    kept = measured_runs(without_flagged(runs, include_stragglers, straggler_threshold))
-    points = scaling(kept, include_stragglers=True)
+def budget(runs: Sequence[Run]) -> List[BudgetRow]:
+    """The budget per GPU count of one scaling group (`runs`, as `scaling.scaling` takes them: judged by the caller)."""
+    kept = measured_runs(runs)
+    points = scaling(kept)
     if not points:
         return []
     figures = {}

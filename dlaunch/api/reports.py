@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence
 
 from dlaunch.api.calls import api_function
-from dlaunch.api.observing import check_threshold_option
 from dlaunch.api.records import BudgetRow, RcpRow, Report, ReportGroup, ReportPoint, SetApartRun, Spread, Table
 
 
@@ -87,11 +86,6 @@ SUMMARY_HEADERS = ["group", "runs", "GPUs", "images/s", "E_G"]
 
 def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], leave_out: Sequence[str] = ()) -> Table:
     return Table(title, list(headers), [list(row) for row in rows], [h for h in leave_out if h in headers])
-
-
-def _flag_kinds(flags: Sequence[Any]) -> str:
-    """'straggler', 'throttled' or 'straggler and throttled': the kinds of a run's flags (stragglers first)."""
-    return " and ".join(dict.fromkeys(f.kind for f in flags))
 
 
 def _report_tables(data: Any) -> List[Table]:
@@ -187,12 +181,13 @@ def report(
     plots written there (`files`). `on_rejected` hears each unreadable metrics file's message as soon as it is
     read (the command line prints them before a refusal)."""
     from dlaunch.analysis.scaling import load_runs
+    from dlaunch.analysis.stragglers import flag_kinds, threshold_option
     from dlaunch.boundary import output_folder
     from dlaunch.reporting.document import write_report
     from dlaunch.reporting.html import PAGE
     from dlaunch.reporting.report import report_data
 
-    check_threshold_option(straggler_threshold)
+    threshold_option(straggler_threshold)
     if output is not None:
         output_folder("--output", Path(output))
     given = [Path(p) for p in paths]
@@ -207,7 +202,7 @@ def report(
             r.path,
             r.key.label,
             r.world_size,
-            _flag_kinds(apart.flags[r.path]),
+            flag_kinds(f.kind for f in apart.flags[r.path]),
             [f.message for f in apart.flags[r.path]],
             apart.flagged_included,
         )
