@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dlaunch.analysis.budget import LOST_PARTS, budget
+from dlaunch.analysis.budget import PARTS, budget
 from dlaunch.analysis.scaling import group_runs, load_runs, run_from_metrics, scaling
 from dlaunch.analysis.stragglers import STRAGGLER, THROTTLED, flagged, live_flags, run_flags, unflagged
 from dlaunch.errors import DlaunchError
@@ -140,7 +140,7 @@ def test_budget_from_ideal_to_the_measured_efficiency(tmp_path):
     # sync 0.03 + its 0.008 wait for the slowest, optimizer 0.005, other 0.001; overhead 0.3 s / 10 steps)
     assert (g2.step_s, g4.step_s) == pytest.approx((0.1496, 0.194))
     assert g4.measured_e_g == pytest.approx(0.1496 / 0.194) == scaling(runs)[1].efficiency
-    assert list(g4.lost) == list(LOST_PARTS)
+    assert list(g4.lost) == list(PARTS)
     assert g4.lost["communication"] == pytest.approx((0.03 - 0.02) / 0.194)
     assert g4.lost["stragglers"] == pytest.approx(0.008 / 0.194)
     assert g4.lost["data"] == pytest.approx(0.01 / 0.194)
@@ -156,7 +156,7 @@ def test_budget_from_ideal_to_the_measured_efficiency(tmp_path):
 def test_budget_says_not_recorded_where_the_runs_lack_phases(tmp_path):
     budget_runs(tmp_path, include_reference_phases=False)  # the reference run is a version 3 file
     g2, g4 = budget(load_runs([tmp_path]).runs)
-    assert all(g4.lost[part] is None for part in LOST_PARTS[:-1])
+    assert all(g4.lost[part] is None for part in list(PARTS)[:-1])
     assert g4.lost["other"] == pytest.approx(1.0 - g4.measured_e_g)  # all that is lost, unexplained
     assert g4.per_step_s["data"] == pytest.approx(0.02) and g2.per_step_s["data"] is None
 

@@ -93,12 +93,12 @@ def _report_tables(data: Any) -> List[Table]:
     line per group: images/s and E_G at its largest GPU count), then RCP verdicts and the runs set apart."""
     from dlaunch.analysis.convergence import RCP_SOURCE
     from dlaunch.reporting.document import (
-        BUDGET_HEADERS,
         DIVERGED_HEADERS,
         FLAGGED_HEADERS,
         OFF_NETWORK_HEADERS,
         RCP_HEADERS,
         Columns,
+        budget_headers,
         budget_rows,
         diverged_rows,
         flagged_rows,
@@ -139,7 +139,7 @@ def _report_tables(data: Any) -> List[Table]:
             tables.append(_table(g.key.label + ": runs", columns.run_headers()[:-1], rows, RUN_LEAVE_OUT))
             if g.explained:
                 tables.append(
-                    _table(g.key.label + ": efficiency budget", BUDGET_HEADERS, budget_rows(g), BUDGET_LEAVE_OUT)
+                    _table(g.key.label + ": efficiency budget", budget_headers(), budget_rows(g), BUDGET_LEAVE_OUT)
                 )
     if data.rcp:
         tables.append(
