@@ -26,9 +26,9 @@ Schema: `PRAGMA user_version` = SCHEMA_VERSION; a newer file is refused, an olde
 database holds get none (NULL, read as None: not judged) until dlaunch next reads their runs (the
 migration clears their `source` stamps) or `dlaunch results rebuild`. Version 3 adds `flags_threshold`, the
 threshold the flags were judged at (the straggler_threshold of the site profile the run directory kept,
-dlaunch/analysis/stragglers.py's kept_threshold, else the default), `step_options` (the trainer's workload options away from
-their defaults, "-" for none: part of a scaling curve's key) and `compile_s` (--compile's compile time); its
-rows are read again the same way.
+dlaunch/analysis/stragglers.py's kept_threshold, else the default), `step_options` (the trainer's workload options
+away from their defaults, "-" for none: part of a scaling curve's key) and `compile_s` (--compile's compile time);
+its rows are read again the same way.
 """
 
 import json
