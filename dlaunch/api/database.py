@@ -79,13 +79,15 @@ def _compare_row(match: Any) -> CompareRow:
         change_pct=None if match.change is None else 100 * match.change,
         p_value=match.p_value,
         significant=match.significance,
+        changed={k: list(v) for k, v in match.changed.items()},
     )
 
 
 @api_function
 def compare(a: str, b: str, *, metric: str = "images_per_s", db: Optional[Any] = None) -> Comparison:
     """Two sets of runs of the results database (each an experiment's name or a selector, as `results`' `where`)
-    compared per model, framework, GPU count, ... on `metric`, as `dlaunch results compare`."""
+    compared per model, framework, GPU count, ... on `metric`, as `dlaunch results compare`, with every option and
+    recorded fact that differs between them (the comparison's `changed` and `pins`, a row's `changed`)."""
     from dlaunch.resultsdb.compare import compare as compared
     from dlaunch.resultsdb.compare import parse_conditions
 

@@ -274,7 +274,9 @@ class ResultRow(Record):
 @dataclass(frozen=True)
 class CompareRow(Record):
     """One matched `key` (model, framework, GPU count, ...) of a comparison: each side's median, range (`_spread`:
-    its kind), runs and values; B's median against A's in per cent, the exact Mann-Whitney p and its verdict."""
+    its kind), runs and values; B's median against A's in per cent, the exact Mann-Whitney p and its verdict; what
+    differs between the sides' runs of this match beyond the comparison's `changed` (`changed`: [A's, B's], a side
+    whose runs differ among themselves with the list of their values)."""
 
     key: Dict[str, Any]
     a_median: Optional[float]
@@ -292,12 +294,14 @@ class CompareRow(Record):
     change_pct: Optional[float]
     p_value: Optional[float]
     significant: str
+    changed: Dict[str, List[Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Comparison(Record):
     """`results compare`: sides A and B (their selectors and runs) on `metric`, matched per `varying` key; what is
-    the `same` in every row, what tells the sides apart (`changed`, library `pins`: [A's, B's])."""
+    the `same` in every row, what tells the sides apart (`changed`: matched attributes, facts such as `image` and
+    `nodes`, trainer options as `--threads` (None: not given); library `pins`: each [A's, B's])."""
 
     a: str
     b: str

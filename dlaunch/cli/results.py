@@ -177,6 +177,24 @@ def results(
     )
 
 
+def fact_value(name: str, value: Any) -> str:
+    """One side's value of a fact as the notes show it: a trainer option not given is `default`, a fact not recorded
+    `-`, several values `1 or 2`."""
+    if isinstance(value, list):
+        return " or ".join(fact_value(name, v) for v in value)
+    if value is None:
+        return "default" if name.startswith("--") else "-"
+    return str(value)
+
+
+def changes(changed: Dict[str, List[Any]]) -> str:
+    """'--threads 2 -> 1; image a -> b' (a library version named without its `pins.`)."""
+    return "; ".join(
+        "%s %s -> %s" % (name.replace("pins.", "version ", 1), fact_value(name, va), fact_value(name, vb))
+        for name, (va, vb) in changed.items()
+    )
+
+
 COMPARE_HEADERS = ("A median", "A range", "A runs", "B median", "B range", "B runs", "change %", "p", "significant")
 
 
@@ -198,9 +216,13 @@ def comparison_output(c: "Comparison") -> Tuple[List[str], List[List[str]], List
         "A: %s (%s); B: %s (%s); figure: %s" % (c.a, counted(c.a_runs, "run"), c.b, counted(c.b_runs, "run"), c.metric)
     ]
     if c.changed:
-        notes.append("changed: " + "; ".join("%s %s -> %s" % (k, va, vb) for k, (va, vb) in c.changed.items()))
+        notes.append("changed: " + changes(c.changed))
     if c.pins:
-        notes.append("versions: " + "; ".join("%s %s -> %s" % (k, va, vb) for k, (va, vb) in c.pins.items()))
+        notes.append("versions: " + changes(c.pins))
+    for m in c.rows:
+        if m.changed:
+            where = ", ".join("%s %s" % (k, m.key[k]) for k in c.varying)
+            notes.append("changed at %s: %s" % (where, changes(m.changed)))
     if c.same:
         notes.append("same in every row: " + ", ".join("%s %s" % (k, v) for k, v in c.same.items()))
     notes.append(
