@@ -32,12 +32,17 @@ def results(where: Sequence[str] = (), *, db: Optional[Any] = None) -> List[Resu
     """The runs in the results database, oldest first (those that ended together by experiment, site and GPU
     count), that match every selector of `where` (e.g. 'site=juwels,gpus=8', 'date=2026-10'), with S_G, E_G,
     history and MLPerf RCP verdicts. A bad selector is a DlaunchError (before the database is looked for); one
-    that matches nothing a DlaunchNote."""
+    that matches nothing a DlaunchNote. No database where `db` names one is a DlaunchError; none at the default
+    place (no run has ended yet) gives no rows, and says so in a DlaunchNote."""
     from dlaunch.analysis.convergence import load_rcps, run_rcp_verdict
     from dlaunch.resultsdb.compare import parse_conditions, select, unmatched, with_history, with_scaling
+    from dlaunch.resultsdb.store import db_path
 
     for selector in where:  # a bad selector is named before the database is looked for
         parse_conditions(selector)
+    if db is None and not db_path().is_file():
+        warnings.warn("%s: no results database yet (runs are recorded when they end)" % db_path(), DlaunchNote, 3)
+        return []
     with results_db(db) as store:
         everything = with_scaling(store.rows())
     for note in unmatched(everything, list(where)):
