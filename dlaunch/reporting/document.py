@@ -476,7 +476,8 @@ PROVENANCE_HEADERS = ["run", "started", "image", "git revision", "versions", "jo
 
 
 def provenance_text(runs: Sequence[Run], profiles: Profiles, recorded: Recorded, inputs: Sequence[str]) -> str:
-    """Who made the report from what, and per run what it ran (from the results database's rows)."""
+    """Who made the report from what, and per run what it ran (from the results database's rows): the library versions
+    it recorded as used (a library a file of an older trainer recorded as absent, `None`, is left out)."""
     lines = [
         "- Made by dlaunch %s (`dlaunch report`) from %s under %s."
         % (__version__, counted(len(runs), "metrics file"), ", ".join("`%s`" % p for p in inputs) or "-")
@@ -488,7 +489,7 @@ def provenance_text(runs: Sequence[Run], profiles: Profiles, recorded: Recorded,
         if row is None:
             rows.append((run.key.label, [[Path(run.path).parent.name, "-", "-", "-", "-", "-", run.path]]))
             continue
-        versions = ", ".join("%s %s" % item for item in sorted(row["pins"].items())) or "-"
+        versions = ", ".join("%s %s" % item for item in sorted(row["pins"].items()) if item[1] is not None) or "-"
         rows.append(
             (
                 run.key.label,

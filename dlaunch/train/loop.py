@@ -640,7 +640,7 @@ class Trainer:
 
     def header_fields(self, hosts: List[str]) -> Dict[str, Any]:
         cfg = self.cfg
-        versions = library_versions()
+        versions = library_versions(self.device.type, self.fw.collective_libraries())
         versions.update(self.fw.versions())
         return dict(
             run_id=run_id(),
