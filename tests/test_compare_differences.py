@@ -79,3 +79,28 @@ def test_sides_alike_but_for_the_experiment_say_only_that(tmp_path, results_db):
     compared = api.compare("a", "b")
     assert compared.changed == {"experiment": ["a", "b"]} and compared.pins == {}
     assert [row.changed for row in compared.rows] == [{}]
+
+
+def test_the_report_says_what_else_tells_its_groups_apart(tmp_path, results_db):
+    """report over the two experiments: their labels differ by the experiment's name; below the Scaling table, what
+    else their runs were given or ran with, per group."""
+    new_users_runs(tmp_path / "runs")
+    shown = RUNNER.invoke(app, ["report", str(tmp_path / "runs"), "-o", str(tmp_path / "report")])
+    assert shown.exit_code == 0, shown.output
+    text = (tmp_path / "report" / "report.md").read_text()
+    said = text.split("The groups differ beyond their labels in what their runs were given or ran with:\n\n")[1]
+    assert said.split("\n\n")[0].splitlines() == [
+        "- prof/testsite/resnet50/ddp/native b8: stack current; image /images/current-ddp-x86_64.sif; nodes 1 or 2; "
+        "--profile-steps 20; --threads 1; version torch 2.15.0",
+        "- tiny/testsite/resnet50/ddp/native b8: stack -; image -; nodes 1; --profile-steps default; --threads 1 or 2; "
+        "version torch 2.14.1"]  # 2 processes on 2 nodes (prof) or one (tiny)
+
+
+def test_a_report_of_groups_alike_says_nothing_more(tmp_path, results_db):
+    for experiment in ("a", "b"):
+        for gpus in (1, 2):
+            with_header(write_run(tmp_path / "runs", "g%d" % gpus, gpus, [1.0, 10.0 * gpus], experiment=experiment),
+                        {"threads": 1})
+    shown = RUNNER.invoke(app, ["report", str(tmp_path / "runs"), "-o", str(tmp_path / "report")])
+    assert shown.exit_code == 0, shown.output
+    assert "differ beyond their labels" not in (tmp_path / "report" / "report.md").read_text()

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from dlaunch.cli.terminal import command_group, print_json
-from dlaunch.resultsdb.compare import METRICS
+from dlaunch.resultsdb.compare import METRICS, fact_name, fact_text
 from dlaunch.resultsdb.store import ResultsDB, db_path, read_rows
 from dlaunch.tables import cell, counted, markdown, print_table
 
@@ -177,20 +177,10 @@ def results(
     )
 
 
-def fact_value(name: str, value: Any) -> str:
-    """One side's value of a fact as the notes show it: a trainer option not given is `default`, a fact not recorded
-    `-`, several values `1 or 2`."""
-    if isinstance(value, list):
-        return " or ".join(fact_value(name, v) for v in value)
-    if value is None:
-        return "default" if name.startswith("--") else "-"
-    return str(value)
-
-
 def changes(changed: Dict[str, List[Any]]) -> str:
-    """'--threads 2 -> 1; image a -> b' (a library version named without its `pins.`)."""
+    """'--threads 2 -> 1; image a -> b; version torch 2.1 -> 2.2'."""
     return "; ".join(
-        "%s %s -> %s" % (name.replace("pins.", "version ", 1), fact_value(name, va), fact_value(name, vb))
+        "%s %s -> %s" % (fact_name(name), fact_text(name, va), fact_text(name, vb))
         for name, (va, vb) in changed.items()
     )
 

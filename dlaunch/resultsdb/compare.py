@@ -340,6 +340,21 @@ def facts(row: Mapping[str, Any]) -> Dict[str, Any]:
     return found
 
 
+def fact_name(name: str) -> str:
+    """A fact's name as people read it: `version torch` for `pins.torch`."""
+    return "version " + name[len(PIN) :] if name.startswith(PIN) else name
+
+
+def fact_text(name: str, value: Any) -> str:
+    """A side's value of a fact as people read it: a trainer option not given is `default`, a fact not recorded `-`,
+    several values `1 or 2`."""
+    if isinstance(value, list):
+        return " or ".join(fact_text(name, v) for v in value)
+    if value is None:
+        return "default" if name.startswith("--") else "-"
+    return str(value)
+
+
 def _value(values: Set[str], shown: Dict[str, Any]) -> Any:
     """One side's value of a fact: the value, or the sorted list of several."""
     if len(values) == 1:
@@ -347,25 +362,28 @@ def _value(values: Set[str], shown: Dict[str, Any]) -> Any:
     return [shown[v] for v in sorted(values)]
 
 
-def differences(a: Sequence[Dict[str, Any]], b: Sequence[Dict[str, Any]]) -> Dict[str, Tuple[Any, Any]]:
-    """The facts (see `facts`) whose values differ between rows `a` and rows `b`: name -> (A's, B's), each the value
-    (None where not recorded or not given) or the list of the values its rows have."""
-    fa, fb = [facts(r) for r in a], [facts(r) for r in b]
+def differing(sides: Sequence[Sequence[Dict[str, Any]]]) -> Dict[str, List[Any]]:
+    """The facts (see `facts`) whose values differ between the sides (each some rows): name -> each side's value
+    (None where not recorded or not given) or the list of the values its rows have; FACTS first, then the options,
+    then the library versions."""
+    of_sides = [[facts(r) for r in side] for side in sides]
+    names = {n for side in of_sides for f in side for n in f}
     found = {}
-    names = {n for f in fa + fb for n in f}
-    for name in [n for n in FACTS if n in names] + sorted(names.difference(FACTS)):  # then options, then versions
+    for name in [n for n in FACTS if n in names] + sorted(names.difference(FACTS)):
         shown: Dict[str, Any] = {}
-        sides = []
-        for side in (fa, fb):
-            values = set()
-            for f in side:
-                text = json.dumps(f.get(name), sort_keys=True)  # lists, dicts and None alike
-                shown[text] = f.get(name)
-                values.add(text)
-            sides.append(values)
-        if sides[0] != sides[1]:
-            found[name] = (_value(sides[0], shown), _value(sides[1], shown))
+        values: List[Set[str]] = []
+        for side in of_sides:
+            texts = {json.dumps(f.get(name), sort_keys=True) for f in side}  # lists, dicts and None alike
+            shown.update((json.dumps(f.get(name), sort_keys=True), f.get(name)) for f in side)
+            values.append(texts)
+        if any(v != values[0] for v in values[1:]):
+            found[name] = [_value(v, shown) for v in values]
     return found
+
+
+def differences(a: Sequence[Dict[str, Any]], b: Sequence[Dict[str, Any]]) -> Dict[str, Tuple[Any, Any]]:
+    """`differing` of rows `a` and rows `b`: name -> (A's, B's)."""
+    return {name: (va, vb) for name, (va, vb) in differing([a, b]).items()}
 
 
 def compare(rows: Sequence[Dict[str, Any]], selector_a: str, selector_b: str, metric: str) -> Comparison:
