@@ -69,6 +69,7 @@ def _run_status(snapshot: "Snapshot") -> RunStatus:
         ended=snapshot.ended,
         ok=snapshot.ok,
         why_failed=service.why_failed(snapshot) if snapshot.failed else None,
+        stopped_by=snapshot.stopped_by,
         flags=list(snapshot.flags),
         network=list(snapshot.network),
         figures=service.run_figures(snapshot),

@@ -100,6 +100,9 @@ class RunStatus(Record):
     ended: bool = False
     ok: bool = False
     why_failed: Optional[str] = None  # None unless it failed
+    # None unless it was stopped (status `interrupted` or `cancelled`: no failure): who stopped it, e.g. 'cancelled by
+    # Ctrl-C on this machine (the trainer got SIGINT)'; or how its job ended after its trainer's `ok` end record.
+    stopped_by: Optional[str] = None
     flags: List[str] = field(default_factory=list)  # 'straggler: ...', 'throttled: ...'
     network: List[str] = field(default_factory=list)  # how it is off its profile's [network]
     figures: str = ""  # time and energy to accuracy, energy ('' when none is known)

@@ -83,6 +83,14 @@ def flag_kinds(flags: Optional[List[Dict[str, Any]]]) -> str:
     return ", ".join(dict.fromkeys(f["kind"] for f in flags)) or "none"
 
 
+def status_cell(row: "ResultRow") -> str:
+    """The row's status, with what stopped a run that was stopped: `cancelled (SIGINT)`."""
+    from dlaunch.train.signals import stop_cause
+
+    cause = stop_cause(row.reason)
+    return "%s (%s)" % (row.status, cause) if cause else row.status
+
+
 def efficiency_cell(row: "ResultRow") -> str:
     """E_G, or '-' with the flags that kept the run out of its scaling curve (as report leaves it out), so the
     cell says why where the flags column is left out at a narrow terminal."""
@@ -154,7 +162,7 @@ def results(
             r.framework,
             r.model,
             r.step_options,
-            r.status,
+            status_cell(r),
             flag_kinds(r.flags),
             cell(r.images_per_s, "%.1f"),
             cell(r.speedup, "%.2f"),

@@ -343,6 +343,8 @@ def show_status(statuses: Sequence["RunStatus"]) -> int:
         )
         if s.why_failed is not None:
             notes.append("%s: %s" % (s.name, s.why_failed))
+        if s.stopped_by is not None:
+            notes.append("%s: %s" % (s.name, s.stopped_by))
         notes += ["%s: network: %s" % (s.name, problem) for problem in s.network]
         notes += ["%s: %s" % (s.name, flag) for flag in s.flags]
         if s.figures:

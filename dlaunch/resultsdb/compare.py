@@ -436,8 +436,9 @@ HISTORY_KEY = ("site", "model", "gpus", "amp", "framework", "loader", "batch_per
 
 
 def history_verdict(row: Dict[str, Any], rows: Sequence[Dict[str, Any]], tolerance: Optional[float]) -> Optional[str]:
-    """PASS/REGRESSION against the recent median (see the module's docstring); None without enough history."""
-    if row["images_per_s"] is None:
+    """PASS/REGRESSION against the recent median (see the module's docstring); None without enough history, and for
+    a run that did not end ok (an interrupted or cancelled run's images/s is no result to judge)."""
+    if row["status"] != "ok" or row["images_per_s"] is None:
         return None
     earlier = sorted(
         (

@@ -397,5 +397,5 @@ def cancel(run: RunDir) -> str:
             snapshot.progress.status,
         )
     run.scheduler.cancel(run.job_id)
-    run.set_state("cancel requested")
+    run.set_state(runstate.CANCEL_REQUESTED)  # who cancelled it: runstate's stopped_by reads it
     return "cancelled job %s" % run.job_id
