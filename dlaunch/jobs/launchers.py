@@ -99,7 +99,7 @@ class LaunchStyle:
         """One task per GPU with its share of the node's CPUs, each starting the row's entry."""
         return LaunchSpec(
             tasks_per_node=nproc_per_node,
-            cpus_per_task=max(1, site.cpus_per_node // nproc_per_node),
+            cpus_per_task=max(1, site.cpus_for(self.info.name) // nproc_per_node),
             whole_node=False,
             launch_prefix=("python", "-m", self.info.entry),
             **how,
@@ -111,7 +111,7 @@ class TorchrunPerNode(LaunchStyle):
         torchrun = ("python", "-m", "torchrun_jsc") if site.rendezvous_host_suffix else ("torchrun",)
         return LaunchSpec(
             tasks_per_node=1,
-            cpus_per_task=site.cpus_per_node,
+            cpus_per_task=site.cpus_for(self.info.name),
             prelude=rendezvous_prelude(site, scheduler) + visible_gpus(site, nproc_per_node),
             mpi=False,
             whole_node=True,
