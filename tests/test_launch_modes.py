@@ -103,12 +103,17 @@ def test_directives_of_a_partition_row_go_with_that_row_only(tmp_path):
 
 
 @pytest.mark.parametrize("vendor, variable", [("nvidia", "CUDA_VISIBLE_DEVICES"), ("amd", "ROCR_VISIBLE_DEVICES")])
-def test_a_site_binding_one_gpu_per_task_shows_the_per_node_launcher_its_gpus(tmp_path, vendor, variable):
+def test_a_site_binding_one_gpu_per_task_shows_every_task_the_nodes_gpus(tmp_path, vendor, variable):
+    """The per-node launcher needs them all; a task per GPU takes its local rank's among them, so that NCCL can
+    reach the others through CUDA IPC (JSC's scripts export them for both; psslurm keeps the script's value)."""
     text = BASE.replace('gpu_vendor = "nvidia"', 'gpu_vendor = "%s"' % vendor).replace('flags = ["--nv"]', 'flags = ["--rocm"]\nstack = "rocm"' if vendor == "amd" else 'flags = ["--nv"]')
     site = profile(tmp_path, text + "\n[launch]\nbinds_gpu_per_task = true\n")
     assert "export %s=0,1,2,3\n" % variable in script_for(site, request())
     assert "export %s=0,1\n" % variable in script_for(site, request(nodes=1, gpus=2))
-    assert variable not in script_for(site, request("horovod"))  # a task per GPU keeps Slurm's binding
+    assert "export %s=0,1,2,3\n" % variable in script_for(site, request("horovod"))
+    per_gpu = profile(tmp_path, text + '\n[launch]\nbinds_gpu_per_task = true\n[launch.ddp]\nmode = "task-per-gpu"\n')
+    assert "export %s=0,1,2,3\n" % variable in script_for(per_gpu, request())
+    assert variable not in script_for(profile(tmp_path, text), request("horovod"))  # where Slurm binds nothing
 
 
 @pytest.mark.parametrize("addition, message", [
