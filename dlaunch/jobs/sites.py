@@ -1,5 +1,6 @@
 """Site profiles: TOML files validated by pydantic, found by name, alias or path (schema: docs/sites.md)."""
 
+import itertools
 import os
 import re
 from pathlib import Path
@@ -249,14 +250,14 @@ class Site(StrictModel):
     def _consistent(self) -> "Site":
         if registration(self.scheduler.kind).foreground and self.container.containerized:
             raise ValueError("a site whose jobs run in the foreground on this machine has no container runtime")
-        exported = set(self.env) | {n for row in self.env_by_nodes for n in row.env}
-        for other, names in (("env_prepend", set(self.env_prepend)), ("env_expanded", set(self.env_expanded))):
-            if exported & names:
-                raise ValueError("env and %s both set %s" % (other, sorted(exported & names)[0]))
-        if set(self.env_prepend) & set(self.env_expanded):
-            raise ValueError(
-                "env_prepend and env_expanded both set %s" % sorted(set(self.env_prepend) & set(self.env_expanded))[0]
-            )
+        tables = {
+            "env": set(self.env) | {n for row in self.env_by_nodes for n in row.env},
+            "env_prepend": set(self.env_prepend),
+            "env_expanded": set(self.env_expanded),
+        }
+        for (one, names), (other, more) in itertools.combinations(tables.items(), 2):
+            if names & more:
+                raise ValueError("%s and %s both set %s" % (one, other, sorted(names & more)[0]))
         self._check_launch()
         return self
 
