@@ -182,8 +182,8 @@ def print_prediction(console: Console, prediction: "Prediction") -> None:
     )
     say(
         "exposed: what a step waits for beyond its own work (transfers left over after back-propagation, the "
-        "slowest rank, the file system); the kernels' earlier waits for their peers are NCCL kernel time, hidden "
-        "behind back-propagation"
+        "slowest rank, the file system); the kernels' earlier waits for their peers are %s kernel time, hidden "
+        "behind back-propagation" % prediction.collective_library
     )
     for note in prediction.notes:
         say(note)
