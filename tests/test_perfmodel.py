@@ -538,7 +538,7 @@ def test_predict_shows_kernel_share_and_efficiency_beside_the_papers_values_with
                  "%+.1f" % (100 * (p.comm_share - published[gpus]))]
         basis = "fitted" if gpus <= 64 else "predicted"
         overhead = ["%.2f" % p.epoch_overhead_s, "%.1f" % (100 * p.overhead_share)]
-        run = ["compute", "%.2f" % (p.run_s(90) / 3600), "%.0f" % (p.run_s(90) * p.nodes / 3600)]
+        run = ["compute", "%.3g" % (p.run_s(90) / 3600), "%.0f" % (p.run_s(90) * p.nodes / 3600)]
         expected = ["%.3f" % p.efficiency] + statement + share + overhead + run + [basis]
         assert [c.replace("+0.0", "0.0").replace("-0.0", "0.0") for c in cells[-12:]] == [
             c.replace("+0.0", "0.0").replace("-0.0", "0.0") for c in expected], (gpus, cells)
@@ -655,8 +655,8 @@ def test_predict_for_the_issue_command_shows_the_calibrated_model_and_the_nomina
     result = _predict("--site", "juwels", "--model", "resnet50", "--gpus", "4,1024")
     assert result.exit_code == 0, result.output
     first = result.output.splitlines()[0]
-    assert first.startswith("model: calibrated on Aach et al. 2023 Table 2a's DALI column") and "--calibrated none" in first
-    assert "DALI column: the loader of the paper's main results" in first  # why DALI, not native
+    assert first.startswith("model: calibrated on Aach et al. 2023 Table 2a's DALI column") and "--calibrated dali|native|none (none: nominal, an upper bound)" in first
+    assert "with the loader of the paper's main results (DALI" in first  # why DALI, not native
     fit = fit_published()
     calibrated = predict(paper_workload(fit, loader="dali"), fit.machine, [4, 1024], paper_overhead("dali"))[1]
     assert _table(result.output)[1024][4] == "%.3f" % calibrated.efficiency == "0.780"

@@ -194,7 +194,7 @@ def test_run_time_is_the_epochs_steps_and_overheads_and_the_api_returns_it(tmp_p
     for p in curve:
         run_s = 10 * (p.steps_per_epoch * p.step_s + 2.0)
         assert p.run_s(10) == pytest.approx(run_s)
-        assert rows[p.gpus][-3:-1] == ["%.2f" % (run_s / 3600), "%.0f" % (run_s * p.nodes / 3600)]
+        assert rows[p.gpus][-3:-1] == ["%.3g" % (run_s / 3600), "%.0f" % (run_s * p.nodes / 3600)]
     assert "run time: 10 epochs (--epochs)" in result.output
     seconds = dlaunch.predicted_run_seconds(str(site), "resnet50", "ddp", 1024, 10, compute_ms=100.0, batch=64,
                                             epoch_overhead=2.0)

@@ -89,7 +89,7 @@ def prediction_rows(prediction: "Prediction") -> List[List[str]]:
                 if p.slowest_forward_excess is None
                 else "%.0f" % (100 * p.slowest_forward_excess)
             )
-        out.append(row + [p.bound, "%.2f" % (p.run_s / 3600.0), "%.0f" % p.node_hours, p.basis])
+        out.append(row + [p.bound, "%.3g" % (p.run_s / 3600.0), "%.0f" % p.node_hours, p.basis])
     return out
 
 

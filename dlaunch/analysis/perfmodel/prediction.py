@@ -198,10 +198,7 @@ def _basis(fitted: Sequence[int], fitted_max: int) -> Callable[[int], str]:
 
 
 LOADERS = ("native", "dali-cpu", "dali-gpu")  # `--loader`: the input pipelines the trainer has
-OTHERS = (
-    "other models: --calibrated dali|native (Aach et al.'s JUWELS Booster fit), --calibrated none (nominal: an upper "
-    "bound), --from-runs RUN... (fitted on your own runs)"
-)
+OTHERS = "others: --calibrated dali|native|none (none: nominal, an upper bound), --from-runs RUN... (your runs)"
 
 
 def default_calibration(site: Site, framework: str) -> Tuple[str, str]:
@@ -210,11 +207,13 @@ def default_calibration(site: Site, framework: str) -> Tuple[str, str]:
     if not paper_machine(site):
         return "none", "no calibration exists for this site's machine (Table 2a's is JUWELS Booster's)"
     if framework == "deepspeed":
-        return "native", "its machine's calibration; native column: DeepSpeed cannot use DALI (Aach et al.)"
+        return (
+            "native",
+            "the calibration of this site's machine, native loader: DeepSpeed cannot use DALI (Aach et al.)",
+        )
     return "dali", (
-        "its machine's calibration; DALI column: the loader of the paper's main results (Figs. 3a, 4, 6, 7), which "
-        "keeps up with the GPUs, so the step is the GPUs' and the network's (--calibrated native for the native "
-        "loader and the file system)"
+        "the calibration of this site's machine, with the loader of the paper's main results (DALI: Figs. 3a, 4, 6, "
+        "7), which keeps up with the GPUs"
     )
 
 
