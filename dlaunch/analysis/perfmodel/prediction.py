@@ -554,6 +554,12 @@ def prediction(
         "bound: what sets the step: compute (the GPUs' work and communication), input (the loader's rate), "
         "storage (the file system's ceiling)"
     )
+    library = collective_library(profile)
+    if library != "NCCL":
+        notes.append(
+            "collectives: %s's are costed with NCCL's tuning model (nccl.py, NCCL 2.8-2.10 constants), not checked "
+            "against %s's own" % (library, library)
+        )
     if forward_excess_by_gpus is not None:
         notes.append(
             "slowest forward vs median: how much longer your runs' slowest rank's forward pass took than the "
@@ -576,7 +582,7 @@ def prediction(
         overhead is not None,
         calibration,
         model_line(calibration, why, asked),
-        collective_library(profile),
+        library,
         input_source,
         epochs,
         warning,
