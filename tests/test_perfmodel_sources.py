@@ -130,7 +130,7 @@ def test_from_runs_refuses_runs_of_another_site_gpu_kind_or_model(tmp_path):
     assert allowed.exit_code == 0, allowed.output
     title = next(x for x in allowed.output.splitlines() if x.strip().startswith("WARNING"))
     assert "made on site local, not leonardo-booster; computed on CPU, not A100-64GB; train resnet18" in title
-    assert "not a prediction of resnet50 leonardo-booster on A100-64GB" in title
+    assert "not a prediction of resnet50 on leonardo-booster's A100-64GB" in title
     as_api = dlaunch.predict("leonardo-booster", gpus=[1, 2, 4], from_runs=[tmp_path / "runs"], allow_other_runs=True)
     assert as_api.warning.startswith("WARNING: fitted on runs made on site local") and as_api.model == "resnet18"
 

@@ -447,7 +447,7 @@ def prediction(
                 "there, or pass --allow-other-runs to see it anyway, with a warning)" % "; ".join(mismatches)
             )
         if mismatches:
-            warning = "WARNING: fitted on runs %s (--allow-other-runs): not a prediction of %s %s on %s" % (
+            warning = "WARNING: fitted on runs %s (--allow-other-runs): not a prediction of %s on %s's %s" % (
                 "; ".join(mismatches),
                 model or runs[0].key.model,
                 profile.name,
