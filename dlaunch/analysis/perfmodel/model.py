@@ -43,8 +43,9 @@ DEEPSPEED_BUCKET_BYTES = 4 * 5e8  # reduce_bucket_size: 5e8 fp32 elements
 NATIVE_WORKERS = 8
 NATIVE_WORKER_IMAGES_PER_S = 170.0
 # DALI's CPU pipeline (`--loader dali --dali-device cpu`): images/s one of its threads decodes and augments, measured
-# like the native worker's (`python -m dlaunch.train.loaderbench`, benchmarks/README.md); Aach et al.: 8 CPU threads
-# per loader instance, whichever loader.
+# like the native worker's with the trainer's loader-only benchmark (`benchmarks/bench_loaderonly.py`, 2026-11-27:
+# 408 images/s with 1 thread, 394 per thread with 2, on this project's AMD EPYC VM, 500 x 375 photo JPEGs of 99 kB;
+# benchmarks/README.md). Aach et al.: 8 CPU threads per loader instance, whichever loader.
 PAPER_LOADER_THREADS = NATIVE_WORKERS
 DALI_CPU_THREAD_IMAGES_PER_S = 400.0
 # Epochs: ImageNet-1k (Aach et al.: 1,281,167 training and 50,000 validation images, validated every epoch).
