@@ -9,7 +9,6 @@ from pathlib import Path
 from statistics import fmean
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from dlaunch.analysis.kept_profile import kept_profile
 from dlaunch.analysis.perfmodel.model import (
     MODEL_PARAMS_M,
     Prediction,
@@ -22,6 +21,7 @@ from dlaunch.analysis.perfmodel.model import (
 )
 from dlaunch.analysis.perfmodel.nccl import DEFAULT_INTRA_NODE_GBPS, RING_PLATEAU, Machine, straggler_factor
 from dlaunch.analysis.scaling import Run, find_metrics_files, run_from_metrics
+from dlaunch.analysis.stragglers import kept_profile
 from dlaunch.errors import DlaunchError
 from dlaunch.train.config import workload_flags
 from dlaunch.train.metrics_schema import Metrics, MetricsError, read_metrics
@@ -298,7 +298,7 @@ def run_origin(metrics: Metrics) -> RunsOrigin:
     if metrics.header.get("device") == "cpu":
         return RunsOrigin(site, "CPU", True)
     try:
-        kept = kept_profile(metrics.path, {})
+        kept = kept_profile(Path(metrics.path).parent)
     except DlaunchError:
         kept = None
     if kept is None or not kept.gpu_model:
