@@ -62,7 +62,8 @@ def added(tmp_path, monkeypatch):
         "[scheduler]", 'kind = "fakebatch"', "[[scheduler.partitions]]", 'name = "q"', "max_nodes = 4",
         'max_time = "01:00:00"', "default = true",
         "[container]", 'kind = "fakebox"',
-        "[network]", "latency_us = 2.0", "bandwidth_gbps_per_node = 200.0", ""]))
+        "[network]", "latency_us = 2.0", "bandwidth_gbps_per_node = 200.0",
+        "[predict]", "intra_node_gbps_per_gpu = 100.0", 'intra_node_source = "a test figure"', ""]))
     return site
 
 

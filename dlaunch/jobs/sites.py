@@ -53,6 +53,33 @@ class Storage(StrictModel):
     loader_images_per_s: float = Field(gt=0)  # what a loader reading each image as a file gets in all
 
 
+class InputRate(StrictModel):
+    """`[[predict.input]]`: what one GPU's loader decodes and augments on this site's nodes (ImageNet JPEGs, the
+    training pipeline; `python -m dlaunch.train.loaderbench` measures it), with its source."""
+
+    loader: Literal["native", "dali-cpu", "dali-gpu"]
+    workers: int = Field(gt=0)  # its worker processes (native) or threads (DALI)
+    images_per_s: float = Field(gt=0)
+    source: str = Field(min_length=1)
+
+
+class PredictFigures(StrictModel):
+    """`[predict]`: the node's figures for the performance model, each with its source."""
+
+    intra_node_gbps_per_gpu: Optional[float] = Field(default=None, gt=0)  # a GPU's link to its node's others, each way
+    intra_node_source: str = ""
+    input: List[InputRate] = []
+
+    @model_validator(mode="after")
+    def _sourced(self) -> "PredictFigures":
+        if self.intra_node_gbps_per_gpu is not None and not self.intra_node_source:
+            raise ValueError("intra_node_gbps_per_gpu needs intra_node_source")
+        loaders = [row.loader for row in self.input]
+        if len(set(loaders)) < len(loaders):
+            raise ValueError("input: one row per loader")
+        return self
+
+
 class Reference(StrictModel):
     """A reference throughput measured on this site (`tolerance`: accepted relative deviation)."""
 
@@ -204,6 +231,7 @@ class Site(StrictModel):
     requeue: bool = True
     network: Optional[Network] = None
     storage: Optional[Storage] = None
+    predict: Optional[PredictFigures] = None
     reference: List[Reference] = []
     # A rank computing more than this fraction slower than the median rank is a straggler (dlaunch/analysis/stragglers.py).
     straggler_threshold: float = Field(default=DEFAULT_THRESHOLD, gt=0, lt=1)
