@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional, Sequence, TextIO, Tuple
 
@@ -129,6 +130,24 @@ def task_environments(ntasks: int, environ: Dict[str, str]) -> List[Dict[str, st
     ]
 
 
+@dataclass(frozen=True)
+class StepEnd:
+    """How a step's tasks ended: each one's exit code (a signal as its negative number), and the task whose
+    failure ended the others (None: none failed)."""
+
+    codes: List[int]
+    first_failed: Optional[int]
+
+    @property
+    def exit_code(self) -> int:
+        """The step's: the first failure's, not that of the tasks ended for it (a signal as 128 + its number, as a
+        shell says)."""
+        if self.first_failed is None:
+            return 0
+        code = self.codes[self.first_failed]
+        return code if code > 0 else 128 - code
+
+
 def run_step(
     command: List[str],
     ntasks: int,
@@ -136,10 +155,10 @@ def run_step(
     output: Optional[TextIO] = None,
     cwd: Optional[str] = None,
     timeout: Optional[float] = None,
-) -> List[int]:
-    """Start `command` as every task of a one-node step and wait for all; each task's exit code. One
-    task failing ends the others (SIGTERM, SIGKILL after KILL_WAIT_S), as do SIGTERM and SIGUSR1 sent to
-    this process (passed on); `timeout` kills all. `output`: where the tasks write (default: inherited)."""
+) -> StepEnd:
+    """Start `command` as every task of a one-node step and wait for all. One task failing ends the others at
+    once (SIGTERM, SIGKILL after KILL_WAIT_S), as do SIGTERM and SIGUSR1 sent to this process (passed on);
+    `timeout` kills all. `output`: where the tasks write (default: inherited)."""
     envs = task_environments(ntasks, dict(os.environ if environ is None else environ))
     procs = [
         subprocess.Popen(
@@ -157,14 +176,17 @@ def run_step(
     previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to the tasks too
     deadline = time.monotonic() + timeout if timeout else None
     stop_at: Optional[float] = None
+    first_failed: Optional[int] = None
     try:
-        while any(proc.poll() is None for proc in procs):
+        # Every task is polled in every round: a failure behind a live task is seen at once.
+        while [proc.poll() for proc in procs].count(None):
             now = time.monotonic()
             failed = [t for t, proc in enumerate(procs) if proc.returncode not in (None, 0)]
-            if failed and stop_at is None:
+            if failed and first_failed is None:
+                first_failed = failed[0]
                 print(
                     "dlaunch-local-step: task %d exited with %d; ending the others"
-                    % (failed[0], procs[failed[0]].returncode),
+                    % (first_failed, procs[first_failed].returncode),
                     file=sys.stderr,
                     flush=True,
                 )
@@ -182,15 +204,10 @@ def run_step(
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-    return [proc.returncode for proc in procs]
-
-
-def step_exit_code(codes: Sequence[int]) -> int:
-    """The step's exit code: the first failing task's (a signal as 128 + its number, as a shell says)."""
-    failed = [code for code in codes if code != 0]
-    if not failed:
-        return 0
-    return failed[0] if failed[0] > 0 else 128 - failed[0]
+    codes = [proc.returncode for proc in procs]
+    if first_failed is None:  # ended by a signal or the timeout, or failed in the last round
+        first_failed = next((t for t, code in enumerate(codes) if code != 0), None)
+    return StepEnd(codes, first_failed)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -203,7 +220,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.tasks < 1 or not command:
         parser.error("give --tasks N (N >= 1) and a command after --")
-    return step_exit_code(run_step(command, args.tasks))
+    return run_step(command, args.tasks).exit_code
 
 
 if __name__ == "__main__":
