@@ -16,8 +16,8 @@ from typing import Dict, List, Literal, Optional, Sequence, Tuple
 from pydantic import Field, field_validator
 
 from dlaunch.errors import SchedulerError
-from dlaunch.jobs.jobspec import Export, HostList, JobSpec, PreludeItem, ShellWord
-from dlaunch.jobs.schema import OPTION, Partition, StrictModel, check_partitions
+from dlaunch.specs.job import Export, HostList, JobSpec, PreludeItem, ShellWord
+from dlaunch.specs.schema import OPTION, Partition, StrictModel, check_partitions
 from dlaunch.schedulers import Job, JobState, Scheduler, Submission
 from dlaunch.train import jobenv
 

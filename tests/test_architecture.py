@@ -20,7 +20,9 @@ BACKEND_FOLDERS = (LAUNCHER / "schedulers", LAUNCHER / "runtimes")
 LAYERS = (
     ("train", ("train/",)),  # the trainer: imports nothing else of dlaunch
     ("base", ("errors.py", "atomic.py", "paths.py", "boundary.py", "tables.py", "thresholds.py", "version.py")),
-    ("jobs", ("jobs/", "schedulers/", "runtimes/")),  # making a job
+    ("specs", ("specs/",)),  # the job's building blocks: the neutral job, its script lines, the profiles' parts
+    ("backends", ("schedulers/", "runtimes/")),  # the schedulers and container runtimes
+    ("jobs", ("jobs/",)),  # making a job: profile + request -> plan -> script
     ("analysis", ("analysis/",)),  # metrics files -> figures, the performance model
     ("resultsdb", ("resultsdb/",)),  # the results database, comparisons
     ("reporting", ("reporting/",)),  # report.md, report.html, plots
@@ -129,6 +131,13 @@ def layer_breaches(graph: Dict[str, Set[str]]) -> List[str]:
             if own is not None and theirs is not None and theirs > own:
                 found.append("%s (%s) imports %s (%s)" % (name, LAYERS[own][0], other, LAYERS[theirs][0]))
     return found
+
+
+def test_an_import_from_a_higher_layer_is_found():
+    """The backends stand under the job layer: a scheduler that imports the plan breaks the table."""
+    graph = {"dlaunch.schedulers.slurm": {"dlaunch.jobs.plan", "dlaunch.specs.job"}, "dlaunch.jobs.plan": set(),
+             "dlaunch.specs.job": set()}
+    assert layer_breaches(graph) == ["dlaunch.schedulers.slurm (backends) imports dlaunch.jobs.plan (jobs)"]
 
 
 def test_a_module_imports_only_from_its_layer_or_lower_ones():

@@ -144,7 +144,7 @@ def test_help_at_80_columns_keeps_every_word_and_bracket_whole(tmp_path, path):
 
 def test_help_says_what_the_defaults_and_forms_are(tmp_path):
     from dlaunch.jobs.imagepaths import default_image_for_site
-    from dlaunch.jobs.schema import parse_time
+    from dlaunch.specs.schema import parse_time
     from dlaunch.jobs.sites import resolve_site
 
     shown = " ".join(dlaunch("run", "--help", cwd=tmp_path).stdout.split())

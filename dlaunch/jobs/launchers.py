@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import Any, Tuple
 
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.jobspec import CommandOutput, Export, FirstHost, PreludeItem, ShellWord
 from dlaunch.jobs.sites import Site
 from dlaunch.schedulers import Scheduler, registration
+from dlaunch.specs.job import CommandOutput, Export, FirstHost, PreludeItem, ShellWord
 from dlaunch.train.framework_table import FRAMEWORKS, FrameworkInfo
 
 

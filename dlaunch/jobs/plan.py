@@ -12,12 +12,12 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from dlaunch.boundary import check_limit, check_value
 from dlaunch.errors import DlaunchError, SchedulerError
-from dlaunch.jobs.jobspec import JobSpec, PreludeItem, Prepend, RequireVariable, TaskEnv, WorkDir, joined
 from dlaunch.jobs.launchers import launch_mode
 from dlaunch.jobs.request import LaunchRequest, trainer_arguments
-from dlaunch.jobs.schema import BIND_PATH, SAFE_NAME, Partition, format_time, parse_time
 from dlaunch.jobs.sites import Site
 from dlaunch.schedulers import registration, scheduler_for
+from dlaunch.specs.job import JobSpec, PreludeItem, Prepend, RequireVariable, TaskEnv, WorkDir, joined
+from dlaunch.specs.schema import BIND_PATH, SAFE_NAME, Partition, format_time, parse_time
 from dlaunch.train import jobenv
 from dlaunch.train.config import ConfigError, parse_config
 from dlaunch.train.framework_table import FRAMEWORKS

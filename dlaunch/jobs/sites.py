@@ -9,9 +9,14 @@ from pydantic import Field, SerializeAsAny, StringConstraints, create_model, fie
 
 from dlaunch.boundary import ModelT, display_path, parse_toml, read_text, read_toml, read_toml_text
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.jobspec import ShellWord
 from dlaunch.jobs.network import Network
-from dlaunch.jobs.schema import (
+from dlaunch.paths import SHIPPED_SITES_DIR, toml_files_by_name
+from dlaunch.runtimes import NoContainer, Runtime
+from dlaunch.runtimes import validate_config as runtime_config
+from dlaunch.schedulers import registration, scheduler_for
+from dlaunch.schedulers import validate_config as scheduler_config
+from dlaunch.specs.job import ShellWord
+from dlaunch.specs.schema import (
     HOST_SUFFIX,
     AbsPath,
     EnvName,
@@ -23,11 +28,6 @@ from dlaunch.jobs.schema import (
     VarPath,
     Word,
 )
-from dlaunch.paths import SHIPPED_SITES_DIR, toml_files_by_name
-from dlaunch.runtimes import NoContainer, Runtime
-from dlaunch.runtimes import validate_config as runtime_config
-from dlaunch.schedulers import registration, scheduler_for
-from dlaunch.schedulers import validate_config as scheduler_config
 from dlaunch.thresholds import DEFAULT_THRESHOLD
 from dlaunch.train.framework_table import FRAMEWORKS
 

@@ -12,8 +12,8 @@ import re
 from typing import Any, ClassVar, List, Literal, Optional, Sequence, Tuple
 
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.jobspec import PreludeItem, Prepend
-from dlaunch.jobs.schema import PATH, Bind, SafeName, StrictModel
+from dlaunch.specs.job import PreludeItem, Prepend
+from dlaunch.specs.schema import PATH, Bind, SafeName, StrictModel
 
 # kind -> "module:Class"; adding a runtime is its file plus one row here.
 RUNTIMES = {

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from dlaunch.errors import DlaunchError, SchedulerError
-from dlaunch.jobs.jobspec import JobSpec, PreludeItem, ShellWord
-from dlaunch.jobs.schema import StrictModel
+from dlaunch.specs.job import JobSpec, PreludeItem, ShellWord
+from dlaunch.specs.schema import StrictModel
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional, Sequence, TextIO, Tuple
 
 from dlaunch.errors import SchedulerError
-from dlaunch.jobs.jobspec import Export, JobSpec, PreludeItem, ShellWord
-from dlaunch.jobs.schema import StrictModel
 from dlaunch.schedulers import Job, JobState, Running, Scheduler
+from dlaunch.specs.job import Export, JobSpec, PreludeItem, ShellWord
+from dlaunch.specs.schema import StrictModel
 from dlaunch.train import jobenv
 from dlaunch.train.engines import ENGINE_PORT
 

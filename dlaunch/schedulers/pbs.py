@@ -23,9 +23,9 @@ from typing import Annotated, Dict, List, Literal, Optional, Sequence, Tuple
 from pydantic import Field, StringConstraints, field_validator
 
 from dlaunch.errors import SchedulerError
-from dlaunch.jobs.jobspec import AttemptCount, Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
-from dlaunch.jobs.schema import PBS_DIRECTIVE, PBS_RESOURCES, Partition, StrictModel, Word, check_partitions
 from dlaunch.schedulers import Job, JobState, Scheduler, Submission
+from dlaunch.specs.job import AttemptCount, Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
+from dlaunch.specs.schema import PBS_DIRECTIVE, PBS_RESOURCES, Partition, StrictModel, Word, check_partitions
 from dlaunch.train import jobenv
 
 _JOB_ID = re.compile(r"^\d+(\[\d*\])?(\.[A-Za-z0-9.-]+)?$")

@@ -23,9 +23,9 @@ from typing import Annotated, Dict, FrozenSet, List, Literal, Optional, Sequence
 from pydantic import Field, StringConstraints, field_validator
 
 from dlaunch.errors import SchedulerError
-from dlaunch.jobs.jobspec import Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
-from dlaunch.jobs.schema import GRES, OPTION, Option, Partition, SafeName, StrictModel, check_partitions, format_time
 from dlaunch.schedulers import Figure, Job, JobState, Scheduler, ScriptCheck, Submission
+from dlaunch.specs.job import Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
+from dlaunch.specs.schema import GRES, OPTION, Option, Partition, SafeName, StrictModel, check_partitions, format_time
 from dlaunch.train import jobenv
 
 # One failed task (a crashed node's torchrun, a dead MPI rank) ends the whole step instead of leaving
