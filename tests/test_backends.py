@@ -34,6 +34,21 @@ def test_slurm_states(word, meaning):
     assert classify(word) is meaning and meaning.active == (meaning in (JobState.PENDING, JobState.REQUEUED))
 
 
+def test_what_is_slurms_own_in_a_profile_is_checked_by_slurm():
+    """A row without a partition needs a QOS, directives are srun's form, one way to ask for GPUs, none on a
+    site without GPUs (dlaunch/schedulers/slurm.py)."""
+    data = shipped("generic-slurm").model_dump(by_alias=True)
+    row = data["scheduler"]["partitions"][0]
+    for scheduler, refusal in (
+            (dict(partitions=[dict(row, partition="", qos=None)]), 'partition = "" needs a qos'),
+            (dict(partitions=[dict(row, directives=["-l walltime=1:00:00"])]), "is not of the form --name or --name=value"),
+            (dict(gres="gpu:4", gpu_request="gres"), "gres and gpu_request both ask for GPUs")):
+        with pytest.raises(ValueError, match=refusal):
+            Site.model_validate(dict(data, scheduler=dict(data["scheduler"], **scheduler)))
+    with pytest.raises(ValueError, match="scheduler.gpu_request: a site without GPUs"):
+        Site.model_validate(dict(data, gpu_vendor="none", scheduler=dict(data["scheduler"], gpu_request="gres")))
+
+
 def test_unknown_scheduler_kind_is_named():
     with pytest.raises(DlaunchError, match="scheduler 'lsf' is not one of slurm, pbs, local"):
         scheduler_for("lsf")

@@ -105,6 +105,17 @@ def test_pbs_script_follows_the_pbs_and_polaris_documentation():
     assert "#PBS -r n" in once
 
 
+def test_a_pbs_queue_row_takes_no_qos_and_only_pbs_directives():
+    """What is PBS's own (its directive form, no QOS) is checked in dlaunch/schedulers/pbs.py."""
+    data = shipped("polaris").model_dump(by_alias=True)
+    row = data["scheduler"]["partitions"][0]
+    for change, refusal in (({"qos": "debug"}, "qos: PBS has no QOS"),
+                            ({"directives": ["--qos=debug"]}, "directive '--qos=debug' is not of the form '-X value'")):
+        rows = [dict(row, **change)] + data["scheduler"]["partitions"][1:]
+        with pytest.raises(ValueError, match=refusal):
+            Site.model_validate(dict(data, scheduler=dict(data["scheduler"], partitions=rows)))
+
+
 # -- the batch system: qsub/qstat/qdel -------------------------------------------------------------------
 
 def fake_pbs_answers(bin_dir: Path, qstat_json: dict) -> Path:

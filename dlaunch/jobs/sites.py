@@ -243,11 +243,9 @@ class Site(StrictModel):
         return self
 
     def _check_launch(self) -> None:
-        gpu_request = getattr(self.scheduler, "gpu_request", "none")
-        if gpu_request != "none" and self.gpu_vendor == "none":
-            raise ValueError('scheduler.gpu_request: a site without GPUs (gpu_vendor = "none") asks for none')
-        if gpu_request != "none" and "gpu" in (getattr(self.scheduler, "gres", None) or ""):
-            raise ValueError("scheduler.gres and scheduler.gpu_request both ask for GPUs: keep gpu_request")
+        asking = scheduler_for(self.scheduler.kind).gpu_request_field(self.scheduler)
+        if asking and self.gpu_vendor == "none":
+            raise ValueError('scheduler.%s: a site without GPUs (gpu_vendor = "none") asks for none' % asking)
         launch = self.launch
         if launch.rendezvous_command and self.rendezvous_host_suffix:
             raise ValueError(

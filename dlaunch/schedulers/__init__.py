@@ -227,6 +227,10 @@ class Scheduler:
         `no_test_submission` is ""."""
         raise NotImplementedError
 
+    def gpu_request_field(self, cfg: StrictModel) -> Optional[str]:
+        """The field of its `[scheduler]` section that asks the batch system for GPUs (None: none does)."""
+        return None
+
     def mpi_plugins(self) -> List[str]:
         """The MPI wirings its step offers (a profile's `mpi_plugin` must be one of them)."""
         return []

@@ -25,9 +25,12 @@ from pydantic import Field, StringConstraints, field_validator
 from dlaunch.errors import SchedulerError
 from dlaunch.schedulers import Job, JobState, Scheduler, Submission
 from dlaunch.specs.job import AttemptCount, Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
-from dlaunch.specs.schema import PBS_DIRECTIVE, PBS_RESOURCES, Partition, StrictModel, Word, check_partitions
+from dlaunch.specs.schema import Partition, StrictModel, Word, check_partitions
 from dlaunch.train import jobenv
 
+# A directive line after `#PBS `: one option letter and one value (`-l filesystems=home:eagle`).
+DIRECTIVE = r"^-[A-Za-z] [A-Za-z0-9_.,:/@+=-]+$"
+RESOURCES = r"^(:[A-Za-z0-9_]+=[A-Za-z0-9_.+-]+)*$"  # of a `-l select` chunk: `:system=polaris:ngpus=4`
 _JOB_ID = re.compile(r"^\d+(\[\d*\])?(\.[A-Za-z0-9.-]+)?$")
 # qstat's job_state letters (Reference Guide, "Job States").
 _STATES = {
@@ -50,14 +53,22 @@ ATTEMPTS = "pbs-attempts"  # one line per start of a job in this run directory: 
 class PbsConfig(StrictModel):
     kind: Literal["pbs"]
     partitions: List[Partition] = Field(min_length=1)  # queues (`-q`)
-    select_resources: Annotated[str, StringConstraints(pattern=PBS_RESOURCES)] = ""  # e.g. ":system=polaris"
-    directives: List[Annotated[str, StringConstraints(pattern=PBS_DIRECTIVE)]] = []  # e.g. "-l filesystems=home:eagle"
+    select_resources: Annotated[str, StringConstraints(pattern=RESOURCES)] = ""  # e.g. ":system=polaris"
+    directives: List[Annotated[str, StringConstraints(pattern=DIRECTIVE)]] = []  # e.g. "-l filesystems=home:eagle"
     mpiexec_options: List[Word] = []
 
     @field_validator("partitions")
     @classmethod
     def _partitions(cls, partitions: List[Partition]) -> List[Partition]:
-        return check_partitions(partitions, PBS_DIRECTIVE, "'-X value'")
+        for p in partitions:
+            if p.qos is not None:
+                raise ValueError("partition %s: qos: PBS has no QOS (a row's queue is its `partition`)" % p.name)
+        return check_partitions(partitions, DIRECTIVE, "'-X value'")
+
+
+def queue_name(row: Partition) -> str:
+    """A row's queue (`-q`): `partition`, else `name` (rows of one routing queue share it)."""
+    return row.partition or row.name
 
 
 def classify(state: str, exit_status: object = None) -> JobState:
@@ -94,7 +105,7 @@ class Pbs(Scheduler):
             "-N %s" % job.name,
             "-l select=%d%s" % (job.nodes, cfg.select_resources),
             "-l walltime=%d:%02d:%02d" % (job.seconds // 3600, job.seconds % 3600 // 60, job.seconds % 60),
-            "-q %s" % job.queue.queue,
+            "-q %s" % queue_name(job.queue),
             *(("-A %s" % job.account,) if job.account else ()),
             "-o %s/%s" % (job.run_dir, LOG),
             "-j oe",  # the error stream into the same file

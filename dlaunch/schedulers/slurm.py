@@ -20,14 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Dict, FrozenSet, List, Literal, Optional, Sequence, Tuple
 
-from pydantic import Field, StringConstraints, field_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from dlaunch.errors import SchedulerError
 from dlaunch.schedulers import Figure, Job, JobState, Scheduler, ScriptCheck, Submission
 from dlaunch.specs.job import Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
-from dlaunch.specs.schema import GRES, OPTION, Option, Partition, SafeName, StrictModel, check_partitions, format_time
+from dlaunch.specs.schema import OPTION, Option, Partition, SafeName, StrictModel, check_partitions, format_time
 from dlaunch.train import jobenv
 
+GRES = r"^[A-Za-z0-9_:,.-]+$"  # a --gres value (`gpu:4`, `gpu:a100:4,nvme`)
 # One failed task (a crashed node's torchrun, a dead MPI rank) ends the whole step instead of leaving
 # the other nodes waiting in a collective until the time limit.
 KILL_ON_BAD_EXIT = "--kill-on-bad-exit=1"
@@ -139,7 +140,22 @@ class SlurmConfig(StrictModel):
     @field_validator("partitions")
     @classmethod
     def _partitions(cls, partitions: List[Partition]) -> List[Partition]:
+        for p in partitions:
+            if p.partition == "" and not p.qos:
+                raise ValueError('partition %s: partition = "" needs a qos (the job must go somewhere)' % p.name)
         return check_partitions(partitions, OPTION, "--name or --name=value")
+
+    @model_validator(mode="after")
+    def _one_gpu_request(self) -> "SlurmConfig":
+        if self.gpu_request != "none" and "gpu" in (self.gres or ""):
+            raise ValueError("gres and gpu_request both ask for GPUs: keep gpu_request")
+        return self
+
+
+def partition_option(row: Partition) -> Optional[str]:
+    """A row's `--partition` value: `partition`, else `name`; None when the queue is chosen by QOS alone
+    (`partition = ""`)."""
+    return row.name if row.partition is None else (row.partition or None)
 
 
 class Slurm(Scheduler):
@@ -178,7 +194,7 @@ class Slurm(Scheduler):
             "--ntasks-per-node=%d" % job.tasks_per_node if not job.extra_tasks else "--ntasks=%d" % job.tasks,
             *(("--overcommit",) if job.overcommit else ()),
             "--cpus-per-task=%d" % job.cpus_per_task,
-            *(("--partition=%s" % queue.slurm_partition,) if queue.slurm_partition else ()),
+            *(("--partition=%s" % partition_option(queue),) if partition_option(queue) else ()),
             *(("--qos=%s" % queue.qos,) if queue.qos else ()),
             "--time=%s" % format_time(job.seconds),
             *(("--account=%s" % job.account,) if job.account else ()),
@@ -227,6 +243,9 @@ class Slurm(Scheduler):
             *cfg.step_options,
             *options,
         )
+
+    def gpu_request_field(self, cfg: SlurmConfig) -> Optional[str]:
+        return "gpu_request" if cfg.gpu_request != "none" else None
 
     def node_count_word(self, nodes: int) -> str:
         return ShellWord("$SLURM_JOB_NUM_NODES")
