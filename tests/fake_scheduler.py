@@ -18,7 +18,7 @@ from pydantic import Field, field_validator
 from dlaunch.errors import SchedulerError
 from dlaunch.specs.job import Export, HostList, JobSpec, PreludeItem, ShellWord
 from dlaunch.specs.schema import OPTION, Partition, StrictModel, check_partitions
-from dlaunch.schedulers import Job, JobState, Scheduler, Submission
+from dlaunch.schedulers import JobStatus, JobState, Scheduler, Submission
 from dlaunch.train import jobenv
 
 
@@ -72,17 +72,17 @@ class FakeBatch(Scheduler):
         (self.spool / ("%s.job" % job_id)).write_text("%d %s\n" % (proc.pid, run_dir))
         return Submission(job_id)
 
-    def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
+    def jobs(self, job_ids: Sequence[str]) -> Dict[str, JobStatus]:
         found = {}
         for job_id in job_ids:
             ended = self.spool / ("%s.exit" % job_id)
             if not (self.spool / ("%s.job" % job_id)).is_file():
-                found[job_id] = Job("UNKNOWN", JobState.GONE)
+                found[job_id] = JobStatus("UNKNOWN", JobState.GONE)
             elif ended.is_file():
                 code = int(ended.read_text())
-                found[job_id] = Job("DONE" if code == 0 else "EXIT %d" % code, JobState.COMPLETED if code == 0 else JobState.FAILED)
+                found[job_id] = JobStatus("DONE" if code == 0 else "EXIT %d" % code, JobState.COMPLETED if code == 0 else JobState.FAILED)
             else:
-                found[job_id] = Job("RUNNING", JobState.RUNNING)
+                found[job_id] = JobStatus("RUNNING", JobState.RUNNING)
         return found
 
     def end_reason(self, job_id: str) -> Optional[str]:

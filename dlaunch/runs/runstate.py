@@ -21,7 +21,7 @@ from dlaunch.jobs.network import network_problems
 from dlaunch.runs import statuscache
 from dlaunch.runs.failures import reconcile
 from dlaunch.runs.rundir import SNAPSHOT_FILES, RunDir
-from dlaunch.schedulers import Job, JobState, registration, scheduler_for
+from dlaunch.schedulers import JobState, JobStatus, registration, scheduler_for
 from dlaunch.train.metrics_schema import (
     MAX_METRICS_BYTES,
     FileRefused,
@@ -310,7 +310,7 @@ def _gpus(plan: Dict[str, Any]) -> Optional[int]:
 def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
     """Snapshots read from the run directories (each scheduler asked once for all of its jobs)."""
     plans = {run.path: run.plan()["plan"] for run in runs}
-    jobs: Dict[str, Job] = {}
+    jobs: Dict[str, JobStatus] = {}
     for kind in {plan["scheduler"] for plan in plans.values() if not registration(plan["scheduler"]).foreground}:
         ids = [run.job_id for run in runs if plans[run.path]["scheduler"] == kind and run.job_id]
         jobs.update(scheduler_for(kind).jobs(ids) if ids else {})

@@ -103,7 +103,7 @@ class ScriptCheck:
 
 
 @dataclass(frozen=True)
-class Job:
+class JobStatus:
     """A scheduler's view of a job: its own state word, and for a pending one why, where in the
     queue and when it may start."""
 
@@ -235,7 +235,7 @@ class Scheduler:
         """The MPI wirings its step offers (a profile's `mpi_plugin` must be one of them)."""
         return []
 
-    def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
+    def jobs(self, job_ids: Sequence[str]) -> Dict[str, JobStatus]:
         """The state of each job (one call for all where the batch system allows), with the place of a
         pending one in the queue; ended jobs from the batch system's accounting while it keeps them."""
         raise NotImplementedError
@@ -284,7 +284,7 @@ def validate_config(data: Any) -> Any:
 __all__ = [
     "BACKENDS",
     "Figure",
-    "Job",
+    "JobStatus",
     "JobState",
     "Registration",
     "Running",

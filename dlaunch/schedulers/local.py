@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional, Sequence, TextIO, Tuple
 
 from dlaunch.errors import SchedulerError
-from dlaunch.schedulers import Job, JobState, Running, Scheduler
+from dlaunch.schedulers import JobState, JobStatus, Running, Scheduler
 from dlaunch.specs.job import Export, JobSpec, PreludeItem, ShellWord
 from dlaunch.specs.schema import StrictModel
 from dlaunch.train import jobenv
@@ -76,8 +76,8 @@ class Local(Scheduler):
                 subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=run_dir)
             )
 
-    def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
-        return {job_id: Job("local", JobState.UNKNOWN) for job_id in job_ids}
+    def jobs(self, job_ids: Sequence[str]) -> Dict[str, JobStatus]:
+        return {job_id: JobStatus("local", JobState.UNKNOWN) for job_id in job_ids}
 
     def cancel(self, job_id: str) -> None:
         raise SchedulerError("local runs end with the dlaunch command that started them (Ctrl-C)")

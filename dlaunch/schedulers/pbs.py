@@ -23,7 +23,7 @@ from typing import Annotated, Dict, List, Literal, Optional, Sequence, Tuple
 from pydantic import Field, StringConstraints, field_validator
 
 from dlaunch.errors import SchedulerError
-from dlaunch.schedulers import Job, JobState, Scheduler, Submission
+from dlaunch.schedulers import JobState, JobStatus, Scheduler, Submission
 from dlaunch.specs.job import AttemptCount, Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
 from dlaunch.specs.schema import Partition, StrictModel, Word, check_partitions
 from dlaunch.train import jobenv
@@ -165,14 +165,14 @@ class Pbs(Scheduler):
             raise SchedulerError("qsub refused the job: %s" % reason)
         return Submission(job_id)
 
-    def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
+    def jobs(self, job_ids: Sequence[str]) -> Dict[str, JobStatus]:
         """One `qstat -x -f -F json` for all (finished jobs too, while the server keeps their history)."""
         if not job_ids:
             return {}
         try:
             listed = self._run(["qstat", "-x", "-f", "-F", "json", *job_ids])
         except SchedulerError as e:
-            return {job_id: Job("unknown (%s)" % e, JobState.UNKNOWN) for job_id in job_ids}
+            return {job_id: JobStatus("unknown (%s)" % e, JobState.UNKNOWN) for job_id in job_ids}
         try:
             known = json.loads(listed.stdout or "{}").get("Jobs", {})
         except ValueError:
@@ -181,11 +181,11 @@ class Pbs(Scheduler):
         for job_id in job_ids:
             fields = known.get(job_id)
             if fields is None:
-                found[job_id] = Job("unknown (not in PBS any more)", JobState.GONE)
+                found[job_id] = JobStatus("unknown (not in PBS any more)", JobState.GONE)
                 continue
             state = fields.get("job_state", "?")
             estimated = fields.get("estimated") if isinstance(fields.get("estimated"), dict) else {}
-            found[job_id] = Job(
+            found[job_id] = JobStatus(
                 state,
                 classify(state, fields.get("Exit_status")),
                 fields.get("comment", ""),

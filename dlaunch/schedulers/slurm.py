@@ -23,7 +23,7 @@ from typing import Annotated, Dict, FrozenSet, List, Literal, Optional, Sequence
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from dlaunch.errors import SchedulerError
-from dlaunch.schedulers import Figure, Job, JobState, Scheduler, ScriptCheck, Submission
+from dlaunch.schedulers import Figure, JobState, JobStatus, Scheduler, ScriptCheck, Submission
 from dlaunch.specs.job import Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
 from dlaunch.specs.schema import OPTION, Option, Partition, SafeName, StrictModel, check_partitions, format_time
 from dlaunch.train import jobenv
@@ -339,14 +339,14 @@ class Slurm(Scheduler):
         left = _LEFT_QUEUE.get(self._environment())
         return left if left is not None and job_id in left.asked else None
 
-    def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
+    def jobs(self, job_ids: Sequence[str]) -> Dict[str, JobStatus]:
         """One `squeue` for all; for the jobs that left the queue one `scontrol` and one `sacct` for all."""
         if not job_ids:
             return {}
         try:
             listed = self._run(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%S|%P"])
         except SchedulerError as e:
-            return {job_id: Job("unknown (%s)" % e, JobState.UNKNOWN) for job_id in job_ids}
+            return {job_id: JobStatus("unknown (%s)" % e, JobState.UNKNOWN) for job_id in job_ids}
         rows = {}
         for line in listed.stdout.splitlines() if listed.returncode == 0 else ():
             fields = line.strip().split("|")
@@ -359,10 +359,10 @@ class Slurm(Scheduler):
         for job_id in job_ids:
             if job_id in rows:
                 _, state, reason, start, _ = rows[job_id]
-                found[job_id] = Job(state, classify(state), reason, positions.get(job_id), start)
+                found[job_id] = JobStatus(state, classify(state), reason, positions.get(job_id), start)
             else:
                 state = left_queue.state(job_id)
-                found[job_id] = Job(state, classify(state))
+                found[job_id] = JobStatus(state, classify(state))
         return found
 
     def _pending_positions(self, partitions: Sequence[str]) -> Dict[str, int]:
