@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Set
 
 from dlaunch.runtimes import RUNTIMES
-from dlaunch.schedulers import BACKENDS
+from dlaunch.schedulers import SCHEDULERS
 
 LAUNCHER = Path(__file__).resolve().parent.parent / "dlaunch"
 BACKEND_FOLDERS = (LAUNCHER / "schedulers", LAUNCHER / "runtimes")
@@ -240,7 +240,7 @@ def test_the_compare_finder_finds_compares_with_backend_names():
 
 
 def test_no_compare_with_a_scheduler_or_runtime_name_outside_its_backend():
-    names = set(BACKENDS) | set(RUNTIMES)
+    names = set(SCHEDULERS) | set(RUNTIMES)
     found = []
     for path in MODULES.values():
         if not any(folder in path.parents for folder in BACKEND_FOLDERS):

@@ -144,11 +144,11 @@ def test_pbs_submit_state_and_cancel_through_the_protocol(tmp_path):
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n")
     assert pbs.submit(script, tmp_path).job_id == job
-    state = pbs.jobs([job, "99.gone", "12.pbs"])
-    assert state[job].kind is JobState.CANCELLED and state["99.gone"].kind is JobState.GONE
-    assert state["12.pbs"].queue == "Not Running: Insufficient amount of resource: ncpus, start about Tue Nov 24 10:42:00 2026"
+    ended, gone, queued = pbs.jobs([(job, tmp_path), ("99.gone", tmp_path), ("12.pbs", tmp_path)])
+    assert ended.kind is JobState.CANCELLED and gone.kind is JobState.GONE
+    assert queued.queue == "Not Running: Insufficient amount of resource: ncpus, start about Tue Nov 24 10:42:00 2026"
     assert pbs.end_reason("99.gone") is None
-    pbs.cancel(job)
+    pbs.cancel(job, tmp_path)
     assert log.read_text().splitlines()[:2] == ["qsub %s" % script, "qstat -x -f -F json %s 99.gone 12.pbs" % job]
     assert log.read_text().splitlines()[-1] == "qdel %s" % job
 

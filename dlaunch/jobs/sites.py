@@ -13,7 +13,7 @@ from dlaunch.jobs.network import Network
 from dlaunch.paths import SHIPPED_SITES_DIR, toml_files_by_name
 from dlaunch.runtimes import NoContainer, Runtime
 from dlaunch.runtimes import validate_config as runtime_config
-from dlaunch.schedulers import registration, scheduler_for
+from dlaunch.schedulers import scheduler_for
 from dlaunch.schedulers import validate_config as scheduler_config
 from dlaunch.specs.job import ShellWord
 from dlaunch.specs.schema import (
@@ -234,7 +234,7 @@ class Site(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Site":
-        if registration(self.scheduler.kind).foreground and self.container.containerized:
+        if scheduler_for(self.scheduler.kind).this_machine and self.container.containerized:
             raise ValueError("a site whose jobs run in the foreground on this machine has no container runtime")
         both = (set(self.env) | {n for row in self.env_by_nodes for n in row.env}) & set(self.env_prepend)
         if both:
@@ -255,7 +255,7 @@ class Site(StrictModel):
             chosen = launch.framework(name)
             if info.launch not in LAUNCH_MODES or chosen == FrameworkLaunch():
                 continue
-            if registration(self.scheduler.kind).foreground:
+            if scheduler_for(self.scheduler.kind).this_machine:
                 raise ValueError(
                     "launch.%s: a site that runs its jobs in the foreground starts its processes itself "
                     "(torchrun --standalone, horovodrun)" % name

@@ -39,7 +39,7 @@ from dlaunch.runs.studyfile import (
     load_study,
     recorded_study,
 )
-from dlaunch.schedulers import registration
+from dlaunch.schedulers import scheduler_for
 from dlaunch.tables import counted
 
 
@@ -162,7 +162,7 @@ def expand(
                 recipe["data"] = data[loader]
             nodes = (
                 spread_nodes(count, resolved.gpus_per_node)
-                if key == "gpus" and not registration(resolved.scheduler.kind).foreground
+                if key == "gpus" and not scheduler_for(resolved.scheduler.kind).this_machine
                 else None
             )
             job_image = image
@@ -439,7 +439,7 @@ def unfit_reason(study: Study, site: Any, stack: Optional[str]) -> Optional[str]
     """Why a site is not of the study's kind (None: it is): CPU or GPU, the GPU vendor, the stack."""
     from dlaunch.jobs.imagepaths import check_site_stack
 
-    if registration(site.scheduler.kind).foreground:
+    if scheduler_for(site.scheduler.kind).this_machine:
         return "this machine (%s), not a cluster" % site.scheduler.kind
     if site_kind(site) != study.kind:
         return "a %s site; the study needs %s nodes" % (site_kind(site), study.kind.upper())

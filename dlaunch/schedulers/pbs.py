@@ -88,6 +88,8 @@ class Pbs(Scheduler):
     ping_command = ("qstat", "-B")  # the server's status line, an error when it does not answer
     server_variable = "PBS_SERVER"
     Config = PbsConfig
+    queued = True
+    this_machine = False
     # What Cray PALS' mpiexec gives every rank (HPE's pals.h, "Environment variables available for
     # applications"; PALS runs Polaris' mpiexec).
     task_variables = (
@@ -165,7 +167,11 @@ class Pbs(Scheduler):
             raise SchedulerError("qsub refused the job: %s" % reason)
         return Submission(job_id)
 
-    def jobs(self, job_ids: Sequence[str]) -> Dict[str, JobStatus]:
+    def jobs(self, runs: Sequence[Tuple[str, Path]]) -> List[JobStatus]:
+        found = self._jobs(list(dict.fromkeys(job_id for job_id, _ in runs)))
+        return [found[job_id] for job_id, _ in runs]
+
+    def _jobs(self, job_ids: Sequence[str]) -> Dict[str, JobStatus]:
         """One `qstat -x -f -F json` for all (finished jobs too, while the server keeps their history)."""
         if not job_ids:
             return {}
@@ -195,12 +201,12 @@ class Pbs(Scheduler):
 
     def end_reason(self, job_id: str) -> Optional[str]:
         """`failed (Job run at ... and finished)`: the accounting's state and comment, while PBS keeps the job."""
-        job = self.jobs([job_id])[job_id]
+        job = self._jobs([job_id])[job_id]
         if job.kind in (JobState.UNKNOWN, JobState.GONE):
             return None
         return "%s (%s)" % (job.kind.value, job.reason) if job.reason else job.kind.value
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, run_dir: Path) -> None:
         result = self._run(["qdel", job_id])
         if result.returncode != 0:
             raise SchedulerError("qdel %s failed: %s" % (job_id, result.stderr.strip() or result.returncode))

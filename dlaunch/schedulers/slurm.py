@@ -171,6 +171,8 @@ class Slurm(Scheduler):
     signal_lead_s = 120  # `--signal=USR1@120`: the trainer checkpoints (dlaunch/train/signals.py)
     step_option_form = (OPTION, "an srun option (--name or --name=value)")
     Config = SlurmConfig
+    queued = True
+    this_machine = False
     # slurmstepd's words when it ends a job (`*** JOB 12 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***`) or
     # requeues it; srun's and slurmstepd's messages around a task that failed.
     log_verdicts = (r"DUE TO (TIME LIMIT|NODE FAILURE|PREEMPTION)|CANCELLED AT|JOB REQUEUE",)
@@ -339,7 +341,11 @@ class Slurm(Scheduler):
         left = _LEFT_QUEUE.get(self._environment())
         return left if left is not None and job_id in left.asked else None
 
-    def jobs(self, job_ids: Sequence[str]) -> Dict[str, JobStatus]:
+    def jobs(self, runs: Sequence[Tuple[str, Path]]) -> List[JobStatus]:
+        found = self._jobs(list(dict.fromkeys(job_id for job_id, _ in runs)))
+        return [found[job_id] for job_id, _ in runs]
+
+    def _jobs(self, job_ids: Sequence[str]) -> Dict[str, JobStatus]:
         """One `squeue` for all; for the jobs that left the queue one `scontrol` and one `sacct` for all."""
         if not job_ids:
             return {}
@@ -455,7 +461,7 @@ class Slurm(Scheduler):
 
         return sorted(run_dir.glob("slurm-*.out"), key=job_number)
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, run_dir: Path) -> None:
         result = self._run(["scancel", job_id])
         if result.returncode != 0:
             raise SchedulerError("scancel %s failed: %s" % (job_id, result.stderr.strip() or result.returncode))
