@@ -151,3 +151,24 @@ def test_a_process_group_that_started_after_the_job_id_was_written_is_not_the_ru
             assert later.poll() is None
         finally:
             later.kill()
+
+
+def test_resume_is_refused_for_a_framework_that_keeps_no_checkpoints(here, capsys):
+    """An MXNet parameter-server run resumed: one task failed on the finished run's files and the others sat idle.
+    Now: one line naming the framework, exit 2, nothing written."""
+    prepared = service.prepare(
+        LaunchRequest(site="local", framework="mx-ps-sync", experiment="e", run_name="mx"), dry_run=True
+    )
+    from dlaunch.runs.rundir import RunDir
+
+    run = RunDir.create(prepared.run_dir)
+    run.write_plan(prepared.plan.to_dict(), prepared.request.to_dict())
+    run.write("job_id", "local-1\n")
+    run.set_state("finished (exit 0)")
+    before = sorted(p.name for p in run.path.iterdir())
+    capsys.readouterr()
+    assert main(["run", "--resume", str(run.path)]) == 2
+    assert capsys.readouterr().err == (
+        "dlaunch: error: --resume: mx-ps-sync keeps no checkpoints, so its runs cannot resume: run it anew\n"
+    )
+    assert sorted(p.name for p in run.path.iterdir()) == before and run.state == "finished (exit 0)"

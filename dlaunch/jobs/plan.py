@@ -26,6 +26,12 @@ from dlaunch.train.metrics_schema import METRICS_FILE
 BINDABLE = re.compile(BIND_PATH)
 
 
+def keeps_checkpoints(framework: str) -> bool:
+    """The framework's trainer checkpoints, and so resumes: the torch engine's (the TensorFlow and MXNet trainers
+    keep none: dlaunch/train/engines.py)."""
+    return FRAMEWORKS[framework].engine == "torch"
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     site: str
@@ -274,7 +280,7 @@ def build_plan(
     for name, value in provenance:  # no NUL or line break in an export (the site's `env` is checked by its schema)
         check_value(given_as.get(name, "$" + name), value)
     engine = FRAMEWORKS[request.framework].engine
-    checkpoints = engine == "torch"  # the TensorFlow and MXNet trainers keep none
+    checkpoints = keeps_checkpoints(request.framework)
     trainer_argv = (
         ("--framework", request.framework)
         + trainer_arguments(request)

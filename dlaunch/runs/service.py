@@ -167,7 +167,14 @@ def resume(run_dir: Path, dry_run: bool = False, allow_large: bool = False) -> P
     """A run directory's job again, from its checkpoint (all options from its plan.json, every field
     checked; `allow_large` adds --allow-large to the stored request's); refused while its job still
     runs: a second job must not append to the metrics and checkpoints of one that runs."""
+    from dlaunch.jobs.plan import keeps_checkpoints
+
     existing = RunDir.open(run_dir)
+    stored = existing.request()
+    if not keeps_checkpoints(stored.framework):  # its tasks would start again from step 0 over the run's files
+        raise DlaunchError(
+            "--resume: %s keeps no checkpoints, so its runs cannot resume: run it anew" % stored.framework
+        )
     if existing.job_id:
         (job,) = existing.scheduler.jobs([(existing.job_id, existing.path)])
         if job.kind.active:
@@ -175,7 +182,6 @@ def resume(run_dir: Path, dry_run: bool = False, allow_large: bool = False) -> P
                 "--resume: job %s of %s is still %s (dlaunch cancel it first)"
                 % (existing.job_id, display_path(existing.path), job.state)
             )
-    stored = existing.request()
     request = dataclasses.replace(stored, resume=True, allow_large=stored.allow_large or allow_large)
     return prepare(request, run_dir=existing.path.resolve(), dry_run=dry_run)
 
