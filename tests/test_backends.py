@@ -49,6 +49,23 @@ def test_what_is_slurms_own_in_a_profile_is_checked_by_slurm():
         Site.model_validate(dict(data, gpu_vendor="none", scheduler=dict(data["scheduler"], gpu_request="gres")))
 
 
+@pytest.mark.parametrize("framework, mode", [("ddp", "torchrun-per-node"), ("ddp", "task-per-gpu"),
+                                             ("horovod", "mpi-per-gpu"), ("horovod", "mpirun"),
+                                             ("mx-ps-sync", None), ("tf-allreduce", None)])
+def test_every_launch_mode_ends_the_step_when_one_task_fails(framework, mode):
+    """srun's steps, in every launch mode, end the step on a task's failure (--kill-on-bad-exit=1): a crashed node's
+    torchrun or a dead rank does not leave the others waiting in a collective until the time limit. The mpirun mode's
+    step is Open MPI's mpirun, which aborts the job itself when a rank exits non-zero ("Per user-direction, the job
+    has been aborted")."""
+    data = shipped("generic-slurm").model_dump(by_alias=True)
+    data.update(container={"kind": "none"}, gpus_per_node=2)
+    if mode:
+        data["launch"] = {framework: {"mode": mode}}
+    step = plan_for(Site.model_validate(data), LaunchRequest(site="generic-slurm", framework=framework, **REQUEST)).command[0]
+    assert step[0] == ("mpirun" if mode == "mpirun" else "srun")
+    assert ("--kill-on-bad-exit=1" in step) == (step[0] == "srun")
+
+
 def test_unknown_scheduler_kind_is_named():
     with pytest.raises(DlaunchError, match="scheduler 'lsf' is not one of slurm, pbs, local"):
         scheduler_for("lsf")
