@@ -1,4 +1,4 @@
-"""The checks of `dlaunch doctor --site S` (dlaunch/api.py: `doctor`): a preflight on the login node or inside an
+"""The checks of `dlaunch doctor --site S` (dlaunch/api/machines.py: `doctor`): a preflight on the login node or inside an
 allocation.
 
 Each check answers pass, fail or skip, with what it found and, for a failure, the fix (for a skip,

@@ -27,7 +27,7 @@ LAYERS = (
     ("resultsdb", ("resultsdb/",)),  # the results database, comparisons
     ("reporting", ("reporting/",)),  # report.md, report.html, plots
     ("runs", ("runs/", "launch.py", "preflight.py")),  # after submission; run and sweep's steps; doctor's checks
-    ("api", ("api.py", "__init__.py")),  # the Python API, and the package exposing it
+    ("api", ("api/", "__init__.py")),  # the Python API, and the package exposing it
     ("cli", ("cli/",)),  # the command line
 )
 

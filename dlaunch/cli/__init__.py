@@ -1,7 +1,7 @@
 """The `dlaunch` command line: the app and its entry point. Each command lives in the module named by it
 (dlaunch/cli/run.py: run and sweep, runs.py: status, runs, watch, logs and cancel, sites.py, images.py,
 doctor.py, report.py, predict.py, study.py, results.py, rerun.py, archive.py); a command parses, calls the
-Python API (dlaunch/api.py; `run`, `sweep` and `rerun` its two steps, dlaunch/launch.py, to show a local
+Python API (dlaunch/api/; `run`, `sweep` and `rerun` its two steps, dlaunch/launch.py, to show a local
 run's progress) and prints; `--json` prints the API's objects (`to_dict()`) instead of a table. Outside the
 API (docs/API.md): `watch`'s live view, `study report`'s published comparison, `results rebuild`, `sites
 show/check/migrate`. `dlaunch <run options>` without a sub-command is `dlaunch run`.
@@ -151,7 +151,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the exit code (2: bad input, 1: the scheduler refused or a watched run
     failed, 130: interrupted). An OSError that reaches here concerns a path the user gave or one
     dlaunch writes (a name too long for the file system, no permission, a full disk): one line naming
-    it, exit code 2 (dlaunch/api.py: os_error)."""
+    it, exit code 2 (dlaunch/api/calls.py: os_error)."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     try:
         with warnings.catch_warnings():

@@ -1,4 +1,4 @@
-"""`dlaunch report`: the Python API's report (dlaunch/api.py: its tables on the console; report.md, report.html and the
+"""`dlaunch report`: the Python API's report (dlaunch/api/reports.py: its tables on the console; report.md, report.html and the
 plots written by it)."""
 
 from pathlib import Path

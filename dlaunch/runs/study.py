@@ -1,7 +1,7 @@
 """A study run: its matrix expanded into jobs for a site, rendered and submitted through the run service
 (dlaunch/runs/service.py) into one study directory (`OUTPUT/<study name>/<matrix name>/<run name>`), its runs, its
 published comparisons, and the check of its jobs against a site. The study file's schema: dlaunch/runs/studyfile.py;
-the `dlaunch study` commands: dlaunch/cli/study.py; the API's `study`: dlaunch/api.py.
+the `dlaunch study` commands: dlaunch/cli/study.py; the API's `study`: dlaunch/api/studies.py.
 
 Run names are deterministic, so a second `study run` finds the runs it made: it leaves those that ended ok or still
 run and resubmits (with `--resume`, as `dlaunch run --resume`) those that ended otherwise (`runstate.observe`
