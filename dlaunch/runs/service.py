@@ -87,8 +87,8 @@ class Prepared:
 
     @property
     def foreground(self) -> bool:
-        """Its scheduler runs it on this machine, followed to its end (for dlaunch/api.py and dlaunch/cli/run.py
-        until they read `Submitted.codes`, whose None is a job handed to a batch system)."""
+        """Its scheduler runs it on this machine, followed to its end (for dlaunch/api/launching.py and
+        dlaunch/cli/run.py until they read `Submitted.codes`, whose None is a job handed to a batch system)."""
         return scheduler_for(self.plan.scheduler).this_machine
 
 
