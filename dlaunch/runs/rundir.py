@@ -36,18 +36,6 @@ def default_run_name() -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def _profile_of_text(text: str) -> "Optional[Site]":
-    """A kept profile's text as a Site (runs made from one profile keep the same text: validated once)."""
-    from dlaunch.boundary import parse_toml, validate
-    from dlaunch.jobs.sites import Site
-
-    try:
-        return validate(Site, parse_toml(text, SITE_PROFILE), SITE_PROFILE)
-    except DlaunchError:
-        return None
-
-
-@functools.lru_cache(maxsize=16)
 def _profile_named(site: str) -> "Optional[Site]":
     from dlaunch.jobs.sites import resolve_site
 
@@ -120,10 +108,11 @@ class RunDir:
     def profile(self) -> "Optional[Site]":
         """The site profile the run was made from: the text it kept (site.toml), else the profile its
         request names (runs made before they kept one); None when neither can be read."""
-        kept = self.path / SITE_PROFILE
+        from dlaunch.analysis.stragglers import kept_profile
+
         try:
-            if os.path.lexists(kept):
-                return _profile_of_text(read_text(kept, follow_links=False))
+            if os.path.lexists(self.path / SITE_PROFILE):
+                return kept_profile(self.path)  # None for a link
             return _profile_named(self.request().site)
         except DlaunchError:
             return None

@@ -171,24 +171,23 @@ def read_progress(path: Path, ended: bool = False) -> Progress:
 
 
 def _judged(
-    run_dir: RunDir, run: "Optional[Run]", live: bool, threshold: Optional[float] = None
+    run_dir: RunDir, run: "Optional[Run]", live: bool, option: Optional[float] = None
 ) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
     """(how the run is off its profile's network: dlaunch/jobs/network.py; its straggler and throttled-GPU
-    flags, 'straggler: ...': dlaunch/analysis/stragglers.py, on its last epoch while `live`, with `threshold`,
-    else its profile's `straggler_threshold`). The profile is read only for runs that recorded something to judge."""
+    flags as lines, 'straggler: ...': dlaunch/analysis/stragglers.py, on its last epoch while `live`, at the
+    threshold of `option` (--straggler-threshold), else of its profile). The profile is read only for runs that
+    recorded something to judge."""
     if run is None:
         return (), ()
     phases = any(e.phases is not None or e.nodes is not None for e in run.epochs)
     if not run.network and not phases:
         return (), ()
-    from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, live_flags, run_flags
+    from dlaunch.analysis.stragglers import live_flags, run_flags, threshold_of
 
     profile = run_dir.profile()
     network = network_problems(run.network, profile.network if profile else None)
-    if threshold is None:
-        threshold = profile.straggler_threshold if profile else DEFAULT_THRESHOLD
-    flags = (live_flags if live else run_flags)(run, threshold) if phases else []
-    return tuple(network), tuple("%s: %s" % (flag.kind, flag.message) for flag in flags)
+    flags = (live_flags if live else run_flags)(run, threshold_of(option, profile)) if phases else []
+    return tuple(network), tuple(flag.line for flag in flags)
 
 
 @dataclass(frozen=True)
@@ -335,11 +334,11 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
     return snapshots
 
 
-def _rejudged(snapshot: Snapshot, threshold: float) -> Snapshot:
-    """The snapshot with its flags judged at `threshold` (an ended run's metrics read again: the cache keeps its
-    flags at its profile's threshold)."""
+def _rejudged(snapshot: Snapshot, option: float) -> Snapshot:
+    """The snapshot with its flags judged at `option` (--straggler-threshold; an ended run's metrics read again: the
+    cache keeps its flags at its profile's threshold)."""
     measured = snapshot.measured if snapshot.measured is not None else _read_progress(snapshot.run.metrics_path)[1]
-    network, flags = _judged(snapshot.run, measured, snapshot.progress.status == "running", threshold)
+    network, flags = _judged(snapshot.run, measured, snapshot.progress.status == "running", option)
     return dataclasses.replace(snapshot, network=network, flags=flags, measured=measured)
 
 
@@ -353,11 +352,7 @@ def observe(
     (dlaunch/runs/statuscache.py), else read from its directory and, once it has ended, kept there.
     `complete` adds what the cache should keep too to ended snapshots that lack it (`reason`, `figures`).
     `straggler_threshold` judges every run's flags at it instead of its profile's threshold (the cache still
-    keeps the profile's; a fraction in (0, 1), else ValueError)."""
-    if straggler_threshold is not None:
-        from dlaunch.analysis.stragglers import check_threshold
-
-        check_threshold(straggler_threshold)
+    keeps the profile's; a fraction in (0, 1), else ValueError from the judgement: stragglers.check_threshold)."""
     runs = list(runs)
     now = time.time() if now is None else now
     found: Dict[int, Snapshot] = {}

@@ -409,7 +409,8 @@ def published_comparisons(
     lines on its design (protocol, image stack) its report shows. Flagged runs are left out as `report` leaves them
     out (each judged at `straggler_threshold`, else its profile's), unless `include_stragglers`."""
     from dlaunch.analysis.scaling import load_runs
-    from dlaunch.reporting.report import flagged, load_profiles
+    from dlaunch.analysis.stragglers import flagged, unflagged
+    from dlaunch.reporting.report import load_profiles
 
     study = recorded_study(folder)
     info = (
@@ -419,9 +420,8 @@ def published_comparisons(
     )
     runs = load_runs([str(folder)]).runs
     if not include_stragglers:
-        left_out = flagged(runs, load_profiles(runs, None), straggler_threshold)
-        runs = [r for r in runs if r.path not in left_out]
-    comparisons = [compare_published(c, PUBLISHED_DIR / c.file, runs, include_stragglers=True) for c in study.compare]
+        runs = unflagged(runs, flagged(runs, straggler_threshold, load_profiles(runs, None).of))
+    comparisons = [compare_published(c, PUBLISHED_DIR / c.file, runs) for c in study.compare]
     protocol = info.get("protocol")
     design = (
         ["Protocol: %s (%s)" % (protocol, study.protocol[protocol].description)] if protocol in study.protocol else []
