@@ -172,3 +172,13 @@ def test_resume_is_refused_for_a_framework_that_keeps_no_checkpoints(here, capsy
         "dlaunch: error: --resume: mx-ps-sync keeps no checkpoints, so its runs cannot resume: run it anew\n"
     )
     assert sorted(p.name for p in run.path.iterdir()) == before and run.state == "finished (exit 0)"
+
+
+def test_a_local_runs_word_for_an_interrupted_job_is_shown_as_it_was():
+    """A local job's state has a meaning now (FAILED for `finished (exit 75)`): its word, which gives the exit code
+    itself, gets no second one (a batch system's FAILED still says what exit 75 meant)."""
+    from dlaunch.runs.failures import scheduler_label
+    from dlaunch.schedulers import JobState
+
+    assert scheduler_label("finished (exit 75)", JobState.FAILED, "interrupted") == "finished (exit 75)"
+    assert scheduler_label("FAILED", JobState.FAILED, "interrupted") == "FAILED (exit 75: checkpointed, resume it)"
