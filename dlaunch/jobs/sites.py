@@ -9,9 +9,14 @@ from pydantic import Field, SerializeAsAny, StringConstraints, create_model, fie
 
 from dlaunch.boundary import ModelT, display_path, parse_toml, read_text, read_toml, read_toml_text
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.jobspec import ShellWord
 from dlaunch.jobs.network import Network
-from dlaunch.jobs.schema import (
+from dlaunch.paths import SHIPPED_SITES_DIR, toml_files_by_name
+from dlaunch.runtimes import NoContainer, Runtime
+from dlaunch.runtimes import validate_config as runtime_config
+from dlaunch.schedulers import scheduler_for
+from dlaunch.schedulers import validate_config as scheduler_config
+from dlaunch.specs.job import ShellWord
+from dlaunch.specs.schema import (
     HOST_SUFFIX,
     AbsPath,
     EnvName,
@@ -23,11 +28,6 @@ from dlaunch.jobs.schema import (
     VarPath,
     Word,
 )
-from dlaunch.paths import SHIPPED_SITES_DIR, toml_files_by_name
-from dlaunch.runtimes import NoContainer, Runtime
-from dlaunch.runtimes import validate_config as runtime_config
-from dlaunch.schedulers import registration, scheduler_for
-from dlaunch.schedulers import validate_config as scheduler_config
 from dlaunch.thresholds import DEFAULT_THRESHOLD
 from dlaunch.train.framework_table import FRAMEWORKS
 
@@ -262,7 +262,7 @@ class Site(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Site":
-        if registration(self.scheduler.kind).foreground and self.container.containerized:
+        if scheduler_for(self.scheduler.kind).this_machine and self.container.containerized:
             raise ValueError("a site whose jobs run in the foreground on this machine has no container runtime")
         both = (set(self.env) | {n for row in self.env_by_nodes for n in row.env}) & set(self.env_prepend)
         if both:
@@ -271,11 +271,9 @@ class Site(StrictModel):
         return self
 
     def _check_launch(self) -> None:
-        gpu_request = getattr(self.scheduler, "gpu_request", "none")
-        if gpu_request != "none" and self.gpu_vendor == "none":
-            raise ValueError('scheduler.gpu_request: a site without GPUs (gpu_vendor = "none") asks for none')
-        if gpu_request != "none" and "gpu" in (getattr(self.scheduler, "gres", None) or ""):
-            raise ValueError("scheduler.gres and scheduler.gpu_request both ask for GPUs: keep gpu_request")
+        asking = scheduler_for(self.scheduler.kind).gpu_request_field(self.scheduler)
+        if asking and self.gpu_vendor == "none":
+            raise ValueError('scheduler.%s: a site without GPUs (gpu_vendor = "none") asks for none' % asking)
         launch = self.launch
         if launch.rendezvous_command and self.rendezvous_host_suffix:
             raise ValueError(
@@ -285,7 +283,7 @@ class Site(StrictModel):
             chosen = launch.framework(name)
             if info.launch not in LAUNCH_MODES or chosen == FrameworkLaunch():
                 continue
-            if registration(self.scheduler.kind).foreground:
+            if scheduler_for(self.scheduler.kind).this_machine:
                 raise ValueError(
                     "launch.%s: a site that runs its jobs in the foreground starts its processes itself "
                     "(torchrun --standalone, horovodrun)" % name

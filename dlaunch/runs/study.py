@@ -39,13 +39,13 @@ from dlaunch.runs.studyfile import (
     load_study,
     recorded_study,
 )
-from dlaunch.schedulers import registration
+from dlaunch.schedulers import scheduler_for
 from dlaunch.tables import counted
 
 
 @dataclass(frozen=True)
-class Job:
-    """One run of the matrix: where it goes and what it asks for."""
+class MatrixRun:
+    """One run of a study's matrix: its coordinates and its request (a job once prepared: `StudyJobs`)."""
 
     matrix: str
     name: str
@@ -138,7 +138,7 @@ def expand(
     protocol: Optional[str] = None,
     stack: Optional[str] = None,
     allow_large: bool = False,
-) -> List[Job]:
+) -> List[MatrixRun]:
     """Every job of the study's matrix (in file order), as requests for `site`; `data`: loader -> path;
     `stack` overrides the study's (`site`: the site's own). More than the limit of `study jobs` (a
     typo's million) is refused as soon as it is reached, unless `allow_large`."""
@@ -162,7 +162,7 @@ def expand(
                 recipe["data"] = data[loader]
             nodes = (
                 spread_nodes(count, resolved.gpus_per_node)
-                if key == "gpus" and not registration(resolved.scheduler.kind).foreground
+                if key == "gpus" and not scheduler_for(resolved.scheduler.kind).this_machine
                 else None
             )
             job_image = image
@@ -194,7 +194,7 @@ def expand(
                     **{key: count},
                     **({"nodes": nodes} if nodes else {}),
                 )
-                jobs.append(Job(m.name, name, coordinates, request, tuple(m.figures), m.repeats))
+                jobs.append(MatrixRun(m.name, name, coordinates, request, tuple(m.figures), m.repeats))
     return jobs
 
 
@@ -279,7 +279,7 @@ class StudyJobs:
     site: str
     protocol: Optional[str]
     stack: Optional[str]  # the image stack it records (None: the site's own)
-    jobs: Tuple[Tuple[Job, service.Prepared], ...]
+    jobs: Tuple[Tuple[MatrixRun, service.Prepared], ...]
     ended_ok: int = 0  # jobs left alone: their runs ended ok
     active: int = 0  # jobs left alone: their runs have not ended
     warnings: Tuple[str, ...] = ()  # the study's own, about its data (each job's are its Prepared's)
@@ -369,7 +369,7 @@ def submit_study(
     return service.submit_all([job for _, job in prepared.jobs], say, show_progress=show_progress)
 
 
-def figure_counts(jobs: Sequence[Job]) -> Dict[str, int]:
+def figure_counts(jobs: Sequence[MatrixRun]) -> Dict[str, int]:
     """Jobs per figure label, in the order the figures first appear (a job may stand for several)."""
     counts: Dict[str, int] = {}
     for job in jobs:
@@ -378,7 +378,7 @@ def figure_counts(jobs: Sequence[Job]) -> Dict[str, int]:
     return counts
 
 
-def design_summary(study: Study, protocol: Optional[str], jobs: Sequence[Job]) -> str:
+def design_summary(study: Study, protocol: Optional[str], jobs: Sequence[MatrixRun]) -> str:
     """The protocol, the stack, the jobs per figure and the study's assumptions, as lines of text."""
     lines = [
         "study %s%s%s"
@@ -439,7 +439,7 @@ def unfit_reason(study: Study, site: Any, stack: Optional[str]) -> Optional[str]
     """Why a site is not of the study's kind (None: it is): CPU or GPU, the GPU vendor, the stack."""
     from dlaunch.jobs.imagepaths import check_site_stack
 
-    if registration(site.scheduler.kind).foreground:
+    if scheduler_for(site.scheduler.kind).this_machine:
         return "this machine (%s), not a cluster" % site.scheduler.kind
     if site_kind(site) != study.kind:
         return "a %s site; the study needs %s nodes" % (site_kind(site), study.kind.upper())
@@ -461,7 +461,7 @@ class CheckResult:
     skipped: Optional[str] = None  # why the site was not checked (not of the study's kind)
 
 
-def job_nodes(job: Job, gpus_per_node: int) -> int:
+def job_nodes(job: MatrixRun, gpus_per_node: int) -> int:
     """The nodes a job of the study asks for on a site with `gpus_per_node`."""
     request = job.request
     return request.nodes or -(-request.gpus // gpus_per_node)
