@@ -11,9 +11,10 @@ Definitions (also printed in the report):
   rate, images_per_s alone (`Run.overhead_included` says which). The epoch record's own
   `images_per_s` is its steps-only rate (`EpochPoint.steps_images_per_s`).
 - Per-rank phases, nodes, GPU health and epoch overhead of a run (version 4): the mean over the
-  same measured epochs (`Run.phases`, `Run.node_figures`, `Run.overhead`). Flagged runs, those with a
-  straggler or a throttled GPU (any flag of dlaunch/analysis/stragglers.py), are left out of groups and
-  scaling points unless `include_stragglers`: their E_G is understated.
+  same measured epochs (`Run.phases`, `Run.node_figures`, `Run.overhead`; the records: dlaunch/analysis/phases.py).
+  Groups and scaling points take the runs as the caller judged them: flagged runs (a straggler or a throttled GPU,
+  whose E_G is understated) are left out by the caller (dlaunch/analysis/stragglers.py: `unflagged`) unless it
+  includes them.
 - Runs are grouped by experiment, site, model, framework, loader, batch per GPU and step options: runs with
   different batch sizes per GPU do different work per step, so each batch size is its own curve; the step
   options (`Run.key.step_options`: the trainer's --compile, --cuda-graphs, --optimizer-impl and --host-syncs
@@ -59,27 +60,20 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optiona
 from rich import box
 from rich.table import Table
 
-from dlaunch.analysis.stragglers import (
-    DEFAULT_THRESHOLD,
+from dlaunch.analysis.phases import (
     EpochPhases,
     NodeFigures,
+    Overhead,
     epoch_nodes,
+    epoch_overhead,
     epoch_phases,
-    is_flagged,
     mean_nodes,
     mean_phases,
 )
 from dlaunch.boundary import escape
 from dlaunch.errors import DlaunchError
 from dlaunch.train.config import workload_flags
-from dlaunch.train.metrics_schema import (
-    METRICS_FILE,
-    OVERHEAD_FIELDS,
-    Metrics,
-    MetricsError,
-    energy_total,
-    read_metrics,
-)
+from dlaunch.train.metrics_schema import METRICS_FILE, Metrics, MetricsError, energy_total, read_metrics
 
 if TYPE_CHECKING:  # the site models (pydantic) stay out of `dlaunch status`'s start-up
     from dlaunch.jobs.sites import Reference
@@ -117,22 +111,6 @@ class KernelShares:
             return None
         total, comm, compute, io = values
         return cls(comm / total, compute / total, io / total)
-
-
-@dataclass(frozen=True)
-class Overhead:
-    """An epoch's time outside its steps (rank 0's wall clock, seconds; metrics-v4's `overhead`), or a mean of them."""
-
-    loader_start_s: float
-    validation_s: float
-    checkpoint_s: float
-    barrier_s: float
-    metrics_s: float
-    total_s: float
-
-    @classmethod
-    def mean_of(cls, items: Sequence["Overhead"]) -> "Overhead":
-        return cls(*(fmean(getattr(o, name) for o in items) for name in OVERHEAD_FIELDS))
 
 
 @dataclass(frozen=True)
@@ -440,11 +418,6 @@ def _total(energy: Optional[dict]) -> Tuple[Optional[float], Optional[str]]:
     return (total[0], total[1]) if total else (None, None)
 
 
-def _overhead(record: Dict[str, Any]) -> Optional[Overhead]:
-    overhead = record.get("overhead")
-    return Overhead(*(float(overhead[name]) for name in OVERHEAD_FIELDS)) if isinstance(overhead, dict) else None
-
-
 def run_from_metrics(metrics: Metrics) -> Run:
     """Reduce a parsed metrics file (schema versions 1-4) to a Run."""
     h = metrics.header
@@ -472,7 +445,7 @@ def run_from_metrics(metrics: Metrics) -> Run:
                 epoch_time_s=float(e["epoch_time_s"]),
                 steps=e["steps"],
                 measured_steps=e.get("measured_steps", e["images"] // h["global_batch"]),
-                overhead=_overhead(e),
+                overhead=epoch_overhead(e),
                 phases=epoch_phases(e),
                 nodes=epoch_nodes(e),
                 compile_s=None if e.get("compile_s") is None else float(e["compile_s"]),
@@ -521,22 +494,10 @@ def load_runs(paths: Iterable[str]) -> Loaded:
     return Loaded(runs, rejected)
 
 
-def without_flagged(
-    runs: Iterable[Run], include_stragglers: bool = False, straggler_threshold: float = DEFAULT_THRESHOLD
-) -> List[Run]:
-    """`runs`, the flagged ones (a straggler or a throttled GPU: `stragglers.is_flagged`) left out unless
-    `include_stragglers` (the name of report's --include-stragglers, which keeps both)."""
-    return [r for r in runs if include_stragglers or not is_flagged(r.phases, r.node_figures, straggler_threshold)]
-
-
-def group_runs(
-    runs: Iterable[Run], include_stragglers: bool = False, straggler_threshold: float = DEFAULT_THRESHOLD
-) -> Dict[GroupKey, List[Run]]:
-    """Runs by group key, groups and runs in sorted order; flagged runs (a straggler or a throttled GPU) left out unless
-    `include_stragglers`."""
+def group_runs(runs: Iterable[Run]) -> Dict[GroupKey, List[Run]]:
+    """Runs by group key, groups and runs in sorted order (the runs as the caller judged them: stragglers.unflagged)."""
     groups: Dict[GroupKey, List[Run]] = {}
-    kept = without_flagged(runs, include_stragglers, straggler_threshold)
-    for run in sorted(kept, key=lambda r: (r.key, r.world_size, r.path)):
+    for run in sorted(runs, key=lambda r: (r.key, r.world_size, r.path)):
         groups.setdefault(run.key, []).append(run)
     return groups
 
@@ -547,13 +508,9 @@ def _mean_shares(shares: Sequence[Shares]) -> Optional[Shares]:
     return Shares(fmean(s.comm for s in shares), fmean(s.compute for s in shares), fmean(s.data for s in shares))
 
 
-def scaling(
-    runs: Sequence[Run], include_stragglers: bool = False, straggler_threshold: float = DEFAULT_THRESHOLD
-) -> List[ScalingPoint]:
-    """Throughput, S_G, E_G and J/img per GPU count of one group (median and spread over the runs);
-    diverged runs, runs without epochs and, unless `include_stragglers`, flagged runs (a straggler or a throttled
-    GPU) are left out."""
-    runs = without_flagged(runs, include_stragglers, straggler_threshold)
+def scaling(runs: Sequence[Run]) -> List[ScalingPoint]:
+    """Throughput, S_G, E_G and J/img per GPU count of one group (median and spread over the runs, as the caller
+    judged them: stragglers.unflagged); diverged runs and runs without epochs are left out."""
     metrics = ("images_per_s", "speedup", "efficiency", "joules_per_image", "epochs_to_target", "time_to_target_s")
     values = {metric: run_values(runs, metric) for metric in metrics}
 

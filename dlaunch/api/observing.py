@@ -74,17 +74,6 @@ def _run_status(snapshot: "Snapshot") -> RunStatus:
     )
 
 
-def check_threshold_option(straggler_threshold: Optional[float]) -> None:
-    """A straggler threshold given (None: each run's profile's) is a fraction in (0, 1), as the option says."""
-    from dlaunch.analysis.stragglers import check_threshold
-
-    if straggler_threshold is not None:
-        try:
-            check_threshold(straggler_threshold)
-        except ValueError as e:
-            raise DlaunchError("Invalid value for '--straggler-threshold': %s" % e) from None
-
-
 def statuses_of(found: Sequence["RunDir"], straggler_threshold: Optional[float] = None) -> List[RunStatus]:
     """Each run's status, in the order given; a run whose files cannot be read has only `rejected`; flags judged
     at `straggler_threshold` (None: each run's profile's). The runs that ended are recorded in the results database."""
@@ -110,10 +99,11 @@ def status(
     """The runs at or below `paths` (run, experiment or study directories), in path order or `newest_first`
     (by their last submission, as `dlaunch runs`): scheduler state, metrics status, figures, why one failed,
     stragglers judged at `straggler_threshold` (None: each run's site profile's)."""
+    from dlaunch.analysis.stragglers import threshold_option
     from dlaunch.runs.rundir import find_runs
     from dlaunch.runs.rundir import newest_first as by_submission
 
-    check_threshold_option(straggler_threshold)
+    threshold_option(straggler_threshold)
     paths = list(paths)
     found = find_runs([Path(p) for p in paths])
     if not found:
@@ -132,12 +122,13 @@ def watch(
     """Look at the runs every `interval` seconds until every one has ended (or `timeout` seconds have
     passed); their last status. `paths` and `straggler_threshold` as for `status`, or an experiment's name
     under ./runs."""
+    from dlaunch.analysis.stragglers import threshold_option
     from dlaunch.runs import service
     from dlaunch.runs.watch import Watcher, check_watchable, resolve_targets
 
     if not interval >= 0.1:  # as the command line's option says it
         raise DlaunchError("Invalid value for '--interval': %s is below 0.1" % quoted(str(interval)))
-    check_threshold_option(straggler_threshold)
+    threshold_option(straggler_threshold)
     targets = resolve_targets([Path(p) for p in paths])
     check_watchable(Watcher(targets, service.why_failed).poll())
     deadline = None if timeout is None else clock.monotonic() + timeout

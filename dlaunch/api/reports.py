@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence
 
 from dlaunch.api.calls import api_function
-from dlaunch.api.observing import check_threshold_option
 from dlaunch.api.records import BudgetRow, RcpRow, Report, ReportGroup, ReportPoint, SetApartRun, Spread, Table
 
 
@@ -89,22 +88,17 @@ def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], le
     return Table(title, list(headers), [list(row) for row in rows], [h for h in leave_out if h in headers])
 
 
-def _flag_kinds(flags: Sequence[Any]) -> str:
-    """'straggler', 'throttled' or 'straggler and throttled': the kinds of a run's flags (stragglers first)."""
-    return " and ".join(dict.fromkeys(f.kind for f in flags))
-
-
 def _report_tables(data: Any) -> List[Table]:
     """The tables `dlaunch report` prints: per group its scaling, runs and budget (beyond CONSOLE_GROUPS groups one
     line per group: images/s and E_G at its largest GPU count), then RCP verdicts and the runs set apart."""
     from dlaunch.analysis.convergence import RCP_SOURCE
     from dlaunch.reporting.document import (
-        BUDGET_HEADERS,
         DIVERGED_HEADERS,
         FLAGGED_HEADERS,
         OFF_NETWORK_HEADERS,
         RCP_HEADERS,
         Columns,
+        budget_headers,
         budget_rows,
         diverged_rows,
         flagged_rows,
@@ -145,7 +139,7 @@ def _report_tables(data: Any) -> List[Table]:
             tables.append(_table(g.key.label + ": runs", columns.run_headers()[:-1], rows, RUN_LEAVE_OUT))
             if g.explained:
                 tables.append(
-                    _table(g.key.label + ": efficiency budget", BUDGET_HEADERS, budget_rows(g), BUDGET_LEAVE_OUT)
+                    _table(g.key.label + ": efficiency budget", budget_headers(), budget_rows(g), BUDGET_LEAVE_OUT)
                 )
     if data.rcp:
         tables.append(
@@ -187,12 +181,13 @@ def report(
     plots written there (`files`). `on_rejected` hears each unreadable metrics file's message as soon as it is
     read (the command line prints them before a refusal)."""
     from dlaunch.analysis.scaling import load_runs
+    from dlaunch.analysis.stragglers import flag_kinds, threshold_option
     from dlaunch.boundary import output_folder
     from dlaunch.reporting.document import write_report
     from dlaunch.reporting.html import PAGE
     from dlaunch.reporting.report import report_data
 
-    check_threshold_option(straggler_threshold)
+    threshold_option(straggler_threshold)
     if output is not None:
         output_folder("--output", Path(output))
     given = [Path(p) for p in paths]
@@ -207,7 +202,7 @@ def report(
             r.path,
             r.key.label,
             r.world_size,
-            _flag_kinds(apart.flags[r.path]),
+            flag_kinds(f.kind for f in apart.flags[r.path]),
             [f.message for f in apart.flags[r.path]],
             apart.flagged_included,
         )

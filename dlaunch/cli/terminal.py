@@ -122,14 +122,12 @@ def finite_number(low: Optional[float] = None) -> Callable[[str], float]:
 
 
 def fraction(text: str) -> float:
-    """A typer `parser` for --straggler-threshold: a number strictly between 0 and 1."""
-    from dlaunch.analysis.stragglers import check_threshold
+    """A typer `parser` for --straggler-threshold: a number strictly between 0 and 1 (the range checked, and said,
+    as the API checks it: stragglers.threshold_option)."""
+    from dlaunch.analysis.stragglers import threshold_option
 
     value = finite_number()(text)
-    try:
-        check_threshold(value)
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from None
+    threshold_option(value)
     return value
 
 

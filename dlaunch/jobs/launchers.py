@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import Any, Tuple
 
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.jobspec import CommandOutput, Export, FirstHost, PreludeItem, ShellWord
 from dlaunch.jobs.sites import Site
-from dlaunch.schedulers import Scheduler, registration
+from dlaunch.schedulers import Scheduler, scheduler_for
+from dlaunch.specs.job import CommandOutput, Export, FirstHost, PreludeItem, ShellWord
 from dlaunch.train.framework_table import FRAMEWORKS, FrameworkInfo
 
 
@@ -205,7 +205,7 @@ class TaskPerWorker(LaunchStyle):
         )
 
 
-# (a launch mode on a batch system | in the foreground on this machine): the framework table's styles and
+# (a launch mode on a cluster's nodes | on this machine alone): the framework table's styles and
 # the modes a profile may choose instead (sites.LAUNCH_MODES)
 LAUNCH_STYLES = {
     "torchrun-per-node": (TorchrunPerNode, LocalTorchrun),
@@ -218,10 +218,10 @@ LAUNCH_STYLES = {
 
 def launch_mode(site: Site, framework: str) -> LaunchStyle:
     """How a framework starts on a site: the profile's mode for it, else the framework table's style; its
-    foreground form where the site's scheduler runs jobs in the foreground on this machine."""
+    form on this machine alone where the site's scheduler runs its jobs there (`Scheduler.this_machine`)."""
     info = FRAMEWORKS[framework]
     mode = site.launch_mode(framework)
     if mode not in LAUNCH_STYLES:
         raise DlaunchError("--framework %s: launch style %r has no launcher" % (framework, mode))
-    batch, foreground = LAUNCH_STYLES[mode]
-    return foreground(info) if registration(site.scheduler.kind).foreground else batch(info)
+    on_nodes, here = LAUNCH_STYLES[mode]
+    return here(info) if scheduler_for(site.scheduler.kind).this_machine else on_nodes(info)

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Sequence, Tupl
 
 from pydantic import Field, StringConstraints
 
-from dlaunch.jobs.schema import SafeName, StrictModel
+from dlaunch.specs.schema import SafeName, StrictModel
 from dlaunch.train.network import NET, NO_PLUGIN, P2P, SHM, TRANSPORTS, interfaces_match
 
 INTERFACE = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"

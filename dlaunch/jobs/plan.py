@@ -12,18 +12,24 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from dlaunch.boundary import check_limit, check_value
 from dlaunch.errors import DlaunchError, SchedulerError
-from dlaunch.jobs.jobspec import JobSpec, PreludeItem, Prepend, RequireVariable, ShellWord, TaskEnv, WorkDir, joined
 from dlaunch.jobs.launchers import LaunchSpec, launch_mode
 from dlaunch.jobs.request import LaunchRequest, trainer_arguments
-from dlaunch.jobs.schema import BIND_PATH, SAFE_NAME, Partition, format_time, parse_time
 from dlaunch.jobs.sites import Site
-from dlaunch.schedulers import registration, scheduler_for
+from dlaunch.schedulers import Scheduler, scheduler_for
+from dlaunch.specs.job import JobSpec, PreludeItem, Prepend, RequireVariable, ShellWord, TaskEnv, WorkDir, joined
+from dlaunch.specs.schema import BIND_PATH, SAFE_NAME, Partition, format_time, parse_time
 from dlaunch.train import jobenv
 from dlaunch.train.config import ConfigError, parse_config
 from dlaunch.train.framework_table import FRAMEWORKS
 from dlaunch.train.metrics_schema import METRICS_FILE
 
 BINDABLE = re.compile(BIND_PATH)
+
+
+def keeps_checkpoints(framework: str) -> bool:
+    """The framework's trainer checkpoints, and so resumes: the torch engine's (the TensorFlow and MXNet trainers
+    keep none: dlaunch/train/engines.py)."""
+    return FRAMEWORKS[framework].engine == "torch"
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ def resolve_account(
     """`--account`, else the site's account variable (e.g. $BUDGET); never hard-coded."""
     if account is None and site.account_env:
         account = environ.get(site.account_env) or None
-    if registration(site.scheduler.kind).foreground:
+    if not scheduler_for(site.scheduler.kind).queued:
         return None
     if account is None and site.account_required and required:
         hint = " or set $%s" % site.account_env if site.account_env else ""
@@ -82,9 +88,9 @@ def _bindable(flag: str, path: str) -> str:
     return path
 
 
-def _shape(site: Site, request: LaunchRequest) -> Tuple[int, int]:
+def _shape(site: Site, scheduler: Scheduler, request: LaunchRequest) -> Tuple[int, int]:
     """(nodes, processes per node) from --nodes or --gpus."""
-    if registration(site.scheduler.kind).foreground:
+    if scheduler.this_machine:
         if request.nodes not in (None, 1):
             raise DlaunchError(
                 "--nodes: site %s runs on this machine only (1 node), got %d" % (site.name, request.nodes)
@@ -200,9 +206,8 @@ def build_plan(
 
     `require_account=False` (dry runs) renders a script without `--account` where none is known.
     """
-    nodes, nproc = _shape(site, request)
     scheduler = scheduler_for(site.scheduler.kind)
-    on_batch_system = not registration(site.scheduler.kind).foreground
+    nodes, nproc = _shape(site, scheduler, request)
     spec = launch_mode(site, request.framework).spec(site, scheduler, nodes, nproc)
     launch = site.launch.framework(request.framework)
     runtime = site.container
@@ -210,7 +215,7 @@ def build_plan(
     data = request.option("data")
     warnings: Tuple[str, ...] = ()
     queue, seconds, account, binds, notes = None, 0, None, (), ()
-    if on_batch_system:
+    if scheduler.queued:
         _bindable("--output", run_dir)
         queue, seconds, notes = _queue_and_time(site, request, nodes)
         spec = _on_shared_nodes(site, request.framework, queue, spec, nproc)
@@ -298,7 +303,7 @@ def build_plan(
     for name, value in provenance:  # no NUL or line break in an export (the site's `env` is checked by its schema)
         check_value(given_as.get(name, "$" + name), value)
     engine = FRAMEWORKS[request.framework].engine
-    checkpoints = engine == "torch"  # the TensorFlow and MXNet trainers keep none
+    checkpoints = keeps_checkpoints(request.framework)
     trainer_argv = (
         ("--framework", request.framework)
         + trainer_arguments(request)
@@ -313,7 +318,7 @@ def build_plan(
     # too where this machine sees it (a node-local path is checked on the nodes only).
     data_here = data not in (None, "synthetic") and os.path.exists(data)
     if data not in (None, "synthetic") and not data_here:
-        if not on_batch_system:
+        if scheduler.this_machine:
             raise DlaunchError("--data: %s does not exist" % data)
         warnings += ("--data %s is not visible here; it is checked on the nodes only" % data,)
     try:

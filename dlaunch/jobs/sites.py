@@ -10,9 +10,14 @@ from pydantic import Field, SerializeAsAny, StringConstraints, create_model, fie
 
 from dlaunch.boundary import ModelT, display_path, parse_toml, read_text, read_toml, read_toml_text
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.jobspec import ShellWord
 from dlaunch.jobs.network import Network
-from dlaunch.jobs.schema import (
+from dlaunch.paths import SHIPPED_SITES_DIR, toml_files_by_name
+from dlaunch.runtimes import NoContainer, Runtime
+from dlaunch.runtimes import validate_config as runtime_config
+from dlaunch.schedulers import scheduler_for
+from dlaunch.schedulers import validate_config as scheduler_config
+from dlaunch.specs.job import ShellWord
+from dlaunch.specs.schema import (
     HOST_SUFFIX,
     AbsPath,
     EnvName,
@@ -25,11 +30,6 @@ from dlaunch.jobs.schema import (
     VarPath,
     Word,
 )
-from dlaunch.paths import SHIPPED_SITES_DIR, toml_files_by_name
-from dlaunch.runtimes import NoContainer, Runtime
-from dlaunch.runtimes import validate_config as runtime_config
-from dlaunch.schedulers import registration, scheduler_for
-from dlaunch.schedulers import validate_config as scheduler_config
 from dlaunch.thresholds import DEFAULT_THRESHOLD
 from dlaunch.train.framework_table import FRAMEWORKS
 
@@ -53,6 +53,33 @@ class Storage(StrictModel):
     """The shared file system, for the performance model."""
 
     loader_images_per_s: float = Field(gt=0)  # what a loader reading each image as a file gets in all
+
+
+class InputRate(StrictModel):
+    """`[[predict.input]]`: what one GPU's loader decodes and augments on this site's nodes (ImageNet JPEGs, the
+    training pipeline; `python -m dlaunch.train.loaderbench` measures it), with its source."""
+
+    loader: Literal["native", "dali-cpu", "dali-gpu"]
+    workers: int = Field(gt=0)  # its worker processes (native) or threads (DALI)
+    images_per_s: float = Field(gt=0)
+    source: str = Field(min_length=1)
+
+
+class PredictFigures(StrictModel):
+    """`[predict]`: the node's figures for the performance model, each with its source."""
+
+    intra_node_gbps_per_gpu: Optional[float] = Field(default=None, gt=0)  # a GPU's link to its node's others, each way
+    intra_node_source: str = ""
+    input: List[InputRate] = []
+
+    @model_validator(mode="after")
+    def _sourced(self) -> "PredictFigures":
+        if self.intra_node_gbps_per_gpu is not None and not self.intra_node_source:
+            raise ValueError("intra_node_gbps_per_gpu needs intra_node_source")
+        loaders = [row.loader for row in self.input]
+        if len(set(loaders)) < len(loaders):
+            raise ValueError("input: one row per loader")
+        return self
 
 
 class Reference(StrictModel):
@@ -218,6 +245,7 @@ class Site(StrictModel):
     requeue: bool = True
     network: Optional[Network] = None
     storage: Optional[Storage] = None
+    predict: Optional[PredictFigures] = None
     reference: List[Reference] = []
     # A rank computing more than this fraction slower than the median rank is a straggler (dlaunch/analysis/stragglers.py).
     straggler_threshold: float = Field(default=DEFAULT_THRESHOLD, gt=0, lt=1)
@@ -248,7 +276,7 @@ class Site(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Site":
-        if registration(self.scheduler.kind).foreground and self.container.containerized:
+        if scheduler_for(self.scheduler.kind).this_machine and self.container.containerized:
             raise ValueError("a site whose jobs run in the foreground on this machine has no container runtime")
         tables = {
             "env": set(self.env) | {n for row in self.env_by_nodes for n in row.env},
@@ -262,11 +290,9 @@ class Site(StrictModel):
         return self
 
     def _check_launch(self) -> None:
-        gpu_request = getattr(self.scheduler, "gpu_request", "none")
-        if gpu_request != "none" and self.gpu_vendor == "none":
-            raise ValueError('scheduler.gpu_request: a site without GPUs (gpu_vendor = "none") asks for none')
-        if gpu_request != "none" and "gpu" in (getattr(self.scheduler, "gres", None) or ""):
-            raise ValueError("scheduler.gres and scheduler.gpu_request both ask for GPUs: keep gpu_request")
+        asking = scheduler_for(self.scheduler.kind).gpu_request_field(self.scheduler)
+        if asking and self.gpu_vendor == "none":
+            raise ValueError('scheduler.%s: a site without GPUs (gpu_vendor = "none") asks for none' % asking)
         launch = self.launch
         form = scheduler_for(self.scheduler.kind).step_option_form  # () = words of the step command
         for option in launch.gpu_step_options if form else ():
@@ -280,7 +306,7 @@ class Site(StrictModel):
             chosen = launch.framework(name)
             if info.launch not in LAUNCH_MODES or chosen == FrameworkLaunch():
                 continue
-            if registration(self.scheduler.kind).foreground:
+            if scheduler_for(self.scheduler.kind).this_machine:
                 raise ValueError(
                     "launch.%s: a site that runs its jobs in the foreground starts its processes itself "
                     "(torchrun --standalone, horovodrun)" % name

@@ -4,11 +4,12 @@ line prints too. Deterministic: the same inputs give byte-identical outputs (row
 data's, plots with a fixed DPI and without PNG software/date metadata).
 """
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from dlaunch.analysis.budget import LOST_PARTS
+from dlaunch.analysis.budget import OTHER, PARTS
 from dlaunch.analysis.convergence import RCP_SOURCE, RCPVerdict
 from dlaunch.analysis.published import Comparison
 from dlaunch.analysis.scaling import Run, Spread, verdict
@@ -29,7 +30,9 @@ from dlaunch.tables import cell, counted, markdown
 from dlaunch.version import __version__
 
 KERNEL_HEADERS = ("GPUs", "comm %", "compute %", "I/O %", "other %")
-DEFINITIONS = """\
+DEFINITIONS_WIDTH = 110  # the Definitions' lines at most, their indent included
+# The definitions before the efficiency budget's (`definitions` adds it from the budget's parts), and after it.
+DEFINITIONS_BEFORE_BUDGET = """\
 - Throughput X ("images/s", dlaunch/analysis/scaling.py): the mean over the run's measured epochs (those
   with counted images, the first left out when there are two or more: warm-up) of images / (images /
   images_per_s + overhead.total_s x measured_steps / steps), i.e. epoch overhead (loader start,
@@ -81,14 +84,8 @@ DEFINITIONS = """\
 - History (shown when the results database has 3 or more earlier runs of a run's site, model, GPU
   count, precision, framework, loader, batch per GPU and step options): X against the median of the
   last 10 of them; REGRESSION when slower by more than the site's reference tolerance (5% without one).
-- Efficiency budget (runs with per-rank phases, metrics version 4; dlaunch/analysis/budget.py): per GPU
-  count G, per step t(G) = global batch / X; waiting for stragglers = wait = the median rank's sync_s - the
-  slowest rank's (its measured wait for the slowest, 0 if negative); exposed communication = median sync_s -
-  wait; data = median data_s; compute = the median rank's
-  compute_s (it grows where communication beside back-propagation shares the GPU's SMs or a CPU's cores, or
-  where clocks drop); epoch overhead = overhead.total_s / steps; each the median over the point's runs. Lost
-  to x = (x(G) - x(G_ref)) / t(G); `other` = 1 - E_G - those (optimizer changes, host gaps, and parts not
-  recorded), so ideal (1.000) - everything lost = measured E_G exactly. Negative: a gain against G_ref.
+"""
+DEFINITIONS_AFTER_BUDGET = """\
 - Stragglers and throttled GPUs (dlaunch/analysis/stragglers.py): a rank whose forward pass (which overlaps
   no communication) took more than the threshold (the site profile's `straggler_threshold`, default 10 %, or
   `--straggler-threshold`) longer than the median rank's over the measured epochs, or a GPU whose SM clock
@@ -289,16 +286,37 @@ def flagged_rows(runs: Sequence[Run], flags: Dict[str, List[Flag]]) -> List[List
     ]
 
 
-BUDGET_HEADERS = ["GPUs", "E_G", "batch/X ms", *LOST_PARTS]  # the parts: the share of the ideal lost to each
+def budget_headers() -> List[str]:
+    """The budget table's headers: the parts (the budget's table, PARTS) after E_G and the step time behind it."""
+    return ["GPUs", "E_G", "batch/X ms", *PARTS]
 
 
 def budget_rows(g: GroupResult) -> List[List[str]]:
     """Per GPU count: E_G, the step time behind it and the share of the ideal lost per cause."""
     return [
         [str(row.gpus), "%.3f" % row.measured_e_g, "%.1f" % (1000 * row.step_s)]
-        + ["not recorded" if row.lost[part] is None else _share(row.lost[part]) for part in LOST_PARTS]  # type: ignore[arg-type]
+        + ["not recorded" if row.lost[part] is None else _share(row.lost[part]) for part in PARTS]  # type: ignore[arg-type]
         for row in g.budget
     ]
+
+
+def budget_definition() -> str:
+    """The Definitions' item on the efficiency budget, each part's measure from the budget's table (PARTS)."""
+    measured = [part for part in PARTS.values() if part.per_step is not None]
+    text = (
+        "- Efficiency budget (runs with per-rank phases, metrics version 4; dlaunch/analysis/budget.py): per GPU count "
+        "G, per step t(G) = global batch / X and each part's measure x, the median over the point's runs: %s. Lost to "
+        "x = (x(G) - x(G_ref)) / t(G); `%s` = %s. Negative: a gain against G_ref."
+        % ("; ".join("`%s` = %s" % (part.name, part.definition) for part in measured), OTHER, PARTS[OTHER].definition)
+    )
+    return textwrap.fill(
+        text, width=DEFINITIONS_WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+    )
+
+
+def definitions() -> str:
+    """The report's Definitions."""
+    return DEFINITIONS_BEFORE_BUDGET + budget_definition() + "\n" + DEFINITIONS_AFTER_BUDGET
 
 
 def _share(value: float) -> str:
@@ -377,9 +395,9 @@ def markdown_report(
         parts += [
             "## Efficiency budget",
             "Per GPU count, from ideal (1.000) to the measured E_G: the share of the ideal lost to each cause "
-            "(communication, stragglers, data, compute, epoch overhead, other) against the group's reference G_ref "
-            "(definitions below); the parts and E_G add up to 1.",
-            markdown_table(BUDGET_HEADERS, [(g.key.label, budget_rows(g)) for g in explained]),
+            "(%s) against the group's reference G_ref (definitions below); the parts and E_G add up to 1."
+            % ", ".join(PARTS),
+            markdown_table(budget_headers(), [(g.key.label, budget_rows(g)) for g in explained]),
         ]
     if rcp:
         parts += [
@@ -448,7 +466,7 @@ def markdown_report(
         parts += ["## Rejected files", "\n".join("- `%s`" % msg for msg in rejected)]
     if notes:
         parts += ["## Notes", "\n".join("- %s" % note for note in notes)]
-    parts += ["## Definitions", DEFINITIONS.rstrip()]
+    parts += ["## Definitions", definitions().rstrip()]
     everything = [r for g in results for r in g.runs] + list(diverged) + excluded
     parts += ["## Provenance", provenance_text(everything, profiles, recorded, inputs)]
     return "\n\n".join(parts) + "\n"

@@ -15,7 +15,7 @@ from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
-from dlaunch.analysis.budget import LOST_PARTS
+from dlaunch.analysis.budget import PARTS
 from dlaunch.analysis.published import Comparison
 from dlaunch.analysis.scaling import Run, ScalingPoint, Spread
 from dlaunch.atomic import atomic_file
@@ -39,14 +39,6 @@ ENERGY_PLOT_TITLE = "Energy per image (J) against GPUs, per framework and loader
 # Written after the E_G (and energy) plots whenever a group's budget names a cause (metrics version 4 phases).
 BUDGET_PLOT = "efficiency_budget.png"
 BUDGET_TITLE = "Efficiency budget: from ideal (1) to the measured E_G, the share lost per cause"
-BUDGET_COLOURS = {
-    "communication": "C3",
-    "stragglers": "C1",
-    "data": "C2",
-    "compute": "C5",
-    "epoch overhead": "C4",
-    "other": "C7",
-}
 COMPARISON_PLOT = "published_vs_this_run.png"
 COMPARISON_TITLE = "Published values (markers) and this run (lines)"
 METRIC_LABELS = {
@@ -289,12 +281,10 @@ def plot_budget(fig, results: Sequence["GroupResult"]) -> None:
         top = [row.measured_e_g for row in g.budget]
         ax.bar(labels, top, color="C0", label="measured E_G")
         gains = []
-        for part in LOST_PARTS:
-            values = [row.lost[part] or 0.0 for row in g.budget]  # not recorded: inside `other`
+        for part in PARTS.values():  # colours and legend from the budget's table of parts
+            values = [row.lost[part.name] or 0.0 for row in g.budget]  # not recorded: inside `other`
             values = [0.0 if abs(v) < RESIDUE else v for v in values]
-            ax.bar(
-                labels, [max(v, 0.0) for v in values], bottom=top, color=BUDGET_COLOURS[part], label="lost: %s" % part
-            )
+            ax.bar(labels, [max(v, 0.0) for v in values], bottom=top, color=part.colour, label="lost: %s" % part.name)
             top = [t + max(v, 0.0) for t, v in zip(top, values)]
             gains.append((part, [min(v, 0.0) for v in values]))
         highest = max(top)
@@ -306,9 +296,9 @@ def plot_budget(fig, results: Sequence["GroupResult"]) -> None:
                     [-v for v in values],
                     bottom=top,
                     color="none",
-                    edgecolor=BUDGET_COLOURS[part],
+                    edgecolor=part.colour,
                     hatch="//",
-                    label="gained: %s" % part,
+                    label="gained: %s" % part.name,
                 )
         ax.axhline(1.0, color="black", linestyle=":", label="ideal")
         value_axis(ax, [highest], "share of ideal")

@@ -15,7 +15,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from dlaunch.analysis.budget import OTHER, BudgetRow, budget
 from dlaunch.analysis.convergence import RCPVerdict, rcp_verdicts
-from dlaunch.analysis.kept_profile import kept_profile
 from dlaunch.analysis.perfmodel.model import (
     MODEL_PARAMS_M,
     Prediction,
@@ -25,12 +24,13 @@ from dlaunch.analysis.perfmodel.model import (
     predict,
 )
 from dlaunch.analysis.scaling import GroupKey, Loaded, Run, ScalingPoint, group_runs, reference_for, scaling
-from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, Flag, run_flags
+from dlaunch.analysis.stragglers import Flag, flagged, kept_profile
 from dlaunch.errors import DlaunchError, DlaunchWarning
 from dlaunch.jobs.network import network_problems
 from dlaunch.jobs.sites import Site, resolve_site
 from dlaunch.paths import SITE_PROFILE
 from dlaunch.tables import counted
+from dlaunch.thresholds import DEFAULT_THRESHOLD
 
 
 @dataclass
@@ -73,7 +73,6 @@ def load_profiles(runs: Sequence[Run], override: Optional[str]) -> Profiles:
     if override:
         site = resolve_site(override)  # a bad --site is bad input
         return Profiles({r.path: site for r in runs}, ["every run: --site %s (%s)" % (override, site.name)], [])
-    validated: Dict[bytes, Site] = {}
     named: Dict[str, Optional[Site]] = {}
     unknown: Dict[str, str] = {}  # site name -> why it has no profile here
     of_run: Dict[str, Site] = {}
@@ -82,7 +81,7 @@ def load_profiles(runs: Sequence[Run], override: Optional[str]) -> Profiles:
     for run in runs:
         source = KEPT
         try:
-            site = kept_profile(run.path, validated)
+            site = kept_profile(Path(run.path).parent)
         except DlaunchError as e:
             notes.append(
                 "the kept profile of run %s is not valid here, so its site's name is looked up (%s)" % (run.path, e)
@@ -129,15 +128,15 @@ def build_results(runs: Sequence[Run], profiles: Profiles) -> List[GroupResult]:
     """Groups of the runs that did not diverge, with their scaling points, predictions and efficiency budget
     (the caller has left out the runs the report sets apart: stragglers, off their network)."""
     results = []
-    for key, group in group_runs((r for r in runs if not r.diverged), include_stragglers=True).items():
-        points = scaling(group, include_stragglers=True)
+    for key, group in group_runs(r for r in runs if not r.diverged).items():
+        points = scaling(group)
         results.append(
             GroupResult(
                 key,
                 group,
                 points,
                 _group_predictions(group, points, profiles.of_group(group)),
-                budget(group, include_stragglers=True),
+                budget(group),
             )
         )
     return results
@@ -180,24 +179,6 @@ def off_network_note(runs: Sequence[Run], included: bool) -> str:
         "%d run(s) off their site's [network] are left out of the tables and plots "
         "(--include-network-mismatches keeps them)" % len(runs)
     )
-
-
-def threshold_for(run: Run, profiles: Profiles, override: Optional[float]) -> float:
-    """The straggler threshold a run is judged by: --straggler-threshold, else its profile's, else the default."""
-    if override is not None:
-        return override
-    site = profiles.of(run)
-    return site.straggler_threshold if site is not None else DEFAULT_THRESHOLD
-
-
-def flagged(runs: Sequence[Run], profiles: Profiles, override: Optional[float]) -> Dict[str, List[Flag]]:
-    """Metrics file -> its stragglers and throttled GPUs, for the runs (not diverged) that have some."""
-    found = {}
-    for run in runs:
-        flags = [] if run.diverged else run_flags(run, threshold_for(run, profiles, override))
-        if flags:
-            found[run.path] = flags
-    return found
 
 
 def flagged_note(runs: Sequence[Run], included: bool, override: Optional[float]) -> str:
@@ -313,7 +294,7 @@ def report_data(
         raise DlaunchError("no valid metrics files in %s" % ", ".join(str(p) for p in paths))
     profiles = load_profiles(loaded.runs, site)
     problems = off_network(loaded.runs, profiles)
-    flags = flagged(loaded.runs, profiles, straggler_threshold)
+    flags = flagged(loaded.runs, straggler_threshold, profiles.of)
     apart = SetApart(
         [r for r in loaded.runs if r.path in problems],
         problems,

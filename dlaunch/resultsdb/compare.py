@@ -37,6 +37,7 @@ from statistics import median
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dlaunch.analysis.scaling import Spread, matching_reference, reference_point
+from dlaunch.analysis.stragglers import flag_kinds
 from dlaunch.errors import DlaunchError
 
 SELECTOR_KEYS = (
@@ -209,7 +210,7 @@ def left_out_of_scaling(row: Mapping[str, Any]) -> Optional[str]:
     if row["images_per_s"] is None:
         return "no images/s"
     if row["flags"]:
-        return " and ".join(sorted({flag["kind"] for flag in row["flags"]}))
+        return flag_kinds(flag["kind"] for flag in row["flags"])
     return None
 
 

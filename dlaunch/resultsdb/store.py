@@ -26,9 +26,9 @@ Schema: `PRAGMA user_version` = SCHEMA_VERSION; a newer file is refused, an olde
 database holds get none (NULL, read as None: not judged) until dlaunch next reads their runs (the
 migration clears their `source` stamps) or `dlaunch results rebuild`. Version 3 adds `flags_threshold`, the
 threshold the flags were judged at (the straggler_threshold of the site profile the run directory kept,
-dlaunch/analysis/kept_profile.py, else the default), `step_options` (the trainer's workload options away from
-their defaults, "-" for none: part of a scaling curve's key) and `compile_s` (--compile's compile time); its
-rows are read again the same way.
+dlaunch/analysis/stragglers.py's kept_threshold, else the default), `step_options` (the trainer's workload options
+away from their defaults, "-" for none: part of a scaling curve's key) and `compile_s` (--compile's compile time);
+its rows are read again the same way.
 """
 
 import json
@@ -40,9 +40,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from dlaunch.analysis.convergence import MLPERF_TARGET_TOP1, rcp_applies
-from dlaunch.analysis.kept_profile import kept_threshold
 from dlaunch.analysis.scaling import epochs_to, run_from_metrics
-from dlaunch.analysis.stragglers import run_flags
+from dlaunch.analysis.stragglers import kept_threshold, run_flags
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.imagepaths import stack_of_image
 from dlaunch.train.metrics_schema import Metrics, MetricsError, read_metrics
@@ -153,13 +152,13 @@ def _stamp(path: Path) -> str:
     return "%d:%d" % (st.st_size, st.st_mtime_ns)
 
 
-def row_of(metrics: Metrics, source: str, validated: Optional[Dict[bytes, Any]] = None) -> Dict[str, Any]:
-    """The row of a run whose metrics file has an end record; `validated` caches the kept profiles by text."""
+def row_of(metrics: Metrics, source: str) -> Dict[str, Any]:
+    """The row of a run whose metrics file has an end record."""
     h, end = metrics.header, metrics.end
     assert end is not None
     run = run_from_metrics(metrics)
     judged = run.phases is not None or run.node_figures is not None  # per-rank phases (metrics version 4)
-    threshold = kept_threshold(metrics.path, {} if validated is None else validated) if judged else None
+    threshold = kept_threshold(Path(metrics.path).parent) if judged else None
     provenance = {
         "git_revision": h.get("git_revision"),
         "job_id": h.get("slurm_job_id"),
@@ -210,9 +209,7 @@ def row_of(metrics: Metrics, source: str, validated: Optional[Dict[bytes, Any]] 
         "provenance": provenance,
         "path": os.path.abspath(os.path.dirname(metrics.path)),
         "source": source,
-        "flags": None
-        if threshold is None
-        else [{"kind": f.kind, "message": f.message} for f in run_flags(run, threshold)],
+        "flags": None if threshold is None else [flag.stored() for flag in run_flags(run, threshold)],
         "flags_threshold": threshold,
         "step_options": run.key.step_options,
         "compile_s": run.compile_s,
@@ -325,7 +322,6 @@ def read_rows(metrics_files: Iterable[Path], known: Dict[str, str]) -> Tuple[Lis
     """(rows, rejected): the rows of the metrics files that have an end record and changed since
     `known` (file -> stamp), and one message per unreadable file."""
     rows, rejected = [], []
-    validated: Dict[bytes, Any] = {}  # kept profiles by text
     for path in metrics_files:
         try:
             stamp = _stamp(path)
@@ -341,7 +337,7 @@ def read_rows(metrics_files: Iterable[Path], known: Dict[str, str]) -> Tuple[Lis
             rejected.append(str(e))
             continue
         if metrics.end is not None:
-            rows.append(row_of(metrics, stamp, validated))
+            rows.append(row_of(metrics, stamp))
     return rows, rejected
 
 

@@ -8,7 +8,7 @@ shell lines that run on the batch host before the step. None of these classes wr
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple, Union
 
-from dlaunch.jobs.schema import Partition
+from dlaunch.specs.schema import Partition
 
 
 class ShellWord(str):
