@@ -12,11 +12,11 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from dlaunch.boundary import check_limit, check_value
 from dlaunch.errors import DlaunchError, SchedulerError
-from dlaunch.jobs.launchers import launch_mode
+from dlaunch.jobs.launchers import LaunchSpec, launch_mode
 from dlaunch.jobs.request import LaunchRequest, trainer_arguments
 from dlaunch.jobs.sites import Site
 from dlaunch.schedulers import Scheduler, scheduler_for
-from dlaunch.specs.job import JobSpec, PreludeItem, Prepend, RequireVariable, TaskEnv, WorkDir, joined
+from dlaunch.specs.job import JobSpec, PreludeItem, Prepend, RequireVariable, ShellWord, TaskEnv, WorkDir, joined
 from dlaunch.specs.schema import BIND_PATH, SAFE_NAME, Partition, format_time, parse_time
 from dlaunch.train import jobenv
 from dlaunch.train.config import ConfigError, parse_config
@@ -181,6 +181,17 @@ def _environment(site: Site) -> Tuple[Prepend, ...]:
     return required + tuple(Prepend(name, value) for name, value in prepend.items())
 
 
+def _on_shared_nodes(
+    site: Site, framework: str, queue: Optional[Partition], spec: LaunchSpec, nproc: int
+) -> LaunchSpec:
+    """On a row whose nodes jobs share (`shared`), a job that uses part of a node's GPUs asks for that share
+    of its CPUs (what the site bills it for; LUMI: 7 cores per GCD), not the whole node's."""
+    if queue is None or not queue.shared or nproc >= site.gpus_per_node:
+        return spec
+    share = site.cpus_for(framework) * nproc // site.gpus_per_node // spec.tasks_per_node
+    return dataclasses.replace(spec, cpus_per_task=max(1, min(spec.cpus_per_task, share)))
+
+
 def build_plan(
     site: Site,
     request: LaunchRequest,
@@ -198,6 +209,7 @@ def build_plan(
     scheduler = scheduler_for(site.scheduler.kind)
     nodes, nproc = _shape(site, scheduler, request)
     spec = launch_mode(site, request.framework).spec(site, scheduler, nodes, nproc)
+    launch = site.launch.framework(request.framework)
     runtime = site.container
     experiment = request.experiment or "default"
     data = request.option("data")
@@ -206,6 +218,9 @@ def build_plan(
     if scheduler.queued:
         _bindable("--output", run_dir)
         queue, seconds, notes = _queue_and_time(site, request, nodes)
+        spec = _on_shared_nodes(site, request.framework, queue, spec, nproc)
+        if nproc == site.gpus_per_node and queue.whole_node_directives:  # the job holds its nodes whole
+            queue = queue.model_copy(update={"directives": queue.directives + queue.whole_node_directives})
         account = resolve_account(site, request.account, environ, required=require_account)
         lead = scheduler.signal_lead_s
         if lead and seconds < 2 * lead:
@@ -234,6 +249,7 @@ def build_plan(
         requeue=requeue,
         extra_tasks=spec.extra_tasks,
         overcommit=spec.overcommit,
+        smt=launch.smt,
     )
     container_options: Tuple[str, ...] = ()
     container_prefix: Tuple[str, ...] = ()
@@ -254,12 +270,19 @@ def build_plan(
             )
         step = spec.own_step
     else:
-        step_options = tuple(site.launch.framework(request.framework).step_options) + container_options
+        # One task per GPU, on CPUs the job holds (a shared node's job of part of it has others): each on its GPU's.
+        per_gpu = spec.tasks_per_node == nproc and not spec.whole_node and not spec.extra_tasks
+        holds_cpus = queue is None or not queue.shared or nproc == site.gpus_per_node
+        gpu_options = tuple(site.launch.gpu_step_options) if per_gpu and holds_cpus else ()
+        step_options = tuple(launch.step_options) + gpu_options + container_options
         try:
             step = scheduler.step(site.scheduler, job, spec.mpi, spec.whole_node, step_options)
         except SchedulerError as e:
             raise DlaunchError("--framework %s: site %s: %s" % (request.framework, site.name, e)) from None
     environment = _environment(site)
+    # Each task's own variables, set after the scheduler started it (its MPI plugin's would win over the script's).
+    if launch.task_env:
+        container_prefix = ("env",) + tuple("%s=%s" % item for item in launch.task_env.items()) + container_prefix
     # The scheduler's task variables as the neutral ones, in each task its step starts (mpirun's ranks are
     # not the scheduler's tasks: Horovod asks MPI).
     task_env = (TaskEnv(scheduler.task_variables),) if scheduler.task_variables and not spec.own_step else ()
@@ -315,7 +338,9 @@ def build_plan(
         module_purge=site.module_purge,
         module_use=tuple(site.module_use),
         modules=tuple(site.modules),
-        env=tuple(site.env_for(nodes).items()) + provenance,
+        env=tuple(site.env_for(nodes).items())
+        + tuple((name, ShellWord(value)) for name, value in site.env_expanded.items())
+        + provenance,
         prelude=(WorkDir(run_dir),)
         + (
             environment

@@ -149,6 +149,9 @@ def expand(
     protocol = choose_protocol(study, protocol)
     resolved = resolve_site(site)
     stack = None if stack == "site" else stack or study.stack
+    refused = None if image else stack_refusal(resolved, stack)
+    if refused:
+        raise DlaunchError("--stack: %s" % refused)
     jobs = []
     for m in study.matrix:
         key = m.count_key
@@ -435,21 +438,33 @@ def site_kind(site: Any) -> str:
     return "cpu" if site.gpu_vendor == "none" else "gpu"
 
 
-def unfit_reason(study: Study, site: Any, stack: Optional[str]) -> Optional[str]:
-    """Why a site is not of the study's kind (None: it is): CPU or GPU, the GPU vendor, the stack."""
+def stack_refusal(site: Any, stack: Optional[str]) -> Optional[str]:
+    """Why the study's image stack (`stack`: its own or --stack's; None: the site's) has no images for a site,
+    said the way a study is fixed (`--stack site`), the same for `study run` and `study check`."""
     from dlaunch.jobs.imagepaths import check_site_stack
 
+    if not stack or not site.container.containerized:
+        return None
+    try:
+        check_site_stack(site, stack)
+    except DlaunchError as e:
+        return str(e).split(";")[0] + " (--stack site renders it with the site's own, or give --image)"
+    return None
+
+
+def unfit_reason(study: Study, site: Any, stack: Optional[str], named: bool = False) -> Optional[str]:
+    """Why a site is not of the study's kind (None: it is): CPU or GPU, the stack, and (`named`: False) the GPU
+    vendor the study names. A site named on the command line is judged job by job, as `study run` renders
+    them (LUMI-G runs the native loader's jobs of an NVIDIA study with its own stack; DALI's are refused)."""
     if scheduler_for(site.scheduler.kind).this_machine:
         return "this machine (%s), not a cluster" % site.scheduler.kind
     if site_kind(site) != study.kind:
         return "a %s site; the study needs %s nodes" % (site_kind(site), study.kind.upper())
-    if study.gpu_vendor and site.gpu_vendor != study.gpu_vendor:
+    refused = stack_refusal(site, stack)
+    if refused:
+        return refused
+    if study.gpu_vendor and site.gpu_vendor != study.gpu_vendor and not named:
         return "%s GPUs; the study needs %s GPUs" % (site.gpu_vendor, study.gpu_vendor)
-    if stack and site.container.containerized:
-        try:
-            check_site_stack(site, stack)
-        except DlaunchError as e:
-            return str(e).split(";")[0] + " (--stack site renders it with the site's own)"
     return None
 
 
@@ -521,7 +536,7 @@ def check_study(
     results = []
     for name in sites or shipped_sites():
         site = resolve_site(name)
-        reason = unfit_reason(study, site, None if stack == "site" else stack or study.stack)
+        reason = unfit_reason(study, site, None if stack == "site" else stack or study.stack, named=bool(sites))
         if reason and not sites:
             results.append(CheckResult(site.name, 0, (), skipped=reason))
         elif reason:

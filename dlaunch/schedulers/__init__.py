@@ -183,6 +183,8 @@ class Scheduler(abc.ABC):
     # (pattern, what it is) the profile's per-framework options of its step must match (`[launch.<fw>]`);
     # () = words of the step command
     step_option_form: Tuple[str, str] = ()
+    # The directive that runs a job's tasks one hardware thread per core (`[launch.<fw>] smt = false`; None: none).
+    one_thread_per_core: Optional[str] = None
     # Regular expressions of the lines the batch system writes into a job's log (dlaunch/runs/failures.py):
     # its verdict on the job (time limit, cancel, node failure), and its launcher's noise around a failure.
     log_verdicts: Tuple[str, ...] = ()

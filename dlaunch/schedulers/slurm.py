@@ -170,6 +170,7 @@ class Slurm(Scheduler):
     server_variable = "SLURM_CONF"
     signal_lead_s = 120  # `--signal=USR1@120`: the trainer checkpoints (dlaunch/train/signals.py)
     step_option_form = (OPTION, "an srun option (--name or --name=value)")
+    one_thread_per_core = "--hint=nomultithread"  # implies --threads-per-core=1 (sbatch manual)
     Config = SlurmConfig
     queued = True
     this_machine = False
@@ -196,6 +197,7 @@ class Slurm(Scheduler):
             "--ntasks-per-node=%d" % job.tasks_per_node if not job.extra_tasks else "--ntasks=%d" % job.tasks,
             *(("--overcommit",) if job.overcommit else ()),
             "--cpus-per-task=%d" % job.cpus_per_task,
+            *((self.one_thread_per_core,) if not job.smt else ()),
             *(("--partition=%s" % partition_option(queue),) if partition_option(queue) else ()),
             *(("--qos=%s" % queue.qos,) if queue.qos else ()),
             "--time=%s" % format_time(job.seconds),

@@ -29,6 +29,10 @@ DIRECTIVE = r"^--?[A-Za-z][A-Za-z0-9-]*([= ][A-Za-z0-9_.,:/@+=-]+)?$"
 WORD = r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.,:/@+=-]*$"  # one option word of a command (`--cpu-bind`, `depth`)
 # A value exported by the script (quoted there): no NUL or other control character (dlaunch/boundary.py).
 ENV_VALUE = r"^[^\x00-\x1f\x7f]*$"
+# A value that names variables of the job (`/tmp/$USER-miopen-$SLURM_JOB_ID`), expanded when it runs: plain
+# characters and `$NAME` (upper case, ended by one of `=:.,/@+-` or the value's end: `$USERx` would be another
+# variable), nothing else the shell would act on.
+JOB_VALUE = r"^([A-Za-z0-9_=:.,/@+-]|\$[A-Z][A-Z0-9_]*([=:.,/@+-]|$))*$"
 
 SafeName = Annotated[str, StringConstraints(pattern=SAFE_NAME)]
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME)]
@@ -39,6 +43,7 @@ Bind = Annotated[str, StringConstraints(pattern=BIND)]
 Word = Annotated[str, StringConstraints(pattern=WORD)]
 VarPath = Annotated[str, StringConstraints(pattern=VAR_PATH)]
 EnvValue = Annotated[str, StringConstraints(pattern=ENV_VALUE)]
+JobValue = Annotated[str, StringConstraints(pattern=JOB_VALUE)]
 
 _TIME = re.compile(r"(?:([0-9]{1,4})-)?([0-9]{1,6})(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?")  # ASCII digits only
 
@@ -94,6 +99,12 @@ class Partition(StrictModel):
     default: bool = False
     auto: bool = True  # False: used only when named (--partition), never picked by the job's size
     directives: List[Annotated[str, StringConstraints(pattern=DIRECTIVE)]] = []
+    # Nodes shared among jobs (allocated by resources): a job that uses part of a node's GPUs asks for that
+    # share of its CPUs and is not bound by `[launch] gpu_step_options` (the cores they name are not its own).
+    shared: bool = False
+    # This row's options of a job that uses every GPU of its nodes (LUMI's small-g: --exclusive, so that the
+    # CPU binding applies).
+    whole_node_directives: List[Annotated[str, StringConstraints(pattern=DIRECTIVE)]] = []
 
     @field_validator("max_time")
     @classmethod
@@ -127,7 +138,7 @@ def check_partitions(partitions: List[Partition], directive: str, form: str) -> 
     if partitions and sum(p.default for p in partitions) != 1:
         raise ValueError("exactly one partition must have default = true")
     for p in partitions:
-        for line in p.directives:
+        for line in p.directives + p.whole_node_directives:
             if not re.fullmatch(directive, line):
                 raise ValueError("partition %s: directive %r is not of the form %s" % (p.name, line, form))
     return partitions
