@@ -398,6 +398,10 @@ class PredictionRow(Record):
         None  # the runs' slowest rank's forward pass over the median rank's, a fraction
     )
     # (stragglers.forward_excess; None: not recorded)
+    input_wait_s: float = 0.0  # the GPU's wait for a loader slower than its step
+    bound: str = ""  # what sets the step: compute, input, storage (the file system)
+    run_s: float = 0.0  # a whole training of the Prediction's `epochs_run` epochs (their steps and overheads)
+    node_hours: float = 0.0  # run_s x nodes / 3600
 
 
 @dataclass(frozen=True)
@@ -436,3 +440,9 @@ class Prediction(Record):
     left_out: List[LeftOutRun] = field(default_factory=list)
     left_out_summary: str = ""
     notes: List[str] = field(default_factory=list)  # what the rows rest on
+    calibration: str = ""  # dali, native (Aach et al.'s Table 2a columns), none (nominal), runs (from_runs)
+    choice: str = ""  # which model the rows are, why, and how to get the others
+    collective_library: str = "NCCL"  # NCCL, RCCL, Gloo: whose kernel share comm_share is
+    input: str = ""  # the loader's rate per GPU and what it rests on
+    epochs_run: int = 0  # the epochs of each row's run_s
+    warning: str = ""  # from_runs of another site, GPU kind or model (allow_other_runs)

@@ -199,7 +199,8 @@ TRAINER_ENDINGS = {"interrupted": "exit 75: checkpointed, resume it", "diverged"
 
 
 def scheduler_label(scheduler_state: str, meaning: Optional[JobState], status: str) -> str:
-    """The scheduler's word, with what a failed job's trainer meant by it when that was no failure of the job."""
-    if meaning is JobState.FAILED and status in TRAINER_ENDINGS:
+    """The scheduler's word, with what a failed job's trainer meant by it when that was no failure of the job (a word
+    that gives the exit code itself, as a job that ran here has it, `finished (exit 75)`, stays as it is)."""
+    if meaning is JobState.FAILED and status in TRAINER_ENDINGS and "(exit " not in scheduler_state:
         return "%s (%s)" % (scheduler_state, TRAINER_ENDINGS[status])
     return scheduler_state

@@ -10,18 +10,17 @@ its files are unchanged, without asking its scheduler.
 
 import dataclasses
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from dlaunch.boundary import alive_since, display_path, escape
+from dlaunch.boundary import display_path, escape
 from dlaunch.jobs.network import network_problems
 from dlaunch.runs import statuscache
 from dlaunch.runs.failures import UNFINISHED, launcher_stop, reconcile, stopped_by
 from dlaunch.runs.rundir import SNAPSHOT_FILES, RunDir
-from dlaunch.schedulers import Job, JobState, registration, scheduler_for
+from dlaunch.schedulers import CANCEL_REQUESTED, JobState, JobStatus, scheduler_for
 from dlaunch.train.metrics_schema import (
     MAX_METRICS_BYTES,
     FileRefused,
@@ -38,9 +37,6 @@ if TYPE_CHECKING:
 
 # The job states of a job that succeeded (a job the scheduler forgot is judged by its metrics).
 SUCCEEDED = (JobState.COMPLETED, JobState.GONE)
-LOCAL_OK = "finished (exit 0)"
-LOCAL_RUNNING = "running here (dlaunch pid %d)"
-CANCEL_REQUESTED = "cancel requested"  # the state `dlaunch cancel` writes once the scheduler took the cancel
 # A run directory with neither job id nor state this long after its plan was written was never submitted.
 SUBMIT_GRACE_S = 60.0
 
@@ -203,13 +199,11 @@ class Snapshot:
     name: str  # the run directory as shown
     site: str
     job: str
-    state: (
-        str  # the scheduler's word for the job's state, or a foreground run's ('finished (exit 0)', 'running here ...')
-    )
+    state: str  # the scheduler's word for the job's state ('RUNNING', 'finished (exit 0)', 'running here ...')
     queue: str  # for a pending job: reason, place in the queue, expected start
     progress: Progress
     ended: bool  # nothing more will happen to this run (until it is resumed)
-    meaning: Optional[JobState] = None  # what the scheduler's state means (None: foreground or not submitted)
+    meaning: Optional[JobState] = None  # what the scheduler's state means (None: not submitted)
     scheduler: str = ""  # its kind (dlaunch/schedulers/)
     network: Tuple[str, ...] = ()  # how the run is off its profile's [network] (dlaunch/jobs/network.py)
     flags: Tuple[str, ...] = ()  # its stragglers and throttled GPUs, e.g. 'straggler: n2 rank 1 ...'
@@ -250,24 +244,6 @@ def _unsubmitted_state(run: RunDir, now: float) -> Tuple[str, bool]:
     if state:
         return state, state.startswith("submission failed")
     return "not submitted", now - (run.path / "plan.json").stat().st_mtime > SUBMIT_GRACE_S
-
-
-def _foreground_state(run: RunDir, now: float) -> Tuple[str, bool]:
-    """(state, ended) of a run in the foreground on this machine: `dlaunch run` records it running, then
-    finished. The process the state names runs it only if it started before the state was written
-    (boundary.alive_since)."""
-    state = run.state or ""
-    if state.startswith("finished"):
-        return state, True
-    running = re.fullmatch(re.escape(LOCAL_RUNNING).replace("%d", "([0-9]{1,9})"), state)
-    if running:
-        pid = int(running.group(1))
-        if alive_since(pid, (run.path / "state").lstat().st_mtime):
-            return state, False
-        return "dlaunch (pid %d) ended without recording the job's exit" % pid, True
-    if state and not state.startswith("submission failed"):
-        return "unknown state: %s" % state, True
-    return _unsubmitted_state(run, now)
 
 
 def _kept(run: RunDir, kept: Dict[str, Any]) -> Optional[Snapshot]:
@@ -324,30 +300,34 @@ def _gpus(plan: Dict[str, Any]) -> Optional[int]:
 def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
     """Snapshots read from the run directories (each scheduler asked once for all of its jobs)."""
     plans = {run.path: run.plan()["plan"] for run in runs}
-    jobs: Dict[str, Job] = {}
-    for kind in {plan["scheduler"] for plan in plans.values() if not registration(plan["scheduler"]).foreground}:
-        ids = [run.job_id for run in runs if plans[run.path]["scheduler"] == kind and run.job_id]
-        jobs.update(scheduler_for(kind).jobs(ids) if ids else {})
+    job_ids = {run.path: run.job_id for run in runs}
+    submitted: Dict[str, List[RunDir]] = {}
+    for run in runs:
+        if job_ids[run.path]:
+            submitted.setdefault(plans[run.path]["scheduler"], []).append(run)
+    jobs: Dict[Path, JobStatus] = {}
+    for kind, those in submitted.items():
+        jobs.update(
+            zip((run.path for run in those), scheduler_for(kind).jobs([(job_ids[r.path], r.path) for r in those]))
+        )
     snapshots = []
     for run in runs:
         plan = plans[run.path]
-        job_id = run.job_id
+        job_id = job_ids[run.path]
         queue_text, meaning = "", None
-        if registration(plan["scheduler"]).foreground:
-            state, ended = _foreground_state(run, now)
-        elif job_id:
-            job = jobs[job_id]
+        job = jobs.get(run.path)
+        if job is not None:
             state, queue_text, meaning = job.state, job.queue, job.kind
             # Still active, or the scheduler did not answer: not ended. It forgot the job: it ended long ago.
             ended = not meaning.active and meaning is not JobState.UNKNOWN
         else:
             state, ended = _unsubmitted_state(run, now)
         progress, measured = _read_progress(run.metrics_path, ended)
-        started = bool(job_id) or (run.state or "").startswith(("running here", "finished"))
-        succeeded = state == LOCAL_OK or meaning in SUCCEEDED
+        started = job is not None
         # Where the trainer's word is missing, or its `ok` is beside a job that did not succeed: did a stop signal
         # reach the job's launcher? (its log says so; read only of such ended runs, which the cache then keeps)
-        asked = started and ended and (progress.status in UNFINISHED or (progress.status == "ok" and not succeeded))
+        unsure = progress.status in UNFINISHED or (progress.status == "ok" and meaning not in SUCCEEDED)
+        asked = started and ended and unsure
         launcher_signal = launcher_stop(scheduler_for(plan["scheduler"]).log_files(run.path)) if asked else None
         wrote_end = progress.status not in UNFINISHED
         status = reconcile(meaning, progress.status, ended, launcher_signal) if started else progress.status
@@ -403,7 +383,7 @@ def _stopped_by(
             measured.reason if measured is not None else None,
             meaning,
             run.state == CANCEL_REQUESTED,
-            registration(kind).foreground,
+            scheduler.this_machine,
             scheduler.label,
             launcher_signal,
             wrote_end=measured is not None,
@@ -414,7 +394,7 @@ def _stopped_by(
         if any((run.path / "checkpoints").glob("*.pt")):
             line += "; checkpointed: dlaunch run --resume %s continues it" % display_path(run.path)
         return line
-    if status == "ok" and not (state == LOCAL_OK or meaning in SUCCEEDED):
+    if status == "ok" and meaning not in SUCCEEDED:
         got = " (its launcher got %s)" % launcher_signal if launcher_signal else ""
         return "its job ended %s after the trainer's end record%s: the run's figures are whole" % (state, got)
     return None

@@ -37,7 +37,8 @@ hosts), `parent_run` (the run this one reruns), `script_sha256` (the batch scrip
 any scheduler); for files without `request`, `abstract_request` derives it from `argv` and `config`.
 `network` (version 3, header and `resume` records): per node and collective library what the library
 really selected at run time (dlaunch/train/network.py: transport, NCCL's network and plugin, interfaces and
-addresses, GPUDirect), each a record checked by `NETWORK_FIELDS`; a resumed run's last `network` is its
+addresses, GPUDirect; later records also the transports between a node's GPUs and the GPUs its ranks saw,
+absent from older ones), each a record checked by `NETWORK_FIELDS`; a resumed run's last `network` is its
 latest session's (`Metrics.network`).
 
 Measured figures are a number or the text "unavailable: <reason>", never a zero standing in for
@@ -84,6 +85,8 @@ NETWORK_FIELDS = {
     "addresses": False,
     "bootstrap": False,
     "gpudirect": False,
+    "intra_node": False,  # since issue 46: NCCL's transports between a node's GPUs (P2P/IPC, SHM, NET)
+    "visible_devices": False,  # since issue 46: what the ranks saw (CUDA_VISIBLE_DEVICES=0,1,2,3)
     "components": False,
     "source": False,
 }
