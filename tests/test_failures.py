@@ -143,7 +143,8 @@ def test_a_launchers_stop_signal_is_read_from_the_newest_attempt(tmp_path):
     (STOP_REASONS["SIGTERM"], JobState.CANCELLED, False, False, None, True,
      "cancelled by Slurm (scancel or an administrator, not dlaunch cancel) (the trainer got SIGTERM)"),
     (STOP_REASONS["SIGTERM"], None, False, True, None, True,
-     "cancelled by SIGTERM: a cancel, or its scheduler ending the job (the trainer got SIGTERM)"),
+     "cancelled by SIGTERM: the job was cancelled (scancel, dlaunch cancel) or ended by its scheduler (the trainer got "
+     "SIGTERM)"),
     (None, JobState.CANCELLED, False, False, None, False,
      "cancelled by Slurm (scancel or an administrator, not dlaunch cancel) (before its trainer wrote how it ended)"),
 ])
@@ -159,10 +160,10 @@ def test_who_stopped_an_interrupted_run():
     limit = stopped_by("interrupted", STOP_REASONS["time limit"], JobState.TIMEOUT, False, False, "Slurm")
     assert limit == "interrupted by the job's time limit (the trainer got SIGTERM at the time limit)"
     warned = stopped_by("interrupted", STOP_REASONS["SIGUSR1"], JobState.FAILED, False, False, "Slurm")
-    assert warned == ("interrupted by SIGUSR1: the scheduler's warning before the time limit, or scancel "
-                      "--signal=USR1 (the trainer got SIGUSR1)")
+    assert warned == ("interrupted by SIGUSR1: the scheduler's warning before the time limit (or scancel "
+                      "--signal=USR1) (the trainer got SIGUSR1)")
     assert stopped_by("interrupted", OTHER_RANK, None, False, True, "this machine") == (
-        "interrupted by a stop signal to another rank (a stop signal reached another rank)")
+        "interrupted by another rank: a stop signal that reached another process of the run")
 
 
 @pytest.mark.parametrize("meaning,metrics,signal_,shown", [

@@ -22,7 +22,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from dlaunch.boundary import LOG_TAIL_BYTES, log_tail, printable
 from dlaunch.schedulers import JobState
-from dlaunch.train.signals import stop_cause
+from dlaunch.train.signals import OTHER_RANK, STOP_REASONS, stop_cause
 
 ATTEMPT = re.compile(r"^dlaunch: job \S+ attempt (\d+)\b")
 _SYMPTOM = (
@@ -147,16 +147,6 @@ def launcher_stop(logs: Sequence[Path]) -> Optional[str]:
     return None
 
 
-# Who or what stopped a run, by the cause its trainer's end record names (dlaunch/train/signals.py).
-SIGNAL_SENDERS = {
-    "SIGINT": "SIGINT: Ctrl-C or a signal to the run's processes",
-    "SIGTERM": "SIGTERM: a cancel, or its scheduler ending the job",
-    "time limit": "the job's time limit (SIGTERM at its end time)",
-    "SIGUSR1": "SIGUSR1: the scheduler's warning before the time limit, or scancel --signal=USR1",
-    "another rank": "a stop signal to another rank",
-}
-
-
 def stopped_by(
     status: str,
     reason: Optional[str],
@@ -181,11 +171,11 @@ def stopped_by(
         who = "the job's time limit"
     elif here and cause == "SIGINT":
         who = "Ctrl-C on this machine"
+    elif trainer == "another rank":
+        return "%s by %s" % (status, OTHER_RANK)
     else:
-        who = SIGNAL_SENDERS.get(cause or "", "a stop signal")
-    if trainer == "another rank":
-        said = "a stop signal reached another rank"
-    elif trainer:
+        who = STOP_REASONS.get(cause or "", "a stop signal")
+    if trainer:
         said = "the trainer got %s" % ("SIGTERM at the time limit" if trainer == "time limit" else trainer)
     elif not wrote_end:
         said = "before its trainer wrote how it ended%s" % ("; its launcher got %s" % launcher_signal if cause else "")
