@@ -622,7 +622,11 @@ def test_status_asks_slurm_once_for_all_jobs_that_left_the_queue_and_each_answer
         "sacct -j 4801,4802,4803,4804 -X --noheader --parsable2 -o JobID,State,ExitCode,Reason,ConsumedEnergyRaw"]
     assert [snapshots[j].state for j in ("4801", "4802", "4803", "4804")] == ["COMPLETED", "FAILED", "CANCELLED", GONE]
     assert "energy 7.2 kJ (Slurm accounting: the job's nodes)" in snapshots["4801"].figures
-    assert "Slurm ended the job (CANCELLED by 0, exit code 0:15, reason None)" in snapshots["4803"].reason
+    # cancelled before its trainer wrote an end record: stopped, not failed, and by whom as Slurm's accounting says
+    assert snapshots["4803"].progress.status == "cancelled" and snapshots["4803"].reason == ""
+    assert snapshots["4803"].stopped_by == ("cancelled by Slurm (scancel or an administrator, not dlaunch cancel) (before "
+                                           "its trainer wrote how it ended); Slurm: CANCELLED by 0, exit code 0:15, "
+                                           "reason None")
     kept, alone = Slurm(), Slurm(environ=dict(os.environ, FAKE_ASKED_ALONE="1"))  # no jobs() in its environment
     for job in ("4801", "4802", "4803", "4804"):
         assert kept.end_reason(job) == alone.end_reason(job)
