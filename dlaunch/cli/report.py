@@ -7,8 +7,9 @@ from typing import Annotated, List, Optional
 import typer
 from rich.console import Console
 
+from dlaunch.analysis.quality import DEFAULT_NOISE
 from dlaunch.boundary import escape
-from dlaunch.cli.terminal import StragglerThreshold
+from dlaunch.cli.terminal import StragglerThreshold, finite_number
 from dlaunch.reporting.html import PAGE
 from dlaunch.tables import print_table
 
@@ -25,6 +26,33 @@ IncludeStragglers = Annotated[
     typer.Option(
         "--include-stragglers",
         help="keep runs with a straggler or a throttled GPU in the tables and plots (their E_G is understated)",
+    ),
+]
+
+IncludeDoubtful = Annotated[
+    bool,
+    typer.Option(
+        "--include-doubtful",
+        help="keep scaling points the measurement-quality verdict doubts (noisy, an unstable reference, E_G beyond "
+        "what noise allows) in the tables, plots and budget",
+    ),
+]
+
+
+def noise_fraction(text: str) -> float:
+    """A typer `parser` for --noise-threshold: a number strictly between 0 and 1 (checked, and said, as the API checks
+    it: quality.noise_option)."""
+    from dlaunch.analysis.quality import noise_option
+
+    return noise_option(finite_number()(text))
+
+
+NoiseThreshold = Annotated[
+    Optional[float],
+    typer.Option(
+        parser=noise_fraction,
+        help="a scaling point whose runs' images/s spread more than this fraction of their median is noisy "
+        "(default: %g)" % DEFAULT_NOISE,
     ),
 ]
 
@@ -45,6 +73,8 @@ def report_command(
     include_network_mismatches: IncludeNetworkMismatches = False,
     include_stragglers: IncludeStragglers = False,
     straggler_threshold: StragglerThreshold = None,
+    include_doubtful: IncludeDoubtful = False,
+    noise_threshold: NoiseThreshold = None,
 ) -> None:
     """Turn run directories into the study's tables, report.md, report.html (one page to share) and plots.
 
@@ -61,6 +91,8 @@ def report_command(
         include_network_mismatches=include_network_mismatches,
         include_stragglers=include_stragglers,
         straggler_threshold=straggler_threshold,
+        include_doubtful=include_doubtful,
+        noise_threshold=noise_threshold,
         on_rejected=lambda message: errors.print("rejected: %s" % escape(message), highlight=False),
     )
     for table in made.tables:  # fitted to the console without cutting a name, saying what they left out
