@@ -28,6 +28,7 @@ which communication cannot explain), a straggler or throttled GPU (flagged runs 
 steps (a run's images/s rests on fewer than MIN_STEPS measured steps).
 """
 
+import math
 from dataclasses import dataclass
 from statistics import median
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
@@ -239,7 +240,7 @@ def judge(points: Dict[int, Sequence[Facts]], threshold: float = DEFAULT_NOISE) 
         here = points[gpus]
         x = [f.images_per_s for f in here]
         spread, kind = relative_spread(x)
-        efficiency = median(x) / median(x_ref) / (gpus / g_ref)
+        efficiency = median(x) / median(x_ref) / (gpus / g_ref) if median(x_ref) > 0 else math.inf
         allowance = 0.0 if gpus == g_ref else (threshold if spread is None else spread) + ref_noise
         problems = []
         if spread is not None and spread > threshold:
