@@ -194,6 +194,7 @@ class ReportGroup(Record):
     architecture: str = "-"  # allreduce, parameter-server
     updates: str = "-"  # sync, async
     quality: List[PointVerdict] = field(default_factory=list)  # every count's verdict, set apart or not
+    unit: str = "GPUs"  # what its counts count: GPUs, or workers (no run used a GPU)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ def _spread(s: Any) -> Optional[Spread]:
 
 
 def _group(g: Any) -> ReportGroup:
+    from dlaunch.analysis.scaling import count_unit
+
     points = [
         ReportPoint(
             gpus=p.gpus,
@@ -80,6 +82,7 @@ def _group(g: Any) -> ReportGroup:
         axes.architecture,
         axes.updates,
         quality,
+        count_unit(g.runs),
     )
 
 
@@ -115,14 +118,7 @@ RUN_LEAVE_OUT = [
     "status",
 ]
 BUDGET_LEAVE_OUT = ["batch/X ms"]
-QUALITY_LEAVE_OUT = [
-    "ref. spread",
-    "reference",
-    "E_G noise allows",
-    "runs",
-    "spread",
-    "E_G",
-]  # `why` stays: stacked rows at worst
+QUALITY_LEAVE_OUT = ["ref. spread", "reference", "E_G noise allows", "runs", "spread", "E_G"]
 COMPARED_LEAVE_OUT = ["threads", "loader", "data %", "compute %", "sync %", "engine", "E_G"]
 CONSOLE_GROUPS = 10  # groups shown as tables of their own; more: a line per group, the tables in the files
 SUMMARY_HEADERS = ["group", "runs", "GPUs", "images/s", "E_G"]
@@ -201,7 +197,7 @@ def _report_tables(data: Any) -> List[Table]:
                     )
                 )
     quality = [
-        [g.key.label] + row
+        [g.key.label] + row[:-1]  # why: a line of its own below the tables (report's `doubtful_lines`)
         for g in results
         for row in quality_rows(g, apart.doubtful_included)
         if len(results) <= CONSOLE_GROUPS or not row[7].startswith("ok")
@@ -211,7 +207,7 @@ def _report_tables(data: Any) -> List[Table]:
             _table(
                 "measurement quality (%s)"
                 % ("every point" if len(results) <= CONSOLE_GROUPS else "the doubtful points; every one: report.md"),
-                ["group"] + columns.counted(QUALITY_HEADERS),
+                ["group"] + columns.counted(QUALITY_HEADERS)[:-1],
                 quality,
                 QUALITY_LEAVE_OUT,
             )

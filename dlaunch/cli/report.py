@@ -2,7 +2,7 @@
 plots written by it)."""
 
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import TYPE_CHECKING, Annotated, List, Optional
 
 import typer
 from rich.console import Console
@@ -12,6 +12,9 @@ from dlaunch.boundary import escape
 from dlaunch.cli.terminal import StragglerThreshold, finite_number
 from dlaunch.reporting.html import PAGE
 from dlaunch.tables import print_table
+
+if TYPE_CHECKING:
+    from dlaunch.api import Report
 
 # The options that decide which runs the tables and plots keep (report and study report).
 IncludeNetworkMismatches = Annotated[
@@ -57,6 +60,23 @@ NoiseThreshold = Annotated[
 ]
 
 
+def doubtful_lines(made: "Report") -> List[str]:
+    """A line per point the quality verdict doubts: its group and count, the verdict, its figures and likely causes."""
+    return [
+        "doubtful: %s at %d %s: %s%s"
+        % (
+            group.label,
+            q.gpus,
+            group.unit,
+            "; ".join(q.problems),
+            "; likely: %s" % "; ".join(q.causes) if q.causes else "",
+        )
+        for group in made.groups
+        for q in group.quality
+        if q.verdict != "ok"
+    ]
+
+
 def report_command(
     paths: Annotated[
         List[Path], typer.Argument(help="Run directories (searched recursively for metrics.jsonl) or metrics files.")
@@ -97,6 +117,8 @@ def report_command(
     )
     for table in made.tables:  # fitted to the console without cutting a name, saying what they left out
         print_table(console, table.title, table.headers, table.rows, leave_out=table.leave_out, wrap_caption=True)
+    for line in doubtful_lines(made):
+        console.print(line, highlight=False)
     for note in made.notes:
         errors.print("note: %s" % note, highlight=False)
     console.print("wrote %s and %s" % (output / "report.md", output / PAGE), highlight=False)
