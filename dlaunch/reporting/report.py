@@ -1,6 +1,7 @@
 """The report's data (`report_data`): run directories' metrics -> groups (scaling points, the model's predictions,
-the efficiency budget), the site profile each run is judged by, the runs set apart (diverged, with a straggler or a
-throttled GPU, off their network), the notes, the results database's rows and history verdicts, and the convergence
+the efficiency budget, each point's measurement-quality verdict: doubtful points set apart unless included), the site
+profile each run is judged by, the runs set apart (diverged, with a straggler or a throttled GPU, off their network),
+the notes, the results database's rows and history verdicts, and the convergence
 verdicts. Rendering it: dlaunch/reporting/document.py (report.md, report.html, plots); printing it: dlaunch/cli/report.py.
 
 Each run is judged by the site profile it was made from: the text its run directory kept (`site.toml`), else the
@@ -42,9 +43,7 @@ class GroupResult:
     predictions: Dict[int, Prediction] = field(default_factory=dict)
     budget: List[BudgetRow] = field(default_factory=list)  # the rows of `points`
     quality: Dict[int, PointQuality] = field(default_factory=dict)  # every count's verdict
-    doubtful: List[ScalingPoint] = field(
-        default_factory=list
-    )  # the points its verdict doubts (in `points` if included)
+    doubtful: List[ScalingPoint] = field(default_factory=list)  # those `quality` doubts (in `points` if included)
 
     @property
     def explained(self) -> bool:
