@@ -21,7 +21,8 @@ RUNNER = CliRunner(env={"COLUMNS": "250"})
 
 def local_run(root: Path, name: str, nproc: int, x: float, compute_s: float, threads: Optional[int] = None,
               framework: str = "ddp", experiment: str = "tiny", steps: int = 6, measured: int = 5,
-              hosts: Optional[Sequence[str]] = None, device: str = "cpu", phases: bool = True) -> Path:
+              hosts: Optional[Sequence[str]] = None, device: str = "cpu", phases: bool = True,
+              scheduler: str = "local") -> Path:
     """A local CPU run's metrics file as the trainer writes it (version 4, one epoch of `steps` steps of which `measured`
     are counted, at `x` images/s, each rank computing `compute_s` per step), with the header's `threads` where given
     (None: a file from before the field, run without --threads). `phases` False: a trainer that records none."""
@@ -30,7 +31,7 @@ def local_run(root: Path, name: str, nproc: int, x: float, compute_s: float, thr
                   framework=framework, loader="native", model="resnet18", device=device, world_size=nproc, nodes=1,
                   hosts=list(hosts or ["localhost"] * nproc), batch_per_worker=batch, global_batch=batch * nproc,
                   lr_scaled=0.1, versions={"torch": "2.14.1"}, slurm_job_id=None, site="local", experiment=experiment,
-                  image=None, git_revision=None)
+                  image=None, git_revision=None, scheduler=scheduler)
     if threads is not None:
         header["threads"] = threads
     images = measured * batch * nproc
@@ -70,7 +71,7 @@ def test_the_new_users_case_sets_the_points_apart_naming_the_causes(tmp_path):
     assert quality["2"][:9] == [label, "2", "3", "5.0 % min-max", "1 (3 runs)", "582.2 %", "2.756", "<= 6.873",
                                 "unstable reference (set apart)"]
     why = quality["2"][9]
-    assert why.startswith("the reference (1) images/s of 3 runs 6.1-58.5 (min-max: 582 % of the median 9.0), above 10 %: "
+    assert why.startswith("the reference (1) images/s of 3 runs 6.1-58.5 (min-max: 582 % of the median 9.0), above 30 %: "
                           "S_G and E_G divide by its median; likely: ")
     for cause in ("unequal threads per rank likely: none recorded, and the reference ran 1 rank(s) per node, these 2: the "
                   "trainer's default divides a node's CPUs by its ranks (give every run the same --threads)",
@@ -116,7 +117,7 @@ def test_an_e_g_beyond_what_noise_allows_is_implausible_and_names_what_differs(t
     quality = {row[1]: row for row in table_rows(text, "## Measurement quality")}
     assert quality["1"][8] == "ok" and quality["2"][6:9] == ["1.392", "<= 1.067", "implausible (set apart)"]
     assert quality["2"][9] == (
-        "E_G 1.392 above 1 + the noise 0.067 (3 % here, 3 % at the reference; 10 % where one run): more than ideal, so "
+        "E_G 1.392 above 1 + the noise 0.067 (3 % here, 3 % at the reference; 30 % where one run): more than ideal, so "
         "the runs did not get the same per rank; likely: unequal threads per rank likely: none recorded, and the "
         "reference ran 1 rank(s) per node, these 2: the trainer's default divides a node's CPUs by its ranks (give every "
         "run the same --threads); a slower reference: its median rank computed 2.1x as long per step as these ranks (a "
@@ -128,25 +129,29 @@ def test_an_e_g_beyond_what_noise_allows_is_implausible_and_names_what_differs(t
     assert quality["1"][8] == "noisy (set apart)"  # 3 % is noise above a threshold of 1 %
 
 
-# Five equal runs of the demo (2 processes, ResNet-50 at 128 px, batch 8, 20 steps of which 5 warm-up), as measured
-# on this 2-core machine with 2 engineers' tests beside them (README, How to read the quality verdict): images/s and
-# the median rank's compute per step of each.
-DEMO = [(10.38, 1.208), (10.21, 1.221), (10.54, 1.190), (9.95, 1.259), (10.47, 1.201)]
+# Five equal runs of the demo (`make demo`: 2 processes, ResNet-50 at 128 px, batch 8, 20 steps of which 5 warm-up;
+# 1 thread per rank), made here one after another on this shared 2-core machine (2026-11-27): images/s and the median
+# rank's compute per step of each. Other engineers' work slowed the last (1.71 s per step against 1.25): 8.4-11.3
+# images/s, 28 % of their median. Two more batches of 5 spread 15 % (at 1 process, --threads 1) and 26 %.
+DEMO = [(11.34, 1.248), (11.15, 1.256), (10.53, 1.311), (10.43, 1.316), (8.36, 1.714)]
 
 
-def test_equal_runs_of_the_demo_are_not_flagged(tmp_path):
-    runs = tmp_path / "runs"
-    for i, (x, compute) in enumerate(DEMO):
-        local_run(runs, "demo-r%d" % (i + 1), 2, x, compute, threads=1, experiment="demo", steps=20, measured=15)
-    out = tmp_path / "report"
-    result = RUNNER.invoke(app, ["report", str(runs), "-o", str(out)])
-    assert result.exit_code == 0, result.output
-    text = (out / "report.md").read_text()
-    (row,) = table_rows(text, "## Measurement quality")
-    assert row[:4] == ["demo/local/resnet18/ddp/native b4 t1", "2", "5", "5.8 % min-max"]
-    assert row[8] == "ok" and "apart by the quality verdict" not in text
-    assert [r[1] for r in table_rows(text, "## Scaling")] == ["2"]
-    assert [r.quality for r in dlaunch.results(["experiment=demo"])] == ["ok"] * 5  # 5 of 5
+def test_equal_runs_of_the_demo_are_not_flagged_and_the_same_spread_on_a_cluster_is(tmp_path):
+    """The local scheduler's runs share this machine with whatever else runs on it: judged at 0.30 (5 of 5 ok); runs a
+    batch scheduler made with that spread are judged at 0.10: noisy, naming the machine's changing speed."""
+    for scheduler, verdict in (("local", "ok"), ("slurm", "noisy")):
+        runs = tmp_path / scheduler
+        for i, (x, compute) in enumerate(DEMO):
+            local_run(runs, "demo-r%d" % (i + 1), 2, x, compute, threads=1, experiment="demo-" + scheduler, steps=20,
+                      measured=15, scheduler=scheduler)
+        out = tmp_path / ("report-" + scheduler)
+        result = RUNNER.invoke(app, ["report", str(runs), "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        text = (out / "report.md").read_text()
+        (row,) = table_rows(text, "## Measurement quality")
+        assert row[1:4] == ["2", "5", "28.3 % min-max"] and row[8].startswith(verdict)
+        assert [r.quality for r in dlaunch.results(["experiment=demo-" + scheduler])] == [verdict] * 5  # 5 of 5
+    assert "likely: a loaded machine: its runs' median rank computed 1.25-1.71 s per step (36 % apart), equal work" in row[9]
 
 
 def test_cpu_runs_with_other_threads_per_rank_are_groups_of_their_own_and_the_report_says_so(tmp_path):

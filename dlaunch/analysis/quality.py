@@ -7,7 +7,8 @@ Per count G of a group whose reference is G_ref (the smallest count; S_G = X_G /
 - spread s(G): the width of the range the report shows for the point's images/s over their median (`Spread`: the
   min-max range below 6 runs, the distribution-free 95 % confidence interval of the median from 6 on), with the number
   of runs; a point of one run has no measured spread.
-- noisy: s(G) > the noise threshold t (`--noise-threshold`, default DEFAULT_NOISE).
+- noisy: s(G) > the noise threshold t (`threshold_of`: `--noise-threshold`, else LOCAL_NOISE for a group of runs the
+  local scheduler made on one shared machine, else DEFAULT_NOISE).
 - unstable reference (every count but G_ref): s(G_ref) > t; S_G and E_G of the whole group divide by its median.
 - implausible (every count but G_ref): E_G > 1 + the noise of the point and of its reference, n(G) + n(G_ref), where
   n is the measured spread, or t for a point of one run (its noise is not measured, and t is the most a point may
@@ -31,15 +32,21 @@ steps (a run's images/s rests on fewer than MIN_STEPS measured steps).
 import math
 from dataclasses import dataclass
 from statistics import median
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from dlaunch.analysis.scaling import GroupKey, Run, Spread, measured_runs
 from dlaunch.analysis.stragglers import Flag, flag_kinds
 from dlaunch.errors import DlaunchError
 
-DEFAULT_NOISE = 0.10  # see README "How to read the quality verdict": the demo's equal runs here spread less
+# The noise thresholds (README, "How to read the quality verdict"): a point whose runs spread more than this is not
+# a measurement to publish; runs made here by the local scheduler share this machine with whatever else runs on it
+# (equal runs of the demo on a shared 2-core machine: 15-28 % in three batches of 5, as its profile's straggler
+# threshold is 0.30 for the same reason).
+DEFAULT_NOISE = 0.10
+LOCAL_NOISE = 0.30
 MIN_STEPS = 20  # measured steps below which a run's images/s is named as resting on too few
 OPTION = "--noise-threshold"
+LOCAL_SCHEDULER = "local"  # the header's `scheduler` of a run made on this machine by `--site local`
 INCLUDE_OPTION = "--include-doubtful"
 OK, NOISY, UNSTABLE_REFERENCE, IMPLAUSIBLE = "ok", "noisy", "unstable reference", "implausible"
 
@@ -51,15 +58,32 @@ def check_noise(threshold: float) -> float:
     return threshold
 
 
-def noise_option(value: Optional[float]) -> float:
-    """--noise-threshold as given (None: DEFAULT_NOISE), checked where the command line parses it and where an API
-    function takes it: DlaunchError "Invalid value for '--noise-threshold': ..." when no fraction in (0, 1)."""
-    if value is None:
-        return DEFAULT_NOISE
-    try:
-        return check_noise(value)
-    except ValueError as e:
-        raise DlaunchError("Invalid value for '%s': %s" % (OPTION, e)) from None
+def noise_option(value: Optional[float]) -> Optional[float]:
+    """--noise-threshold as given (None: each group's, `threshold_of`), checked where the command line parses it and
+    where an API function takes it: DlaunchError "Invalid value for '--noise-threshold': ..." when no fraction in
+    (0, 1)."""
+    if value is not None:
+        try:
+            check_noise(value)
+        except ValueError as e:
+            raise DlaunchError("Invalid value for '%s': %s" % (OPTION, e)) from None
+    return value
+
+
+def threshold_of(option: Optional[float], schedulers: Iterable[Optional[str]]) -> float:
+    """The noise threshold a group is judged at: `option` (--noise-threshold) where given, else LOCAL_NOISE when the
+    local scheduler made every run of it (`schedulers`: the headers' `scheduler`), else DEFAULT_NOISE."""
+    if option is not None:
+        return option
+    kinds = set(schedulers)
+    return LOCAL_NOISE if kinds == {LOCAL_SCHEDULER} else DEFAULT_NOISE
+
+
+def threshold_text(option: Optional[float]) -> str:
+    """The threshold the report judged by, for its notes."""
+    if option is not None:
+        return "%s %g" % (OPTION, option)
+    return "%g, %g for runs the local scheduler made here" % (DEFAULT_NOISE, LOCAL_NOISE)
 
 
 @dataclass(frozen=True)
@@ -76,6 +100,7 @@ class Facts:
     measured_steps: Optional[int]
     compute_s: Optional[float]  # the median rank's compute per step (metrics version 4), None: not recorded
     flags: str = ""  # its straggler or throttled-GPU flags' kinds ("": none, or not judged)
+    scheduler: Optional[str] = None  # the kind of scheduler that ran it (the header's; None: not recorded)
 
 
 def facts_of(run: Run, flags: str = "") -> Facts:
@@ -91,6 +116,7 @@ def facts_of(run: Run, flags: str = "") -> Facts:
         run.measured_steps,
         run.phases.median.compute_s if run.phases else None,
         flags,
+        run.scheduler,
     )
 
 
@@ -114,6 +140,7 @@ class PointQuality:
     reference_spread: Optional[float]
     efficiency: float  # E_G (the median over its runs)
     allowance: float  # the noise E_G may show above 1 here (0 at the reference)
+    threshold: float  # the noise threshold it was judged at (`threshold_of`)
     problems: Tuple[Problem, ...]
     causes: Tuple[str, ...]
 
@@ -225,11 +252,12 @@ def causes(point: Sequence[Facts], reference: Sequence[Facts], threshold: float)
     return found
 
 
-def judge(points: Dict[int, Sequence[Facts]], threshold: float = DEFAULT_NOISE) -> Dict[int, PointQuality]:
-    """The verdict per count of one group: `points` holds each count's runs (those its figures are made of)."""
-    check_noise(threshold)
+def judge(points: Dict[int, Sequence[Facts]], option: Optional[float] = None) -> Dict[int, PointQuality]:
+    """The verdict per count of one group: `points` holds each count's runs (those its figures are made of), judged at
+    `threshold_of(option, their schedulers)`."""
     if not points:
         return {}
+    threshold = check_noise(threshold_of(option, (f.scheduler for runs in points.values() for f in runs)))
     g_ref = min(points)
     reference = points[g_ref]
     x_ref = [f.images_per_s for f in reference]
@@ -272,6 +300,7 @@ def judge(points: Dict[int, Sequence[Facts]], threshold: float = DEFAULT_NOISE) 
             ref_spread,
             efficiency,
             allowance,
+            threshold,
             tuple(problems),
             tuple(causes(here, reference, threshold)) if problems else (),
         )
@@ -279,15 +308,16 @@ def judge(points: Dict[int, Sequence[Facts]], threshold: float = DEFAULT_NOISE) 
 
 
 def judge_runs(
-    runs: Sequence[Run], threshold: float = DEFAULT_NOISE, flags: Optional[Dict[str, List[Flag]]] = None
+    runs: Sequence[Run], option: Optional[float] = None, flags: Optional[Dict[str, List[Flag]]] = None
 ) -> Dict[int, PointQuality]:
-    """The verdict per count of one scaling group's runs (as the caller judged them: scaling.scaling takes the same);
-    `flags`: the flags of the runs kept with them (--include-stragglers), named as a cause."""
+    """The verdict per count of one scaling group's runs (as the caller judged them: scaling.scaling takes the same)
+    at `threshold_of(option, ...)`; `flags`: the flags of the runs kept with them (--include-stragglers), named as a
+    cause."""
     points: Dict[int, List[Facts]] = {}
     for run in measured_runs(runs):
         kinds = flag_kinds(f.kind for f in (flags or {}).get(run.path, []))
         points.setdefault(run.world_size, []).append(facts_of(run, kinds))
-    return judge(points, threshold)
+    return judge(points, option)
 
 
 def unequal_threads(keys: Sequence[GroupKey]) -> List[str]:

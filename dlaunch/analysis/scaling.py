@@ -220,6 +220,7 @@ class Run:
     threads: Optional[int] = None  # CPU threads per rank (`recorded_threads`; None: not recorded)
     hosts: Tuple[str, ...] = ()  # every rank's host, index = rank
     version: int = 4  # the metrics schema version of its header
+    scheduler: Optional[str] = None  # the kind of scheduler that ran it (the header's; None: not recorded)
 
     @property
     def on_gpus(self) -> bool:
@@ -565,6 +566,7 @@ def run_from_metrics(metrics: Metrics) -> Run:
         threads=threads,
         hosts=tuple(escape(str(host)) for host in h["hosts"]),
         version=h["version"],
+        scheduler=h.get("scheduler"),
     )
 
 

@@ -167,6 +167,7 @@ class PointVerdict(Record):
     reference_spread: Optional[float]
     efficiency: float  # E_G, the median over its runs
     efficiency_allowed: float  # 1 + the noise of the point and its reference: more is implausible
+    noise_threshold: float  # the spread above which it is noisy (--noise-threshold, else its group's default)
     verdict: str  # 'ok', or 'noisy', 'unstable reference', 'implausible' joined by ' and '
     problems: List[str]  # the figures that make each problem
     causes: List[str]  # what the records say is the likely cause
@@ -299,6 +300,7 @@ class ResultRow(Record):
     engine: Optional[str]  # the study's axes: torch, tensorflow, mxnet
     architecture: Optional[str]  # allreduce, parameter-server
     updates: Optional[str]  # sync, async
+    scheduler: Optional[str]  # the kind of scheduler that ran it (None: not recorded)
     speedup: Optional[float]
     efficiency: Optional[float]
     quality: Optional[str]  # the measurement-quality verdict of its scaling point (None: in no curve)

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Annotated, List, Optional
 import typer
 from rich.console import Console
 
-from dlaunch.analysis.quality import DEFAULT_NOISE
+from dlaunch.analysis.quality import DEFAULT_NOISE, LOCAL_NOISE
 from dlaunch.boundary import escape
 from dlaunch.cli.terminal import StragglerThreshold, finite_number
 from dlaunch.reporting.html import PAGE
-from dlaunch.tables import print_table
+from dlaunch.tables import counted, print_table
 
 if TYPE_CHECKING:
     from dlaunch.api import Report
@@ -47,7 +47,9 @@ def noise_fraction(text: str) -> float:
     it: quality.noise_option)."""
     from dlaunch.analysis.quality import noise_option
 
-    return noise_option(finite_number()(text))
+    value = finite_number()(text)
+    noise_option(value)
+    return value
 
 
 NoiseThreshold = Annotated[
@@ -55,19 +57,20 @@ NoiseThreshold = Annotated[
     typer.Option(
         parser=noise_fraction,
         help="a scaling point whose runs' images/s spread more than this fraction of their median is noisy "
-        "(default: %g)" % DEFAULT_NOISE,
+        "(default: %g, %g for runs the local scheduler made here)" % (DEFAULT_NOISE, LOCAL_NOISE),
     ),
 ]
 
 
 def doubtful_lines(made: "Report") -> List[str]:
     """A line per point the quality verdict doubts: its group and count, the verdict, its figures and likely causes."""
+    from dlaunch.analysis.scaling import count_name
+
     return [
-        "doubtful: %s at %d %s: %s%s"
+        "doubtful: %s at %s: %s%s"
         % (
             group.label,
-            q.gpus,
-            group.unit,
+            counted(q.gpus, count_name(group.unit)[: -len(" count")], group.unit),
             "; ".join(q.problems),
             "; likely: %s" % "; ".join(q.causes) if q.causes else "",
         )

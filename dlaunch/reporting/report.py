@@ -24,7 +24,7 @@ from dlaunch.analysis.perfmodel.model import (
     interconnect_of_site,
     predict,
 )
-from dlaunch.analysis.quality import DEFAULT_NOISE, INCLUDE_OPTION, PointQuality, judge_runs, unequal_threads
+from dlaunch.analysis.quality import INCLUDE_OPTION, PointQuality, judge_runs, threshold_text, unequal_threads
 from dlaunch.analysis.scaling import GroupKey, Loaded, Run, ScalingPoint, group_runs, reference_for, scaling
 from dlaunch.analysis.stragglers import Flag, flagged, kept_profile
 from dlaunch.errors import DlaunchError, DlaunchWarning
@@ -131,7 +131,7 @@ def _group_predictions(
 def build_results(
     runs: Sequence[Run],
     profiles: Profiles,
-    noise_threshold: float = DEFAULT_NOISE,
+    noise_threshold: Optional[float] = None,
     include_doubtful: bool = False,
     flags: Optional[Dict[str, List[Flag]]] = None,
 ) -> List[GroupResult]:
@@ -215,14 +215,14 @@ def flagged_note(runs: Sequence[Run], included: bool, override: Optional[float])
     )
 
 
-def doubtful_note(results: Sequence[GroupResult], included: bool, threshold: float) -> List[str]:
+def doubtful_note(results: Sequence[GroupResult], included: bool, threshold: Optional[float]) -> List[str]:
     """What the report did with the scaling points its quality verdict doubts, and by which threshold."""
     count = sum(len(g.doubtful) for g in results)
     if not count:
         return []
     what = (
         "%s doubted by the measurement-quality verdict (noisy, an unstable reference or E_G beyond noise; noise "
-        "threshold %g) %s" % (counted(count, "scaling point"), threshold, "is" if count == 1 else "are")
+        "threshold %s) %s" % (counted(count, "scaling point"), threshold_text(threshold), "is" if count == 1 else "are")
     )
     if included:
         return ["%s kept in the tables and plots (%s): read with its verdict" % (what, INCLUDE_OPTION)]
@@ -245,7 +245,7 @@ class SetApart:
     flagged_included: bool = False
     threshold: Optional[float] = None  # --straggler-threshold
     doubtful_included: bool = False  # --include-doubtful
-    noise_threshold: float = DEFAULT_NOISE  # --noise-threshold
+    noise_threshold: Optional[float] = None  # --noise-threshold (None: each group's default)
 
     def excluded(self) -> List[Run]:
         """The runs that are in no table or plot."""
@@ -340,7 +340,7 @@ def report_data(
     include_stragglers: bool = False,
     straggler_threshold: Optional[float] = None,
     include_doubtful: bool = False,
-    noise_threshold: float = DEFAULT_NOISE,
+    noise_threshold: Optional[float] = None,
 ) -> ReportData:
     """The report of `loaded` (read from `paths`) without printing or writing it (the ended runs are recorded in
     the results database); DlaunchError when no metrics file was valid."""

@@ -239,13 +239,14 @@ def facts_of_row(row: Mapping[str, Any]) -> Facts:
         frozenset(str(h) for h in hosts),
         row["measured_steps"],
         row["step_compute_s"],
+        scheduler=row["scheduler"],
     )
 
 
 def with_scaling(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """The rows with `speedup` and `efficiency` within their scaling curve (`curve_of`), as `dlaunch
     report` computes them: against the median images/s at the curve's smallest GPU count, and the `quality`
-    verdict of their point with its `quality_why` (dlaunch/analysis/quality.py, at its default threshold); the
+    verdict of their point with its `quality_why` (dlaunch/analysis/quality.py, at its default thresholds); the
     rows `left_out_of_scaling` names a reason for get None."""
     curves: Dict[Tuple[Any, ...], List[Dict[str, Any]]] = {}
     for row in rows:

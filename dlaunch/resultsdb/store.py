@@ -29,8 +29,8 @@ threshold the flags were judged at (the straggler_threshold of the site profile 
 dlaunch/analysis/stragglers.py's kept_threshold, else the default), `step_options` (the trainer's workload options
 away from their defaults, "-" for none: part of a scaling curve's key) and `compile_s` (--compile's compile time);
 its rows are read again the same way. Version 4 adds what the measurement-quality verdict reads (dlaunch/analysis/
-quality.py): `device`, `threads` (CPU threads per rank: with `device` part of a scaling curve's key), `measured_steps`
-and `step_compute_s`; and a study's axes of the run's framework: `engine`, `architecture`, `updates` (selector keys);
+quality.py): `device`, `threads` (CPU threads per rank: with `device` part of a scaling curve's key), `measured_steps`,
+`step_compute_s` and `scheduler`; and a study's axes of the run's framework: `engine`, `architecture`, `updates` (selector keys);
 its rows are read again the same way, and a row not read again yet has them NULL.
 """
 
@@ -108,6 +108,7 @@ COLUMNS = (
     ("engine", "TEXT"),  # a study's axes (dlaunch/train/framework_table.py's row): torch, tensorflow, mxnet
     ("architecture", "TEXT"),  # allreduce, parameter-server
     ("updates", "TEXT"),  # sync, async
+    ("scheduler", "TEXT"),  # the kind of scheduler that ran it (the header's; the quality verdict's threshold)
 )
 NAMES = tuple(name for name, _ in COLUMNS)
 JSON_COLUMNS = ("pins", "request", "provenance", "flags")
@@ -131,6 +132,7 @@ MIGRATIONS = {
         "ALTER TABLE runs ADD COLUMN engine TEXT",
         "ALTER TABLE runs ADD COLUMN architecture TEXT",
         "ALTER TABLE runs ADD COLUMN updates TEXT",
+        "ALTER TABLE runs ADD COLUMN scheduler TEXT",
         "UPDATE runs SET source = ''",
     ),
 }
@@ -240,6 +242,7 @@ def row_of(metrics: Metrics, source: str) -> Dict[str, Any]:
         "engine": run.axes.engine,
         "architecture": run.axes.architecture,
         "updates": run.axes.updates,
+        "scheduler": run.scheduler,
     }
     return row
 
