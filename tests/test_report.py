@@ -156,9 +156,10 @@ def test_report_on_real_one_and_two_process_runs(tmp_path):
         assert_ok(run_trainer(TINY + ["--steps", "4", "--data", "synthetic", "--profile-steps", "2",
                                       "--metrics", str(metrics)], nproc=nproc, timeout=300))
     out = tmp_path / "report"
-    # two processes on this machine's two shared cores may compute unevenly enough to be flagged: a state of timing,
-    # so the run is kept in the scaling figures whatever its flag (the flag's own tests force the state)
-    result = _report(tmp_path / "runs", "-o", out, "--include-stragglers")
+    # two processes on this machine's two shared cores may compute unevenly enough to be flagged, and an E_G beyond
+    # what noise allows is a state of timing too: the runs are kept in the scaling figures whatever their flag and
+    # verdict (the flag's and the verdict's own tests force the states)
+    result = _report(tmp_path / "runs", "-o", out, "--include-stragglers", "--include-doubtful")
     assert result.exit_code == 0, result.output
     text = (out / "report.md").read_text()
     assert sorted(p.name for p in out.glob("*.png")) == sorted(embedded(text))
