@@ -26,6 +26,7 @@ _API = (
     "images",
     "doctor",
     "predict",
+    "predicted_run_seconds",
     "rerun",
     "archive",
     "Job",

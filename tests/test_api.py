@@ -102,7 +102,7 @@ def cli_error(capsys, argv) -> str:
     (lambda: api.logs("nowhere"), ["logs", "nowhere"]),
     (lambda: api.report(["nowhere"]), ["report", "nowhere"]),
     (lambda: api.report(["nowhere"], straggler_threshold=2.0), ["report", "--straggler-threshold", "2", "nowhere"]),
-    (lambda: api.results(), ["results"]),
+    (lambda: api.results(db="nowhere.sqlite"), ["results", "--db", "nowhere.sqlite"]),
     (lambda: api.images(site="nowhere"), ["images", "--site", "nowhere"]),
     (lambda: api.doctor("nowhere"), ["doctor", "--site", "nowhere"]),
     (lambda: api.doctor("local", framework="caffe"), ["doctor", "--site", "local", "--framework", "caffe"]),

@@ -74,6 +74,6 @@ def test_a_part_added_to_the_table_alone_is_in_the_plots_legend_and_the_docs_che
     figure = Figure()
     plot_budget(figure, results_of(tmp_path / "runs"))
     (ax,) = figure.axes
-    assert "lost: p2p" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "p2p" in [t.get_text() for t in ax.get_legend().get_texts()]
     missing = docs_disagreeing()
     assert len(missing) == len(DOCS) and all("'other', 'p2p']" in line for line in missing), missing

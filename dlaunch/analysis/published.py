@@ -15,8 +15,8 @@ from pydantic import field_validator, model_validator
 from dlaunch.analysis.scaling import Run, Spread, group_runs, run_values
 from dlaunch.boundary import escape, whole
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.schema import StrictModel
 from dlaunch.paths import PUBLISHED_DIR
+from dlaunch.specs.schema import StrictModel
 from dlaunch.train.framework_table import FRAMEWORKS
 
 METRICS = (

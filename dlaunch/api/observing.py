@@ -1,5 +1,6 @@
 """After submission: `status`, `watch`, `cancel`, `logs` of runs, and `archive` of an experiment."""
 
+import os
 import time as clock
 import warnings
 from pathlib import Path
@@ -68,6 +69,7 @@ def _run_status(snapshot: "Snapshot") -> RunStatus:
         ended=snapshot.ended,
         ok=snapshot.ok,
         why_failed=service.why_failed(snapshot) if snapshot.failed else None,
+        stopped_by=snapshot.stopped_by,
         flags=list(snapshot.flags),
         network=list(snapshot.network),
         figures=service.run_figures(snapshot),
@@ -94,20 +96,22 @@ def statuses_of(found: Sequence["RunDir"], straggler_threshold: Optional[float] 
 
 @api_function
 def status(
-    paths: Sequence[Any] = ("runs",), *, newest_first: bool = False, straggler_threshold: Optional[float] = None
+    paths: Optional[Sequence[Any]] = None, *, newest_first: bool = False, straggler_threshold: Optional[float] = None
 ) -> List[RunStatus]:
-    """The runs at or below `paths` (run, experiment or study directories), in path order or `newest_first`
-    (by their last submission, as `dlaunch runs`): scheduler state, metrics status, figures, why one failed,
-    stragglers judged at `straggler_threshold` (None: each run's site profile's)."""
+    """The runs at or below `paths` (run, experiment or study directories; default: ./runs), in path order or
+    `newest_first` (by their last submission, as `dlaunch runs`): scheduler state, metrics status, figures, why one
+    failed, stragglers judged at `straggler_threshold` (None: each run's site profile's). Folders without runs (and
+    no ./runs by default) give none; a path that does not exist is a DlaunchError."""
     from dlaunch.analysis.stragglers import threshold_option
     from dlaunch.runs.rundir import find_runs
     from dlaunch.runs.rundir import newest_first as by_submission
 
     threshold_option(straggler_threshold)
-    paths = list(paths)
-    found = find_runs([Path(p) for p in paths])
-    if not found:
-        raise DlaunchError("no run directories under %s" % ", ".join(escape(str(p)) for p in paths))
+    given = [Path(p) for p in paths] if paths is not None else [Path(p) for p in ("runs",) if os.path.lexists(p)]
+    missing = [p for p in given if not os.path.lexists(p)]
+    if missing:
+        raise DlaunchError("%s: no such run directory or folder" % escape(str(missing[0])))
+    found = find_runs(given)
     return statuses_of(by_submission(found) if newest_first else found, straggler_threshold)
 
 

@@ -100,6 +100,9 @@ class RunStatus(Record):
     ended: bool = False
     ok: bool = False
     why_failed: Optional[str] = None  # None unless it failed
+    # None unless it was stopped (status `interrupted` or `cancelled`: no failure): who stopped it, e.g. 'cancelled by
+    # Ctrl-C on this machine (the trainer got SIGINT)'; or how its job ended after its trainer's `ok` end record.
+    stopped_by: Optional[str] = None
     flags: List[str] = field(default_factory=list)  # 'straggler: ...', 'throttled: ...'
     network: List[str] = field(default_factory=list)  # how it is off its profile's [network]
     figures: str = ""  # time and energy to accuracy, energy ('' when none is known)
@@ -312,7 +315,9 @@ class ResultRow(Record):
 @dataclass(frozen=True)
 class CompareRow(Record):
     """One matched `key` (model, framework, GPU count, ...) of a comparison: each side's median, range (`_spread`:
-    its kind), runs and values; B's median against A's in per cent, the exact Mann-Whitney p and its verdict."""
+    its kind), runs and values; B's median against A's in per cent, the exact Mann-Whitney p and its verdict; what
+    differs between the sides' runs of this match beyond the comparison's `changed` (`changed`: [A's, B's], a side
+    whose runs differ among themselves with the list of their values)."""
 
     key: Dict[str, Any]
     a_median: Optional[float]
@@ -330,12 +335,14 @@ class CompareRow(Record):
     change_pct: Optional[float]
     p_value: Optional[float]
     significant: str
+    changed: Dict[str, List[Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Comparison(Record):
     """`results compare`: sides A and B (their selectors and runs) on `metric`, matched per `varying` key; what is
-    the `same` in every row, what tells the sides apart (`changed`, library `pins`: [A's, B's])."""
+    the `same` in every row, what tells the sides apart (`changed`: matched attributes, facts such as `image` and
+    `nodes`, trainer options as `--threads` (None: not given); library `pins`: each [A's, B's])."""
 
     a: str
     b: str
@@ -429,6 +436,10 @@ class PredictionRow(Record):
         None  # the runs' slowest rank's forward pass over the median rank's, a fraction
     )
     # (stragglers.forward_excess; None: not recorded)
+    input_wait_s: float = 0.0  # the GPU's wait for a loader slower than its step
+    bound: str = ""  # what sets the step: compute, input, storage (the file system)
+    run_s: float = 0.0  # a whole training of the Prediction's `epochs_run` epochs (their steps and overheads)
+    node_hours: float = 0.0  # run_s x nodes / 3600
 
 
 @dataclass(frozen=True)
@@ -467,3 +478,9 @@ class Prediction(Record):
     left_out: List[LeftOutRun] = field(default_factory=list)
     left_out_summary: str = ""
     notes: List[str] = field(default_factory=list)  # what the rows rest on
+    calibration: str = ""  # dali, native (Aach et al.'s Table 2a columns), none (nominal), runs (from_runs)
+    choice: str = ""  # which model the rows are, why, and how to get the others
+    collective_library: str = "NCCL"  # NCCL, RCCL, Gloo: whose kernel share comm_share is
+    input: str = ""  # the loader's rate per GPU and what it rests on
+    epochs_run: int = 0  # the epochs of each row's run_s
+    warning: str = ""  # from_runs of another site, GPU kind or model (allow_other_runs)

@@ -14,8 +14,8 @@ from dlaunch.cli.report import (
     NoiseThreshold,
     report_command,
 )
-from dlaunch.cli.runs import print_statuses
-from dlaunch.cli.terminal import AllowLarge, Json, StragglerThreshold, command_group, err, out, print_json, show_status
+from dlaunch.cli.runs import print_statuses, show_found
+from dlaunch.cli.terminal import AllowLarge, Json, StragglerThreshold, command_group, err, out, print_json
 from dlaunch.errors import DlaunchWarning
 from dlaunch.reporting.document import write_comparison
 from dlaunch.runs.study import published_comparisons
@@ -213,7 +213,7 @@ def study_status_command(folder: Annotated[Path, typer.Argument(help="study dire
     from dlaunch import api
 
     found = api.study_status(folder)
-    return print_statuses(found) if as_json else show_status(found)
+    return print_statuses(found) if as_json else show_found(found, [folder])
 
 
 @study_app.command("report")

@@ -27,6 +27,7 @@ from dlaunch.reporting.plots import (
     write_plots,
 )
 from dlaunch.reporting.report import GroupResult, Profiles, Recorded, SetApart, flagged_note, off_network_note
+from dlaunch.resultsdb.compare import differing, fact_name, fact_text
 from dlaunch.tables import cell, counted, markdown
 from dlaunch.version import __version__
 
@@ -520,6 +521,7 @@ def markdown_report(
         ),
         "## Scaling",
         markdown_table(columns.scaling_headers(), [(g.key.label, scaling_rows(g, columns)) for g in results]),
+        *groups_differ(results, recorded),
         "## Measurement quality",
         markdown_table(
             columns.counted(QUALITY_HEADERS),
@@ -633,11 +635,29 @@ def markdown_report(
     return "\n\n".join(parts) + "\n"
 
 
+def groups_differ(results: Sequence[GroupResult], recorded: Recorded) -> List[str]:
+    """What else tells the groups apart beyond their labels, from their runs' rows (the results database's): each
+    trainer option given otherwise (`--threads`), image, node count, data, dlaunch's revision, library versions
+    (resultsdb/compare.py's facts), per group; nothing for a single group or groups alike in all of them."""
+    sides = [[recorded.rows[r.path] for r in g.runs if r.path in recorded.rows] for g in results]
+    if len(results) < 2 or not all(sides):
+        return []
+    found = {n: v for n, v in differing(sides).items() if n not in ("experiment", "site")}  # in the labels already
+    if not found:
+        return []
+    lines = [
+        "- %s: %s" % (g.key.label, "; ".join("%s %s" % (fact_name(n), fact_text(n, v[i])) for n, v in found.items()))
+        for i, g in enumerate(results)
+    ]
+    return ["The groups differ beyond their labels in what their runs were given or ran with:\n\n" + "\n".join(lines)]
+
+
 PROVENANCE_HEADERS = ["run", "started", "image", "git revision", "versions", "job id", "metrics file"]
 
 
 def provenance_text(runs: Sequence[Run], profiles: Profiles, recorded: Recorded, inputs: Sequence[str]) -> str:
-    """Who made the report from what, and per run what it ran (from the results database's rows)."""
+    """Who made the report from what, and per run what it ran (from the results database's rows): the library versions
+    it recorded as used (a library a file of an older trainer recorded as absent, `None`, is left out)."""
     lines = [
         "- Made by dlaunch %s (`dlaunch report`) from %s under %s."
         % (__version__, counted(len(runs), "metrics file"), ", ".join("`%s`" % p for p in inputs) or "-")
@@ -649,7 +669,7 @@ def provenance_text(runs: Sequence[Run], profiles: Profiles, recorded: Recorded,
         if row is None:
             rows.append((run.key.label, [[Path(run.path).parent.name, "-", "-", "-", "-", "-", run.path]]))
             continue
-        versions = ", ".join("%s %s" % item for item in sorted(row["pins"].items())) or "-"
+        versions = ", ".join("%s %s" % item for item in sorted(row["pins"].items()) if item[1] is not None) or "-"
         rows.append(
             (
                 run.key.label,

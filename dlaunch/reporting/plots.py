@@ -38,7 +38,7 @@ ENERGY_PLOT = "energy_per_image.png"
 ENERGY_PLOT_TITLE = "Energy per image (J) against GPUs, per framework and loader"
 # Written after the E_G (and energy) plots whenever a group's budget names a cause (metrics version 4 phases).
 BUDGET_PLOT = "efficiency_budget.png"
-BUDGET_TITLE = "Efficiency budget: from ideal (1) to the measured E_G, the share lost per cause"
+BUDGET_TITLE = "Efficiency budget: the share of the ideal lost (up) or gained (down) per cause, and E_G"
 COMPARISON_PLOT = "published_vs_this_run.png"
 COMPARISON_TITLE = "Published values (markers) and this run (lines)"
 METRIC_LABELS = {
@@ -99,12 +99,15 @@ def log10_ticks(low: float, high: float) -> List[float]:
     return enclosing([m * 10.0**k for k in range(first, last + 1) for m in NICE_MANTISSAS], low, high)
 
 
-def linear_ticks(high: float) -> List[float]:
-    """Evenly spaced plain ticks from 0 to at least `high`."""
+def linear_ticks(high: float, low: float = 0.0) -> List[float]:
+    """Evenly spaced plain ticks from `low` (at most 0; 0 is a tick) or just below it to at least `high`."""
     from matplotlib.ticker import MaxNLocator
 
-    ticks = [float(t) for t in MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(0, high or 1.0)]
-    return [t for t in ticks if t >= 0]
+    high = high or 1.0
+    ticks = [float(t) for t in MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(low, high)]
+    slack = 1e-9 * (high - low)
+    bottom = max(t for t in ticks if t <= low + slack)
+    return [t for t in ticks if t >= bottom]
 
 
 def set_ticks(axis, ticks: Sequence[float], log: bool) -> None:
@@ -131,11 +134,11 @@ def count_axis(ax, counts: Iterable[int], label: str) -> None:
 
 
 def value_axis(ax, values: Iterable[float], label: str, scale: str = "linear") -> None:
-    """The y axis of `values` (every point, bar end and line drawn): `linear` from 0, `log10` on 1-2-5 ticks,
-    `log2` on powers of two."""
+    """The y axis of `values` (every point, bar end and line drawn): `linear` from 0 (or the lowest negative value),
+    `log10` on 1-2-5 ticks, `log2` on powers of two."""
     drawn = [v for v in values if v is not None and math.isfinite(v)]
     if scale == "linear":
-        set_ticks(ax.yaxis, linear_ticks(max(drawn, default=1.0)), log=False)
+        set_ticks(ax.yaxis, linear_ticks(max(drawn, default=1.0), min([0.0, *drawn])), log=False)
     else:
         positive = [v for v in drawn if v > 0] or [1.0]
         ax.set_yscale("log", base=2 if scale == "log2" else 10)
@@ -271,40 +274,42 @@ def plot_shares(fig, results: Sequence["GroupResult"]) -> None:
 
 
 def plot_budget(fig, results: Sequence["GroupResult"]) -> None:
-    """One panel per group whose budget names a cause: per GPU count a bar of the measured E_G with what was lost
-    stacked on it up to the ideal 1; a part that is a gain against G_ref (negative) is drawn hatched, downwards
-    from the top of the losses to the ideal line."""
+    """One panel per group whose budget names a cause: per GPU count the shares of the ideal lost stacked upwards from
+    0 and those gained (a part faster than at G_ref, negative in the budget) apart, stacked downwards; a cause has one
+    colour either way and a legend entry only where it is drawn; the measured E_G is written above each GPU count
+    (lost - gained = 1 - E_G)."""
     explained = groups_drawn(results, lambda g: g.explained, MAX_PANELS)
     axes = fig.subplots(len(explained), 1, squeeze=False)[:, 0]
     for ax, g in zip(axes, explained):
         labels = [str(row.gpus) for row in g.budget]
-        top = [row.measured_e_g for row in g.budget]
-        ax.bar(labels, top, color="C0", label="measured E_G")
-        gains = []
+        up, down = [0.0] * len(labels), [0.0] * len(labels)
         for part in PARTS.values():  # colours and legend from the budget's table of parts
             values = [row.lost[part.name] or 0.0 for row in g.budget]  # not recorded: inside `other`
             values = [0.0 if abs(v) < RESIDUE else v for v in values]
-            ax.bar(labels, [max(v, 0.0) for v in values], bottom=top, color=part.colour, label="lost: %s" % part.name)
-            top = [t + max(v, 0.0) for t, v in zip(top, values)]
-            gains.append((part, [min(v, 0.0) for v in values]))
-        highest = max(top)
-        for part, values in gains:
-            if any(values):
-                top = [t + v for t, v in zip(top, values)]
-                ax.bar(
-                    labels,
-                    [-v for v in values],
-                    bottom=top,
-                    color="none",
-                    edgecolor=part.colour,
-                    hatch="//",
-                    label="gained: %s" % part.name,
-                )
-        ax.axhline(1.0, color="black", linestyle=":", label="ideal")
-        value_axis(ax, [highest], "share of ideal")
+            if not any(values):
+                continue
+            lost, gained = [max(v, 0.0) for v in values], [min(v, 0.0) for v in values]
+            ax.bar(labels, lost, bottom=up, color=part.colour, label=part.name)
+            ax.bar(labels, gained, bottom=down, color=part.colour)
+            up = [u + v for u, v in zip(up, lost)]
+            down = [d + v for d, v in zip(down, gained)]
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        for x, row, top in zip(labels, g.budget, up):
+            ax.annotate(
+                "E_G %.3f" % row.measured_e_g,
+                (x, top),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize="small",
+            )
+        value_axis(ax, [max(up) * 1.15, *down], "share of the ideal:\nlost (up), gained (down)")
         ax.set_title(g.key.label, fontsize="small")
         ax.set_xlabel(count_unit(g.runs))
-        legend(ax, beside=True)
+        handles, names = ax.get_legend_handles_labels()
+        if names:  # the order of the stack, its top first
+            ax.legend(handles[::-1], names[::-1], fontsize="x-small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
 
 
 def _accuracy_series(runs: Sequence[Run]) -> Dict[Tuple[str, str], List[Tuple[int, float]]]:

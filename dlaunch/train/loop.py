@@ -79,7 +79,7 @@ from dlaunch.train.phases import EpochOverhead, StepTimer, gather_rows, overhead
 from dlaunch.train.profiling import KernelProfiler, StepProfiler, kernel_fields, unavailable_kernel_fields
 from dlaunch.train.progress import ProgressFile, finite_or_none, interval_s, progress_path
 from dlaunch.train.schedule import LRSchedule
-from dlaunch.train.signals import StopSignals
+from dlaunch.train.signals import STOP_STATUSES, StopSignals
 from dlaunch.train.workload import (
     CapturedStep,
     FirstStepClock,
@@ -286,9 +286,9 @@ class Trainer:
                 )
         for epoch in range(start_epoch, self.epochs):
             status = self.train_epoch(epoch, skip, progress)
-            if status is None and epoch + 1 < self.epochs:
+            if status is None:  # a signal during validation or the checkpoint: no new epoch begins, the run is not ok
                 with self.next_overhead.timed("barrier_s"):
-                    status = self.agreed_stop()  # a signal during validation or the checkpoint: no new epoch begins
+                    status = self.agreed_stop()
             if status is not None:
                 return status
             skip, progress = 0, EpochProgress()
@@ -637,7 +637,7 @@ class Trainer:
 
     def header_fields(self, hosts: List[str]) -> Dict[str, Any]:
         cfg = self.cfg
-        versions = library_versions()
+        versions = library_versions(self.device.type, self.fw.collective_libraries())
         versions.update(self.fw.versions())
         return dict(
             run_id=run_id(),
@@ -693,6 +693,8 @@ class Trainer:
                 "the checkpoint, if any, is of the last finished epoch"
                 % (self.cfg.max_nonfinite_steps, self.global_step)
             )
+        elif status in STOP_STATUSES:
+            reason = self.signals.reason(status)
         if self.writer:
             end = self.writer.write(
                 "end",
