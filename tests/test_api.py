@@ -71,7 +71,8 @@ def test_records_come_back_from_their_json():
 def test_result_rows_have_the_databases_columns_and_the_derived_ones():
     from dlaunch.resultsdb.store import NAMES
 
-    assert [f for f in field_types(api.ResultRow)] == list(NAMES) + ["speedup", "efficiency", "history", "rcp"]
+    assert [f for f in field_types(api.ResultRow)] == list(NAMES) + ["speedup", "efficiency", "quality", "quality_why",
+                                                                      "history", "rcp"]
 
 
 def cli_error(capsys, argv) -> str:

@@ -20,7 +20,13 @@ Definitions (also printed in the report):
   options (`Run.key.step_options`: the trainer's --compile, --cuda-graphs, --optimizer-impl and --host-syncs
   where the header's `config` records them away from their defaults, as `dlaunch.train.config.workload_flags`
   writes them; "-" for none, as for a header older than the options) change how fast a step runs, so each
-  set of them is its own curve too (`dlaunch predict --from-runs` refuses runs that mix them).
+  set of them is its own curve too (`dlaunch predict --from-runs` refuses runs that mix them). So is each count of
+  CPU threads per rank of runs whose ranks compute on CPUs (`Run.key.threads`, `threads_key`: the header's
+  `threads`, else the config's --threads): their threads are their compute, and the trainer's default divides a
+  node's CPUs by its ranks (1 process here: 2 threads; 2 processes: 1 each), so runs that differ are not one curve.
+  A GPU run's CPU threads compute no part of its step: not part of its key.
+- The measurement-quality verdict of each point (spread, its reference's, E_G against noise): dlaunch/analysis/
+  quality.py.
 - Compile time (`Run.compile_s`, --compile): the epoch records' `compile_s`, the wall time of each session's
   first step, a warm-up step: reported apart, never part of X.
 - Within a group the reference is the smallest GPU count G_ref (the paper's one node, 4 GPUs):
@@ -73,6 +79,7 @@ from dlaunch.analysis.phases import (
 from dlaunch.boundary import escape
 from dlaunch.errors import DlaunchError
 from dlaunch.train.config import workload_flags
+from dlaunch.train.framework_table import FRAMEWORKS
 from dlaunch.train.metrics_schema import METRICS_FILE, Metrics, MetricsError, energy_total, read_metrics
 
 if TYPE_CHECKING:  # the site models (pydantic) stay out of `dlaunch status`'s start-up
@@ -165,12 +172,23 @@ class GroupKey(NamedTuple):
     loader: str
     batch_per_worker: int
     step_options: str  # the trainer's workload options away from their defaults, as flags; "-": none
+    threads: str = "-"  # CPU threads per rank of a CPU run (`threads_key`); "-": a GPU run, or not recorded
 
     @property
     def label(self) -> str:
-        """experiment/site/model/framework/loader bN, then the step options where the run changed some."""
+        """experiment/site/model/framework/loader bN, tN for a CPU run's threads per rank, then the step options where
+        the run changed some."""
         label = "%s/%s/%s/%s/%s b%d" % self[:6]
+        label += "" if self.threads == "-" else " t%s" % self.threads
         return label if self.step_options == "-" else "%s %s" % (label, self.step_options)
+
+
+def threads_key(device: str, threads: Optional[int]) -> str:
+    """A run's threads per rank as part of its scaling group's key (GroupKey.threads, the results database's curves):
+    the count for a run whose ranks compute on CPUs, where its threads are its compute; "-" for a GPU run (its CPU
+    threads compute no part of the step: the loader's workers are processes of their own) and for a CPU run that
+    recorded none (files before the header's `threads`, run without --threads)."""
+    return str(threads) if device == "cpu" and threads else "-"
 
 
 @dataclass(frozen=True)
@@ -198,6 +216,26 @@ class Run:
     data: str = "synthetic"  # the trainer's --data
     num_classes: Optional[int] = None
     network: Optional[List[Dict[str, Any]]] = field(default=None, hash=False)  # what its collective libraries selected
+    device: str = "cuda"  # the header's: cpu, cuda (ROCm too)
+    threads: Optional[int] = None  # CPU threads per rank (`recorded_threads`; None: not recorded)
+    hosts: Tuple[str, ...] = ()  # every rank's host, index = rank
+    version: int = 4  # the metrics schema version of its header
+    scheduler: Optional[str] = None  # the kind of scheduler that ran it (the header's; None: not recorded)
+
+    @property
+    def on_gpus(self) -> bool:
+        """Whether its ranks computed on GPUs (else on CPUs: its world size counts worker processes)."""
+        return self.device != "cpu"
+
+    @cached_property
+    def ranks_per_node(self) -> Optional[int]:
+        """The most ranks one host held (None: hosts not recorded)."""
+        return max(self.hosts.count(host) for host in self.hosts) if self.hosts else None
+
+    @cached_property
+    def measured_steps(self) -> int:
+        """The steps whose images give X: the measured epochs' measured steps."""
+        return sum(e.measured_steps for e in self.measured_epochs)
 
     @cached_property
     def measured_epochs(self) -> Tuple[EpochPoint, ...]:
@@ -310,6 +348,48 @@ class Run:
         p = self.profile
         return Shares.from_profile(p.comm_s, p.compute_s, p.data_s) if p else None
 
+    @cached_property
+    def step_shares(self) -> Optional[Shares]:
+        """The median rank's step split from the per-rank phases every run of the PyTorch trainer records (version 4):
+        sync_s (exposed communication and waiting for peers), compute_s and data_s, each over their sum; None where
+        not recorded (the TensorFlow and MXNet trainers, files before version 4)."""
+        p = self.phases
+        return Shares.from_profile(p.median.sync_s, p.median.compute_s, p.median.data_s) if p else None
+
+    @property
+    def axes(self) -> "Axes":
+        return axes_of(self.key.framework)
+
+
+class Axes(NamedTuple):
+    """What a study compares about a run's framework (dlaunch/train/framework_table.py's row): its engine, its
+    architecture ('allreduce', 'parameter-server') and its updates ('sync', 'async'); '-' for a framework the table
+    lacks."""
+
+    engine: str
+    architecture: str
+    updates: str
+
+
+def axes_of(framework: str) -> Axes:
+    info = FRAMEWORKS.get(framework)
+    if info is None:
+        return Axes("-", "-", "-")
+    return Axes(info.engine, info.architecture, "sync" if info.synchronous else "async")
+
+
+def count_unit(runs: Iterable[Run]) -> str:
+    """What the runs' world sizes count, as the report's headers and plots name it: "GPUs", "workers" (no run
+    computed on a GPU: worker processes; a parameter-server engine's servers and coordinators are not counted), or
+    "GPUs or workers" for a mix."""
+    kinds = frozenset(r.on_gpus for r in runs)
+    return {frozenset([False]): "workers", frozenset([True, False]): "GPUs or workers"}.get(kinds, "GPUs")
+
+
+def count_name(unit: str) -> str:
+    """'GPU count', 'worker count' or 'GPU or worker count' of a `count_unit`."""
+    return "%s count" % " or ".join(word[:-1] for word in unit.split(" or "))
+
 
 CONFIDENCE = 0.95
 
@@ -366,6 +446,7 @@ class ScalingPoint:
     efficiencies: Spread
     shares: Optional[Shares]  # the runs' mean
     energy: Optional[Spread] = None  # J/img of the runs that measured energy
+    step_shares: Optional[Shares] = None  # the runs' mean Run.step_shares (per-rank phases)
     epochs_to_target: Optional[Spread] = None  # of the runs that reached --target-accuracy
     time_to_target: Optional[Spread] = None  # seconds, of the runs that reached it
 
@@ -421,6 +502,7 @@ def _total(energy: Optional[dict]) -> Tuple[Optional[float], Optional[str]]:
 def run_from_metrics(metrics: Metrics) -> Run:
     """Reduce a parsed metrics file (schema versions 1-4) to a Run."""
     h = metrics.header
+    threads = recorded_threads(h)
     key = GroupKey(
         _text(h["experiment"]),
         _text(h["site"]),
@@ -429,6 +511,7 @@ def run_from_metrics(metrics: Metrics) -> Run:
         _text(h["loader"]),
         h["batch_per_worker"],
         _text(workload_flags(h["config"])),
+        threads_key(h["device"], threads),
     )
     epochs, domains = [], None
     for e in metrics.epochs:
@@ -479,7 +562,21 @@ def run_from_metrics(metrics: Metrics) -> Run:
         data=str(h["config"].get("data") or "synthetic"),
         num_classes=h["config"].get("num_classes"),
         network=metrics.network,
+        device=escape(h["device"]),
+        threads=threads,
+        hosts=tuple(escape(str(host)) for host in h["hosts"]),
+        version=h["version"],
+        scheduler=h.get("scheduler"),
     )
+
+
+def recorded_threads(header: Dict[str, Any]) -> Optional[int]:
+    """A run's CPU threads per rank: the header's `threads`, else its config's --threads (files before the header
+    recorded them); None: not recorded (the trainer's default, which depends on the ranks per node)."""
+    for threads in (header.get("threads"), header["config"].get("threads")):
+        if isinstance(threads, int) and not isinstance(threads, bool) and threads > 0:
+            return threads
+    return None
 
 
 def load_runs(paths: Iterable[str]) -> Loaded:
@@ -530,6 +627,7 @@ def scaling(runs: Sequence[Run]) -> List[ScalingPoint]:
                 speedups=Spread.of(values["speedup"][gpus]),
                 efficiencies=Spread.of(values["efficiency"][gpus]),
                 shares=_mean_shares([r.shares for r in group if r.shares is not None]),
+                step_shares=_mean_shares([r.step_shares for r in group if r.step_shares is not None]),
                 energy=spread("joules_per_image", gpus),
                 epochs_to_target=spread("epochs_to_target", gpus),
                 time_to_target=spread("time_to_target_s", gpus),

@@ -157,8 +157,30 @@ class BudgetRow(Record):
 
 
 @dataclass(frozen=True)
+class PointVerdict(Record):
+    """The measurement-quality verdict on one count of a group (dlaunch/analysis/quality.py): the spread of its runs'
+    images/s and of its reference's, E_G against what that noise allows, the problems and their likely causes."""
+
+    gpus: int
+    runs: int
+    spread: Optional[float]  # (high - low) / median of its images/s (`spread_kind`'s range); None: one run
+    spread_kind: str  # 'min-max', '95% CI', '-'
+    reference_gpus: int
+    reference_runs: int
+    reference_spread: Optional[float]
+    efficiency: float  # E_G, the median over its runs
+    efficiency_allowed: float  # 1 + the noise of the point and its reference: more is implausible
+    noise_threshold: float  # the spread above which it is noisy (--noise-threshold, else its group's default)
+    verdict: str  # 'ok', or 'noisy', 'unstable reference', 'implausible' joined by ' and '
+    problems: List[str]  # the figures that make each problem
+    causes: List[str]  # what the records say is the likely cause
+    set_apart: bool  # left out of the tables, plots and budget (doubtful, not --include-doubtful)
+
+
+@dataclass(frozen=True)
 class ReportGroup(Record):
-    """Runs of one experiment, site, model, framework, loader, batch per GPU and step options."""
+    """Runs of one experiment, site, model, framework, loader, batch per GPU, step options and, for CPU runs, threads
+    per rank."""
 
     label: str
     experiment: str
@@ -169,8 +191,14 @@ class ReportGroup(Record):
     batch_per_gpu: int
     step_options: str  # workload options away from their defaults, as flags ("-": none)
     runs: List[str]  # their metrics files
-    points: List[ReportPoint]
+    points: List[ReportPoint]  # those the tables show (doubtful ones only with include_doubtful)
     budget: List[BudgetRow]
+    threads: str = "-"  # CPU threads per rank of a CPU run's group ("-": GPU runs, or not recorded)
+    engine: str = "-"  # the study's axes (the framework's row of dlaunch/train/framework_table.py)
+    architecture: str = "-"  # allreduce, parameter-server
+    updates: str = "-"  # sync, async
+    quality: List[PointVerdict] = field(default_factory=list)  # every count's verdict, set apart or not
+    unit: str = "GPUs"  # what its counts count: GPUs, or workers (no run used a GPU)
 
 
 @dataclass(frozen=True)
@@ -268,8 +296,18 @@ class ResultRow(Record):
     flags_threshold: Optional[float]  # the straggler threshold the flags were judged at
     step_options: str  # the trainer's workload options away from their defaults ("-": none)
     compile_s: Optional[float]  # --compile's compile time, never part of images_per_s
+    device: Optional[str]  # cpu, cuda (None: a row read before schema 4)
+    threads: Optional[int]  # CPU threads per rank (None: not recorded)
+    measured_steps: Optional[int]  # the steps images_per_s was measured over
+    step_compute_s: Optional[float]  # the median rank's compute per step (metrics version 4)
+    engine: Optional[str]  # the study's axes: torch, tensorflow, mxnet
+    architecture: Optional[str]  # allreduce, parameter-server
+    updates: Optional[str]  # sync, async
+    scheduler: Optional[str]  # the kind of scheduler that ran it (None: not recorded)
     speedup: Optional[float]
     efficiency: Optional[float]
+    quality: Optional[str]  # the measurement-quality verdict of its scaling point (None: in no curve)
+    quality_why: Optional[str]  # its figures and likely causes ("" when ok)
     history: Optional[str]
     rcp: Optional[str]
 

@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING, Annotated, Dict, List, Optional, Sequence
 
 import typer
 
-from dlaunch.cli.report import IncludeNetworkMismatches, IncludeStragglers, report_command
+from dlaunch.cli.report import (
+    IncludeDoubtful,
+    IncludeNetworkMismatches,
+    IncludeStragglers,
+    NoiseThreshold,
+    report_command,
+)
 from dlaunch.cli.runs import print_statuses, show_found
 from dlaunch.cli.terminal import AllowLarge, Json, StragglerThreshold, command_group, err, out, print_json
 from dlaunch.errors import DlaunchWarning
@@ -217,6 +223,8 @@ def study_report_command(
     include_network_mismatches: IncludeNetworkMismatches = False,
     include_stragglers: IncludeStragglers = False,
     straggler_threshold: StragglerThreshold = None,
+    include_doubtful: IncludeDoubtful = False,
+    noise_threshold: NoiseThreshold = None,
 ) -> int:
     """The study's tables and plots, with the published values beside this run's, its protocol and assumptions."""
     study, comparisons, design = published_comparisons(folder, include_stragglers, straggler_threshold)
@@ -229,6 +237,8 @@ def study_report_command(
             include_network_mismatches=include_network_mismatches,
             include_stragglers=include_stragglers,
             straggler_threshold=straggler_threshold,
+            include_doubtful=include_doubtful,
+            noise_threshold=noise_threshold,
         )
     except typer.Exit as e:
         code = e.exit_code

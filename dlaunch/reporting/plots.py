@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequ
 
 from dlaunch.analysis.budget import PARTS
 from dlaunch.analysis.published import Comparison
-from dlaunch.analysis.scaling import Run, ScalingPoint, Spread
+from dlaunch.analysis.scaling import Run, ScalingPoint, Spread, count_name, count_unit
 from dlaunch.atomic import atomic_file
 from dlaunch.train.framework_table import FRAMEWORKS
 
@@ -231,7 +231,7 @@ def plot_scaling(ax_x, ax_s, ax_e, results: Sequence["GroupResult"]) -> None:
         if ax is None:
             continue
         value_axis(ax, shown[ax], label, scale)
-        count_axis(ax, counts, "GPUs")
+        count_axis(ax, counts, count_unit(r for g in results for r in g.runs))
         legend(ax)
 
 
@@ -251,7 +251,7 @@ def plot_energy_per_image(ax, results: Sequence["GroupResult"]) -> None:
             marker(g.key.framework),
         )
     value_axis(ax, values, "J per image")
-    count_axis(ax, counts, "GPUs")
+    count_axis(ax, counts, count_unit(r for g in results for r in g.runs))
     legend(ax)
 
 
@@ -270,7 +270,7 @@ def plot_shares(fig, results: Sequence["GroupResult"]) -> None:
         ax.set_title(g.key.label, fontsize="small")
         value_axis(ax, [100.0], "% of step")
         legend(ax, beside=True)
-    axes[-1].set_xlabel("GPUs")
+    axes[-1].set_xlabel(count_unit(r for g in with_shares for r in g.runs))
 
 
 def plot_budget(fig, results: Sequence["GroupResult"]) -> None:
@@ -306,7 +306,7 @@ def plot_budget(fig, results: Sequence["GroupResult"]) -> None:
             )
         value_axis(ax, [max(up) * 1.15, *down], "share of the ideal:\nlost (up), gained (down)")
         ax.set_title(g.key.label, fontsize="small")
-        ax.set_xlabel("GPUs")
+        ax.set_xlabel(count_unit(g.runs))
         handles, names = ax.get_legend_handles_labels()
         if names:  # the order of the stack, its top first
             ax.legend(handles[::-1], names[::-1], fontsize="x-small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
@@ -388,9 +388,10 @@ def plot_titles(results: Sequence["GroupResult"]) -> Dict[str, str]:
         "accuracy_vs_epoch.png": bool(_epoch_accuracies(runs)),
     }
     titles = {}
+    unit = count_unit(runs)
     for name, title in PLOTS.items():
         if has[name]:
-            titles[name] = title
+            titles[name] = title.replace("GPU count", count_name(unit)).replace("GPUs", unit)
         if name == "efficiency.png" and any(p.joules_per_image is not None for g in results for p in g.points):
             titles[ENERGY_PLOT] = ENERGY_PLOT_TITLE
         if name == "efficiency.png" and any(g.explained for g in results):

@@ -42,7 +42,8 @@ from functools import cache, cached_property
 from statistics import median
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from dlaunch.analysis.scaling import Spread, matching_reference, reference_point
+from dlaunch.analysis.quality import Facts, judge
+from dlaunch.analysis.scaling import Spread, matching_reference, reference_point, threads_key
 from dlaunch.analysis.stragglers import flag_kinds
 from dlaunch.errors import DlaunchError
 from dlaunch.train.config import WORKLOAD_FLAGS
@@ -64,6 +65,11 @@ SELECTOR_KEYS = (
     "image",
     "run",
     "step_options",
+    "device",
+    "threads",
+    "engine",
+    "architecture",
+    "updates",
 )
 MATCH_KEY = ("model", "framework", "loader", "gpus", "batch_per_gpu", "amp", "step_options")
 GROUP_KEY = (
@@ -74,7 +80,7 @@ GROUP_KEY = (
     "loader",
     "batch_per_gpu",
     "step_options",
-)  # a curve, as report's
+)  # a curve, as report's, with the CPU threads per rank (`curve_of`)
 METRICS = (
     "images_per_s",
     "epoch_time_s",
@@ -94,7 +100,7 @@ DEFAULT_TOLERANCE = 0.05
 
 
 # -- selectors ----------------------------------------------------------------------------------------
-COUNT_KEYS = ("gpus", "nodes", "batch_per_gpu", "global_batch")  # whole numbers
+COUNT_KEYS = ("gpus", "nodes", "batch_per_gpu", "global_batch", "threads")  # whole numbers
 DATE_FORMATS = {4: "%Y", 7: "%Y-%m", 10: "%Y-%m-%d"}  # a day, month or year, by its length
 
 
@@ -221,22 +227,53 @@ def left_out_of_scaling(row: Mapping[str, Any]) -> Optional[str]:
     return None
 
 
+def curve_of(row: Mapping[str, Any]) -> Tuple[Any, ...]:
+    """A row's scaling curve, as `dlaunch report` groups runs: GROUP_KEY and a CPU run's threads per rank
+    (scaling.threads_key)."""
+    return tuple(row[k] for k in GROUP_KEY) + (threads_key(row["device"] or "", row["threads"]),)
+
+
+def facts_of_row(row: Mapping[str, Any]) -> Facts:
+    """What the quality verdict reads of a row (an ok row with images/s, unflagged: `left_out_of_scaling`)."""
+    hosts = row["provenance"].get("hosts") or []
+    return Facts(
+        row["run"],
+        row["gpus"],
+        row["images_per_s"],
+        row["device"] == "cpu",
+        row["threads"],
+        max(hosts.count(h) for h in hosts) if hosts else None,
+        frozenset(str(h) for h in hosts),
+        row["measured_steps"],
+        row["step_compute_s"],
+        scheduler=row["scheduler"],
+    )
+
+
 def with_scaling(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The rows with `speedup` and `efficiency` within their scaling curve (GROUP_KEY), as `dlaunch
-    report` computes them: against the median images/s at the curve's smallest GPU count; the rows
-    `left_out_of_scaling` names a reason for get None."""
+    """The rows with `speedup` and `efficiency` within their scaling curve (`curve_of`), as `dlaunch
+    report` computes them: against the median images/s at the curve's smallest GPU count, and the `quality`
+    verdict of their point with its `quality_why` (dlaunch/analysis/quality.py, at its default thresholds); the
+    rows `left_out_of_scaling` names a reason for get None."""
     curves: Dict[Tuple[Any, ...], List[Dict[str, Any]]] = {}
     for row in rows:
         if left_out_of_scaling(row) is None:
-            curves.setdefault(tuple(row[k] for k in GROUP_KEY), []).append(row)
-    derived: Dict[str, Tuple[float, float]] = {}
+            curves.setdefault(curve_of(row), []).append(row)
+    derived: Dict[str, Tuple[float, float, str, str]] = {}
     for curve in curves.values():
         g_ref, x_ref = reference_point([(r["gpus"], r["images_per_s"]) for r in curve])
+        points: Dict[int, List[Facts]] = {}
+        for r in curve:
+            points.setdefault(r["gpus"], []).append(facts_of_row(r))
+        verdicts = judge(points)
         for r in curve:
             speedup = r["images_per_s"] / x_ref
-            derived[r["uid"]] = (speedup, speedup / (r["gpus"] / g_ref))
+            verdict = verdicts[r["gpus"]]
+            derived[r["uid"]] = (speedup, speedup / (r["gpus"] / g_ref), verdict.verdict, verdict.why)
     return [
-        dict(row, speedup=derived.get(row["uid"], (None, None))[0], efficiency=derived.get(row["uid"], (None, None))[1])
+        dict(
+            row, **dict(zip(("speedup", "efficiency", "quality", "quality_why"), derived.get(row["uid"], (None,) * 4)))
+        )
         for row in rows
     ]
 

@@ -28,7 +28,10 @@ migration clears their `source` stamps) or `dlaunch results rebuild`. Version 3 
 threshold the flags were judged at (the straggler_threshold of the site profile the run directory kept,
 dlaunch/analysis/stragglers.py's kept_threshold, else the default), `step_options` (the trainer's workload options
 away from their defaults, "-" for none: part of a scaling curve's key) and `compile_s` (--compile's compile time);
-its rows are read again the same way.
+its rows are read again the same way. Version 4 adds what the measurement-quality verdict reads (dlaunch/analysis/
+quality.py): `device`, `threads` (CPU threads per rank: with `device` part of a scaling curve's key), `measured_steps`,
+`step_compute_s` and `scheduler`; and a study's axes of the run's framework: `engine`, `architecture`, `updates` (selector keys);
+its rows are read again the same way, and a row not read again yet has them NULL.
 """
 
 import json
@@ -46,7 +49,7 @@ from dlaunch.errors import DlaunchError
 from dlaunch.jobs.imagepaths import stack_of_image
 from dlaunch.train.metrics_schema import Metrics, MetricsError, read_metrics
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DB_ENV = "DLAUNCH_RESULTS_DB"
 DEFAULT_DB = Path("runs") / "results.sqlite"
 BUSY_TIMEOUT_S = 60.0
@@ -98,6 +101,14 @@ COLUMNS = (
     ("flags_threshold", "REAL"),  # the straggler threshold of `flags`: the kept profile's, else the default
     ("step_options", "TEXT NOT NULL DEFAULT '-'"),  # --compile, --cuda-graphs, ... away from their defaults; '-': none
     ("compile_s", "REAL"),  # --compile: seconds of compiling (first steps), never part of images_per_s
+    ("device", "TEXT"),  # the header's: cpu, cuda
+    ("threads", "INTEGER"),  # CPU threads per rank (scaling.recorded_threads; NULL: not recorded)
+    ("measured_steps", "INTEGER"),  # the steps images_per_s was measured over
+    ("step_compute_s", "REAL"),  # the median rank's compute per step (metrics version 4; the quality verdict's)
+    ("engine", "TEXT"),  # a study's axes (dlaunch/train/framework_table.py's row): torch, tensorflow, mxnet
+    ("architecture", "TEXT"),  # allreduce, parameter-server
+    ("updates", "TEXT"),  # sync, async
+    ("scheduler", "TEXT"),  # the kind of scheduler that ran it (the header's; the quality verdict's threshold)
 )
 NAMES = tuple(name for name, _ in COLUMNS)
 JSON_COLUMNS = ("pins", "request", "provenance", "flags")
@@ -111,6 +122,17 @@ MIGRATIONS = {
         "ALTER TABLE runs ADD COLUMN flags_threshold REAL",
         "ALTER TABLE runs ADD COLUMN step_options TEXT NOT NULL DEFAULT '-'",
         "ALTER TABLE runs ADD COLUMN compile_s REAL",
+        "UPDATE runs SET source = ''",
+    ),
+    4: (
+        "ALTER TABLE runs ADD COLUMN device TEXT",
+        "ALTER TABLE runs ADD COLUMN threads INTEGER",
+        "ALTER TABLE runs ADD COLUMN measured_steps INTEGER",
+        "ALTER TABLE runs ADD COLUMN step_compute_s REAL",
+        "ALTER TABLE runs ADD COLUMN engine TEXT",
+        "ALTER TABLE runs ADD COLUMN architecture TEXT",
+        "ALTER TABLE runs ADD COLUMN updates TEXT",
+        "ALTER TABLE runs ADD COLUMN scheduler TEXT",
         "UPDATE runs SET source = ''",
     ),
 }
@@ -213,6 +235,14 @@ def row_of(metrics: Metrics, source: str) -> Dict[str, Any]:
         "flags_threshold": threshold,
         "step_options": run.key.step_options,
         "compile_s": run.compile_s,
+        "device": run.device,
+        "threads": run.threads,
+        "measured_steps": run.measured_steps if run.measured_epochs else None,
+        "step_compute_s": run.phases.median.compute_s if run.phases else None,
+        "engine": run.axes.engine,
+        "architecture": run.axes.architecture,
+        "updates": run.axes.updates,
+        "scheduler": run.scheduler,
     }
     return row
 

@@ -66,6 +66,7 @@ from dlaunch.train.config import (
 )
 from dlaunch.train.data import build_loaders
 from dlaunch.train.energy import EnergyMeter, Figure
+from dlaunch.train.engines import threads_per_rank
 from dlaunch.train.frameworks.base import DistInfo, Framework
 from dlaunch.train.gpuhealth import GpuHealth
 from dlaunch.train.metrics import library_versions
@@ -105,10 +106,6 @@ def autocast(cfg: TrainConfig, device: torch.device) -> Any:
         return contextlib.nullcontext()
     cache = {"cache_enabled": False} if cfg.cuda_graphs else {}
     return torch.autocast(device.type, dtype=torch.bfloat16 if cfg.amp == "bf16" else torch.float16, **cache)
-
-
-def cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 @dataclass
@@ -151,7 +148,7 @@ class Trainer:
         self.graphs_counted = 0  # compiled_graphs() when this epoch's steps after the warm-up began
         self.step_host_syncs: Optional[List[str]] = None  # --host-syncs minimal on CUDA: the checked step's syncs
 
-        torch.set_num_threads(cfg.threads or max(1, cpu_count() // dist.local_world_size))
+        torch.set_num_threads(threads_per_rank(cfg.threads, dist.local_world_size))
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True
         torch.manual_seed(cfg.seed)
@@ -650,6 +647,7 @@ class Trainer:
             loader=cfg.loader,
             model=cfg.model,
             device=self.device.type,
+            threads=torch.get_num_threads(),
             world_size=self.dist.world_size,
             nodes=len(set(hosts)),
             hosts=hosts,

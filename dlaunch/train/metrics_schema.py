@@ -35,6 +35,9 @@ the trainer options given on the command line, apart from the resolved launch: s
 hosts), `parent_run` (the run this one reruns), `script_sha256` (the batch script's hash) and `scheduler`
 (its kind: slurm, pbs, local...; `slurm_job_id`, named when Slurm was the only one, holds the job id of
 any scheduler); for files without `request`, `abstract_request` derives it from `argv` and `config`.
+`threads` (optional in version 4, written since the scaling groups compare it; absent in older files: not recorded)
+is the number of CPU threads per rank the trainer set (dlaunch/train/engines.py's threads_per_rank: `--threads`, else
+the process's CPUs over the most ranks a node of the job holds).
 `network` (version 3, header and `resume` records): per node and collective library what the library
 really selected at run time (dlaunch/train/network.py: transport, NCCL's network and plugin, interfaces and
 addresses, GPUDirect; later records also the transports between a node's GPUs and the GPUs its ranks saw,
@@ -170,6 +173,7 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
         "script_sha256": (_OPT_STR, False),  # sha256 of the run directory's job.sh
         "scheduler": (_OPT_STR, False),  # the kind of scheduler that ran the job (`slurm_job_id`: its job id, any kind)
         "network": (NETWORK, False),  # version 3: what the collective libraries selected, per node
+        "threads": ((int,), False),  # CPU threads per rank (intra-op) the trainer set; absent: not recorded
     },
     "epoch": {
         "epoch": ((int,), True),  # 0-based
@@ -426,6 +430,7 @@ BOUNDS: Dict[str, Dict[str, Tuple[Optional[float], Optional[float]]]] = {
         "batch_per_worker": (1, None),
         "global_batch": (1, None),
         "lr_scaled": (0, None),
+        "threads": (1, None),
     },
     "epoch": {
         "epoch": (0, None),
