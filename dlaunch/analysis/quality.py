@@ -7,8 +7,8 @@ Per count G of a group whose reference is G_ref (the smallest count; S_G = X_G /
 - spread s(G): the width of the range the report shows for the point's images/s over their median (`Spread`: the
   min-max range below 6 runs, the distribution-free 95 % confidence interval of the median from 6 on), with the number
   of runs; a point of one run has no measured spread.
-- noisy: s(G) > the noise threshold t (`threshold_of`: `--noise-threshold`, else LOCAL_NOISE for a group of runs the
-  local scheduler made on one shared machine, else DEFAULT_NOISE).
+- noisy: s(G) > the noise threshold t (`threshold_of`: `--noise-threshold`, else HERE_NOISE for a group of runs a
+  scheduler that runs jobs on this machine made (`--site local`: one shared machine), else DEFAULT_NOISE).
 - unstable reference (every count but G_ref): s(G_ref) > t; S_G and E_G of the whole group divide by its median.
 - implausible (every count but G_ref): E_G > 1 + the noise of the point and of its reference, n(G) + n(G_ref), where
   n is the measured spread, or t for a point of one run (its noise is not measured, and t is the most a point may
@@ -39,14 +39,13 @@ from dlaunch.analysis.stragglers import Flag, flag_kinds
 from dlaunch.errors import DlaunchError
 
 # The noise thresholds (README, "How to read the quality verdict"): a point whose runs spread more than this is not
-# a measurement to publish; runs made here by the local scheduler share this machine with whatever else runs on it
+# a measurement to publish; runs a scheduler made on this machine share it with whatever else runs on it
 # (equal runs of the demo on a shared 2-core machine: 15-28 % in three batches of 5, as its profile's straggler
 # threshold is 0.30 for the same reason).
 DEFAULT_NOISE = 0.10
-LOCAL_NOISE = 0.30
+HERE_NOISE = 0.30
 MIN_STEPS = 20  # measured steps below which a run's images/s is named as resting on too few
 OPTION = "--noise-threshold"
-LOCAL_SCHEDULER = "local"  # the header's `scheduler` of a run made on this machine by `--site local`
 INCLUDE_OPTION = "--include-doubtful"
 OK, NOISY, UNSTABLE_REFERENCE, IMPLAUSIBLE = "ok", "noisy", "unstable reference", "implausible"
 
@@ -71,19 +70,23 @@ def noise_option(value: Optional[float]) -> Optional[float]:
 
 
 def threshold_of(option: Optional[float], schedulers: Iterable[Optional[str]]) -> float:
-    """The noise threshold a group is judged at: `option` (--noise-threshold) where given, else LOCAL_NOISE when the
-    local scheduler made every run of it (`schedulers`: the headers' `scheduler`), else DEFAULT_NOISE."""
+    """The noise threshold a group is judged at: `option` (--noise-threshold) where given, else HERE_NOISE when a
+    scheduler that runs its jobs on this machine (`Scheduler.this_machine`) made every run of it (`schedulers`: the
+    headers' `scheduler`), else DEFAULT_NOISE."""
+    from dlaunch.schedulers import SCHEDULERS, scheduler_for
+
     if option is not None:
         return option
     kinds = set(schedulers)
-    return LOCAL_NOISE if kinds == {LOCAL_SCHEDULER} else DEFAULT_NOISE
+    here = bool(kinds) and all(k in SCHEDULERS and scheduler_for(k).this_machine for k in kinds)
+    return HERE_NOISE if here else DEFAULT_NOISE
 
 
 def threshold_text(option: Optional[float]) -> str:
     """The threshold the report judged by, for its notes."""
     if option is not None:
         return "%s %g" % (OPTION, option)
-    return "%g, %g for runs the local scheduler made here" % (DEFAULT_NOISE, LOCAL_NOISE)
+    return "%g, %g for runs made on this machine (--site local)" % (DEFAULT_NOISE, HERE_NOISE)
 
 
 @dataclass(frozen=True)

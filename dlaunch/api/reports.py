@@ -268,7 +268,7 @@ def report(
     """What `dlaunch report` shows for the runs under `paths`: per group the scaling points (X, S_G, E_G and
     their spreads, predicted E_G), the efficiency budget and each count's measurement-quality verdict (`quality`;
     doubtful points leave `points` and the budget unless `include_doubtful`; `noise_threshold`: the spread above
-    which a point is noisy, default 0.10, 0.30 for runs the local scheduler made here); the runs set apart (diverged, stragglers, off their network); the
+    which a point is noisy, default 0.10, 0.30 for runs made on this machine); the runs set apart (diverged, stragglers, off their network); the
     tables the command prints (`tables`); with `output`, report.md, report.html and the plots written there
     (`files`). `on_rejected` hears each unreadable metrics file's message as soon as it is read (the command line
     prints them before a refusal)."""

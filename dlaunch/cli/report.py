@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, List, Optional
 import typer
 from rich.console import Console
 
-from dlaunch.analysis.quality import DEFAULT_NOISE, LOCAL_NOISE
+from dlaunch.analysis.quality import DEFAULT_NOISE, HERE_NOISE
 from dlaunch.boundary import escape
 from dlaunch.cli.terminal import StragglerThreshold, finite_number
 from dlaunch.reporting.html import PAGE
@@ -57,7 +57,7 @@ NoiseThreshold = Annotated[
     typer.Option(
         parser=noise_fraction,
         help="a scaling point whose runs' images/s spread more than this fraction of their median is noisy "
-        "(default: %g, %g for runs the local scheduler made here)" % (DEFAULT_NOISE, LOCAL_NOISE),
+        "(default: %g, %g for runs made on this machine: --site local)" % (DEFAULT_NOISE, HERE_NOISE),
     ),
 ]
 
