@@ -34,7 +34,7 @@ def trainer_options(options: Mapping[str, Any]) -> Trainer:
 def _request(site: Optional[str], trainer: Trainer, **settings: Any) -> Any:
     from dlaunch.jobs.request import LaunchRequest
 
-    return LaunchRequest(site=site, trainer=trainer, **settings)  # type: ignore[arg-type]
+    return LaunchRequest(site=site, trainer=trainer, **settings)  # type: ignore[arg-type]  # site None reaches service.prepare, which refuses it as "--site: required"
 
 
 def prepare_run(

@@ -27,7 +27,7 @@ def archive(folder: Any, output: Any) -> Archive:
         str(output),
         "%s/%s" % (Path(folder).resolve().name, MANIFEST),
         len(manifest),
-        sum(int(entry["bytes"]) for entry in manifest.values()),  # type: ignore[call-overload]
+        sum(int(entry["bytes"]) for entry in manifest.values()),  # type: ignore[call-overload]  # a manifest entry's "bytes" is an int (write_archive)
         [str(run.path) for run in runs_without_profile(Path(folder))],
     )
 
