@@ -18,7 +18,7 @@ import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from dlaunch.boundary import LOG_TAIL_BYTES, log_tail, printable
 from dlaunch.schedulers import JobState
@@ -114,7 +114,7 @@ UNFINISHED = ("running", "no metrics yet")
 # A launcher's words when a stop signal reached it (torchrun: `Received 2 death signal, shutting down workers`,
 # `SignalException: Process 12 got signal: 2`), whatever its trainer managed to write.
 LAUNCHER_STOPPED = re.compile(r"\bReceived (\d+) death signal\b|\bSignalException: Process \d+ got signal: (\d+)")
-STOP_SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+STOP_SIGNALS: Dict[int, str] = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 
 
 def reconcile(
