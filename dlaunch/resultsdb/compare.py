@@ -195,7 +195,9 @@ def _values(rows: Sequence[Dict[str, Any]], key: str) -> str:
     if key == "date":
         ended = sorted(row["ended"][:10] for row in rows)
         return "its runs ended from %s to %s" % (ended[0], ended[-1])
-    get = (lambda row: row["pins"].get(key[5:])) if key.startswith("pins.") else (lambda row: row[key])
+    get: Callable[[Dict[str, Any]], Any] = (
+        (lambda row: row["pins"].get(key[5:])) if key.startswith("pins.") else (lambda row: row[key])
+    )
     values = sorted({str(get(row)) for row in rows})
     return "its values of %s: %s" % (key, ", ".join(values[:10]) + (", ..." if len(values) > 10 else ""))
 
