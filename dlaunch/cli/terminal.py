@@ -237,7 +237,7 @@ def with_trainer_options(command: Callable) -> Callable:
         # `is`, not `in`: 0 == False, and --workers 0 or --label-smoothing 0 must reach the trainer.
         return command(trainer=tuple((k, v) for k, v in values if v is not None and v is not False), **kwargs)
 
-    wrapper.__signature__ = inspect.Signature(own + extra)  # type: ignore[attr-defined]
+    wrapper.__signature__ = inspect.Signature(own + extra)  # type: ignore[attr-defined]  # the signature typer reads, set on the wrapper
     wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
     return wrapper
 

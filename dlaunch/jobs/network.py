@@ -37,7 +37,7 @@ class Network(StrictModel):
 
     latency_us: float = Field(gt=0)
     bandwidth_gbps_per_node: float = Field(gt=0)
-    transport: Optional[Literal[tuple(TRANSPORTS)]] = None  # type: ignore[valid-type]
+    transport: Optional[Literal[tuple(TRANSPORTS)]] = None  # type: ignore[valid-type]  # a Literal of the trainer's transport names (train/network.py's TRANSPORTS)
     plugin: Optional[SafeName] = None
     provider: Optional[SafeName] = None
     interfaces: List[Annotated[str, StringConstraints(pattern=INTERFACE)]] = []

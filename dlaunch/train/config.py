@@ -111,7 +111,7 @@ class TrainConfig:
 class OneLineParser(argparse.ArgumentParser):
     """argparse that raises ConfigError (one line) instead of printing usage and exiting."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> None:  # type: ignore[override]  # raises, as argparse's error does
         raise ConfigError(message)
 
 

@@ -359,17 +359,17 @@ class EnergyMeter:
         """Read the counters (all, or the cheap ones; a source that fails from now on becomes
         unavailable) and sample utilisation."""
         for domain in list(self.joules):
-            if not (everything or self.sources[domain].cheap):  # type: ignore[union-attr]
+            if not (everything or self.sources[domain].cheap):  # type: ignore[union-attr]  # a domain in joules has a Counter source
                 continue
             try:
-                self.joules[domain] = self.sources[domain].update()  # type: ignore[union-attr]
+                self.joules[domain] = self.sources[domain].update()  # type: ignore[union-attr]  # a domain in joules has a Counter source
             except Unavailable as e:
                 self.sources[domain] = unavailable(str(e))
                 del self.joules[domain]
         gpu = self.sources.get("gpu")
         if isinstance(gpu, Counter) and (everything or gpu.cheap) and self.utilization_reason is None:
             try:
-                self.utilization.append(gpu.utilization_pct())  # type: ignore[attr-defined]
+                self.utilization.append(gpu.utilization_pct())  # type: ignore[attr-defined]  # the gpu source is a GPU counter (NVML, amdsmi or rocm-smi)
             except Unavailable as e:
                 self.utilization_reason = unavailable(str(e))
 
