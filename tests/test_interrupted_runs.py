@@ -129,6 +129,32 @@ def test_ctrl_c_after_the_end_record_leaves_an_ok_run_ok(tmp_path):
     assert row_of(tmp_path)["status"] == "ok"
 
 
+def test_dlaunch_cancel_of_a_local_run_says_so_after_the_dlaunch_that_followed_it_ends(tmp_path):
+    """`dlaunch cancel` from another shell while `dlaunch run --site local` follows the run (held after its first
+    epoch): the following dlaunch recorded the job's exit over `cancel requested`, and status credited a generic
+    SIGTERM ("cancelled by SIGTERM ...") instead of dlaunch cancel."""
+    hold = Hold(tmp_path)
+    argv = [sys.executable, "-m", "dlaunch.cli", "run", "--site", "local", "--gpus", "2", "--steps", "8",
+            "--steps-per-epoch", "4", "--experiment", "e", "--run-name", "r", *TINY]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=dict(os.environ, **hold.env()))
+    run = tmp_path / "runs" / "e" / "r"
+    try:
+        wait_for(lambda: epochs_done(1)(run) or proc.poll() is not None, "a first epoch")
+        assert proc.poll() is None, proc.communicate()
+        cancelled = dlaunch(tmp_path, "cancel", "runs/e/r")
+        assert cancelled.returncode == 0, cancelled.stderr
+        out, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        hold.release()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert (run / "state").read_text() == "cancel requested\n", out + err
+    seen = status_of(tmp_path)
+    assert (seen["status"], seen["ok"], seen["why_failed"]) == ("cancelled", False, None), seen
+    assert seen["stopped_by"].startswith("cancelled by dlaunch cancel (the trainer got SIGTERM)"), seen
+
+
 # -- the two cancels on the test Slurm cluster ------------------------------------------------------------------------
 
 def test_dlaunch_cancel_and_scancel_say_who_cancelled(two_nodes, slurm_site, tmp_path):

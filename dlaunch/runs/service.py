@@ -245,7 +245,8 @@ def _follow(run: RunDir, job: Running, say: Callable[[str], None], show_progress
     def wait(seconds: Optional[float]) -> bool:
         code = job.wait(seconds)
         if code is not None and not ended:
-            run.set_state(FINISHED_HERE % code)
+            if run.state != CANCEL_REQUESTED:  # `dlaunch cancel` ended it: its state keeps saying who did
+                run.set_state(FINISHED_HERE % code)
             ended.append(code)
         return code is not None
 
