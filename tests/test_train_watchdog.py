@@ -188,6 +188,15 @@ def test_without_a_silent_rank_the_one_behind_then_the_flight_recorders_missing_
     assert never["silent"][0]["why"] == "never reported" and never["silent"][0]["host"] is None
 
 
+def test_a_process_that_only_serves_is_never_behind():
+    """A parameter server (phase serving, no steps) beside two workers, one of them behind."""
+    server = dict(state(0, 999.0, step=None, phase="serving", timeout_s=None, overdue=False), role="server")
+    n1 = hb.node_record("n1", 1, 999.0, 10.0, [server, state(1, 999.0, step=12), state(2, 999.0, step=11)])
+    record = judge([n1], [0, 1, 2], 1000.0, 30.0, 180.0, {"rank": 1, "host": "n1"})
+    assert [(s["rank"], s["role"], s["why"]) for s in record["silent"]] == [
+        (2, "worker", "behind: alive at step 11 while others finished step 12")]
+
+
 def test_the_files_the_launcher_reads(tmp_path):
     folder = tmp_path / hb.HEARTBEAT_DIR
     folder.mkdir()
