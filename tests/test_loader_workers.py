@@ -1,6 +1,7 @@
 """Loader workers start safely beside the trainer's threads (issue 44 item 4; dlaunch/train/data/folder.py): a worker
 forked while another thread of the trainer holds a lock keeps that lock held for ever; the trainer's workers come from
 a fork server and never see that state."""
+
 import json
 import subprocess
 import sys
@@ -18,8 +19,15 @@ PROBE = Path(__file__).resolve().parent / "loader_lock_probe.py"
 
 
 def probe(way: str) -> dict:
-    done = subprocess.run([sys.executable, str(PROBE), way], cwd=REPO, env=trainer_env(), capture_output=True,
-                          text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, str(PROBE), way],
+        cwd=REPO,
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -33,8 +41,11 @@ def test_a_worker_forked_while_a_thread_holds_a_lock_finds_it_held_for_ever():
 
 def test_the_trainers_workers_find_the_lock_free():
     """The same moment with the trainer's own worker options (failed before: its workers were forked)."""
-    assert probe("trainer") == {"way": "trainer", "worker_found_the_lock_free": [True, True],
-                                "start_method": "forkserver"}
+    assert probe("trainer") == {
+        "way": "trainer",
+        "worker_found_the_lock_free": [True, True],
+        "start_method": "forkserver",
+    }
 
 
 def test_the_folder_loaders_keep_their_workers_and_seed_by_epoch_and_index(tmp_path):
@@ -45,8 +56,20 @@ def test_the_folder_loaders_keep_their_workers_and_seed_by_epoch_and_index(tmp_p
     make_pattern_folder(str(folder), 2, 4, 2, 40)
 
     def epochs(workers: int) -> list:
-        cfg = parse_config(["--data", str(folder), "--workers", str(workers), "--batch-size", "2", "--image-size",
-                            "32", "--metrics", str(tmp_path / "unused.jsonl")])
+        cfg = parse_config(
+            [
+                "--data",
+                str(folder),
+                "--workers",
+                str(workers),
+                "--batch-size",
+                "2",
+                "--image-size",
+                "32",
+                "--metrics",
+                str(tmp_path / "unused.jsonl"),
+            ]
+        )
         train = build_loaders(cfg, DistInfo(0, 1, 0, 1, torch.device("cpu"))).train
         if workers:
             assert train.loader.persistent_workers
