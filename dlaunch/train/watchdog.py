@@ -59,9 +59,8 @@ FLOOR_S = 180.0
 SAFETY_FACTOR = 5.0
 FIRST_SECTION_S = 1800.0
 HUNG_MARK = "hung"  # in the node-local folder: this node's writer has seen hang.json
-LOCAL_ROOT_ENV = (
-    "DLAUNCH_HEARTBEAT_LOCAL_DIR"  # the node-local folder's parent (default /dev/shm, else the temp folder)
-)
+# The node-local folder's parent (default /dev/shm, else the temp folder).
+LOCAL_ROOT_ENV = "DLAUNCH_HEARTBEAT_LOCAL_DIR"
 DUMP_TIMEOUT_S = 30.0  # a flight recorder dump or the end record that does not return by then is given up
 
 _current: List["Watchdog"] = []  # the process's running watchdog (torch_ps's server, the failpoints find it here)
@@ -218,7 +217,6 @@ class Watchdog:
 
     # -- the main thread's reports ----------------------------------------------------------------------------------
     def _publish(self, phase: str) -> None:
-        now = time.monotonic()
         deadline, allowed = self.clock.deadline(self.section_name, self.section_start)
         self.published = (
             self.step,
@@ -229,7 +227,6 @@ class Watchdog:
             deadline,
             None if self.off or self.serves else allowed,
             self.paused_now,
-            now,
         )
 
     def phase(self, name: str) -> None:
@@ -313,7 +310,7 @@ class Watchdog:
 
     def state(self) -> Dict[str, Any]:
         """This process's state as RANK_FIELDS (plus its flight recorder's summary after a hang)."""
-        step, step_time, epoch, phase, since, _, allowed, _, _ = self.published
+        step, step_time, epoch, phase, since, _, allowed, _ = self.published
         state = {
             "rank": self.rank,
             "local_rank": self.local_rank,
