@@ -3,8 +3,11 @@ forked while another thread of the trainer holds a lock keeps that lock held for
 a fork server and never see that state."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -12,6 +15,7 @@ from helpers_train import REPO, trainer_env
 
 from dlaunch.train.config import parse_config
 from dlaunch.train.data import build_loaders
+from dlaunch.train.data.folder import process_gone
 from dlaunch.train.data.make_folder import make_pattern_folder
 from dlaunch.train.frameworks.base import DistInfo
 
@@ -46,6 +50,33 @@ def test_the_trainers_workers_find_the_lock_free():
         "worker_found_the_lock_free": [True, True],
         "start_method": "forkserver",
     }
+
+
+def test_the_workers_and_their_fork_server_end_with_a_trainer_that_dies_abruptly(tmp_path):
+    """A trainer that exits without shutting its loader down (the watchdog's os._exit(69) on a hang; SIGKILL) leaves
+    no process behind (failed before: the fork server lives as long as its workers and each worker as long as its
+    parent, the fork server, so both ran on for ever, holding the job's output; seen in bench_watchdog.py's runs)."""
+    out = tmp_path / "probe.out"
+    with open(out, "w") as f:  # not a pipe: a process left behind would hold it open
+        done = subprocess.run(
+            [sys.executable, str(PROBE), "trainer-dies"],
+            cwd=REPO,
+            env=trainer_env(),
+            stdout=f,
+            stderr=subprocess.DEVNULL,
+            timeout=300,
+            check=False,
+        )
+    assert done.returncode == 69
+    pids = json.loads(out.read_text().splitlines()[-1])["pids"]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 120  # they end within TRAINER_CHECK_S of it; a bound, not a measurement
+    while not all(map(process_gone, pids)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [pid for pid in pids if not process_gone(pid)]
+    for pid in left:  # this test's own processes: end them, then fail
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "left running: %s" % left
 
 
 def test_the_folder_loaders_keep_their_workers_and_seed_by_epoch_and_index(tmp_path):
