@@ -827,10 +827,12 @@ def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
             print(line, file=sys.stderr)
         raise
     finally:
+        # The run is over: its teardown has no deadline (joining the loader's workers takes seconds, and a peer that
+        # has exited beats no more: a watchdog still running here called a finished run hung).
+        watch.stop()
         if trainer is not None:
             trainer.mllog.close()
             if trainer.writer:
                 trainer.writer.close()
         trainer = None  # release the model before the process group goes
         framework.shutdown()
-        watch.stop()
