@@ -6,6 +6,7 @@ reports whether it found LOCK free: a worker forked while the thread held it has
 whatever happens in this process afterwards (the state is forced, no timing involved). Prints one JSON line. LOCK
 stands for any lock a worker needs: a logging handler's, sys.stderr's buffer, a module being imported.
 `python tests/loader_lock_probe.py trainer-dies`: the trainer's workers started, then this process ends abruptly."""
+
 import json
 import sys
 import threading
@@ -66,8 +67,15 @@ def main(way: str) -> None:
     batches = iter(loader)  # the worker process starts now, while the thread holds LOCK
     workers_started.set()
     holder.join()
-    print(json.dumps({"way": way, "worker_found_the_lock_free": next(batches).tolist(),
-                      "start_method": loader.multiprocessing_context.get_start_method()}))
+    print(
+        json.dumps(
+            {
+                "way": way,
+                "worker_found_the_lock_free": next(batches).tolist(),
+                "start_method": loader.multiprocessing_context.get_start_method(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
