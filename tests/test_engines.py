@@ -154,6 +154,10 @@ def test_each_mode_completes_with_valid_metrics_and_records_its_architecture(mod
     assert settings["engine"] == row.engine and settings["architecture"] == row.architecture
     assert all(e["images_per_s"] > 0 and e["steps"] == 6 for e in metrics.epochs)
     assert metrics.epochs[1]["images"] == 6 * 16
+    # Every engine's processes run the hang watchdog (dlaunch/train/watchdog.py); only torch's has a flight recorder.
+    assert settings["watchdog"]["hang_timeout_s"] == "from the measured steps, at least 180"
+    assert settings["watchdog"]["flight_recorder"].startswith("TORCH_FR_BUFFER_SIZE" if row.engine == "torch" else
+                                                             "unavailable: this trainer has no flight recorder")
     if row.synchronous:
         assert settings["asynchronous"] is False and settings["staleness_bound"] == 0
         digests = metrics.end["param_digests"]

@@ -112,7 +112,10 @@ def test_horovod_knobs_are_applied_and_recorded(tmp_path):
     assert metrics.header["framework_settings"] == {
         "controller": "gloo", "built": metrics.header["framework_settings"]["built"], "fp16_allreduce": True,
         "fusion_threshold_bytes": 1024 * 1024, "backward_passes_per_step": 2,
-        "sgd": "for-loop", "compiled": None, "cuda_graph": None}  # the workload options' record (issue 39)
+        "sgd": "for-loop", "compiled": None, "cuda_graph": None,  # the workload options' record (issue 39)
+        "watchdog": {"hang_timeout_s": "from the measured steps, at least 180", "heartbeat_s": 1.0,  # issue 44
+                     "node_file_s": 10.0,
+                     "flight_recorder": "unavailable: horovod's collectives do not go through torch.distributed"}}
     assert len(set(metrics.end["param_digests"])) == 1
     assert metrics.epochs[0]["steps"] == STEPS  # loop steps are micro-batches (Horovod asserts the pairing)
     # linear scaling counts every image of an update: 2 passes x 4 images x 2 ranks = 16, reference 64

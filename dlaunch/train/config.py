@@ -3,11 +3,12 @@
 Everything that can be checked without starting a process group is checked here: flag values,
 flag combinations, and the image folder (layout, non-empty classes, `--num-classes`). Torch-free.
 
-Exit codes of `python -m dlaunch.train` (the launcher and Slurm scripts rely on them):
+Exit codes of `python -m dlaunch.train` (the launcher and Slurm scripts rely on them; dlaunch/train/errors.py):
   0 finished, 2 bad input, 75 interrupted by SIGUSR1 (Slurm's time-limit warning; a checkpoint was
   written, rerun with `--resume`), 143 cancelled by SIGTERM (scancel; a checkpoint was written too),
   65 diverged (the loss stayed non-finite for `--max-nonfinite-steps` steps; no checkpoint of the
-  non-finite weights is written), anything else: failed.
+  non-finite weights is written), 69 hung (no step finished within the hang timeout: dlaunch/train/watchdog.py;
+  hang.json in the run directory names the silent process), anything else: failed.
 """
 
 import argparse
@@ -16,7 +17,15 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from dlaunch.train.errors import EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, ConfigError  # noqa: F401
+from dlaunch.train.errors import (  # noqa: F401
+    EXIT_BAD_INPUT,
+    EXIT_CANCELLED,
+    EXIT_DIVERGED,
+    EXIT_HUNG,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    ConfigError,
+)
 from dlaunch.train.framework_table import FRAMEWORKS
 from dlaunch.train.metrics_schema import METRICS_FILE
 
@@ -38,6 +47,8 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".t
 # parses the trainer's flags with this module, so a job beyond them is refused before it queues.
 MAX_SEED = 2**32 - 1
 MAX_IMAGE_SIZE = 8192
+# The watchdog beats every tenth of the hang timeout; below this, a second's delay of a loaded machine is a hang.
+MIN_HANG_TIMEOUT_S = 2
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,7 @@ class TrainConfig:
     target_accuracy: Optional[float] = None
     val_every: int = 1
     max_nonfinite_steps: int = 5
+    hang_timeout: Optional[float] = None  # None: from the measured steps (dlaunch/train/watchdog.py); 0: off
     experiment: Optional[str] = None
     site: Optional[str] = None
     image: Optional[str] = None
@@ -188,6 +200,14 @@ FLAGS: Tuple[Flag, ...] = (
     Flag("target-accuracy", float, "top-1 fraction for time-to-accuracy, e.g. 0.75 (training goes on)"),
     Flag("val-every", int, "validate every N epochs (and after the last)"),
     Flag("max-nonfinite-steps", int, "stop as 'diverged' (exit %d) after N consecutive NaN/inf losses" % EXIT_DIVERGED),
+    Flag(
+        "hang-timeout",
+        float,
+        "stop the job as 'hung' (exit %d, hang.json names the silent process) when no step finishes for SECONDS "
+        "(default: 5 x the longest step or epoch boundary seen, at least 180 s; start-up, validation and checkpoint "
+        "have longer allowances; 0: off)" % EXIT_HUNG,
+        default_none=True,
+    ),
     Flag("experiment", str, "experiment name (provenance; default $DLAUNCH_EXPERIMENT)", launcher=False),
     Flag("site", str, "site name (provenance; default $DLAUNCH_SITE)", launcher=False),
     Flag("image", str, "container image (provenance; default $DLAUNCH_IMAGE)", launcher=False),
@@ -353,6 +373,10 @@ def _validate(cfg: TrainConfig, check_paths: bool) -> None:
     for flag, value in non_negative.items():  # type: ignore[assignment]  # value also names the loop above's int counts; these are numbers
         if value < 0:
             raise ConfigError("%s %s must not be negative" % (flag, value))
+    if cfg.hang_timeout is not None and cfg.hang_timeout != 0 and cfg.hang_timeout < MIN_HANG_TIMEOUT_S:
+        raise ConfigError(
+            "--hang-timeout %s must be 0 (off) or at least %d seconds" % (cfg.hang_timeout, MIN_HANG_TIMEOUT_S)
+        )
     if cfg.image_size < 32:
         raise ConfigError("--image-size %d is too small (ResNets need at least 32)" % cfg.image_size)
     if cfg.image_size > MAX_IMAGE_SIZE:

@@ -5,6 +5,9 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: resumable, requeue
 EXIT_CANCELLED = 143  # 128 + SIGTERM
 EXIT_DIVERGED = 65  # EX_DATAERR: the run's settings or data make the loss non-finite
+# EX_UNAVAILABLE: a process of the job stopped answering (dlaunch/train/watchdog.py); hang.json in the run directory
+# names it. Resuming on the same nodes may hang again.
+EXIT_HUNG = 69
 
 
 class ConfigError(ValueError):

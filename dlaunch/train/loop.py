@@ -30,6 +30,12 @@ Within an epoch rank 0 writes `progress.json` beside the metrics file after a st
 (dlaunch/train/progress.py: steps, images/s of the epoch's measured steps so far, its loss, one device sync per
 write to read the loss, none more with --host-syncs minimal).
 
+Hang detection (dlaunch/train/watchdog.py, issue 44): the loop tells the process's watchdog its phase (data, forward,
+backward, sync, optimizer, stop check, loader start, epoch boundary) and each finished step, and brackets validation and
+the checkpoint as sections with allowances of their own; a thread writes the heartbeat and, when no step finishes within
+the hang timeout, dumps the stacks and the flight recorder (dlaunch/train/flight_recorder.py, turned on before the process
+group starts), and the run ends `hung` (exit 69).
+
 The workload options (dlaunch/train/workload.py) change how a step runs, not what it computes: --compile (the
 first step compiles; its wall time is the epoch record's `compile_s`), --cuda-graphs (the step captured at the last
 warm-up step and replayed; its parts are not timed), --optimizer-impl, --host-syncs minimal (the losses are read at
@@ -53,7 +59,7 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.nn as nn
 
-from dlaunch.train import jobenv
+from dlaunch.train import flight_recorder, jobenv
 from dlaunch.train.checkpoint import checkpoint_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from dlaunch.train.config import (
     EXIT_BAD_INPUT,
@@ -69,9 +75,10 @@ from dlaunch.train.energy import EnergyMeter, Figure
 from dlaunch.train.engines import threads_per_rank
 from dlaunch.train.frameworks.base import DistInfo, Framework
 from dlaunch.train.gpuhealth import GpuHealth
+from dlaunch.train.heartbeat import hung_end_fields
 from dlaunch.train.metrics import library_versions
 from dlaunch.train.metrics_core import MetricsWriter, git_revision, print_summary, run_id
-from dlaunch.train.metrics_schema import energy_total, is_number
+from dlaunch.train.metrics_schema import UNAVAILABLE, energy_total, is_number, unavailable
 from dlaunch.train.mllog import MLPerfLog, hyperparameters, mllog_path
 from dlaunch.train.models import build_model
 from dlaunch.train.network import NCCL_LOG_DIR, by_node, nccl_warnings, observe, route_nccl_debug
@@ -80,6 +87,7 @@ from dlaunch.train.profiling import KernelProfiler, StepProfiler, kernel_fields,
 from dlaunch.train.progress import ProgressFile, finite_or_none, interval_s, progress_path
 from dlaunch.train.schedule import LRSchedule
 from dlaunch.train.signals import STOP_STATUSES, StopSignals
+from dlaunch.train.watchdog import Watchdog
 from dlaunch.train.workload import (
     CapturedStep,
     FirstStepClock,
@@ -122,8 +130,16 @@ class EpochProgress:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, argv: List[str], framework: Framework, dist: DistInfo, signals: StopSignals):
-        self.cfg, self.argv, self.fw, self.dist, self.signals = cfg, argv, framework, dist, signals
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        argv: List[str],
+        framework: Framework,
+        dist: DistInfo,
+        signals: StopSignals,
+        watch: Watchdog,
+    ):
+        self.cfg, self.argv, self.fw, self.dist, self.signals, self.watch = cfg, argv, framework, dist, signals, watch
         self.init_started = time.time()  # MLPerf's init_start
         self.device = dist.device
         self.writer: Optional[MetricsWriter] = None
@@ -222,6 +238,7 @@ class Trainer:
     def agreed_stop(self) -> Optional[str]:
         """`diverged` / `cancelled` / `interrupted` when any rank diverged / got SIGTERM / SIGUSR1, on every
         rank alike (no checkpoint is worth resuming from non-finite weights, so divergence comes first)."""
+        self.watch.phase("stop check")
         flags = torch.tensor(self.signals.flags(), dtype=torch.float64, device=self.device)
         usr1, term, diverged = self.fw.all_reduce_sum(torch.cat([flags, self.losses.diverged_flag()])).tolist()
         if diverged > 0:
@@ -268,6 +285,7 @@ class Trainer:
         if self.dist.is_main:
             continuing = os.path.exists(cfg.metrics_path) and os.path.getsize(cfg.metrics_path) > 0
             self.writer = MetricsWriter(cfg.metrics_path)
+            self.watch.on_hung = self.write_hung_end
             if state is not None and continuing:
                 self.writer.write(
                     "resume",
@@ -298,6 +316,7 @@ class Trainer:
         cfg = self.cfg
         overhead, self.next_overhead = self.next_overhead, EpochOverhead()
         loader = self.loaders.train
+        self.watch.epoch_began(epoch)
         with overhead.timed("loader_start_s"):
             loader.set_epoch(epoch, skip)
         self.model.train()
@@ -347,6 +366,7 @@ class Trainer:
             measured_steps += int(measured)
             self.global_step += 1
             self.session_steps += 1
+            self.watch.step_done(self.global_step, epoch)
             if self.session_steps == cfg.warmup_steps and cfg.compile != "off":
                 self.graphs_counted = compiled_graphs()
             if profiled and self.session_steps == warmup_and_profile and self.writer:
@@ -369,6 +389,7 @@ class Trainer:
                 self.progress_file.write(
                     **self.progress_fields(epoch, progress, epoch_start, window_start, measured_steps, loss_steps)
                 )
+        self.watch.phase("epoch boundary")
         with overhead.timed("barrier_s"):
             now = self.synced_time()
         recompiled = self.graphs_compiled_after_warmup()
@@ -427,7 +448,9 @@ class Trainer:
         """One step from asking `batches` for its batch (at `requested`): the train step, its CUDA graph's replay or a
         profiled step; returns the seconds waited for the batch."""
         self.timer.begin(timed=measured and self.captured is None)  # a replay's parts are not timed
+        self.watch.phase("data")
         images, labels = next(batches)
+        self.watch.phase("compile" if self.session_steps == 0 and self.cfg.compile != "off" else "forward")
         if profiled:
             self.synchronize()
         waited = time.perf_counter() - requested
@@ -447,8 +470,10 @@ class Trainer:
         bookkeeping; returns the loss."""
         self.fw.zero_grad()
         loss = self.forward_backward(images, labels)
+        self.watch.phase("sync")
         self.fw.synchronize_gradients()
         self.timer.mark("ready")
+        self.watch.phase("optimizer")
         self.fw.step()
         self.timer.end()
         loss = loss.detach()
@@ -458,6 +483,7 @@ class Trainer:
     def forward_backward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         with autocast(self.cfg, self.device):
             loss = self.criterion(self.wrapped(images), labels)  # hooks mark the model's forward
+        self.watch.phase("backward")
         self.timer.mark("backward_begin")
         self.fw.backward(loss)  # a hook marks the first parameter's gradient
         return loss
@@ -501,7 +527,7 @@ class Trainer:
         self.mllog.epoch_stop(epoch)
         block_ends = (epoch + 1) % self.cfg.val_every == 0 or last
         if self.loaders.val is not None and block_ends:
-            with overhead.timed("validation_s"):
+            with overhead.timed("validation_s"), self.watch.section("validation"):
                 self.mllog.eval_start(epoch)
                 fields = self.validate()
                 self.mllog.eval_stop(epoch, fields["top1"], fields.pop("images"))  # type: ignore[arg-type]  # validate()'s image count is an int (int(total)) in its float dict
@@ -600,9 +626,10 @@ class Trainer:
             "energy_j": self.measured_energy(),
             "energy_to_accuracy_j": self.energy_to_accuracy,
         }
-        if self.dist.is_main:
-            save_checkpoint(checkpoint_path(self.cfg.checkpoint_dir), state)
-        self.fw.barrier()
+        with self.watch.section("checkpoint"):
+            if self.dist.is_main:
+                save_checkpoint(checkpoint_path(self.cfg.checkpoint_dir), state)
+            self.fw.barrier()
 
     def restore(self, state: Dict[str, Any]) -> tuple:
         path = checkpoint_path(self.cfg.checkpoint_dir)  # type: ignore[arg-type]  # a state is restored only with --resume, which needs --checkpoint-dir
@@ -680,10 +707,12 @@ class Trainer:
             "sgd": optimizer_impl(self.optimizer),
             "compiled": self.fw.compiled or None,
             "cuda_graph": "the whole step, captured at the last warm-up step" if self.captured is not None else None,
+            "watchdog": self.watch.settings(),
         }
 
     def finish(self, status: str) -> None:
         """Write the `end` record with every rank's parameter digest and the run's energy, and print the summary."""
+        self.watch.phase("epoch boundary")
         digests = self.fw.all_gather_object(self.fw.parameter_digest(self.model))
         self.read_energy()
         reason = None
@@ -712,22 +741,67 @@ class Trainer:
             print_summary(self.epoch_records, end)
         self.mllog.run_stop(status)
 
+    def write_hung_end(self, record: Dict[str, Any]) -> None:
+        """The `end` record of a run found hung (the watchdog's thread calls it on rank 0, then the process exits)."""
+        fields = hung_end_fields(record)
+        if self.writer:
+            self.writer.write(
+                "end",
+                status="hung",
+                total_time_s=self.elapsed(),
+                epochs_completed=self.epochs_completed,
+                best_top1=self.best_top1,
+                target_accuracy=self.cfg.target_accuracy,
+                time_to_accuracy_s=self.time_to_accuracy,
+                energy_j=self.energy_j,
+                energy_to_accuracy_j=self.energy_to_accuracy,
+                **fields,
+            )
+        self.mllog.run_stop("hung")
+
+
+def watch_flight_recorder(watch: Watchdog, framework: Framework, dist: DistInfo, enabled: str) -> None:
+    """Give the watchdog this process's flight recorder to dump on a hang (`enabled`: what `flight_recorder.enable`
+    did before the process group started), or the reason there is none."""
+    backend = framework.flight_recorder_backend()
+    release, records_gloo = flight_recorder.this_torch()
+    missing = (
+        flight_recorder.availability(backend, release, records_gloo)
+        if backend
+        else unavailable("%s's collectives do not go through torch.distributed" % framework.name)
+    )
+    if missing or enabled.startswith(UNAVAILABLE) or backend is None:  # no backend: `missing` says why
+        watch.flight_recorder_missing = watch.flight_recorder_setting = missing or enabled
+        return
+
+    def dump(folder: str) -> Any:
+        content = flight_recorder.dump(flight_recorder.dump_path(folder, dist.rank), backend)
+        if not content["entries"]:
+            return unavailable("the flight recorder holds no collective (%s)" % enabled)
+        return flight_recorder.summary(content, dist.rank)
+
+    watch.flight_recorder, watch.flight_recorder_setting = dump, enabled
+
 
 def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
     """Run the trainer in this process; return the exit code (see dlaunch/train/config.py)."""
     signals = StopSignals().install()
     trainer: Optional[Trainer] = None
     nccl_log = None
-    if cfg.device != "cpu" and torch.cuda.is_available():  # before NCCL/RCCL start: they read it once
-        nccl_log = route_nccl_debug(
-            os.environ, os.path.join(os.path.dirname(os.path.abspath(cfg.metrics_path)), NCCL_LOG_DIR)
-        )
+    run_dir = os.path.dirname(os.path.abspath(cfg.metrics_path))
+    watch = Watchdog(run_dir, cfg.hang_timeout, os.environ, socket.gethostname()).start()
+    on_gpu = cfg.device != "cpu" and torch.cuda.is_available()
+    if on_gpu:  # before NCCL/RCCL start: they read it once
+        nccl_log = route_nccl_debug(os.environ, os.path.join(run_dir, NCCL_LOG_DIR))
+    # Before the process group starts, which reads it once.
+    recorder = flight_recorder.enable(os.environ, "nccl" if on_gpu else "gloo", *flight_recorder.this_torch())
     try:
         refusal = torch_refusal(cfg, TorchFeatures.of_this_torch())
         if refusal:
             raise ConfigError(refusal)
         dist = framework.init(cfg)
-        trainer = Trainer(cfg, argv, framework, dist, signals)
+        watch_flight_recorder(watch, framework, dist, recorder)
+        trainer = Trainer(cfg, argv, framework, dist, signals, watch)
         status = trainer.run()
         trainer.finish(status)
         framework.barrier()  # no rank tears down the group while another still uses it
@@ -753,6 +827,9 @@ def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
             print(line, file=sys.stderr)
         raise
     finally:
+        # The run is over: its teardown has no deadline (joining the loader's workers takes seconds, and a peer that
+        # has exited beats no more: a watchdog still running here called a finished run hung).
+        watch.stop()
         if trainer is not None:
             trainer.mllog.close()
             if trainer.writer:

@@ -9,10 +9,12 @@ import hashlib
 import json
 import os
 import subprocess
+import threading
 import time
 from typing import Any, Dict, List, Optional
 
 from dlaunch.train import jobenv
+from dlaunch.train.heartbeat import hung_end_fields
 from dlaunch.train.metrics_schema import STEP_PHASES, abstract_request, energy_total, make_record
 
 
@@ -24,15 +26,18 @@ class MetricsWriter:
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (open for the run: a record per write)
+        # The watchdog's thread writes a hung run's end record (dlaunch/train/watchdog.py).
+        self._lock = threading.Lock()
 
     def write(self, record_type: str, **fields: Any) -> Dict[str, Any]:
         if record_type == "header":
             fields = dict(header_links(), **fields)
             fields.setdefault("request", abstract_request(fields))
         record = make_record(record_type, time.time(), **fields)
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        with self._lock:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
         return record
 
     def close(self) -> None:
@@ -213,6 +218,20 @@ class RunRecorder:
                     lr=lr,
                     **fields,
                 )
+            )
+
+    def hung(self, record: Dict[str, Any]) -> None:
+        """The end record of a run found hung (dlaunch/train/watchdog.py's thread calls it, then the process exits)."""
+        if self.writer:
+            self.writer.write(
+                "end",
+                status="hung",
+                total_time_s=self.elapsed(),
+                epochs_completed=len(self.epochs),
+                best_top1=self.best_top1,
+                target_accuracy=self.cfg.target_accuracy,
+                time_to_accuracy_s=self.time_to_accuracy,
+                **hung_end_fields(record),
             )
 
     def end(self, status: str, reason: Optional[str] = None, param_digests: Optional[List[str]] = None) -> None:

@@ -7,7 +7,14 @@ A metrics file is JSON lines. Every record has `schema`, `version`, `type` and `
 seconds). Types and their fields are in `RECORD_FIELDS`; `validate_record` checks one record,
 `read_metrics` reads and checks a whole file.
 
-Versions: 4 is written; 1, 2, 3 and 4 are read (a file resumed by a newer trainer mixes them). Version 4
+Versions: 5 is written; 1 to 5 are read (a file resumed by a newer trainer mixes them). Version 5 adds the end status
+`hung` (no step finished within the hang timeout, dlaunch/train/watchdog.py; exit code 69) and the end record's
+optional `hang`: {file: "hang.json", timeout_s, silent: the silent processes, flight_recorder: the first collective not
+every rank entered, or null, or "unavailable: <reason>"}, a copy of the hang record's fields of those names
+(dlaunch/train/heartbeat.py documents them), its `summary` as the end record's `reason`. The `end` record is written by
+rank 0: where rank 0 is the silent process there is none, and the hang record `hang.json` in the run directory, written
+by the lowest live process, is the only record (a run without an end record whose run directory holds `hang.json`
+hung). Version 4
 adds optional epoch-record fields that explain where an epoch's time went (dlaunch/train/phases.py,
 dlaunch/train/gpuhealth.py; a reader treats a missing one as "not recorded", never as 0):
 - `phases`: per-rank timers of a step (`STEP_PHASES`, seconds per step, each the mean over that rank's timed
@@ -58,13 +65,16 @@ if TYPE_CHECKING:  # typing.TypeGuard is Python 3.10+; the trainer runs on 3.9
     from typing import TypeGuard
 
 SCHEMA = "dlaunch.metrics"
-VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 METRICS_FILE = "metrics.jsonl"  # a run directory's metrics file
 
 # Closing statuses: `interrupted` is a run stopped by a signal after checkpointing (resumable);
-# `diverged` a run stopped because its loss stayed non-finite (`--max-nonfinite-steps`).
-END_STATUSES = ("ok", "failed", "cancelled", "interrupted", "diverged")
+# `diverged` a run stopped because its loss stayed non-finite (`--max-nonfinite-steps`); `hung` (version 5) a run
+# stopped because no step finished within the hang timeout (`--hang-timeout`).
+END_STATUSES = ("ok", "failed", "cancelled", "interrupted", "diverged", "hung")
+# Version 5: the end record's `hang` (the hang record's fields of these names, and the file it is in).
+HANG_SHAPE_KEYS = ("file", "timeout_s", "silent", "flight_recorder")
 
 # gpu: the GPUs' own counters; cpu and dram: RAPL package and DRAM; node: whole-node counters (HPE
 # Cray pm_counters), which include the GPUs, CPUs and memory of the node.
@@ -239,6 +249,7 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
         "param_digests": ((list,), False),  # sha256 of every rank's parameters, index = rank
         "energy_j": (ENERGY, False),  # the whole run (all sessions of a resumed run), all ranks
         "energy_to_accuracy_j": (_OPT_NUM, False),  # energy_total at the first validation >= target
+        "hang": ((dict,), False),  # version 5, status `hung`: HANG_SHAPE_KEYS
     },
 }
 
@@ -420,6 +431,11 @@ def validate_record(record: Any) -> None:
             raise MetricsError("%s record: field %r has type %s" % (rtype, name, type(value).__name__))
     if rtype == "end" and record["status"] not in END_STATUSES:
         raise MetricsError("end record: status %r not in %s" % (record["status"], END_STATUSES))
+    if rtype == "end" and "hang" in record and set(record["hang"]) != set(HANG_SHAPE_KEYS):
+        raise MetricsError(
+            "end record: field 'hang' has the keys %s, expected %s"
+            % (", ".join(sorted(record["hang"])), ", ".join(HANG_SHAPE_KEYS))
+        )
 
 
 # Bounds of the figures a reader computes with (None: open). The reader refuses NaN, infinity and a

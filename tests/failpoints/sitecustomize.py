@@ -3,12 +3,18 @@ start-up in every process whose PYTHONPATH names this folder (tests/holds.py set
 torchrun pass it on to the job's processes).
 
 With DLAUNCH_TEST_HOLD=FILE, each trainer process pauses after its first finished epoch (the epoch record
-written, the checkpoint saved) until FILE (every rank) or FILE.rank<N> (rank N) exists, or the process has
-received a stop signal. With DLAUNCH_TEST_HOLD_AT_STEP=N too, each pauses alike before its step N + 1 (N steps
-done, run-wide), first creating FILE.held-at-step-N.rank<R>. With DLAUNCH_TEST_HOLD_AFTER_END=1 instead, each pauses
-only once it has written its end record (the run's last moment in the trainer), first creating
-FILE.held-after-end.rank<R>. A test thereby sees a live run mid-way on any machine, however fast the job, and then
-releases it by creating the file."""
+written, the checkpoint saved), first creating FILE.held-after-epoch-0.rank<R>, until FILE (every rank) or
+FILE.rank<N> (rank N) exists, or the process has received a stop signal. With DLAUNCH_TEST_HOLD_AT_STEP=N too, each
+pauses alike before its step N + 1 (N steps done, run-wide), first creating FILE.held-at-step-N.rank<R>. With
+DLAUNCH_TEST_HOLD_AFTER_END=1 instead, each pauses only once it has written its end record (the run's last moment in
+the trainer), first creating FILE.held-after-end.rank<R>. A test thereby sees a live run mid-way on any machine,
+however fast the job, and then releases it by creating the file. These holds pause the process's hang watchdog
+(dlaunch/train/watchdog.py: no deadline while held, its clock restarting at the release; the phase it shows stays the
+trainer's): a held run is not a hung one.
+
+With DLAUNCH_TEST_HOLD_IN=validation or checkpoint instead, each process holds inside that section of its first epoch
+(validation: before validating; checkpoint: rank 0 before writing it, the others wait for it in the barrier), first
+creating FILE.held-in-<section>.rank<R>, and the watchdog is not paused: a section that lasts, as a slow one does."""
 import importlib.abc
 import importlib.machinery
 import os
@@ -18,43 +24,64 @@ import time
 HOLD_FILE = os.environ.get("DLAUNCH_TEST_HOLD")
 HOLD_AFTER_EPOCH = 0
 HOLD_AT_STEP = int(os.environ.get("DLAUNCH_TEST_HOLD_AT_STEP", "-1"))
+HOLD_IN = os.environ.get("DLAUNCH_TEST_HOLD_IN")
 HOLD_AFTER_END = os.environ.get("DLAUNCH_TEST_HOLD_AFTER_END") == "1"
 GIVE_UP_S = 900.0  # a test that died without releasing its job does not leave it waiting for ever
 
 
-def hold() -> None:
+def hold(where: str, pause_watchdog: bool = True) -> None:
+    """Create FILE.<where>.rank<R>, then wait for a release."""
+    import contextlib
+
     from dlaunch.train.signals import StopSignals
 
-    files = (HOLD_FILE, "%s.rank%s" % (HOLD_FILE, os.environ.get("RANK", "0")))
+    try:
+        from dlaunch.train.watchdog import running
+    except ImportError:  # an image's trainer from before the watchdog
+        running = lambda: None  # noqa: E731
+    rank = os.environ.get("RANK", "0")
+    open("%s.%s.rank%s" % (HOLD_FILE, where, rank), "w").close()
+    files = (HOLD_FILE, "%s.rank%s" % (HOLD_FILE, rank))
     deadline = time.monotonic() + GIVE_UP_S
-    while not any(map(os.path.exists, files)) and not any(StopSignals().flags()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    watchdog = running()
+    with watchdog.paused() if watchdog and pause_watchdog else contextlib.nullcontext():
+        while not any(map(os.path.exists, files)) and not any(StopSignals().flags()) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def patch(module) -> None:
-    train_epoch, step, finish = module.Trainer.train_epoch, module.Trainer.step, module.Trainer.finish
+    trainer = module.Trainer
+    train_epoch, step, finish = trainer.train_epoch, trainer.step, trainer.finish
+    validate, save_checkpoint = trainer.validate, module.save_checkpoint
 
     def held_train_epoch(self, epoch, skip, progress):
         status = train_epoch(self, epoch, skip, progress)
-        if status is None and epoch == HOLD_AFTER_EPOCH and not HOLD_AFTER_END:
-            hold()
+        if status is None and epoch == HOLD_AFTER_EPOCH and not (HOLD_IN or HOLD_AFTER_END):
+            hold("held-after-epoch-%d" % epoch)
         return status
 
     def held_finish(self, status):
         finish(self, status)
         if HOLD_AFTER_END:
-            open("%s.held-after-end.rank%s" % (HOLD_FILE, os.environ.get("RANK", "0")), "w").close()
-            hold()
+            hold("held-after-end")
 
     def held_step(self, *args, **kwargs):
         if self.global_step == HOLD_AT_STEP:
-            open("%s.held-at-step-%d.rank%s" % (HOLD_FILE, HOLD_AT_STEP, os.environ.get("RANK", "0")), "w").close()
-            hold()
+            hold("held-at-step-%d" % HOLD_AT_STEP)
         return step(self, *args, **kwargs)
 
-    module.Trainer.train_epoch = held_train_epoch
-    module.Trainer.step = held_step
-    module.Trainer.finish = held_finish
+    def held_validate(self):
+        if HOLD_IN == "validation" and self.epochs_completed == HOLD_AFTER_EPOCH:
+            hold("held-in-validation", pause_watchdog=False)
+        return validate(self)
+
+    def held_save_checkpoint(path, state):
+        if HOLD_IN == "checkpoint" and state["epoch"] == HOLD_AFTER_EPOCH + 1:
+            hold("held-in-checkpoint", pause_watchdog=False)
+        return save_checkpoint(path, state)
+
+    trainer.train_epoch, trainer.step, trainer.finish = held_train_epoch, held_step, held_finish
+    trainer.validate, module.save_checkpoint = held_validate, held_save_checkpoint
 
 
 class HoldFinder(importlib.abc.MetaPathFinder):

@@ -7,7 +7,7 @@ one subclass and registering it in `dlaunch/train/frameworks/__init__.py`.
 import contextlib
 import hashlib
 from dataclasses import dataclass
-from typing import Any, ContextManager, Dict, Iterable, List, Tuple
+from typing import Any, ContextManager, Dict, Iterable, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -134,6 +134,11 @@ class Framework:
         whose network dlaunch/train/network.py records."""
         return ()
 
+    def flight_recorder_backend(self) -> Optional[str]:
+        """The torch.distributed backend ("nccl", "gloo") whose collectives torch's flight recorder records for this
+        process (dlaunch/train/flight_recorder.py); None where the collectives do not go through torch.distributed."""
+        return None
+
     def settings(self) -> Dict[str, Any]:
         """Framework settings in effect, for the metrics header."""
         return {}
@@ -173,3 +178,8 @@ class ProcessGroupFramework(Framework):
         """The default group's backends: "gloo", "nccl", or per device ("cpu:gloo,cuda:nccl")."""
         backend = str(dist.get_backend())
         return tuple(dict.fromkeys(part.split(":")[-1] for part in backend.split(",")))
+
+    def flight_recorder_backend(self) -> Optional[str]:
+        """NCCL where the default group has it, else gloo."""
+        libraries = self.collective_libraries()
+        return "nccl" if "nccl" in libraries else "gloo" if "gloo" in libraries else None

@@ -145,7 +145,12 @@ class TorchParameterServer(ProcessGroupFramework):
         """The server's whole life: build the model as the workers do, answer until they shut down."""
         global _server
         from dlaunch.train.models import build_model
+        from dlaunch.train.watchdog import running
         from dlaunch.train.workload import build_optimizer
+
+        watch = running()
+        if watch is not None:
+            watch.serving()  # no steps of its own: it beats; the workers' watchdogs judge
 
         torch.manual_seed(cfg.seed)
         model = build_model(cfg.model, cfg.num_classes)

@@ -7,6 +7,7 @@ The metrics file is written by worker 0.
 """
 
 import os
+import socket
 import sys
 
 from dlaunch.train.signals import StopSignals
@@ -16,6 +17,7 @@ StopSignals().install()  # before the slow imports (see dlaunch/train/signals.py
 from dlaunch.train.config import EXIT_BAD_INPUT, EXIT_OK, ConfigError  # noqa: E402
 from dlaunch.train.engines import WORKER, engine_config  # noqa: E402
 from dlaunch.train.mx.roles import dmlc_environment  # noqa: E402
+from dlaunch.train.watchdog import Watchdog  # noqa: E402
 
 
 def main() -> int:
@@ -32,8 +34,15 @@ def main() -> int:
         os.environ["MXNET_MKLDNN_ENABLED"] = "0"
     os.environ["OMP_NUM_THREADS"] = str(layout.threads(cfg.threads))
     if layout.role != WORKER:
-        import mxnet  # noqa: F401  (runs the scheduler or server until the workers finish)
-
+        # It beats while mxnet's import serves (ps-lite's C++ runs without the GIL); no deadline of its own.
+        watch = Watchdog(
+            os.path.dirname(os.path.abspath(cfg.metrics_path)), cfg.hang_timeout, os.environ, socket.gethostname()
+        ).start()
+        watch.serving(layout.role)
+        try:
+            import mxnet  # noqa: F401  (runs the scheduler or server until the workers finish)
+        finally:
+            watch.stop()
         return EXIT_OK
     from dlaunch.train.mx.trainer import run
 

@@ -12,6 +12,13 @@ validation are rank 0's (the key-value store has no all-reduce besides the model
 dist_sync every worker holds the same weights after each step. Stop signals are read every
 `STOP_CHECK_STEPS` steps after a barrier, so all workers see a signal Slurm sent to all of them at the
 same step.
+
+Hang detection (dlaunch/train/watchdog.py): a worker reports its phases (data, forward, backward, sync: the key-value
+store's push and pull or Horovod's all-reduce with the update, stop check, validation, epoch boundary) and steps. Its
+watchdog starts once the worker is built: gluon's DataLoader forks its worker pool when the loader is made, and the
+watchdog's thread must not exist at that fork (so start-up before it is not watched; mx-allreduce's first worker has
+started the Horovod rendezvous server's thread by then, as before the watchdog). The scheduler and the servers only
+serve (dlaunch/train/mx/__main__.py). No flight recorder.
 """
 
 import hashlib
@@ -34,6 +41,7 @@ from dlaunch.train.mx.roles import horovod_environment, host_interface
 from dlaunch.train.mx.schedule import ScheduleOnServer
 from dlaunch.train.schedule import LRSchedule
 from dlaunch.train.signals import StopSignals
+from dlaunch.train.watchdog import Watchdog
 
 STOP_CHECK_STEPS = 10
 RENDEZVOUS_TIMEOUT_S = 600.0
@@ -214,11 +222,14 @@ class Worker:
         cfg = self.cfg
         smooth = cfg.label_smoothing
         target = mx.nd.one_hot(labels, cfg.num_classes) * (1 - smooth) + smooth / cfg.num_classes
+        self.watch.phase("forward")
         with autograd.record():
             loss = self.loss(self.net(images), target)
+        self.watch.phase("backward")
         loss.backward()
         if self.hvd:
             self.trainer.set_learning_rate(self.schedule(self.global_step))
+        self.watch.phase("sync")
         self.trainer.step(self.step_images)
         return float(loss.mean().asscalar())
 
@@ -265,8 +276,11 @@ class Worker:
 
         return horovod.__version__
 
-    def run(self) -> int:
+    def run(self, watch: Watchdog) -> int:
         cfg = self.cfg
+        self.watch = watch
+        if self.recorder.writer:
+            watch.on_hung = self.recorder.hung
         hosts = [self.layout.hosts[t] for t in self.layout.ids("worker")]
         staleness = (
             {"staleness_bound": 0}
@@ -284,7 +298,9 @@ class Worker:
             global_batch=cfg.batch_size * self.workers,
             lr_scaled=self.schedule.lr_max,
             versions=versions(),
-            framework_settings=dict(mode_settings(self.mode), **self.transport(), **staleness),
+            framework_settings=dict(
+                mode_settings(self.mode), watchdog=watch.settings(), **self.transport(), **staleness
+            ),
             loader_settings={
                 "data": cfg.data,
                 "pipeline": "gluon" if self.train else "synthetic",
@@ -311,12 +327,14 @@ class Worker:
         epoch_start = time.perf_counter()
         window_start: Optional[float] = None
         loss_sum, data_wait, steps, measured = 0.0, 0.0, 0, 0
+        self.watch.epoch_began(epoch)
         batches = self.batches(epoch)
         while steps < self.steps_per_epoch and self.global_step < self.total_steps:
             if self.session_steps >= cfg.warmup_steps and window_start is None:
                 self.barrier()
                 window_start = time.perf_counter()
             requested = time.perf_counter()
+            self.watch.phase("data")
             images, labels = next(batches)
             data_wait += time.perf_counter() - requested
             loss = self.step(images, labels)
@@ -326,15 +344,21 @@ class Worker:
             measured += int(window_start is not None)
             self.global_step += 1
             self.session_steps += 1
+            self.watch.step_done(self.global_step, epoch)
             if self.global_step % STOP_CHECK_STEPS == 0:
+                self.watch.phase("stop check")
                 self.barrier()
                 status = self.stop_status()
                 if status:
                     return status
+        self.watch.phase("epoch boundary")
         mx.nd.waitall()
         self.barrier()
         now = time.perf_counter()
-        validation = self.validate() if self.val is not None else None
+        validation = None
+        if self.val is not None:
+            with self.watch.section("validation"):
+                validation = self.validate()
         self.recorder.epoch(
             epoch,
             steps,
@@ -350,4 +374,11 @@ class Worker:
 
 
 def run(cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout) -> int:
-    return Worker(cfg, argv, mode, layout, StopSignals().install()).run()
+    worker = Worker(cfg, argv, mode, layout, StopSignals().install())  # its loaders' worker pool forks in here
+    watch = Watchdog(
+        os.path.dirname(os.path.abspath(cfg.metrics_path)), cfg.hang_timeout, os.environ, socket.gethostname()
+    ).start()
+    try:
+        return worker.run(watch)
+    finally:
+        watch.stop()

@@ -11,6 +11,10 @@ Steps: a synchronous step updates the model once with the gradients of every wor
 (`--batch-size` x workers images). An asynchronous round is one update per worker (the same images);
 the LR schedule counts rounds, linearly scaled for one worker's batch (each update is one worker's
 gradient). Throughput is the job's images between two points at which all workers were done.
+
+Hang detection (dlaunch/train/watchdog.py): the processes that run steps (the all-reduce workers, the parameter-server
+chief) report their phases (data, step: the whole tf.function, stop check, validation, epoch boundary) and steps; the
+parameter servers and the chief's workers only serve (they beat, no deadline of their own). No flight recorder.
 """
 
 import hashlib
@@ -32,6 +36,7 @@ from dlaunch.train.schedule import LRSchedule
 from dlaunch.train.signals import StopSignals
 from dlaunch.train.tf import data
 from dlaunch.train.tf.models import build_model
+from dlaunch.train.watchdog import Watchdog
 
 STOP_CHECK_STEPS = 10
 EXIT_CODES = {"ok": EXIT_OK, "interrupted": EXIT_INTERRUPTED, "cancelled": EXIT_CANCELLED, "diverged": EXIT_DIVERGED}
@@ -109,15 +114,26 @@ def run(cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayo
     threads = layout.threads(cfg.threads)
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(min(2, threads))
+    watch = Watchdog(
+        os.path.dirname(os.path.abspath(cfg.metrics_path)),
+        cfg.hang_timeout,
+        os.environ,
+        socket.gethostname(),
+        layout.role,
+    ).start()
     if layout.role != (WORKER if mode.architecture == "allreduce" else COORDINATOR):
-        return serve(mode, layout, threads)
+        watch.serving(layout.role)
+        return serve(mode, layout, threads, watch)
     signals = StopSignals().install()
-    if mode.architecture == "allreduce":
-        return AllReduceTrainer(cfg, argv, mode, layout, signals).run()
-    return ParameterServerTrainer(cfg, argv, mode, layout, signals).run()
+    try:
+        if mode.architecture == "allreduce":
+            return AllReduceTrainer(cfg, argv, mode, layout, signals, watch).run()
+        return ParameterServerTrainer(cfg, argv, mode, layout, signals, watch).run()
+    finally:
+        watch.stop()
 
 
-def serve(mode: FrameworkInfo, layout: TaskLayout, threads: int) -> int:
+def serve(mode: FrameworkInfo, layout: TaskLayout, threads: int, watch: Watchdog) -> int:
     """A parameter server or a worker of ParameterServerStrategy: serve until the chief's port closes."""
     config = tf_config(layout, mode)
     pools = tf.compat.v1.ConfigProto(
@@ -146,8 +162,10 @@ def serve(mode: FrameworkInfo, layout: TaskLayout, threads: int) -> int:
                     "dlaunch.train.tf: error: the chief %s:%d did not come up in %.0f s"
                     % (address + (CHIEF_START_TIMEOUT_S,))
                 )
+                watch.stop()
                 os._exit(1)
         time.sleep(1.0)
+    watch.stop()
     os._exit(0)  # the gRPC server has no clean stop; the chief is gone, so is the job
 
 
@@ -161,9 +179,10 @@ class _Trainer:
         mode: FrameworkInfo,
         layout: TaskLayout,
         signals: StopSignals,
+        watch: Watchdog,
         writes: bool,
     ):
-        self.cfg, self.mode, self.layout, self.signals = cfg, mode, layout, signals
+        self.cfg, self.mode, self.layout, self.signals, self.watch = cfg, mode, layout, signals, watch
         self.workers = layout.num_workers
         self.steps_per_epoch = data.steps_per_epoch(cfg, self.workers)
         self.total_steps = cfg.steps if cfg.steps else cfg.epochs * self.steps_per_epoch  # type: ignore[operator]  # the configuration gives --epochs where --steps is not given
@@ -182,6 +201,8 @@ class _Trainer:
             cfg.gamma,
         )
         self.recorder = RunRecorder(cfg, argv, "python -m dlaunch.train.tf", writes)
+        if writes:
+            watch.on_hung = self.recorder.hung
         self.global_step = 0
         self.session_steps = 0
         self.nonfinite = NonfiniteStreak()
@@ -196,7 +217,7 @@ class _Trainer:
             global_batch=cfg.batch_size * self.workers,
             lr_scaled=self.schedule.lr_max,
             versions=versions(),
-            framework_settings=dict(mode_settings(self.mode), **settings),
+            framework_settings=dict(mode_settings(self.mode), watchdog=self.watch.settings(), **settings),
             loader_settings={
                 "data": cfg.data,
                 "pipeline": "tf.data",
@@ -222,9 +243,15 @@ class AllReduceTrainer(_Trainer):
     """MultiWorkerMirroredStrategy: every worker a replica, gradients summed by collective all-reduce."""
 
     def __init__(
-        self, cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout, signals: StopSignals
+        self,
+        cfg: TrainConfig,
+        argv: List[str],
+        mode: FrameworkInfo,
+        layout: TaskLayout,
+        signals: StopSignals,
+        watch: Watchdog,
     ):
-        super().__init__(cfg, argv, mode, layout, signals, writes=layout.worker_index == 0)
+        super().__init__(cfg, argv, mode, layout, signals, watch, writes=layout.worker_index == 0)
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
         self.worker = layout.worker_index
         self.step = Step(cfg, self.strategy, cfg.batch_size * self.workers)
@@ -265,6 +292,7 @@ class AllReduceTrainer(_Trainer):
 
     def train_epoch(self, epoch: int) -> Optional[str]:
         cfg = self.cfg
+        self.watch.epoch_began(epoch)
         epoch_start = time.perf_counter()
         window_start: Optional[float] = None
         loss_sum, data_wait, steps, measured = 0.0, 0.0, 0, 0
@@ -274,8 +302,10 @@ class AllReduceTrainer(_Trainer):
                 self.sum_list([0.0])
                 window_start = time.perf_counter()
             requested = time.perf_counter()
+            self.watch.phase("data")
             images, labels = next(self.iterator)
             data_wait += time.perf_counter() - requested
+            self.watch.phase("step")
             loss = float(self.train_step(images, labels, tf.constant(self.schedule(self.global_step), tf.float32)))
             self.nonfinite.count(loss)
             loss_sum += loss
@@ -283,18 +313,22 @@ class AllReduceTrainer(_Trainer):
             measured += int(window_start is not None)
             self.global_step += 1
             self.session_steps += 1
+            self.watch.step_done(self.global_step, epoch)
             if self.global_step % STOP_CHECK_STEPS == 0:
+                self.watch.phase("stop check")
                 diverged = float(self.nonfinite.diverged(cfg))
                 status = self.stop_status(*self.sum_list(self.signals.flags() + [diverged]))
                 if status:
                     break
+        self.watch.phase("epoch boundary")
         (wait_sum,) = self.sum_list([data_wait])
         now = time.perf_counter()
         if status:
             return status
         validation = None
         if self.val is not None:
-            top1, top5, loss, images = self.sum_list(list(data.counts(self.step.model, self.val)))
+            with self.watch.section("validation"):
+                top1, top5, loss, images = self.sum_list(list(data.counts(self.step.model, self.val)))
             validation = {"top1": top1 / images, "top5": top5 / images, "val_loss": loss / images}
         self.recorder.epoch(
             epoch,
@@ -314,9 +348,15 @@ class ParameterServerTrainer(_Trainer):
     """ParameterServerStrategy on the chief: steps scheduled onto whichever worker is free."""
 
     def __init__(
-        self, cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout, signals: StopSignals
+        self,
+        cfg: TrainConfig,
+        argv: List[str],
+        mode: FrameworkInfo,
+        layout: TaskLayout,
+        signals: StopSignals,
+        watch: Watchdog,
     ):
-        super().__init__(cfg, argv, mode, layout, signals, writes=True)
+        super().__init__(cfg, argv, mode, layout, signals, watch, writes=True)
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         self.strategy = tf.distribute.ParameterServerStrategy(resolver)
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
@@ -423,6 +463,7 @@ class ParameterServerTrainer(_Trainer):
 
     def train_epoch(self, epoch: int) -> Optional[str]:
         cfg = self.cfg
+        self.watch.epoch_began(epoch)
         epoch_start = time.perf_counter()
         window_start: Optional[float] = None
         losses: List[float] = []
@@ -437,6 +478,7 @@ class ParameterServerTrainer(_Trainer):
             )
             if window_start is None:
                 chunk = min(chunk, cfg.warmup_steps - self.session_steps)
+            self.watch.phase("step")
             for loss in self.rounds(chunk):
                 self.nonfinite.count(loss)
                 losses.append(loss)
@@ -444,13 +486,16 @@ class ParameterServerTrainer(_Trainer):
             measured += chunk if window_start is not None else 0
             self.global_step += chunk
             self.session_steps += chunk
+            self.watch.step_done(self.global_step, epoch)
             status = self.stop_status(*self.signals.flags(), float(self.nonfinite.diverged(cfg)))  # type: ignore[call-arg]  # flags() gives [interrupt, cancel]
             if status:
                 return status
+        self.watch.phase("epoch boundary")
         now = time.perf_counter()
         validation = None
         if self.val is not None:
-            top1, top5, loss, images = data.counts(self.step.model, self.val)
+            with self.watch.section("validation"):
+                top1, top5, loss, images = data.counts(self.step.model, self.val)
             validation = {"top1": top1 / images, "top5": top5 / images, "val_loss": loss / images}
         # Data wait happens on the workers, out of the chief's sight: recorded as 0 (see loader_settings).
         self.recorder.epoch(
