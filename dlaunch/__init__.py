@@ -12,6 +12,10 @@ from typing import Any, List
 _API = (
     "run",
     "sweep",
+    "prepare",
+    "prepare_sweep",
+    "prepare_rerun",
+    "submit",
     "study",
     "status",
     "study_status",
@@ -29,6 +33,7 @@ _API = (
     "rerun",
     "archive",
     "Job",
+    "Prepared",
     "RunStatus",
     "Logs",
     "Report",

@@ -10,15 +10,16 @@ JSON-serialisable objects. The command line (dlaunch/cli/) parses, calls these a
   are keyword arguments too (`--batch-size 8` is `batch_size=8`), checked as the command line checks them.
 
 The package: `records.py` (the objects, on `record.py`'s `Record`), `calls.py` (what every function shares), and one
-module per concern: `launching.py` (run, sweep, rerun), `studies.py`, `observing.py` (status, watch, cancel, logs,
-archive), `reports.py`, `database.py` (results, compare), `machines.py` (sites, images, doctor), `predicting.py`.
+module per concern: `launching.py` (prepare, prepare_sweep, prepare_rerun, submit; run, sweep, rerun: the two steps
+each), `studies.py`, `observing.py` (status, watch, cancel, logs, archive), `reports.py`, `database.py` (results,
+compare), `machines.py` (sites, images, doctor), `predicting.py`.
 Start-up matters (the command line imports this package): each function imports its parts when called.
 """
 
 from dlaunch.api.calls import os_error as os_error  # the command line's OSError line
 from dlaunch.api.database import compare, results
 from dlaunch.api.database import results_db as results_db
-from dlaunch.api.launching import rerun, run, sweep
+from dlaunch.api.launching import prepare, prepare_rerun, prepare_sweep, rerun, run, submit, sweep
 from dlaunch.api.machines import doctor, images, render_images, sites
 from dlaunch.api.observing import archive, cancel, logs, status, watch
 from dlaunch.api.predicting import predict
@@ -36,6 +37,7 @@ from dlaunch.api.records import (
     Logs,
     Prediction,
     PredictionRow,
+    Prepared,
     RcpRow,
     Report,
     ReportGroup,
@@ -69,6 +71,7 @@ __all__ = [
     "Logs",
     "Prediction",
     "PredictionRow",
+    "Prepared",
     "RcpRow",
     "Record",
     "Report",
@@ -90,6 +93,9 @@ __all__ = [
     "images",
     "logs",
     "predict",
+    "prepare",
+    "prepare_rerun",
+    "prepare_sweep",
     "render_images",
     "report",
     "rerun",
@@ -100,6 +106,7 @@ __all__ = [
     "study",
     "study_check",
     "study_status",
+    "submit",
     "sweep",
     "watch",
 ]

@@ -27,6 +27,21 @@ class Job(Record):
 
 
 @dataclass(frozen=True)
+class Prepared(Record):
+    """What `prepare`, `prepare_sweep` and `prepare_rerun` render, nothing written or submitted: the `jobs` (each with
+    its script, warnings, notes and run directory), for `submit` to submit. `dry_run`: rendered as a dry run (what a
+    submission refuses, a missing account or image, is a warning): it is shown, never submitted. `summary`: what the
+    command line says below a dry run's scripts. A rerun's also: its `parent` and what differs from it, as
+    [attribute, parent's, rerun's]. One read back from JSON shows the jobs; only the one `prepare*` returned submits."""
+
+    jobs: List[Job]
+    dry_run: bool = False
+    summary: str = ""
+    parent: Optional[str] = None
+    differences: List[List[str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Rerun(Record):
     """`rerun`: a result's job on another site, the `parent` it came from (its metrics file, or
     ARCHIVE.tar.gz:EXPERIMENT/RUN) and what differs from it, as [attribute, parent's, rerun's]."""

@@ -1,9 +1,9 @@
-"""`dlaunch run` and `dlaunch sweep`: the jobs prepared (dlaunch/launch.py), then their scripts printed (--dry-run) or
-the jobs submitted under the run service's one rule, a run in the foreground shown as `dlaunch watch` shows runs and
-its status after it, the others followed with --follow."""
+"""`dlaunch run` and `dlaunch sweep`: the jobs prepared (the Python API's `prepare`, `prepare_sweep`), then their
+scripts printed (--dry-run) or the jobs submitted (`submit`) under the run service's one rule, a run in the foreground
+shown as `dlaunch watch` shows runs and its status after it, the others followed with --follow."""
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Annotated, Any, Dict, List, Optional, Tuple
 
 import typer
 
@@ -30,33 +30,38 @@ from dlaunch.cli.terminal import (
 from dlaunch.errors import DlaunchError
 
 if TYPE_CHECKING:
-    from dlaunch.runs.service import Prepared
+    from dlaunch.api import Prepared
 
 
-def deliver(jobs: Sequence["Prepared"], dry_run: bool, follow: bool, summary: str = "") -> int:
-    """Print the scripts (--dry-run; notes on stderr), or submit the jobs (the run service's one rule),
+def trainer_keywords(trainer: Tuple[Tuple[str, Any], ...]) -> Dict[str, Any]:
+    """The trainer flags set on the command line as the API's keyword arguments (`--batch-size` is `batch_size`)."""
+    return {name.replace("-", "_"): value for name, value in trainer}
+
+
+def deliver(prepared: "Prepared", follow: bool) -> int:
+    """Print the scripts (a dry run; notes on stderr), or submit the jobs (the run service's one rule),
     show the runs that ran in the foreground, and follow the others (--follow)."""
-    from dlaunch import launch
+    from dlaunch import api
 
+    jobs = prepared.jobs
     for line in dict.fromkeys(warning for job in jobs for warning in job.warnings):
         err.print("dlaunch: warning: %s" % line)
     for line in dict.fromkeys(note for job in jobs for note in job.notes):
         err.print("dlaunch: note: %s" % line)
-    if dry_run:  # stdout is the script(s) alone: `--dry-run > job.sh`
+    if prepared.dry_run:  # stdout is the script(s) alone: `--dry-run > job.sh`
         for job in jobs:
             out.out(job.script, end="" if len(jobs) == 1 else "\n")
-        if summary:
-            err.print("dlaunch: %s" % summary, highlight=False)
+        if prepared.summary:
+            err.print("dlaunch: %s" % prepared.summary, highlight=False)
         return 0
-    submitted = launch.submit(jobs, err.print, show_progress=True)
-    foreground = [run for job, run in zip(jobs, submitted.runs) if job.foreground]
+    submitted = api.submit(prepared, say=err.print, show_progress=True)
+    exit_code = next((job.exit_code for job in submitted if job.exit_code), 0)
+    foreground = [job.run_dir for job in submitted if job.exit_code is not None]  # ran here, to its end
     if foreground:
-        from dlaunch import api
-
-        show_status(api.status([run.path for run in foreground]))
-    if follow and len(foreground) < len(submitted.runs):
-        return watch_runs([run.path for run in submitted.runs]) or submitted.exit_code
-    return submitted.exit_code
+        show_status(api.status(foreground))
+    if follow and len(foreground) < len(submitted):
+        return watch_runs([Path(job.run_dir) for job in submitted]) or exit_code
+    return exit_code
 
 
 @with_trainer_options
@@ -93,9 +98,9 @@ def run(
     trainer: Tuple[Tuple[str, Any], ...] = (),
 ) -> int:
     """Render a job for a site and submit it (or run it here with --site local)."""
-    from dlaunch import launch
+    from dlaunch import api
 
-    jobs = launch.prepare_run(
+    prepared = api.prepare(
         site,
         framework=framework,
         nodes=nodes,
@@ -112,11 +117,9 @@ def run(
         resume=None if resume is None else str(resume),
         dry_run=dry_run,
         allow_large=allow_large,
-        trainer=trainer,
+        **trainer_keywords(trainer),
     )
-    return deliver(
-        jobs, dry_run, follow, "%d runs of one request (--repeat %d)" % (repeat, repeat) if repeat > 1 else ""
-    )
+    return deliver(prepared, follow)
 
 
 def _counts(flag: str, text: Optional[str]) -> Optional[List[int]]:
@@ -148,9 +151,9 @@ def sweep(
     trainer: Tuple[Tuple[str, Any], ...] = (),
 ) -> int:
     """One job per node (or GPU) count, grouped as one experiment."""
-    from dlaunch import launch
+    from dlaunch import api
 
-    jobs = launch.prepare_sweep(
+    prepared = api.prepare_sweep(
         site,
         framework=framework,
         nodes=_counts("--nodes", nodes),
@@ -164,6 +167,6 @@ def sweep(
         requeue=requeue,
         dry_run=dry_run,
         allow_large=allow_large,
-        trainer=trainer,
+        **trainer_keywords(trainer),
     )
-    return deliver(jobs, dry_run, follow)
+    return deliver(prepared, follow)
