@@ -23,7 +23,12 @@ def rerun_command(
     data: Annotated[
         Optional[str], typer.Option(help="the dataset's path on the new site (default: the result's)")
     ] = None,
-    output: Annotated[str, typer.Option(help="the run goes to OUTPUT/rerun-EXPERIMENT/RUN_NAME")] = "runs",
+    output: Annotated[
+        Optional[str],
+        typer.Option(
+            help="the run goes to OUTPUT/rerun-EXPERIMENT/RUN_NAME (default: the site's runs_dir, else ./runs)"
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="print the job and the differences; write and submit nothing")
     ] = False,
