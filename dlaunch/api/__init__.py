@@ -30,7 +30,9 @@ from dlaunch.api.records import (
     Check,
     CompareRow,
     Comparison,
+    Cost,
     Doctor,
+    FigureCost,
     ImageInfo,
     Job,
     LeftOutRun,
@@ -38,6 +40,7 @@ from dlaunch.api.records import (
     Prediction,
     PredictionRow,
     Prepared,
+    QueueCost,
     RcpRow,
     Report,
     ReportGroup,
@@ -46,14 +49,16 @@ from dlaunch.api.records import (
     ResultRow,
     RunStatus,
     SetApartRun,
+    SharedJobs,
     SiteInfo,
     Spread,
     StudyCheck,
+    StudyListing,
     StudyPlan,
     Table,
 )
 from dlaunch.api.reports import report
-from dlaunch.api.studies import study, study_check, study_status
+from dlaunch.api.studies import study, study_check, study_list, study_status
 from dlaunch.errors import DlaunchError as DlaunchError  # what the functions raise (and warn with:)
 from dlaunch.errors import DlaunchNote as DlaunchNote
 from dlaunch.errors import DlaunchWarning as DlaunchWarning
@@ -64,7 +69,9 @@ __all__ = [
     "Check",
     "CompareRow",
     "Comparison",
+    "Cost",
     "Doctor",
+    "FigureCost",
     "ImageInfo",
     "Job",
     "LeftOutRun",
@@ -72,6 +79,7 @@ __all__ = [
     "Prediction",
     "PredictionRow",
     "Prepared",
+    "QueueCost",
     "RcpRow",
     "Record",
     "Report",
@@ -81,9 +89,11 @@ __all__ = [
     "ResultRow",
     "RunStatus",
     "SetApartRun",
+    "SharedJobs",
     "SiteInfo",
     "Spread",
     "StudyCheck",
+    "StudyListing",
     "StudyPlan",
     "Table",
     "archive",
@@ -103,6 +113,7 @@ __all__ = [
     "run",
     "sites",
     "status",
+    "study_list",
     "study",
     "study_check",
     "study_status",

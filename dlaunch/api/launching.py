@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from dlaunch.api.calls import api_function
-from dlaunch.api.records import Job, Prepared, Rerun
+from dlaunch.api.records import Cost, FigureCost, Job, Prepared, QueueCost, Rerun, SharedJobs
 from dlaunch.boundary import check_limit
 from dlaunch.errors import DlaunchError
 
 if TYPE_CHECKING:
-    from dlaunch.runs import service
+    from dlaunch.runs import cost, service
     from dlaunch.runs.rundir import RunDir
 
 Trainer = Tuple[Tuple[str, Any], ...]  # (trainer flag name, value): the flags set, as LaunchRequest holds them
@@ -63,17 +63,52 @@ def job_of(
     )
 
 
+def cost_record(found: "cost.Cost") -> Cost:
+    """The run layer's cost of jobs (dlaunch/runs/cost.py) as the API's."""
+    return Cost(
+        jobs=found.jobs,
+        node_hours=found.node_hours,
+        expected_jobs=found.expected_jobs,
+        expected_node_hours=found.expected_node_hours,
+        expected_from=found.expected_from,
+        queues=[QueueCost(q.name, q.jobs, q.node_hours, q.largest_nodes) for q in found.queues],
+        figures=[FigureCost(f.figure, f.jobs, f.node_hours) for f in found.figures],
+        shared=[SharedJobs(list(figures), n) for figures, n in found.shared],
+    )
+
+
 def _prepared(
     jobs: Sequence["service.Prepared"],
     dry_run: bool,
     summary: str = "",
     parent: Optional[str] = None,
     differences: Sequence[Sequence[str]] = (),
+    budget: Optional[float] = None,
 ) -> Prepared:
-    """The API's Prepared of rendered jobs, with the jobs themselves beside its fields for `submit`."""
-    prepared = Prepared([job_of(job) for job in jobs], dry_run, summary, parent, [list(row) for row in differences])
+    """The API's Prepared of rendered jobs, with the jobs themselves beside its fields for `submit`; the cost of more
+    than one job (or of one with a `budget`, which refuses a cost over it)."""
+    found = None
+    if len(jobs) > 1 or budget is not None:
+        from dlaunch.runs.cost import check_budget, cost_of
+
+        found = cost_of(jobs)
+        check_budget(found, budget)
+    prepared = Prepared(
+        [job_of(job) for job in jobs],
+        dry_run,
+        summary,
+        parent,
+        [list(row) for row in differences],
+        None if found is None else cost_record(found),
+    )
     object.__setattr__(prepared, RENDERED, tuple(jobs))  # frozen: set once, here
     return prepared
+
+
+def _check_repeat(repeat: int, allow_large: bool) -> None:
+    if repeat < 1:  # the command line's option (typer) says it so
+        raise DlaunchError("Invalid value for '--repeat': Input should be greater than or equal to 1")
+    check_limit("--repeat", repeat, "repeats", allow_large)
 
 
 @api_function
@@ -87,7 +122,7 @@ def prepare(
     time: str = "01:00:00",
     account: Optional[str] = None,
     image: Optional[str] = None,
-    output: str = "runs",
+    output: Optional[str] = None,
     experiment: Optional[str] = None,
     run_name: Optional[str] = None,
     repeat: int = 1,
@@ -95,18 +130,20 @@ def prepare(
     resume: Optional[str] = None,
     dry_run: bool = False,
     allow_large: bool = False,
+    budget: Optional[float] = None,
     **trainer: Any,
 ) -> Prepared:
-    """`run`'s jobs rendered and checked, nothing written: `submit` submits them (with `dry_run`, they are shown only)."""
+    """`run`'s jobs rendered and checked, nothing written: `submit` submits them (with `dry_run`, they are shown only).
+    `budget`: node-hours the jobs' time limits may come to (more is refused, a dry run too)."""
     from dlaunch.runs import service
 
-    if repeat < 1:  # the command line's option (typer) says it so
-        raise DlaunchError("Invalid value for '--repeat': Input should be greater than or equal to 1")
-    check_limit("--repeat", repeat, "repeats", allow_large)
+    _check_repeat(repeat, allow_large)
     if repeat > 1 and resume is not None:
         raise DlaunchError("--repeat: not with --resume (resume each run directory on its own)")
     if resume is not None:
-        return _prepared([service.resume(Path(resume), dry_run=dry_run, allow_large=allow_large)], dry_run)
+        return _prepared(
+            [service.resume(Path(resume), dry_run=dry_run, allow_large=allow_large)], dry_run, budget=budget
+        )
     request = _request(
         site,
         trainer,
@@ -124,13 +161,14 @@ def prepare(
         allow_large=allow_large,
     )
     if repeat == 1:
-        return _prepared([service.prepare(request, dry_run=dry_run)], dry_run)
+        return _prepared([service.prepare(request, dry_run=dry_run)], dry_run, budget=budget)
     from dlaunch.runs.repeat import repeat_requests
 
     return _prepared(
         [service.prepare(r, dry_run=dry_run) for r in repeat_requests(request, repeat)],
         dry_run,
         "%d runs of one request (--repeat %d)" % (repeat, repeat),
+        budget=budget,
     )
 
 
@@ -155,21 +193,26 @@ def prepare_sweep(
     time: str = "01:00:00",
     account: Optional[str] = None,
     image: Optional[str] = None,
-    output: str = "runs",
+    output: Optional[str] = None,
     experiment: Optional[str] = None,
+    repeat: int = 1,
     requeue: Optional[bool] = None,
     dry_run: bool = False,
     allow_large: bool = False,
+    budget: Optional[float] = None,
     **trainer: Any,
 ) -> Prepared:
     """`sweep`'s jobs rendered and checked, nothing written: `submit` submits them."""
     from dlaunch.runs import service
+    from dlaunch.runs.repeat import repeat_names
     from dlaunch.runs.rundir import default_run_name
 
     if (nodes is None) == (gpus is None):
         raise DlaunchError("--nodes/--gpus: give exactly one list of counts")
+    _check_repeat(repeat, allow_large)
     key, flag, counts = ("nodes", "--nodes", nodes) if nodes is not None else ("gpus", "--gpus", gpus)
     experiment = experiment or "sweep-%s-%s" % (framework, default_run_name())
+    counts = check_counts(flag, counts or [])
     jobs = [
         service.prepare(
             _request(
@@ -183,15 +226,17 @@ def prepare_sweep(
                 output=output,
                 experiment=experiment,
                 requeue=requeue,
-                run_name="%s%04d" % (key[0], count),
+                run_name=name,
                 allow_large=allow_large,
                 **{key: count},
             ),
             dry_run=dry_run,
         )
-        for count in check_counts(flag, counts or [])
+        for count in counts
+        for name in (repeat_names("%s%04d" % (key[0], count), repeat) if repeat > 1 else ["%s%04d" % (key[0], count)])
     ]
-    return _prepared(jobs, dry_run)
+    summary = "%d runs: %d counts x %d repeats (--repeat %d)" % (len(jobs), len(counts), repeat, repeat)
+    return _prepared(jobs, dry_run, summary if repeat > 1 else "", budget=budget)
 
 
 @api_function
@@ -202,7 +247,7 @@ def prepare_rerun(
     nodes: Optional[int] = None,
     gpus: Optional[int] = None,
     data: Optional[str] = None,
-    output: str = "runs",
+    output: Optional[str] = None,
     dry_run: bool = False,
     allow_large: bool = False,
 ) -> Prepared:
@@ -253,7 +298,7 @@ def run(
     time: str = "01:00:00",
     account: Optional[str] = None,
     image: Optional[str] = None,
-    output: str = "runs",
+    output: Optional[str] = None,
     experiment: Optional[str] = None,
     run_name: Optional[str] = None,
     repeat: int = 1,
@@ -261,11 +306,13 @@ def run(
     resume: Optional[str] = None,
     dry_run: bool = False,
     allow_large: bool = False,
+    budget: Optional[float] = None,
     **trainer: Any,
 ) -> List[Job]:
     """Render a job for a site and submit it, or run it here to its end (`site="local"`); with `dry_run`
     render it only. `repeat` N: N runs of the request (RUN_NAME-r1..-rN); `resume`: a run directory again
-    from its checkpoint (every other option from its plan.json). Trainer flags as keyword arguments."""
+    from its checkpoint (every other option from its plan.json); `budget`: node-hours the time limits may come to.
+    Trainer flags as keyword arguments."""
     return _delivered(
         prepare(
             site,
@@ -284,6 +331,7 @@ def run(
             resume=resume,
             dry_run=dry_run,
             allow_large=allow_large,
+            budget=budget,
             **trainer,
         )
     )
@@ -300,15 +348,17 @@ def sweep(
     time: str = "01:00:00",
     account: Optional[str] = None,
     image: Optional[str] = None,
-    output: str = "runs",
+    output: Optional[str] = None,
     experiment: Optional[str] = None,
+    repeat: int = 1,
     requeue: Optional[bool] = None,
     dry_run: bool = False,
     allow_large: bool = False,
+    budget: Optional[float] = None,
     **trainer: Any,
 ) -> List[Job]:
     """One job per node count (`nodes=[1, 2, 4]`) or GPU count (`gpus=...`), grouped as one experiment
-    (runs n0001, n0002, ... or g0001, ...)."""
+    (runs n0001, n0002, ... or g0001, ...); `repeat` N: N runs of each (n0001-r1 ... n0001-rN)."""
     return _delivered(
         prepare_sweep(
             site,
@@ -321,9 +371,11 @@ def sweep(
             image=image,
             output=output,
             experiment=experiment,
+            repeat=repeat,
             requeue=requeue,
             dry_run=dry_run,
             allow_large=allow_large,
+            budget=budget,
             **trainer,
         )
     )
@@ -344,7 +396,7 @@ def rerun(
     nodes: Optional[int] = None,
     gpus: Optional[int] = None,
     data: Optional[str] = None,
-    output: str = "runs",
+    output: Optional[str] = None,
     dry_run: bool = False,
     allow_large: bool = False,
 ) -> Rerun:

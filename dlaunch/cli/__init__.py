@@ -41,7 +41,11 @@ LAZY_COMMANDS = {
 }
 # Command groups in heavy modules: name -> (module, typer.Typer attribute, one-line help).
 LAZY_GROUPS = {
-    "study": ("dlaunch.cli.study", "study_app", "Studies: run a study file's matrix, its status, its report."),
+    "study": (
+        "dlaunch.cli.study",
+        "study_app",
+        "Studies: list them, run a study file's matrix, its status, its report.",
+    ),
     "results": ("dlaunch.cli.results", "results_app", "The results database: list runs, compare, rebuild."),
 }
 

@@ -24,13 +24,57 @@ from dlaunch.cli.terminal import (
     complete_run_dir,
     err,
     out,
+    print_json,
     show_status,
     with_trainer_options,
 )
 from dlaunch.errors import DlaunchError
 
 if TYPE_CHECKING:
-    from dlaunch.api import Prepared
+    from dlaunch.api import Cost, Prepared
+
+Budget = Annotated[
+    Optional[float],
+    typer.Option(
+        metavar="NODE_HOURS",
+        help="refuse (exit 2, a dry run too) when the jobs' time limits come to more node-hours (nodes x --time)",
+    ),
+]
+RunsJson = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="print the Python API's Prepared as JSON (docs/API.md), nothing else: the jobs (their scripts; once "
+        "submitted, their job ids) and their cost",
+    ),
+]
+
+
+def cost_lines(cost: "Cost") -> List[str]:
+    """What jobs cost, before they are submitted: node-hours of their time limits, of their expected run time where
+    one is known, per partition/QOS row (the figures are the study's design's)."""
+    from dlaunch.runs.cost import hours as node_hours
+
+    if cost.node_hours is None:
+        limits = "%d jobs on this machine, one after the other (no time limit)" % cost.jobs
+    else:
+        limits = "%d jobs, %s node-hours at their time limits" % (cost.jobs, node_hours(cost.node_hours))
+    if cost.expected_jobs:
+        expected = "expected: %s node-hours for %d of them, from %s" % (
+            node_hours(cost.expected_node_hours),
+            cost.expected_jobs,
+            cost.expected_from,
+        )
+    else:
+        expected = "expected run time unknown: %s" % cost.expected_from
+    lines = ["cost: %s; %s" % (limits, expected)]
+    if cost.node_hours is not None:
+        lines += [
+            "  %s: %d jobs, %s node-hours, up to %d nodes"
+            % (q.queue, q.jobs, node_hours(q.node_hours), q.largest_nodes)
+            for q in cost.queues
+        ]
+    return lines
 
 
 def trainer_keywords(trainer: Tuple[Tuple[str, Any], ...]) -> Dict[str, Any]:
@@ -38,9 +82,12 @@ def trainer_keywords(trainer: Tuple[Tuple[str, Any], ...]) -> Dict[str, Any]:
     return {name.replace("-", "_"): value for name, value in trainer}
 
 
-def deliver(prepared: "Prepared", follow: bool) -> int:
-    """Print the scripts (a dry run; notes on stderr), or submit the jobs (the run service's one rule),
-    show the runs that ran in the foreground, and follow the others (--follow)."""
+def deliver(prepared: "Prepared", follow: bool, as_json: bool = False) -> int:
+    """Print the scripts (a dry run; notes and the cost on stderr), or say the cost and submit the jobs (the run
+    service's one rule), show the runs that ran in the foreground, and follow the others (--follow); with --json,
+    the Prepared (its jobs as submitted) on stdout instead of scripts and tables."""
+    import dataclasses
+
     from dlaunch import api
 
     jobs = prepared.jobs
@@ -49,13 +96,22 @@ def deliver(prepared: "Prepared", follow: bool) -> int:
     for line in dict.fromkeys(note for job in jobs for note in job.notes):
         err.print("dlaunch: note: %s" % line)
     if prepared.dry_run:  # stdout is the script(s) alone: `--dry-run > job.sh`
-        for job in jobs:
-            out.out(job.script, end="" if len(jobs) == 1 else "\n")
+        if as_json:
+            print_json(prepared)
+        else:
+            for job in jobs:
+                out.out(job.script, end="" if len(jobs) == 1 else "\n")
         if prepared.summary:
             err.print("dlaunch: %s" % prepared.summary, highlight=False)
+    if prepared.cost and len(jobs) > 1:  # before anything is submitted
+        err.out("\n".join(cost_lines(prepared.cost)), highlight=False)
+    if prepared.dry_run:
         return 0
-    submitted = api.submit(prepared, say=err.print, show_progress=True)
+    submitted = api.submit(prepared, say=err.print, show_progress=not as_json)
     exit_code = next((job.exit_code for job in submitted if job.exit_code), 0)
+    if as_json:
+        print_json(dataclasses.replace(prepared, jobs=submitted))
+        return exit_code
     foreground = [job.run_dir for job in submitted if job.exit_code is not None]  # ran here, to its end
     if foreground:
         show_status(api.status(foreground))
@@ -74,7 +130,7 @@ def run(
     time_limit: TimeLimit = "01:00:00",
     account: Account = None,
     image: Image = None,
-    output: Output = "runs",
+    output: Output = None,
     experiment: Experiment = None,
     run_name: Annotated[Optional[str], typer.Option(help="run directory name (default: a time stamp)")] = None,
     resume: Annotated[
@@ -95,6 +151,8 @@ def run(
         ),
     ] = 1,
     allow_large: AllowLarge = False,
+    budget: Budget = None,
+    as_json: RunsJson = False,
     trainer: Tuple[Tuple[str, Any], ...] = (),
 ) -> int:
     """Render a job for a site and submit it (or run it here with --site local)."""
@@ -117,9 +175,10 @@ def run(
         resume=None if resume is None else str(resume),
         dry_run=dry_run,
         allow_large=allow_large,
+        budget=budget,
         **trainer_keywords(trainer),
     )
-    return deliver(prepared, follow)
+    return deliver(prepared, follow, as_json)
 
 
 def _counts(flag: str, text: Optional[str]) -> Optional[List[int]]:
@@ -142,12 +201,20 @@ def sweep(
     time_limit: TimeLimit = "01:00:00",
     account: Account = None,
     image: Image = None,
-    output: Output = "runs",
+    output: Output = None,
     experiment: Experiment = None,
     requeue: Requeue = None,
     dry_run: DryRun = False,
     follow: Follow = False,
+    repeat: Annotated[
+        int,
+        typer.Option(
+            min=1, help="N runs of each count (n0001-r1..-rN): `dlaunch report` gives their median and spread"
+        ),
+    ] = 1,
     allow_large: AllowLarge = False,
+    budget: Budget = None,
+    as_json: RunsJson = False,
     trainer: Tuple[Tuple[str, Any], ...] = (),
 ) -> int:
     """One job per node (or GPU) count, grouped as one experiment."""
@@ -164,9 +231,11 @@ def sweep(
         image=image,
         output=output,
         experiment=experiment,
+        repeat=repeat,
         requeue=requeue,
         dry_run=dry_run,
         allow_large=allow_large,
+        budget=budget,
         **trainer_keywords(trainer),
     )
-    return deliver(prepared, follow)
+    return deliver(prepared, follow, as_json)
