@@ -37,7 +37,7 @@ Budget = Annotated[
     Optional[float],
     typer.Option(
         metavar="NODE_HOURS",
-        help="refuse (exit 2, a dry run too) when the jobs' time limits come to more node-hours (nodes x --time)",
+        help="refuse (exit 2, a dry run too) when the jobs' time limits come to more node-hours (nodes x time limit)",
     ),
 ]
 RunsJson = Annotated[
