@@ -31,6 +31,7 @@ _API = (
     "images",
     "doctor",
     "predict",
+    "predicted_run_seconds",
     "rerun",
     "archive",
     "Job",

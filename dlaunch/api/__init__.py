@@ -22,7 +22,7 @@ from dlaunch.api.database import results_db as results_db
 from dlaunch.api.launching import prepare, prepare_rerun, prepare_sweep, rerun, run, submit, sweep
 from dlaunch.api.machines import doctor, images, render_images, sites
 from dlaunch.api.observing import archive, cancel, logs, status, watch
-from dlaunch.api.predicting import predict
+from dlaunch.api.predicting import predict, predicted_run_seconds
 from dlaunch.api.record import Record
 from dlaunch.api.records import (
     Archive,
@@ -103,6 +103,7 @@ __all__ = [
     "images",
     "logs",
     "predict",
+    "predicted_run_seconds",
     "prepare",
     "prepare_rerun",
     "prepare_sweep",

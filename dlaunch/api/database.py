@@ -32,12 +32,17 @@ def results(where: Sequence[str] = (), *, db: Optional[Any] = None) -> List[Resu
     """The runs in the results database, oldest first (those that ended together by experiment, site and GPU
     count), that match every selector of `where` (e.g. 'site=juwels,gpus=8', 'date=2026-10'), with S_G, E_G,
     history and MLPerf RCP verdicts. A bad selector is a DlaunchError (before the database is looked for); one
-    that matches nothing a DlaunchNote."""
+    that matches nothing a DlaunchNote. No database where `db` names one is a DlaunchError; none at the default
+    place (no run has ended yet) gives no rows, and says so in a DlaunchNote."""
     from dlaunch.analysis.convergence import load_rcps, run_rcp_verdict
     from dlaunch.resultsdb.compare import parse_conditions, select, unmatched, with_history, with_scaling
+    from dlaunch.resultsdb.store import db_path
 
     for selector in where:  # a bad selector is named before the database is looked for
         parse_conditions(selector)
+    if db is None and not db_path().is_file():
+        warnings.warn("%s: no results database yet (runs are recorded when they end)" % db_path(), DlaunchNote, 3)
+        return []
     with results_db(db) as store:
         everything = with_scaling(store.rows())
     for note in unmatched(everything, list(where)):
@@ -79,13 +84,15 @@ def _compare_row(match: Any) -> CompareRow:
         change_pct=None if match.change is None else 100 * match.change,
         p_value=match.p_value,
         significant=match.significance,
+        changed={k: list(v) for k, v in match.changed.items()},
     )
 
 
 @api_function
 def compare(a: str, b: str, *, metric: str = "images_per_s", db: Optional[Any] = None) -> Comparison:
     """Two sets of runs of the results database (each an experiment's name or a selector, as `results`' `where`)
-    compared per model, framework, GPU count, ... on `metric`, as `dlaunch results compare`."""
+    compared per model, framework, GPU count, ... on `metric`, as `dlaunch results compare`, with every option and
+    recorded fact that differs between them (the comparison's `changed` and `pins`, a row's `changed`)."""
     from dlaunch.resultsdb.compare import compare as compared
     from dlaunch.resultsdb.compare import parse_conditions
 

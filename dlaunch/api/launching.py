@@ -56,7 +56,7 @@ def job_of(
         warnings=list(prepared.warnings),
         notes=list(prepared.notes),
         submitted=run is not None,
-        exit_code=code if run is not None and prepared.foreground else None,
+        exit_code=code,  # None: not run here (rendered only, or handed to a batch system)
         nodes=plan.nodes,
         processes=plan.nodes * plan.nproc_per_node,
         label=label,

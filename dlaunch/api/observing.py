@@ -1,5 +1,6 @@
 """After submission: `status`, `watch`, `cancel`, `logs` of runs, and `archive` of an experiment."""
 
+import os
 import time as clock
 import warnings
 from pathlib import Path
@@ -68,21 +69,11 @@ def _run_status(snapshot: "Snapshot") -> RunStatus:
         ended=snapshot.ended,
         ok=snapshot.ok,
         why_failed=service.why_failed(snapshot) if snapshot.failed else None,
+        stopped_by=snapshot.stopped_by,
         flags=list(snapshot.flags),
         network=list(snapshot.network),
         figures=service.run_figures(snapshot),
     )
-
-
-def check_threshold_option(straggler_threshold: Optional[float]) -> None:
-    """A straggler threshold given (None: each run's profile's) is a fraction in (0, 1), as the option says."""
-    from dlaunch.analysis.stragglers import check_threshold
-
-    if straggler_threshold is not None:
-        try:
-            check_threshold(straggler_threshold)
-        except ValueError as e:
-            raise DlaunchError("Invalid value for '--straggler-threshold': %s" % e) from None
 
 
 def statuses_of(found: Sequence["RunDir"], straggler_threshold: Optional[float] = None) -> List[RunStatus]:
@@ -105,19 +96,22 @@ def statuses_of(found: Sequence["RunDir"], straggler_threshold: Optional[float] 
 
 @api_function
 def status(
-    paths: Sequence[Any] = ("runs",), *, newest_first: bool = False, straggler_threshold: Optional[float] = None
+    paths: Optional[Sequence[Any]] = None, *, newest_first: bool = False, straggler_threshold: Optional[float] = None
 ) -> List[RunStatus]:
-    """The runs at or below `paths` (run, experiment or study directories), in path order or `newest_first`
-    (by their last submission, as `dlaunch runs`): scheduler state, metrics status, figures, why one failed,
-    stragglers judged at `straggler_threshold` (None: each run's site profile's)."""
+    """The runs at or below `paths` (run, experiment or study directories; default: ./runs), in path order or
+    `newest_first` (by their last submission, as `dlaunch runs`): scheduler state, metrics status, figures, why one
+    failed, stragglers judged at `straggler_threshold` (None: each run's site profile's). Folders without runs (and
+    no ./runs by default) give none; a path that does not exist is a DlaunchError."""
+    from dlaunch.analysis.stragglers import threshold_option
     from dlaunch.runs.rundir import find_runs
     from dlaunch.runs.rundir import newest_first as by_submission
 
-    check_threshold_option(straggler_threshold)
-    paths = list(paths)
-    found = find_runs([Path(p) for p in paths])
-    if not found:
-        raise DlaunchError("no run directories under %s" % ", ".join(escape(str(p)) for p in paths))
+    threshold_option(straggler_threshold)
+    given = [Path(p) for p in paths] if paths is not None else [Path(p) for p in ("runs",) if os.path.lexists(p)]
+    missing = [p for p in given if not os.path.lexists(p)]
+    if missing:
+        raise DlaunchError("%s: no such run directory or folder" % escape(str(missing[0])))
+    found = find_runs(given)
     return statuses_of(by_submission(found) if newest_first else found, straggler_threshold)
 
 
@@ -132,12 +126,13 @@ def watch(
     """Look at the runs every `interval` seconds until every one has ended (or `timeout` seconds have
     passed); their last status. `paths` and `straggler_threshold` as for `status`, or an experiment's name
     under ./runs."""
+    from dlaunch.analysis.stragglers import threshold_option
     from dlaunch.runs import service
     from dlaunch.runs.watch import Watcher, check_watchable, resolve_targets
 
     if not interval >= 0.1:  # as the command line's option says it
         raise DlaunchError("Invalid value for '--interval': %s is below 0.1" % quoted(str(interval)))
-    check_threshold_option(straggler_threshold)
+    threshold_option(straggler_threshold)
     targets = resolve_targets([Path(p) for p in paths])
     check_watchable(Watcher(targets, service.why_failed).poll())
     deadline = None if timeout is None else clock.monotonic() + timeout

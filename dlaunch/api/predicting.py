@@ -46,12 +46,16 @@ def predict(
     storage_images_per_s: Optional[float] = None,
     epoch_overhead: Optional[float] = None,
     epoch_images: Optional[int] = None,
+    loader: Optional[str] = None,
+    epochs: Optional[int] = None,
+    allow_other_runs: bool = False,
 ) -> Prediction:
-    """The performance model for a site, as `dlaunch predict`: step time, images/s, S_G, E_G and NCCL kernel share
-    per GPU count on the site's nominal network (its [network] section), a machine fitted on Aach et al.'s Table 2a
-    (`calibrated="dali"` or `"native"`) or on your own profiled runs (`from_runs`), each option the command's."""
+    """The performance model for a site, as `dlaunch predict`: step time, images/s, S_G, E_G, kernel share, what bounds
+    the step and the run time per GPU count, from the best model the site has (`calibrated=None`; `"dali"`,
+    `"native"`: Aach et al.'s Table 2a fit; `"none"`: nominal, an upper bound) or your own profiled runs
+    (`from_runs`), each option the command's."""
     from dlaunch.analysis.perfmodel.fit import loo_summary
-    from dlaunch.analysis.perfmodel.model import IMAGENET_TRAIN_IMAGES
+    from dlaunch.analysis.perfmodel.model import DEFAULT_EPOCHS, IMAGENET_TRAIN_IMAGES
     from dlaunch.analysis.perfmodel.prediction import prediction
 
     result = prediction(
@@ -70,6 +74,9 @@ def predict(
         storage_images_per_s,
         epoch_overhead,
         IMAGENET_TRAIN_IMAGES if epoch_images is None else epoch_images,
+        loader,
+        DEFAULT_EPOCHS if epochs is None else epochs,
+        allow_other_runs,
     )
     checks, excess = result.checks or {}, result.forward_excess_by_gpus or {}
     rows = []
@@ -85,6 +92,8 @@ def predict(
                 paper_efficiency_error=None if statement is None or holds else statement.error(p.efficiency),
                 paper_comm_share=checks[p.gpus].comm_share if p.gpus in checks else None,
                 slowest_forward_excess=excess.get(p.gpus),
+                run_s=p.run_s(result.run_epochs),
+                node_hours=p.run_s(result.run_epochs) * p.nodes / 3600.0,
             )
         )
     return Prediction(
@@ -105,4 +114,18 @@ def predict(
         left_out=[_left_out(lo) for lo in result.left_out],
         left_out_summary=loo_summary(result.left_out) if result.left_out else "",
         notes=result.notes,
+        calibration=result.calibration,
+        choice=result.choice,
+        collective_library=result.library,
+        input=result.input,
+        epochs_run=result.run_epochs,
+        warning=result.warning,
     )
+
+
+@api_function
+def predicted_run_seconds(site: str, model: str, framework: str, gpus: int, epochs: int, **options: Any) -> float:
+    """Seconds a training of `epochs` epochs of `model` with `framework` on `gpus` GPUs of `site` takes by the
+    performance model (`predict`'s `run_s`: each epoch's steps and its overhead; start-up left out): the best model
+    the site has unless `options` (any other keyword of `predict`: calibrated, batch, loader, ...) say otherwise."""
+    return predict(site, gpus=[gpus], model=model, framework=framework, epochs=epochs, **options).rows[0].run_s

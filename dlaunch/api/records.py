@@ -179,6 +179,9 @@ class RunStatus(Record):
     ended: bool = False
     ok: bool = False
     why_failed: Optional[str] = None  # None unless it failed
+    # None unless it was stopped (status `interrupted` or `cancelled`: no failure): who stopped it, e.g. 'cancelled by
+    # Ctrl-C on this machine (the trainer got SIGINT)'; or how its job ended after its trainer's `ok` end record.
+    stopped_by: Optional[str] = None
     flags: List[str] = field(default_factory=list)  # 'straggler: ...', 'throttled: ...'
     network: List[str] = field(default_factory=list)  # how it is off its profile's [network]
     figures: str = ""  # time and energy to accuracy, energy ('' when none is known)
@@ -233,8 +236,30 @@ class BudgetRow(Record):
 
 
 @dataclass(frozen=True)
+class PointVerdict(Record):
+    """The measurement-quality verdict on one count of a group (dlaunch/analysis/quality.py): the spread of its runs'
+    images/s and of its reference's, E_G against what that noise allows, the problems and their likely causes."""
+
+    gpus: int
+    runs: int
+    spread: Optional[float]  # (high - low) / median of its images/s (`spread_kind`'s range); None: one run
+    spread_kind: str  # 'min-max', '95% CI', '-'
+    reference_gpus: int
+    reference_runs: int
+    reference_spread: Optional[float]
+    efficiency: float  # E_G, the median over its runs
+    efficiency_allowed: float  # 1 + the noise of the point and its reference: more is implausible
+    noise_threshold: float  # the spread above which it is noisy (--noise-threshold, else its group's default)
+    verdict: str  # 'ok', or 'noisy', 'unstable reference', 'implausible' joined by ' and '
+    problems: List[str]  # the figures that make each problem
+    causes: List[str]  # what the records say is the likely cause
+    set_apart: bool  # left out of the tables, plots and budget (doubtful, not --include-doubtful)
+
+
+@dataclass(frozen=True)
 class ReportGroup(Record):
-    """Runs of one experiment, site, model, framework, loader, batch per GPU and step options."""
+    """Runs of one experiment, site, model, framework, loader, batch per GPU, step options and, for CPU runs, threads
+    per rank."""
 
     label: str
     experiment: str
@@ -245,8 +270,14 @@ class ReportGroup(Record):
     batch_per_gpu: int
     step_options: str  # workload options away from their defaults, as flags ("-": none)
     runs: List[str]  # their metrics files
-    points: List[ReportPoint]
+    points: List[ReportPoint]  # those the tables show (doubtful ones only with include_doubtful)
     budget: List[BudgetRow]
+    threads: str = "-"  # CPU threads per rank of a CPU run's group ("-": GPU runs, or not recorded)
+    engine: str = "-"  # the study's axes (the framework's row of dlaunch/train/framework_table.py)
+    architecture: str = "-"  # allreduce, parameter-server
+    updates: str = "-"  # sync, async
+    quality: List[PointVerdict] = field(default_factory=list)  # every count's verdict, set apart or not
+    unit: str = "GPUs"  # what its counts count: GPUs, or workers (no run used a GPU)
 
 
 @dataclass(frozen=True)
@@ -344,8 +375,18 @@ class ResultRow(Record):
     flags_threshold: Optional[float]  # the straggler threshold the flags were judged at
     step_options: str  # the trainer's workload options away from their defaults ("-": none)
     compile_s: Optional[float]  # --compile's compile time, never part of images_per_s
+    device: Optional[str]  # cpu, cuda (None: a row read before schema 4)
+    threads: Optional[int]  # CPU threads per rank (None: not recorded)
+    measured_steps: Optional[int]  # the steps images_per_s was measured over
+    step_compute_s: Optional[float]  # the median rank's compute per step (metrics version 4)
+    engine: Optional[str]  # the study's axes: torch, tensorflow, mxnet
+    architecture: Optional[str]  # allreduce, parameter-server
+    updates: Optional[str]  # sync, async
+    scheduler: Optional[str]  # the kind of scheduler that ran it (None: not recorded)
     speedup: Optional[float]
     efficiency: Optional[float]
+    quality: Optional[str]  # the measurement-quality verdict of its scaling point (None: in no curve)
+    quality_why: Optional[str]  # its figures and likely causes ("" when ok)
     history: Optional[str]
     rcp: Optional[str]
 
@@ -353,7 +394,9 @@ class ResultRow(Record):
 @dataclass(frozen=True)
 class CompareRow(Record):
     """One matched `key` (model, framework, GPU count, ...) of a comparison: each side's median, range (`_spread`:
-    its kind), runs and values; B's median against A's in per cent, the exact Mann-Whitney p and its verdict."""
+    its kind), runs and values; B's median against A's in per cent, the exact Mann-Whitney p and its verdict; what
+    differs between the sides' runs of this match beyond the comparison's `changed` (`changed`: [A's, B's], a side
+    whose runs differ among themselves with the list of their values)."""
 
     key: Dict[str, Any]
     a_median: Optional[float]
@@ -371,12 +414,14 @@ class CompareRow(Record):
     change_pct: Optional[float]
     p_value: Optional[float]
     significant: str
+    changed: Dict[str, List[Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Comparison(Record):
     """`results compare`: sides A and B (their selectors and runs) on `metric`, matched per `varying` key; what is
-    the `same` in every row, what tells the sides apart (`changed`, library `pins`: [A's, B's])."""
+    the `same` in every row, what tells the sides apart (`changed`: matched attributes, facts such as `image` and
+    `nodes`, trainer options as `--threads` (None: not given); library `pins`: each [A's, B's])."""
 
     a: str
     b: str
@@ -470,6 +515,10 @@ class PredictionRow(Record):
         None  # the runs' slowest rank's forward pass over the median rank's, a fraction
     )
     # (stragglers.forward_excess; None: not recorded)
+    input_wait_s: float = 0.0  # the GPU's wait for a loader slower than its step
+    bound: str = ""  # what sets the step: compute, input, storage (the file system)
+    run_s: float = 0.0  # a whole training of the Prediction's `epochs_run` epochs (their steps and overheads)
+    node_hours: float = 0.0  # run_s x nodes / 3600
 
 
 @dataclass(frozen=True)
@@ -508,3 +557,9 @@ class Prediction(Record):
     left_out: List[LeftOutRun] = field(default_factory=list)
     left_out_summary: str = ""
     notes: List[str] = field(default_factory=list)  # what the rows rest on
+    calibration: str = ""  # dali, native (Aach et al.'s Table 2a columns), none (nominal), runs (from_runs)
+    choice: str = ""  # which model the rows are, why, and how to get the others
+    collective_library: str = "NCCL"  # NCCL, RCCL, Gloo: whose kernel share comm_share is
+    input: str = ""  # the loader's rate per GPU and what it rests on
+    epochs_run: int = 0  # the epochs of each row's run_s
+    warning: str = ""  # from_runs of another site, GPU kind or model (allow_other_runs)

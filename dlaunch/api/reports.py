@@ -7,8 +7,17 @@ from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence
 
 from dlaunch.api.calls import api_function
-from dlaunch.api.observing import check_threshold_option
-from dlaunch.api.records import BudgetRow, RcpRow, Report, ReportGroup, ReportPoint, SetApartRun, Spread, Table
+from dlaunch.api.records import (
+    BudgetRow,
+    PointVerdict,
+    RcpRow,
+    Report,
+    ReportGroup,
+    ReportPoint,
+    SetApartRun,
+    Spread,
+    Table,
+)
 
 
 def _spread(s: Any) -> Optional[Spread]:
@@ -16,6 +25,8 @@ def _spread(s: Any) -> Optional[Spread]:
 
 
 def _group(g: Any) -> ReportGroup:
+    from dlaunch.analysis.scaling import count_unit
+
     points = [
         ReportPoint(
             gpus=p.gpus,
@@ -34,6 +45,27 @@ def _group(g: Any) -> ReportGroup:
     ]
     budget = [BudgetRow(row.gpus, row.measured_e_g, row.step_s, dict(row.lost)) for row in g.budget]
     key = g.key
+    shown = {p.gpus for p in g.points}
+    quality = [
+        PointVerdict(
+            q.gpus,
+            q.runs,
+            q.spread,
+            q.spread_kind,
+            q.reference_gpus,
+            q.reference_runs,
+            q.reference_spread,
+            q.efficiency,
+            1.0 + q.allowance,
+            q.threshold,
+            q.verdict,
+            ["%s: %s" % (p.kind, p.detail) for p in q.problems],
+            list(q.causes),
+            q.gpus not in shown,
+        )
+        for _, q in sorted(g.quality.items())
+    ]
+    axes = g.runs[0].axes
     return ReportGroup(
         key.label,
         key.experiment,
@@ -46,6 +78,12 @@ def _group(g: Any) -> ReportGroup:
         [r.path for r in g.runs],
         points,
         budget,
+        key.threads,
+        axes.engine,
+        axes.architecture,
+        axes.updates,
+        quality,
+        count_unit(g.runs),
     )
 
 
@@ -81,6 +119,8 @@ RUN_LEAVE_OUT = [
     "status",
 ]
 BUDGET_LEAVE_OUT = ["batch/X ms"]
+QUALITY_LEAVE_OUT = ["ref. spread", "reference", "E_G noise allows", "runs", "spread", "E_G"]
+COMPARED_LEAVE_OUT = ["threads", "loader", "data %", "compute %", "sync %", "engine", "E_G"]
 CONSOLE_GROUPS = 10  # groups shown as tables of their own; more: a line per group, the tables in the files
 SUMMARY_HEADERS = ["group", "runs", "GPUs", "images/s", "E_G"]
 
@@ -89,26 +129,27 @@ def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], le
     return Table(title, list(headers), [list(row) for row in rows], [h for h in leave_out if h in headers])
 
 
-def _flag_kinds(flags: Sequence[Any]) -> str:
-    """'straggler', 'throttled' or 'straggler and throttled': the kinds of a run's flags (stragglers first)."""
-    return " and ".join(dict.fromkeys(f.kind for f in flags))
-
-
 def _report_tables(data: Any) -> List[Table]:
     """The tables `dlaunch report` prints: per group its scaling, runs and budget (beyond CONSOLE_GROUPS groups one
     line per group: images/s and E_G at its largest GPU count), then RCP verdicts and the runs set apart."""
     from dlaunch.analysis.convergence import RCP_SOURCE
+    from dlaunch.analysis.scaling import count_unit
     from dlaunch.reporting.document import (
-        BUDGET_HEADERS,
+        COMPARED_HEADERS,
         DIVERGED_HEADERS,
         FLAGGED_HEADERS,
         OFF_NETWORK_HEADERS,
+        QUALITY_HEADERS,
         RCP_HEADERS,
         Columns,
+        budget_headers,
         budget_rows,
+        compared_rows,
+        compares_axes,
         diverged_rows,
         flagged_rows,
         off_network_rows,
+        quality_rows,
         rcp_rows,
         run_rows,
         scaling_rows,
@@ -116,6 +157,11 @@ def _report_tables(data: Any) -> List[Table]:
     from dlaunch.tables import cell
 
     results, apart, tables = data.results, data.apart, []
+    everything = [r for g in results for r in g.runs] + [*data.diverged, *apart.excluded()]
+    columns = dataclasses.replace(
+        Columns.of([r for g in results for r in g.runs], history=bool(data.recorded.history)),
+        unit=count_unit(everything),
+    )
     if len(results) > CONSOLE_GROUPS:
         summary = []
         for g in results:
@@ -131,22 +177,51 @@ def _report_tables(data: Any) -> List[Table]:
             )
         tables.append(
             _table(
-                "%d groups: images/s and E_G at each group's largest GPU count (every table: report.md, "
-                "report.html)" % len(results),
-                SUMMARY_HEADERS,
+                "%d groups: images/s and E_G at each group's largest %s (every table: report.md, "
+                "report.html)" % (len(results), columns.count_name),
+                columns.counted(SUMMARY_HEADERS),
                 summary,
             )
         )
     else:
-        columns = Columns.of([r for g in results for r in g.runs], history=bool(data.recorded.history))
         for g in results:
             tables.append(_table(g.key.label, columns.scaling_headers(), scaling_rows(g, columns), SCALING_LEAVE_OUT))
             rows = [row[:-1] for row in run_rows(g, data.profiles, columns, data.recorded.history)]  # paths: report.md
             tables.append(_table(g.key.label + ": runs", columns.run_headers()[:-1], rows, RUN_LEAVE_OUT))
             if g.explained:
                 tables.append(
-                    _table(g.key.label + ": efficiency budget", BUDGET_HEADERS, budget_rows(g), BUDGET_LEAVE_OUT)
+                    _table(
+                        g.key.label + ": efficiency budget",
+                        columns.counted(budget_headers()),
+                        budget_rows(g),
+                        BUDGET_LEAVE_OUT,
+                    )
                 )
+    quality = [
+        [g.key.label] + row[:-1]  # why: a line of its own below the tables (report's `doubtful_lines`)
+        for g in results
+        for row in quality_rows(g, apart.doubtful_included)
+        if len(results) <= CONSOLE_GROUPS or not row[7].startswith("ok")
+    ]
+    if quality:
+        tables.append(
+            _table(
+                "measurement quality (%s)"
+                % ("every point" if len(results) <= CONSOLE_GROUPS else "the doubtful points; every one: report.md"),
+                ["group"] + columns.counted(QUALITY_HEADERS)[:-1],
+                quality,
+                QUALITY_LEAVE_OUT,
+            )
+        )
+    if compares_axes(results):
+        tables.append(
+            _table(
+                "architectures, updates and frameworks compared",
+                ["group"] + columns.counted(COMPARED_HEADERS),
+                [[label] + row for label, row in compared_rows(results)],
+                COMPARED_LEAVE_OUT,
+            )
+        )
     if data.rcp:
         tables.append(
             _table(
@@ -158,15 +233,22 @@ def _report_tables(data: Any) -> List[Table]:
         )
     if apart.flagged:
         rows = [[r.key.label] + row[:-1] for r in apart.flagged for row in flagged_rows([r], apart.flags)]
-        tables.append(_table("runs with a straggler or a throttled GPU", ["group"] + FLAGGED_HEADERS[:-1], rows))
+        tables.append(
+            _table("runs with a straggler or a throttled GPU", ["group"] + columns.counted(FLAGGED_HEADERS[:-1]), rows)
+        )
     if data.diverged:
         rows = [[r.key.label] + row[:-1] for r in data.diverged for row in diverged_rows([r])]
         tables.append(
-            _table("diverged runs (left out of every table above)", ["group"] + DIVERGED_HEADERS[:-1], rows, ["epochs"])
+            _table(
+                "diverged runs (left out of every table above)",
+                ["group"] + columns.counted(DIVERGED_HEADERS[:-1]),
+                rows,
+                ["epochs"],
+            )
         )
     if apart.off:
         rows = [[r.key.label] + row[:-1] for r in apart.off for row in off_network_rows([r], apart.problems)]
-        tables.append(_table("runs off their network", ["group"] + OFF_NETWORK_HEADERS[:-1], rows))
+        tables.append(_table("runs off their network", ["group"] + columns.counted(OFF_NETWORK_HEADERS[:-1]), rows))
     return tables
 
 
@@ -178,28 +260,44 @@ def report(
     include_network_mismatches: bool = False,
     include_stragglers: bool = False,
     straggler_threshold: Optional[float] = None,
+    include_doubtful: bool = False,
+    noise_threshold: Optional[float] = None,
     site: Optional[str] = None,
     on_rejected: Optional[Callable[[str], None]] = None,
 ) -> Report:
     """What `dlaunch report` shows for the runs under `paths`: per group the scaling points (X, S_G, E_G and
-    their spreads, predicted E_G), the efficiency budget; the runs set apart (diverged, stragglers, off
-    their network); the tables the command prints (`tables`); with `output`, report.md, report.html and the
-    plots written there (`files`). `on_rejected` hears each unreadable metrics file's message as soon as it is
-    read (the command line prints them before a refusal)."""
+    their spreads, predicted E_G), the efficiency budget and each count's measurement-quality verdict (`quality`;
+    doubtful points leave `points` and the budget unless `include_doubtful`; `noise_threshold`: the spread above
+    which a point is noisy, default 0.10, 0.30 for runs made on this machine); the runs set apart (diverged, stragglers, off their network); the
+    tables the command prints (`tables`); with `output`, report.md, report.html and the plots written there
+    (`files`). `on_rejected` hears each unreadable metrics file's message as soon as it is read (the command line
+    prints them before a refusal)."""
+    from dlaunch.analysis.quality import noise_option
     from dlaunch.analysis.scaling import load_runs
+    from dlaunch.analysis.stragglers import flag_kinds, threshold_option
     from dlaunch.boundary import output_folder
     from dlaunch.reporting.document import write_report
     from dlaunch.reporting.html import PAGE
     from dlaunch.reporting.report import report_data
 
-    check_threshold_option(straggler_threshold)
+    threshold_option(straggler_threshold)
+    noise = noise_option(noise_threshold)
     if output is not None:
         output_folder("--output", Path(output))
     given = [Path(p) for p in paths]
     loaded = load_runs(str(p) for p in given)
     for message in loaded.rejected if on_rejected else ():  # before a refusal (no valid file) is raised
         on_rejected(message)  # type: ignore[misc]
-    data = report_data(loaded, given, site, include_network_mismatches, include_stragglers, straggler_threshold)
+    data = report_data(
+        loaded,
+        given,
+        site,
+        include_network_mismatches,
+        include_stragglers,
+        straggler_threshold,
+        include_doubtful,
+        noise,
+    )
     apart = data.apart
     set_apart = [SetApartRun(r.path, r.key.label, r.world_size, "diverged", [r.reason or ""]) for r in data.diverged]
     set_apart += [
@@ -207,7 +305,7 @@ def report(
             r.path,
             r.key.label,
             r.world_size,
-            _flag_kinds(apart.flags[r.path]),
+            flag_kinds(f.kind for f in apart.flags[r.path]),
             [f.message for f in apart.flags[r.path]],
             apart.flagged_included,
         )
@@ -217,7 +315,7 @@ def report(
         SetApartRun(r.path, r.key.label, r.world_size, "network", list(apart.problems[r.path]), apart.off_included)
         for r in apart.off
     ]
-    notes = data.notes + apart.notes()
+    notes = data.notes + apart.notes(data.results)
     files: List[str] = []
     if output is not None:
         folder = Path(output)

@@ -10,7 +10,7 @@ from dlaunch.api.launching import cost_record, counted_warnings, job_of
 from dlaunch.api.observing import statuses_of
 from dlaunch.api.records import Job, RunStatus, StudyCheck, StudyListing, StudyPlan
 from dlaunch.boundary import escape
-from dlaunch.errors import DlaunchNote, DlaunchWarning
+from dlaunch.errors import DlaunchError, DlaunchNote, DlaunchWarning
 
 
 @api_function
@@ -132,7 +132,10 @@ def study_check(
 
 @api_function
 def study_status(folder: Any) -> List[RunStatus]:
-    """The runs of a study directory (OUTPUT/<study name>), as `status` gives them."""
-    from dlaunch.runs.study import study_runs
+    """The runs of a study directory (OUTPUT/<study name>), as `status` gives them (none before its first run was
+    submitted); a folder that does not exist is a DlaunchError."""
+    from dlaunch.runs.rundir import find_runs
 
-    return statuses_of(study_runs(Path(folder)))
+    if not Path(folder).is_dir():
+        raise DlaunchError("%s: no such study directory" % escape(str(folder)))
+    return statuses_of(find_runs([Path(folder)]))

@@ -27,7 +27,15 @@ from typer.models import CommandInfo
 
 from dlaunch.boundary import escape
 from dlaunch.cli import doctor, images, run, runs, sites
-from dlaunch.cli.terminal import DlaunchCommand, PlainGroup, command_group, err, out
+from dlaunch.cli.terminal import (
+    DlaunchCommand,
+    PlainGroup,
+    command_group,
+    err,
+    json_requested,
+    out,
+    print_json_error,
+)
 from dlaunch.errors import DlaunchError, DlaunchWarning
 
 # Options of the whole program, not of `run` (which `dlaunch <run options>` stands for).
@@ -163,16 +171,23 @@ def main(argv: Optional[List[str]] = None) -> int:
             warnings.showwarning = _show_warning
             result = app(args=args, prog_name="dlaunch", standalone_mode=False)
     except DlaunchError as e:
-        err.print("dlaunch: error: %s" % escape(str(e)), highlight=False)
-        return e.exit_code
+        return _error(args, escape(str(e)), e.exit_code)
     except typer.Abort:
-        return 130
+        return _error(args, "interrupted", 130, shown=False)
     except typer.TyperException as e:
-        err.print("dlaunch: error: %s" % escape(e.format_message()), highlight=False)
-        return e.exit_code
+        return _error(args, escape(e.format_message()), e.exit_code)
     except OSError as e:
         from dlaunch.api import os_error
 
-        err.print("dlaunch: error: %s" % os_error(e), highlight=False)
-        return 2
+        return _error(args, os_error(e), 2)
     return result if isinstance(result, int) else 0
+
+
+def _error(args: List[str], message: str, code: int, shown: bool = True) -> int:
+    """`dlaunch: error: MESSAGE` on stderr (unless not `shown`), and with --json the error as JSON on stdout too
+    (terminal.print_json_error); the exit code."""
+    if shown:
+        err.print("dlaunch: error: %s" % message, highlight=False)
+    if json_requested(args):
+        print_json_error(message, code)
+    return code

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.schema import parse_time
-from dlaunch.schedulers import registration
+from dlaunch.schedulers import scheduler_for
+from dlaunch.specs.schema import parse_time
 
 if TYPE_CHECKING:
     from dlaunch.jobs.sites import Site
@@ -60,7 +60,7 @@ class Cost:
 
 def _seconds(job: "Prepared") -> Optional[int]:
     """The job's time limit (None where it runs on this machine)."""
-    if registration(job.plan.scheduler).foreground:
+    if scheduler_for(job.plan.scheduler).this_machine:
         return None
     return parse_time(job.request.time)
 
@@ -76,7 +76,7 @@ def _queue_name(job: "Prepared", sites: Dict[str, "Site"]) -> str:
         sites[job.request.site] = resolve_site(job.request.site)
     row = sites[job.request.site].partition(name)
     said = [
-        "partition %s" % row.slurm_partition if row.slurm_partition not in (None, name) else "",
+        "partition %s" % row.partition if row.partition and row.partition != name else "",
         "QOS %s" % row.qos if row.qos else "",
     ]
     said = [part for part in said if part]

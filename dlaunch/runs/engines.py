@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import List, Mapping, Optional
 
 from dlaunch.jobs.sites import Site
-from dlaunch.schedulers import registration
+from dlaunch.schedulers import scheduler_for
 from dlaunch.train.framework_table import FRAMEWORKS
 
 CHECK_TIMEOUT_S = 30
@@ -48,7 +48,7 @@ def engine(site: Site, framework: str, environ: Mapping[str, str] = os.environ, 
     there (its nodes' `python` on PATH is theirs). A containerized site's image holds it: nothing to check here."""
     info = FRAMEWORKS[framework]
     module = info.import_check.split(".")[0]
-    here = registration(site.scheduler.kind).foreground
+    here = scheduler_for(site.scheduler.kind).this_machine
     if site.container.containerized:
         return Engine("python", "the image", None, module)
     named = site.interpreters.get(info.engine)
@@ -77,7 +77,7 @@ def interpreter_warnings(site: Site) -> List[str]:
     """The profile's interpreters that are not there on this machine (`sites check`: a typo in a path)."""
     return [
         "interpreters.%s = %s is not there on this machine%s"
-        % (name, path, "" if registration(site.scheduler.kind).foreground else " (the nodes must have it)")
+        % (name, path, "" if scheduler_for(site.scheduler.kind).this_machine else " (the nodes must have it)")
         for name, path in site.interpreters.items()
         if not os.access(path, os.X_OK)
     ]
