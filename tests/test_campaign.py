@@ -4,7 +4,6 @@ environments checked before a job starts, `study list` and the short protocols, 
 and the API's two steps (prepare, then submit) that the command line stands on (issue 45)."""
 
 import json
-import os
 import re
 import subprocess
 import sys
