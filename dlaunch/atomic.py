@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable
 
 
-def atomic_file(path: Path, write: Callable[[str], None], mode: int = 0o644) -> None:
+def atomic_file(path: Path, write: Callable[[str], object], mode: int = 0o644) -> None:
     """Let `write(tmp)` fill a temporary file beside `path`; fsync it and rename it over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".")

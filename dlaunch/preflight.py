@@ -573,7 +573,7 @@ def check_rendezvous(site: Site, node: Node) -> Check:
         "NCCL/Gloo use; `getent hosts %s` shows the node's names" % (site.rendezvous_host_suffix, short(node.hosts[0]))
     )
     try:
-        resolved = sorted({info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)})
+        resolved = sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)})
     except socket.gaierror as e:
         return Check(name, FAIL, "%s does not resolve (%s)" % (host, e.strerror), fix)
     if not node.first:
@@ -691,7 +691,7 @@ def netcheck_script(
     )
     here = [short(h) for h in node.hosts].index(short(socket.gethostname()))
     procs = site.gpus_per_node if site.gpu_vendor != "none" else 1
-    prefix = tuple(runtime.prefix(plan.image, ())) if runtime.containerized else ()
+    prefix = tuple(runtime.prefix(plan.image, ())) if runtime.containerized else ()  # type: ignore[arg-type]  # a containerized site's plan has its image
     python = "python" if runtime.containerized else site.interpreters.get("torch", "python")
     return render_in_job_environment(
         plan,

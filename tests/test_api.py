@@ -410,3 +410,24 @@ def test_predict_takes_every_option_of_the_command_line_whose_json_is_the_same_o
     assert cli_json(capsys, ["predict", "--site", str(site), "--gpus", "1,2,4", "--from-runs", str(tmp_path / "runs"),
                              "--json"]) == fitted.to_dict()
     assert api.Prediction.from_dict(json.loads(json.dumps(fitted.to_dict()))) == fitted
+
+
+def test_status_names_a_doubtful_scaling_point_with_the_quality_verdict(tmp_path, monkeypatch, capsys):
+    """Issue 47: the verdict `report` gives a scaling point shows in status too, on each of its runs. Three 1-rank
+    runs at 4, 4 and 1.3 images/s (a 67 % spread: above the noise threshold) and one 2-rank run."""
+    monkeypatch.chdir(tmp_path)
+
+    def records(world_size: int, seconds: float) -> list:
+        first = dict(header(), world_size=world_size, hosts=["h"] * world_size)
+        return [first] + [dict(epoch(n), epoch_time_s=seconds, images_per_s=16 / seconds) for n in range(3)] + [end()]
+
+    for name, ranks, seconds in (("r1", 1, 4.0), ("r2", 1, 4.0), ("r3", 1, 12.0), ("g2", 2, 2.5)):
+        write_run(tmp_path / "runs" / "e", name, records(ranks, seconds))
+    seen = {Path(s.path).name: s for s in api.status()}
+    assert seen["r3"].quality.startswith("quality of its 1-rank point: noisy: images/s of 3 runs 1.3-4.0 ")
+    assert seen["g2"].quality.startswith("quality of its 2-rank point: unstable reference: the reference (1) ")
+    assert main(["status", "runs/e"]) == 0
+    shown = capsys.readouterr().out
+    assert "runs/e/r1: quality of its 1-rank point: noisy: " in shown and "runs/e/g2: quality of its 2-rank" in shown
+    (tmp_path / "runs" / "e" / "r3").rename(tmp_path / "slow-r3")  # the noise gone: nothing doubted
+    assert [s.quality for s in api.status()] == [None, None, None]

@@ -133,6 +133,26 @@ def test_a_launchers_stop_signal_is_read_from_the_newest_attempt(tmp_path):
     assert launcher_stop([log]) is None
 
 
+def test_a_stop_signal_that_follows_a_ranks_death_is_the_schedulers_teardown_not_a_stop(tmp_path):
+    """Rank 0 killed (SIGKILL: the OOM killer's signal) fails its node's launcher; Slurm then ends the step's other
+    tasks with SIGTERM, and the other node's torchrun says it got it. The run died: nobody stopped it (the Slurm test
+    of this case read `cancelled by SIGTERM` before)."""
+    from dlaunch.runs.failures import launcher_stop
+
+    log = tmp_path / "slurm-49.out"
+    log.write_text("dlaunch: job 49 attempt 1 on dl-node1\n"
+                   "epoch 0\n"
+                   "[rank0]: failed (exitcode: -9) local_rank: 0 (pid: 4242) of binary: python\n"
+                   "  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 4242\n"
+                   "srun: error: dl-node1: task 0: Exited with exit code 1\n"
+                   "W1127 api.py:753] Received 15 death signal, shutting down workers\n")
+    assert launcher_stop([log]) is None
+    log.write_text("dlaunch: job 49 attempt 1 on dl-node1\nepoch 0\n"
+                   "W1127 api.py:753] Received 15 death signal, shutting down workers\n"
+                   "traceback : Signal 15 (SIGTERM) received by PID 4242\n")  # scancel: the stop came first
+    assert launcher_stop([log]) == "SIGTERM"
+
+
 @pytest.mark.parametrize("reason,meaning,requested,here,signal_,wrote,said", [
     (STOP_REASONS["SIGINT"], None, False, True, None, True,
      "cancelled by Ctrl-C on this machine (the trainer got SIGINT)"),

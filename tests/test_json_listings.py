@@ -75,3 +75,20 @@ def test_text_listings_say_there_is_nothing_and_exit_0(capsys, empty):
     assert captured.out == "" and captured.err == "no run directories under runs\n"
     assert main(["status", "nowhere"]) == 2
     assert capsys.readouterr().err == "dlaunch: error: nowhere: no such run directory or folder\n"
+
+
+def test_an_oserror_outside_the_api_is_its_one_line_in_json_too(capsys, empty, monkeypatch):
+    """The command line's last handler (an OSError no API call turned into a DlaunchError: a full disk while a
+    command prints or writes): its one line as the JSON error's string. A full disk cannot be made here, so the
+    command raises it (a fake); before, --json failed on the exception object (not JSON serializable)."""
+    import errno
+
+    import dlaunch.cli
+
+    def full_disk(**_):
+        raise OSError(errno.ENOSPC, "No space left on device", "runs/x")
+
+    monkeypatch.setattr(dlaunch.cli, "app", full_disk)
+    code, found, err = json_of(capsys, "runs", "--json")
+    assert (code, found) == (2, {"error": "runs/x: No space left on device", "exit_code": 2})
+    assert "dlaunch: error: runs/x: No space left on device" in err

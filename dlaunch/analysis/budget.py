@@ -101,14 +101,14 @@ def budget(runs: Sequence[Run]) -> List[BudgetRow]:
     figures = {}
     for point in points:
         at = [r for r in kept if r.world_size == point.gpus]
-        step = median(r.global_batch / r.throughput for r in at)  # type: ignore[operator]
+        step = median(r.global_batch / r.throughput for r in at)  # type: ignore[operator]  # measured runs have a throughput (measured_runs)
         figures[point.gpus] = (step, {name: _median([of(r) for r in at]) for name, of in measures.items()})
     reference = figures[points[0].gpus][1]
     rows = []
     for point in points:
         step, here = figures[point.gpus]
         lost: Dict[str, Optional[float]] = {
-            name: None if here[name] is None or reference[name] is None else (here[name] - reference[name]) / step  # type: ignore[operator]
+            name: None if here[name] is None or reference[name] is None else (here[name] - reference[name]) / step  # type: ignore[operator]  # not None: tested on the same line
             for name in measures
         }
         lost[OTHER] = 1.0 - point.efficiency - sum(v for v in lost.values() if v is not None)

@@ -19,7 +19,7 @@ from dlaunch.paths import PUBLISHED_DIR
 from dlaunch.specs.schema import StrictModel
 from dlaunch.train.framework_table import FRAMEWORKS
 
-METRICS = (
+Metric = Literal[
     "images_per_s",
     "speedup",
     "efficiency",
@@ -28,7 +28,7 @@ METRICS = (
     "kernel_compute_share",
     "kernel_io_share",
     "throughput_ratio",
-)
+]
 FILE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"  # a file directly in data/published/: no folder, no `..`
 
 
@@ -48,7 +48,7 @@ class Compare(StrictModel):
 
     label: str
     file: str
-    metric: Literal[METRICS]
+    metric: Metric
     column: str
     share_of: List[str] = []
     percent: bool = False
@@ -151,7 +151,7 @@ def compare_published(compare: Compare, path: Path, runs: Sequence[Run]) -> Comp
     judged them)."""
     if compare.metric == "throughput_ratio":
         faster, slower = compare.ratio_of
-        ratios = throughput_ratios(runs, faster, slower, dict(compare.match))
+        ratios = throughput_ratios(runs, faster, slower, dict(compare.match.items()))
         value = read_published_row(path, compare.column, dict(compare.row))
         published = [(gpus, value) for gpus, _ in ratios] or [(1, value)]
         return Comparison(
@@ -171,6 +171,6 @@ def compare_published(compare: Compare, path: Path, runs: Sequence[Run]) -> Comp
         compare.label,
         compare.metric,
         path.name,
-        read_published(path, compare.column, compare.share_of, dict(compare.match), compare.percent),
+        read_published(path, compare.column, compare.share_of, dict(compare.match.items()), compare.percent),
         measured,
     )

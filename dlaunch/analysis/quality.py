@@ -32,7 +32,7 @@ steps (a run's images/s rests on fewer than MIN_STEPS measured steps).
 import math
 from dataclasses import dataclass
 from statistics import median
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from dlaunch.analysis.scaling import GroupKey, Run, Spread, measured_runs
 from dlaunch.analysis.stragglers import Flag, flag_kinds
@@ -111,7 +111,7 @@ def facts_of(run: Run, flags: str = "") -> Facts:
     return Facts(
         run.path,
         run.world_size,
-        run.throughput,  # type: ignore[arg-type]
+        run.throughput,  # type: ignore[arg-type]  # a measured run has a throughput (scaling.measured_runs)
         not run.on_gpus,
         run.threads,
         run.ranks_per_node,
@@ -206,7 +206,7 @@ def causes(point: Sequence[Facts], reference: Sequence[Facts], threshold: float)
     if not same and None not in threads_here | threads_ref and threads_here != threads_ref:
         found.append(
             "unequal threads per rank: %s at the reference, %s here (give every run the same --threads)"
-            % ("/".join(map(str, sorted(threads_ref))), "/".join(map(str, sorted(threads_here))))  # type: ignore[arg-type]
+            % ("/".join(map(str, sorted(threads_ref))), "/".join(map(str, sorted(threads_here))))  # type: ignore[type-var]  # None is not among them (tested above)
         )
     elif not same and any(f.cpu and f.threads is None for f in list(point) + list(reference)):
         ranks_here = {f.ranks_per_node for f in point}
@@ -215,7 +215,7 @@ def causes(point: Sequence[Facts], reference: Sequence[Facts], threshold: float)
             found.append(
                 "unequal threads per rank likely: none recorded, and the reference ran %s rank(s) per node, these %s: "
                 "the trainer's default divides a node's CPUs by its ranks (give every run the same --threads)"
-                % ("/".join(map(str, sorted(ranks_ref))), "/".join(map(str, sorted(ranks_here))))  # type: ignore[arg-type]
+                % ("/".join(map(str, sorted(ranks_ref))), "/".join(map(str, sorted(ranks_here))))  # type: ignore[type-var]  # None is not among them (tested above)
             )
     hosts_ref = frozenset().union(*(f.hosts for f in reference))
     hosts_here = frozenset().union(*(f.hosts for f in point))
@@ -255,7 +255,7 @@ def causes(point: Sequence[Facts], reference: Sequence[Facts], threshold: float)
     return found
 
 
-def judge(points: Dict[int, Sequence[Facts]], option: Optional[float] = None) -> Dict[int, PointQuality]:
+def judge(points: Mapping[int, Sequence[Facts]], option: Optional[float] = None) -> Dict[int, PointQuality]:
     """The verdict per count of one group: `points` holds each count's runs (those its figures are made of), judged at
     `threshold_of(option, their schedulers)`."""
     if not points:

@@ -323,12 +323,12 @@ class Run:
         epochs = self._measured_with_energy()
         if not epochs:
             return None
-        return sum(e.energy_j for e in epochs) / sum(e.trained_images for e in epochs)  # type: ignore[misc]
+        return sum(e.energy_j for e in epochs) / sum(e.trained_images for e in epochs)  # type: ignore[misc]  # _measured_with_energy keeps epochs with energy_j only
 
     @cached_property
     def energy_per_epoch(self) -> Optional[float]:
         epochs = self._measured_with_energy()
-        return fmean(e.energy_j for e in epochs) if epochs else None  # type: ignore[type-var]
+        return fmean(e.energy_j for e in epochs) if epochs else None  # type: ignore[misc]  # _measured_with_energy keeps epochs with energy_j only
 
     @cached_property
     def energy_j(self) -> Optional[float]:
@@ -736,7 +736,7 @@ def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
     measured = measured_runs(runs)
     if not measured:
         return {}
-    g_ref, x_ref = reference_point([(r.world_size, r.throughput) for r in measured])  # type: ignore[misc]
+    g_ref, x_ref = reference_point([(r.world_size, r.throughput) for r in measured])  # type: ignore[misc]  # measured runs have a throughput (measured_runs)
     values: Dict[int, List[float]] = {}
     for r in measured:
         if metric == "comm_share":
@@ -749,7 +749,7 @@ def run_values(runs: Sequence[Run], metric: str) -> Dict[int, List[float]]:
                 "time_to_target_s": r.time_to_accuracy_s,
             }[metric]
         else:
-            value = r.throughput / x_ref  # type: ignore[operator]
+            value = r.throughput / x_ref  # type: ignore[operator]  # measured runs have a throughput (measured_runs)
             value = value / (r.world_size / g_ref) if metric == "efficiency" else value
         if value is not None:
             values.setdefault(r.world_size, []).append(value)

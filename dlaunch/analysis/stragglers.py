@@ -152,7 +152,7 @@ def throttle_flags(nodes: Optional[Sequence[NodeFigures]], threshold: float) -> 
         whose = (
             "local rank %s" % _or_dash(gpu.local_rank)
             if rank is None
-            else "rank %d (local rank %d)" % (rank, gpu.local_rank)
+            else "rank %d (local rank %d)" % (rank, gpu.local_rank)  # type: ignore[str-format]  # rank is set only where local_rank is
         )
         flags.append(
             Flag(

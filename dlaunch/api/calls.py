@@ -35,4 +35,4 @@ def api_function(function: F) -> F:
         except OSError as e:
             raise os_error(e) from e
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # functools.wraps keeps the signature; the checker sees (*Any) -> Any

@@ -3,7 +3,7 @@
 import dataclasses
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from dlaunch.api.calls import api_function
 from dlaunch.api.records import CompareRow, Comparison, ResultRow
@@ -65,7 +65,7 @@ def results(where: Sequence[str] = (), *, db: Optional[Any] = None) -> List[Resu
 
 
 def _compare_row(match: Any) -> CompareRow:
-    sides = {}
+    sides: Dict[str, Any] = {}
     for side, values in (("a", match.a), ("b", match.b)):
         s = match.spread(values)
         sides.update(

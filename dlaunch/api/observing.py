@@ -1,10 +1,11 @@
 """After submission: `status`, `watch`, `cancel`, `logs` of runs, and `archive` of an experiment."""
 
+import dataclasses
 import os
 import time as clock
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence
 
 from dlaunch.api.calls import api_function
 from dlaunch.api.records import Archive, Logs, RunStatus
@@ -27,7 +28,7 @@ def archive(folder: Any, output: Any) -> Archive:
         str(output),
         "%s/%s" % (Path(folder).resolve().name, MANIFEST),
         len(manifest),
-        sum(int(entry["bytes"]) for entry in manifest.values()),  # type: ignore[call-overload]
+        sum(int(entry["bytes"]) for entry in manifest.values()),  # type: ignore[call-overload]  # a manifest entry's "bytes" is an int (write_archive)
         [str(run.path) for run in runs_without_profile(Path(folder))],
     )
 
@@ -91,7 +92,28 @@ def statuses_of(found: Sequence["RunDir"], straggler_threshold: Optional[float] 
             ok.append(run)
     by_path.update((s.run.path, _run_status(s)) for s in service.observe(ok, straggler_threshold))
     _record_ended(ok)
+    judged = _doubtful_points([run for run in ok if by_path[run.path].ok and not by_path[run.path].flags])
+    for path, line in judged.items():
+        by_path[path] = dataclasses.replace(by_path[path], quality=line)
     return [by_path[run.path] for run in found]
+
+
+def _doubtful_points(runs: Sequence["RunDir"]) -> Dict[Path, str]:
+    """Run directory -> the quality verdict of its scaling point (dlaunch/analysis/quality.py: noisy, unstable
+    reference, implausible, with causes) where that point is doubtful, judged among `runs` (those listed that ended
+    ok, flagged ones set apart as `report` sets them) at the default noise thresholds."""
+    from dlaunch.analysis.quality import judge_runs
+    from dlaunch.analysis.scaling import group_runs, load_runs
+
+    by_metrics = {str(run.metrics_path): run.path for run in runs}
+    doubtful = {}
+    for group in group_runs(r for r in load_runs(list(by_metrics)).runs if not r.diverged).values():
+        verdicts = judge_runs(group)
+        for run in group:
+            verdict = verdicts.get(run.world_size)
+            if verdict is not None and verdict.doubtful and run.path in by_metrics:
+                doubtful[by_metrics[run.path]] = "quality of its %d-rank point: %s" % (run.world_size, verdict.line)
+    return doubtful
 
 
 @api_function

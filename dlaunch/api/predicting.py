@@ -2,7 +2,7 @@
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
 from dlaunch.api.calls import api_function
 from dlaunch.api.records import LeftOutRun, Prediction, PredictionRow
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 def _left_out(lo: "LeftOut") -> LeftOutRun:
     from dlaunch.analysis.perfmodel.fit import wall_step_s
 
-    measured = dict(
+    measured: Dict[str, Any] = dict(
         run=lo.run.path, gpus=lo.run.world_size, step_ms=1e3 * wall_step_s(lo.run), comm_share=lo.measured_share
     )
     if lo.predicted is None:

@@ -18,11 +18,11 @@ class Record:
     `T.from_dict(json.loads(json.dumps(x.to_dict()))) == x`), read from the dataclass's field types."""
 
     def to_dict(self) -> Dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]  # every Record is a dataclass
 
     @classmethod
     def from_dict(cls: Type[R], data: Mapping[str, Any]) -> R:
-        hints = field_types(cls)
+        hints = field_types(cls)  # type: ignore[arg-type]  # a class is hashable (lru_cache's key); type[R] is not known to be
         unknown = sorted(set(data) - set(hints))
         if unknown:
             raise DlaunchError("%s: unknown field %s" % (cls.__name__, unknown[0]))

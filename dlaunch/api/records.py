@@ -184,6 +184,9 @@ class RunStatus(Record):
     stopped_by: Optional[str] = None
     flags: List[str] = field(default_factory=list)  # 'straggler: ...', 'throttled: ...'
     network: List[str] = field(default_factory=list)  # how it is off its profile's [network]
+    # None unless its scaling point among the runs listed is doubtful (as `report` judges it), e.g. 'quality of its
+    # 2-rank point: noisy: ...'
+    quality: Optional[str] = None
     figures: str = ""  # time and energy to accuracy, energy ('' when none is known)
     rejected: Optional[str] = None  # why its files cannot be read (then nothing else is known)
 

@@ -20,8 +20,12 @@ from dlaunch.api.records import (
 )
 
 
-def _spread(s: Any) -> Optional[Spread]:
-    return None if s is None else Spread(s.median, s.low, s.high, s.n, s.kind)
+def _spread(s: Any) -> Spread:
+    return Spread(s.median, s.low, s.high, s.n, s.kind)
+
+
+def _optional_spread(s: Any) -> Optional[Spread]:
+    return None if s is None else _spread(s)
 
 
 def _group(g: Any) -> ReportGroup:
@@ -32,14 +36,14 @@ def _group(g: Any) -> ReportGroup:
             gpus=p.gpus,
             nodes=p.nodes,
             runs=p.runs,
-            images_per_s=_spread(p.throughput),  # type: ignore[arg-type]
+            images_per_s=_spread(p.throughput),
             speedup=_spread(p.speedups),
-            efficiency=_spread(p.efficiencies),  # type: ignore[arg-type]
+            efficiency=_spread(p.efficiencies),
             predicted_efficiency=g.predictions[p.gpus].efficiency if p.gpus in g.predictions else None,
             shares=dataclasses.asdict(p.shares) if p.shares else None,
-            joules_per_image=_spread(p.energy),
-            epochs_to_target=_spread(p.epochs_to_target),
-            time_to_target_s=_spread(p.time_to_target),
+            joules_per_image=_optional_spread(p.energy),
+            epochs_to_target=_optional_spread(p.epochs_to_target),
+            time_to_target_s=_optional_spread(p.time_to_target),
         )
         for p in g.points
     ]
@@ -286,8 +290,9 @@ def report(
         output_folder("--output", Path(output))
     given = [Path(p) for p in paths]
     loaded = load_runs(str(p) for p in given)
-    for message in loaded.rejected if on_rejected else ():  # before a refusal (no valid file) is raised
-        on_rejected(message)  # type: ignore[misc]
+    if on_rejected:  # before a refusal (no valid file) is raised
+        for message in loaded.rejected:
+            on_rejected(message)
     data = report_data(
         loaded,
         given,

@@ -61,7 +61,7 @@ LAZY_GROUPS = {
 def _first_docstring_line(module: str, function: str) -> str:
     """A function's one-line summary, read from its source without importing the module."""
     spec = importlib.util.find_spec(module)
-    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))  # type: ignore[arg-type,union-attr]  # dlaunch's own command modules, found as source files
     node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
     return (ast.get_docstring(node) or "").split("\n")[0]
 
@@ -179,7 +179,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except OSError as e:
         from dlaunch.api import os_error
 
-        return _error(args, os_error(e), 2)
+        return _error(args, escape(str(os_error(e))), 2)
     return result if isinstance(result, int) else 0
 
 

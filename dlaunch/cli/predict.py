@@ -4,12 +4,12 @@ printed: which model and how to get the others, the runs it was calibrated on, w
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, List, Literal, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, List, Optional, Sequence
 
 import typer
 from rich.console import Console
 
-from dlaunch.analysis.perfmodel.compute import PRECISIONS
+from dlaunch.analysis.perfmodel.compute import PrecisionName
 from dlaunch.analysis.perfmodel.model import DEFAULT_EPOCHS, IMAGENET_TRAIN_IMAGES
 from dlaunch.analysis.perfmodel.paper import PAPER_DEEPSPEED_SOURCE
 from dlaunch.cli.terminal import Json, finite_number, print_json
@@ -107,10 +107,10 @@ def loo_rows(left_out: Sequence["LeftOutRun"]) -> List[List[str]]:
             measured
             + [
                 "%.2f" % lo.predicted_step_ms,
-                _signed(100 * lo.step_error, 1),
+                _signed(100 * lo.step_error, 1),  # type: ignore[operator]  # set together with predicted_step_ms (api/predicting.py)
                 "%.1f" % (100 * lo.comm_share),
-                "%.1f" % (100 * lo.predicted_comm_share),
-                _signed(100 * lo.share_error, 1),
+                "%.1f" % (100 * lo.predicted_comm_share),  # type: ignore[operator]  # set together with predicted_step_ms (api/predicting.py)
+                _signed(100 * lo.share_error, 1),  # type: ignore[operator]  # set together with predicted_step_ms (api/predicting.py)
             ]
         )
     return rows
@@ -206,7 +206,7 @@ Framework = Annotated[
     ),
 ]
 Precision = Annotated[
-    Optional[Literal[PRECISIONS]],
+    Optional[PrecisionName],
     typer.Option(
         help="Precision of the published compute time, one the site's GPU has (data/published/gpus.csv): fp32, tf32, fp16 or bf16 (mixed precision). Default: the GPU's without AMP (TF32 on an A100); calibrated DeepSpeed assumes fp16 as the paper's runs (printed). Not with a measured compute time."
     ),

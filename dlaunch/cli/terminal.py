@@ -12,7 +12,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Dict, List, Literal, Optional, Sequence, Set, Tuple, Union
 
 import typer
 from rich.console import Console
@@ -154,7 +154,7 @@ JSON_ERROR = ("error", "exit_code")
 
 def print_json(objects: "Union[Sequence[Record], Record]") -> None:
     """API objects as JSON on stdout (a list, or one object), and nothing else there."""
-    data = objects.to_dict() if not isinstance(objects, (list, tuple)) else [o.to_dict() for o in objects]
+    data = objects.to_dict() if not isinstance(objects, (list, tuple)) else [o.to_dict() for o in objects]  # type: ignore[union-attr]  # a Sequence given here is a list or a tuple
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
@@ -202,7 +202,7 @@ def complete_run_dir(incomplete: str) -> List[str]:
     """Run directories (and the experiment and study folders above them) starting with `incomplete`:
     those under ./runs, or under the folder typed so far."""
     typed = Path(incomplete).parent if "/" in incomplete else Path("runs")
-    found = set()
+    found: Set[str] = set()
     for run in find_runs([typed, Path("runs")]):
         found.update(str(p) for p in [run.path, *run.path.parents] if str(p) != ".")
     return sorted(p for p in found if p.startswith(incomplete))
@@ -237,7 +237,7 @@ def with_trainer_options(command: Callable) -> Callable:
         # `is`, not `in`: 0 == False, and --workers 0 or --label-smoothing 0 must reach the trainer.
         return command(trainer=tuple((k, v) for k, v in values if v is not None and v is not False), **kwargs)
 
-    wrapper.__signature__ = inspect.Signature(own + extra)  # type: ignore[attr-defined]
+    wrapper.__signature__ = inspect.Signature(own + extra)  # type: ignore[attr-defined]  # the signature typer reads, set on the wrapper
     wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
     return wrapper
 
@@ -350,6 +350,8 @@ def show_status(statuses: Sequence["RunStatus"]) -> int:
             notes.append("%s: %s" % (s.name, s.stopped_by))
         notes += ["%s: network: %s" % (s.name, problem) for problem in s.network]
         notes += ["%s: %s" % (s.name, flag) for flag in s.flags]
+        if s.quality is not None:
+            notes.append("%s: %s" % (s.name, s.quality))
         if s.figures:
             notes.append("%s: %s" % (s.name, s.figures))
     if rows:

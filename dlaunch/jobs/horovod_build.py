@@ -23,7 +23,7 @@ def settings(stack_name: str, folder: Path, engine: str = EVERY_STACK_ENGINE) ->
     """The shell assignments for STACK and `engine`, the CMake files written into `folder`."""
     stack = load_lock().stacks.get(stack_name)
     pins = {pins["horovod"] for pins in stack.pip.values() if "horovod" in pins} if stack else set()
-    if not pins:
+    if stack is None or not pins:
         raise DlaunchError("containers/versions.toml: stack %r pins no horovod" % stack_name)
     try:
         env = horovod_engine_env(engine)

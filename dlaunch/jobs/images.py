@@ -488,7 +488,7 @@ def render_all(lock: Lock) -> Dict[Path, str]:
 
 def site_stacks() -> Dict[str, Tuple[str, str]]:
     """Site name -> (image stack, architecture), for every known site profile that runs in a container."""
-    stacks = {}
+    stacks: Dict[str, Tuple[str, str]] = {}
     for path in available_sites().values():
         site = load_site(path)
         stack = stack_of(site)

@@ -192,7 +192,7 @@ class TaskPerWorker(LaunchStyle):
         info = self.info
         per_node = nproc_per_node + info.servers_per_node
         slots = per_node + (1 if info.coordinators else 0)  # the first node also holds the coordinators
-        python = site.interpreters.get(info.engine, "python")
+        python = site.interpreters.get(info.engine, "python")  # type: ignore[call-overload]  # info.engine is an interpreters key (torch, tensorflow, mxnet)
         return LaunchSpec(
             tasks_per_node=per_node,
             cpus_per_task=max(1, site.cpus_per_node // slots),

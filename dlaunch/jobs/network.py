@@ -37,7 +37,7 @@ class Network(StrictModel):
 
     latency_us: float = Field(gt=0)
     bandwidth_gbps_per_node: float = Field(gt=0)
-    transport: Optional[Literal[tuple(TRANSPORTS)]] = None  # type: ignore[valid-type]
+    transport: Optional[Literal[tuple(TRANSPORTS)]] = None  # type: ignore[valid-type]  # a Literal of the trainer's transport names (train/network.py's TRANSPORTS)
     plugin: Optional[SafeName] = None
     provider: Optional[SafeName] = None
     interfaces: List[Annotated[str, StringConstraints(pattern=INTERFACE)]] = []
@@ -67,7 +67,7 @@ def _deviations(record: Dict[str, Any], expected: Any, gpu_run: bool) -> List[Tu
     """(what the library did, what the profile expects, addresses to show) for each way one record is off;
     in a run whose data goes through NCCL/RCCL (`gpu_run`) the TCP of the others (a controller) is not judged."""
     transport = record["transport"]
-    found = []
+    found: List[Tuple[str, str, List[str]]] = []
     if record["library"] in GPU_LIBRARIES:
         if expected.transport and transport != expected.transport:
             wanted = _transport(expected.transport) + (" (%s)" % expected.plugin if expected.plugin else "")

@@ -170,13 +170,13 @@ def _queue_and_time(site: Site, request: LaunchRequest, nodes: int) -> Tuple[Par
     )
 
 
-def _environment(site: Site) -> Tuple[Prepend, ...]:
+def _environment(site: Site) -> Tuple[PreludeItem, ...]:
     """Path lists the site extends (`env_prepend`, the NCCL network plugin's folder first)."""
     prepend: Dict[str, str] = dict(site.env_prepend)
     plugin = site.nccl_net_plugin
     if plugin and plugin.library_dir:
         rest = prepend.get("LD_LIBRARY_PATH")
-        prepend["LD_LIBRARY_PATH"] = joined(":", (plugin.directory,) + ((rest,) if rest else ()))
+        prepend["LD_LIBRARY_PATH"] = joined(":", (plugin.directory,) + ((rest,) if rest else ()))  # type: ignore[arg-type]  # library_dir is set, so directory is
     required = (RequireVariable(plugin.variable, "nccl_net_plugin.library_dir"),) if plugin and plugin.variable else ()
     return required + tuple(Prepend(name, value) for name, value in prepend.items())
 
@@ -216,7 +216,9 @@ def build_plan(
     experiment = request.experiment or "default"
     data = request.option("data")
     warnings: Tuple[str, ...] = ()
-    queue, seconds, account, binds, notes = None, 0, None, (), ()
+    queue, seconds, account = None, 0, None
+    binds: Tuple[str, ...] = ()
+    notes: Tuple[str, ...] = ()
     if scheduler.queued:
         _bindable("--output", run_dir)
         queue, seconds, notes = _queue_and_time(site, request, nodes)

@@ -167,7 +167,7 @@ def render_script(plan: LaunchPlan, header: str) -> str:
     out += _modules_and_env(plan)
     out += [render_item(item) for item in plan.prelude]
     out.append("\n")
-    out.append(_command(list(plan.command) + _flag_groups(plan.trainer_argv)))
+    out.append(_command([*plan.command, *_flag_groups(plan.trainer_argv)]))
     return "".join(out)
 
 

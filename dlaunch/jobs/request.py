@@ -54,7 +54,7 @@ class LaunchRequest:
     def normalized(self) -> "LaunchRequest":
         """Paths made absolute (site file, image, output, data), so the run can be resumed from anywhere."""
 
-        def absolute(path: Optional[str]) -> Optional[str]:
+        def absolute(path: str) -> str:
             return os.path.abspath(path) if path else path
 
         site = absolute(self.site) if self.site.endswith(".toml") or os.sep in self.site else self.site

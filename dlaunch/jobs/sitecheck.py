@@ -152,9 +152,9 @@ def migrate(path: Path) -> Tuple[str, bool]:
         if not placed and isinstance(item, (tomlkit.items.Table, tomlkit.items.AoT)):
             out.add("scheduler", scheduler)
             placed = True
-        if name == "container" and "runtime" in item:
+        if name == "container" and "runtime" in item:  # type: ignore[operator]  # the [container] item is a table
             item = _renamed(item, "runtime", "kind")
-        if name is None:
+        if key is None:
             out.body.append((None, item))
         else:
             out.add(key, item)

@@ -4,7 +4,7 @@ import itertools
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Annotated, Any, Dict, List, Literal, Mapping, Optional, Tuple, Type
 
 from pydantic import Field, SerializeAsAny, StringConstraints, create_model, field_validator, model_validator
 
@@ -28,6 +28,7 @@ from dlaunch.specs.schema import (
     Partition,
     ProfilePath,
     SafeName,
+    SchedulerConfig,
     StrictModel,
     VarPath,
     Word,
@@ -157,7 +158,9 @@ class LaunchBase(StrictModel):
         return getattr(self, name.replace("-", "_"), None) or FrameworkLaunch()
 
 
-Launch = create_model(  # one optional `[launch.<name>]` per framework the profile may launch differently
+# One optional `[launch.<name>]` per framework the profile may launch differently. A model built at import:
+# pydantic's stub does not take its field definitions from a dict, and the checker cannot know its fields.
+Launch = create_model(  # type: ignore[call-overload]
     "Launch",
     __base__=LaunchBase,
     **{
@@ -216,7 +219,10 @@ class Site(StrictModel):
     based_on: List[str] = Field(min_length=1)
     aliases: List[SafeName] = []
     arch: Literal["x86_64", "aarch64"] = "x86_64"  # of the compute nodes: picks the image
-    scheduler: SerializeAsAny[StrictModel]  # the backend's Config (dlaunch/schedulers/), by `kind`
+    if TYPE_CHECKING:  # any model with a `kind` at run time (a registered scheduler's Config is a StrictModel)
+        scheduler: SchedulerConfig
+    else:
+        scheduler: SerializeAsAny[StrictModel]  # the backend's Config (dlaunch/schedulers/), by `kind`
     # Bounds far above any node (16 GPUs, a few hundred cores) that stop a typo's 2^63 GPUs reaching a script.
     gpus_per_node: int = Field(gt=0, le=64)
     cores_per_node: int = Field(gt=0, le=4096)
@@ -247,7 +253,7 @@ class Site(StrictModel):
     container: SerializeAsAny[Runtime] = NoContainer()  # the runtime's model (dlaunch/runtimes/), by `kind`
     rendezvous_host_suffix: Annotated[str, StringConstraints(pattern=HOST_SUFFIX)] = ""
     master_port: int = Field(default=29500, ge=1024, le=65535)
-    launch: Launch = Launch()  # type: ignore[valid-type]
+    launch: Launch = Launch()
     # Run a job again when its node fails (Slurm's own default, JobRequeue=1); the trainer resumes.
     requeue: bool = True
     network: Optional[Network] = None

@@ -223,7 +223,7 @@ def _range(spread: Optional[Spread], fmt: str) -> str:
 def scaling_rows(g: GroupResult, columns: Columns) -> List[List[str]]:
     rows = []
     reached = [p for p in g.points if p.time_to_target is not None]
-    t_ref = reached[0].time_to_target.median if reached else None  # type: ignore[union-attr]
+    t_ref = reached[0].time_to_target.median if reached else None  # type: ignore[union-attr]  # reached: points with a time to target
     for pt in g.points:
         pred = g.predictions.get(pt.gpus)
         s = pt.shares
@@ -422,7 +422,7 @@ def budget_rows(g: GroupResult) -> List[List[str]]:
     """Per GPU count: E_G, the step time behind it and the share of the ideal lost per cause."""
     return [
         [str(row.gpus), "%.3f" % row.measured_e_g, "%.1f" % (1000 * row.step_s)]
-        + ["not recorded" if row.lost[part] is None else _share(row.lost[part]) for part in PARTS]  # type: ignore[arg-type]
+        + ["not recorded" if row.lost[part] is None else _share(row.lost[part]) for part in PARTS]  # type: ignore[arg-type]  # not None: tested on the same line
         for row in g.budget
     ]
 

@@ -245,8 +245,8 @@ def plot_energy_per_image(ax, results: Sequence["GroupResult"]) -> None:
         values += error_bars(
             ax,
             [p.gpus for p in points],
-            [p.energy for p in points],
-            "C%d" % i,  # type: ignore[misc]
+            [p.energy for p in points],  # type: ignore[misc]  # points: those with an energy
+            "C%d" % i,
             g.key.label + spread_label(points),
             marker(g.key.framework),
         )
@@ -434,13 +434,11 @@ def write_plots(output: Path, results: Sequence["GroupResult"]) -> Dict[str, str
     }
     figures = {name: plt.figure(figsize=(7, 2.5 + 2.5 * panels[name] if name in panels else 4.5)) for name in titles}
     if "throughput.png" in figures:
-        plot_scaling(
-            *(
-                figures[n].add_subplot() if n in figures else None
-                for n in ("throughput.png", "speedup.png", "efficiency.png")
-            ),
-            results,
+        ax_x, ax_s, ax_e = (
+            figures[n].add_subplot() if n in figures else None
+            for n in ("throughput.png", "speedup.png", "efficiency.png")
         )
+        plot_scaling(ax_x, ax_s, ax_e, results)
     if "time_shares.png" in figures:
         plot_shares(figures["time_shares.png"], results)
     if "accuracy_vs_batch.png" in figures:

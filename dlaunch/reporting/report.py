@@ -75,8 +75,8 @@ BY_NAME = "the profile of that name found here"
 def load_profiles(runs: Sequence[Run], override: Optional[str]) -> Profiles:
     """Each run's profile: `override` (--site) for all; else the one its directory kept; else its site's name here."""
     if override:
-        site = resolve_site(override)  # a bad --site is bad input
-        return Profiles({r.path: site for r in runs}, ["every run: --site %s (%s)" % (override, site.name)], [])
+        given = resolve_site(override)  # a bad --site is bad input
+        return Profiles({r.path: given for r in runs}, ["every run: --site %s (%s)" % (override, given.name)], [])
     named: Dict[str, Optional[Site]] = {}
     unknown: Dict[str, str] = {}  # site name -> why it has no profile here
     of_run: Dict[str, Site] = {}
@@ -118,10 +118,10 @@ def _group_predictions(
     if network is None or not points or runs[0].key.model not in MODEL_PARAMS_M:
         return {}
     g_ref = points[0].gpus
-    profiled = [r for r in runs if r.world_size == g_ref and r.profile is not None]
-    if not profiled:
+    profiles = [r.profile for r in runs if r.world_size == g_ref and r.profile is not None]
+    if not profiles:
         return {}
-    profile = profiled[0].profile
+    profile = profiles[0]
     workload = Workload(
         profile.compute_s, runs[0].key.batch_per_worker, gradient_bytes(runs[0].key.model), profile.data_s
     )

@@ -160,17 +160,17 @@ def parse_conditions(text: str) -> List[Condition]:
         if key == "date":
             holds = _date_condition(text, value)
         elif key.startswith("pins.") and len(key) > 5:
-            holds = lambda row, k=key[5:], v=value: str(row["pins"].get(k)) == v
+            holds = lambda row, k=key[5:], v=value: str(row["pins"].get(k)) == v  # type: ignore[misc]  # mypy cannot type a lambda that binds its values as defaults
         elif key in COUNT_KEYS:
             if not (value.isascii() and value.isdigit()) or int(value) < 1:
                 raise DlaunchError(
                     "selector %r: %s takes a count (a whole number from 1), e.g. %s=8" % (text, key, key)
                 )
-            holds = lambda row, k=key, n=int(value): row[k] == n
+            holds = lambda row, k=key, n=int(value): row[k] == n  # type: ignore[misc]  # mypy cannot type a lambda that binds its values as defaults
         elif key == "site":
-            holds = lambda row, names=_site_names(value): row["site"] in names
+            holds = lambda row, names=_site_names(value): row["site"] in names  # type: ignore[misc]  # mypy cannot type a lambda that binds its values as defaults
         elif key in SELECTOR_KEYS:
-            holds = lambda row, k=key, v=value: str(row[k]) == v
+            holds = lambda row, k=key, v=value: str(row[k]) == v  # type: ignore[misc]  # mypy cannot type a lambda that binds its values as defaults
         else:
             raise DlaunchError(
                 "selector %r: unknown key %r (keys: %s, pins.NAME, date)" % (text, key, ", ".join(SELECTOR_KEYS))
@@ -195,7 +195,9 @@ def _values(rows: Sequence[Dict[str, Any]], key: str) -> str:
     if key == "date":
         ended = sorted(row["ended"][:10] for row in rows)
         return "its runs ended from %s to %s" % (ended[0], ended[-1])
-    get = (lambda row: row["pins"].get(key[5:])) if key.startswith("pins.") else (lambda row: row[key])
+    get: Callable[[Dict[str, Any]], Any] = (
+        (lambda row: row["pins"].get(key[5:])) if key.startswith("pins.") else (lambda row: row[key])
+    )
     values = sorted({str(get(row)) for row in rows})
     return "its values of %s: %s" % (key, ", ".join(values[:10]) + (", ..." if len(values) > 10 else ""))
 
@@ -442,23 +444,25 @@ def compare(rows: Sequence[Dict[str, Any]], selector_a: str, selector_b: str, me
     a, b = sides
     whole = differences(a.rows, b.rows)
     sided = {n: v for n, v in whole.items() if not any(isinstance(x, list) for x in v)}  # one value each
-    changed = {n: sided[n] for n in ("experiment", "site", "stack") if n in sided}  # what a selector names first
+    changed: Dict[str, Tuple[Any, Any]] = {
+        n: sided[n] for n in ("experiment", "site", "stack") if n in sided
+    }  # what a selector names first
     for key in MATCH_KEY:
         va, vb = ({r[key] for r in side.rows} for side in (a, b))
         if len(va) == len(vb) == 1 and va != vb:
             changed[key] = (va.pop(), vb.pop())
     changed.update((n, v) for n, v in sided.items() if not n.startswith(PIN) and n not in changed)
-    key = [k for k in MATCH_KEY if k not in changed]
+    match_on = [k for k in MATCH_KEY if k not in changed]
     matched: Dict[Tuple[Any, ...], Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]] = {}
     for side, rows_ in ((0, a.rows), (1, b.rows)):
         for r in rows_:
-            matched.setdefault(tuple(r[k] for k in key), ([], []))[side].append(r)
+            matched.setdefault(tuple(r[k] for k in match_on), ([], []))[side].append(r)
     matches = []
     for k, (ra, rb) in sorted(matched.items(), key=lambda kv: [str(x) for x in kv[0]]):
         within = differences(ra, rb) if ra and rb else {}
         matches.append(
             Match(
-                dict(zip(key, k)),
+                dict(zip(match_on, k)),
                 [float(r[metric]) for r in ra],
                 [float(r[metric]) for r in rb],
                 {n: v for n, v in within.items() if n not in sided},

@@ -124,7 +124,7 @@ def _member(tar: tarfile.TarFile, name: str, limit: int, archive: Path) -> bytes
             "%s: %s has %d bytes, more than the %d it may have"
             % (display_path(archive), escape(name), info.size, limit)
         )
-    return tar.extractfile(info).read(limit + 1)
+    return tar.extractfile(info).read(limit + 1)  # type: ignore[union-attr]  # a regular member (checked above) has its bytes
 
 
 def _manifest(tar: tarfile.TarFile, name: str, archive: Path) -> Dict[str, Entry]:

@@ -18,7 +18,7 @@ import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from dlaunch.boundary import LOG_TAIL_BYTES, log_tail, printable
 from dlaunch.schedulers import JobState
@@ -29,6 +29,7 @@ _SYMPTOM = (
     r"Connection (closed|reset) by peer|Broken pipe|Socket Timeout|remote process exited|"
     r"communicator was aborted|Connection refused|timed out|Timeout"
 )
+RANK_KILLED = re.compile(r"Signal (\d+) \(\w+\) received by PID")  # torchrun's words for a rank a signal ended
 _NOISE = r"ChildFailedError|SignalException|exitcode\s*:\s*-?\d"
 Ranked = Tuple[Tuple[int, "re.Pattern[str]", Optional["re.Pattern[str]"]], ...]
 
@@ -44,7 +45,7 @@ def ranked(verdicts: Tuple[str, ...] = (), noise: Tuple[str, ...] = ()) -> Ranke
             r"No space left on device|ENOSPC|Out of memory|Cannot allocate memory|oom[-_ ]kill|Killed process \d+",
             None,
         ),
-        (2, r"Signal \d+ \(\w+\) received by PID", None),
+        (2, RANK_KILLED.pattern, None),
         (2, r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception)\b:", "%s|%s" % (_SYMPTOM, all_noise)),
         *((3, verdict, None) for verdict in verdicts),
         (4, _SYMPTOM, None),
@@ -114,7 +115,7 @@ UNFINISHED = ("running", "no metrics yet")
 # A launcher's words when a stop signal reached it (torchrun: `Received 2 death signal, shutting down workers`,
 # `SignalException: Process 12 got signal: 2`), whatever its trainer managed to write.
 LAUNCHER_STOPPED = re.compile(r"\bReceived (\d+) death signal\b|\bSignalException: Process \d+ got signal: (\d+)")
-STOP_SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+STOP_SIGNALS: Dict[int, str] = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 
 
 def reconcile(
@@ -135,7 +136,8 @@ def reconcile(
 
 def launcher_stop(logs: Sequence[Path]) -> Optional[str]:
     """The stop signal ("SIGINT", "SIGTERM") that the newest attempt's launcher says it got (LAUNCHER_STOPPED), or
-    None; `logs` oldest first."""
+    None; `logs` oldest first. A stop signal after a rank failed in that attempt (`failed_first`) is the scheduler
+    ending the step's other tasks (srun does so when one task fails), not a stop: None."""
     for path in reversed(logs):
         for lines in attempts(path)[:1]:
             for _, line in lines:
@@ -143,8 +145,19 @@ def launcher_stop(logs: Sequence[Path]) -> Optional[str]:
                 number = int(found.group(1) or found.group(2)) if found else None
                 if number in STOP_SIGNALS:
                     return STOP_SIGNALS[number]
+                if failed_first(line):
+                    return None
             return None
     return None
+
+
+def failed_first(line: str) -> bool:
+    """Whether the line says a rank failed by itself: a cause of rank 0-2 (`ranked`: the trainer's error, an
+    operating-system error, a rank's exception or its death by a signal other than a stop signal)."""
+    killed = RANK_KILLED.search(line)
+    if killed:
+        return int(killed.group(1)) not in STOP_SIGNALS
+    return best_cause([(0, line)], "", tuple(c for c in ranked() if c[0] <= 2)) is not None
 
 
 def stopped_by(

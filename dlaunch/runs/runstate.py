@@ -293,7 +293,7 @@ def _gpus(plan: Dict[str, Any]) -> Optional[int]:
     checked for its scheduler and site only, dlaunch/runs/runfiles.py)."""
     nodes, per_node = plan.get("nodes"), plan.get("nproc_per_node")
     if all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (nodes, per_node)):
-        return nodes * per_node
+        return nodes * per_node  # type: ignore[operator]  # both are positive ints (tested on this line's if)
     return None
 
 
@@ -308,7 +308,7 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
     jobs: Dict[Path, JobStatus] = {}
     for kind, those in submitted.items():
         jobs.update(
-            zip((run.path for run in those), scheduler_for(kind).jobs([(job_ids[r.path], r.path) for r in those]))
+            zip((run.path for run in those), scheduler_for(kind).jobs([(job_ids[r.path], r.path) for r in those]))  # type: ignore[misc]  # submitted holds runs with a job id only
         )
     snapshots = []
     for run in runs:

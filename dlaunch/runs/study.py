@@ -161,7 +161,7 @@ def expand(
     refused = None if image else stack_refusal(resolved, stack)
     if refused:
         raise DlaunchError("--stack: %s" % refused)
-    jobs = []
+    jobs: List[MatrixRun] = []
     seen: Dict[str, List[str]] = {}
     for m, point, repeats in study.selected(protocol):
         key = m.count_key
@@ -203,7 +203,7 @@ def expand(
                 trainer=tuple(trainer.items()),
                 allow_large=allow_large,
                 **{key: count},
-                **({"nodes": nodes} if nodes else {}),
+                **({"nodes": nodes} if nodes else {}),  # type: ignore[arg-type]  # counts (nodes, gpus) are ints; mypy matches a **dict with every parameter
             )
             jobs.append(MatrixRun(m.name, name, coordinates, request, tuple(m.figures), repeats))
     if not jobs:
@@ -284,7 +284,7 @@ def _datasets(
             raise DlaunchError("--data: %r: give ENV=PATH with ENV one of %s" % (item, ", ".join(by_env)))
     paths, warnings = {}, []
     for d in wanted:
-        path = given.get(d.env) or os.environ.get(d.env)
+        path = given.get(d.env) or os.environ.get(d.env)  # type: ignore[assignment]  # a path still None is refused or replaced just below
         if not path:
             missing = "--data: give the %s (or set $%s)" % (d.description, d.env)
             if not dry_run:
@@ -293,7 +293,7 @@ def _datasets(
             warnings.append("%s; the dry run's jobs read --data %s" % (missing, path))
         for loader in d.loaders:
             paths[loader] = path
-    return paths, warnings
+    return paths, warnings  # type: ignore[return-value]  # paths by loader name: a Loader is a str
 
 
 @dataclass(frozen=True)
@@ -518,7 +518,7 @@ class CheckResult:
 def job_nodes(job: MatrixRun, gpus_per_node: int) -> int:
     """The nodes a job of the study asks for on a site with `gpus_per_node`."""
     request = job.request
-    return request.nodes or -(-request.gpus // gpus_per_node)
+    return request.nodes or -(-request.gpus // gpus_per_node)  # type: ignore[operator]  # a request without nodes has its gpus
 
 
 def check_study_on_site(

@@ -21,7 +21,7 @@ $DLAUNCH_STUDIES_DIR, then among the shipped ones, or by path.
 import itertools
 import os
 from pathlib import Path
-from typing import Annotated, Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple
+from typing import Annotated, Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
@@ -37,9 +37,10 @@ from dlaunch.train.config import MODELS, SCHEDULES
 STUDY_COPY = "study.toml"
 STUDY_INFO = "study.json"
 # Matrix dimensions: set by the matrix, never by a recipe.
-DIMENSIONS = ("framework", "loader", "model", "gpus", "nodes", "schedule")
-LOADERS = ("native", "dali")
-KINDS = ("gpu", "cpu")
+Dimension = Literal["framework", "loader", "model", "gpus", "nodes", "schedule"]
+DIMENSIONS: Tuple[str, ...] = get_args(Dimension)
+Loader = Literal["native", "dali"]
+LOADERS: Tuple[Loader, ...] = get_args(Loader)
 
 SHIPPED_STUDIES_DIR = REPO / "studies"
 
@@ -70,7 +71,7 @@ class Dataset(StrictModel):
 
     description: str
     env: EnvName
-    loaders: List[Literal[LOADERS]] = Field(default=list(LOADERS), min_length=1)
+    loaders: List[Loader] = Field(default=list(LOADERS), min_length=1)
 
 
 class _WithRecipe(StrictModel):
@@ -92,7 +93,7 @@ class _WithRecipe(StrictModel):
 class PointOverlay(_WithRecipe):
     """A protocol's recipe and time at the matrix points matching `match` (e.g. gpus = 4)."""
 
-    match: Dict[Literal[DIMENSIONS], Any] = Field(min_length=1)
+    match: Dict[Dimension, Any] = Field(min_length=1)
     recipe: Dict[str, Any] = {}
     time: Optional[str] = None
 
@@ -141,13 +142,13 @@ class Matrix(_WithRecipe):
     figures: List[str] = []  # the published figures and tables these runs stand for
     part: Optional[SafeName] = None  # which overlay of the chosen protocol applies
     frameworks: List[str] = Field(default=["ddp"], min_length=1)  # rows of dlaunch/train/framework_table.py
-    loaders: List[Literal[LOADERS]] = Field(default=["native"], min_length=1)
-    models: List[Literal[MODELS]] = Field(min_length=1)
+    loaders: List[Loader] = Field(default=["native"], min_length=1)
+    models: List[Literal[MODELS]] = Field(min_length=1)  # type: ignore[valid-type]  # a Literal of the trainer's name tuple (dlaunch/train/config.py), which stays a tuple there
     gpus: Optional[List[Count]] = None
     nodes: Optional[List[Count]] = None
-    schedules: List[Literal[SCHEDULES]] = Field(default=["step"], min_length=1)
+    schedules: List[Literal[SCHEDULES]] = Field(default=["step"], min_length=1)  # type: ignore[valid-type]  # a Literal of the trainer's name tuple (dlaunch/train/config.py), which stays a tuple there
     repeats: int = Field(default=1, gt=0)
-    exclude: List[Dict[Literal[DIMENSIONS], Any]] = []
+    exclude: List[Dict[Dimension, Any]] = []
     recipe: Dict[str, Any] = {}
     time: Optional[str] = None
     partition: Optional[SafeName] = None
@@ -204,7 +205,7 @@ class Study(_WithRecipe):
     name: SafeName
     description: str
     based_on: List[str] = Field(min_length=1)
-    kind: Literal[KINDS] = "gpu"
+    kind: Literal["gpu", "cpu"] = "gpu"
     gpu_vendor: Optional[Literal["nvidia", "amd"]] = None
     stack: Optional[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")]] = None
     assumptions: List[str] = []
@@ -327,12 +328,12 @@ def recorded_study(folder: Path) -> Study:
     return load_study(folder / STUDY_COPY)
 
 
-def excluded(point: Dict[str, Any], exclusions: Sequence[Dict[str, Any]]) -> bool:
+def excluded(point: Dict[str, Any], exclusions: Sequence[Dict[Dimension, Any]]) -> bool:
     """Whether a matrix point matches one of the `exclude` rules."""
     return any(all(point.get(k) == v for k, v in rule.items()) for rule in exclusions)
 
 
-def rule_text(rule: Dict[str, Any]) -> str:
+def rule_text(rule: Dict[Dimension, Any]) -> str:
     """An `exclude` rule as a study file writes it, for messages."""
     return "{%s}" % ", ".join("%s = %s" % (k, quoted(v)) for k, v in rule.items())
 

@@ -19,7 +19,7 @@ class Apptainer(Runtime):
     flags: List[Option] = []  # e.g. --nv (NVIDIA GPUs), --rocm (AMD GPUs)
 
     @property
-    def binary(self) -> str:  # type: ignore[override]
+    def binary(self) -> str:  # type: ignore[override]  # apptainer or singularity, by kind: a property where the others have a class attribute
         return self.kind
 
     def read_arch(self, image: str) -> Optional[str]:

@@ -25,7 +25,7 @@ class Pyxis(Runtime):
     enters_by_step = True
 
     @property
-    def image_kind(self) -> str:  # type: ignore[override]
+    def image_kind(self) -> str:  # type: ignore[override]  # by the profile's environment: a property where the others have a class attribute
         return "edf" if self.environment else "sqsh"
 
     @property

@@ -182,7 +182,7 @@ class Scheduler(abc.ABC):
     signal_lead_s: Optional[int] = None
     # (pattern, what it is) the profile's per-framework options of its step must match (`[launch.<fw>]`);
     # () = words of the step command
-    step_option_form: Tuple[str, str] = ()
+    step_option_form: Tuple[str, str] = ()  # type: ignore[assignment]  # (): words of the step command; read only where set
     # The directive that runs a job's tasks one hardware thread per core (`[launch.<fw>] smt = false`; None: none).
     one_thread_per_core: Optional[str] = None
     # Regular expressions of the lines the batch system writes into a job's log (dlaunch/runs/failures.py):

@@ -70,7 +70,7 @@ class Local(Scheduler):
     # torchrun's and the step's words around a failed task.
     log_noise = (r"dlaunch-local-step: task \d+ (exited|killed)",)
 
-    def job_environment(self, cfg: LocalConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
+    def job_environment(self, cfg: LocalConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:  # type: ignore[override]  # a scheduler's methods take its own Config; the contract (Scheduler) types it as the base model
         """The job id `local-<pid of the script's shell>` (what `submit` records), one node; a step of
         one task gets that task's variables here, a step of several from `run_step`."""
         one_task = jobenv.step_environment(0, 1, 0, 0) if job.tasks == 1 else {}
@@ -81,7 +81,7 @@ class Local(Scheduler):
             *(Export(name, value) for name, value in one_task.items()),
         )
 
-    def step(
+    def step(  # type: ignore[override]  # a scheduler's methods take its own Config; the contract (Scheduler) types it as the base model
         self, cfg: LocalConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]
     ) -> Tuple[str, ...]:
         if job.tasks == 1:

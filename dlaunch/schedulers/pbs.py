@@ -102,28 +102,28 @@ class Pbs(Scheduler):
     log_noise = (r"\brank \d+ (exited with code|died from signal) \d+",)
     no_test_submission = "PBS has no test-only submission; `qsub` checks the queue at submission"
 
-    def directives(self, cfg: PbsConfig, job: JobSpec) -> Tuple[str, ...]:
+    def directives(self, cfg: PbsConfig, job: JobSpec) -> Tuple[str, ...]:  # type: ignore[override]  # a scheduler's methods take its own Config; the contract (Scheduler) types it as the base model
         return (
             "-N %s" % job.name,
             "-l select=%d%s" % (job.nodes, cfg.select_resources),
             "-l walltime=%d:%02d:%02d" % (job.seconds // 3600, job.seconds % 3600 // 60, job.seconds % 60),
-            "-q %s" % queue_name(job.queue),
+            "-q %s" % queue_name(job.queue),  # type: ignore[arg-type]  # a queued scheduler's job has its queue (jobs/plan.py)
             *(("-A %s" % job.account,) if job.account else ()),
             "-o %s/%s" % (job.run_dir, LOG),
             "-j oe",  # the error stream into the same file
             "-k doe",  # written directly into the run directory while the job runs, appended by a rerun
             "-r y" if job.requeue else "-r n",  # see the module docstring
             *cfg.directives,
-            *job.queue.directives,
+            *job.queue.directives,  # type: ignore[union-attr]  # a queued scheduler's job has its queue (jobs/plan.py)
         )
 
-    def prelude(self, cfg: PbsConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
+    def prelude(self, cfg: PbsConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:  # type: ignore[override]  # a scheduler's methods take its own Config; the contract (Scheduler) types it as the base model
         return (
             Banner(jobenv.JOB_ID, jobenv.RESTART_COUNT, jobenv.NODELIST),
             EndTime("DLAUNCH_JOB_END_TIME", job.seconds),
         )
 
-    def job_environment(self, cfg: PbsConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
+    def job_environment(self, cfg: PbsConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:  # type: ignore[override]  # a scheduler's methods take its own Config; the contract (Scheduler) types it as the base model
         """mpiexec starts `--ppn` tasks on every node: the counts are the job's own."""
         return (
             Export(jobenv.JOB_ID, ShellWord("$PBS_JOBID")),
@@ -134,7 +134,7 @@ class Pbs(Scheduler):
             Export(jobenv.TASKS_PER_NODE, "%d(x%d)" % (job.tasks_per_node, job.nodes)),
         )
 
-    def step(
+    def step(  # type: ignore[override]  # a scheduler's methods take its own Config; the contract (Scheduler) types it as the base model
         self, cfg: PbsConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]
     ) -> Tuple[str, ...]:
         binding = ("--cpu-bind", "none") if whole_node else ("--depth=%d" % job.cpus_per_task, "--cpu-bind", "depth")

@@ -188,7 +188,7 @@ class Slurm(Scheduler):
         (jobenv.TASKS_PER_NODE, "SLURM_STEP_TASKS_PER_NODE"),
     )
 
-    def directives(self, cfg: SlurmConfig, job: JobSpec) -> Tuple[str, ...]:
+    def directives(self, cfg: SlurmConfig, job: JobSpec) -> Tuple[str, ...]:  # type: ignore[override]  # a scheduler's methods take its own Config; the contract (Scheduler) types it as the base model
         queue = job.queue
         return (
             "--job-name=%s" % job.name,
@@ -198,8 +198,8 @@ class Slurm(Scheduler):
             *(("--overcommit",) if job.overcommit else ()),
             "--cpus-per-task=%d" % job.cpus_per_task,
             *((self.one_thread_per_core,) if not job.smt else ()),
-            *(("--partition=%s" % partition_option(queue),) if partition_option(queue) else ()),
-            *(("--qos=%s" % queue.qos,) if queue.qos else ()),
+            *(("--partition=%s" % partition_option(queue),) if partition_option(queue) else ()),  # type: ignore[arg-type]  # a queued scheduler's job has its queue (jobs/plan.py)
+            *(("--qos=%s" % queue.qos,) if queue.qos else ()),  # type: ignore[union-attr]  # a queued scheduler's job has its queue (jobs/plan.py)
             "--time=%s" % format_time(job.seconds),
             *(("--account=%s" % job.account,) if job.account else ()),
             *(("--gres=%s" % cfg.gres,) if cfg.gres else ()),
@@ -211,10 +211,10 @@ class Slurm(Scheduler):
             # To every process of the steps (no `B:`); see launchers.py for torchrun.
             "--signal=USR1@%d" % self.signal_lead_s,
             *cfg.directives,
-            *queue.directives,
+            *queue.directives,  # type: ignore[union-attr]  # a queued scheduler's job has its queue (jobs/plan.py)
         )
 
-    def prelude(self, cfg: SlurmConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
+    def prelude(self, cfg: SlurmConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:  # type: ignore[override]  # a scheduler's methods take its own Config; the contract (Scheduler) types it as the base model
         return (
             Banner("SLURM_JOB_ID", "SLURM_RESTART_COUNT", "SLURM_JOB_NODELIST"),
             # Slurm >= 22.05 no longer hands sbatch's --cpus-per-task to srun; this variable does.
@@ -223,7 +223,7 @@ class Slurm(Scheduler):
             EndTime("DLAUNCH_JOB_END_TIME", job.seconds),
         )
 
-    def job_environment(self, cfg: SlurmConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:
+    def job_environment(self, cfg: SlurmConfig, job: JobSpec) -> Tuple[PreludeItem, ...]:  # type: ignore[override]  # a scheduler's methods take its own Config; the contract (Scheduler) types it as the base model
         return (
             Export(jobenv.JOB_ID, ShellWord("$SLURM_JOB_ID")),
             Export(jobenv.RESTART_COUNT, ShellWord("$SLURM_RESTART_COUNT")),  # unset before a requeue
@@ -231,7 +231,7 @@ class Slurm(Scheduler):
             HostList(jobenv.NODELIST, self.hosts_command()),
         )
 
-    def step(
+    def step(  # type: ignore[override]  # a scheduler's methods take its own Config; the contract (Scheduler) types it as the base model
         self, cfg: SlurmConfig, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]
     ) -> Tuple[str, ...]:
         if mpi and not cfg.mpi_plugin:
@@ -248,7 +248,7 @@ class Slurm(Scheduler):
             *options,
         )
 
-    def gpu_request_field(self, cfg: SlurmConfig) -> Optional[str]:
+    def gpu_request_field(self, cfg: SlurmConfig) -> Optional[str]:  # type: ignore[override]  # a scheduler's methods take its own Config; the contract (Scheduler) types it as the base model
         return "gpu_request" if cfg.gpu_request != "none" else None
 
     def node_count_word(self, nodes: int) -> str:

@@ -89,6 +89,12 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+class SchedulerConfig(StrictModel):
+    """What every scheduler's Config has (its `kind`), for the type checker: a Config need not derive from it."""
+
+    kind: str
+
+
 class Partition(StrictModel):
     """A row of a site's queues: `--partition NAME` selects it, or the job's size does (`auto`). Its
     scheduler renders it (dlaunch/schedulers/: the queue `partition` names, default `name`; Slurm's QOS) and

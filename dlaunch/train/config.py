@@ -111,7 +111,7 @@ class TrainConfig:
 class OneLineParser(argparse.ArgumentParser):
     """argparse that raises ConfigError (one line) instead of printing usage and exiting."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> None:  # type: ignore[override]  # raises, as argparse's error does
         raise ConfigError(message)
 
 
@@ -350,7 +350,7 @@ def _validate(cfg: TrainConfig, check_paths: bool) -> None:
         "--momentum": cfg.momentum,
         "--weight-decay": cfg.weight_decay,
     }
-    for flag, value in non_negative.items():
+    for flag, value in non_negative.items():  # type: ignore[assignment]  # value also names the loop above's int counts; these are numbers
         if value < 0:
             raise ConfigError("%s %s must not be negative" % (flag, value))
     if cfg.image_size < 32:
@@ -458,4 +458,4 @@ def count_image_folder_classes(root: str) -> int:
         if classes is not None and names != classes:
             raise ConfigError("--data %s: train/ and val/ have different class folders" % root)
         classes = names
-    return len(classes)
+    return len(classes)  # type: ignore[arg-type]  # set by the loop over train and val

@@ -73,7 +73,7 @@ class NvmlGpu(Counter):
     def __init__(self, device_index: int, nvml: Any = None):
         if nvml is None:
             try:
-                import pynvml as nvml
+                import pynvml as nvml  # type: ignore[no-redef]  # the parameter (a fake NVML in tests) or the real module
             except ImportError:
                 raise Unavailable("nvidia-ml-py not installed") from None
         self.nvml = nvml
@@ -132,7 +132,7 @@ class AmdSmiGpu(Counter):
     def __init__(self, device_index: int, amdsmi: Any = None):
         if amdsmi is None:
             try:
-                import amdsmi
+                import amdsmi  # type: ignore[no-redef]  # the parameter (a fake in tests) or the real module
             except ImportError:
                 raise Unavailable("amdsmi not installed") from None
         self.amdsmi = amdsmi
@@ -301,7 +301,7 @@ def probe_sources(device: torch.device, node_leader: bool) -> Dict[str, Union[Co
         index = device.index or 0
         sources["gpu"] = _first_available(lambda: NvmlGpu(index))
     for domain in ("cpu", "dram"):
-        sources[domain] = _first_available(lambda d=domain: RaplCounter(d)) if node_leader else NOT_LEADER
+        sources[domain] = _first_available(lambda d=domain: RaplCounter(d)) if node_leader else NOT_LEADER  # type: ignore[misc]  # mypy cannot type a lambda that binds its values as defaults
     sources["node"] = _first_available(CrayNodeCounter) if node_leader else NOT_LEADER
     return sources
 
@@ -359,17 +359,17 @@ class EnergyMeter:
         """Read the counters (all, or the cheap ones; a source that fails from now on becomes
         unavailable) and sample utilisation."""
         for domain in list(self.joules):
-            if not (everything or self.sources[domain].cheap):  # type: ignore[union-attr]
+            if not (everything or self.sources[domain].cheap):  # type: ignore[union-attr]  # a domain in joules has a Counter source
                 continue
             try:
-                self.joules[domain] = self.sources[domain].update()  # type: ignore[union-attr]
+                self.joules[domain] = self.sources[domain].update()  # type: ignore[union-attr]  # a domain in joules has a Counter source
             except Unavailable as e:
                 self.sources[domain] = unavailable(str(e))
                 del self.joules[domain]
         gpu = self.sources.get("gpu")
         if isinstance(gpu, Counter) and (everything or gpu.cheap) and self.utilization_reason is None:
             try:
-                self.utilization.append(gpu.utilization_pct())  # type: ignore[attr-defined]
+                self.utilization.append(gpu.utilization_pct())  # type: ignore[attr-defined]  # the gpu source is a GPU counter (NVML, amdsmi or rocm-smi)
             except Unavailable as e:
                 self.utilization_reason = unavailable(str(e))
 

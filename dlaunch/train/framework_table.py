@@ -15,7 +15,7 @@ Adding a framework: its implementation file (the seam class) plus one row here.
 """
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, Tuple
+from typing import Any, Dict, Iterable, Tuple
 
 # How processes start (dlaunch/jobs/launchers.py has one class per style):
 #   torchrun-per-node  one torchrun per node, c10d rendezvous at the first host (DDP, DeepSpeed)
@@ -90,7 +90,7 @@ _ROWS = (
 
 _TF_HINT = "the TensorFlow environment: scripts/bootstrap-engines.sh tf"
 _MX_HINT = "the MXNet environment: scripts/bootstrap-engines.sh mx"
-_PS = dict(architecture="parameter-server", coordinators=1, servers_per_node=1)
+_PS: Dict[str, Any] = dict(architecture="parameter-server", coordinators=1, servers_per_node=1)
 # The task-per-worker engines (dlaunch/train/tf, dlaunch/train/mx, dlaunch/train/frameworks/torch_ps.py).
 _TASK_ROWS = (
     FrameworkInfo(

@@ -84,7 +84,7 @@ class GpuHealth:
             return cls(reason=NOT_NVIDIA)
         if nvml is None:
             try:
-                import pynvml as nvml
+                import pynvml as nvml  # type: ignore[no-redef]  # the parameter (a fake NVML in tests) or the real module
             except ImportError:
                 return cls(reason=NO_NVML)
         try:

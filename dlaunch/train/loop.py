@@ -155,7 +155,7 @@ class Trainer:
         self.loaders = build_loaders(cfg, dist)
         batches = len(self.loaders.train)
         self.steps_per_epoch = min(cfg.steps, batches) if cfg.steps else batches
-        self.total_steps = cfg.steps if cfg.steps else cfg.epochs * self.steps_per_epoch
+        self.total_steps = cfg.steps if cfg.steps else cfg.epochs * self.steps_per_epoch  # type: ignore[operator]  # the configuration gives --epochs where --steps is not given
         self.epochs = math.ceil(self.total_steps / self.steps_per_epoch)
         self.kernel_steps = min(
             cfg.kernel_profile_steps, max(0, self.total_steps - cfg.warmup_steps - cfg.profile_steps)
@@ -260,7 +260,7 @@ class Trainer:
         cfg = self.cfg
         start_epoch, skip, progress = 0, 0, EpochProgress()
         self.global_step = 0
-        state = load_checkpoint(checkpoint_path(cfg.checkpoint_dir)) if cfg.resume else None
+        state = load_checkpoint(checkpoint_path(cfg.checkpoint_dir)) if cfg.resume else None  # type: ignore[arg-type]  # --resume needs --checkpoint-dir (config.py)
         if state is not None:
             start_epoch, skip, progress = self.restore(state)
         self.hosts = hosts = self.fw.all_gather_object(socket.gethostname())
@@ -273,7 +273,7 @@ class Trainer:
                     "resume",
                     epoch=start_epoch,
                     step=self.global_step,
-                    checkpoint=checkpoint_path(cfg.checkpoint_dir),
+                    checkpoint=checkpoint_path(cfg.checkpoint_dir),  # type: ignore[arg-type]  # a state is read only with --resume, which needs --checkpoint-dir
                     network=network,
                 )
                 self.mllog.resume()
@@ -504,7 +504,7 @@ class Trainer:
             with overhead.timed("validation_s"):
                 self.mllog.eval_start(epoch)
                 fields = self.validate()
-                self.mllog.eval_stop(epoch, fields["top1"], fields.pop("images"))
+                self.mllog.eval_stop(epoch, fields["top1"], fields.pop("images"))  # type: ignore[arg-type]  # validate()'s image count is an int (int(total)) in its float dict
             if self.best_top1 is None or fields["top1"] > self.best_top1:
                 self.best_top1 = fields["top1"]
             target = self.cfg.target_accuracy
@@ -605,7 +605,7 @@ class Trainer:
         self.fw.barrier()
 
     def restore(self, state: Dict[str, Any]) -> tuple:
-        path = checkpoint_path(self.cfg.checkpoint_dir)
+        path = checkpoint_path(self.cfg.checkpoint_dir)  # type: ignore[arg-type]  # a state is restored only with --resume, which needs --checkpoint-dir
         if (state["world_size"], state["global_batch"]) != (self.dist.world_size, self.global_batch):
             raise ConfigError(
                 "--resume: %s was written by %d ranks x batch %d; this run has %d x %d"

@@ -52,7 +52,10 @@ import errno
 import json
 import os
 import stat
-from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, BinaryIO, Dict, Iterable, Iterator, List, Optional, Tuple
+
+if TYPE_CHECKING:  # typing.TypeGuard is Python 3.10+; the trainer runs on 3.9
+    from typing import TypeGuard
 
 SCHEMA = "dlaunch.metrics"
 VERSION = 4
@@ -275,7 +278,7 @@ def unavailable(reason: str) -> str:
     return UNAVAILABLE + reason
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> "TypeGuard[float]":
     return isinstance(value, _NUM) and not isinstance(value, bool)
 
 
@@ -472,7 +475,7 @@ NON_FINITE_ALLOWED = ("loss", "val_loss")
 MAX_FIGURE = 1e18
 NESTED_NON_NEGATIVE = ("overhead", "phases", "nodes")  # version 4: every number inside is finite and >= 0
 # Header fields inside `config`, `loader_settings` and `request` that readers use: their types.
-NESTED = {
+NESTED: Dict[str, Dict[str, Tuple[type, ...]]] = {
     "config": {"epochs": (int, type(None)), "schedule": _OPT_STR, "amp": _OPT_STR},
     "loader_settings": {"total_steps": (int, type(None)), "steps_per_epoch": (int, type(None))},
     "request": {"framework": (str,), "world_size": (int,), "options": (dict,)},

@@ -380,7 +380,7 @@ def observe(libraries: Sequence[str], environ: Mapping[str, str]) -> List[Dict[s
     nccl_pattern = environ.get("NCCL_DEBUG_FILE")
     port = environ.get("MASTER_PORT", "")
     store_port = int(port) if port.isdigit() else None
-    records = []
+    records: List[Dict[str, Any]] = []
     for library in libraries:
         if library == "nccl":
             records.append(

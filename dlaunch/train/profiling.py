@@ -26,7 +26,7 @@ neither profiled nor kernel-profiled steps.
 
 import time
 from collections import Counter
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 import torch
 
@@ -123,7 +123,7 @@ class KernelTimes:
     def add(self, kernels: Iterable[Tuple[str, float]]) -> None:
         for name, us in kernels:
             self.by_class[kernel_class(name)] += us
-            self.by_name[name] += us
+            self.by_name[name] += us  # type: ignore[assignment]  # a Counter of microseconds (floats), for most_common
 
     def top(self, per_class: int = 3) -> Dict[str, List[List[Any]]]:
         """The longest kernels of each class: {class: [[name, seconds], ...]}."""
@@ -161,7 +161,7 @@ class KernelProfiler:
         self.synchronize = synchronize
         self.times = KernelTimes()
         self.steps = 0
-        self.session: Optional[Any] = None
+        self.session: Any = None  # a torch.profiler.profile while one runs
 
     def start(self) -> None:
         self.session = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])

@@ -15,7 +15,7 @@ labelled "published", any other "scaled":
 import csv
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Literal, NamedTuple, Optional, Tuple, get_args
 
 from dlaunch.analysis.perfmodel.model import MODEL_GFLOPS
 from dlaunch.paths import PUBLISHED_DIR
@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # the site profiles' pydantic models stay out of the model's 
 
 THROUGHPUT_TABLE = PUBLISHED_DIR / "training_throughput.csv"
 GPU_TABLE = PUBLISHED_DIR / "gpus.csv"
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")  # the names `--precision` takes (fp16: float16 mixed precision)
+PrecisionName = Literal["fp32", "tf32", "fp16", "bf16"]  # the names `--precision` takes (fp16: float16 mixed precision)
+PRECISIONS: Tuple[str, ...] = get_args(PrecisionName)
 PRECISION_NAMES = {"fp32": "FP32", "tf32": "TF32", "fp16": "mixed precision (fp16)", "bf16": "mixed precision (bf16)"}
 COLLECTIVE_LIBRARIES = {"nvidia": "NCCL", "amd": "RCCL", "none": "Gloo"}
 

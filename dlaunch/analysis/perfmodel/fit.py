@@ -150,7 +150,7 @@ def workload_of_run(run: Run) -> Workload:
 
 def wall_step_s(run: Run) -> float:
     """A run's wall-clock step time, from its steps-only throughput (no epoch overhead)."""
-    return run.world_size * run.key.batch_per_worker / run.steps_images_per_s
+    return run.world_size * run.key.batch_per_worker / run.steps_images_per_s  # type: ignore[operator]  # calibration_runs keeps runs with a measured throughput
 
 
 def _layout(machine: Machine, run: Run) -> Machine:
@@ -175,7 +175,7 @@ def _network_given_noise(multi: Sequence[Tuple[Run, Workload]], machine: Machine
                 ([2 * (r.nodes - 1) * RING_PLATEAU * 1e-6] if fit_latency else [])
                 + [2 * (r.world_size - 1) / r.world_size * w.gradient_bytes]
             )
-            targets.append(r.profile.comm_s - bare.ring_allreduce_s(r.world_size, 0.0) - lag)
+            targets.append(r.profile.comm_s - bare.ring_allreduce_s(r.world_size, 0.0) - lag)  # type: ignore[union-attr]  # calibration_runs keeps runs with a profile
         coef = _nonnegative_lstsq(rows, targets, [1.0] * len(rows))
         if coef[-1] <= 0:
             continue  # faster than the latency alone explains: keep the nominal bandwidth
@@ -207,7 +207,7 @@ def fit_runs(runs: Sequence[Run], base: Machine) -> Machine:
         for r, w in multi:
             t = step_times(w, _layout(machine, r), r.world_size)
             total += ((t.step - wall_step_s(r)) / wall_step_s(r)) ** 2 + (
-                (t.profiled_comm - r.profile.comm_s) / r.profile.comm_s
+                (t.profiled_comm - r.profile.comm_s) / r.profile.comm_s  # type: ignore[union-attr]  # calibration_runs keeps runs with a profile
             ) ** 2
         return total
 
@@ -273,8 +273,8 @@ def loo_summary(left_out: Sequence[LeftOut]) -> str:
     predicted = [lo for lo in left_out if lo.predicted is not None]
     if not predicted:
         return "leave-one-out error: none of the %d runs can be predicted from the others" % len(left_out)
-    steps = [100 * abs(lo.step_error) for lo in predicted]
-    shares = [100 * abs(lo.share_error) for lo in predicted]
+    steps = [100 * abs(lo.step_error) for lo in predicted]  # type: ignore[arg-type]  # predicted: lo.predicted is set
+    shares = [100 * abs(lo.share_error) for lo in predicted]  # type: ignore[arg-type]  # predicted: lo.predicted is set
     return (
         "leave-one-out error (%d of %d runs predicted from the others): step time mean %.1f %%, max %.1f %%; "
         "profiled comm share mean %.1f pp, max %.1f pp"

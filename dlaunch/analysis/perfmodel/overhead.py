@@ -152,5 +152,5 @@ def describe_epochs(overhead: EpochOverhead, workload: Workload, epoch_images: i
     return (
         "%s; epoch overhead from Aach et al.'s stated setup (50,000 validation images every epoch, batch %d per GPU, "
         "8 CPU threads per %s loader): validation, loader start, synchronisation; assumed: %s"
-        % (epochs, workload.batch, overhead.loader, "; ".join(paper_overhead_assumptions(overhead.loader)))
+        % (epochs, workload.batch, overhead.loader, "; ".join(paper_overhead_assumptions(overhead.loader)))  # type: ignore[attr-defined]  # an overhead other than FixedOverhead is PaperOverhead
     )

@@ -330,15 +330,13 @@ def check_summary(predictions: Sequence[Prediction], checks: Dict[int, PaperChec
         ("fitted", [p for p in predictions if p.gpus <= CALIBRATION_MAX_GPUS]),
         ("predicted", [p for p in predictions if p.gpus > CALIBRATION_MAX_GPUS]),
     ):
-        errors = [
-            100 * abs(p.comm_share - checks[p.gpus].comm_share) for p in counts if checks[p.gpus].comm_share is not None
-        ]
+        errors = [100 * abs(p.comm_share - share) for p in counts if (share := checks[p.gpus].comm_share) is not None]
         if errors:
             lines.append(
                 "NCCL kernel share vs Table 2a, %s counts: mean %.1f pp, max %.1f pp"
                 % (label, fmean(errors), max(errors))
             )
-    said = [(p, checks[p.gpus].statement) for p in predictions if checks[p.gpus].statement is not None]
+    said = [(p, s) for p in predictions if (s := checks[p.gpus].statement) is not None]
     if said:
         held = sum(1 for p, s in said if s.holds(p.efficiency))
         lines.append(

@@ -421,7 +421,11 @@ def prediction(
         raise DlaunchError("--from-runs: not together with --from-run or --calibrated")
     asked = calibrated is not None
     calibration, why = (
-        ("runs", "") if from_runs else (calibrated, "") if asked else default_calibration(profile, framework)
+        ("runs", "")
+        if from_runs
+        else (calibrated, "")
+        if calibrated is not None
+        else default_calibration(profile, framework)
     )
     calibrated = calibration if calibration in ("dali", "native") else None
     if calibrated and loader is not None and (loader == "native") != (calibrated == "native"):

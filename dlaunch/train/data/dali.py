@@ -68,7 +68,7 @@ def _read(source: Source, shard_id: int, num_shards: int, training: bool, reader
         else dict(random_shuffle=False, stick_to_shard=True, pad_last_batch=True)
     )
     if not source.records:
-        return fn.readers.file(file_root=source.root, shard_id=shard_id, num_shards=num_shards, name=READER, **order)
+        return fn.readers.file(file_root=source.root, shard_id=shard_id, num_shards=num_shards, name=READER, **order)  # type: ignore[return-value]  # DALI's stubs type a reader's outputs as a Sequence; readers.file gives (images, labels)
     inputs = fn.readers.tfrecord(
         path=list(source.records),
         index_path=list(source.indexes),
@@ -76,12 +76,12 @@ def _read(source: Source, shard_id: int, num_shards: int, training: bool, reader
         num_shards=num_shards,
         name=READER,
         features={
-            "image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+            "image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),  # type: ignore[arg-type]  # DALI takes a shape tuple; its stub says list
             "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1),
         },
         **order,
     )
-    return inputs["image/encoded"], inputs["image/class/label"] - source.label_offset
+    return inputs["image/encoded"], inputs["image/class/label"] - source.label_offset  # type: ignore[call-overload,index]  # readers.tfrecord gives a dict by feature name; its stub says a Sequence
 
 
 @pipeline_def

@@ -13,7 +13,7 @@ a temporary sibling, then renamed); an existing non-empty OUT is refused.
 import os
 import shutil
 import sys
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 from PIL import Image
@@ -31,7 +31,7 @@ def _write_atomically(root: str, class_names: List[str], samples: Callable[[], L
         for split in ("train", "val"):
             for name in class_names:
                 os.makedirs(os.path.join(tmp, split, name))
-        counts = {}
+        counts: Dict[Tuple[str, int], int] = {}
         for pixels, label, split in samples():
             key = (split, label)
             counts[key] = counts.get(key, 0) + 1
@@ -83,7 +83,7 @@ def make_digits_folder(root: str, size: int = 32, val_fraction: float = 0.2, see
             n_val = max(1, int(round(len(indices) * val_fraction)))
             for rank, index in enumerate(indices):
                 grey = Image.fromarray((digits.images[index] * (255.0 / 16.0)).astype(np.uint8), "L")
-                pixels = np.asarray(grey.resize((size, size), Image.BILINEAR).convert("RGB"))
+                pixels = np.asarray(grey.resize((size, size), Image.BILINEAR).convert("RGB"))  # type: ignore[attr-defined]  # Image.Resampling is Pillow >= 9.1; the trainer's 3.9 image may have an older Pillow
                 out.append((pixels, label, "val" if rank < n_val else "train"))
         return out
 

@@ -18,7 +18,7 @@ import random
 import struct
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import google_crc32c
 
@@ -123,7 +123,7 @@ def convert(
     if os.path.exists(os.path.join(dst, MANIFEST)):
         raise ConfigError("%s already holds a TFRecord set (%s); remove it or choose another DST" % (dst, MANIFEST))
     classes = sorted(e.name for e in os.scandir(os.path.join(src, "train")) if e.is_dir())
-    manifest = {
+    manifest: Dict[str, Any] = {
         "format": FORMAT,
         "source": os.path.abspath(src),
         "classes": classes,

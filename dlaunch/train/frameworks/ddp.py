@@ -61,7 +61,7 @@ DDP_GRAPH_EAGER_STEPS = 11
 def _cuda_grad_scaler() -> Any:
     amp = getattr(torch, "amp", None)
     if hasattr(amp, "GradScaler"):  # torch >= 2.3
-        return amp.GradScaler("cuda")
+        return amp.GradScaler("cuda")  # type: ignore[union-attr]  # hasattr(None, ...) is False
     return torch.cuda.amp.GradScaler()
 
 

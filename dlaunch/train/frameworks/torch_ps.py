@@ -84,19 +84,19 @@ class ParameterServer:
 
 
 def _pull() -> Tuple[int, List[torch.Tensor]]:
-    with _server.lock:
-        return _server.snapshot()
+    with _server.lock:  # type: ignore[union-attr]  # RPC functions run on the server process, which sets _server
+        return _server.snapshot()  # type: ignore[union-attr]  # RPC functions run on the server process, which sets _server
 
 
 @rpc.functions.async_execution
 def _push(grads: List[torch.Tensor], lr: float, read_version: int) -> torch.futures.Future:
-    return _server.push(grads, lr, read_version)
+    return _server.push(grads, lr, read_version)  # type: ignore[union-attr]  # RPC functions run on the server process, which sets _server
 
 
 def _load(parameters: List[torch.Tensor]) -> None:
     """A resumed run's parameters (sent by worker 0)."""
-    with _server.lock:
-        for p, value in zip(_server.parameters, parameters):
+    with _server.lock:  # type: ignore[union-attr]  # RPC functions run on the server process, which sets _server
+        for p, value in zip(_server.parameters, parameters):  # type: ignore[union-attr]  # RPC functions run on the server process, which sets _server
             p.data.copy_(value)
 
 
@@ -181,7 +181,7 @@ class TorchParameterServer(ProcessGroupFramework):
         if self.reply is None:  # a profiled step pushes here (dlaunch/train/profiling.py calls step alone)
             self.synchronize_gradients()
         reply, self.reply = self.reply, None
-        self.receive(reply)
+        self.receive(reply)  # type: ignore[arg-type]  # synchronize_gradients sets the reply
 
     def zero_grad(self) -> None:
         self.model.zero_grad(set_to_none=True)

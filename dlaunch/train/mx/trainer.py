@@ -157,7 +157,7 @@ class Worker:
             self.train = folder_loader(cfg, "train", self.sampler)
             self.val = folder_loader(cfg, "val", None) if self.rank == 0 else None
             self.steps_per_epoch = max(1, len(self.sampler) // cfg.batch_size)
-        self.total_steps = cfg.steps if cfg.steps else cfg.epochs * self.steps_per_epoch
+        self.total_steps = cfg.steps if cfg.steps else cfg.epochs * self.steps_per_epoch  # type: ignore[operator]  # the configuration gives --epochs where --steps is not given
         self.steps_per_epoch = min(self.steps_per_epoch, self.total_steps)
         self.epochs = -(-self.total_steps // self.steps_per_epoch)
         self.update_images = cfg.batch_size * (self.workers if mode.synchronous else 1)
@@ -206,7 +206,7 @@ class Worker:
         if self.train is None:
             while True:
                 yield self.batch
-        self.sampler.epoch = epoch
+        self.sampler.epoch = epoch  # type: ignore[union-attr]  # a sampler comes with the train loader
         for images, labels in self.train:  # worker processes hand over shared-memory arrays
             yield images.as_in_context(mx.cpu()), labels.astype("float32").as_in_context(mx.cpu())
 
@@ -224,7 +224,7 @@ class Worker:
 
     def validate(self) -> dict:
         totals = np.zeros(4)
-        for images, labels in self.val:
+        for images, labels in self.val:  # type: ignore[union-attr]  # called only where self.val is set (run)
             logits = self.net(images.as_in_context(mx.cpu()))
             labels_np = labels.asnumpy()
             top = np.argsort(-logits.asnumpy(), axis=1)[:, :5]
@@ -240,7 +240,7 @@ class Worker:
         if self.hvd:
             self.hvd.allreduce(mx.nd.zeros((1,)), average=False, name="barrier").asnumpy()
         else:
-            self.kv._barrier()
+            self.kv._barrier()  # type: ignore[union-attr]  # no Horovod: the kvstore
 
     def stop_status(self) -> Optional[str]:
         """Horovod: all workers agree (a sum of their flags); the key-value store has no such collective, so
@@ -257,7 +257,7 @@ class Worker:
     def transport(self) -> dict:
         if self.hvd:
             return {"horovod": "gloo (rendezvous at the first worker)", "horovod_version": self.hvd_version()}
-        return {"kvstore": self.kv.type, "servers": len(self.layout.ids("server")), "update_on_kvstore": True}
+        return {"kvstore": self.kv.type, "servers": len(self.layout.ids("server")), "update_on_kvstore": True}  # type: ignore[union-attr]  # no Horovod: the kvstore
 
     @staticmethod
     def hvd_version() -> str:

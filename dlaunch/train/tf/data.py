@@ -73,4 +73,4 @@ def counts(model: Any, ds: Optional[tf.data.Dataset]) -> Tuple[float, float, flo
         totals[1] += float(tf.reduce_sum(hits))
         totals[2] += float(tf.reduce_sum(loss))
         totals[3] += float(tf.shape(labels)[0])
-    return tuple(totals)
+    return totals[0], totals[1], totals[2], totals[3]

@@ -166,7 +166,7 @@ class _Trainer:
         self.cfg, self.mode, self.layout, self.signals = cfg, mode, layout, signals
         self.workers = layout.num_workers
         self.steps_per_epoch = data.steps_per_epoch(cfg, self.workers)
-        self.total_steps = cfg.steps if cfg.steps else cfg.epochs * self.steps_per_epoch
+        self.total_steps = cfg.steps if cfg.steps else cfg.epochs * self.steps_per_epoch  # type: ignore[operator]  # the configuration gives --epochs where --steps is not given
         self.steps_per_epoch = min(self.steps_per_epoch, self.total_steps)
         self.epochs = -(-self.total_steps // self.steps_per_epoch)
         update_batch = cfg.batch_size * (self.workers if mode.synchronous else 1)
@@ -444,7 +444,7 @@ class ParameterServerTrainer(_Trainer):
             measured += chunk if window_start is not None else 0
             self.global_step += chunk
             self.session_steps += chunk
-            status = self.stop_status(*self.signals.flags(), float(self.nonfinite.diverged(cfg)))
+            status = self.stop_status(*self.signals.flags(), float(self.nonfinite.diverged(cfg)))  # type: ignore[call-arg]  # flags() gives [interrupt, cancel]
             if status:
                 return status
         now = time.perf_counter()
