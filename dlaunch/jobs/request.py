@@ -67,7 +67,11 @@ class LaunchRequest:
             else self.image
         )
         return dataclasses.replace(
-            self, site=site, image=image, output=absolute(self.output), trainer=trainer if data else self.trainer
+            self,
+            site=site,
+            image=image,
+            output=absolute(self.output) if self.output else self.output,
+            trainer=trainer if data else self.trainer,
         )
 
     def to_dict(self) -> Dict[str, Any]:

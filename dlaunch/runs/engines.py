@@ -51,7 +51,7 @@ def engine(site: Site, framework: str, environ: Mapping[str, str] = os.environ, 
     here = scheduler_for(site.scheduler.kind).this_machine
     if site.container.containerized:
         return Engine("python", "the image", None, module)
-    named = site.interpreters.get(info.engine)
+    named = site.interpreters.get(info.engine)  # type: ignore[call-overload]  # FRAMEWORKS' engine is one of its keys
     if named:
         python, source = named, "interpreters.%s" % info.engine
         found = named if os.access(named, os.X_OK) else None

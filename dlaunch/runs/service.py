@@ -162,7 +162,7 @@ def prepare(
         warnings.append(message)
     request = dataclasses.replace(request, experiment=experiment, image=image, output=output).normalized()
     if run_dir is None:
-        run_dir = Path(request.output) / experiment / (request.run_name or default_run_name())
+        run_dir = Path(request.output) / experiment / (request.run_name or default_run_name())  # type: ignore[arg-type]  # runs_folder gave it above
         fits_file_system(run_dir, {"--experiment": experiment, "--run-name": run_dir.name})
     revision = git_revision()
     if dry_run:

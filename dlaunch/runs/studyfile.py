@@ -112,7 +112,7 @@ class Protocol(StrictModel):
 
     description: str
     parts: Dict[SafeName, Overlay] = Field(min_length=1)
-    only: Dict[Literal[DIMENSIONS], List[Any]] = {}
+    only: Dict[Dimension, List[Any]] = {}
     repeats: Optional[int] = Field(default=None, gt=0)  # None: each block's
 
     @field_validator("only")
