@@ -33,7 +33,7 @@ from dlaunch.jobs.sites import Site, resolve_site
 from dlaunch.runs import service
 from dlaunch.runtimes import Runtime
 from dlaunch.schedulers import scheduler_for
-from dlaunch.train.framework_table import image_group
+from dlaunch.train.framework_table import FRAMEWORKS, image_group
 from dlaunch.train.network import interface_addresses
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -481,6 +481,65 @@ def check_image(site: Site, image: Optional[str], framework: str) -> List[Check]
     return checks
 
 
+def check_engine(site: Site, framework: str, environ: Mapping[str, str]) -> Check:
+    """The Python the framework's job runs with, where it runs without a container, has the module its trainer imports
+    (dlaunch/runs/engines.py; a job's image has its own)."""
+    from dlaunch.runs.engines import engine
+
+    found = engine(site, framework, environ, look=True)
+    name = "engine environment"
+    if site.container.containerized:
+        return Check(name, SKIP, "the image's", "its %%test imports %s when it is built" % found.module)
+    if found.problem:
+        return Check(
+            name, FAIL, found.problem.split(": it needs ")[0], "install %s" % FRAMEWORKS[framework].install_hint
+        )
+    if not found.looked:
+        return Check(name, SKIP, "%s (%s)" % (found.python, found.source), "the nodes' python: checked in the job")
+    return Check(name, PASS, "%s (%s) has %s" % (found.found, found.source, found.module))
+
+
+def _writable(folder: Path) -> bool:
+    """Whether `folder` can be written, or made where it does not exist yet (its nearest existing parent)."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+
+
+def check_folders(site: Site, environ: Mapping[str, str]) -> List[Check]:
+    """The profile's runs and images folders: their variables set here, the runs folder writable, the images folder
+    there (a containerized site's)."""
+    from dlaunch.jobs.imagepaths import images_dir
+
+    checks = []
+    runs, problem = site.folder("runs_dir", environ)
+    if problem:
+        checks.append(Check("runs folder", FAIL, problem, "set it here (and on the nodes), or change runs_dir"))
+    elif runs is None:
+        checks.append(Check("runs folder", PASS, "./runs (the profile sets no runs_dir; --output chooses another)"))
+    elif _writable(Path(runs)):
+        checks.append(Check("runs folder", PASS, "%s (runs_dir), writable" % runs))
+    else:
+        checks.append(Check("runs folder", FAIL, "%s (runs_dir) cannot be written here" % runs, "change runs_dir"))
+    if not site.container.containerized:
+        return checks + [Check("images folder", SKIP, "no container", "the site runs without one")]
+    images, problem = site.folder("images_dir", environ)
+    if problem and not environ.get("DLAUNCH_IMAGES_DIR"):
+        return checks + [Check("images folder", FAIL, problem, "set it here, or change images_dir")]
+    folder = images_dir(site, environ)
+    source = "$DLAUNCH_IMAGES_DIR" if environ.get("DLAUNCH_IMAGES_DIR") else "images_dir" if images else "the default"
+    if folder.is_dir():
+        return checks + [Check("images folder", PASS, "%s (%s)" % (folder, source))]
+    return checks + [
+        Check(
+            "images folder",
+            FAIL,
+            "%s (%s) does not exist" % (folder, source),
+            "build the images into it, or set images_dir",
+        )
+    ]
+
+
 def check_node_arch(site: Site, node: Node) -> Check:
     if not node.on_node:
         return Check(
@@ -765,6 +824,8 @@ def run_checks(
         check_mpi_plugin(site, controller_up=controller.result != FAIL),
         check_modules(site),
         check_runtime(site),
+        check_engine(site, framework, os.environ),
+        *check_folders(site, os.environ),
         check_bind_sources(site, node, os.environ),
         *check_image(site, image, framework),
         check_node_arch(site, node),

@@ -340,13 +340,15 @@ def test_study_renders_submits_and_leaves_alone_as_the_command_line_and_study_st
 
 
 def test_study_list_and_check_json_are_the_apis_jobs_and_checks(tmp_path, monkeypatch, capsys):
-    """`study run --list --json` (the jobs it would submit) and `study check --json` (per site the jobs that cannot
-    run there): the API's objects, read back through their types; nothing written."""
+    """`study run --list --json` (the StudyPlan: the jobs it would submit and their cost) and `study check --json` (per
+    site the jobs that cannot run there): the API's objects, read back through their types; nothing written."""
     monkeypatch.chdir(tmp_path)
-    listed = cli_json(capsys, ["study", "run", "smoke", "--site", "local", "--list", "--json"])
-    assert [api.Job.from_dict(item).to_dict() for item in listed] == listed
+    plan = cli_json(capsys, ["study", "run", "smoke", "--site", "local", "--list", "--json"])
+    assert api.StudyPlan.from_dict(plan).to_dict() == plan
+    listed = plan["jobs"]
     assert listed == [j.to_dict() for j in api.study("smoke", site="local", list_only=True)]
     assert [(j["processes"], j["submitted"]) for j in listed] == [(1, False), (1, False), (2, False), (2, False)]
+    assert (plan["cost"]["jobs"], plan["cost"]["node_hours"]) == (4, None)  # run here: no time limit
     checked = cli_json(capsys, ["study", "check", "aach2023", "--site", "jureca-dc", "--site", "juwels", "--json"], code=1)
     assert [api.StudyCheck.from_dict(item).to_dict() for item in checked] == checked
     assert checked == [c.to_dict() for c in api.study_check("aach2023", sites=["jureca-dc", "juwels"])]
@@ -356,12 +358,13 @@ def test_study_list_and_check_json_are_the_apis_jobs_and_checks(tmp_path, monkey
 
 
 def test_study_run_json_submitting_prints_the_jobs_alone(tmp_path, monkeypatch, capfd):
-    """A study job run here with --json: stdout is the JSON of its Job (no live view), the submission on stderr."""
+    """A study job run here with --json: stdout is the JSON of its StudyPlan with the Job as submitted (no live view),
+    the submission on stderr."""
     monkeypatch.chdir(tmp_path)
     capfd.readouterr()
     assert main(["study", "run", "smoke", "--site", "local", "--only", "gpus=1", "--only", "repeat=1", "--json"]) == 0
     captured = capfd.readouterr()
-    (job,) = [api.Job.from_dict(item) for item in json.loads(captured.out)]
+    (job,) = api.StudyPlan.from_dict(json.loads(captured.out)).jobs
     assert (job.submitted, job.exit_code, job.label) == (True, 0, "scaling/ddp-native-resnet44-g0001-step-r1: no figure, "
                                                                    "repeat 1 of 2")
 

@@ -26,7 +26,7 @@ LAYERS = (
     ("analysis", ("analysis/",)),  # metrics files -> figures, the performance model
     ("resultsdb", ("resultsdb/",)),  # the results database, comparisons
     ("reporting", ("reporting/",)),  # report.md, report.html, plots
-    ("runs", ("runs/", "launch.py", "preflight.py")),  # after submission; run and sweep's steps; doctor's checks
+    ("runs", ("runs/", "preflight.py")),  # after submission: the run service, studies; doctor's checks
     ("api", ("api/", "__init__.py")),  # the Python API, and the package exposing it
     ("cli", ("cli/",)),  # the command line
 )

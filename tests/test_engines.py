@@ -4,10 +4,9 @@ Every mode runs as `dlaunch run --site local --gpus 2 --framework MODE`: 2 worke
 and server tasks its row asks for, one process per task, started by the local scheduler's step with the
 neutral variables of dlaunch/train/jobenv.py (DLAUNCH_TASK_ID, DLAUNCH_NTASKS, ...; Slurm itself:
 tests/test_slurm_engines.py). The TensorFlow and MXNet runs use their own environments
-(scripts/bootstrap-engines.sh), named in the local profile's `interpreters`, and are skipped, saying
+(scripts/bootstrap-engines.sh), named in the shipped local profile's `interpreters`, and are skipped, saying
 so, where those are missing.
 """
-import json
 import os
 import subprocess
 import sys
@@ -39,13 +38,13 @@ def python_for(mode: str) -> str:
     return python
 
 
-def local_site(folder: Path) -> Path:
-    """The shipped local profile with the engines' interpreters."""
-    site = folder / "local-engines.toml"
-    interpreters = "interpreters = { tensorflow = %s, mxnet = %s }\n" % (json.dumps(PYTHONS["tensorflow"]), json.dumps(PYTHONS["mxnet"]))
-    profile = (SHIPPED_SITES_DIR / "local.toml").read_text()
-    site.write_text(profile.replace("\n[scheduler]", "\n%s\n[scheduler]" % interpreters, 1))
-    return site
+def test_the_shipped_local_profile_names_the_engines_environments():
+    """sites/local.toml finds the environments scripts/bootstrap-engines.sh makes beside it (.venv-tf, .venv-mx)."""
+    from dlaunch.jobs.sites import resolve_site
+
+    local = resolve_site(str(SHIPPED_SITES_DIR / "local.toml"))
+    assert {k: os.path.realpath(v) for k, v in local.interpreters.items()} == {
+        k: os.path.realpath(PYTHONS[k]) for k in ("tensorflow", "mxnet")}
 
 
 def run_job(mode: str, args: List[str], folder: Path, timeout: float = 600) -> Path:
@@ -54,7 +53,7 @@ def run_job(mode: str, args: List[str], folder: Path, timeout: float = 600) -> P
     env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
     for name in ("WORLD_SIZE", "RANK", "MASTER_PORT", "TF_CONFIG"):
         env.pop(name, None)
-    ran = subprocess.run([sys.executable, "-m", "dlaunch.cli", "run", "--site", str(local_site(folder)), "--gpus", "2",
+    ran = subprocess.run([sys.executable, "-m", "dlaunch.cli", "run", "--site", "local", "--gpus", "2",
                           "--framework", mode, "--output", str(folder / "runs"), "--experiment", "engines",
                           "--run-name", mode] + args, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
     assert ran.returncode == 0, ran.stdout[-6000:] + ran.stderr[-2000:]

@@ -34,15 +34,16 @@ def dlaunch(*argv: str) -> str:
     return "from dlaunch.cli import main\nmain(%r)\n" % (list(argv),)
 
 
-# The Python API's types (dlaunch/api/): `run` goes through its two steps (dlaunch/launch.py) without them; `runs`,
-# `status` and `watch` show the API's RunStatus objects (and record the runs that ended through it).
+# The Python API (dlaunch/api/): every command stands on it (`run` and `sweep` on its two steps, prepare and submit),
+# but a command's help needs none of it.
 API = ("dlaunch.api",)
 
 
 @pytest.mark.parametrize("argv, absent", [
-    (["--help"], HEAVY + MODELS + API + ("pydantic", "dlaunch.launch")),  # typer converts given values with pydantic, --help has none
-    (["run", "--site", "juwels", "--account", "p", "--dry-run"], HEAVY + API + ("dlaunch.jobs.images", "rich.table")),
-    (["sweep", "--site", "juwels", "--account", "p", "--nodes", "1,2", "--dry-run"], HEAVY + API + ("dlaunch.jobs.images",)),
+    (["--help"], HEAVY + MODELS + API + ("pydantic",)),  # typer converts given values with pydantic, --help has none
+    (["run", "--help"], HEAVY + MODELS + API),
+    (["run", "--site", "juwels", "--account", "p", "--dry-run"], HEAVY + ("dlaunch.jobs.images", "rich.table")),
+    (["sweep", "--site", "juwels", "--account", "p", "--nodes", "1,2", "--dry-run"], HEAVY + ("dlaunch.jobs.images",)),
     (["runs"], HEAVY + MODELS),
     (["watch", "--once", "runs"], HEAVY + MODELS),
     (["sites"], HEAVY + ("dlaunch.jobs.images",)),

@@ -10,15 +10,16 @@ JSON-serialisable objects. The command line (dlaunch/cli/) parses, calls these a
   are keyword arguments too (`--batch-size 8` is `batch_size=8`), checked as the command line checks them.
 
 The package: `records.py` (the objects, on `record.py`'s `Record`), `calls.py` (what every function shares), and one
-module per concern: `launching.py` (run, sweep, rerun), `studies.py`, `observing.py` (status, watch, cancel, logs,
-archive), `reports.py`, `database.py` (results, compare), `machines.py` (sites, images, doctor), `predicting.py`.
+module per concern: `launching.py` (prepare, prepare_sweep, prepare_rerun, submit; run, sweep, rerun: the two steps
+each), `studies.py`, `observing.py` (status, watch, cancel, logs, archive), `reports.py`, `database.py` (results,
+compare), `machines.py` (sites, images, doctor), `predicting.py`.
 Start-up matters (the command line imports this package): each function imports its parts when called.
 """
 
 from dlaunch.api.calls import os_error as os_error  # the command line's OSError line
 from dlaunch.api.database import compare, results
 from dlaunch.api.database import results_db as results_db
-from dlaunch.api.launching import rerun, run, sweep
+from dlaunch.api.launching import prepare, prepare_rerun, prepare_sweep, rerun, run, submit, sweep
 from dlaunch.api.machines import doctor, images, render_images, sites
 from dlaunch.api.observing import archive, cancel, logs, status, watch
 from dlaunch.api.predicting import predict, predicted_run_seconds
@@ -29,13 +30,17 @@ from dlaunch.api.records import (
     Check,
     CompareRow,
     Comparison,
+    Cost,
     Doctor,
+    FigureCost,
     ImageInfo,
     Job,
     LeftOutRun,
     Logs,
     Prediction,
     PredictionRow,
+    Prepared,
+    QueueCost,
     RcpRow,
     Report,
     ReportGroup,
@@ -44,14 +49,16 @@ from dlaunch.api.records import (
     ResultRow,
     RunStatus,
     SetApartRun,
+    SharedJobs,
     SiteInfo,
     Spread,
     StudyCheck,
+    StudyListing,
     StudyPlan,
     Table,
 )
 from dlaunch.api.reports import report
-from dlaunch.api.studies import study, study_check, study_status
+from dlaunch.api.studies import study, study_check, study_list, study_status
 from dlaunch.errors import DlaunchError as DlaunchError  # what the functions raise (and warn with:)
 from dlaunch.errors import DlaunchNote as DlaunchNote
 from dlaunch.errors import DlaunchWarning as DlaunchWarning
@@ -62,13 +69,17 @@ __all__ = [
     "Check",
     "CompareRow",
     "Comparison",
+    "Cost",
     "Doctor",
+    "FigureCost",
     "ImageInfo",
     "Job",
     "LeftOutRun",
     "Logs",
     "Prediction",
     "PredictionRow",
+    "Prepared",
+    "QueueCost",
     "RcpRow",
     "Record",
     "Report",
@@ -78,9 +89,11 @@ __all__ = [
     "ResultRow",
     "RunStatus",
     "SetApartRun",
+    "SharedJobs",
     "SiteInfo",
     "Spread",
     "StudyCheck",
+    "StudyListing",
     "StudyPlan",
     "Table",
     "archive",
@@ -91,6 +104,9 @@ __all__ = [
     "logs",
     "predict",
     "predicted_run_seconds",
+    "prepare",
+    "prepare_rerun",
+    "prepare_sweep",
     "render_images",
     "report",
     "rerun",
@@ -98,9 +114,11 @@ __all__ = [
     "run",
     "sites",
     "status",
+    "study_list",
     "study",
     "study_check",
     "study_status",
+    "submit",
     "sweep",
     "watch",
 ]

@@ -36,14 +36,15 @@ def sites() -> List[SiteInfo]:
 
 @api_function
 def images(site: Optional[str] = None) -> List[ImageInfo]:
-    """The container images per stack, framework image and architecture (those `site` uses, when given),
-    the sites using each, whether it is built and its pins (a built image's labels, else the lock's)."""
+    """The container images per stack, framework image and architecture (those `site` uses, when given, in its images
+    folder), the sites using each, whether it is built and its pins (a built image's labels, else the lock's)."""
     from dlaunch.jobs import images as lock_images
-    from dlaunch.jobs.imagepaths import default_image, image_reference, stack_of
+    from dlaunch.jobs.imagepaths import default_image, image_reference, images_dir, stack_of
     from dlaunch.jobs.sites import resolve_site
     from dlaunch.train.framework_table import image_groups
 
     lock = lock_images.load_lock()
+    folder = None
     if site is None:
         users = lock_images.site_stacks()
         shown = [(name, arch) for name, stack in lock.stacks.items() for arch in stack.architectures]
@@ -54,14 +55,15 @@ def images(site: Optional[str] = None) -> List[ImageInfo]:
             raise DlaunchError("--site: site %s runs without a container" % chosen.name)
         users = {chosen.name: (stack_name, chosen.arch)}
         shown = [(stack_name, chosen.arch)]
+        folder = images_dir(chosen)
     binary = lock_images.container_binary()
     found = []
     for stack_name, arch in shown:
         using = [name for name, used in users.items() if used == (stack_name, arch)]
         stack = lock.stacks.get(stack_name)
         for group in stack.image_groups() if stack else image_groups():
-            sif = default_image(group, stack_name, arch)
-            rootfs = Path(image_reference(group, stack_name, arch, "dir"))
+            sif = default_image(group, stack_name, arch, folder)
+            rootfs = Path(image_reference(group, stack_name, arch, "dir", folder))
             pins, source = lock_images.pins_of(sif, rootfs, stack, group, binary)
             built = [kind for kind, there in (("sif", sif.is_file()), ("root fs", rootfs.is_dir())) if there]
             found.append(ImageInfo(sif.stem, str(sif), using, built, source, dict(pins)))

@@ -27,6 +27,67 @@ class Job(Record):
 
 
 @dataclass(frozen=True)
+class QueueCost(Record):
+    """One partition/QOS row's share of a `Cost`: its jobs, their node-hours at their time limits, its largest job."""
+
+    queue: str  # the profile's row, with the partition and QOS it renders where they are not its name
+    jobs: int
+    node_hours: float
+    largest_nodes: int
+
+
+@dataclass(frozen=True)
+class FigureCost(Record):
+    """The jobs of a study that stand for one published figure, and their node-hours at their time limits."""
+
+    figure: str
+    jobs: int
+    node_hours: float
+
+
+@dataclass(frozen=True)
+class SharedJobs(Record):
+    """Jobs that stand for several figures at once (a figure's count includes them, so the counts add up to more)."""
+
+    figures: List[str]
+    jobs: int
+
+
+@dataclass(frozen=True)
+class Cost(Record):
+    """What the jobs cost before they are submitted: node-hours of their time limits (`node_hours`, the most the
+    allocation is charged; None where they run on this machine) and of the expected run time of `expected_jobs` of
+    them (`expected_node_hours`; `expected_from` says where from: earlier runs of the same request), per
+    partition/QOS row (`queues`), per figure (`figures`) and the jobs the figures share (`shared`)."""
+
+    jobs: int
+    node_hours: Optional[float]
+    expected_jobs: int
+    expected_node_hours: float
+    expected_from: str
+    queues: List[QueueCost]
+    figures: List[FigureCost] = field(default_factory=list)
+    shared: List[SharedJobs] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Prepared(Record):
+    """What `prepare`, `prepare_sweep` and `prepare_rerun` render, nothing written or submitted: the `jobs` (each with
+    its script, warnings, notes and run directory), for `submit` to submit. `dry_run`: rendered as a dry run (what a
+    submission refuses, a missing account or image, is a warning): it is shown, never submitted. `summary`: what the
+    command line says below a dry run's scripts. A rerun's also: its `parent` and what differs from it, as
+    [attribute, parent's, rerun's]. `cost`: what more than one job (or a job with a budget) costs. One read back from
+    JSON shows the jobs; only the one `prepare*` returned submits."""
+
+    jobs: List[Job]
+    dry_run: bool = False
+    summary: str = ""
+    parent: Optional[str] = None
+    differences: List[List[str]] = field(default_factory=list)
+    cost: Optional[Cost] = None  # of more than one job, or with a budget
+
+
+@dataclass(frozen=True)
 class Rerun(Record):
     """`rerun`: a result's job on another site, the `parent` it came from (its metrics file, or
     ARCHIVE.tar.gz:EXPERIMENT/RUN) and what differs from it, as [attribute, parent's, rerun's]."""
@@ -51,7 +112,8 @@ class Archive(Record):
 @dataclass(frozen=True)
 class StudyPlan(Record):
     """A study's jobs for a site before they are submitted: `summary` ('3 jobs (left alone: 2 ended ok)'), its
-    `design` (protocol, stack, jobs per figure, assumptions), each distinct warning once (with its number of jobs)."""
+    `design` (protocol, stack, jobs and node-hours per figure, the jobs figures share, assumptions), each distinct
+    warning once (with its number of jobs), the jobs (submitted, once they are) and what they cost."""
 
     study: str
     site: str
@@ -59,6 +121,23 @@ class StudyPlan(Record):
     design: str
     warnings: List[str]
     jobs: List[Job]
+    cost: Optional[Cost] = None
+
+
+@dataclass(frozen=True)
+class StudyListing(Record):
+    """A study `study list` shows: its `name`, `file`, the hardware it needs (`kind`: gpu or cpu, `gpu_vendor`), its
+    `protocols` (the default first) with the jobs each runs (`jobs`: protocol -> jobs; '' for a study without
+    protocols) and its `description`; `unreadable` says why a file could not be read (then nothing else is known)."""
+
+    name: str
+    file: str
+    kind: str = ""
+    gpu_vendor: Optional[str] = None
+    protocols: List[str] = field(default_factory=list)
+    jobs: Dict[str, int] = field(default_factory=dict)
+    description: str = ""
+    unreadable: Optional[str] = None
 
 
 @dataclass(frozen=True)

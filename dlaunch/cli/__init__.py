@@ -1,8 +1,8 @@
 """The `dlaunch` command line: the app and its entry point. Each command lives in the module named by it
 (dlaunch/cli/run.py: run and sweep, runs.py: status, runs, watch, logs and cancel, sites.py, images.py,
 doctor.py, report.py, predict.py, study.py, results.py, rerun.py, archive.py); a command parses, calls the
-Python API (dlaunch/api/; `run`, `sweep` and `rerun` its two steps, dlaunch/launch.py, to show a local
-run's progress) and prints; `--json` prints the API's objects (`to_dict()`) instead of a table. Outside the
+Python API (dlaunch/api/; `run`, `sweep` and `rerun` its two steps, prepare and submit, to print between them and
+show a local run's progress) and prints; `--json` prints the API's objects (`to_dict()`) instead of a table. Outside the
 API (docs/API.md): `watch`'s live view, `study report`'s published comparison, `results rebuild`, `sites
 show/check/migrate`. `dlaunch <run options>` without a sub-command is `dlaunch run`.
 
@@ -49,7 +49,11 @@ LAZY_COMMANDS = {
 }
 # Command groups in heavy modules: name -> (module, typer.Typer attribute, one-line help).
 LAZY_GROUPS = {
-    "study": ("dlaunch.cli.study", "study_app", "Studies: run a study file's matrix, its status, its report."),
+    "study": (
+        "dlaunch.cli.study",
+        "study_app",
+        "Studies: list them, run a study file's matrix, its status, its report.",
+    ),
     "results": ("dlaunch.cli.results", "results_app", "The results database: list runs, compare, rebuild."),
 }
 

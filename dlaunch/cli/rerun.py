@@ -1,5 +1,5 @@
 """`dlaunch rerun RESULT --site OTHER`: a result turned back into a job on another site, what differs printed, the job
-printed (--dry-run) or submitted: the two steps of dlaunch/launch.py, as `run` (the Python API's `rerun` stands on them)."""
+printed (--dry-run) or submitted: the Python API's two steps, `prepare_rerun` and `submit`, as `run`."""
 
 from pathlib import Path
 from typing import Annotated, Optional
@@ -23,19 +23,31 @@ def rerun_command(
     data: Annotated[
         Optional[str], typer.Option(help="the dataset's path on the new site (default: the result's)")
     ] = None,
-    output: Annotated[str, typer.Option(help="the run goes to OUTPUT/rerun-EXPERIMENT/RUN_NAME")] = "runs",
+    output: Annotated[
+        Optional[str],
+        typer.Option(
+            help="the run goes to OUTPUT/rerun-EXPERIMENT/RUN_NAME (default: the site's runs_dir, else ./runs)"
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="print the job and the differences; write and submit nothing")
     ] = False,
     allow_large: AllowLarge = False,
 ) -> int:
     """Rerun a result on another site: its request resolved for the site, the differences printed."""
-    from dlaunch import launch
+    from dlaunch import api
 
-    rerun = launch.prepare_rerun(
-        str(result), site, nodes=nodes, gpus=gpus, data=data, output=output, dry_run=dry_run, allow_large=allow_large
+    prepared = api.prepare_rerun(
+        str(result),
+        site=site,
+        nodes=nodes,
+        gpus=gpus,
+        data=data,
+        output=output,
+        dry_run=dry_run,
+        allow_large=allow_large,
     )
-    job = rerun.job
+    (job,) = prepared.jobs
     for warning in job.warnings:
         err.print("dlaunch: warning: %s" % warning)
     if dry_run:  # stdout is the script alone (`--dry-run > job.sh`); what differs goes to stderr
@@ -43,12 +55,13 @@ def rerun_command(
     shown = err if dry_run else out
     shown.print(
         fit_table(
-            "rerun of %s on %s: what differs" % (rerun.parent, job.plan.site),
+            "rerun of %s on %s: what differs" % (prepared.parent, job.site),
             ("attribute", "parent", "rerun"),
-            rerun.differences,
+            prepared.differences,
             shown.width,
         )
     )
     if dry_run:
         return 0
-    return launch.submit([job], err.print, show_progress=True).exit_code
+    (submitted,) = api.submit(prepared, say=err.print, show_progress=True)
+    return submitted.exit_code or 0

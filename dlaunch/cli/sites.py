@@ -71,15 +71,23 @@ def sites_show(
 
 
 @sites_app.command("check")
-def sites_check(path: Annotated[Path, typer.Argument(help="profile file")]) -> int:
-    """Validate one profile file; warn about the first schema, contradictions, shadowed names, old sources."""
+def sites_check(
+    name: Annotated[
+        str, typer.Argument(help="profile file, or a profile's name or alias", autocompletion=complete_site)
+    ],
+) -> int:
+    """Validate one profile; warn about the first schema, contradictions, shadowed names, old sources, interpreters and
+    folders that are not there."""
     import datetime
 
     from dlaunch.jobs.sitecheck import check_warnings
-    from dlaunch.jobs.sites import load_site
+    from dlaunch.jobs.sites import load_site, profile_path
+    from dlaunch.runs.engines import interpreter_warnings
 
+    path = profile_path(name, given_by="sites check")
     site = load_site(path)
-    warnings = check_warnings(path, datetime.date.today())
+    warnings = check_warnings(path, datetime.date.today()) + interpreter_warnings(site)
+    warnings += [problem for field in ("images_dir", "runs_dir") for problem in site.folder(field)[1:] if problem]
     for warning in warnings:
         err.print("dlaunch: warning: %s: %s" % (display_path(path), escape(warning)), highlight=False)
     out.print(

@@ -1,5 +1,6 @@
-"""`dlaunch study run/check/status/report`: a study file's jobs rendered and submitted (dlaunch/runs/study.py), checked
-against sites, its runs' state, its report with the published values beside this run's."""
+"""`dlaunch study list/run/check/status/report`: the studies there are; a study file's jobs rendered and submitted
+(dlaunch/runs/study.py) with their cost, checked against sites, its runs' state, its report with the published values
+beside this run's."""
 
 import warnings
 from pathlib import Path
@@ -7,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Dict, List, Optional, Sequence
 
 import typer
 
+from dlaunch.boundary import display_path, escape
 from dlaunch.cli.report import (
     IncludeDoubtful,
     IncludeNetworkMismatches,
@@ -14,6 +16,7 @@ from dlaunch.cli.report import (
     NoiseThreshold,
     report_command,
 )
+from dlaunch.cli.run import Budget, cost_lines
 from dlaunch.cli.runs import print_statuses, show_found
 from dlaunch.cli.terminal import AllowLarge, Json, StragglerThreshold, command_group, err, out, print_json
 from dlaunch.errors import DlaunchWarning
@@ -56,7 +59,7 @@ def print_check(study: Study, protocol: Optional[str], results: Sequence["StudyC
 
 
 study_app = command_group(
-    help="Studies: a matrix of runs from a study file, its status and its report.", no_args_is_help=True
+    help="Studies: list them; a matrix of runs from a study file, its status and its report.", no_args_is_help=True
 )
 ProtocolOption = Annotated[
     Optional[str],
@@ -81,16 +84,54 @@ StudyArg = Annotated[
 ]
 
 
+STUDIES_HEADERS = ("study", "kind", "protocols", "description", "file")
+
+
+@study_app.command("list")
+def study_list_command(as_json: Json = False) -> int:
+    """List the studies: kind, protocols (the default first) with their jobs, description."""
+    from dlaunch import api
+    from dlaunch.tables import fit_table
+
+    found = api.study_list()
+    if as_json:
+        print_json(found)
+        return 0
+    rows, unreadable = [], []
+    for s in found:
+        if s.unreadable is not None:
+            rows.append((escape(s.name), "", "unreadable", escape(s.unreadable), display_path(Path(s.file))))
+            unreadable.append("%s: unreadable: %s" % (escape(s.name), escape(s.unreadable)))
+            continue
+        kind = s.kind + (" (%s)" % s.gpu_vendor if s.gpu_vendor else "")
+        protocols = ", ".join(
+            "%s (%s%s)" % (name, "default, " if i == 0 else "", counted(jobs, "job")) if name else counted(jobs, "job")
+            for i, (name, jobs) in enumerate(s.jobs.items())
+        )
+        rows.append((s.name, kind, protocols, escape(s.description), display_path(Path(s.file))))
+    out.print(
+        fit_table(
+            "studies", STUDIES_HEADERS, rows, out.width, leave_out=("file", "description"), one_line=("description",)
+        )
+    )
+    for line in unreadable:
+        out.print(line, highlight=False)
+    return 0
+
+
 @study_app.command("run")
 def study_run_command(
     study: StudyArg,
     site: Annotated[str, typer.Option("--site", help="profile name, alias or path to a .toml")],
-    output: Annotated[Path, typer.Option(help="the study directory is OUTPUT/<study name>")] = Path("runs"),
+    output: Annotated[
+        Optional[Path],
+        typer.Option(help="the study directory is OUTPUT/<study name> (default: the site's runs_dir, else ./runs)"),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option(
             "--dry-run",
-            help="print every job's figure, repeat and script (the counts per figure and the study's assumptions on stderr); write and submit nothing",
+            help="print every job's figure, repeat and script (the jobs and node-hours per figure, the cost per partition and the study's assumptions on stderr); write and submit nothing",
         ),
     ] = False,
     listing: Annotated[
@@ -118,24 +159,29 @@ def study_run_command(
     protocol: ProtocolOption = None,
     stack: StackOption = None,
     allow_large: AllowLarge = False,
+    budget: Budget = None,
     as_json: Annotated[
         bool,
         typer.Option(
             "--json",
-            help="print the Python API's objects as JSON (docs/API.md): a Job per job, nothing else; with --dry-run or --list their scripts are in it",
+            help="print the Python API's StudyPlan as JSON (docs/API.md), nothing else: its jobs (with --dry-run or --list their scripts; once submitted, their job ids) and their cost",
         ),
     ] = False,
 ) -> int:
     """Submit the jobs of a study that are missing or failed (or print them with --dry-run)."""
+    import dataclasses
+
     from dlaunch import api
 
     dry_run = dry_run or listing
     plans: List[StudyPlan] = []
 
-    def planned(plan: "StudyPlan") -> None:  # before anything is submitted: its warnings, each once
+    def planned(plan: "StudyPlan") -> None:  # before anything is submitted: its warnings, each once, and its cost
         plans.append(plan)
         for line in plan.warnings:
             err.print("dlaunch: warning: %s" % line)
+        if not dry_run and plan.cost and plan.jobs:
+            err.out("\n".join(cost_lines(plan.cost)), highlight=False)
 
     with warnings.catch_warnings():  # said by `planned`, counted per job
         warnings.simplefilter("ignore", DlaunchWarning)
@@ -151,13 +197,14 @@ def study_run_command(
             protocol=protocol,
             stack=stack,
             allow_large=allow_large,
+            budget=budget,
             planned=planned,
             say=err.print,
             show_progress=not as_json,
         )  # stdout: the JSON alone
     (plan,) = plans
     if as_json:
-        print_json(jobs)
+        print_json(dataclasses.replace(plan, jobs=jobs))
         return 0 if dry_run else next((j.exit_code for j in jobs if j.exit_code), 0)
     if dry_run:  # stdout is the scripts (or the list) alone: the counts and notes go to stderr
         for i, job in enumerate(jobs, 1):
@@ -170,6 +217,8 @@ def study_run_command(
                 out.out("# job %d/%d %s" % (i, len(jobs), job.label))
                 out.out(job.script)
         err.out(plan.design, highlight=False)
+        if plan.cost and plan.jobs:
+            err.out("\n".join(cost_lines(plan.cost)), highlight=False)
         err.out(plan.summary, highlight=False)
         return 0
     failed = sum(bool(job.exit_code) for job in jobs)

@@ -263,7 +263,10 @@ Image = Annotated[
         help="container image; default: images/<stack>-<framework>-<arch> in the form the site's runtime takes (.sif, .sqsh, a folder, a name: `dlaunch images`)"
     ),
 ]
-Output = Annotated[str, typer.Option(help="runs go to OUTPUT/EXPERIMENT/RUN_NAME")]
+Output = Annotated[
+    Optional[str],
+    typer.Option(help="runs go to OUTPUT/EXPERIMENT/RUN_NAME (default: the site's runs_dir, else ./runs)"),
+]
 Experiment = Annotated[Optional[str], typer.Option(help="experiment name (groups runs)")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="print the script; write and submit nothing")]
 Follow = Annotated[

@@ -11,7 +11,7 @@ import re
 import tomllib
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Mapping, Optional, Tuple
 
 from dlaunch.errors import DlaunchError
 from dlaunch.paths import REPO
@@ -28,8 +28,13 @@ ARCHITECTURES = ("x86_64", "aarch64")
 IMAGE_EXTENSIONS = {"sif": ".sif", "sqsh": ".sqsh", "dir": "", "edf": ".toml"}
 
 
-def images_dir() -> Path:
-    return Path(os.environ.get("DLAUNCH_IMAGES_DIR") or REPO / "images")
+def images_dir(site: "Optional[Site]" = None, environ: Mapping[str, str] = os.environ) -> Path:
+    """Where images are: $DLAUNCH_IMAGES_DIR, else the site's `images_dir` (its variable expanded here; where it is
+    not set, a path that says so: `Site.folder`), else the install tree's images/."""
+    if environ.get("DLAUNCH_IMAGES_DIR"):
+        return Path(environ["DLAUNCH_IMAGES_DIR"])
+    folder = site.folder("images_dir", environ)[0] if site is not None else None
+    return Path(folder) if folder else REPO / "images"
 
 
 def image_name(group: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH) -> str:
@@ -43,19 +48,28 @@ def image_name(group: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH)
     return f"{stack}-{group}-{arch}"
 
 
-def image_reference(group: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH, image_kind: str = "sif") -> str:
-    """The default image of one kind: a path in the images dir, or `dlaunch/<stack>-<group>:<arch>`."""
+def image_reference(
+    group: str,
+    stack: str = DEFAULT_STACK,
+    arch: str = DEFAULT_ARCH,
+    image_kind: str = "sif",
+    folder: Optional[Path] = None,
+) -> str:
+    """The default image of one kind: a path in the images dir (`folder`, else `images_dir()`), or
+    `dlaunch/<stack>-<group>:<arch>`."""
     if image_kind == "name":
         image_name(group, stack, arch)
         return f"dlaunch/{stack}-{group}:{arch}"
     if image_kind not in IMAGE_EXTENSIONS:
         raise ValueError(f"unknown image kind {image_kind!r}")
-    return str(images_dir() / (image_name(group, stack, arch) + IMAGE_EXTENSIONS[image_kind]))
+    return str((folder or images_dir()) / (image_name(group, stack, arch) + IMAGE_EXTENSIONS[image_kind]))
 
 
-def default_image(group: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH) -> Path:
-    """The Apptainer image (`.sif`) of an image group in `stack` for `arch`."""
-    return Path(image_reference(group, stack, arch, "sif"))
+def default_image(
+    group: str, stack: str = DEFAULT_STACK, arch: str = DEFAULT_ARCH, folder: Optional[Path] = None
+) -> Path:
+    """The Apptainer image (`.sif`) of an image group in `stack` for `arch` (in `folder`, else `images_dir()`)."""
+    return Path(image_reference(group, stack, arch, "sif", folder))
 
 
 def stack_of_image(image: Optional[str]) -> Optional[str]:
@@ -138,7 +152,7 @@ def default_image_for_site(site: "Site", framework: str, stack: Optional[str] = 
             f"`interpreters` name its Python"
         )
     check_site_stack(site, stack)
-    return image_reference(group, stack, site.arch, site.container.image_kind)
+    return image_reference(group, stack, site.arch, site.container.image_kind, images_dir(site))
 
 
 def version_tuple(version: str) -> tuple:

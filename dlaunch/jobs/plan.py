@@ -201,10 +201,12 @@ def build_plan(
     image: Optional[str],
     environ: Mapping[str, str],
     require_account: bool = True,
+    require_data: bool = True,
 ) -> LaunchPlan:
     """Validate the request against the site and decide everything the script will contain.
 
-    `require_account=False` (dry runs) renders a script without `--account` where none is known.
+    `require_account=False` (dry runs) renders a script without `--account` where none is known; `require_data=False`
+    (dry runs) one that reads a data folder this machine, where the job would run, does not have.
     """
     scheduler = scheduler_for(site.scheduler.kind)
     nodes, nproc = _shape(site, scheduler, request)
@@ -320,9 +322,13 @@ def build_plan(
     # too where this machine sees it (a node-local path is checked on the nodes only).
     data_here = data not in (None, "synthetic") and os.path.exists(data)
     if data not in (None, "synthetic") and not data_here:
-        if scheduler.this_machine:
+        if scheduler.this_machine and require_data:
             raise DlaunchError("--data: %s does not exist" % data)
-        warnings += ("--data %s is not visible here; it is checked on the nodes only" % data,)
+        warnings += (
+            "--data %s is not visible here; it is checked on the nodes only" % data
+            if not scheduler.this_machine
+            else "--data %s does not exist here (a dry run renders the script with it)" % data,
+        )
     try:
         parse_config(list(trainer_argv), check_paths=data_here, engine=engine)
     except ConfigError as e:

@@ -28,7 +28,7 @@ class LaunchRequest:
     time: str = "01:00:00"
     account: Optional[str] = None
     image: Optional[str] = None
-    output: str = "runs"
+    output: Optional[str] = None  # None: the site's runs_dir, else ./runs (dlaunch/runs/service.py: runs_folder)
     experiment: Optional[str] = None
     run_name: Optional[str] = None
     trainer: Tuple[Tuple[str, Any], ...] = ()  # (flag name, value), only flags the user set
@@ -67,7 +67,11 @@ class LaunchRequest:
             else self.image
         )
         return dataclasses.replace(
-            self, site=site, image=image, output=absolute(self.output), trainer=trainer if data else self.trainer
+            self,
+            site=site,
+            image=image,
+            output=absolute(self.output) if self.output else self.output,
+            trainer=trainer if data else self.trainer,
         )
 
     def to_dict(self) -> Dict[str, Any]:

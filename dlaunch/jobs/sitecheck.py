@@ -88,7 +88,7 @@ def check_warnings(path: Path, today: datetime.date) -> List[str]:
 
 
 def shadow_warnings(site: Site, path: Path) -> List[str]:
-    """Names and aliases that another profile also answers to (`--site` finds only one of them)."""
+    """Names and aliases that another profile also answers to (`--site` refuses them, naming both files)."""
     mine = [site.name, *site.aliases]
     warnings = []
     for stem, other_path in available_sites().items():
@@ -101,7 +101,7 @@ def shadow_warnings(site: Site, path: Path) -> List[str]:
         shared = [word for word in mine if word in {stem, other.name, *other.aliases}]
         if shared:
             warnings.append(
-                "%s also name%s profile %s (%s): --site finds only one of them"
+                "%s also name%s profile %s (%s): --site refuses a name two profiles answer to"
                 % (
                     ", ".join(repr(w) for w in shared),
                     "s" if len(shared) == 1 else "",

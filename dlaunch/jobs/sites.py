@@ -4,7 +4,7 @@ import itertools
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Dict, List, Literal, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Annotated, Any, Dict, List, Literal, Mapping, Optional, Tuple, Type
 
 from pydantic import Field, SerializeAsAny, StringConstraints, create_model, field_validator, model_validator
 
@@ -19,12 +19,14 @@ from dlaunch.schedulers import validate_config as scheduler_config
 from dlaunch.specs.job import ShellWord
 from dlaunch.specs.schema import (
     HOST_SUFFIX,
+    PATH,
     AbsPath,
     EnvName,
     EnvValue,
     JobValue,
     ModuleName,
     Partition,
+    ProfilePath,
     SafeName,
     SchedulerConfig,
     StrictModel,
@@ -241,8 +243,13 @@ class Site(StrictModel):
     # Exported after `env`, their `$NAME`s expanded when the job runs (a per-user, per-job folder)
     env_expanded: Dict[EnvName, JobValue] = {}
     nccl_net_plugin: Optional[NcclNetPlugin] = None
-    # Python per engine where the site runs without containers (e.g. tensorflow = "/opt/tf/bin/python").
-    interpreters: Dict[Literal["torch", "tensorflow", "mxnet"], AbsPath] = {}
+    # Python per engine where the site runs without containers (e.g. tensorflow = "/opt/tf/bin/python"); one relative
+    # to the profile's folder is made absolute when the profile is read (the shipped local one: ../.venv-tf/bin/python).
+    interpreters: Dict[Literal["torch", "tensorflow", "mxnet"], ProfilePath] = {}
+    # Where the site keeps its images and its runs, e.g. "$SCRATCH/dlaunch/runs" (a leading variable is expanded where
+    # dlaunch runs: `folder`); unset: $DLAUNCH_IMAGES_DIR or the install tree's images/, and ./runs.
+    images_dir: Optional[VarPath] = None
+    runs_dir: Optional[VarPath] = None
     container: SerializeAsAny[Runtime] = NoContainer()  # the runtime's model (dlaunch/runtimes/), by `kind`
     rendezvous_host_suffix: Annotated[str, StringConstraints(pattern=HOST_SUFFIX)] = ""
     master_port: int = Field(default=29500, ge=1024, le=65535)
@@ -341,6 +348,30 @@ class Site(StrictModel):
         """How `framework` starts here: the profile's `[launch.<framework>] mode`, else the table's style."""
         return self.launch.framework(framework).mode or FRAMEWORKS[framework].launch
 
+    def folder(self, field: str, environ: Mapping[str, str] = os.environ) -> Tuple[Optional[str], Optional[str]]:
+        """`images_dir` or `runs_dir` with its leading variable expanded from `environ`: (path, None); (None, None)
+        when the profile does not set it; where the variable is not set here, a path that says so
+        (`/unset/SCRATCH/dlaunch/runs`, as a study's unset data) and why, for the caller to refuse or warn."""
+        value = getattr(self, field)
+        m = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)(/.*)?", value or "")
+        if not m:
+            return value, None
+        name, rest = m.group(1), m.group(2) or ""
+        if not environ.get(name):
+            return "/unset/%s%s" % (name, rest), "%s = %s (site %s): $%s is not set here" % (
+                field,
+                value,
+                self.name,
+                name,
+            )
+        path = os.path.normpath(environ[name] + rest)
+        if not re.fullmatch(PATH, path):
+            raise DlaunchError(
+                "%s = %s (site %s): $%s is %r: give an absolute path of letters, digits and _./+@=-"
+                % (field, value, self.name, name, environ[name])
+            )
+        return path, None
+
     @property
     def cpus_per_node(self) -> int:
         """What Slurm counts as a node's CPUs."""
@@ -368,14 +399,29 @@ def load_toml(path: Path, model: "Type[ModelT]") -> "ModelT":
     return read_toml(path, model)
 
 
+def _located(site: Site, path: Path) -> Site:
+    """The profile with its `interpreters` relative to its folder made absolute."""
+    programs = dict(site.interpreters)
+    for engine, program in programs.items():
+        if not program.startswith("/"):
+            programs[engine] = os.path.abspath(os.path.join(path.parent, program))
+            if not re.fullmatch(PATH, programs[engine]):
+                raise DlaunchError(
+                    "%s: interpreters.%s: %s is %s here, which a job script cannot carry (give an absolute path)"
+                    % (display_path(path), engine, program, programs[engine])
+                )
+    return site.model_copy(update={"interpreters": programs}) if programs != site.interpreters else site
+
+
 def load_site(path: Path) -> Site:
     """Read and validate one profile."""
-    return load_toml(path, Site)
+    return _located(load_toml(path, Site), path)
 
 
 def load_profile(path: Path) -> Tuple[Site, str]:
     """One profile and its text as read (a run directory keeps the text: `site.toml`)."""
-    return read_toml_text(path, Site)
+    site, text = read_toml_text(path, Site)
+    return _located(site, path), text
 
 
 def site_dirs() -> List[Path]:
@@ -410,20 +456,44 @@ def resolve_site(name_or_path: str, given_by: str = "--site") -> Site:
 
 def resolve_profile(name_or_path: str, given_by: str = "--site") -> Tuple[Site, str]:
     """`resolve_site` and the profile's text as read."""
+    return load_profile(profile_path(name_or_path, given_by))
+
+
+def _answers(path: Path, stem: str, name: str) -> Optional[str]:
+    """How the profile in `path` answers to `name`: by its file name, its name or an alias (None: it does not, or it
+    cannot be read: one broken user profile must not hide the others)."""
+    if stem == name:
+        return "its file name"
+    try:
+        if not _may_name(read_text(path), name, display_path(path)):
+            return None  # validated only where it may answer (start-up: each profile costs milliseconds)
+        site = load_site(path)
+    except DlaunchError:
+        return None
+    return "its name" if site.name == name else "an alias" if name in site.aliases else None
+
+
+def profile_path(name_or_path: str, given_by: str = "--site") -> Path:
+    """The profile file a path (`x.toml`, or a name with a folder) or a name names: the one profile (after a user
+    folder's file has shadowed a shipped one of its file name) whose file name, name or alias it is. A name two
+    profiles answer to is refused, naming both files: a profile picked by a rule the user did not see would render
+    another machine's partitions, account and environment."""
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
-        return load_profile(Path(name_or_path))
+        return Path(name_or_path)
     files = available_sites()
-    if name_or_path in files:
-        return load_profile(files[name_or_path])
-    for path in files.values():  # aliases: one broken user profile must not hide the others
-        try:
-            if not _may_name(read_text(path), name_or_path, display_path(path)):
-                continue  # validated only where it may be (start-up: each profile costs milliseconds)
-            site, text = load_profile(path)
-        except DlaunchError:
-            continue
-        if name_or_path == site.name or name_or_path in site.aliases:
-            return site, text
+    answering = [(path, how) for stem, path in files.items() for how in [_answers(path, stem, name_or_path)] if how]
+    if len(answering) > 1:
+        raise DlaunchError(
+            "%s: %s names %d profiles: %s; give the one you mean by its path"
+            % (
+                given_by,
+                name_or_path,
+                len(answering),
+                " and ".join("%s (%s)" % (display_path(path), how) for path, how in answering),
+            )
+        )
+    if answering:
+        return answering[0][0]
     unreadable = []
     for path in files.values():  # not found: the profiles that cannot be read may have named it
         try:

@@ -1,8 +1,9 @@
-"""`dlaunch run --repeat N`: N runs of one request in one experiment, for medians and their spread.
+"""`dlaunch run --repeat N` (and `sweep --repeat N`, per count): N runs of one request in one experiment, for medians
+and their spread.
 
 The runs are `<run name>-r1` ... `<run name>-rN` (the run name defaults to a time stamp, as for one
-run), side by side in the experiment's folder, so `dlaunch report` groups them at one GPU count and
-gives the median and spread of each figure. They are submitted as every command submits runs
+run; a sweep's is its count's, `n0004`), side by side in the experiment's folder, so `dlaunch report` groups them at
+one GPU count and gives the median and spread of each figure. They are submitted as every command submits runs
 (dlaunch/runs/service.py: every run directory checked free first, a refusal stops the rest); on
 `--site local` they run one after the other.
 """

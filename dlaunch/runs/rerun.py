@@ -63,7 +63,7 @@ def request_of(
     site: str,
     nodes: Optional[int],
     gpus: Optional[int],
-    output: str,
+    output: Optional[str],
     data: Optional[str],
     allow_large: bool = False,
 ) -> LaunchRequest:
@@ -129,7 +129,7 @@ def prepare_rerun(
     nodes: Optional[int] = None,
     gpus: Optional[int] = None,
     dry_run: bool = False,
-    output: str = "runs",
+    output: Optional[str] = None,
     data: Optional[str] = None,
     allow_large: bool = False,
 ) -> Rerun:

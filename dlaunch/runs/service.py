@@ -38,6 +38,7 @@ from dlaunch.train.framework_table import image_group
 
 if TYPE_CHECKING:  # the run layer's state stays out of `run --dry-run`'s start-up
     from dlaunch.jobs.plan import LaunchPlan
+    from dlaunch.jobs.sites import Site
     from dlaunch.runs.runstate import Snapshot
 
 __all__ = [
@@ -47,11 +48,13 @@ __all__ = [
     "cancel",
     "check_new",
     "git_revision",
+    "images_folder",
     "logs",
     "observe",
     "prepare",
     "resume",
     "run_figures",
+    "runs_folder",
     "submit_all",
     "why_failed",
 ]
@@ -85,11 +88,35 @@ class Prepared:
     def run_dir(self) -> Path:
         return Path(self.plan.run_dir)
 
-    @property
-    def foreground(self) -> bool:
-        """Its scheduler runs it on this machine, followed to its end (for dlaunch/api/launching.py and
-        dlaunch/cli/run.py until they read `Submitted.codes`, whose None is a job handed to a batch system)."""
-        return scheduler_for(self.plan.scheduler).this_machine
+
+def _unset(problem: str, fix: str, dry_run: bool, shown: str) -> Tuple[str, ...]:
+    """A profile folder whose variable is not set here: refused (`fix`), or in a dry run a warning (`shown`: the
+    path its scripts show instead)."""
+    if not dry_run:
+        raise DlaunchError("%s: %s" % (problem, fix))
+    return ("%s; the dry run shows %s" % (problem, shown),)
+
+
+def runs_folder(
+    site: "Site", output: Optional[str], dry_run: bool = False, environ: Mapping[str, str] = os.environ
+) -> Tuple[str, Tuple[str, ...]]:
+    """(where runs go, warnings): `output` (--output), else the site's `runs_dir` with its variable expanded here,
+    else ./runs. A `runs_dir` whose variable is not set here is refused (a dry run: warned about)."""
+    if output is not None:
+        return output, ()
+    folder, problem = site.folder("runs_dir", environ)
+    if problem:
+        return str(folder), _unset(problem, "set it, or give --output", dry_run, folder or "")
+    return folder or "runs", ()
+
+
+def images_folder(site: "Site", dry_run: bool = False, environ: Mapping[str, str] = os.environ) -> Tuple[str, ...]:
+    """Warnings about the folder a containerized site's default images come from: an `images_dir` whose variable is
+    not set here (and no $DLAUNCH_IMAGES_DIR instead) is refused (a dry run: warned about)."""
+    folder, problem = site.folder("images_dir", environ)
+    if not site.container.containerized or not problem or environ.get("DLAUNCH_IMAGES_DIR"):
+        return ()
+    return _unset(problem, "set it, or give --image", dry_run, folder or "")
 
 
 def prepare(
@@ -99,12 +126,14 @@ def prepare(
     environ: Mapping[str, str] = os.environ,
     require_image: bool = True,
 ) -> Prepared:
-    """Resolve the site, complete and check the request, render the script (nothing is written). A
-    missing image stops it (a dry run warns; `require_image=False` neither)."""
+    """Resolve the site, complete and check the request, render the script (nothing is written). A missing image,
+    engine environment (runs/engines.py) or profile folder variable stops it (a dry run warns; `require_image=False`
+    neither of an image); a job that runs here is stopped by its engine's environment in a dry run too."""
     from dlaunch.jobs.imagepaths import check_loader, default_image_for_site, driver_warning
     from dlaunch.jobs.plan import build_plan, resolve_account
     from dlaunch.jobs.render import render_script
     from dlaunch.jobs.sites import resolve_profile
+    from dlaunch.runs.engines import engine
     from dlaunch.runtimes import runtime_class
 
     if not request.site:
@@ -113,16 +142,27 @@ def prepare(
     experiment = request.experiment or "%s-%s-%s" % (site.name, request.framework, request.option("model", "resnet50"))
     check_loader(site, request.option("loader", "native"))
     warnings: List[str] = []
+    output = request.output
+    if run_dir is None:
+        output, said = runs_folder(site, request.output, dry_run, environ)
+        warnings.extend(said)
     image = request.image
     if site.container.containerized:
         if not image:
+            warnings.extend(images_folder(site, dry_run, environ))
             image = default_image_for_site(site, request.framework)
         warning = driver_warning(site)
         if warning:
             warnings.append(warning)
-    request = dataclasses.replace(request, experiment=experiment, image=image).normalized()
+    environment = engine(site, request.framework, environ)
+    if environment.problem:
+        message = "--framework %s: %s" % (request.framework, environment.problem)
+        if not dry_run or scheduler_for(site.scheduler.kind).this_machine:
+            raise DlaunchError(message)
+        warnings.append(message)
+    request = dataclasses.replace(request, experiment=experiment, image=image, output=output).normalized()
     if run_dir is None:
-        run_dir = Path(request.output) / experiment / (request.run_name or default_run_name())
+        run_dir = Path(request.output) / experiment / (request.run_name or default_run_name())  # type: ignore[arg-type]  # runs_folder gave it above
         fits_file_system(run_dir, {"--experiment": experiment, "--run-name": run_dir.name})
     revision = git_revision()
     if dry_run:
@@ -139,6 +179,7 @@ def prepare(
         image=request.image,
         environ=environ,
         require_account=not dry_run,
+        require_data=not dry_run,
     )
     plan = dataclasses.replace(plan, profile=profile)
     warnings.extend(plan.warnings)

@@ -25,6 +25,7 @@ from dlaunch.errors import DlaunchError
 from dlaunch.jobs.request import LaunchRequest
 from dlaunch.paths import PUBLISHED_DIR, SHIPPED_SITES_DIR
 from dlaunch.runs import service
+from dlaunch.runs.cost import Cost, hours
 from dlaunch.runs.rundir import RunDir, find_runs
 from dlaunch.runs.studyfile import (
     DIMENSIONS,
@@ -35,7 +36,6 @@ from dlaunch.runs.studyfile import (
     Study,
     StudyInfo,
     choose_protocol,
-    excluded,
     load_study,
     recorded_study,
 )
@@ -127,6 +127,14 @@ def _overlays(
     return recipe, time
 
 
+def _values(seen: Dict[str, List[str]], coordinates: Dict[str, Any], figures: Sequence[str]) -> None:
+    """Note each value a job has for an `--only` key (in file order), to name them when a filter matches nothing."""
+    for key, value in [*coordinates.items(), *(("figure", figure) for figure in figures)]:
+        known = seen.setdefault(key, [])
+        if str(value) not in known:
+            known.append(str(value))
+
+
 def expand(
     study: Study,
     site: str,
@@ -139,9 +147,10 @@ def expand(
     stack: Optional[str] = None,
     allow_large: bool = False,
 ) -> List[MatrixRun]:
-    """Every job of the study's matrix (in file order), as requests for `site`; `data`: loader -> path;
-    `stack` overrides the study's (`site`: the site's own). More than the limit of `study jobs` (a
-    typo's million) is refused as soon as it is reached, unless `allow_large`."""
+    """Every job of the study's matrix (in file order) that the protocol runs (its `only` points, its `repeats`), as
+    requests for `site`; `data`: loader -> path, for the jobs whose recipe names no data; `stack` overrides the
+    study's (`site`: the site's own). More than the limit of `study jobs` (a typo's million) is refused as soon as it
+    is reached, unless `allow_large`; `--only` filters that leave no job are refused, naming the values there are."""
     from dlaunch.jobs.imagepaths import default_image_for_site
     from dlaunch.jobs.sites import resolve_site
 
@@ -153,51 +162,56 @@ def expand(
     if refused:
         raise DlaunchError("--stack: %s" % refused)
     jobs: List[MatrixRun] = []
-    for m in study.matrix:
+    seen: Dict[str, List[str]] = {}
+    for m, point, repeats in study.selected(protocol):
         key = m.count_key
-        for point in m.points():
-            framework, loader, model, count, schedule = point.values()
-            if excluded(point, m.exclude):
+        framework, loader, model, count, schedule = point.values()
+        extra_recipe, extra_time = _overlays(study, m, protocol, point)
+        recipe = merge_recipes(study.recipe, m.recipe, extra_recipe)
+        if data and loader in data and "data" not in recipe:
+            recipe["data"] = data[loader]
+        nodes = (
+            spread_nodes(count, resolved.gpus_per_node)
+            if key == "gpus" and not scheduler_for(resolved.scheduler.kind).this_machine
+            else None
+        )
+        job_image = image
+        if not job_image and stack and resolved.container.containerized:
+            job_image = default_image_for_site(resolved, framework, stack)
+        for repeat in range(1, repeats + 1):
+            coordinates = dict(point, matrix=m.name, repeat=repeat)
+            _values(seen, coordinates, m.figures)
+            if not _selected(filters, coordinates, m.figures):
                 continue
-            extra_recipe, extra_time = _overlays(study, m, protocol, point)
-            recipe = merge_recipes(study.recipe, m.recipe, extra_recipe)
-            if data and loader in data:
-                recipe["data"] = data[loader]
-            nodes = (
-                spread_nodes(count, resolved.gpus_per_node)
-                if key == "gpus" and not scheduler_for(resolved.scheduler.kind).this_machine
-                else None
-            )
-            job_image = image
-            if not job_image and stack and resolved.container.containerized:
-                job_image = default_image_for_site(resolved, framework, stack)
-            for repeat in range(1, m.repeats + 1):
-                coordinates = dict(point, matrix=m.name, repeat=repeat)
-                if not _selected(filters, coordinates, m.figures):
-                    continue
-                if len(jobs) == LIMITS["study jobs"] and not allow_large:
-                    raise DlaunchError(
-                        "study %s: more than %d jobs (at matrix %s): pass %s if you mean it"
-                        % (study.name, LIMITS["study jobs"], m.name, ALLOW_LARGE)
-                    )
-                name = "%s-%s-%s-%s%04d-%s-r%d" % (framework, loader, model, key[0], count, schedule, repeat)
-                trainer = dict(recipe, model=model, loader=loader, schedule=schedule)
-                request = LaunchRequest(
-                    site=site,
-                    framework=framework,
-                    partition=m.partition or study.partition,
-                    time=extra_time or m.time or study.time,
-                    account=account,
-                    image=job_image,
-                    output=str(output),
-                    experiment="%s.%s" % (study.name, m.name),
-                    run_name=name,
-                    trainer=tuple(trainer.items()),
-                    allow_large=allow_large,
-                    **{key: count},
-                    **({"nodes": nodes} if nodes else {}),  # type: ignore[arg-type]  # counts (nodes, gpus) are ints; mypy matches a **dict with every parameter
+            if len(jobs) == LIMITS["study jobs"] and not allow_large:
+                raise DlaunchError(
+                    "study %s: more than %d jobs (at matrix %s): pass %s if you mean it"
+                    % (study.name, LIMITS["study jobs"], m.name, ALLOW_LARGE)
                 )
-                jobs.append(MatrixRun(m.name, name, coordinates, request, tuple(m.figures), m.repeats))
+            name = "%s-%s-%s-%s%04d-%s-r%d" % (framework, loader, model, key[0], count, schedule, repeat)
+            trainer = dict(recipe, model=model, loader=loader, schedule=schedule)
+            request = LaunchRequest(
+                site=site,
+                framework=framework,
+                partition=m.partition or study.partition,
+                time=extra_time or m.time or study.time,
+                account=account,
+                image=job_image,
+                output=str(output),
+                experiment="%s.%s" % (study.name, m.name),
+                run_name=name,
+                trainer=tuple(trainer.items()),
+                allow_large=allow_large,
+                **{key: count},
+                **({"nodes": nodes} if nodes else {}),  # type: ignore[arg-type]  # counts (nodes, gpus) are ints; mypy matches a **dict with every parameter
+            )
+            jobs.append(MatrixRun(m.name, name, coordinates, request, tuple(m.figures), repeats))
+    if not jobs:
+        there = "; ".join("%s is one of: %s" % (key, ", ".join(seen.get(key, ["none"]))) for key in filters)
+        raise DlaunchError(
+            "--only: no job of study %s%s matches %s; %s"
+            % (study.name, " (protocol %s)" % protocol if protocol else "", " ".join(only), there)
+        )
     return jobs
 
 
@@ -205,8 +219,9 @@ def study_dir(study: Study, output: Path) -> Path:
     return (output / study.name).resolve()
 
 
-def _check_recorded(folder: Path, site: str, protocol: Optional[str]) -> None:
-    """Refuse to add runs of another site or protocol to a study directory."""
+def _check_recorded(folder: Path, site: str, study: Study, protocol: Optional[str]) -> None:
+    """Refuse to add runs of another site or protocol to a study directory (one made before the study had protocols
+    ran its plain one)."""
     info = folder / STUDY_INFO
     if not os.path.lexists(info):
         return
@@ -216,10 +231,16 @@ def _check_recorded(folder: Path, site: str, protocol: Optional[str]) -> None:
             "--site: %s was run on site %s; give another --output to run it on %s"
             % (display_path(folder), escape(recorded.site), site)
         )
+    plain = [name for name, p in study.protocol.items() if p.plain]  # the recipe as it was before protocols
+    if recorded.protocol is None and protocol in plain:
+        return
     if recorded.protocol != protocol:
+        as_before = (
+            " (or --protocol %s, the design it was run with)" % plain[0] if recorded.protocol is None and plain else ""
+        )
         raise DlaunchError(
-            "--protocol: %s was run with protocol %s; give another --output to run protocol %s"
-            % (display_path(folder), escape(str(recorded.protocol)), protocol)
+            "--protocol: %s was run with protocol %s; give another --output to run protocol %s%s"
+            % (display_path(folder), escape(str(recorded.protocol)), protocol, as_before)
         )
 
 
@@ -240,32 +261,36 @@ def _record_study(path: Path, folder: Path, site: str, protocol: Optional[str], 
     write_atomic(folder / STUDY_INFO, json.dumps(info, indent=2) + "\n")
 
 
-def _datasets(study: Study, data: Sequence[str], dry_run: bool) -> Tuple[Dict[str, str], List[str]]:
-    """(loader -> data path, warnings) for a study's [[dataset]]s: `--data PATH` (one dataset) or
-    `--data ENV=PATH`, else the datasets' environment variables."""
-    if not study.dataset:
+def _datasets(
+    study: Study, data: Sequence[str], dry_run: bool, loaders: Sequence[str]
+) -> Tuple[Dict[str, str], List[str]]:
+    """(loader -> data path, warnings) for the study's [[dataset]]s that jobs of `loaders` read (those whose recipe
+    names no data): `--data PATH` (one dataset) or `--data ENV=PATH`, else the datasets' environment variables. A dry
+    run needs none: its jobs read `/unset/ENV`, and a warning says what they will read."""
+    wanted = [d for d in study.dataset if set(d.loaders) & set(loaders)]
+    if not wanted:
         if data:
-            raise DlaunchError("--data: study %s names its data in its recipe" % study.name)
+            raise DlaunchError("--data: the jobs of study %s read the data their recipe names" % study.name)
         return {}, []
-    by_env = {d.env: d for d in study.dataset}
+    by_env = {d.env: d for d in wanted}
     given: Dict[str, str] = {}
     for item in data:
         env, sep, path = item.partition("=")
         if sep and env in by_env:
             given[env] = path
-        elif len(study.dataset) == 1:
-            given[study.dataset[0].env] = item
+        elif len(wanted) == 1:
+            given[wanted[0].env] = item
         else:
             raise DlaunchError("--data: %r: give ENV=PATH with ENV one of %s" % (item, ", ".join(by_env)))
     paths, warnings = {}, []
-    for d in study.dataset:
+    for d in wanted:
         path = given.get(d.env) or os.environ.get(d.env)  # type: ignore[assignment]  # a path still None is refused or replaced just below
         if not path:
             missing = "--data: give the %s (or set $%s)" % (d.description, d.env)
             if not dry_run:
                 raise DlaunchError(missing)
             path = "/unset/%s" % d.env
-            warnings.append("%s; the scripts below read --data %s" % (missing, path))
+            warnings.append("%s; the dry run's jobs read --data %s" % (missing, path))
         for loader in d.loaders:
             paths[loader] = path
     return paths, warnings  # type: ignore[return-value]  # paths by loader name: a Loader is a str
@@ -283,9 +308,10 @@ class StudyJobs:
     protocol: Optional[str]
     stack: Optional[str]  # the image stack it records (None: the site's own)
     jobs: Tuple[Tuple[MatrixRun, service.Prepared], ...]
+    cost: Cost  # of the jobs to submit
     ended_ok: int = 0  # jobs left alone: their runs ended ok
     active: int = 0  # jobs left alone: their runs have not ended
-    warnings: Tuple[str, ...] = ()  # the study's own, about its data (each job's are its Prepared's)
+    warnings: Tuple[str, ...] = ()  # the study's own, about its data and folder (each job's are its Prepared's)
 
     @property
     def summary(self) -> str:
@@ -297,14 +323,14 @@ class StudyJobs:
 
     @property
     def design(self) -> str:
-        """The protocol, the stack, the jobs per figure and the study's assumptions (`design_summary`)."""
-        return design_summary(self.study, self.protocol, [job for job, _ in self.jobs])
+        """The protocol, the stack, the jobs and node-hours per figure and the study's assumptions."""
+        return design_summary(self.study, self.protocol, self.cost)
 
 
 def prepare_study(
     path: Path,
     site: str,
-    output: Path = Path("runs"),
+    output: Optional[Path] = None,
     dry_run: bool = False,
     only: Sequence[str] = (),
     data: Sequence[str] = (),
@@ -314,17 +340,27 @@ def prepare_study(
     stack: Optional[str] = None,
     allow_large: bool = False,
 ) -> StudyJobs:
-    """Render the jobs of a study that are missing or failed (nothing written): the first step of `study run`. A
-    study directory of another site or protocol is refused (unless `dry_run`)."""
+    """Render the jobs of a study that are missing or failed (nothing written), with their cost: the first step of
+    `study run`. The study directory is OUTPUT/<study name> (`output`, else the site's runs_dir, else ./runs); one of
+    another site or protocol is refused (unless `dry_run`)."""
+    from dlaunch.jobs.sites import resolve_site
+    from dlaunch.runs.cost import cost_of
+
     study = load_study(path)
     protocol = choose_protocol(study, protocol)
-    paths, warnings = _datasets(study, data, dry_run)
-    jobs = expand(study, site, output, paths, account, image, only, protocol, stack, allow_large)
-    if not jobs:
-        raise DlaunchError("--only: no job of study %s matches %s" % (study.name, " ".join(only)))
+    resolved = resolve_site(site)
+    where, said = service.runs_folder(resolved, None if output is None else str(output), dry_run)
+    output = Path(where)
+    if not image:  # the study's stack's default images come from the site's images folder
+        said += service.images_folder(resolved, dry_run)
+    jobs = expand(study, site, output, None, account, image, only, protocol, stack, allow_large)
+    reading = sorted({job.coordinates["loader"] for job in jobs if job.request.option("data") is None})
+    paths, warnings = _datasets(study, data, dry_run, reading)
+    if paths:
+        jobs = expand(study, site, output, paths, account, image, only, protocol, stack, allow_large)
     folder = study_dir(study, output)
     if not dry_run:
-        _check_recorded(folder, site, protocol)
+        _check_recorded(folder, site, study, protocol)
     existing = [
         RunDir(folder / j.matrix / j.name) for j in jobs if (folder / j.matrix / j.name / "plan.json").is_file()
     ]
@@ -357,9 +393,10 @@ def prepare_study(
         protocol,
         None if stack == "site" else stack or study.stack,
         rendered,
+        cost_of([job for _, job in rendered], [job.figures for job, _ in rendered]),
         ok,
         active,
-        tuple(warnings),
+        (*said, *warnings),
     )
 
 
@@ -372,17 +409,9 @@ def submit_study(
     return service.submit_all([job for _, job in prepared.jobs], say, show_progress=show_progress)
 
 
-def figure_counts(jobs: Sequence[MatrixRun]) -> Dict[str, int]:
-    """Jobs per figure label, in the order the figures first appear (a job may stand for several)."""
-    counts: Dict[str, int] = {}
-    for job in jobs:
-        for figure in job.figures or ("no figure",):
-            counts[figure] = counts.get(figure, 0) + 1
-    return counts
-
-
-def design_summary(study: Study, protocol: Optional[str], jobs: Sequence[MatrixRun]) -> str:
-    """The protocol, the stack, the jobs per figure and the study's assumptions, as lines of text."""
+def design_summary(study: Study, protocol: Optional[str], cost: Cost) -> str:
+    """The protocol, the stack, the jobs per figure (and their node-hours at their time limits), the jobs figures
+    share (a figure counts each job that stands for it) and the study's assumptions, as lines of text."""
     lines = [
         "study %s%s%s"
         % (
@@ -391,7 +420,17 @@ def design_summary(study: Study, protocol: Optional[str], jobs: Sequence[MatrixR
             ", stack %s" % study.stack if study.stack else "",
         )
     ]
-    lines += ["  %s: %s" % (figure, counted(n, "job")) for figure, n in figure_counts(jobs).items()]
+    lines += [
+        "  %s: %s%s"
+        % (f.figure, counted(f.jobs, "job"), ", %s node-hours" % hours(f.node_hours) if cost.node_hours else "")
+        for f in cost.figures
+    ]
+    if cost.shared:
+        lines.append(
+            "  the figures count %d jobs: %d in all, as one job stands for every figure of its matrix block; shared:"
+            % (sum(f.jobs for f in cost.figures), cost.jobs)
+        )
+        lines += ["    %s: %s" % (", ".join(figures), counted(n, "job")) for figures, n in cost.shared]
     if study.assumptions:
         lines.append("assumptions (unstated in the sources; this study's choice):")
         lines += ["  - %s" % a for a in study.assumptions]

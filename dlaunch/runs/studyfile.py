@@ -6,7 +6,8 @@ What a study file says beyond the matrix:
   framework's default image comes from (`<stack>-<framework>-<arch>`; `--stack` overrides it);
 - `figures` of a matrix block: the published figures and tables its runs stand for (printed per job);
 - `[protocol.NAME]`: named lengths of the runs (recipe and time overlays per matrix `part`, with
-  overrides at some points), `default_protocol` the one used without `--protocol`;
+  overrides at some points; `only` the matrix points it runs and `repeats` how often, for a short one),
+  `default_protocol` the one used without `--protocol`;
 - `[[dataset]]`: data it needs that it cannot name, per loader (e.g. a JPEG folder for the native loader,
   TFRecords for DALI);
 - `[[compare]]`: published values to draw beside the measured ones (dlaunch/analysis/published.py);
@@ -106,10 +107,31 @@ class Overlay(_WithRecipe):
 
 
 class Protocol(StrictModel):
-    """A named length of the runs (e.g. the paper's 90 epochs, or a short measurement of throughput)."""
+    """A named length of the runs (e.g. the paper's 90 epochs, or a short measurement of throughput): overlays per
+    part, and for a short protocol the matrix points it runs (`only`, e.g. nodes = [1]) and its `repeats`."""
 
     description: str
     parts: Dict[SafeName, Overlay] = Field(min_length=1)
+    only: Dict[Dimension, List[Any]] = {}
+    repeats: Optional[int] = Field(default=None, gt=0)  # None: each block's
+
+    @field_validator("only")
+    @classmethod
+    def _lists(cls, only: Dict[str, List[Any]]) -> Dict[str, List[Any]]:
+        for dimension, values in only.items():
+            if not values:
+                raise ValueError("%s: list at least one value" % dimension)
+        return only
+
+    def takes(self, point: Dict[str, Any]) -> bool:
+        """Whether the protocol runs this matrix point (`only`)."""
+        return all(point.get(dimension) in values for dimension, values in self.only.items())
+
+    @property
+    def plain(self) -> bool:
+        """The study's recipe as it stands: no overlay, every point, each block's repeats (a study directory made
+        before the study had protocols ran this one)."""
+        return not self.only and self.repeats is None and all(part == Overlay() for part in self.parts.values())
 
 
 class Matrix(_WithRecipe):
@@ -227,7 +249,31 @@ class Study(_WithRecipe):
                     raise ValueError("matrix %s: part %s: protocol %s has no parts.%s" % (m.name, m.part, name, m.part))
             if not self.protocol:
                 raise ValueError("matrix %s: part %s: the study has no [protocol.NAME]" % (m.name, m.part))
+        for name, protocol in self.protocol.items():
+            for dimension, values in protocol.only.items():
+                listed = {v for m in self.matrix if dimension in m.lists() for v in m.lists()[dimension]}
+                unknown = [v for v in values if v not in listed]
+                if unknown:
+                    raise ValueError(
+                        "protocol %s: only.%s: no matrix block lists %s" % (name, dimension, quoted(unknown[0]))
+                    )
+            if not any(True for _ in self.selected(name)):
+                raise ValueError("protocol %s: only: it leaves no job of the matrix" % name)
         return self
+
+    def selected(self, protocol: Optional[str]) -> Iterator[Tuple[Matrix, Dict[str, Any], int]]:
+        """Every matrix point `protocol` runs (None: every point), in file order, the excluded ones left out: its
+        block, the point and its number of repeats (the protocol's, else the block's)."""
+        chosen = self.protocol[protocol] if protocol else None
+        for m in self.matrix:
+            repeats = chosen.repeats if chosen and chosen.repeats else m.repeats
+            for point in m.points():
+                if not excluded(point, m.exclude) and (chosen is None or chosen.takes(point)):
+                    yield m, point, repeats
+
+    def job_count(self, protocol: Optional[str]) -> int:
+        """The jobs `protocol` runs (before `--only` filters)."""
+        return sum(repeats for _, _, repeats in self.selected(protocol))
 
 
 class StudyInfo(BaseModel):

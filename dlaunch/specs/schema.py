@@ -21,6 +21,9 @@ BIND_PATH = PATH  # kept for existing callers: a path a container bind or Slurm 
 # An absolute path, or one under a directory a module names in a variable (`$OLCF_OFI_NCCL_ROOT/lib`),
 # expanded when the job runs.
 VAR_PATH = r"^(/|\$[A-Za-z_][A-Za-z0-9_]*(/|$))[A-Za-z0-9_./+@=-]*$"
+# A program on this machine named in a profile: absolute, or relative to the profile's folder (`../.venv-tf/bin/python`,
+# made absolute when the profile is read: dlaunch/jobs/sites.py).
+PROFILE_PATH = r"^(/|\.\.?/)[A-Za-z0-9_./+@=-]*$"
 BIND = r"^/[A-Za-z0-9_./+@=-]*(:/[A-Za-z0-9_./+@=-]*)?(:ro)?$"  # src[:dst][:ro]
 HOST_SUFFIX = r"^[A-Za-z0-9.-]*$"
 # A directive line of any scheduler: one option and its value after `=` or a space (`--qos=debug`,
@@ -42,6 +45,7 @@ AbsPath = Annotated[str, StringConstraints(pattern=PATH)]
 Bind = Annotated[str, StringConstraints(pattern=BIND)]
 Word = Annotated[str, StringConstraints(pattern=WORD)]
 VarPath = Annotated[str, StringConstraints(pattern=VAR_PATH)]
+ProfilePath = Annotated[str, StringConstraints(pattern=PROFILE_PATH)]
 EnvValue = Annotated[str, StringConstraints(pattern=ENV_VALUE)]
 JobValue = Annotated[str, StringConstraints(pattern=JOB_VALUE)]
 
