@@ -325,6 +325,7 @@ def show_status(statuses: Sequence["RunStatus"]) -> int:
             notes.append("%s: %s" % (s.name, s.why_failed))
         notes += ["%s: network: %s" % (s.name, problem) for problem in s.network]
         notes += ["%s: %s" % (s.name, flag) for flag in s.flags]
+        notes += ["%s: %s" % (s.name, node) for node in s.nodes]
         if s.figures:
             notes.append("%s: %s" % (s.name, s.figures))
     if rows:

@@ -20,6 +20,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from dlaunch.boundary import LOG_TAIL_BYTES, log_tail, printable
 from dlaunch.schedulers import JobState
+from dlaunch.train.errors import EXIT_DIVERGED, EXIT_HUNG, EXIT_INTERRUPTED
 
 ATTEMPT = re.compile(r"^dlaunch: job \S+ attempt (\d+)\b")
 _SYMPTOM = (
@@ -124,7 +125,11 @@ def reconcile(meaning: Optional[JobState], metrics_status: str, ended: bool) -> 
 
 
 # What the trainer's own exit codes mean when the scheduler calls the job failed (see dlaunch/train/__main__.py).
-TRAINER_ENDINGS = {"interrupted": "exit 75: checkpointed, resume it", "diverged": "exit 65: the loss diverged"}
+TRAINER_ENDINGS = {
+    "interrupted": "exit %d: checkpointed, resume it" % EXIT_INTERRUPTED,
+    "diverged": "exit %d: the loss diverged" % EXIT_DIVERGED,
+    "hung": "exit %d: a process stopped answering, the watchdog stopped the job" % EXIT_HUNG,
+}
 
 
 def scheduler_label(scheduler_state: str, meaning: Optional[JobState], status: str) -> str:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 
 from dlaunch.boundary import alive_since, display_path, escape
 from dlaunch.jobs.network import network_problems
-from dlaunch.runs import statuscache
-from dlaunch.runs.failures import reconcile
+from dlaunch.runs import hangs, statuscache
+from dlaunch.runs.failures import UNFINISHED, reconcile
 from dlaunch.runs.rundir import SNAPSHOT_FILES, RunDir
 from dlaunch.schedulers import Job, JobState, registration, scheduler_for
 from dlaunch.train.metrics_schema import (
@@ -215,6 +215,8 @@ class Snapshot:
     gpus: Optional[int] = None  # the GPUs (processes on a CPU site) its plan asks for: nodes x processes per node
     reason: Optional[str] = None  # why it failed ('' when it did not); None: not looked up (service.why_failed)
     figures: Optional[str] = None  # its figures (service.run_figures); None: not looked up
+    # While it runs: per node how long ago it last finished a step (dlaunch/runs/hangs.py: node_activity).
+    nodes: Tuple[str, ...] = ()
     measured: "Optional[Run]" = field(
         default=None, compare=False, repr=False
     )  # its metrics as read (not from the cache)
@@ -331,6 +333,8 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
         progress, measured = _read_progress(run.metrics_path, ended)
         started = bool(job_id) or (run.state or "").startswith(("running here", "finished"))
         status = reconcile(meaning, progress.status, ended) if started else progress.status
+        if _hung(run, progress, status):
+            status = hangs.HUNG
         if status != progress.status:
             progress = dataclasses.replace(progress, status=status)
         network, flags = _judged(run, measured, live=progress.status == "running")
@@ -349,10 +353,20 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
                 network,
                 flags,
                 _gpus(plan),
+                nodes=tuple(hangs.node_activity(run.path, now)) if status == "running" and not ended else (),
                 measured=measured,
             )
         )
     return snapshots
+
+
+def _hung(run: RunDir, progress: Progress, status: str) -> bool:
+    """The run's hang record is of its latest attempt and no end record says otherwise: rank 0, the silent one or
+    killed before it wrote `end`, leaves the metrics file running (or the run `died` once its job ended)."""
+    if status not in UNFINISHED + ("died",):
+        return False
+    record = hangs.hang_record(run.path)
+    return record is not None and (progress.last_record_time is None or progress.last_record_time <= record["time"])
 
 
 def _rejudged(snapshot: Snapshot, threshold: float) -> Snapshot:

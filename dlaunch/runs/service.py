@@ -299,9 +299,14 @@ def failure_reason(run: RunDir) -> Optional[str]:
 
 
 def why_failed(snapshot: "Snapshot") -> str:
-    """Why a failed run failed: `failure_reason`, else the scheduler's verdict, else what its state and metrics say."""
+    """Why a failed run failed: a hung run's hang record (dlaunch/runs/hangs.py), else `failure_reason`, else the scheduler's verdict, else what its state and metrics say."""
+    from dlaunch.runs.hangs import HUNG, hang_reason, hang_record
+
     if snapshot.reason:
         return snapshot.reason
+    hang = hang_record(snapshot.run.path) if snapshot.progress.status == HUNG else None
+    if hang is not None:  # the record names the silent processes; the logs show their peers' symptoms
+        return hang_reason(snapshot.run.path, hang)
     reason = failure_reason(snapshot.run)
     if reason:
         return reason
