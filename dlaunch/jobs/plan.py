@@ -175,6 +175,13 @@ def _environment(site: Site) -> Tuple[Prepend, ...]:
     return required + tuple(Prepend(name, value) for name, value in prepend.items())
 
 
+def site_hang_timeout(site: Site, request: LaunchRequest) -> Tuple[str, ...]:
+    """The profile's `hang_timeout` as the trainer's flag, unless the request gives `--hang-timeout` itself."""
+    if site.hang_timeout is None or request.option("hang-timeout") is not None:
+        return ()
+    return ("--hang-timeout", str(site.hang_timeout))
+
+
 def build_plan(
     site: Site,
     request: LaunchRequest,
@@ -279,6 +286,7 @@ def build_plan(
     trainer_argv = (
         ("--framework", request.framework)
         + trainer_arguments(request)
+        + site_hang_timeout(site, request)
         + (
             "--metrics",
             os.path.join(run_dir, METRICS_FILE),
