@@ -56,8 +56,10 @@ def prepare_run(
     dry_run: bool = False,
     allow_large: bool = False,
     trainer: Trainer = (),
+    include_suspect_nodes: bool = False,
 ) -> List["Prepared"]:
-    """The jobs `run` makes, rendered and checked, nothing written (the command line's first step)."""
+    """The jobs `run` makes, rendered and checked, nothing written (the command line's first step); the site's suspect
+    nodes left out (dlaunch/runs/suspects.py) unless `include_suspect_nodes`."""
     from dlaunch.runs import service
 
     if repeat < 1:  # the command line's option (typer) says it so
@@ -66,7 +68,7 @@ def prepare_run(
     if repeat > 1 and resume is not None:
         raise DlaunchError("--repeat: not with --resume (resume each run directory on its own)")
     if resume is not None:
-        return [service.resume(Path(resume), dry_run=dry_run, allow_large=allow_large)]
+        return [service.resume(Path(resume), dry_run, allow_large, include_suspect_nodes)]
     request = _request(
         site,
         trainer,
@@ -82,6 +84,7 @@ def prepare_run(
         run_name=run_name,
         requeue=requeue,
         allow_large=allow_large,
+        include_suspect_nodes=include_suspect_nodes,
     )
     if repeat == 1:
         return [service.prepare(request, dry_run=dry_run)]
@@ -116,6 +119,7 @@ def prepare_sweep(
     dry_run: bool = False,
     allow_large: bool = False,
     trainer: Trainer = (),
+    include_suspect_nodes: bool = False,
 ) -> List["Prepared"]:
     """The jobs `sweep` makes, rendered and checked, nothing written (the command line's first step)."""
     from dlaunch.runs import service
@@ -140,6 +144,7 @@ def prepare_sweep(
                 requeue=requeue,
                 run_name="%s%04d" % (key[0], count),
                 allow_large=allow_large,
+                include_suspect_nodes=include_suspect_nodes,
                 **{key: count},
             ),
             dry_run=dry_run,

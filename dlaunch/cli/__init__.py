@@ -43,6 +43,7 @@ LAZY_COMMANDS = {
 LAZY_GROUPS = {
     "study": ("dlaunch.cli.study", "study_app", "Studies: run a study file's matrix, its status, its report."),
     "results": ("dlaunch.cli.results", "results_app", "The results database: list runs, compare, rebuild."),
+    "nodes": ("dlaunch.cli.nodes", "nodes_app", "Suspect nodes of a site: list, clear."),
 }
 
 

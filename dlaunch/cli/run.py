@@ -59,6 +59,15 @@ def deliver(jobs: Sequence["Prepared"], dry_run: bool, follow: bool, summary: st
     return submitted.exit_code
 
 
+IncludeSuspectNodes = Annotated[
+    bool,
+    typer.Option(
+        "--include-suspect-nodes",
+        help="run on the site's suspect nodes too (`dlaunch nodes list`; by default a job leaves them out)",
+    ),
+]
+
+
 @with_trainer_options
 def run(
     site: Site_ = None,
@@ -90,6 +99,7 @@ def run(
         ),
     ] = 1,
     allow_large: AllowLarge = False,
+    include_suspect_nodes: IncludeSuspectNodes = False,
     trainer: Tuple[Tuple[str, Any], ...] = (),
 ) -> int:
     """Render a job for a site and submit it (or run it here with --site local)."""
@@ -113,6 +123,7 @@ def run(
         dry_run=dry_run,
         allow_large=allow_large,
         trainer=trainer,
+        include_suspect_nodes=include_suspect_nodes,
     )
     return deliver(
         jobs, dry_run, follow, "%d runs of one request (--repeat %d)" % (repeat, repeat) if repeat > 1 else ""
@@ -145,6 +156,7 @@ def sweep(
     dry_run: DryRun = False,
     follow: Follow = False,
     allow_large: AllowLarge = False,
+    include_suspect_nodes: IncludeSuspectNodes = False,
     trainer: Tuple[Tuple[str, Any], ...] = (),
 ) -> int:
     """One job per node (or GPU) count, grouped as one experiment."""
@@ -165,5 +177,6 @@ def sweep(
         dry_run=dry_run,
         allow_large=allow_large,
         trainer=trainer,
+        include_suspect_nodes=include_suspect_nodes,
     )
     return deliver(jobs, dry_run, follow)

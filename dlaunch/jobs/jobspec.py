@@ -36,6 +36,7 @@ class JobSpec:
     requeue: bool
     extra_tasks: int = 0  # tasks beyond tasks_per_node on every node (coordinators; the scheduler places them)
     overcommit: bool = False  # more tasks than CPUs on a node
+    exclude: Tuple[str, ...] = ()  # nodes the job must not run on (node names, checked: dlaunch/boundary.py NODE)
 
     @property
     def tasks(self) -> int:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from dlaunch.boundary import check_limit, check_value
+from dlaunch.boundary import check_limit, check_node_name, check_value
 from dlaunch.errors import DlaunchError, SchedulerError
 from dlaunch.jobs.jobspec import JobSpec, PreludeItem, Prepend, RequireVariable, TaskEnv, WorkDir, joined
 from dlaunch.jobs.launchers import launch_mode
@@ -191,10 +191,12 @@ def build_plan(
     image: Optional[str],
     environ: Mapping[str, str],
     require_account: bool = True,
+    exclude: Tuple[str, ...] = (),
 ) -> LaunchPlan:
     """Validate the request against the site and decide everything the script will contain.
 
-    `require_account=False` (dry runs) renders a script without `--account` where none is known.
+    `require_account=False` (dry runs) renders a script without `--account` where none is known; `exclude`: nodes
+    the job must not run on (the site's suspect nodes, dlaunch/runs/suspects.py), each checked as a node name.
     """
     nodes, nproc = _shape(site, request)
     scheduler = scheduler_for(site.scheduler.kind)
@@ -236,7 +238,13 @@ def build_plan(
         requeue=requeue,
         extra_tasks=spec.extra_tasks,
         overcommit=spec.overcommit,
+        exclude=tuple(check_node_name("suspect node", node) for node in exclude),
     )
+    if exclude and not scheduler.excludes_nodes:
+        warnings += (
+            "the %s scheduler cannot leave nodes out: the job may run on %s"
+            % (site.scheduler.kind, ", ".join(exclude)),
+        )
     container_options: Tuple[str, ...] = ()
     container_prefix: Tuple[str, ...] = ()
     if runtime.containerized:

@@ -12,11 +12,13 @@ import dataclasses
 import os
 import re
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from dlaunch.boundary import alive_since, display_path, escape
+from dlaunch.errors import DlaunchError, DlaunchWarning
 from dlaunch.jobs.network import network_problems
 from dlaunch.runs import hangs, statuscache
 from dlaunch.runs.failures import UNFINISHED, reconcile
@@ -369,6 +371,19 @@ def _hung(run: RunDir, progress: Progress, status: str) -> bool:
     return record is not None and (progress.last_record_time is None or progress.last_record_time <= record["time"])
 
 
+def _suspect_silent_nodes(snapshot: Snapshot, now: float) -> None:
+    """The nodes of a hung run's silent processes into its site's suspect nodes (dlaunch/runs/suspects.py)."""
+    from dlaunch.runs import suspects
+
+    record = hangs.hang_record(snapshot.run.path)
+    if record is None:
+        return
+    try:
+        suspects.add(snapshot.site, suspects.from_hang(snapshot.run.path, record, now))
+    except (OSError, DlaunchError) as e:
+        warnings.warn("suspect nodes of %s not recorded: %s" % (snapshot.name, e), DlaunchWarning, stacklevel=2)
+
+
 def _rejudged(snapshot: Snapshot, threshold: float) -> Snapshot:
     """The snapshot with its flags judged at `threshold` (an ended run's metrics read again: the cache keeps its
     flags at its profile's threshold)."""
@@ -413,6 +428,8 @@ def observe(
         if snapshot.ended:
             logs = [path.name for path in scheduler_for(snapshot.scheduler).log_files(snapshot.run.path)]
             cache.put(snapshot.run.path, snapshot.run.kept[0], SNAPSHOT_FILES, logs, _to_keep(snapshot))
+            if snapshot.progress.status == hangs.HUNG:
+                _suspect_silent_nodes(snapshot, now)
     cache.save()
     snapshots = [found[i] for i in range(len(runs))]
     return snapshots if straggler_threshold is None else [_rejudged(s, straggler_threshold) for s in snapshots]

@@ -36,6 +36,7 @@ from dlaunch.train.framework_table import image_group
 if TYPE_CHECKING:  # the run layer's state stays out of `run --dry-run`'s start-up
     from dlaunch.jobs.plan import LaunchPlan
     from dlaunch.runs.runstate import Snapshot
+    from dlaunch.runs.suspects import Suspect
 
 __all__ = [
     "Logs",
@@ -126,6 +127,7 @@ def prepare(
         except DlaunchError as e:
             if resolve_account(site, request.account, environ, required=False) is None:  # missing, not malformed
                 warnings.append("%s (the dry run renders the script without it)" % e)
+    left_out = suspect_nodes(site.name, request)
     plan = build_plan(
         site,
         request,
@@ -134,8 +136,9 @@ def prepare(
         image=request.image,
         environ=environ,
         require_account=not dry_run,
+        exclude=tuple(sorted({s.node for s in left_out})),
     )
-    plan = dataclasses.replace(plan, profile=profile)
+    plan = dataclasses.replace(plan, profile=profile, notes=plan.notes + suspects_note(site.name, left_out))
     warnings.extend(plan.warnings)
     if require_image and plan.image and runtime_class(plan.runtime).missing(plan.image):
         stack = stack_of_image(plan.image)  # a default image: its group's make target in its stack
@@ -158,9 +161,30 @@ def prepare(
     return Prepared(request, plan, render_script(plan, header), tuple(warnings), tuple(plan.notes), request.resume)
 
 
-def resume(run_dir: Path, dry_run: bool = False, allow_large: bool = False) -> Prepared:
+def suspect_nodes(site: str, request: LaunchRequest) -> List["Suspect"]:
+    """The site's suspect nodes the job leaves out (dlaunch/runs/suspects.py): none with --include-suspect-nodes."""
+    from dlaunch.runs import suspects
+
+    return [] if request.include_suspect_nodes else suspects.read(site)
+
+
+def suspects_note(site: str, left_out: Sequence["Suspect"]) -> Tuple[str, ...]:
+    from dlaunch.runs.suspects import INCLUDE_FLAG, describe
+
+    if not left_out:
+        return ()
+    return (
+        "leaves out suspect nodes: %s; %s runs on them, `dlaunch nodes clear --site %s` clears them"
+        % (describe(left_out), INCLUDE_FLAG, site),
+    )
+
+
+def resume(
+    run_dir: Path, dry_run: bool = False, allow_large: bool = False, include_suspect_nodes: bool = False
+) -> Prepared:
     """A run directory's job again, from its checkpoint (all options from its plan.json, every field
-    checked; `allow_large` adds --allow-large to the stored request's); refused while its job still
+    checked; `allow_large` and `include_suspect_nodes` add theirs to the stored request's; the site's suspect nodes,
+    a hung run's silent ones among them, left out unless included); refused while its job still
     runs: a second job must not append to the metrics and checkpoints of one that runs."""
     existing = RunDir.open(run_dir)
     if not registration(existing.plan()["plan"]["scheduler"]).foreground and existing.job_id:
@@ -171,7 +195,12 @@ def resume(run_dir: Path, dry_run: bool = False, allow_large: bool = False) -> P
                 % (existing.job_id, display_path(existing.path), job.state)
             )
     stored = existing.request()
-    request = dataclasses.replace(stored, resume=True, allow_large=stored.allow_large or allow_large)
+    request = dataclasses.replace(
+        stored,
+        resume=True,
+        allow_large=stored.allow_large or allow_large,
+        include_suspect_nodes=stored.include_suspect_nodes or include_suspect_nodes,
+    )
     return prepare(request, run_dir=existing.path.resolve(), dry_run=dry_run)
 
 

@@ -157,6 +157,7 @@ class Slurm(Scheduler):
     Config = SlurmConfig
     # slurmstepd's words when it ends a job (`*** JOB 12 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***`) or
     # requeues it; srun's and slurmstepd's messages around a task that failed.
+    excludes_nodes = True  # sbatch --exclude (its manual page: "Explicitly exclude certain nodes")
     log_verdicts = (r"DUE TO (TIME LIMIT|NODE FAILURE|PREEMPTION)|CANCELLED AT|JOB REQUEUE",)
     log_noise = (r"srun: error:", r"slurmstepd: error:.*(Exited|task \d+)")
     no_test_submission = ""
@@ -181,6 +182,7 @@ class Slurm(Scheduler):
             *(("--partition=%s" % queue.slurm_partition,) if queue.slurm_partition else ()),
             *(("--qos=%s" % queue.qos,) if queue.qos else ()),
             "--time=%s" % format_time(job.seconds),
+            *(("--exclude=%s" % ",".join(job.exclude),) if job.exclude else ()),
             *(("--account=%s" % job.account,) if job.account else ()),
             *(("--gres=%s" % cfg.gres,) if cfg.gres else ()),
             *(("--gres=gpu:%d" % job.gpus_per_node,) if cfg.gpu_request == "gres" else ()),
