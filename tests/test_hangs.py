@@ -112,3 +112,16 @@ def test_a_hang_record_older_than_the_runs_latest_record_is_an_earlier_attempts(
              state_word=LOCAL_RUNNING % os.getpid())
     [status] = api.status(["runs"])
     assert status.status == "running" and status.why_failed is None
+
+
+def test_a_resumed_runs_heartbeat_files_of_its_earlier_attempt_are_left_out(tmp_path, monkeypatch):
+    """Resumed after a hang on dl-node1 only: dl-node2's file, last written before the resume record, is the earlier
+    attempt's, and no line calls dl-node2 silent now."""
+    monkeypatch.chdir(tmp_path)
+    now = time.time()
+    resumed = make_record("resume", now - 30, epoch=1, step=2, checkpoint="checkpoints/last.pt")
+    run = write_run(tmp_path / "runs", "r", [header(), epoch(0, time_s=now - 600), resumed],
+                    state=LOCAL_RUNNING % os.getpid())
+    write_node(run, "dl-node2", 1, now - 500, [state(1, now - 500, 2, now - 510)])
+    write_node(run, "dl-node1", 0, now - 1, [state(0, now - 1, 3, now - 5)])
+    assert api.status(["runs"])[0].nodes == ["dl-node1: last step 3 5 s ago"]

@@ -66,11 +66,14 @@ def ago(seconds: float) -> str:
     return "%.1f h" % (seconds / 3600)
 
 
-def node_activity(run_dir: Path, now: float) -> List[str]:
+def node_activity(run_dir: Path, now: float, since: Optional[float] = None) -> List[str]:
     """Per node of the run's heartbeat files (by name): 'dl-node2: last step 40 4 min ago', and 'no heartbeat for
-    N' where its file is STALE_INTERVALS intervals old (its writer stopped); [] without heartbeat files."""
+    N' where its file is STALE_INTERVALS intervals old (its writer stopped); [] without heartbeat files. Files last
+    written before `since` (the latest attempt's start) are an earlier attempt's (a resumed run's other nodes)."""
     lines = []
     for host, node in sorted(read_heartbeats(str(run_dir)).items()):
+        if since is not None and node["time"] < since:
+            continue
         if node["last_step"] is None:
             text = "%s: no step finished yet" % host
         else:

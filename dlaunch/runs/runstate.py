@@ -70,6 +70,8 @@ class Progress:
     # steps so far (steps only: the epoch's overhead comes at its end), and rank 0's mean loss over its steps so far.
     epoch_so_far_images_per_s: Optional[float] = None
     epoch_so_far_loss: Optional[float] = None
+    # The time of the metrics file's last header or resume record: when the run's latest attempt started writing.
+    session_started: Optional[float] = None
 
     @property
     def fraction(self) -> Optional[float]:
@@ -163,6 +165,9 @@ def _read_progress(path: Path, ended: bool = False) -> "Tuple[Progress, Optional
         loss=float(last["loss"]) if last else None,
         seconds_per_step=train_time / steps if steps and train_time > 0 else None,
         last_record_time=float(metrics.records[-1]["time"]) if metrics.records else None,
+        session_started=max(
+            (float(r["time"]) for r in metrics.records if r["type"] in ("header", "resume")), default=None
+        ),
     )
     return (
         _within_epoch(progress, metrics, train_time, path) if metrics.status == "running" and not ended else progress
@@ -355,7 +360,11 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
                 network,
                 flags,
                 _gpus(plan),
-                nodes=tuple(hangs.node_activity(run.path, now)) if status == "running" and not ended else (),
+                nodes=(
+                    tuple(hangs.node_activity(run.path, now, progress.session_started))
+                    if status == "running" and not ended
+                    else ()
+                ),
                 measured=measured,
             )
         )
