@@ -20,16 +20,19 @@ sensitivity to the assumed precision and the loader's CPU; the epoch overhead pe
 without and with it, and its sensitivity to an assumed checkpoint; the E_G and kernel-share curves for
 ResNet-50/101/152 (recorded in benchmarks/README.md).
 """
+import csv
 import math
 from dataclasses import dataclass, replace
 from statistics import mean
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from dlaunch.analysis.perfmodel.fit import golden_min
-from dlaunch.analysis.perfmodel.model import (IMAGENET_TRAIN_IMAGES, NATIVE_WORKER_IMAGES_PER_S, NATIVE_WORKERS, Prediction,
-                                              Workload, predict)
+from dlaunch.analysis.perfmodel.model import (DALI_CPU_THREAD_IMAGES_PER_S, IMAGENET_TRAIN_IMAGES,
+                                              NATIVE_WORKER_IMAGES_PER_S, NATIVE_WORKERS, PAPER_LOADER_THREADS,
+                                              Prediction, Workload, predict)
 from dlaunch.analysis.perfmodel.nccl import Machine
 from dlaunch.analysis.perfmodel.overhead import CHECKPOINT_WRITE_BYTES_PER_S, FixedOverhead, PaperOverhead, overhead_passes
+from dlaunch.paths import PUBLISHED_DIR
 from dlaunch.analysis.perfmodel.paper import (AACH2023_REFERENCE_GPUS, CALIBRATION_MAX_GPUS, STATEMENT_TOLERANCE, PublishedFit,
                                               PublishedRow, fit_published, load_published, load_statements, paper_overhead,
                                               paper_workload, published_workload, storage_points)
@@ -117,6 +120,7 @@ def main() -> None:
     goal_window(fit, workloads["native"], rows)
     deepspeed_reference(fit)
     epoch_overhead(fit)
+    run_times(fit)
 
     print("\nPredicted E_G and NCCL kernel share (%) with the same fit (batch 64; compute from the A100 TF32 figure "
           "scaled by FLOPs, plus the loader's I/O kernels per image; DeepSpeed from the mixed-precision figure, as assumed for the "
@@ -163,9 +167,9 @@ def goal_window(fit: PublishedFit, native: Workload, rows: List[PublishedRow]) -
 
 
 def capped(workload: Workload, fit: PublishedFit, loader_images_per_s: float) -> Workload:
-    """`workload` (native, not yet calibrated) waiting for a loader whose CPU makes `loader_images_per_s` per GPU."""
-    return replace(workload, reads_files=True, data_s=max(fit.native_data_fraction * workload.compute_s,
-                                                          workload.batch / loader_images_per_s - workload.compute_s))
+    """`workload` (native, not yet calibrated) fed by a loader whose CPU makes `loader_images_per_s` per GPU."""
+    return replace(workload, reads_files=True, data_s=fit.native_data_fraction * workload.compute_s,
+                   input_images_per_s=loader_images_per_s)
 
 
 def deepspeed_reference(fit: PublishedFit) -> None:
@@ -237,6 +241,46 @@ def epoch_overhead(fit: PublishedFit) -> None:
     constant = FixedOverhead(1.0, "reading")
     print("\nA constant 1 s per epoch (stated with --epoch-overhead 1) passes a tenth of the run's time, ResNet-50 DALI, "
           "from %s GPUs." % overhead_passes_text(paper_workload(fit), m, constant))
+
+
+def load_run_times() -> Dict[Tuple[str, int], Tuple[float, str]]:
+    """{(model, GPUs): (seconds, as stated)} of data/published/aach2023_run_times.csv."""
+    with open(PUBLISHED_DIR / "aach2023_run_times.csv", newline="") as f:
+        return {(r["model"], int(r["gpus"])): (float(r["seconds"]), r["stated"])
+                for r in csv.DictReader(line for line in f if not line.startswith("#"))}
+
+
+def run_times(fit: PublishedFit) -> None:
+    """Issue 48: the calibrated model's 90-epoch run times (DALI, DDP, the paper's setup) beside the times the paper
+    states (a check: nothing is fitted on them), what bounds the step, and the DALI CPU rate that would hold it."""
+    m = fit.machine
+    stated = load_run_times()
+    print("\n90-epoch run times of the calibrated model (`dlaunch predict --site juwels --model MODEL`: DDP, DALI with "
+          "CPU decoding at the paper's 8 threads x %.0f images/s per thread as measured here, the paper's epoch "
+          "overhead), beside the paper's stated times (a check, not fitted):\n" % DALI_CPU_THREAD_IMAGES_PER_S)
+    print("| model | GPUs | step ms | bound | E_G | 90 epochs | paper (stated) | model / paper |")
+    print("|---|---|---|---|---|---|---|---|")
+    for model in ("resnet50", "resnet101", "resnet152"):
+        curve = predict(paper_workload(fit, model, "dali"), m, [4, 1024], paper_overhead("dali", model=model))
+        for p in curve:
+            run = p.run_s(90)
+            paper = stated.get((model, p.gpus))
+            print("| %s | %d | %.1f | %s | %.3f | %s | %s | %s |" % (
+                model, p.gpus, 1e3 * p.step_s, p.bound, p.efficiency,
+                "%.1f h" % (run / 3600) if p.gpus == 4 else "%.0f s" % run,
+                paper[1] if paper else "-", "%.2f" % (run / paper[0]) if paper else "-"))
+    print("\nWhat would make the input pipeline hold ResNet-50 at the paper's 13 h on 4 GPUs (reading only): the "
+          "4-GPU run time against the DALI CPU rate per thread (8 threads per GPU):\n")
+    rates = [DALI_CPU_THREAD_IMAGES_PER_S, 150.0, 100.0, 80.0, 70.0]
+    print("| model | " + " | ".join("%.0f/thread%s" % (r, " (measured)" if r == DALI_CPU_THREAD_IMAGES_PER_S else "")
+                                  for r in rates) + " | paper |")
+    print("|---|" + "---|" * (len(rates) + 1))
+    for model in ("resnet50", "resnet152"):
+        cells = []
+        for rate in rates:
+            w = replace(paper_workload(fit, model, "dali"), input_images_per_s=PAPER_LOADER_THREADS * rate)
+            cells.append("%.1f h" % (predict(w, m, [4], paper_overhead("dali", model=model))[0].run_s(90) / 3600))
+        print("| %s | %s | %s |" % (model, " | ".join(cells), stated[model, 4][1]))
 
 
 def overhead_passes_text(workload: Workload, machine: Machine, overhead: FixedOverhead) -> str:

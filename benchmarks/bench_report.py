@@ -34,7 +34,7 @@ from benchlib import save_results  # noqa: E402
 STAGES = (("dlaunch.analysis.scaling", "load_runs"), ("dlaunch.reporting.report", "load_profiles"),
           ("dlaunch.reporting.report", "off_network"), ("dlaunch.reporting.report", "flagged"),
           ("dlaunch.reporting.report", "build_results"), ("dlaunch.reporting.report", "record_runs"),
-          ("dlaunch.api", "_report_tables"), ("dlaunch.cli.report", "print_table"), ("dlaunch.reporting.document", "write_plots"),
+          ("dlaunch.api.reports", "_report_tables"), ("dlaunch.cli.report", "print_table"), ("dlaunch.reporting.document", "write_plots"),
           ("dlaunch.reporting.document", "markdown_report"), ("dlaunch.reporting.document", "write_page"))
 
 

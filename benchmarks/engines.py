@@ -60,10 +60,10 @@ def run_mode(mode: str, args: List[str], timeout: float) -> Optional[float]:
         flags = ["--framework", mode] + args + ["--metrics", metrics]
         if row.launch == "task-per-worker":
             codes = run_step([python, "-m", row.entry] + flags, WORKERS + row.coordinators + row.servers_per_node,
-                             env, output, ROOT, timeout)
+                             env, output, ROOT, timeout).codes
         else:
             codes = run_step([python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                              str(WORKERS), "-m", "dlaunch.train"] + flags, 1, env, output, ROOT, timeout)
+                              str(WORKERS), "-m", "dlaunch.train"] + flags, 1, env, output, ROOT, timeout).codes
         if any(codes):
             output.seek(0)
             print("%s: exit codes %s:\n%s" % (mode, codes, output.read()[-2000:]), file=sys.stderr)

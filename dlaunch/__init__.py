@@ -2,13 +2,13 @@
 
 `dlaunch.train` is the trainer that runs inside the images (`python -m dlaunch.train`, Python >= 3.9,
 importable without the launcher); everything else is the launcher, its `dlaunch` command and its Python
-API (dlaunch/api.py, docs/API.md): `dlaunch.run(...)`, `dlaunch.status()`, ... are loaded on first use
+API (dlaunch/api/, docs/API.md): `dlaunch.run(...)`, `dlaunch.status()`, ... are loaded on first use
 (PEP 562), so that `import dlaunch` and `import dlaunch.train` import nothing else of dlaunch.
 """
 
 from typing import Any, List
 
-# The API's names (dlaunch/api.py) and the exception and warning types it raises and issues (dlaunch/errors.py).
+# The API's names (dlaunch/api/) and the exception and warning types it raises and issues (dlaunch/errors.py).
 _API = (
     "run",
     "sweep",
@@ -26,6 +26,7 @@ _API = (
     "images",
     "doctor",
     "predict",
+    "predicted_run_seconds",
     "rerun",
     "archive",
     "Job",

@@ -18,7 +18,8 @@ leaves it for a terminal. One place, so that every reader keeps the same promise
   breaks in names) are shown as `\\x1b`, `\\n`..., never sent to the terminal.
 - Logs are read from their end, bounded (`log_tail`), or streamed in chunks (`copy_log`).
 - A `state` file's process is alive only if it started before the state was written (`alive_since`):
-  a reused process id, or pid 1, is not the run.
+  a reused process id, or pid 1, is not the run; a process group only while one of its processes that
+  started before its record was written runs in the run directory (`group_alive_since`).
 
 Imports nothing heavy: pydantic is imported by the functions that validate.
 """
@@ -378,3 +379,30 @@ def alive_since(pid: int, written: float) -> bool:
         return False
     started = process_start(pid)
     return started is None or started <= written + 1.0
+
+
+def group_alive_since(group: int, written: float, folder: Path) -> bool:
+    """A process of process group `group` runs in `folder` and started before `written` (when the record naming
+    the group was written, with alive_since's slack): a group whose id was reused, pid 0 or 1 are not the run's.
+    Where /proc cannot tell, a group that may be signalled counts."""
+    if group <= 1:
+        return False
+    try:
+        os.killpg(group, 0)
+    except (ProcessLookupError, PermissionError, OverflowError):
+        return False
+    try:
+        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return True
+    here = os.path.realpath(folder)
+    for pid in pids:
+        try:
+            if os.getpgid(pid) != group or os.readlink("/proc/%d/cwd" % pid) != here:
+                continue
+        except OSError:
+            continue
+        started = process_start(pid)
+        if started is not None and started <= written + 1.0:
+            return True
+    return False

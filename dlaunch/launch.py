@@ -1,6 +1,6 @@
 """The two steps of `run`, `sweep` and `rerun` (and of `study run`'s jobs): prepare (the request resolved against its
 site, checked and rendered; nothing written) and submit (dlaunch/runs/service.py's one rule). The Python API's
-`run` and `sweep` (dlaunch/api.py) and the command line stand on them; this module stays small, as the
+`run` and `sweep` (dlaunch/api/launching.py) and the command line stand on them; this module stays small, as the
 command line's start-up for `run` goes through it (no API types are made here).
 """
 

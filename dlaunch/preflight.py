@@ -1,4 +1,4 @@
-"""The checks of `dlaunch doctor --site S` (dlaunch/api.py: `doctor`): a preflight on the login node or inside an
+"""The checks of `dlaunch doctor --site S` (dlaunch/api/machines.py: `doctor`): a preflight on the login node or inside an
 allocation.
 
 Each check answers pass, fail or skip, with what it found and, for a failure, the fix (for a skip,
@@ -32,7 +32,7 @@ from dlaunch.jobs.request import LaunchRequest, check_framework
 from dlaunch.jobs.sites import Site, resolve_site
 from dlaunch.runs import service
 from dlaunch.runtimes import Runtime
-from dlaunch.schedulers import registration, scheduler_for
+from dlaunch.schedulers import scheduler_for
 from dlaunch.train.framework_table import image_group
 from dlaunch.train.network import interface_addresses
 
@@ -95,7 +95,7 @@ def allocation_hosts(site: Site, environ: Mapping[str, str]) -> List[str]:
 def where(site: Site, environ: Mapping[str, str]) -> Node:
     """A foreground site's node is this machine; a batch site's only inside the allocation, on one of its
     hosts (an `salloc` shell on the login node is not)."""
-    if registration(site.scheduler.kind).foreground:
+    if scheduler_for(site.scheduler.kind).this_machine:
         return Node((), on_node=True, first=True)
     hosts = allocation_hosts(site, environ)
     here = short(socket.gethostname())
@@ -213,8 +213,6 @@ def check_submission(
     name = "account and partition"
     kind = site.scheduler.kind
     scheduler = scheduler_for(kind)
-    if registration(kind).foreground:
-        return Check(name, SKIP, "%s site" % kind, "no scheduler")
     if scheduler.no_test_submission:
         return Check(name, SKIP, "%s site" % kind, scheduler.no_test_submission)
     if not controller_up:
@@ -502,7 +500,7 @@ def check_node_arch(site: Site, node: Node) -> Check:
 def check_rendezvous(site: Site, node: Node) -> Check:
     """The first host's name with the site's suffix resolves; on the first host, to one of its own addresses."""
     name = "rendezvous host"
-    if registration(site.scheduler.kind).foreground:
+    if scheduler_for(site.scheduler.kind).this_machine:
         return Check(
             name, SKIP, "%s site" % site.scheduler.kind, "one machine: torchrun --standalone needs no host name"
         )
@@ -673,7 +671,7 @@ def check_allreduce(
 
     name = ALLREDUCE
     nominal = site.network.bandwidth_gbps_per_node if site.network else None
-    if registration(site.scheduler.kind).foreground:
+    if scheduler_for(site.scheduler.kind).this_machine:
         return Check(name, SKIP, "%s site" % site.scheduler.kind, "this machine only: no network between nodes")
     if not node.on_node or len(node.hosts) < 2:
         return Check(

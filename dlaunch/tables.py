@@ -146,6 +146,8 @@ def fit_table(
 def folded(text: str, width: int, console: Console) -> List[str]:
     """A cell's lines as rich's Table shows them (words wrapped at spaces, longer ones folded), each
     `width` cells wide. Printable ASCII is wrapped here, as rich does; other text by rich (on `console`)."""
+    if width == 0:  # a column of a blank header and cells of no width (control characters): rich crops them away
+        return [""]
     if not (text.isascii() and text.isprintable()):
         return [line.plain for line in Text(text).wrap(console, width, justify="left", overflow="fold")]
     if len(text) <= width:

@@ -3,8 +3,9 @@
 that must not change output (a refactoring): `scripts/golden_outputs.py RUNS OUT` writes one file per
 command under OUT (its stdout, its stderr and its exit code); `diff -r OUT_BEFORE OUT_AFTER` shows what
 changed. RUNS is a folder of finished runs made once (e.g. `dlaunch study run smoke --site local -o RUNS`)
-and read, never changed (each command works on a copy). The run's git revision and the copy's path are
-replaced by fixed words, so that only the output's own changes remain.
+and read, never changed (each command works on a copy). The run's git revision the copy's path and the checkout's
+are replaced by fixed words, so that only the output's own changes remain (tables holding the checkout's path, `sites`, keep its
+length: compare captures made from checkouts at paths of one length).
 """
 import os
 import re
@@ -65,10 +66,12 @@ def commands(runs: str) -> list:
     return found
 
 
-def normalise(text: str, work: str) -> str:
-    text = text.replace(work, "WORK")
+def normalise(text: str, work: str, repo: str) -> str:
+    text = text.replace(work, "WORK").replace(repo, "REPO")
     text = re.sub(r"\b[0-9a-f]{40}\b", "GITREV40", text)
     text = re.sub(r"\b[0-9a-f]{12}\b", "GITREV12", text)
+    text = re.sub(r"\b\d{8}-\d{6}-\d{3}-[0-9a-f]{4}\b", "RUNSTAMP", text)  # default run and sweep names
+    text = re.sub(r"(?m)^\d\d:\d\d:\d\d ", "HH:MM:SS ", text)  # watch's plain lines
     return text
 
 
@@ -93,7 +96,7 @@ def main() -> int:
             report = Path(work) / "report-out" / "report.md"
             if report.exists():
                 text += "-- report.md\n" + report.read_text(encoding="utf-8")
-            (out / (name + ".txt")).write_text(normalise(text, work), encoding="utf-8")
+            (out / (name + ".txt")).write_text(normalise(text, work, str(repo)), encoding="utf-8")
         print(name, done.returncode, flush=True)
     return 0
 

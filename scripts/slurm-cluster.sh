@@ -12,6 +12,10 @@
 # dlaunch-br0 (10.77.0.1, where slurmctld listens). All state, spool, logs and the munge socket live under DIR
 # (default $DLAUNCH_SLURM_DIR or /tmp/dlaunch-slurm); `SLURM_CONF=DIR/etc/slurm.conf` is all a client needs.
 # N>1 also mounts DIR/small-disk, a 16 MiB tmpfs every node sees (full-disk failures).
+# Partition `debug` (the default) is plain Slurm. Partition `psslurm` (the same nodes) has as many pretend GPUs
+# per node as CPUs (there are none here) and shows them as ParaStation's psslurm does on JSC's systems:
+# scripts/psslurm-task-prolog.sh, the TaskProlog, gives the batch script the node's GPUs and each task of a step
+# its own one (all of them to a step's only task on a node), and keeps a CUDA_VISIBLE_DEVICES the job script set.
 # --second-network SUFFIX (N>1) gives every node a second interface ib0 (10.78.0.<10+i>, bridge dlaunch-br1) named
 # dl-node<i>SUFFIX in the hosts file, the way JSC names a node's InfiniBand address (<host>i); Slurm itself keeps
 # to the first network, as on JSC's systems.
@@ -28,6 +32,7 @@ set -euo pipefail
 readonly BRIDGE=dlaunch-br0 SUBNET_PREFIX=10.77.0 BRIDGE_ADDR=10.77.0.1 NODE_IFNAME=dl0 NS_PREFIX=dl-node
 readonly BRIDGE2=dlaunch-br1 SUBNET2_PREFIX=10.78.0 BRIDGE2_ADDR=10.78.0.1 NODE_IFNAME2=ib0
 readonly MAX_NODES=50 START_TIMEOUT_S=30 CLIENT_TIMEOUT_S=10
+readonly PSSLURM_PARTITION=psslurm TASK_PROLOG=$(dirname "${BASH_SOURCE[0]}")/psslurm-task-prolog.sh
 # node-slow's quota is granted per 10 ms: a node slowed to 30 % runs 3 ms of every 10, about uniformly slower like
 # a throttled GPU, where a 100 ms period lets a 10 ms forward pass finish at full speed before the quota runs out
 # (measured: a 30 % node's forward only 1.7x the other's, its backward 3x). The kernel's shortest quota is 1 ms.
@@ -35,7 +40,7 @@ readonly CPU_CGROUP=/sys/fs/cgroup/cpu CGROUP_PREFIX=dlaunch-slurm- CFS_PERIOD_U
 
 die() { echo "slurm-cluster.sh: $*" >&2; exit 2; }
 log() { echo "slurm-cluster.sh: $*" >&2; }
-usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 parse_args() {
   NODES=1 CPUS=2 DIR=${DLAUNCH_SLURM_DIR:-/tmp/dlaunch-slurm} SUFFIX2= NODE= PIN=false CPU_PERCENT=30
@@ -122,6 +127,7 @@ JobCompType=jobcomp/filetxt
 JobCompLoc=$DIR/log/jobcomp.log
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
+TaskProlog=$DIR/etc/task-prolog.sh
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
@@ -142,6 +148,9 @@ EOF
     echo "NodeName=$(node_name "$i") NodeAddr=$(node_addr "$i") CPUs=$CPUS State=UNKNOWN" >> "$CONF.tmp"
   done
   echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >> "$CONF.tmp"
+  echo "PartitionName=$PSSLURM_PARTITION Nodes=ALL MaxTime=INFINITE State=UP" >> "$CONF.tmp"
+  install -m 0755 "$TASK_PROLOG" "$DIR/etc/task-prolog.sh"
+  echo "$CPUS" > "$DIR/etc/psslurm-gpus"   # the pretend GPUs per node of partition psslurm
   mv "$CONF.tmp" "$CONF"
 
   # Name resolution inside the namespaces: every node and the controller.
@@ -163,6 +172,8 @@ FIRST_NODE=$first
 CPUS_PER_NODE=$CPUS
 IFNAME=$ifname
 PARTITION=debug
+GPUS_PER_NODE=$CPUS
+PSSLURM_PARTITION=$PSSLURM_PARTITION
 SECOND_SUFFIX=$SUFFIX2
 SECOND_IFNAME=${SUFFIX2:+$NODE_IFNAME2}
 SMALL_DISK=$([ "$NODES" -eq 1 ] || echo "$DIR/small-disk")

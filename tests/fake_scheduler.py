@@ -1,25 +1,38 @@
-"""FakeBatch, a batch system that exists only in tests (tests/test_added_backends.py adds it with this
-file and one row in `dlaunch.schedulers.BACKENDS`).
+"""FakeBatch, a batch system that exists only in tests (tests/test_added_backends.py and the battery,
+tests/test_backend_battery.py, add it with this file and one row in `dlaunch.schedulers.SCHEDULERS`).
 
 `submit` runs the job script at once in the background as the job's batch host would, with
 `FAKEBATCH_JOB_ID`; its output goes to `fakebatch-<id>.log` in the run directory and its exit status to
-`$FAKEBATCH_SPOOL/<id>.exit`, which `jobs` reads. The step command `fakebatch-step N COMMAND` (a fake the
-test puts on PATH) starts COMMAND N times with `FAKEBATCH_TASK`, `FAKEBATCH_LOCAL_TASK`, `FAKEBATCH_NODE`
-and `FAKEBATCH_NTASKS`. `cancel` ends the job's processes and writes FakeBatch's verdict into the log.
+`$FAKEBATCH_SPOOL/<id>.exit`, which `jobs` reads. The step command `fakebatch-step N COMMAND` (STEP: the test
+puts it on PATH) starts COMMAND N times with `FAKEBATCH_TASK`, `FAKEBATCH_LOCAL_TASK`, `FAKEBATCH_NODE`
+and `FAKEBATCH_NTASKS`, and ends the others when one fails (as `srun --kill-on-bad-exit` does). `cancel` ends
+the job's processes, writes FakeBatch's verdict into the log, and the job reads CANCELLED once it has ended.
 """
 import os
 import signal
 import subprocess
 from pathlib import Path
-from typing import Dict, List, Literal, Optional, Sequence, Tuple
+from typing import List, Literal, Optional, Sequence, Tuple
 
 from pydantic import Field, field_validator
 
 from dlaunch.errors import SchedulerError
-from dlaunch.jobs.jobspec import Export, HostList, JobSpec, PreludeItem, ShellWord
-from dlaunch.jobs.schema import OPTION, Partition, StrictModel, check_partitions
-from dlaunch.schedulers import Job, JobState, Scheduler, Submission
+from dlaunch.schedulers import JobState, JobStatus, Scheduler, Submission
+from dlaunch.specs.job import Export, HostList, JobSpec, PreludeItem, ShellWord
+from dlaunch.specs.schema import OPTION, Partition, StrictModel, check_partitions
 from dlaunch.train import jobenv
+
+STEP = """n=$1; shift; pids=()
+for ((t = 0; t < n; t++)); do
+  FAKEBATCH_TASK=$t FAKEBATCH_LOCAL_TASK=$t FAKEBATCH_NODE=0 FAKEBATCH_NTASKS=$n "$@" & pids+=($!)
+done
+code=0
+for ((left = n; left > 0; left--)); do
+  wait -n; done_code=$?
+  if [ "$done_code" != 0 ]; then code=$done_code; kill "${pids[@]}" 2>/dev/null; wait; break; fi
+done
+exit "$code"
+"""
 
 
 class FakeBatchConfig(StrictModel):
@@ -38,6 +51,8 @@ class FakeBatch(Scheduler):
     directive_prefix = "#FAKEBATCH"
     commands = ("fakebatch-step",)
     Config = FakeBatchConfig
+    queued = True
+    this_machine = False
     task_variables = ((jobenv.NTASKS, "FAKEBATCH_NTASKS"), (jobenv.TASK_ID, "FAKEBATCH_TASK"),
                       (jobenv.LOCAL_TASK_ID, "FAKEBATCH_LOCAL_TASK"), (jobenv.NODE_ID, "FAKEBATCH_NODE"))
     log_verdicts = (r"^FAKEBATCH: job \S+ cancelled",)
@@ -65,37 +80,41 @@ class FakeBatch(Scheduler):
     def submit(self, script: Path, run_dir: Path) -> Submission:
         job_id = str(len(list(self.spool.glob("*.job"))) + 1)
         log = open(run_dir / ("fakebatch-%s.log" % job_id), "ab")
-        proc = subprocess.Popen(["bash", "-c", 'bash "$1"; echo $? > "$2.tmp" && mv "$2.tmp" "$2"', "fakebatch", str(script),
+        # The batch host's shell outlives a cancel's SIGTERM (a trap, not an ignore: the job's own processes keep
+        # the default) and records the job's exit status.
+        proc = subprocess.Popen(["bash", "-c", 'trap : TERM; bash "$1"; echo $? > "$2.tmp" && mv "$2.tmp" "$2"', "fakebatch", str(script),
                                  str(self.spool / ("%s.exit" % job_id))],
                                 env=dict(self.environ, FAKEBATCH_JOB_ID=job_id), cwd=run_dir, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         (self.spool / ("%s.job" % job_id)).write_text("%d %s\n" % (proc.pid, run_dir))
         return Submission(job_id)
 
-    def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
-        found = {}
-        for job_id in job_ids:
-            ended = self.spool / ("%s.exit" % job_id)
-            if not (self.spool / ("%s.job" % job_id)).is_file():
-                found[job_id] = Job("UNKNOWN", JobState.GONE)
-            elif ended.is_file():
-                code = int(ended.read_text())
-                found[job_id] = Job("DONE" if code == 0 else "EXIT %d" % code, JobState.COMPLETED if code == 0 else JobState.FAILED)
-            else:
-                found[job_id] = Job("RUNNING", JobState.RUNNING)
-        return found
+    def jobs(self, runs: Sequence[Tuple[str, Path]]) -> List[JobStatus]:
+        return [self._job(job_id) for job_id, _ in runs]
+
+    def _job(self, job_id: str) -> JobStatus:
+        ended = self.spool / ("%s.exit" % job_id)
+        if not (self.spool / ("%s.job" % job_id)).is_file():
+            return JobStatus("UNKNOWN", JobState.GONE)
+        if ended.is_file() and (self.spool / ("%s.cancelled" % job_id)).is_file():
+            return JobStatus("CANCELLED", JobState.CANCELLED)
+        if ended.is_file():
+            code = int(ended.read_text())
+            return JobStatus("DONE" if code == 0 else "EXIT %d" % code, JobState.COMPLETED if code == 0 else JobState.FAILED)
+        return JobStatus("RUNNING", JobState.RUNNING)
 
     def end_reason(self, job_id: str) -> Optional[str]:
         ended = self.spool / ("%s.exit" % job_id)
         return "exit %s" % ended.read_text().strip() if ended.is_file() else None
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, run_dir: Path) -> None:
         record = self.spool / ("%s.job" % job_id)
         if not record.is_file():
             raise SchedulerError("FakeBatch knows no job %s" % job_id)
-        pid, run_dir = record.read_text().split()
-        with open(Path(run_dir) / ("fakebatch-%s.log" % job_id), "a") as log:
+        pid = record.read_text().split()[0]
+        with open(run_dir / ("fakebatch-%s.log" % job_id), "a") as log:
             log.write("FAKEBATCH: job %s cancelled\n" % job_id)
+        (self.spool / ("%s.cancelled" % job_id)).write_text("")
         try:
             os.killpg(int(pid), signal.SIGTERM)
         except ProcessLookupError:

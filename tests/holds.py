@@ -15,11 +15,12 @@ FAILPOINTS = Path(__file__).resolve().parent / "failpoints"
 
 class Hold:
     """A release file; `env()` makes the trainer processes started with it pause after their first epoch, and with
-    `at_step` N before their step N + 1 (N steps done) too."""
+    `at_step` N before their step N + 1 (N steps done) too; with `after_end` only once they wrote their end record."""
 
-    def __init__(self, folder: Path, at_step: Optional[int] = None) -> None:
+    def __init__(self, folder: Path, at_step: Optional[int] = None, after_end: bool = False) -> None:
         self.file = folder / "release-held-runs"
         self.at_step = at_step
+        self.after_end = after_end
 
     def env(self, pythonpath: str = "") -> Dict[str, str]:
         """The variables that arm the hold (`pythonpath`: what else the processes need on PYTHONPATH)."""
@@ -27,7 +28,13 @@ class Hold:
         armed = {"PYTHONPATH": os.pathsep.join(paths), "DLAUNCH_TEST_HOLD": str(self.file)}
         if self.at_step is not None:
             armed["DLAUNCH_TEST_HOLD_AT_STEP"] = str(self.at_step)
+        if self.after_end:
+            armed["DLAUNCH_TEST_HOLD_AFTER_END"] = "1"
         return armed
+
+    def held_after_end(self, rank: int = 0) -> Path:
+        """The file the process of `rank` creates when it pauses after writing its end record (`after_end`)."""
+        return Path("%s.held-after-end.rank%d" % (self.file, rank))
 
     def held_at_step(self, rank: int = 0) -> Path:
         """The file the process of `rank` creates when it pauses at `at_step` (before its next step)."""

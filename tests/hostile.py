@@ -189,6 +189,21 @@ def metrics_records() -> List[dict]:
             make_record("end", 1004.0, status="ok", total_time_s=5.0, epochs_completed=2)]
 
 
+# Figures no run measures: beyond float64's range when summed or multiplied (a mean of 1e308 overflowed in fsum),
+# or an integer too large for a float at all. The reader refuses each (metrics_schema.MAX_FIGURE).
+ABSURD_FIGURES = [1e308, -1e308, 10**400, 1.0e19]
+# Where they go: (record index in metrics_records(), field) of figures readers compute with.
+ABSURD_FIELDS = [(1, "images_per_s"), (2, "epoch_time_s"), (1, "images"), (3, "step_s"), (4, "total_time_s"),
+                 (0, "lr_scaled"), (2, "energy_j")]
+
+
+def absurd_metrics(index: int, field: str, value: Any) -> str:
+    """metrics_records() with `field` of record `index` set to `value` (`energy_j`: its gpu domain), as JSON lines."""
+    records = metrics_records()
+    records[index][field] = {"gpu": value} if field == "energy_j" else value
+    return jsonl(records)
+
+
 def jsonl(records: Sequence[Any]) -> str:
     return "".join(json.dumps(r) + "\n" for r in records)
 

@@ -50,6 +50,8 @@ class Cluster:
     second_ifname: str = ""  # its interface
     small_disk: str = ""  # a 16 MiB file system every node sees ("" when there is none)
     node_cores: Tuple[int, ...] = ()  # the core each node runs on, in node order (started with --pin-cores), else ()
+    gpus_per_node: int = 0  # pretend GPUs per node of `psslurm_partition` (there are none here)
+    psslurm_partition: str = ""  # the partition whose tasks see them as psslurm shows them ("" when there is none)
 
     @property
     def nodes(self) -> int:
@@ -97,13 +99,15 @@ class Cluster:
 
     def site_profile(self, path: Path, max_nodes: Optional[int] = None, sbatch_directives: Sequence[str] = (),
                      second_network: bool = False, container: Optional[Dict[str, Any]] = None,
-                     extra: Optional[Dict[str, Any]] = None) -> Path:
+                     extra: Optional[Dict[str, Any]] = None, gpus_per_node: int = 1, gpu_vendor: str = "none",
+                     partition: Optional[str] = None) -> Path:
         """Write a launcher site profile for this cluster (gloo on CPU, one worker slot per node; no
         container unless `container` gives the `[container]` section).
 
         `second_network`: rendezvous and collectives on the nodes' second network, the way JSC's profiles
         use InfiniBand (host-name suffix, NCCL/Gloo interface). `extra`: more top-level keys
-        (e.g. `interpreters`)."""
+        (e.g. `interpreters`). `gpus_per_node`, `gpu_vendor` and `partition` for the partition whose nodes have
+        pretend GPUs (`psslurm_partition`; the trainer still runs on CPU)."""
         extra = extra or {}
         venv_bin = os.path.dirname(sys.executable)
         if second_network and not self.second_suffix:
@@ -119,10 +123,10 @@ class Cluster:
             "name = %s" % json.dumps(path.stem),
             'description = "The throw-away Slurm cluster of scripts/slurm-cluster.sh (%d nodes, CPU only)"' % self.nodes,
             'based_on = ["scripts/slurm-cluster.sh", %s]' % json.dumps(str(self.conf)),
-            "gpus_per_node = 1",
+            "gpus_per_node = %d" % gpus_per_node,
             "cores_per_node = %d" % self.cpus_per_node,
             "threads_per_core = 1",
-            'gpu_vendor = "none"',
+            "gpu_vendor = %s" % json.dumps(gpu_vendor),
             "rendezvous_host_suffix = %s" % json.dumps(self.second_suffix if second_network else ""),
             *("%s = %s" % (key, toml_value(value)) for key, value in extra.items()),
             "",
@@ -132,7 +136,7 @@ class Cluster:
             "directives = %s" % json.dumps(list(sbatch_directives)),
             "",
             "[[scheduler.partitions]]",
-            "name = %s" % json.dumps(self.partition),
+            "name = %s" % json.dumps(partition or self.partition),
             "max_nodes = %d" % (max_nodes or self.nodes),
             'max_time = "04:00:00"',
             "default = true",
@@ -166,7 +170,8 @@ def cluster_at(conf: Path, owned_dir: Optional[Path]) -> Cluster:
         names = tuple(info["NODE_NAMES"].split(","))
         cores = tuple(int(core) for core in info.get("NODE_CORES", "").split(",") if core)
         return Cluster(conf, names, int(info["CPUS_PER_NODE"]), info["IFNAME"], info["PARTITION"], owned_dir,
-                       info.get("SECOND_SUFFIX", ""), info.get("SECOND_IFNAME", ""), info.get("SMALL_DISK", ""), cores)
+                       info.get("SECOND_SUFFIX", ""), info.get("SECOND_IFNAME", ""), info.get("SMALL_DISK", ""), cores,
+                       int(info.get("GPUS_PER_NODE") or 0), info.get("PSSLURM_PARTITION", ""))
     sinfo = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %c %P"], capture_output=True, text=True,
                            timeout=COMMAND_TIMEOUT_S, env={**os.environ, "SLURM_CONF": str(conf)})
     rows = [line.split() for line in sinfo.stdout.splitlines() if line.strip()]

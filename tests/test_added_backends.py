@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 import fake_framework
+import fake_scheduler
 import dlaunch.cli
 from dlaunch.cli import main
 from dlaunch.runtimes import RUNTIMES
-from dlaunch.schedulers import BACKENDS, Registration
+from dlaunch.schedulers import SCHEDULERS
+from dlaunch.specs.registration import Registration
 from dlaunch.schedulers.local import free_port_base
 from test_launcher_fakes import install_fakes
 from dlaunch.train.framework_table import FRAMEWORKS
@@ -26,12 +28,7 @@ TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "4", "--thr
 # The fakes the new backends call: FakeBatch's step (tasks on this machine with its task variables) and
 # the fakebox container (records image and binds, runs the command on the host).
 FAKES = {
-    "fakebatch-step": '''n=$1; shift; pids=()
-for ((t = 0; t < n; t++)); do
-  FAKEBATCH_TASK=$t FAKEBATCH_LOCAL_TASK=$t FAKEBATCH_NODE=0 FAKEBATCH_NTASKS=$n "$@" & pids+=($!)
-done
-code=0; for pid in "${pids[@]}"; do wait "$pid" || code=$?; done; exit "$code"
-''',
+    "fakebatch-step": fake_scheduler.STEP,
     "fakebox": '''[ "$1" = run ] && [ "$2" = --bind ] || exit 64
 echo "$4 $3" >> "$FAKEBATCH_SPOOL/fakebox"; shift 5; exec "$@"
 ''',
@@ -41,8 +38,8 @@ echo "$4 $3" >> "$FAKEBATCH_SPOOL/fakebox"; shift 5; exec "$@"
 @pytest.fixture
 def added(tmp_path, monkeypatch):
     """The three rows registered, their fakes on PATH, and a site profile that uses them."""
-    monkeypatch.setitem(BACKENDS, "fakebatch", Registration("fake_scheduler:FakeBatch"))
-    monkeypatch.setitem(RUNTIMES, "fakebox", "fake_runtime:Fakebox")
+    monkeypatch.setitem(SCHEDULERS, "fakebatch", Registration("fake_scheduler:FakeBatch"))
+    monkeypatch.setitem(RUNTIMES, "fakebox", Registration("fake_runtime:Fakebox"))
     monkeypatch.setitem(FRAMEWORKS, fake_framework.ROW.name, fake_framework.ROW)
     spool = tmp_path / "spool"
     spool.mkdir()
@@ -62,7 +59,8 @@ def added(tmp_path, monkeypatch):
         "[scheduler]", 'kind = "fakebatch"', "[[scheduler.partitions]]", 'name = "q"', "max_nodes = 4",
         'max_time = "01:00:00"', "default = true",
         "[container]", 'kind = "fakebox"',
-        "[network]", "latency_us = 2.0", "bandwidth_gbps_per_node = 200.0", ""]))
+        "[network]", "latency_us = 2.0", "bandwidth_gbps_per_node = 200.0",
+        "[predict]", "intra_node_gbps_per_gpu = 100.0", 'intra_node_source = "a test figure"', ""]))
     return site
 
 

@@ -1,4 +1,4 @@
-"""The Python API (dlaunch/api.py, docs/API.md): each function on real files and processes, its errors against the
+"""The Python API (dlaunch/api/, docs/API.md): each function on real files and processes, its errors against the
 command line's lines, and `--json` of each listing read back through the API's dataclasses."""
 import ast
 import json
@@ -12,6 +12,7 @@ import pytest
 
 import dlaunch
 from dlaunch import api
+from dlaunch.api.record import field_types
 from dlaunch.cli import main
 from dlaunch.errors import DlaunchError, DlaunchNote
 from test_analysis import write_run as write_metrics
@@ -70,7 +71,8 @@ def test_records_come_back_from_their_json():
 def test_result_rows_have_the_databases_columns_and_the_derived_ones():
     from dlaunch.resultsdb.store import NAMES
 
-    assert [f for f in api._field_types(api.ResultRow)] == list(NAMES) + ["speedup", "efficiency", "history", "rcp"]
+    assert [f for f in field_types(api.ResultRow)] == list(NAMES) + ["speedup", "efficiency", "quality", "quality_why",
+                                                                      "history", "rcp"]
 
 
 def cli_error(capsys, argv) -> str:
@@ -100,7 +102,7 @@ def cli_error(capsys, argv) -> str:
     (lambda: api.logs("nowhere"), ["logs", "nowhere"]),
     (lambda: api.report(["nowhere"]), ["report", "nowhere"]),
     (lambda: api.report(["nowhere"], straggler_threshold=2.0), ["report", "--straggler-threshold", "2", "nowhere"]),
-    (lambda: api.results(), ["results"]),
+    (lambda: api.results(db="nowhere.sqlite"), ["results", "--db", "nowhere.sqlite"]),
     (lambda: api.images(site="nowhere"), ["images", "--site", "nowhere"]),
     (lambda: api.doctor("nowhere"), ["doctor", "--site", "nowhere"]),
     (lambda: api.doctor("local", framework="caffe"), ["doctor", "--site", "local", "--framework", "caffe"]),

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Set
 
 from dlaunch.runtimes import RUNTIMES
-from dlaunch.schedulers import BACKENDS
+from dlaunch.schedulers import SCHEDULERS
 
 LAUNCHER = Path(__file__).resolve().parent.parent / "dlaunch"
 BACKEND_FOLDERS = (LAUNCHER / "schedulers", LAUNCHER / "runtimes")
@@ -20,12 +20,14 @@ BACKEND_FOLDERS = (LAUNCHER / "schedulers", LAUNCHER / "runtimes")
 LAYERS = (
     ("train", ("train/",)),  # the trainer: imports nothing else of dlaunch
     ("base", ("errors.py", "atomic.py", "paths.py", "boundary.py", "tables.py", "thresholds.py", "version.py")),
-    ("jobs", ("jobs/", "schedulers/", "runtimes/")),  # making a job
+    ("specs", ("specs/",)),  # the job's building blocks: the neutral job, its script lines, the profiles' parts
+    ("backends", ("schedulers/", "runtimes/")),  # the schedulers and container runtimes
+    ("jobs", ("jobs/",)),  # making a job: profile + request -> plan -> script
     ("analysis", ("analysis/",)),  # metrics files -> figures, the performance model
     ("resultsdb", ("resultsdb/",)),  # the results database, comparisons
     ("reporting", ("reporting/",)),  # report.md, report.html, plots
     ("runs", ("runs/", "launch.py", "preflight.py")),  # after submission; run and sweep's steps; doctor's checks
-    ("api", ("api.py", "__init__.py")),  # the Python API, and the package exposing it
+    ("api", ("api/", "__init__.py")),  # the Python API, and the package exposing it
     ("cli", ("cli/",)),  # the command line
 )
 
@@ -131,6 +133,13 @@ def layer_breaches(graph: Dict[str, Set[str]]) -> List[str]:
     return found
 
 
+def test_an_import_from_a_higher_layer_is_found():
+    """The backends stand under the job layer: a scheduler that imports the plan breaks the table."""
+    graph = {"dlaunch.schedulers.slurm": {"dlaunch.jobs.plan", "dlaunch.specs.job"}, "dlaunch.jobs.plan": set(),
+             "dlaunch.specs.job": set()}
+    assert layer_breaches(graph) == ["dlaunch.schedulers.slurm (backends) imports dlaunch.jobs.plan (jobs)"]
+
+
 def test_a_module_imports_only_from_its_layer_or_lower_ones():
     breaches = layer_breaches(import_graph())
     assert breaches == [], "\n".join(breaches)
@@ -231,7 +240,7 @@ def test_the_compare_finder_finds_compares_with_backend_names():
 
 
 def test_no_compare_with_a_scheduler_or_runtime_name_outside_its_backend():
-    names = set(BACKENDS) | set(RUNTIMES)
+    names = set(SCHEDULERS) | set(RUNTIMES)
     found = []
     for path in MODULES.values():
         if not any(folder in path.parents for folder in BACKEND_FOLDERS):

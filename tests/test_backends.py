@@ -34,6 +34,38 @@ def test_slurm_states(word, meaning):
     assert classify(word) is meaning and meaning.active == (meaning in (JobState.PENDING, JobState.REQUEUED))
 
 
+def test_what_is_slurms_own_in_a_profile_is_checked_by_slurm():
+    """A row without a partition needs a QOS, directives are srun's form, one way to ask for GPUs, none on a
+    site without GPUs (dlaunch/schedulers/slurm.py)."""
+    data = shipped("generic-slurm").model_dump(by_alias=True)
+    row = data["scheduler"]["partitions"][0]
+    for scheduler, refusal in (
+            (dict(partitions=[dict(row, partition="", qos=None)]), 'partition = "" needs a qos'),
+            (dict(partitions=[dict(row, directives=["-l walltime=1:00:00"])]), "is not of the form --name or --name=value"),
+            (dict(gres="gpu:4", gpu_request="gres"), "gres and gpu_request both ask for GPUs")):
+        with pytest.raises(ValueError, match=refusal):
+            Site.model_validate(dict(data, scheduler=dict(data["scheduler"], **scheduler)))
+    with pytest.raises(ValueError, match="scheduler.gpu_request: a site without GPUs"):
+        Site.model_validate(dict(data, gpu_vendor="none", scheduler=dict(data["scheduler"], gpu_request="gres")))
+
+
+@pytest.mark.parametrize("framework, mode", [("ddp", "torchrun-per-node"), ("ddp", "task-per-gpu"),
+                                             ("horovod", "mpi-per-gpu"), ("horovod", "mpirun"),
+                                             ("mx-ps-sync", None), ("tf-allreduce", None)])
+def test_every_launch_mode_ends_the_step_when_one_task_fails(framework, mode):
+    """srun's steps, in every launch mode, end the step on a task's failure (--kill-on-bad-exit=1): a crashed node's
+    torchrun or a dead rank does not leave the others waiting in a collective until the time limit. The mpirun mode's
+    step is Open MPI's mpirun, which aborts the job itself when a rank exits non-zero ("Per user-direction, the job
+    has been aborted")."""
+    data = shipped("generic-slurm").model_dump(by_alias=True)
+    data.update(container={"kind": "none"}, gpus_per_node=2)
+    if mode:
+        data["launch"] = {framework: {"mode": mode}}
+    step = plan_for(Site.model_validate(data), LaunchRequest(site="generic-slurm", framework=framework, **REQUEST)).command[0]
+    assert step[0] == ("mpirun" if mode == "mpirun" else "srun")
+    assert ("--kill-on-bad-exit=1" in step) == (step[0] == "srun")
+
+
 def test_unknown_scheduler_kind_is_named():
     with pytest.raises(DlaunchError, match="scheduler 'lsf' is not one of slurm, pbs, local"):
         scheduler_for("lsf")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dlaunch.analysis.budget import LOST_PARTS, budget
+from dlaunch.analysis.budget import PARTS, budget
 from dlaunch.analysis.scaling import group_runs, load_runs, run_from_metrics, scaling
-from dlaunch.analysis.stragglers import STRAGGLER, THROTTLED, is_flagged, live_flags, run_flags
+from dlaunch.analysis.stragglers import STRAGGLER, THROTTLED, flagged, live_flags, run_flags, unflagged
 from dlaunch.errors import DlaunchError
 from dlaunch.thresholds import DEFAULT_THRESHOLD
 from dlaunch.jobs.sites import load_site
@@ -41,14 +41,14 @@ def test_a_rank_computing_48_percent_slower_is_named_with_host_rank_and_local_ra
     assert (flag.kind, flag.host, flag.rank, flag.local_rank) == (STRAGGLER, "n1", 3, 1)
     assert flag.message == ("n1 rank 3 (local rank 1) computed 48 % slower than the median of the ranks: a straggler; "
                             "this run's E_G is understated")
-    assert is_flagged(run.phases, run.node_figures, DEFAULT_THRESHOLD)
+    assert run.path in flagged([run])
     assert run_flags(run_from_metrics(read_metrics(run.path))) == [flag]  # from the parsed file as well
 
 
 def test_equal_ranks_are_not_flagged_and_the_threshold_decides(tmp_path):
     near = dict(compute=[0.1, 0.1, 0.1, 0.108], ranks_per_node=2)
     run = one_run(tmp_path, [near, near])
-    assert run_flags(run) == [] and not is_flagged(run.phases, run.node_figures, DEFAULT_THRESHOLD)
+    assert run_flags(run) == [] and flagged([run]) == {}
     assert [f.rank for f in run_flags(run, threshold=0.05)] == [3]
     with pytest.raises(ValueError, match="must be a fraction in"):
         run_flags(run, threshold=1.5)
@@ -77,7 +77,7 @@ def test_throttled_gpus_from_a_fake_nvml(tmp_path):
     assert [f.kind for f in flags] == [THROTTLED, THROTTLED]
     assert flags[0].message == "n1 GPU of local rank 1: SM clock 1095 of 1410 MHz (78 %), power cap: throttled"
     assert flags[1].message == "n3 GPU of local rank 1: SM clock 1410 of 1410 MHz (100 %), thermal: throttled"
-    assert is_flagged(run.phases, run.node_figures, DEFAULT_THRESHOLD)  # throttled, no rank slower: flagged
+    assert run.path in flagged([run])  # throttled, no rank slower: flagged
 
 
 def test_gpu_health_is_averaged_over_the_measured_epochs(tmp_path):
@@ -94,7 +94,7 @@ def test_files_without_phases_have_no_flags(tmp_path):
     path = write_run(tmp_path, "v3", 2, [100.0, 100.0], version=3)
     (run,) = load_runs([path]).runs
     assert run_flags(run) == [] and live_flags(run_from_metrics(read_metrics(str(path)))) == []
-    assert not is_flagged(run.phases, run.node_figures, DEFAULT_THRESHOLD)
+    assert flagged([run]) == {}
 
 
 def test_runs_with_a_straggler_stay_out_of_scaling_unless_included(tmp_path):
@@ -103,14 +103,15 @@ def test_runs_with_a_straggler_stay_out_of_scaling_unless_included(tmp_path):
     write_run(tmp_path, "g2-ok", 2, [1.0, 180.0], epoch_fields=[equal, equal], version=VERSION)
     write_run(tmp_path, "g2-slow", 2, [1.0, 60.0], epoch_fields=[slow, slow], version=VERSION)
     runs = load_runs([tmp_path]).runs
-    (kept,) = group_runs(runs).values()
+    judged = unflagged(runs, flagged(runs))  # at the default threshold
+    (kept,) = group_runs(judged).values()
     assert sorted(Path(r.path).parent.name for r in kept) == ["g1", "g2-ok"]
-    assert [(p.gpus, p.runs, p.images_per_s) for p in scaling(runs)] == [(1, 1, 100.0), (2, 1, 180.0)]
-    (everything,) = group_runs(runs, include_stragglers=True).values()
+    assert [(p.gpus, p.runs, p.images_per_s) for p in scaling(judged)] == [(1, 1, 100.0), (2, 1, 180.0)]
+    (everything,) = group_runs(runs).values()  # included
     assert len(everything) == 3
-    assert [(p.gpus, p.runs, p.images_per_s) for p in scaling(runs, include_stragglers=True)] == [(1, 1, 100.0), (2, 2, 120.0)]
+    assert [(p.gpus, p.runs, p.images_per_s) for p in scaling(runs)] == [(1, 1, 100.0), (2, 2, 120.0)]
     # 0.2 vs the median of the ranks, 0.15: 33 %
-    assert len(group_runs(runs, straggler_threshold=0.5)[everything[0].key]) == 3
+    assert len(group_runs(unflagged(runs, flagged(runs, 0.5)))[everything[0].key]) == 3
 
 
 def steps_rate(fields: dict, images: int) -> float:
@@ -139,7 +140,7 @@ def test_budget_from_ideal_to_the_measured_efficiency(tmp_path):
     # sync 0.03 + its 0.008 wait for the slowest, optimizer 0.005, other 0.001; overhead 0.3 s / 10 steps)
     assert (g2.step_s, g4.step_s) == pytest.approx((0.1496, 0.194))
     assert g4.measured_e_g == pytest.approx(0.1496 / 0.194) == scaling(runs)[1].efficiency
-    assert list(g4.lost) == list(LOST_PARTS)
+    assert list(g4.lost) == list(PARTS)
     assert g4.lost["communication"] == pytest.approx((0.03 - 0.02) / 0.194)
     assert g4.lost["stragglers"] == pytest.approx(0.008 / 0.194)
     assert g4.lost["data"] == pytest.approx(0.01 / 0.194)
@@ -155,7 +156,7 @@ def test_budget_from_ideal_to_the_measured_efficiency(tmp_path):
 def test_budget_says_not_recorded_where_the_runs_lack_phases(tmp_path):
     budget_runs(tmp_path, include_reference_phases=False)  # the reference run is a version 3 file
     g2, g4 = budget(load_runs([tmp_path]).runs)
-    assert all(g4.lost[part] is None for part in LOST_PARTS[:-1])
+    assert all(g4.lost[part] is None for part in list(PARTS)[:-1])
     assert g4.lost["other"] == pytest.approx(1.0 - g4.measured_e_g)  # all that is lost, unexplained
     assert g4.per_step_s["data"] == pytest.approx(0.02) and g2.per_step_s["data"] is None
 
@@ -165,8 +166,8 @@ def test_budget_leaves_out_runs_with_a_straggler_unless_included(tmp_path):
     slow = v4_fields([0.1, 0.1, 0.1, 0.3])
     write_run(tmp_path, "g4-slow", 4, [1.0, steps_rate(slow, 320)], epoch_fields=[slow, slow], version=VERSION)
     runs = load_runs([tmp_path]).runs
-    assert budget(runs)[1].measured_e_g == pytest.approx(0.1496 / 0.194)
-    included = budget(runs, include_stragglers=True)[1]
+    assert budget(unflagged(runs, flagged(runs)))[1].measured_e_g == pytest.approx(0.1496 / 0.194)
+    included = budget(runs)[1]
     assert included.measured_e_g < 0.1496 / 0.194 and included.per_step_s["stragglers"] > 0.008
 
 

@@ -7,6 +7,7 @@ from dlaunch.runs.failures import explain, reconcile, scheduler_label
 from dlaunch.schedulers import JobState
 from dlaunch.schedulers.pbs import Pbs
 from dlaunch.schedulers.slurm import Slurm
+from dlaunch.train.signals import OTHER_RANK, STOP_REASONS
 
 SLURM = dict(verdicts=Slurm.log_verdicts, noise=Slurm.log_noise)
 
@@ -113,3 +114,62 @@ def test_a_failed_job_whose_trainer_was_interrupted_or_diverged_says_so_beside_t
     assert scheduler_label("F", JobState.FAILED, "diverged") == "F (exit 65: the loss diverged)"  # PBS
     assert scheduler_label("FAILED", JobState.FAILED, "failed") == "FAILED"
     assert scheduler_label("TIMEOUT", JobState.TIMEOUT, "interrupted") == "TIMEOUT"
+
+
+# -- who stopped a run (issue 47 item 5) --------------------------------------------------------------------------------
+
+def test_a_launchers_stop_signal_is_read_from_the_newest_attempt(tmp_path):
+    from dlaunch.runs.failures import launcher_stop
+
+    log = tmp_path / "local.log"
+    log.write_text("dlaunch: job local-1 attempt 1 on h\n"
+                   "W1127 torch/distributed/elastic/agent/server/api.py:753] Received 2 death signal, shutting down workers\n"
+                   "dlaunch: job local-1 attempt 2 on h\nepoch 0\n")
+    assert launcher_stop([log]) is None  # the newest attempt got none
+    log.write_text(log.read_text() + "torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got "
+                   "signal: 15\n")
+    assert launcher_stop([log]) == "SIGTERM"
+    log.write_text("Received 10 death signal, shutting down workers\n")  # SIGUSR1 never reaches torchrun: no stop
+    assert launcher_stop([log]) is None
+
+
+@pytest.mark.parametrize("reason,meaning,requested,here,signal_,wrote,said", [
+    (STOP_REASONS["SIGINT"], None, False, True, None, True,
+     "cancelled by Ctrl-C on this machine (the trainer got SIGINT)"),
+    (None, None, False, True, "SIGINT", False,
+     "cancelled by Ctrl-C on this machine (before its trainer wrote how it ended; its launcher got SIGINT)"),
+    (STOP_REASONS["SIGTERM"], JobState.CANCELLED, True, False, None, True,
+     "cancelled by dlaunch cancel (the trainer got SIGTERM)"),
+    (STOP_REASONS["SIGTERM"], JobState.CANCELLED, False, False, None, True,
+     "cancelled by Slurm (scancel or an administrator, not dlaunch cancel) (the trainer got SIGTERM)"),
+    (STOP_REASONS["SIGTERM"], None, False, True, None, True,
+     "cancelled by SIGTERM: the job was cancelled (scancel, dlaunch cancel) or ended by its scheduler (the trainer got "
+     "SIGTERM)"),
+    (None, JobState.CANCELLED, False, False, None, False,
+     "cancelled by Slurm (scancel or an administrator, not dlaunch cancel) (before its trainer wrote how it ended)"),
+])
+def test_who_stopped_a_cancelled_run(reason, meaning, requested, here, signal_, wrote, said):
+    from dlaunch.runs.failures import stopped_by
+
+    assert stopped_by("cancelled", reason, meaning, requested, here, "Slurm", signal_, wrote_end=wrote) == said
+
+
+def test_who_stopped_an_interrupted_run():
+    from dlaunch.runs.failures import stopped_by
+
+    limit = stopped_by("interrupted", STOP_REASONS["time limit"], JobState.TIMEOUT, False, False, "Slurm")
+    assert limit == "interrupted by the job's time limit (the trainer got SIGTERM at the time limit)"
+    warned = stopped_by("interrupted", STOP_REASONS["SIGUSR1"], JobState.FAILED, False, False, "Slurm")
+    assert warned == ("interrupted by SIGUSR1: the scheduler's warning before the time limit (or scancel "
+                      "--signal=USR1) (the trainer got SIGUSR1)")
+    assert stopped_by("interrupted", OTHER_RANK, None, False, True, "this machine") == (
+        "interrupted by another rank: a stop signal that reached another process of the run")
+
+
+@pytest.mark.parametrize("meaning,metrics,signal_,shown", [
+    (JobState.CANCELLED, "running", None, "cancelled"),  # scancel before the trainer wrote its end
+    (None, "no metrics yet", "SIGINT", "cancelled"),  # Ctrl-C during a local run's start-up
+    (None, "running", None, "died"),
+])
+def test_a_job_stopped_before_its_trainer_said_how_it_ended_is_cancelled_not_died(meaning, metrics, signal_, shown):
+    assert reconcile(meaning, metrics, True, signal_) == shown

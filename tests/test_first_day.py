@@ -144,7 +144,7 @@ def test_help_at_80_columns_keeps_every_word_and_bracket_whole(tmp_path, path):
 
 def test_help_says_what_the_defaults_and_forms_are(tmp_path):
     from dlaunch.jobs.imagepaths import default_image_for_site
-    from dlaunch.jobs.schema import parse_time
+    from dlaunch.specs.schema import parse_time
     from dlaunch.jobs.sites import resolve_site
 
     shown = " ".join(dlaunch("run", "--help", cwd=tmp_path).stdout.split())
@@ -220,12 +220,12 @@ def test_runs_at_80_columns_tell_a_1_from_a_2_gpu_run_and_label_a_live_runs_figu
     run shows its throughput X (the measured epochs' mean, the first left out), a live one its last
     epoch's figure, labelled as such. The live run is this test's own process's (alive, started before
     its state was written)."""
-    from dlaunch.runs.runstate import LOCAL_RUNNING
+    from dlaunch.schedulers import RUNNING_HERE
     from test_watch import end, epoch, header
 
     write_local_run(tmp_path / "runs" / "e", "one", 1, [header(), epoch(0), epoch(1), epoch(2), end()], "finished (exit 0)")
     write_local_run(tmp_path / "runs" / "e", "two", 2, [header(), epoch(0), epoch(1), epoch(2), end()], "finished (exit 0)")
-    write_local_run(tmp_path / "runs" / "e", "live", 2, [header(), epoch(0)], LOCAL_RUNNING % os.getpid())
+    write_local_run(tmp_path / "runs" / "e", "live", 2, [header(), epoch(0)], RUNNING_HERE % os.getpid())
     listed = dlaunch("runs", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert fits(listed.stdout)

@@ -1,4 +1,4 @@
-"""`dlaunch images` (dlaunch/cli/images.py over dlaunch/api.py's `images`, dlaunch/jobs/images.py) and `default_image`
+"""`dlaunch images` (dlaunch/cli/images.py over dlaunch/api/machines.py's `images`, dlaunch/jobs/images.py) and `default_image`
 (dlaunch/jobs/imagepaths.py)."""
 import contextlib
 import io

@@ -103,12 +103,17 @@ def test_directives_of_a_partition_row_go_with_that_row_only(tmp_path):
 
 
 @pytest.mark.parametrize("vendor, variable", [("nvidia", "CUDA_VISIBLE_DEVICES"), ("amd", "ROCR_VISIBLE_DEVICES")])
-def test_a_site_binding_one_gpu_per_task_shows_the_per_node_launcher_its_gpus(tmp_path, vendor, variable):
+def test_a_site_binding_one_gpu_per_task_shows_every_task_the_nodes_gpus(tmp_path, vendor, variable):
+    """The per-node launcher needs them all; a task per GPU takes its local rank's among them, so that NCCL can
+    reach the others through CUDA IPC (JSC's scripts export them for both; psslurm keeps the script's value)."""
     text = BASE.replace('gpu_vendor = "nvidia"', 'gpu_vendor = "%s"' % vendor).replace('flags = ["--nv"]', 'flags = ["--rocm"]\nstack = "rocm"' if vendor == "amd" else 'flags = ["--nv"]')
     site = profile(tmp_path, text + "\n[launch]\nbinds_gpu_per_task = true\n")
     assert "export %s=0,1,2,3\n" % variable in script_for(site, request())
     assert "export %s=0,1\n" % variable in script_for(site, request(nodes=1, gpus=2))
-    assert variable not in script_for(site, request("horovod"))  # a task per GPU keeps Slurm's binding
+    assert "export %s=0,1,2,3\n" % variable in script_for(site, request("horovod"))
+    per_gpu = profile(tmp_path, text + '\n[launch]\nbinds_gpu_per_task = true\n[launch.ddp]\nmode = "task-per-gpu"\n')
+    assert "export %s=0,1,2,3\n" % variable in script_for(per_gpu, request())
+    assert variable not in script_for(profile(tmp_path, text), request("horovod"))  # where Slurm binds nothing
 
 
 @pytest.mark.parametrize("addition, message", [
@@ -186,3 +191,74 @@ def test_polaris_picks_its_prod_size_rows():
 def test_jsc_jobs_make_the_nodes_gpus_visible_to_the_per_node_launcher(name, framework):
     script = script_for(shipped(name), LaunchRequest(site=name, framework=framework, nodes=2, account="p", experiment="exp"))
     assert "export CUDA_VISIBLE_DEVICES=0,1,2,3\n" in script and "--nproc_per_node=4" in script
+
+
+def test_task_env_is_set_in_each_task_in_front_of_the_container(tmp_path):
+    """pspmix sets PMIX_SECURITY_MODE in every task it starts, over the job script's value: JSC's CARAML puts
+    `env PMIX_SECURITY_MODE=native` between srun and `apptainer exec`; a hostile value stays one quoted word."""
+    site = profile(tmp_path, BASE + '\n[launch.horovod]\ntask_env = { PMIX_SECURITY_MODE = "native", X = "a b;$(id)" }\n')
+    lines = script_for(site, request("horovod")).splitlines()
+    assert "  env PMIX_SECURITY_MODE=native 'X=a b;$(id)' apptainer exec --nv --bind /scratch/runs/exp/run " \
+           "/images/current-horovod-x86_64.sif \\" in lines
+    assert not any("PMIX_SECURITY_MODE" in line for line in script_for(site, request()).splitlines())  # ddp: none
+    # fake srun runs its task (options dropped) with PMIX_SECURITY_MODE set as pspmix would; fake apptainer
+    # records what the task handed it
+    run_with_fakes(tmp_path, script_for(site, request("horovod"), str(tmp_path)),
+                   srun='while [ "${1#--}" != "$1" ]; do shift; done; PMIX_SECURITY_MODE=munge exec "$@"\n',
+                   apptainer='printf "%s|%s" "$PMIX_SECURITY_MODE" "$X" > "$FAKE_LOG/task.env"\n')
+    assert (tmp_path / "task.env").read_text() == "native|a b;$(id)"
+
+
+def test_smt_false_asks_one_thread_per_core_and_counts_physical_cores(tmp_path):
+    """JSC's one-task-per-node scripts: --hint=nomultithread and the physical cores (48 of JUWELS Booster's 96)."""
+    text = BASE.replace("threads_per_core = 1", "threads_per_core = 2")
+    site = profile(tmp_path, text + "\n[launch.ddp]\nsmt = false\n")
+    lines = script_for(site, request()).splitlines()
+    assert "#SBATCH --cpus-per-task=32" in lines and "#SBATCH --hint=nomultithread" in lines
+    horovod = script_for(site, request("horovod")).splitlines()  # keeps SMT: a quarter of the 64 CPUs
+    assert "#SBATCH --cpus-per-task=16" in horovod and "#SBATCH --hint=nomultithread" not in horovod
+
+
+SHARED = BASE.replace('max_time = "24:00:00"\ndefault = true\n', 'max_time = "24:00:00"\ndefault = true\nshared = true\n'
+                      'directives = ["--mem-per-gpu=60G"]\nwhole_node_directives = ["--exclusive"]\n') + \
+    '\n[launch]\ngpu_step_options = ["--cpu-bind=mask_cpu:0x1,0x2,0x4,0x8"]\n'
+
+
+@pytest.mark.parametrize("framework, tasks, cpus", [("horovod", 2, 8), ("ddp", 1, 16)])
+def test_a_job_of_part_of_a_shared_node_asks_for_its_share_and_is_not_bound(tmp_path, framework, tasks, cpus):
+    """LUMI's small-g: a 2-of-4-GPU job asks half the cores (billed by its GPUs), no --exclusive, and no per-GPU
+    CPU masks (the cores they name are not the job's)."""
+    site = profile(tmp_path, SHARED)
+    lines = script_for(site, request(framework, nodes=1, gpus=2)).splitlines()
+    assert "#SBATCH --ntasks-per-node=%d" % tasks in lines and "#SBATCH --cpus-per-task=%d" % cpus in lines
+    assert "#SBATCH --mem-per-gpu=60G" in lines and "#SBATCH --exclusive" not in lines
+    assert not any("mask_cpu" in line for line in lines)
+
+
+def test_a_job_of_whole_shared_nodes_asks_them_exclusively_and_binds_each_task_to_its_gpus_cores(tmp_path):
+    site = profile(tmp_path, SHARED)
+    lines = script_for(site, request("horovod")).splitlines()
+    assert "#SBATCH --cpus-per-task=8" in lines and "#SBATCH --exclusive" in lines and "#SBATCH --mem-per-gpu=60G" in lines
+    assert any(line.startswith("srun ") and line.endswith(" --cpu-bind=mask_cpu:0x1,0x2,0x4,0x8 \\") for line in lines)
+    ddp = script_for(site, request()).splitlines()  # one torchrun per node owns the node: not bound per GPU
+    assert not any("mask_cpu" in line for line in ddp)
+    unshared = profile(tmp_path, BASE + '\n[launch]\ngpu_step_options = ["--cpu-bind=mask_cpu:0x1,0x2,0x4,0x8"]\n')
+    assert any("mask_cpu" in line for line in script_for(unshared, request("horovod", nodes=1, gpus=2)).splitlines())
+
+
+def test_env_expanded_names_the_jobs_variables_and_nothing_else(tmp_path):
+    """A per-user, per-job MIOpen folder (LUMI): `$NAME`s expand when the job runs; anything else the shell would
+    act on is refused."""
+    site = profile(tmp_path, BASE + '\n[env_expanded]\nMIOPEN_USER_DB_PATH = "/tmp/$USER-miopen-$SLURM_JOB_ID"\n')
+    assert 'export MIOPEN_USER_DB_PATH="/tmp/$USER-miopen-$SLURM_JOB_ID"\n' in script_for(site, request())
+    for hostile in ("/tmp/$(id)", "/tmp/$USERx", "/tmp/${USER}", "/tmp/`id`", "/tmp/$-", "/tmp/a b", "/tmp/$1"):
+        with pytest.raises(DlaunchError, match="env_expanded.A"):
+            profile(tmp_path, BASE + "\n[env_expanded]\nA = %r\n" % hostile)
+    with pytest.raises(DlaunchError, match="env and env_expanded both set A"):
+        profile(tmp_path, BASE.replace("[env]\n", '[env]\nA = "1"\n') + '\n[env_expanded]\nA = "/x"\n')
+
+
+def test_a_pbs_profile_cannot_ask_for_one_thread_per_core(tmp_path):
+    text = (SHIPPED_SITES_DIR / "polaris.toml").read_text().replace("[launch.deepspeed]\n", "[launch.deepspeed]\nsmt = false\n")
+    with pytest.raises(DlaunchError, match="launch.deepspeed.smt: a pbs job cannot ask for one thread per core"):
+        profile(tmp_path, text)

@@ -349,9 +349,11 @@ def test_run_follow_submits_then_watches_to_the_end_with_fake_slurm(fake_slurm, 
     })
     assert main(["run"] + JUWELS + ["--image", "img.sif", "--run-name", "r1", "--follow"]) == 0
     assert capsys.readouterr().out.endswith("runs/exp/r1: COMPLETED; ok; steps 10/10, epoch 1/1, 2560.0 images/s, loss 6.900\n")
-    monkeypatch.setenv("FAKE_STATE", "FAILED")
-    assert main(["run"] + JUWELS + ["--image", "img.sif", "--run-name", "r2", "--follow"]) == 1
-    assert "runs/exp/r2: FAILED; ok; steps 10/10" in capsys.readouterr().out
+    monkeypatch.setenv("FAKE_STATE", "FAILED")  # after the trainer's `ok` end record: the run is ok, and says so
+    assert main(["run"] + JUWELS + ["--image", "img.sif", "--run-name", "r2", "--follow"]) == 0
+    assert capsys.readouterr().out.endswith("runs/exp/r2: FAILED; ok; steps 10/10, epoch 1/1, 2560.0 images/s, loss "
+                                            "6.900; its job ended FAILED after the trainer's end record: the run's "
+                                            "figures are whole\n")
 
 
 def test_run_repeat_dry_run_prints_n_scripts_named_r1_to_rn(tmp_path, capsys):

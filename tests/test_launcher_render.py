@@ -59,17 +59,19 @@ def test_juwels_script_has_the_known_good_settings():
     for line in ("#SBATCH --gres=gpu:4", "#SBATCH --partition=booster", "#SBATCH --signal=USR1@120",
                  "export NCCL_SOCKET_IFNAME=ib0", "export GLOO_SOCKET_IFNAME=ib0", "export NCCL_IB_TIMEOUT=22",
                  "export UCX_RC_TIMEOUT=4s", "export NCCL_IB_RETRY_CNT=7",
-                 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"', "#SBATCH --cpus-per-task=96",
+                 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"', "#SBATCH --cpus-per-task=48",
+                 "#SBATCH --hint=nomultithread", "export CUDA_VISIBLE_DEVICES=0,1,2,3",
                  "srun --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 \\"):
         assert line in script.splitlines()
     assert 'sed -n 1p)i"' in script
     assert "ignore-usr1 python -m torchrun_jsc " in script  # rendezvous at <host>i (pytorch/pytorch#73656)
 
 
-@pytest.mark.parametrize("framework, cpus", [("ddp", 96), ("deepspeed", 96), ("horovod", 24)])
+@pytest.mark.parametrize("framework, cpus", [("ddp", 48), ("deepspeed", 48), ("horovod", 24)])
 @pytest.mark.parametrize("nodes", [1, 256])
 def test_juwels_scripts_keep_every_value_in_its_documented_range(framework, cpus, nodes):
-    """JUWELS Booster counts SMT threads as CPUs (96 per node): a torchrun per node gets them all, an MPI rank per GPU a quarter."""
+    """JUWELS Booster counts SMT threads as CPUs (96 per node): a torchrun per node gets the 48 physical cores with
+    --hint=nomultithread (JSC's one-task-per-node scripts), an MPI rank per GPU a quarter of the 96 (its four-task ones)."""
     script = script_for(site("juwels-booster"), LaunchRequest(site="juwels", framework=framework, nodes=nodes,
                                                                account="proj42", experiment="exp", trainer=TRAINER))
     lines = script.splitlines()

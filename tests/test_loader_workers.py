@@ -1,9 +1,13 @@
 """Loader workers start safely beside the trainer's threads (issue 44 item 4; dlaunch/train/data/folder.py): a worker
 forked while another thread of the trainer holds a lock keeps that lock held for ever; the trainer's workers come from
 a fork server and never see that state."""
+
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -11,6 +15,7 @@ from helpers_train import REPO, trainer_env
 
 from dlaunch.train.config import parse_config
 from dlaunch.train.data import build_loaders
+from dlaunch.train.data.folder import process_gone
 from dlaunch.train.data.make_folder import make_pattern_folder
 from dlaunch.train.frameworks.base import DistInfo
 
@@ -18,8 +23,15 @@ PROBE = Path(__file__).resolve().parent / "loader_lock_probe.py"
 
 
 def probe(way: str) -> dict:
-    done = subprocess.run([sys.executable, str(PROBE), way], cwd=REPO, env=trainer_env(), capture_output=True,
-                          text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, str(PROBE), way],
+        cwd=REPO,
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -33,8 +45,38 @@ def test_a_worker_forked_while_a_thread_holds_a_lock_finds_it_held_for_ever():
 
 def test_the_trainers_workers_find_the_lock_free():
     """The same moment with the trainer's own worker options (failed before: its workers were forked)."""
-    assert probe("trainer") == {"way": "trainer", "worker_found_the_lock_free": [True, True],
-                                "start_method": "forkserver"}
+    assert probe("trainer") == {
+        "way": "trainer",
+        "worker_found_the_lock_free": [True, True],
+        "start_method": "forkserver",
+    }
+
+
+def test_the_workers_and_their_fork_server_end_with_a_trainer_that_dies_abruptly(tmp_path):
+    """A trainer that exits without shutting its loader down (the watchdog's os._exit(69) on a hang; SIGKILL) leaves
+    no process behind (failed before: the fork server lives as long as its workers and each worker as long as its
+    parent, the fork server, so both ran on for ever, holding the job's output; seen in bench_watchdog.py's runs)."""
+    out = tmp_path / "probe.out"
+    with open(out, "w") as f:  # not a pipe: a process left behind would hold it open
+        done = subprocess.run(
+            [sys.executable, str(PROBE), "trainer-dies"],
+            cwd=REPO,
+            env=trainer_env(),
+            stdout=f,
+            stderr=subprocess.DEVNULL,
+            timeout=300,
+            check=False,
+        )
+    assert done.returncode == 69
+    pids = json.loads(out.read_text().splitlines()[-1])["pids"]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 120  # they end within TRAINER_CHECK_S of it; a bound, not a measurement
+    while not all(map(process_gone, pids)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [pid for pid in pids if not process_gone(pid)]
+    for pid in left:  # this test's own processes: end them, then fail
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "left running: %s" % left
 
 
 def test_the_folder_loaders_keep_their_workers_and_seed_by_epoch_and_index(tmp_path):
@@ -45,8 +87,20 @@ def test_the_folder_loaders_keep_their_workers_and_seed_by_epoch_and_index(tmp_p
     make_pattern_folder(str(folder), 2, 4, 2, 40)
 
     def epochs(workers: int) -> list:
-        cfg = parse_config(["--data", str(folder), "--workers", str(workers), "--batch-size", "2", "--image-size",
-                            "32", "--metrics", str(tmp_path / "unused.jsonl")])
+        cfg = parse_config(
+            [
+                "--data",
+                str(folder),
+                "--workers",
+                str(workers),
+                "--batch-size",
+                "2",
+                "--image-size",
+                "32",
+                "--metrics",
+                str(tmp_path / "unused.jsonl"),
+            ]
+        )
         train = build_loaders(cfg, DistInfo(0, 1, 0, 1, torch.device("cpu"))).train
         if workers:
             assert train.loader.persistent_workers

@@ -25,8 +25,8 @@ from dlaunch.boundary import display_path
 from test_analysis import write_run as write_metrics
 from test_watch import finished, header, write_run
 from dlaunch.train.metrics_schema import VERSION, MetricsError, make_record, read_metrics, validate_record
-from dlaunch.train.network import (by_node, interface_addresses, interfaces_match, mpi_components, nccl_debug_path, nccl_record, parse_nccl_debug,
-                           route_nccl_debug,
+from dlaunch.train.network import (by_node, interface_addresses, interfaces_match, mpi_components, nccl_debug_path, nccl_record, observe,
+                           parse_nccl_debug, route_nccl_debug,
                            socket_record, tcp_sockets, transport_kind)
 
 SAMPLES = sorted((Path(__file__).parent / "nccl_logs").glob("*.log"))
@@ -85,6 +85,50 @@ def test_real_nccl_2_28_output_of_an_h100_without_infiniband_reads_as_socket_ove
 def test_samples_cover_ib_socket_and_a_net_plugin():
     kinds = {sample(p)[1].get("transport") for p in SAMPLES}
     assert {"ib", "socket", "ofi"} <= kinds
+    local = {kind for p in SAMPLES for kind in sample(p)[1].get("intra_node", [])}
+    assert {"P2P/CUMEM", "SHM"} <= local
+
+
+def nccl_lines(*messages: str) -> str:
+    return "".join("jwb0001:7:7 [0] NCCL INFO %s\n" % m for m in messages)
+
+
+def test_the_transports_between_a_nodes_gpus_are_read_from_nccls_connection_lines():
+    """transport/p2p.cc and shm.cc of NCCL 2.8 to 2.30: how two GPUs of one node were connected."""
+    cases = [
+        ("Channel 00 : 0[1000] -> 1[2000] via P2P/IPC/read", ["P2P/IPC"]),  # 2.8-2.17, legacy CUDA IPC
+        ("Channel 02/0 : 3[3] -> 4[4] via P2P/direct pointer", ["P2P/direct pointer"]),  # GPUs of one process
+        ("Channel 00/1 : 0[0] -> 1[1] via P2P/MNNVL/read", ["P2P/MNNVL"]),
+        ("Channel 00/0 : 0[0] -> 2[2] via P2P/indirect/1[1]", ["P2P/indirect"]),
+        ("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/CE", ["P2P/CUMEM"]),
+        ("Channel 09 : 4[4] -> 3[3] via SHM/direct/direct", ["SHM"]),
+        ("Channel 01 : 0[31000] -> 1[32000] via direct shared memory", ["SHM"]),
+    ]
+    for line, kinds in cases:
+        assert parse_nccl_debug(nccl_lines(line)).get("intra_node") == kinds, line
+    mixed = parse_nccl_debug(nccl_lines("Channel 00 : 0[0] -> 1[1] via SHM/direct/direct",
+                                        "Channel 01/0 : 0[0] -> 1[1] via P2P/IPC", "Channel 02 : 0[0] -> 1[1] via SHM/CE/direct"))
+    assert mixed["intra_node"] == ["SHM", "P2P/IPC"]
+    # Four ranks on the node (2.20 on says so), connected, none by P2P or SHM: through the network transport.
+    by_net = parse_nccl_debug(nccl_lines("comm 0x1 rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 0",
+                                         "Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0",
+                                         "Channel 00/0 : 3[3] -> 0[0] [receive] via NET/IB/0"))
+    assert by_net["intra_node"] == ["NET"]
+    # One rank per node, or not connected yet: nothing said about the inside of a node.
+    alone = nccl_lines("comm 0x1 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0",
+                       "Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0")
+    assert "intra_node" not in parse_nccl_debug(alone)
+    assert "intra_node" not in parse_nccl_debug(nccl_lines("comm 0x1 rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 0"))
+
+
+def test_each_process_records_the_gpus_it_saw(tmp_path):
+    """psslurm pads the list it sets with blanks (to tell it from the user's); the record drops them."""
+    environ = {"CUDA_VISIBLE_DEVICES": "0,1,2,3     ", "NCCL_DEBUG_FILE": str(tmp_path / "nccl.%h.%p.log")}
+    (record,) = observe(["nccl"], environ)
+    assert record["visible_devices"] == ["CUDA_VISIBLE_DEVICES=0,1,2,3"]
+    assert "visible_devices" not in observe(["nccl"], {})[0]
+    ranks = [dict(NCCL_SOCKET[0], visible_devices=["CUDA_VISIBLE_DEVICES=%d" % i], intra_node=["SHM"]) for i in range(2)]
+    assert by_node(ranks)[0]["visible_devices"] == ["CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"]
 
 
 @pytest.mark.parametrize("name, kind", [("IB", "ib"), ("IBext_v8", "ib"), ("Socket", "socket"), ("AWS Libfabric", "ofi"),
@@ -211,6 +255,30 @@ def test_nccl_on_sockets_where_the_profile_expects_libfabric_is_off_the_network(
     assert network_problems(wrong, SLINGSHOT) == [
         "NCCL loaded the net plugin aws-ofi-rccl 1.4.0 on nid001; the profile expects the plugin aws-ofi-nccl: not the fabric's throughput",
         "NCCL used the libfabric provider tcp on nid001; the profile expects the provider cxi: not the fabric's throughput"]
+
+
+def test_a_node_whose_gpus_nccl_connected_through_host_memory_is_off_where_the_profile_expects_p2p():
+    """One GPU visible per rank (psslurm's default, --gpus-per-task=1): NCCL cannot use CUDA IPC, so NVLink
+    stays unused (NVIDIA/nccl#324, #1066: 687 against 791 images/s per A100)."""
+    linked = Network(latency_us=1.5, bandwidth_gbps_per_node=800.0, transport="ib", intra_node="p2p")
+    one_each = [dict(r, transport="ib", network="IB", interfaces=[], intra_node=["SHM"],
+                     visible_devices=["CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"]) for r in NCCL_SOCKET]
+    validate_record(network_header(one_each))  # version 4 headers carry the new fields; older ones lack them
+    assert network_problems(one_each, linked) == [
+        "NCCL connected the GPUs of a node through SHM (host memory), not P2P (ranks saw CUDA_VISIBLE_DEVICES=0; "
+        "CUDA_VISIBLE_DEVICES=1) on nid001, nid002; the profile expects P2P between them (NVLink, CUDA IPC: every "
+        "rank must see the node's GPUs): not the fabric's throughput"]
+    by_net = [dict(one_each[0], intra_node=["NET"], visible_devices=[])]
+    assert network_problems(by_net, linked) == [
+        "NCCL connected the GPUs of a node through its network transport, not P2P on nid001; the profile expects "
+        "P2P between them (NVLink, CUDA IPC: every rank must see the node's GPUs): not the fabric's throughput"]
+    all_seen = [dict(r, intra_node=["P2P/CUMEM"], visible_devices=["CUDA_VISIBLE_DEVICES=0,1,2,3"]) for r in one_each]
+    assert network_problems(all_seen, linked) == []
+    assert network_problems([dict(one_each[0], intra_node=["SHM", "P2P/IPC"])], linked) == []  # P2P where it could
+    assert network_problems(one_each, linked.model_copy(update={"intra_node": None})) == []  # PCIe GPUs without P2P
+    older = [{k: v for k, v in r.items() if k not in ("intra_node", "visible_devices")} for r in one_each]
+    assert network_problems(older, linked) == []  # a record from before issue 46 says nothing about it
+    assert describe(all_seen[:1]) == ("NCCL 2.21.5+cuda12.4: InfiniBand verbs (IB; within nodes P2P/CUMEM) on nid001")
 
 
 def test_what_a_record_does_not_say_is_not_held_against_the_run():

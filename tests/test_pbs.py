@@ -105,6 +105,17 @@ def test_pbs_script_follows_the_pbs_and_polaris_documentation():
     assert "#PBS -r n" in once
 
 
+def test_a_pbs_queue_row_takes_no_qos_and_only_pbs_directives():
+    """What is PBS's own (its directive form, no QOS) is checked in dlaunch/schedulers/pbs.py."""
+    data = shipped("polaris").model_dump(by_alias=True)
+    row = data["scheduler"]["partitions"][0]
+    for change, refusal in (({"qos": "debug"}, "qos: PBS has no QOS"),
+                            ({"directives": ["--qos=debug"]}, "directive '--qos=debug' is not of the form '-X value'")):
+        rows = [dict(row, **change)] + data["scheduler"]["partitions"][1:]
+        with pytest.raises(ValueError, match=refusal):
+            Site.model_validate(dict(data, scheduler=dict(data["scheduler"], partitions=rows)))
+
+
 # -- the batch system: qsub/qstat/qdel -------------------------------------------------------------------
 
 def fake_pbs_answers(bin_dir: Path, qstat_json: dict) -> Path:
@@ -133,11 +144,11 @@ def test_pbs_submit_state_and_cancel_through_the_protocol(tmp_path):
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n")
     assert pbs.submit(script, tmp_path).job_id == job
-    state = pbs.jobs([job, "99.gone", "12.pbs"])
-    assert state[job].kind is JobState.CANCELLED and state["99.gone"].kind is JobState.GONE
-    assert state["12.pbs"].queue == "Not Running: Insufficient amount of resource: ncpus, start about Tue Nov 24 10:42:00 2026"
+    ended, gone, queued = pbs.jobs([(job, tmp_path), ("99.gone", tmp_path), ("12.pbs", tmp_path)])
+    assert ended.kind is JobState.CANCELLED and gone.kind is JobState.GONE
+    assert queued.queue == "Not Running: Insufficient amount of resource: ncpus, start about Tue Nov 24 10:42:00 2026"
     assert pbs.end_reason("99.gone") is None
-    pbs.cancel(job)
+    pbs.cancel(job, tmp_path)
     assert log.read_text().splitlines()[:2] == ["qsub %s" % script, "qstat -x -f -F json %s 99.gone 12.pbs" % job]
     assert log.read_text().splitlines()[-1] == "qdel %s" % job
 

@@ -13,7 +13,7 @@ from dlaunch.cli import app
 from dlaunch.errors import DlaunchError
 from dlaunch.analysis.perfmodel.fit import calibration_runs, fit_machine, fit_runs, leave_one_out
 from dlaunch.analysis.perfmodel.model import (IMAGENET_VAL_IMAGES, NATIVE_WORKER_IMAGES_PER_S, NATIVE_WORKERS, Workload,
-                                              gradient_bytes, loader_spread, messages, native_loader_images_per_s, predict,
+                                              gradient_bytes, loader_spread, messages, predict,
                                               step_times, steps_per_epoch)
 from dlaunch.analysis.perfmodel.nccl import Machine, harmonic, straggler_factor
 from dlaunch.analysis.perfmodel.overhead import (OVERHEAD_SHARE_LIMIT, FixedOverhead, PaperOverhead, checkpoint_bytes,
@@ -34,7 +34,7 @@ EXTRAPOLATION_BOUNDS_PP = {"dali": (1.5, 2.0), "native": (5.5, 11.5)}
 GOAL_PP = (5.0, 10.0)
 
 JUWELS_LIKE = Machine(gpus_per_node=4, latency_us=5.0, bandwidth_gbps_per_node=800.0, intra_node_gbps=2400.0)
-RUNNER = CliRunner(env={"COLUMNS": "200"})  # wide enough for rich to print whole numbers
+RUNNER = CliRunner(env={"COLUMNS": "320"})  # wide enough for every column, whole numbers
 RESNET50 = Workload(compute_s=0.2, batch=64, gradient_bytes=102.4e6, data_s=0.05)
 
 
@@ -280,12 +280,14 @@ def test_published_compute_time_by_precision_and_the_native_loaders_cpu():
     io = io_kernel_s("native", 64)  # per image, the same in both precisions
     assert (fp16.compute_s - io, tf32.compute_s - io) == pytest.approx((64 / 2470.0, 64 / 938.0))
     fit = PublishedFit(JUWELS_LIKE, native_data_fraction=0.02, storage_floor=1.0)
-    cpu = NATIVE_WORKERS * NATIVE_WORKER_IMAGES_PER_S
-    assert calibrated_workload(tf32, fit, "native").data_s == pytest.approx(0.02 * tf32.compute_s)  # the CPU keeps up
-    fast = replace(fp16, compute_s=0.5 * 64 / cpu)  # a GPU twice as fast as the loader's CPU
-    assert calibrated_workload(fast, fit, "native").data_s == pytest.approx(64 / cpu - fast.compute_s)  # it does not
+    assert calibrated_workload(tf32, fit, "native").data_s == pytest.approx(0.02 * tf32.compute_s)
     assert calibrated_workload(replace(fp16, data_s=0.001), fit, "native", measured_data=True).data_s == 0.001
     assert calibrated_workload(fp16, fit, "dali") == fp16
+    cpu = NATIVE_WORKERS * NATIVE_WORKER_IMAGES_PER_S
+    assert paper_workload(fit, loader="native").input_images_per_s == cpu  # the paper's 8 workers at the measured rate
+    fast = replace(paper_workload(fit, loader="native"), compute_s=0.5 * 64 / cpu, data_s=0.0)  # twice the loader's pace
+    (p,) = predict(fast, JUWELS_LIKE, [8])
+    assert p.step_s == pytest.approx(64 / cpu) and p.bound == "input" and p.input_wait_s > 0
 
 
 def test_storage_ceiling_is_fitted_on_the_point_statements_not_below_what_the_native_rows_drew(tmp_path):
@@ -336,9 +338,11 @@ def test_one_machine_fit_resnet152_scales_better_and_native_well_below_dali_beyo
     assert all(d - n >= 0.35 for d, n in zip(curves["resnet50", "dali"][3:], curves["resnet50", "native"][3:]))
 
 
-def _runs_made_by(tmp_path, truth, model="resnet18", batch=8, nodes=(1, 2, 4), fields_for=None, config_for=None):
-    """Runs whose profile and throughput the model itself produced on `truth` (1 GPU per node); `fields_for(n)`:
-    more fields of the epochs of the run on n nodes (metrics version 4), `config_for(n)`: more of its header's config."""
+def _runs_made_by(tmp_path, truth, model="resnet18", batch=8, nodes=(1, 2, 4), fields_for=None, config_for=None,
+                  site="cluster", device="cpu"):
+    """Runs on `site`'s `device` whose profile and throughput the model itself produced on `truth` (1 GPU per node);
+    `fields_for(n)`: more fields of the epochs of the run on n nodes (metrics version 4), `config_for(n)`: more of its
+    header's config."""
     workload = Workload(0.5, batch, gradient_bytes(model), data_s=0.02, other_s=0.03, reads_files=True)
     paths = []
     for n in nodes:
@@ -347,15 +351,17 @@ def _runs_made_by(tmp_path, truth, model="resnet18", batch=8, nodes=(1, 2, 4), f
         profile = dict(step_s=workload.compute_s + comm + workload.data_s + workload.other_s,
                        compute_s=workload.compute_s, comm_s=comm, data_s=workload.data_s)
         v4 = dict(epoch_fields=[fields_for(n)] * 2, version=VERSION) if fields_for else {}
-        paths.append(write_run(tmp_path, "n%d" % n, n, [p.images_per_s, p.images_per_s], batch=batch, model=model,
-                               profile=profile, gpus_per_node=1, config=config_for(n) if config_for else None, **v4))
+        path = write_run(tmp_path, "n%d" % n, n, [p.images_per_s, p.images_per_s], batch=batch, model=model, site=site,
+                         profile=profile, gpus_per_node=1, config=config_for(n) if config_for else None, **v4)
+        path.write_text(path.read_text().replace('"device": "cuda"', '"device": "%s"' % device, 1))
+        paths.append(path)
     return paths
 
 
 def test_fit_on_runs_recovers_network_and_noise_and_predicts_the_left_out_runs(tmp_path):
     truth = Machine(gpus_per_node=1, latency_us=40.0, bandwidth_gbps_per_node=10.0, intra_node_gbps=2400.0, noise_s=1e-3)
     _runs_made_by(tmp_path, truth)
-    runs, step_options = calibration_runs([tmp_path])
+    runs, step_options, _ = calibration_runs([tmp_path])
     assert step_options == ""  # made without the workload options
     fitted = fit_runs(runs, Machine(1, 0.0, 100.0))
     assert fitted.bandwidth_gbps_per_node == pytest.approx(10.0, rel=1e-6)
@@ -388,6 +394,7 @@ def site_file(tmp_path):
         'gpus_per_node = 4\ncores_per_node = 8\ngpu_vendor = "nvidia"\n'
         '[[partitions]]\nname = "big"\nmax_nodes = 256\nmax_time = "01:00:00"\ndefault = true\n'
         "[network]\nlatency_us = 5.0\nbandwidth_gbps_per_node = 800.0\n"
+        '[predict]\nintra_node_gbps_per_gpu = 2400.0\nintra_node_source = "as JUWELS_LIKE"\n'
     )
     return path
 
@@ -531,17 +538,19 @@ def test_predict_shows_kernel_share_and_efficiency_beside_the_papers_values_with
                  "%+.1f" % (100 * (p.comm_share - published[gpus]))]
         basis = "fitted" if gpus <= 64 else "predicted"
         overhead = ["%.2f" % p.epoch_overhead_s, "%.1f" % (100 * p.overhead_share)]
-        expected = ["%.3f" % p.efficiency] + statement + share + overhead + [basis]
-        assert [c.replace("+0.0", "0.0").replace("-0.0", "0.0") for c in cells[-9:]] == [
+        run = ["compute", "%.3g" % (p.run_s(90) / 3600), "%.0f" % (p.run_s(90) * p.nodes / 3600)]
+        expected = ["%.3f" % p.efficiency] + statement + share + overhead + run + [basis]
+        assert [c.replace("+0.0", "0.0").replace("-0.0", "0.0") for c in cells[-12:]] == [
             c.replace("+0.0", "0.0").replace("-0.0", "0.0") for c in expected], (gpus, cells)
     assert "NCCL kernel share vs Table 2a, predicted counts: mean 1.1 pp, max 1.9 pp" in result.output
     assert "E_G vs the paper's statements: 6 of 6 hold" in result.output
     horovod = _predict("--site", "juwels-booster", "--model", "resnet50", "--calibrated", "native", "--framework",
                        "horovod", "--gpus", "4,64,128,512")
     rows = _table(horovod.output)
-    assert rows[128][-6:-4] == ["0.50", "+0.02"] and rows[128][-1] == "fitted"  # the storage ceiling is fitted there
-    assert rows[512][-6:-4] == ["<0.24", "holds"] and rows[512][-1] == "predicted"
-    assert rows[64][-6:-4] == ["-", "-"] and "paper %" not in horovod.output  # Table 2a is DDP's
+    assert rows[128][-9:-7] == ["0.50", "+0.02"] and rows[128][-1] == "fitted"  # the storage ceiling is fitted there
+    assert rows[512][-9:-7] == ["<0.24", "holds"] and rows[512][-1] == "predicted"
+    assert rows[64][-9:-7] == ["-", "-"] and "paper %" not in horovod.output  # Table 2a is DDP's
+    assert [rows[g][-4] for g in (64, 128, 512)] == ["compute", "storage", "storage"]
 
 
 def test_predict_names_what_it_assumes_about_the_papers_deepspeed_runs():
@@ -556,7 +565,7 @@ def test_predict_names_what_it_assumes_about_the_papers_deepspeed_runs():
     assert "mixed precision" in assumed.output and "compute %.2f ms" % (1e3 * workload.compute_s) in assumed.output
     rows = _table(assumed.output)
     expected = predict(workload, fit.machine, [4, 128], paper_overhead("native"))[1].efficiency
-    assert rows[128][-7] == "%.3f" % expected and rows[128][-6] == "0.33" and abs(expected - 0.33) <= STATEMENT_TOLERANCE
+    assert rows[128][-10] == "%.3f" % expected and rows[128][-9] == "0.33" and abs(expected - 0.33) <= STATEMENT_TOLERANCE
     assert "E_G vs the paper's statements: 2 of 2 hold" in assumed.output
     tf32 = _predict(*args, "--precision", "tf32", "--zero-stage", "1")  # both given: nothing assumed, and 0.33 fails
     assert tf32.exit_code == 0, tf32.output
@@ -569,7 +578,8 @@ def test_predict_names_what_it_assumes_about_the_papers_deepspeed_runs():
 
 
 def test_predict_takes_the_published_figure_of_the_precision():
-    result = _predict("--site", "juwels", "--model", "resnet50", "--precision", "fp16", "--gpus", "4,8")
+    result = _predict("--site", "juwels", "--model", "resnet50", "--precision", "fp16", "--gpus", "4,8", "--calibrated",
+                      "none")
     assert result.exit_code == 0, result.output
     assert "compute %.2f ms" % (1e3 * 64 / 2470.0) in result.output and "mixed precision" in result.output
 
@@ -580,7 +590,7 @@ def test_predict_compares_with_the_paper_only_for_its_workload_and_machine():
                  ["--site", "juwels-booster", "--framework", "deepspeed"]):  # DeepSpeed cannot use DALI: no value
         result = _predict(*(["--model", "resnet50", "--calibrated", "dali"] + args))
         assert result.exit_code == 0, result.output
-        assert "paper" not in result.output and "fitted" in result.output
+        assert "paper E_G" not in result.output and "paper %" not in result.output and "fitted" in result.output
 
 
 def test_predict_calibrated_starts_without_numpy():
@@ -638,15 +648,32 @@ def test_predict_from_runs_says_how_to_make_a_calibration_run(tmp_path, site_fil
     assert str(result.exception).startswith("--from-runs") and "--profile-steps" in str(result.exception)
 
 
-def test_predict_for_the_issue_command_uses_the_published_a100_throughput():
-    """`dlaunch predict --site juwels --model resnet50 --gpus ...` needs no measurement on an A100 site."""
+def test_predict_for_the_issue_command_shows_the_calibrated_model_and_the_nominal_one_as_an_upper_bound():
+    """`dlaunch predict --site juwels --model resnet50` (issue 48): the calibrated model by default (E_G 0.78 at 1024
+    GPUs, as `--calibrated dali`), named in the first line with how to get the others; `--calibrated none` is the
+    nominal model (E_G 0.980 there), labelled an upper bound."""
     result = _predict("--site", "juwels", "--model", "resnet50", "--gpus", "4,1024")
     assert result.exit_code == 0, result.output
-    compute_ms = 1e3 * 64 / 938.0  # NVIDIA's A100 TF32 ResNet-50 figure, the paper's batch of 64
-    assert "compute %.2f ms" % compute_ms in result.output and "published A100-40GB" in result.output
-    (_, largest) = predict(Workload(compute_ms / 1e3, 64, gradient_bytes("resnet50")),
-                           Machine(4, 1.5, 800.0, 2400.0), [4, 1024])
-    assert "%.3f" % largest.efficiency in result.output
+    first = result.output.splitlines()[0]
+    assert first.startswith("model: calibrated on Aach et al. 2023 Table 2a's DALI column") and "--calibrated dali|native|none (none: nominal, an upper bound)" in first
+    assert "with the loader of the paper's main results (DALI" in first  # why DALI, not native
+    fit = fit_published()
+    calibrated = predict(paper_workload(fit, loader="dali"), fit.machine, [4, 1024], paper_overhead("dali"))[1]
+    assert _table(result.output)[1024][4] == "%.3f" % calibrated.efficiency == "0.780"
+    assert _table(_predict("--site", "juwels", "--model", "resnet50", "--gpus", "4,1024", "--calibrated", "dali").output) \
+        == _table(result.output)
+    nominal = _predict("--site", "juwels", "--model", "resnet50", "--gpus", "4,1024", "--calibrated", "none")
+    assert nominal.exit_code == 0, nominal.output
+    assert nominal.output.splitlines()[0].startswith("model: nominal") and "upper bound" in nominal.output
+    compute_ms = 1e3 * 64 / 938.0  # NVIDIA's A100 TF32 ResNet-50 row, carried to the paper's batch of 64
+    assert "compute %.2f ms" % compute_ms in nominal.output
+    (_, largest) = predict(Workload(compute_ms / 1e3, 64, gradient_bytes("resnet50")), Machine(4, 1.5, 800.0, 2400.0),
+                           [4, 1024])
+    assert _table(nominal.output)[1024][4] == "%.3f" % largest.efficiency == "0.980"
+    other = _predict("--site", "jureca-dc", "--model", "resnet50", "--gpus", "4,8")  # no calibration of its machine
+    assert other.output.splitlines()[0].startswith("model: nominal") and "no calibration exists" in other.output
+    deepspeed = _predict("--site", "juwels", "--model", "resnet50", "--gpus", "4,8", "--framework", "deepspeed")
+    assert "Table 2a's native loader column" in deepspeed.output and "DeepSpeed cannot use DALI" in deepspeed.output
 
 
 def test_predict_without_a_published_figure_asks_for_a_measurement():
@@ -713,7 +740,7 @@ def test_the_papers_epoch_overhead_comes_from_its_stated_setup():
     at = {g: paper_overhead("native").parts(native, fit.machine, g) for g in (4, 1024)}
     assert at[1024]["loader start"] == pytest.approx(2 * 64 / NATIVE_WORKER_IMAGES_PER_S)  # training and validation
     assert at[1024]["validation"] == pytest.approx(IMAGENET_VAL_IMAGES / fit.machine.storage_images_per_s)  # the file system
-    assert at[4]["validation"] == pytest.approx(IMAGENET_VAL_IMAGES / 4 / native_loader_images_per_s())  # the workers' CPU
+    assert at[4]["validation"] == pytest.approx(IMAGENET_VAL_IMAGES / 4 / (NATIVE_WORKERS * NATIVE_WORKER_IMAGES_PER_S))  # the workers' CPU
 
 
 def test_overhead_passes_names_the_first_count_above_a_tenth():
@@ -731,8 +758,8 @@ def test_predict_shows_a_stated_epoch_overhead_and_where_it_passes_a_tenth(site_
     overhead = FixedOverhead(2.0, "--epoch-overhead")
     rows = _table(result.output)
     for p in predict(RESNET50, JUWELS_LIKE, [4, 64, 1024], overhead):
-        assert rows[p.gpus][-3:-1] == ["2.00", "%.1f" % (100 * p.overhead_share)]
-        assert rows[p.gpus][-5] == "%.3f" % p.efficiency
+        assert rows[p.gpus][-6:-4] == ["2.00", "%.1f" % (100 * p.overhead_share)]
+        assert rows[p.gpus][-8] == "%.3f" % p.efficiency
     first = overhead_passes(RESNET50, JUWELS_LIKE, overhead, 4, 1024)
     assert "epoch overhead 2.000 s per epoch (given)" in result.output
     assert "more than 10 %% of it from %d GPUs on" % first in result.output
@@ -764,13 +791,13 @@ def test_predict_from_runs_measures_the_epoch_overhead_and_the_slowest_forward_e
     assert result.exit_code == 0, result.output
     assert "epoch overhead %.3f s per epoch (your runs' mean)" % (7.0 / 3) in result.output
     rows = _table(result.output)
-    assert [rows[g][-2] for g in (1, 2, 4, 8)] == ["0", "%.0f" % (100 * (0.55 / 0.525 - 1)), "20", "-"]  # v4_fields: median of the ranks
-    assert [rows[g][-4] for g in (1, 8)] == ["%.2f" % (7.0 / 3)] * 2
+    assert [rows[g][-5] for g in (1, 2, 4, 8)] == ["0", "%.0f" % (100 * (0.55 / 0.525 - 1)), "20", "-"]  # v4_fields: median of the ranks
+    assert [rows[g][-7] for g in (1, 8)] == ["%.2f" % (7.0 / 3)] * 2
     old = tmp_path / "old"
     _runs_made_by(old, truth, nodes=(1, 2))  # metrics before version 4
     result = _predict("--site", site, "--from-runs", old, "--gpus", "1,2")
     assert "epoch overhead: not recorded by your runs" in result.output
-    assert [" ".join(_table(result.output)[g][-3:-1]) for g in (1, 2)] == ["not recorded"] * 2
+    assert [" ".join(_table(result.output)[g][-6:-4]) for g in (1, 2)] == ["not recorded"] * 2
 
 
 def _cluster_site(tmp_path):

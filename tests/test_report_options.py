@@ -14,7 +14,7 @@ from test_report import table_rows
 
 RUNNER = CliRunner(env={"COLUMNS": "250"})
 SHORT = ["--steps", "4", "--warmup-steps", "1", "--data", "synthetic", "--site", "local", "--experiment", "opts"]
-DEFAULT_LABEL = "opts/local/resnet18/ddp/native b4"
+DEFAULT_LABEL = "opts/local/resnet18/ddp/native b4 t1"  # CPU runs of one thread per rank (--threads 1)
 
 
 @pytest.mark.slow

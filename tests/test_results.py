@@ -364,7 +364,9 @@ def test_a_version_1_database_is_upgraded_and_its_rows_judged_when_read_again(tm
     path = write_run(tmp_path, "slow", 2, [1.0, 50.0], epoch_fields=[slow, slow], version=VERSION)
     record([path])
     conn = sqlite3.connect(str(results_db))  # the database as schema version 1 left it: no flags column
-    for column in ("flags", "flags_threshold", "step_options", "compile_s"):  # nor those of version 3
+    for column in ("flags", "flags_threshold", "step_options", "compile_s",  # nor those of version 3
+                   "device", "threads", "measured_steps", "step_compute_s", "engine", "architecture", "updates",
+                   "scheduler"):  # and version 4's
         conn.execute("ALTER TABLE runs DROP COLUMN %s" % column)
     conn.execute("PRAGMA user_version = 1")
     conn.close()

@@ -7,7 +7,7 @@ import pytest
 
 import dlaunch.cli
 from dlaunch.cli import main
-from dlaunch.schedulers import Running
+from dlaunch.schedulers import Running, Submission
 from dlaunch.schedulers.local import Local
 from test_launcher_fakes import install_fakes
 
@@ -45,16 +45,19 @@ class EndedJob(Running):
     """A fake of a local job (no trainer started): it has already ended with `code`."""
 
     def __init__(self, code: int):
-        self.job_id, self.code = "local-1", code
+        self.code = code
 
     def wait(self, timeout=None):
         return self.code
 
+    def interrupt(self):
+        pass
+
 
 def test_a_failed_foreground_run_does_not_stop_the_others(here, monkeypatch, capsys):
-    """Local.start replaced by a fake whose jobs end with exit 3, then 0: both runs exist, the exit code is 3."""
+    """Local.submit replaced by a fake whose jobs end with exit 3, then 0: both runs exist, the exit code is 3."""
     codes = iter([3, 0])
-    monkeypatch.setattr(Local, "start", lambda self, script, run_dir: EndedJob(next(codes)))
+    monkeypatch.setattr(Local, "submit", lambda self, script, run_dir: Submission("local-1", EndedJob(next(codes))))
     assert main(["run", "--site", "local", "--gpus", "1", "--repeat", "2", "--experiment", "e", "--run-name", "x",
                  "--steps", "2"]) == 3
     assert (here / "runs/e/x-r1/state").read_text() == "finished (exit 3)\n"

@@ -114,7 +114,10 @@ def test_a_slowed_node_is_flagged_by_status_watch_and_report(pinned, site, tmp_p
     page = (tmp_path / "report" / "report.md").read_text()
     apart = page.split("## Stragglers and throttled GPUs", 1)[1].split("\n## ", 1)[0]
     assert "slow-node2" in apart and "%s rank 1" % SLOW_NODE in apart, page
-    included = dlaunch(pinned, tmp_path, "report", "runs/slowed", "--output", "with", "--include-stragglers")
+    # kept with --include-stragglers, the slowed run makes the 2-GPU point noisy (issue 47's quality verdict), which
+    # would set it apart too: kept here (--include-doubtful) to count its runs
+    included = dlaunch(pinned, tmp_path, "report", "runs/slowed", "--output", "with", "--include-stragglers",
+                       "--include-doubtful")
     assert included.returncode == 0, included.stderr
     # left out of the scaling figures unless asked: one run at 2 GPUs, then both
     assert _runs_at_2_gpus(page) == 1 and _runs_at_2_gpus((tmp_path / "with" / "report.md").read_text()) == 2

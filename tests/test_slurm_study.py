@@ -58,9 +58,10 @@ def test_a_study_with_repeats_survives_a_killed_job_and_reports_medians(two_node
     assert two_nodes.wait_job(job_id(killed), JOB_TIMEOUT_S) == "COMPLETED", log_text(killed)
     assert [read_metrics(str(r / "metrics.jsonl")).status for r in runs] == ["ok"] * 4
 
-    # 2-node runs on this machine's two vCPUs may compute unevenly enough to be flagged (a state of timing): kept
+    # 2-node runs on this machine's two vCPUs may compute unevenly enough to be flagged, and 2 repeats here may spread
+    # beyond the quality verdict's noise threshold (states of timing): kept
     report = dlaunch(two_nodes, tmp_path, "study", "report", str(tmp_path / "runs" / "cluster"), "-o", str(tmp_path / "report"),
-                     "--include-stragglers")
+                     "--include-stragglers", "--include-doubtful")
     assert report.returncode == 0, report.stderr
     section = (tmp_path / "report" / "report.md").read_text().split("## Published vs this run", 1)[1]
     rows = {row[1]: row for row in ([c.strip() for c in line.strip("|").split(" | ")]
@@ -69,7 +70,7 @@ def test_a_study_with_repeats_survives_a_killed_job_and_reports_medians(two_node
         low, mid, high = (float(v) for v in (rows[gpus][5], rows[gpus][4], rows[gpus][6]))
         assert low <= mid <= high and rows[gpus][7:9] == ["2", "min-max"], rows
     text = (tmp_path / "report" / "report.md").read_text()
-    section = text.split("## Scaling", 1)[1].split("## Runs", 1)[0]
+    section = text.split("## Scaling", 1)[1].split("## Measurement quality", 1)[0]
     scaling = [[c.strip() for c in line.strip("|").split(" | ")] for line in section.splitlines() if line.startswith("| cluster.scaling/")]
     assert [row[3:5] for row in scaling] == [["2", "min-max"], ["2", "min-max"]], scaling  # runs, spread per node count
     for row in scaling:  # images/s: the median inside its min-max range

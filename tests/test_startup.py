@@ -34,7 +34,7 @@ def dlaunch(*argv: str) -> str:
     return "from dlaunch.cli import main\nmain(%r)\n" % (list(argv),)
 
 
-# The Python API's types (dlaunch/api.py): `run` goes through its two steps (dlaunch/launch.py) without them; `runs`,
+# The Python API's types (dlaunch/api/): `run` goes through its two steps (dlaunch/launch.py) without them; `runs`,
 # `status` and `watch` show the API's RunStatus objects (and record the runs that ended through it).
 API = ("dlaunch.api",)
 

@@ -13,7 +13,7 @@ from fake_nvml import FakeNvml
 from dlaunch.analysis.budget import budget
 from dlaunch.analysis.perfmodel.prediction import slowest_forward_excess
 from dlaunch.analysis.scaling import load_runs
-from dlaunch.analysis.stragglers import STRAGGLER, THROTTLED, forward_excess, is_flagged, run_flags
+from dlaunch.analysis.stragglers import STRAGGLER, THROTTLED, flagged, forward_excess, run_flags, unflagged
 from dlaunch.train.gpuhealth import GpuHealth, node_health
 from dlaunch.train.metrics_schema import STEP_PHASES, VERSION
 from dlaunch.train.phases import PHASES_METHOD, overhead_fields, phase_fields, rank_row
@@ -102,9 +102,9 @@ def test_a_throttled_gpu_is_named_with_its_rank_and_flags_the_run(tmp_path):
     (flag,) = run_flags(run)
     assert (flag.kind, flag.host, flag.rank, flag.local_rank) == (THROTTLED, "n1", 1, 0)
     assert flag.message == "n1 GPU of rank 1 (local rank 0): SM clock 1095 of 1410 MHz (78 %), power cap: throttled"
-    assert is_flagged(run.phases, run.node_figures, 0.1)
+    assert run.path in flagged([run], 0.1)
     equal = run_of(tmp_path, "equal", epoch_fields([rank(0.1), rank(0.1)], ["n0", "n1"]), 2)
-    assert not is_flagged(equal.phases, equal.node_figures, 0.1)
+    assert flagged([equal], 0.1) == {}
 
 
 def test_the_budget_leaves_out_a_throttled_run_unless_included(tmp_path):
@@ -120,13 +120,13 @@ def test_the_budget_leaves_out_a_throttled_run_unless_included(tmp_path):
     runs = load_runs([tmp_path]).runs
     healthy_only = [r for r in runs if not r.path.endswith("g2-capped/metrics.jsonl")]
     assert len(healthy_only) == 2
-    assert budget(runs) == budget(healthy_only)
-    assert budget(runs, include_stragglers=True)[1].measured_e_g != budget(healthy_only)[1].measured_e_g
+    assert budget(unflagged(runs, flagged(runs))) == budget(healthy_only)
+    assert budget(runs)[1].measured_e_g != budget(healthy_only)[1].measured_e_g  # included
 
 
 def test_a_runs_gpu_health_over_epochs_is_one_gpus():
     """Each epoch names one GPU per node; the run's mean must not join one GPU's clock to another's reasons."""
-    from dlaunch.analysis.stragglers import GpuHealth, _mean_health
+    from dlaunch.analysis.phases import GpuHealth, _mean_health
 
     calm = GpuHealth(sm_clock_mhz=1400.0, sm_clock_max_mhz=1410.0, local_rank=0, throttle=(), temperature_c=60.0)
     hot = GpuHealth(sm_clock_mhz=900.0, sm_clock_max_mhz=1410.0, local_rank=1, throttle=("thermal",), temperature_c=90.0)

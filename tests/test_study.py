@@ -294,10 +294,11 @@ def test_repeat_runs_here_and_the_report_gives_their_median_and_spread(tmp_path,
     runs = sorted((tmp_path / "runs" / "rep").iterdir())
     assert [r.name for r in runs] == ["x-r1", "x-r2"]
     assert [read_metrics(str(r / "metrics.jsonl")).status for r in runs] == ["ok", "ok"]
-    report = dlaunch(tmp_path, "report", tmp_path / "runs", "-o", tmp_path / "report")
+    # whether 2 repeats on this shared machine spread beyond the noise threshold is a state of timing: kept
+    report = dlaunch(tmp_path, "report", tmp_path / "runs", "-o", tmp_path / "report", "--include-doubtful")
     assert report.returncode == 0, report.stderr
     text = (tmp_path / "report" / "report.md").read_text()
-    scaling = text.split("## Scaling", 1)[1].split("## Runs")[0]
+    scaling = text.split("## Scaling", 1)[1].split("## Measurement quality")[0]
     (row,) = [line for line in scaling.splitlines() if line.startswith("| rep/local/resnet44")]
     cells = [c.strip() for c in row.strip("|").split(" | ")]
     assert cells[1:5] == ["1", "1", "2", "min-max"]  # GPUs, nodes, runs, spread

@@ -2,6 +2,7 @@
 files' formats, the verdict from node files, the flight recorder's dump read (a fake NCCL dump built in torch's
 documented format: there is no GPU here; gloo's real dumps in the runs below), and real 2-rank gloo runs under torchrun:
 one rank stopped for good (SIGSTOP) after its first epoch, and a section held long that must not be called hung."""
+
 import os
 import pickle
 import signal
@@ -26,6 +27,7 @@ HANG_TIMEOUT_S = 4.0  # the runs' --hang-timeout: beat 0.4 s, node file 0.8 s, a
 
 
 # -- the deadline ----------------------------------------------------------------------------------------------------
+
 
 def test_the_default_timeout_is_the_floor_until_steps_and_boundaries_are_long():
     clock = HangClock(None, started=0.0)
@@ -84,25 +86,49 @@ def test_the_hang_timeout_flag(value, ok):
 
 # -- the flight recorder's dump --------------------------------------------------------------------------------------
 
+
 def fake_nccl_dump(rank: int, enqueued: int, completed: int, version: str = "2.5", status: bool = True) -> bytes:
     """FAKE: what torch's `_dump_nccl_trace()` returns on a GPU node (no GPU here), built as pytorch/tutorials'
     flight_recorder_tutorial documents the format (version 2.5): entries 40..`enqueued` of the default group, the last
     ones not completed; pg_status where the format has it."""
     entries = []
     for seq in range(40, enqueued + 1):
-        entries.append({
-            "frames": [{"name": "all_reduce", "filename": "distributed_c10d.py", "line": 2696}],
-            "record_id": seq - 40, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": seq,
-            "p2p_seq_id": 0, "op_id": seq, "profiling_name": "nccl:all_reduce" if seq < 42 else "nccl:broadcast",
-            "time_created_ns": 1724779239936775119 + seq, "input_sizes": [[1024, 1024]], "input_dtypes": ["Float"],
-            "output_sizes": [[1024, 1024]], "output_dtypes": ["Float"],
-            "state": "completed" if seq <= completed else "started", "time_discovered_started_ns": None,
-            "time_discovered_completed_ns": None, "retired": seq <= completed, "timeout_ms": 600000, "is_p2p": False})
-    dump = {"version": version, "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}},
-            "entries": entries}
+        entries.append(
+            {
+                "frames": [{"name": "all_reduce", "filename": "distributed_c10d.py", "line": 2696}],
+                "record_id": seq - 40,
+                "pg_id": 0,
+                "process_group": ("0", "default_pg"),
+                "collective_seq_id": seq,
+                "p2p_seq_id": 0,
+                "op_id": seq,
+                "profiling_name": "nccl:all_reduce" if seq < 42 else "nccl:broadcast",
+                "time_created_ns": 1724779239936775119 + seq,
+                "input_sizes": [[1024, 1024]],
+                "input_dtypes": ["Float"],
+                "output_sizes": [[1024, 1024]],
+                "output_dtypes": ["Float"],
+                "state": "completed" if seq <= completed else "started",
+                "time_discovered_started_ns": None,
+                "time_discovered_completed_ns": None,
+                "retired": seq <= completed,
+                "timeout_ms": 600000,
+                "is_p2p": False,
+            }
+        )
+    dump = {
+        "version": version,
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}},
+        "entries": entries,
+    }
     if status:
-        dump["pg_status"] = {"0": {"last_enqueued_collective": enqueued, "last_started_collective": enqueued,
-                                   "last_completed_collective": completed}}
+        dump["pg_status"] = {
+            "0": {
+                "last_enqueued_collective": enqueued,
+                "last_started_collective": enqueued,
+                "last_completed_collective": completed,
+            }
+        }
     return pickle.dumps(dump)
 
 
@@ -110,14 +136,31 @@ def fake_nccl_dump(rank: int, enqueued: int, completed: int, version: str = "2.5
 def test_the_first_collective_not_every_rank_entered_names_the_missing_rank(status):
     """Ranks 0 and 1 entered broadcast 42 and wait in it; rank 2's dump ends at 41 (it never entered); rank 3 wrote no
     dump (stopped). What torchfrtrace reports: 'Not all ranks joining collective 42 ... missing ranks: {2}'."""
-    summaries = {rank: fr.summary(fr.load(fake_nccl_dump(rank, enq, enq - 1 if rank < 2 else enq, status=status)), rank)
-                 for rank, enq in ((0, 42), (1, 42), (2, 41))}
-    assert summaries[0]["groups"] == [{"pg_id": "0", "name": "0", "desc": "default_pg", "members": [0, 1, 2, 3],
-                                       "last_enqueued": 42, "last_completed": 41}]
+    summaries = {
+        rank: fr.summary(fr.load(fake_nccl_dump(rank, enq, enq - 1 if rank < 2 else enq, status=status)), rank)
+        for rank, enq in ((0, 42), (1, 42), (2, 41))
+    }
+    assert summaries[0]["groups"] == [
+        {
+            "pg_id": "0",
+            "name": "0",
+            "desc": "default_pg",
+            "members": [0, 1, 2, 3],
+            "last_enqueued": 42,
+            "last_completed": 41,
+        }
+    ]
     assert fr.first_unfinished(summaries, [0, 1, 2, 3]) == {
-        "process_group": "0:default_pg", "collective_seq_id": 42, "op": "nccl:broadcast",
-        "input_sizes": [[1024, 1024]], "input_dtypes": ["Float"], "state": "started", "entered": [0, 1],
-        "missing_ranks": [2], "undumped_ranks": [3]}
+        "process_group": "0:default_pg",
+        "collective_seq_id": 42,
+        "op": "nccl:broadcast",
+        "input_sizes": [[1024, 1024]],
+        "input_dtypes": ["Float"],
+        "state": "started",
+        "entered": [0, 1],
+        "missing_ranks": [2],
+        "undumped_ranks": [3],
+    }
 
 
 def test_nothing_unfinished_and_a_dump_naming_a_class_is_refused():
@@ -135,13 +178,16 @@ def test_nothing_unfinished_and_a_dump_naming_a_class_is_refused():
         fr.load(pickle.dumps({"version": "2.5"}))
 
 
-@pytest.mark.parametrize("backend, release, gloo, expected", [
-    ("nccl", (2, 14), True, "TORCH_FR_BUFFER_SIZE=2000"),
-    ("gloo", (2, 14), True, "TORCH_FR_BUFFER_SIZE=2000"),
-    ("nccl", (2, 5), False, "TORCH_NCCL_TRACE_BUFFER_SIZE=2000"),
-    ("gloo", (2, 5), False, "unavailable: this torch's flight recorder does not record gloo's collectives"),
-    ("nccl", (1, 11), False, "unavailable: torch 1.11 has no flight recorder (2.2 on)"),
-])
+@pytest.mark.parametrize(
+    "backend, release, gloo, expected",
+    [
+        ("nccl", (2, 14), True, "TORCH_FR_BUFFER_SIZE=2000"),
+        ("gloo", (2, 14), True, "TORCH_FR_BUFFER_SIZE=2000"),
+        ("nccl", (2, 5), False, "TORCH_NCCL_TRACE_BUFFER_SIZE=2000"),
+        ("gloo", (2, 5), False, "unavailable: this torch's flight recorder does not record gloo's collectives"),
+        ("nccl", (1, 11), False, "unavailable: torch 1.11 has no flight recorder (2.2 on)"),
+    ],
+)
 def test_the_recorder_is_turned_on_where_the_torch_has_it(backend, release, gloo, expected):
     environ = {}
     assert fr.enable(environ, backend, release, gloo) == expected
@@ -154,10 +200,25 @@ def test_the_recorder_is_turned_on_where_the_torch_has_it(backend, release, gloo
 
 # -- the verdict from node files -------------------------------------------------------------------------------------
 
+
 def state(rank, heartbeat, step=30, phase="backward", local_rank=0, **more):
-    return dict({"rank": rank, "local_rank": local_rank, "role": "worker", "pid": 100 + rank, "heartbeat": heartbeat,
-                 "step": step, "step_time": 900.0, "epoch": 2, "phase": phase, "phase_since": 950.0,
-                 "timeout_s": 180.0, "overdue": True}, **more)
+    return dict(
+        {
+            "rank": rank,
+            "local_rank": local_rank,
+            "role": "worker",
+            "pid": 100 + rank,
+            "heartbeat": heartbeat,
+            "step": step,
+            "step_time": 900.0,
+            "epoch": 2,
+            "phase": phase,
+            "phase_since": 950.0,
+            "timeout_s": 180.0,
+            "overdue": True,
+        },
+        **more,
+    )
 
 
 def test_a_rank_whose_heartbeat_stopped_is_named_with_its_node_step_and_phase():
@@ -166,11 +227,23 @@ def test_a_rank_whose_heartbeat_stopped_is_named_with_its_node_step_and_phase():
     old_n2 = hb.node_record("n2", 2, 700.0, 10.0, [state(2, 700.0, step=28)])  # an older file of n2: merged, not used
     record = judge([n1, n2, old_n2], [0, 1, 2, 3], 1000.0, 30.0, 180.0, {"rank": 0, "host": "n1"})
     assert hb.hang_record_problem(record) is None
-    assert record["silent"] == [{"host": "n2", "rank": 2, "local_rank": 0, "role": "worker", "step": 29, "epoch": 2,
-                                 "phase": "data", "silent_s": 180.0, "stalled_s": 100.0,
-                                 "why": "no heartbeat for 180 s"}]
-    assert record["summary"] == ("no progress for 180 s: rank 2 (n2, local rank 0) no heartbeat for 180 s, at step 29, "
-                                 "phase data")
+    assert record["silent"] == [
+        {
+            "host": "n2",
+            "rank": 2,
+            "local_rank": 0,
+            "role": "worker",
+            "step": 29,
+            "epoch": 2,
+            "phase": "data",
+            "silent_s": 180.0,
+            "stalled_s": 100.0,
+            "why": "no heartbeat for 180 s",
+        }
+    ]
+    assert record["summary"] == (
+        "no progress for 180 s: rank 2 (n2, local rank 0) no heartbeat for 180 s, at step 29, phase data"
+    )
     assert [r["rank"] for r in record["ranks"]] == [0, 1, 2, 3]
     assert record["flight_recorder"] == "unavailable: no process dumped a flight recorder"
 
@@ -179,10 +252,13 @@ def test_without_a_silent_rank_the_one_behind_then_the_flight_recorders_missing_
     n1 = hb.node_record("n1", 0, 999.0, 10.0, [state(0, 999.0), state(1, 999.0, step=29, phase="data")])
     record = judge([n1], [0, 1], 1000.0, 30.0, 180.0, {"rank": 0, "host": "n1"})
     assert [(s["rank"], s["why"]) for s in record["silent"]] == [
-        (1, "behind: alive at step 29 while others finished step 30")]
+        (1, "behind: alive at step 29 while others finished step 30")
+    ]
     summaries = [fr.summary(fr.load(fake_nccl_dump(r, 42 if r != 3 else 41, 41)), r) for r in range(4)]
     ranks = [state(r, 999.0, flight_recorder=summaries[r]) for r in range(4)]
-    record = judge([hb.node_record("n1", 0, 999.0, 10.0, ranks)], [0, 1, 2, 3], 1000.0, 30.0, 180.0, {"rank": 0, "host": "n1"})
+    record = judge(
+        [hb.node_record("n1", 0, 999.0, 10.0, ranks)], [0, 1, 2, 3], 1000.0, 30.0, 180.0, {"rank": 0, "host": "n1"}
+    )
     assert [(s["rank"], s["why"]) for s in record["silent"]] == [(3, "missing from collective 42 (nccl:broadcast)")]
     never = judge([], [0], 1000.0, 30.0, 180.0, {"rank": 1, "host": "n1"})
     assert never["silent"][0]["why"] == "never reported" and never["silent"][0]["host"] is None
@@ -194,7 +270,8 @@ def test_a_process_that_only_serves_is_never_behind():
     n1 = hb.node_record("n1", 1, 999.0, 10.0, [server, state(1, 999.0, step=12), state(2, 999.0, step=11)])
     record = judge([n1], [0, 1, 2], 1000.0, 30.0, 180.0, {"rank": 1, "host": "n1"})
     assert [(s["rank"], s["role"], s["why"]) for s in record["silent"]] == [
-        (2, "worker", "behind: alive at step 11 while others finished step 12")]
+        (2, "worker", "behind: alive at step 11 while others finished step 12")
+    ]
 
 
 def test_the_files_the_launcher_reads(tmp_path):
@@ -202,8 +279,9 @@ def test_the_files_the_launcher_reads(tmp_path):
     folder.mkdir()
     n2 = hb.node_record("n2", 2, 999.0, 10.0, [state(3, 998.0, step=31), state(2, 990.0, step=30, step_time=950.0)])
     hb.write_json_atomically(str(folder / hb.node_file_name("n2", 2)), n2)
-    hb.write_json_atomically(str(folder / hb.node_file_name("n2", 3)),
-                             hb.node_record("n2", 3, 1005.0, 10.0, [state(3, 1004.0, step=32)]))
+    hb.write_json_atomically(
+        str(folder / hb.node_file_name("n2", 3)), hb.node_record("n2", 3, 1005.0, 10.0, [state(3, 1004.0, step=32)])
+    )
     (folder / "junk.json").write_text("{")
     os.symlink(folder / hb.node_file_name("n2", 2), folder / "link.json")
     nodes = hb.read_heartbeats(str(tmp_path))
@@ -218,8 +296,14 @@ def test_the_files_the_launcher_reads(tmp_path):
 
 
 def test_the_end_record_of_a_hung_run_is_metrics_version_5():
-    record = judge([hb.node_record("n1", 0, 999.0, 10.0, [state(0, 999.0), state(1, 900.0)])], [0, 1], 1000.0, 30.0,
-                   180.0, {"rank": 0, "host": "n1"})
+    record = judge(
+        [hb.node_record("n1", 0, 999.0, 10.0, [state(0, 999.0), state(1, 900.0)])],
+        [0, 1],
+        1000.0,
+        30.0,
+        180.0,
+        {"rank": 0, "host": "n1"},
+    )
     end = make_record("end", 1.0, status="hung", total_time_s=5.0, epochs_completed=1, **hb.hung_end_fields(record))
     assert end["version"] == 5 and end["hang"]["silent"][0]["rank"] == 1 and end["reason"].startswith("no progress")
     with pytest.raises(MetricsError, match="field 'hang' has the keys silent, expected file"):
@@ -228,9 +312,26 @@ def test_the_end_record_of_a_hung_run_is_metrics_version_5():
 
 # -- real runs: 2 gloo ranks under torchrun -------------------------------------------------------------------------
 
+
 def run_args(run: Path, *more: str) -> list:
-    return TINY + ["--steps", "6", "--steps-per-epoch", "3", "--warmup-steps", "1", "--hang-timeout", str(HANG_TIMEOUT_S),
-                   "--metrics", str(run / "metrics.jsonl"), "--checkpoint-dir", str(run / "checkpoints")] + list(more)
+    return (
+        TINY
+        + [
+            "--steps",
+            "6",
+            "--steps-per-epoch",
+            "3",
+            "--warmup-steps",
+            "1",
+            "--hang-timeout",
+            str(HANG_TIMEOUT_S),
+            "--metrics",
+            str(run / "metrics.jsonl"),
+            "--checkpoint-dir",
+            str(run / "checkpoints"),
+        ]
+        + list(more)
+    )
 
 
 def wait_until(condition, proc: subprocess.Popen, err: Lines, what: str, timeout: float = 600):
@@ -269,8 +370,12 @@ def test_a_rank_stopped_for_good_is_named_and_the_job_ends_hung(tmp_path):
     try:
         for rank in (0, 1):
             wait_until(Path("%s.held-after-epoch-0.rank%d" % (hold.file, rank)).exists, proc, err, "held")
-        shown = wait_until(lambda: (rank_shown(run, 1) or {}).get("phase") == "epoch boundary" and rank_shown(run, 1),
-                           proc, err, "shown held at the epoch boundary")
+        shown = wait_until(
+            lambda: (rank_shown(run, 1) or {}).get("phase") == "epoch boundary" and rank_shown(run, 1),
+            proc,
+            err,
+            "shown held at the epoch boundary",
+        )
         assert (shown["step"], shown["epoch"], shown["local_rank"]) == (3, 0, 1)
         node = hb.read_heartbeats(str(run))[socket.gethostname()]
         assert node["last_step"] == 3 and node["interval_s"] == pytest.approx(0.8)
@@ -291,8 +396,14 @@ def test_a_rank_stopped_for_good_is_named_and_the_job_ends_hung(tmp_path):
     assert record is not None, log[-4000:]
     (silent,) = record["silent"]
     assert {k: silent[k] for k in ("host", "rank", "local_rank", "role", "step", "epoch", "phase")} == {
-        "host": socket.gethostname(), "rank": 1, "local_rank": 1, "role": "worker", "step": 3, "epoch": 0,
-        "phase": "epoch boundary"}
+        "host": socket.gethostname(),
+        "rank": 1,
+        "local_rank": 1,
+        "role": "worker",
+        "step": 3,
+        "epoch": 0,
+        "phase": "epoch boundary",
+    }
     assert silent["why"].startswith("no heartbeat for") and silent["silent_s"] >= HANG_TIMEOUT_S
     assert record["detected_by"] == {"rank": 0, "host": socket.gethostname()}
     assert record["time"] - released >= HANG_TIMEOUT_S  # never before the deadline

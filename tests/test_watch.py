@@ -26,7 +26,8 @@ import dlaunch.cli
 import dlaunch.runs.watch
 from dlaunch.cli import main
 from dlaunch.cli.terminal import STATUS_HEADERS, STATUS_LEAVE_OUT
-from dlaunch.runs.runstate import LOCAL_RUNNING, SUBMIT_GRACE_S, Progress, read_progress
+from dlaunch.runs.runstate import SUBMIT_GRACE_S, Progress, read_progress
+from dlaunch.schedulers import RUNNING_HERE
 from dlaunch.tables import fit_table, print_table
 from dlaunch.runs.watch import duration
 from holds import Hold, run_until_released
@@ -128,7 +129,7 @@ def write_ended_and_live_runs(root: Path) -> None:
     warm, equal, late = [0.1, 0.5], [0.1, 0.1], [0.1, 0.14]
     epochs = [v4_epoch(0, warm), v4_epoch(1, equal), v4_epoch(2, equal), v4_epoch(3, late)]
     for name, records, state in (("ended", [header(8)] + epochs + [end()], "finished (exit 0)"),
-                                 ("live", [header(8)] + epochs, LOCAL_RUNNING % os.getpid())):
+                                 ("live", [header(8)] + epochs, RUNNING_HERE % os.getpid())):
         (write_run(root, name, records, state=state) / "site.toml").write_text(profile)
 
 
@@ -196,7 +197,7 @@ def test_a_live_runs_last_epoch_images_per_s_is_that_epochs_part_of_x_its_overhe
     monkeypatch.chdir(tmp_path)
     record = make_record("epoch", 104.0, epoch=0, steps=2, images=16, images_per_s=16.0, epoch_time_s=1.0,
                          data_wait_s=0.1, loss=1.0, lr=0.1, **v4_fields([0.1, 0.1], measured_steps=2, steps=2, overhead_s=1.0))
-    write_run(tmp_path / "runs", "r", [header(), record], state=LOCAL_RUNNING % os.getpid())
+    write_run(tmp_path / "runs", "r", [header(), record], state=RUNNING_HERE % os.getpid())
     assert main(["watch", "--once", "runs/r"]) == 0
     assert "; running; steps 2/6, epoch 1/3, 8.0 images/s (last epoch), loss 1.000, ETA 2s" in watch_lines(capsys)[0]
 
@@ -213,7 +214,7 @@ def test_a_running_runs_progress_file_shows_where_it_is_within_its_epoch_each_fi
     """Newer than the metrics file's last record: steps, the epoch's images/s and loss so far, the ETA at the rate
     of every step so far (the epochs' and this one's: 6 s over 3 steps)."""
     monkeypatch.chdir(tmp_path)
-    run = write_run(tmp_path / "runs", "r", [header(), epoch(0)], state=LOCAL_RUNNING % os.getpid())
+    run = write_run(tmp_path / "runs", "r", [header(), epoch(0)], state=RUNNING_HERE % os.getpid())
     progress_file(run, 110.0)
     p = read_progress(run / "metrics.jsonl")
     assert (p.steps_done, p.epochs_done, p.seconds_per_step, p.last_record_time) == (3, 1, 2.0, 110.0)
@@ -221,7 +222,7 @@ def test_a_running_runs_progress_file_shows_where_it_is_within_its_epoch_each_fi
     assert main(["watch", "--once", "runs/r"]) == 0
     assert LINE.match(watch_lines(capsys)[0]).group(2) == (
         "%s; running; steps 3/6, epoch 1/3, 5.5 images/s (this epoch so far, steps only), "
-        "loss 0.750 (rank 0, this epoch so far), ETA 6s" % (LOCAL_RUNNING % os.getpid()))
+        "loss 0.750 (rank 0, this epoch so far), ETA 6s" % (RUNNING_HERE % os.getpid()))
     progress_file(run, 110.0, images_per_s=None, loss=None, loss_steps=0)  # in the warm-up; no loss read yet
     assert main(["watch", "--once", "runs/r"]) == 0
     assert watch_lines(capsys)[0].endswith("running; steps 3/6, epoch 1/3, 16.0 images/s (last epoch), loss 3.000, ETA 6s")
@@ -229,7 +230,7 @@ def test_a_running_runs_progress_file_shows_where_it_is_within_its_epoch_each_fi
 
 @pytest.mark.parametrize("case", ["older than the last record", "of another epoch", "malformed", "a link"])
 def test_a_progress_file_that_is_not_the_runs_latest_word_is_ignored(tmp_path, case):
-    run = write_run(tmp_path, "r", [header(), epoch(0)], state=LOCAL_RUNNING % os.getpid())
+    run = write_run(tmp_path, "r", [header(), epoch(0)], state=RUNNING_HERE % os.getpid())
     if case == "older than the last record":
         progress_file(run, 103.0)
     elif case == "of another epoch":
@@ -296,7 +297,7 @@ def test_written_end_record_reason_explains_a_failure_without_log_lines(tmp_path
 def test_once_reports_a_running_written_run_and_exits_at_once(tmp_path, monkeypatch, capsys):
     """--once (cron): one look, exit 0 while nothing failed even though the run goes on."""
     monkeypatch.chdir(tmp_path)
-    write_run(tmp_path / "runs", "r", [header(), epoch(0)], state=LOCAL_RUNNING % os.getpid())
+    write_run(tmp_path / "runs", "r", [header(), epoch(0)], state=RUNNING_HERE % os.getpid())
     def no_sleep(seconds):
         raise AssertionError("--once slept %g s" % seconds)
 
@@ -313,7 +314,7 @@ def test_local_run_whose_dlaunch_died_ends_as_failed(tmp_path, monkeypatch, caps
     monkeypatch.chdir(tmp_path)
     gone = subprocess.Popen(["true"])
     gone.wait()
-    write_run(tmp_path / "runs", "r", [header(), epoch(0)], state=LOCAL_RUNNING % gone.pid)
+    write_run(tmp_path / "runs", "r", [header(), epoch(0)], state=RUNNING_HERE % gone.pid)
     assert main(["watch", "runs/r"]) == 1
     assert "dlaunch (pid %d) ended without recording the job's exit" % gone.pid in watch_lines(capsys)[0]
 
@@ -358,7 +359,7 @@ def test_watch_follows_a_written_run_as_records_arrive_one_line_per_change(tmp_p
     each write it waits until the watcher has looked at the run twice (so once after the write, whatever the
     machine's speed): every state is seen."""
     monkeypatch.chdir(tmp_path)
-    run = write_run(tmp_path / "runs", "r", [header()], state=LOCAL_RUNNING % os.getpid())
+    run = write_run(tmp_path / "runs", "r", [header()], state=RUNNING_HERE % os.getpid())
     looks = Looks(monkeypatch)
 
     def trainer() -> None:
@@ -522,7 +523,7 @@ def test_an_ended_run_is_read_once_then_taken_from_the_status_cache(tmp_path, mo
         patched.setattr(dlaunch.runs.runstate, "_read_progress", refused)
         assert main(["status", "runs"]) == 0
         assert capsys.readouterr().out == first and not reads
-    (run / "state").write_text(LOCAL_RUNNING % os.getpid() + "\n")  # resumed: running again
+    (run / "state").write_text(RUNNING_HERE % os.getpid() + "\n")  # resumed: running again
     assert main(["status", "runs"]) == 0
     assert "running here (dlaunch pid %d)" % os.getpid() in capsys.readouterr().out
 
@@ -532,7 +533,7 @@ def test_the_status_cache_is_not_used_for_live_runs_nor_after_another_dlaunch_ve
     monkeypatch.setattr(dlaunch.cli.out, "width", 200)
     cache = tmp_path / "status.json"
     monkeypatch.setenv("DLAUNCH_STATUS_CACHE", str(cache))
-    live = write_run(tmp_path / "runs", "live", [header(), epoch(0)], state=LOCAL_RUNNING % os.getpid())
+    live = write_run(tmp_path / "runs", "live", [header(), epoch(0)], state=RUNNING_HERE % os.getpid())
     write_run(tmp_path / "runs", "ended", finished())
     assert main(["status", "runs"]) == 0
     capsys.readouterr()
@@ -621,7 +622,11 @@ def test_status_asks_slurm_once_for_all_jobs_that_left_the_queue_and_each_answer
         "sacct -j 4801,4802,4803,4804 -X --noheader --parsable2 -o JobID,State,ExitCode,Reason,ConsumedEnergyRaw"]
     assert [snapshots[j].state for j in ("4801", "4802", "4803", "4804")] == ["COMPLETED", "FAILED", "CANCELLED", GONE]
     assert "energy 7.2 kJ (Slurm accounting: the job's nodes)" in snapshots["4801"].figures
-    assert "Slurm ended the job (CANCELLED by 0, exit code 0:15, reason None)" in snapshots["4803"].reason
+    # cancelled before its trainer wrote an end record: stopped, not failed, and by whom as Slurm's accounting says
+    assert snapshots["4803"].progress.status == "cancelled" and snapshots["4803"].reason == ""
+    assert snapshots["4803"].stopped_by == ("cancelled by Slurm (scancel or an administrator, not dlaunch cancel) (before "
+                                           "its trainer wrote how it ended); Slurm: CANCELLED by 0, exit code 0:15, "
+                                           "reason None")
     kept, alone = Slurm(), Slurm(environ=dict(os.environ, FAKE_ASKED_ALONE="1"))  # no jobs() in its environment
     for job in ("4801", "4802", "4803", "4804"):
         assert kept.end_reason(job) == alone.end_reason(job)
@@ -665,7 +670,7 @@ def test_watch_in_an_80_column_terminal_live_bars_and_whole_names(tmp_path):
     """In tmux: the live view of a written run as a writer thread adds its records, and a failed run."""
     long_name = "an-experiment-with-a-name-long-enough-to-wrap-an-80-column-terminal"
     run = write_run(tmp_path / "runs" / long_name, "r", [header(total_steps=40, steps_per_epoch=2)],
-                    state=LOCAL_RUNNING % os.getpid())
+                    state=RUNNING_HERE % os.getpid())
     write_run(tmp_path / "runs" / long_name, "bad", [header(), epoch(0), end("failed", reason="loss is nan at step 3")],
               state="finished (exit 1)")
 
@@ -790,7 +795,7 @@ def test_live_view_of_more_runs_than_the_screen_holds_shows_the_failed_and_runni
     for i in range(8):
         write_run(tmp_path / "runs" / "study", "ok%d" % i, finished())
     write_run(tmp_path / "runs" / "study", "zz-failed", [header(), end("failed", reason="loss is nan")], state="finished (exit 1)")
-    write_run(tmp_path / "runs" / "study", "zz-running", [header(), epoch(0)], state=LOCAL_RUNNING % os.getpid())
+    write_run(tmp_path / "runs" / "study", "zz-running", [header(), epoch(0)], state=RUNNING_HERE % os.getpid())
     watcher = Watcher([Path("runs/study")], why_failed)
     buffer = StringIO()
     Console(file=buffer, width=80, height=16).print(view(watcher, watcher.poll(), time.time(), "title", height=16))

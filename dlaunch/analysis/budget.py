@@ -1,47 +1,77 @@
 """The efficiency budget of a scaling group: from ideal (1.00) to the measured E_G, the share lost per cause.
 
+Its parts are one table, `PARTS` (name, per-step measure, colour, definition), which the report's table and
+definitions (dlaunch/reporting/document.py), its plot (dlaunch/reporting/plots.py), the API's `BudgetRow.lost` and the
+docs' lists of the parts (tests/test_budget_parts.py) read: a part is added there alone.
+
 Per GPU count G of a group whose reference is G_ref (same batch per GPU), per step, each figure the median
 over the point's runs of the run's mean over its measured epochs (the epoch record's phases, nodes and overhead:
-dlaunch/train/phases.py defines them, dlaunch/train/metrics_schema.py holds their shape; dlaunch/analysis/scaling.py
-averages them):
+dlaunch/train/phases.py defines them, dlaunch/analysis/phases.py reads them, dlaunch/analysis/scaling.py averages them):
+t(G) = global_batch / X(G), the effective step time behind the measured E_G (not a measured step: X counts every
+second of the epochs), and each part's measure x(G) in seconds per step (`BudgetPart.per_step`).
 
-    t(G)        = global_batch / X(G)                       the effective step time behind the measured E_G (not a
-                                                            measured step: X counts every second of the epochs)
-    wait(G)     = phases.median.sync_s - phases.slowest.sync_s   waiting for the slowest rank, measured: the median
-                                                            rank waits for it in the gradients' collective, the
-                                                            slowest for none (`EpochPhases.wait_s`, 0 if negative)
-    comm(G)     = phases.median.sync_s - wait(G)            exposed communication
-    data(G)     = phases.median.data_s
-    compute(G)  = phases.median.compute_s                   the median rank's forward + backward: it grows where
-                                                            communication beside back-propagation shares the GPU's
-                                                            SMs or a CPU's cores, or where clocks drop
-    overhead(G) = overhead.total_s / steps                  epoch overhead per step
-
-lost to x at G = (x(G) - x(G_ref)) / t(G); "other" = 1 - E_G - the recorded parts (optimizer changes, host gaps,
-and any part not recorded), so 1 - sum(lost) = measured E_G exactly. A part is None
-("not recorded") where the point's or the reference's runs lack it (files before version 4). The runs are
-those of the group's scaling points: diverged runs left out, and flagged runs (a straggler or a throttled GPU:
-`stragglers.is_flagged`) unless `include_stragglers`.
+lost to x at G = (x(G) - x(G_ref)) / t(G); `other` = 1 - E_G - the recorded parts (optimizer changes, host gaps,
+and any part not recorded), so 1 - sum(lost) = measured E_G exactly. A part is None ("not recorded") where the
+point's or the reference's runs lack it (files before version 4). The runs are those the caller gives, as it judged
+them: diverged runs are left out here, flagged ones (a straggler or a throttled GPU) by the caller
+(`stragglers.unflagged`) unless it includes them.
 """
 
 from dataclasses import dataclass
 from statistics import median
 from typing import Callable, Dict, List, Optional, Sequence
 
-from dlaunch.analysis.scaling import Run, measured_runs, scaling, without_flagged
-from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD
+from dlaunch.analysis.scaling import Run, measured_runs, scaling
 
 COMMUNICATION, STRAGGLERS, DATA, COMPUTE = "communication", "stragglers", "data", "compute"
 EPOCH_OVERHEAD, OTHER = "epoch overhead", "other"
-LOST_PARTS = (COMMUNICATION, STRAGGLERS, DATA, COMPUTE, EPOCH_OVERHEAD, OTHER)
 
-# Seconds per step of one run for each recorded part (None: not recorded).
-PER_STEP: Dict[str, Callable[[Run], Optional[float]]] = {
-    COMMUNICATION: lambda r: r.phases.median.sync_s - r.phases.wait_s if r.phases else None,
-    STRAGGLERS: lambda r: r.phases.wait_s if r.phases else None,
-    DATA: lambda r: r.phases.median.data_s if r.phases else None,
-    COMPUTE: lambda r: r.phases.median.compute_s if r.phases else None,
-    EPOCH_OVERHEAD: lambda r: r.overhead_per_step_s,
+
+@dataclass(frozen=True)
+class BudgetPart:
+    """A cause the budget names: a column of the report's table and a key of `BudgetRow.lost`."""
+
+    name: str
+    per_step: Optional[
+        Callable[[Run], Optional[float]]
+    ]  # seconds per step of one run (None: not recorded); OTHER: None
+    colour: str  # its bars in the report's plot (a matplotlib colour)
+    definition: str  # the report's definition of its measure (Markdown)
+
+
+# The parts in the order the report shows them; OTHER, the rest, last.
+PARTS: Dict[str, BudgetPart] = {
+    part.name: part
+    for part in (
+        BudgetPart(
+            COMMUNICATION,
+            lambda r: r.phases.median.sync_s - r.phases.wait_s if r.phases else None,
+            "C3",
+            "exposed communication, the median rank's sync_s less its wait for the slowest rank",
+        ),
+        BudgetPart(
+            STRAGGLERS,
+            lambda r: r.phases.wait_s if r.phases else None,
+            "C1",
+            "that wait, measured: the median rank's sync_s - the slowest rank's (0 if negative)",
+        ),
+        BudgetPart(DATA, lambda r: r.phases.median.data_s if r.phases else None, "C2", "the median rank's data_s"),
+        BudgetPart(
+            COMPUTE,
+            lambda r: r.phases.median.compute_s if r.phases else None,
+            "C5",
+            "the median rank's compute_s (it grows where communication beside back-propagation shares the GPU's SMs "
+            "or a CPU's cores, or where clocks drop)",
+        ),
+        BudgetPart(EPOCH_OVERHEAD, lambda r: r.overhead_per_step_s, "C4", "overhead.total_s / steps"),
+        BudgetPart(
+            OTHER,
+            None,
+            "C7",
+            "1 - E_G - the recorded parts (optimizer changes, host gaps, and parts not recorded), so ideal (1.000) - "
+            "everything lost = measured E_G exactly",
+        ),
+    )
 }
 
 
@@ -51,9 +81,9 @@ class BudgetRow:
 
     gpus: int
     measured_e_g: float
-    lost: Dict[str, Optional[float]]  # LOST_PARTS -> fraction of ideal lost (None: not recorded)
+    lost: Dict[str, Optional[float]]  # PARTS -> fraction of ideal lost (None: not recorded)
     step_s: float  # t(G) = global batch / X: the effective step time, not a measured step
-    per_step_s: Dict[str, Optional[float]]  # the parts but "other" at G, seconds per step (medians)
+    per_step_s: Dict[str, Optional[float]]  # the parts but OTHER at G, seconds per step (medians)
 
 
 def _median(values: Sequence[Optional[float]]) -> Optional[float]:
@@ -61,28 +91,26 @@ def _median(values: Sequence[Optional[float]]) -> Optional[float]:
     return median(recorded) if recorded else None
 
 
-def budget(
-    runs: Sequence[Run], include_stragglers: bool = False, straggler_threshold: float = DEFAULT_THRESHOLD
-) -> List[BudgetRow]:
-    """The budget per GPU count of one scaling group (`runs`, as `scaling.scaling` takes them); flagged runs left
-    out unless `include_stragglers`."""
-    kept = measured_runs(without_flagged(runs, include_stragglers, straggler_threshold))
-    points = scaling(kept, include_stragglers=True)
+def budget(runs: Sequence[Run]) -> List[BudgetRow]:
+    """The budget per GPU count of one scaling group (`runs`, as `scaling.scaling` takes them: judged by the caller)."""
+    measures = {name: part.per_step for name, part in PARTS.items() if part.per_step is not None}
+    kept = measured_runs(runs)
+    points = scaling(kept)
     if not points:
         return []
     figures = {}
     for point in points:
         at = [r for r in kept if r.world_size == point.gpus]
         step = median(r.global_batch / r.throughput for r in at)  # type: ignore[operator]
-        figures[point.gpus] = (step, {part: _median([of(r) for r in at]) for part, of in PER_STEP.items()})
+        figures[point.gpus] = (step, {name: _median([of(r) for r in at]) for name, of in measures.items()})
     reference = figures[points[0].gpus][1]
     rows = []
     for point in points:
         step, here = figures[point.gpus]
         lost: Dict[str, Optional[float]] = {
-            part: None if here[part] is None or reference[part] is None else (here[part] - reference[part]) / step  # type: ignore[operator]
-            for part in PER_STEP
+            name: None if here[name] is None or reference[name] is None else (here[name] - reference[name]) / step  # type: ignore[operator]
+            for name in measures
         }
         lost[OTHER] = 1.0 - point.efficiency - sum(v for v in lost.values() if v is not None)
-        rows.append(BudgetRow(point.gpus, point.efficiency, lost, step, here))
+        rows.append(BudgetRow(point.gpus, point.efficiency, {name: lost[name] for name in PARTS}, step, here))
     return rows

@@ -1,9 +1,8 @@
 """The published values a study is compared with (its `[[compare]]` entries, data/published/) beside the measured ones:
 a metric per GPU count of the groups a comparison matches (median and spread over repeats), or the ratio of two
-frameworks' throughput. The measured values leave out flagged runs (a straggler or a throttled GPU:
-scaling.group_runs at the default threshold, or as the caller judged them: a study's report as `report` does, and
---include-stragglers keeps them). The study file's schema is dlaunch/runs/studyfile.py; a study's report draws
-these (dlaunch/reporting/)."""
+frameworks' throughput. The measured values are those of the runs as the caller judged them (a study's report leaves
+out flagged runs as `report` does, stragglers.unflagged, and --include-stragglers keeps them). The study file's schema
+is dlaunch/runs/studyfile.py; a study's report draws these (dlaunch/reporting/)."""
 
 import csv
 from dataclasses import dataclass
@@ -16,8 +15,8 @@ from pydantic import field_validator, model_validator
 from dlaunch.analysis.scaling import Run, Spread, group_runs, run_values
 from dlaunch.boundary import escape, whole
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.schema import StrictModel
 from dlaunch.paths import PUBLISHED_DIR
+from dlaunch.specs.schema import StrictModel
 from dlaunch.train.framework_table import FRAMEWORKS
 
 METRICS = (
@@ -130,13 +129,11 @@ def read_published_row(path: Path, column: str, row: Dict[str, str]) -> float:
     return float(rows[0][column])
 
 
-def throughput_ratios(
-    runs: Sequence[Run], faster: str, slower: str, match: Dict[str, str], include_stragglers: bool = False
-) -> List[Tuple[int, Spread]]:
+def throughput_ratios(runs: Sequence[Run], faster: str, slower: str, match: Dict[str, str]) -> List[Tuple[int, Spread]]:
     """Per count, the median images/s of framework `faster` over that of `slower` (groups matching
     `match`); the spread runs from the lowest to the highest ratio of any two of their runs."""
     per_framework: Dict[str, Dict[int, List[float]]] = {faster: {}, slower: {}}
-    for key, group in group_runs(runs, include_stragglers).items():
+    for key, group in group_runs(runs).items():
         if key.framework in per_framework and all(getattr(key, k) == v for k, v in match.items()):
             for gpus, values in run_values(group, "images_per_s").items():
                 per_framework[key.framework].setdefault(gpus, []).extend(values)
@@ -149,14 +146,12 @@ def throughput_ratios(
     return ratios
 
 
-def compare_published(
-    compare: Compare, path: Path, runs: Sequence[Run], include_stragglers: bool = False
-) -> Comparison:
-    """The published values of a study's `[[compare]]` entry beside the matching groups of `runs` (flagged runs, at
-    the default threshold, left out unless `include_stragglers`: a caller that judged them itself keeps the rest)."""
+def compare_published(compare: Compare, path: Path, runs: Sequence[Run]) -> Comparison:
+    """The published values of a study's `[[compare]]` entry beside the matching groups of `runs` (as the caller
+    judged them)."""
     if compare.metric == "throughput_ratio":
         faster, slower = compare.ratio_of
-        ratios = throughput_ratios(runs, faster, slower, dict(compare.match), include_stragglers)
+        ratios = throughput_ratios(runs, faster, slower, dict(compare.match))
         value = read_published_row(path, compare.column, dict(compare.row))
         published = [(gpus, value) for gpus, _ in ratios] or [(1, value)]
         return Comparison(
@@ -167,7 +162,7 @@ def compare_published(
             {"%s / %s" % (faster, slower): ratios} if ratios else {},
         )
     measured = {}
-    for key, group in group_runs(runs, include_stragglers).items():
+    for key, group in group_runs(runs).items():
         if all(getattr(key, k) == v for k, v in compare.match.items()):
             values = run_values(group, compare.metric)
             if values:

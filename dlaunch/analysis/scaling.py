@@ -11,15 +11,22 @@ Definitions (also printed in the report):
   rate, images_per_s alone (`Run.overhead_included` says which). The epoch record's own
   `images_per_s` is its steps-only rate (`EpochPoint.steps_images_per_s`).
 - Per-rank phases, nodes, GPU health and epoch overhead of a run (version 4): the mean over the
-  same measured epochs (`Run.phases`, `Run.node_figures`, `Run.overhead`). Flagged runs, those with a
-  straggler or a throttled GPU (any flag of dlaunch/analysis/stragglers.py), are left out of groups and
-  scaling points unless `include_stragglers`: their E_G is understated.
+  same measured epochs (`Run.phases`, `Run.node_figures`, `Run.overhead`; the records: dlaunch/analysis/phases.py).
+  Groups and scaling points take the runs as the caller judged them: flagged runs (a straggler or a throttled GPU,
+  whose E_G is understated) are left out by the caller (dlaunch/analysis/stragglers.py: `unflagged`) unless it
+  includes them.
 - Runs are grouped by experiment, site, model, framework, loader, batch per GPU and step options: runs with
   different batch sizes per GPU do different work per step, so each batch size is its own curve; the step
   options (`Run.key.step_options`: the trainer's --compile, --cuda-graphs, --optimizer-impl and --host-syncs
   where the header's `config` records them away from their defaults, as `dlaunch.train.config.workload_flags`
   writes them; "-" for none, as for a header older than the options) change how fast a step runs, so each
-  set of them is its own curve too (`dlaunch predict --from-runs` refuses runs that mix them).
+  set of them is its own curve too (`dlaunch predict --from-runs` refuses runs that mix them). So is each count of
+  CPU threads per rank of runs whose ranks compute on CPUs (`Run.key.threads`, `threads_key`: the header's
+  `threads`, else the config's --threads): their threads are their compute, and the trainer's default divides a
+  node's CPUs by its ranks (1 process here: 2 threads; 2 processes: 1 each), so runs that differ are not one curve.
+  A GPU run's CPU threads compute no part of its step: not part of its key.
+- The measurement-quality verdict of each point (spread, its reference's, E_G against noise): dlaunch/analysis/
+  quality.py.
 - Compile time (`Run.compile_s`, --compile): the epoch records' `compile_s`, the wall time of each session's
   first step, a warm-up step: reported apart, never part of X.
 - Within a group the reference is the smallest GPU count G_ref (the paper's one node, 4 GPUs):
@@ -59,27 +66,21 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optiona
 from rich import box
 from rich.table import Table
 
-from dlaunch.analysis.stragglers import (
-    DEFAULT_THRESHOLD,
+from dlaunch.analysis.phases import (
     EpochPhases,
     NodeFigures,
+    Overhead,
     epoch_nodes,
+    epoch_overhead,
     epoch_phases,
-    is_flagged,
     mean_nodes,
     mean_phases,
 )
 from dlaunch.boundary import escape
 from dlaunch.errors import DlaunchError
 from dlaunch.train.config import workload_flags
-from dlaunch.train.metrics_schema import (
-    METRICS_FILE,
-    OVERHEAD_FIELDS,
-    Metrics,
-    MetricsError,
-    energy_total,
-    read_metrics,
-)
+from dlaunch.train.framework_table import FRAMEWORKS
+from dlaunch.train.metrics_schema import METRICS_FILE, Metrics, MetricsError, energy_total, read_metrics
 
 if TYPE_CHECKING:  # the site models (pydantic) stay out of `dlaunch status`'s start-up
     from dlaunch.jobs.sites import Reference
@@ -117,22 +118,6 @@ class KernelShares:
             return None
         total, comm, compute, io = values
         return cls(comm / total, compute / total, io / total)
-
-
-@dataclass(frozen=True)
-class Overhead:
-    """An epoch's time outside its steps (rank 0's wall clock, seconds; metrics-v4's `overhead`), or a mean of them."""
-
-    loader_start_s: float
-    validation_s: float
-    checkpoint_s: float
-    barrier_s: float
-    metrics_s: float
-    total_s: float
-
-    @classmethod
-    def mean_of(cls, items: Sequence["Overhead"]) -> "Overhead":
-        return cls(*(fmean(getattr(o, name) for o in items) for name in OVERHEAD_FIELDS))
 
 
 @dataclass(frozen=True)
@@ -187,12 +172,23 @@ class GroupKey(NamedTuple):
     loader: str
     batch_per_worker: int
     step_options: str  # the trainer's workload options away from their defaults, as flags; "-": none
+    threads: str = "-"  # CPU threads per rank of a CPU run (`threads_key`); "-": a GPU run, or not recorded
 
     @property
     def label(self) -> str:
-        """experiment/site/model/framework/loader bN, then the step options where the run changed some."""
+        """experiment/site/model/framework/loader bN, tN for a CPU run's threads per rank, then the step options where
+        the run changed some."""
         label = "%s/%s/%s/%s/%s b%d" % self[:6]
+        label += "" if self.threads == "-" else " t%s" % self.threads
         return label if self.step_options == "-" else "%s %s" % (label, self.step_options)
+
+
+def threads_key(device: str, threads: Optional[int]) -> str:
+    """A run's threads per rank as part of its scaling group's key (GroupKey.threads, the results database's curves):
+    the count for a run whose ranks compute on CPUs, where its threads are its compute; "-" for a GPU run (its CPU
+    threads compute no part of the step: the loader's workers are processes of their own) and for a CPU run that
+    recorded none (files before the header's `threads`, run without --threads)."""
+    return str(threads) if device == "cpu" and threads else "-"
 
 
 @dataclass(frozen=True)
@@ -220,6 +216,26 @@ class Run:
     data: str = "synthetic"  # the trainer's --data
     num_classes: Optional[int] = None
     network: Optional[List[Dict[str, Any]]] = field(default=None, hash=False)  # what its collective libraries selected
+    device: str = "cuda"  # the header's: cpu, cuda (ROCm too)
+    threads: Optional[int] = None  # CPU threads per rank (`recorded_threads`; None: not recorded)
+    hosts: Tuple[str, ...] = ()  # every rank's host, index = rank
+    version: int = 4  # the metrics schema version of its header
+    scheduler: Optional[str] = None  # the kind of scheduler that ran it (the header's; None: not recorded)
+
+    @property
+    def on_gpus(self) -> bool:
+        """Whether its ranks computed on GPUs (else on CPUs: its world size counts worker processes)."""
+        return self.device != "cpu"
+
+    @cached_property
+    def ranks_per_node(self) -> Optional[int]:
+        """The most ranks one host held (None: hosts not recorded)."""
+        return max(self.hosts.count(host) for host in self.hosts) if self.hosts else None
+
+    @cached_property
+    def measured_steps(self) -> int:
+        """The steps whose images give X: the measured epochs' measured steps."""
+        return sum(e.measured_steps for e in self.measured_epochs)
 
     @cached_property
     def measured_epochs(self) -> Tuple[EpochPoint, ...]:
@@ -332,6 +348,48 @@ class Run:
         p = self.profile
         return Shares.from_profile(p.comm_s, p.compute_s, p.data_s) if p else None
 
+    @cached_property
+    def step_shares(self) -> Optional[Shares]:
+        """The median rank's step split from the per-rank phases every run of the PyTorch trainer records (version 4):
+        sync_s (exposed communication and waiting for peers), compute_s and data_s, each over their sum; None where
+        not recorded (the TensorFlow and MXNet trainers, files before version 4)."""
+        p = self.phases
+        return Shares.from_profile(p.median.sync_s, p.median.compute_s, p.median.data_s) if p else None
+
+    @property
+    def axes(self) -> "Axes":
+        return axes_of(self.key.framework)
+
+
+class Axes(NamedTuple):
+    """What a study compares about a run's framework (dlaunch/train/framework_table.py's row): its engine, its
+    architecture ('allreduce', 'parameter-server') and its updates ('sync', 'async'); '-' for a framework the table
+    lacks."""
+
+    engine: str
+    architecture: str
+    updates: str
+
+
+def axes_of(framework: str) -> Axes:
+    info = FRAMEWORKS.get(framework)
+    if info is None:
+        return Axes("-", "-", "-")
+    return Axes(info.engine, info.architecture, "sync" if info.synchronous else "async")
+
+
+def count_unit(runs: Iterable[Run]) -> str:
+    """What the runs' world sizes count, as the report's headers and plots name it: "GPUs", "workers" (no run
+    computed on a GPU: worker processes; a parameter-server engine's servers and coordinators are not counted), or
+    "GPUs or workers" for a mix."""
+    kinds = frozenset(r.on_gpus for r in runs)
+    return {frozenset([False]): "workers", frozenset([True, False]): "GPUs or workers"}.get(kinds, "GPUs")
+
+
+def count_name(unit: str) -> str:
+    """'GPU count', 'worker count' or 'GPU or worker count' of a `count_unit`."""
+    return "%s count" % " or ".join(word[:-1] for word in unit.split(" or "))
+
 
 CONFIDENCE = 0.95
 
@@ -388,6 +446,7 @@ class ScalingPoint:
     efficiencies: Spread
     shares: Optional[Shares]  # the runs' mean
     energy: Optional[Spread] = None  # J/img of the runs that measured energy
+    step_shares: Optional[Shares] = None  # the runs' mean Run.step_shares (per-rank phases)
     epochs_to_target: Optional[Spread] = None  # of the runs that reached --target-accuracy
     time_to_target: Optional[Spread] = None  # seconds, of the runs that reached it
 
@@ -440,14 +499,10 @@ def _total(energy: Optional[dict]) -> Tuple[Optional[float], Optional[str]]:
     return (total[0], total[1]) if total else (None, None)
 
 
-def _overhead(record: Dict[str, Any]) -> Optional[Overhead]:
-    overhead = record.get("overhead")
-    return Overhead(*(float(overhead[name]) for name in OVERHEAD_FIELDS)) if isinstance(overhead, dict) else None
-
-
 def run_from_metrics(metrics: Metrics) -> Run:
     """Reduce a parsed metrics file (schema versions 1-4) to a Run."""
     h = metrics.header
+    threads = recorded_threads(h)
     key = GroupKey(
         _text(h["experiment"]),
         _text(h["site"]),
@@ -456,6 +511,7 @@ def run_from_metrics(metrics: Metrics) -> Run:
         _text(h["loader"]),
         h["batch_per_worker"],
         _text(workload_flags(h["config"])),
+        threads_key(h["device"], threads),
     )
     epochs, domains = [], None
     for e in metrics.epochs:
@@ -472,7 +528,7 @@ def run_from_metrics(metrics: Metrics) -> Run:
                 epoch_time_s=float(e["epoch_time_s"]),
                 steps=e["steps"],
                 measured_steps=e.get("measured_steps", e["images"] // h["global_batch"]),
-                overhead=_overhead(e),
+                overhead=epoch_overhead(e),
                 phases=epoch_phases(e),
                 nodes=epoch_nodes(e),
                 compile_s=None if e.get("compile_s") is None else float(e["compile_s"]),
@@ -506,7 +562,21 @@ def run_from_metrics(metrics: Metrics) -> Run:
         data=str(h["config"].get("data") or "synthetic"),
         num_classes=h["config"].get("num_classes"),
         network=metrics.network,
+        device=escape(h["device"]),
+        threads=threads,
+        hosts=tuple(escape(str(host)) for host in h["hosts"]),
+        version=h["version"],
+        scheduler=h.get("scheduler"),
     )
+
+
+def recorded_threads(header: Dict[str, Any]) -> Optional[int]:
+    """A run's CPU threads per rank: the header's `threads`, else its config's --threads (files before the header
+    recorded them); None: not recorded (the trainer's default, which depends on the ranks per node)."""
+    for threads in (header.get("threads"), header["config"].get("threads")):
+        if isinstance(threads, int) and not isinstance(threads, bool) and threads > 0:
+            return threads
+    return None
 
 
 def load_runs(paths: Iterable[str]) -> Loaded:
@@ -521,22 +591,10 @@ def load_runs(paths: Iterable[str]) -> Loaded:
     return Loaded(runs, rejected)
 
 
-def without_flagged(
-    runs: Iterable[Run], include_stragglers: bool = False, straggler_threshold: float = DEFAULT_THRESHOLD
-) -> List[Run]:
-    """`runs`, the flagged ones (a straggler or a throttled GPU: `stragglers.is_flagged`) left out unless
-    `include_stragglers` (the name of report's --include-stragglers, which keeps both)."""
-    return [r for r in runs if include_stragglers or not is_flagged(r.phases, r.node_figures, straggler_threshold)]
-
-
-def group_runs(
-    runs: Iterable[Run], include_stragglers: bool = False, straggler_threshold: float = DEFAULT_THRESHOLD
-) -> Dict[GroupKey, List[Run]]:
-    """Runs by group key, groups and runs in sorted order; flagged runs (a straggler or a throttled GPU) left out unless
-    `include_stragglers`."""
+def group_runs(runs: Iterable[Run]) -> Dict[GroupKey, List[Run]]:
+    """Runs by group key, groups and runs in sorted order (the runs as the caller judged them: stragglers.unflagged)."""
     groups: Dict[GroupKey, List[Run]] = {}
-    kept = without_flagged(runs, include_stragglers, straggler_threshold)
-    for run in sorted(kept, key=lambda r: (r.key, r.world_size, r.path)):
+    for run in sorted(runs, key=lambda r: (r.key, r.world_size, r.path)):
         groups.setdefault(run.key, []).append(run)
     return groups
 
@@ -547,13 +605,9 @@ def _mean_shares(shares: Sequence[Shares]) -> Optional[Shares]:
     return Shares(fmean(s.comm for s in shares), fmean(s.compute for s in shares), fmean(s.data for s in shares))
 
 
-def scaling(
-    runs: Sequence[Run], include_stragglers: bool = False, straggler_threshold: float = DEFAULT_THRESHOLD
-) -> List[ScalingPoint]:
-    """Throughput, S_G, E_G and J/img per GPU count of one group (median and spread over the runs);
-    diverged runs, runs without epochs and, unless `include_stragglers`, flagged runs (a straggler or a throttled
-    GPU) are left out."""
-    runs = without_flagged(runs, include_stragglers, straggler_threshold)
+def scaling(runs: Sequence[Run]) -> List[ScalingPoint]:
+    """Throughput, S_G, E_G and J/img per GPU count of one group (median and spread over the runs, as the caller
+    judged them: stragglers.unflagged); diverged runs and runs without epochs are left out."""
     metrics = ("images_per_s", "speedup", "efficiency", "joules_per_image", "epochs_to_target", "time_to_target_s")
     values = {metric: run_values(runs, metric) for metric in metrics}
 
@@ -573,6 +627,7 @@ def scaling(
                 speedups=Spread.of(values["speedup"][gpus]),
                 efficiencies=Spread.of(values["efficiency"][gpus]),
                 shares=_mean_shares([r.shares for r in group if r.shares is not None]),
+                step_shares=_mean_shares([r.step_shares for r in group if r.step_shares is not None]),
                 energy=spread("joules_per_image", gpus),
                 epochs_to_target=spread("epochs_to_target", gpus),
                 time_to_target=spread("time_to_target_s", gpus),

@@ -1,5 +1,8 @@
-"""Stragglers and throttled GPUs from the per-rank phases of metrics schema version 4 (dlaunch/train/metrics_schema.py,
-dlaunch/train/phases.py: the writer side).
+"""The straggler judgement: stragglers and throttled GPUs from the per-rank phases of metrics schema version 4
+(dlaunch/analysis/phases.py: the records; dlaunch/train/phases.py: the writer side), the threshold a run is judged
+at, and which runs the figures leave out. Every command that judges a run (status, watch, report, study report, the
+results database) and the analysis that leaves flagged runs out (scaling, budget, published comparisons) take it
+from here.
 
 - The straggler measure (`forward_excess`, one definition for the flag and predict's column): how much
   longer a rank's forward pass (forward_s, the part of compute_s that overlaps no communication) took than the median
@@ -8,82 +11,42 @@ dlaunch/train/phases.py: the writer side).
   two ranks differ 1.53x. Records of method `MEDIAN_OF_RANKS_METHOD` (written before) hold statistics.median, for an
   even rank count the mean of the two middle ranks (with 2 ranks "21 % slower" there meant 1.53x apart): they are
   read as recorded and their flags say "than the median of the ranks".
-- Straggler: a node whose slowest rank's forward excess is over the threshold (`DEFAULT_THRESHOLD`,
-  dlaunch/thresholds.py; a site profile's `straggler_threshold`). A finished run is judged on its measured epochs
-  (those that give images/s: `Run.measured_epochs`), each node by the mean over them of its slowest rank's forward_s
-  against the mean of the median rank's; a live run on its last epoch.
+- Straggler: a node whose slowest rank's forward excess is over the threshold. A finished run is judged on its
+  measured epochs (those that give images/s: `Run.measured_epochs`), each node by the mean over them of its slowest
+  rank's forward_s against the mean of the median rank's (`run_flags`); a live run on its last epoch (`live_flags`).
 - Throttled GPU: a node whose GPU health shows an SM clock below (1 - threshold) x its maximum together with a
   throttle reason, or any of `HARD_THROTTLES`.
+- The threshold (`threshold_of`): --straggler-threshold where given, else the `straggler_threshold` of the site
+  profile the run is judged by, else `DEFAULT_THRESHOLD` (dlaunch/thresholds.py); a fraction in (0, 1)
+  (`check_threshold`; `threshold_option` says so as the option's error). Which profile: the caller's (`status`: the
+  one its run directory kept, else its request's site; `report`: kept, else its site's name here, or --site; the
+  results database: kept only, so that a row depends on its run directory alone), read by `kept_profile`.
 
-One flag per node at most of each kind, naming host, rank and local rank; a run is flagged (`is_flagged`: left out of
-scaling figures and the budget unless included) when it has any. Pure functions: a Run (or a parsed metrics file) and
-a threshold in, `Flag`s out. Epoch records are parsed here (`epoch_phases`, `epoch_nodes`) and averaged over epochs
-(`mean_phases`, `mean_nodes`); dlaunch/analysis/scaling.py keeps them per epoch and per run. A version 1-3 file has
-none of these records: no flags, never "no straggler".
+One flag per node at most of each kind, naming host, rank and local rank (`Flag`: `line` is how status shows and
+keeps it, `stored` what a results database row keeps); a run is flagged when it has any: `flagged` judges many runs,
+`unflagged` is the one rule that leaves them out of scaling figures and the budget (unless included: the caller's
+choice). A version 1-3 file has no phases: no flags, never "no straggler".
 """
 
-from collections import Counter
+import functools
 from dataclasses import dataclass
-from statistics import fmean
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence
 
-from dlaunch.boundary import escape
+from dlaunch.analysis.phases import EpochPhases, GpuHealth, NodeFigures
+from dlaunch.analysis.scaling import Run
+from dlaunch.boundary import MAX_FILE_BYTES, decode, parse_toml, read_bytes, validate
+from dlaunch.errors import DlaunchError
+from dlaunch.paths import SITE_PROFILE
 from dlaunch.thresholds import DEFAULT_THRESHOLD
-from dlaunch.train.metrics_schema import MEDIAN_OF_RANKS_METHOD, STEP_PHASES, is_number
+
+if TYPE_CHECKING:  # the site models (pydantic) are imported only for a run that kept a profile
+    from dlaunch.jobs.sites import Site
 
 # Reasons that slow a GPU whatever its clock shows (NVML clock event reasons, as the trainer names them).
 HARD_THROTTLES = ("thermal", "hardware slowdown", "power brake")
 STRAGGLER, THROTTLED = "straggler", "throttled"
-# An epoch record's phases.method says what its "median" is (metrics_schema.PHASES_METHOD): the median rank, or in
-# records of MEDIAN_OF_RANKS_METHOD the median of the ranks (statistics.median; the reference named in flags).
-MEDIAN_RANK, MEDIAN_OF_RANKS = "the median rank", "the median of the ranks"
-
-
-@dataclass(frozen=True)
-class PhaseTimes:
-    """Seconds per step of one rank (or the median rank's), metrics-v4's definitions."""
-
-    data_s: float
-    forward_s: float  # part of compute_s
-    compute_s: float
-    sync_s: float
-    optimizer_s: float
-    other_s: float
-    step_s: float
-
-    @classmethod
-    def of(cls, record: Dict[str, Any]) -> "PhaseTimes":
-        return cls(*(float(record[name]) for name in STEP_PHASES))
-
-    @classmethod
-    def mean_of(cls, items: Sequence["PhaseTimes"]) -> "PhaseTimes":
-        return cls(*(fmean(getattr(p, name) for p in items) for name in STEP_PHASES))
-
-
-@dataclass(frozen=True)
-class RankId:
-    host: str
-    rank: int
-    local_rank: Optional[int]
-
-
-@dataclass(frozen=True)
-class EpochPhases:
-    """An epoch's `phases`: the median rank (`median_of` names what the record's median is) and the rank with the
-    longest forward pass."""
-
-    median: PhaseTimes
-    slowest: PhaseTimes
-    slowest_rank: RankId
-    median_of: str  # MEDIAN_RANK or MEDIAN_OF_RANKS (records of MEDIAN_OF_RANKS_METHOD)
-
-    @property
-    def wait_s(self) -> float:
-        """Seconds per step the median rank waits for the slowest, measured: its sync_s over the slowest rank's (in
-        the gradients' collective a rank waits for those that arrive later; the slowest waits for none), 0 when the
-        slowest waited longer. Time, where `forward_excess` is the flag's measure of who is slow. (Records of
-        MEDIAN_OF_RANKS_METHOD: with 2 ranks their median sync_s is the mean of the two, so half the wait.)"""
-        return max(0.0, self.median.sync_s - self.slowest.sync_s)
+OPTION = "--straggler-threshold"
 
 
 def forward_excess(phases: EpochPhases, forward_s: Optional[float] = None) -> Optional[float]:
@@ -95,154 +58,28 @@ def forward_excess(phases: EpochPhases, forward_s: Optional[float] = None) -> Op
 
 
 @dataclass(frozen=True)
-class GpuHealth:
-    """A node's GPU health (None: a figure not recorded); `unavailable`: why none was recorded."""
-
-    sm_clock_mhz: Optional[float] = None
-    sm_clock_max_mhz: Optional[float] = None
-    local_rank: Optional[int] = None
-    throttle: Tuple[str, ...] = ()
-    temperature_c: Optional[float] = None
-    unavailable: Optional[str] = None
-
-    @classmethod
-    def of(cls, value: Any) -> "GpuHealth":
-        if not isinstance(value, dict):
-            return cls(unavailable=escape(str(value)))
-
-        def figure(name: str) -> Optional[float]:
-            return float(value[name]) if is_number(value.get(name)) else None
-
-        return cls(
-            figure("sm_clock_mhz"),
-            figure("sm_clock_max_mhz"),
-            value.get("local_rank"),
-            tuple(escape(str(r)) for r in value.get("throttle") or ()),
-            figure("temperature_c"),
-        )
-
-
-@dataclass(frozen=True)
-class NodeFigures:
-    """One node's entry of an epoch record's `nodes` (or the mean over epochs)."""
-
-    host: str
-    ranks: int
-    median_forward_s: float
-    median_compute_s: float
-    slowest: RankId
-    slowest_forward_s: float
-    slowest_compute_s: float
-    gpu: GpuHealth
-
-
-@dataclass(frozen=True)
 class Flag:
+    """A straggler or a throttled GPU of a run: the one record of a flag, wherever it is shown or kept."""
+
     kind: str  # STRAGGLER or THROTTLED
     host: str
     rank: Optional[int]  # stragglers: the slow rank; throttled GPUs: the GPU's rank where the record holds it
     local_rank: Optional[int]
     message: str
 
+    @property
+    def line(self) -> str:
+        """The flag as `status` and `watch` show it (and the status cache keeps it): 'straggler: n2 rank 1 ...'."""
+        return "%s: %s" % (self.kind, self.message)
 
-def epoch_phases(record: Dict[str, Any]) -> Optional[EpochPhases]:
-    """The `phases` of a (validated) epoch record; None when not recorded (versions 1-3)."""
-    phases = record.get("phases")
-    if not isinstance(phases, dict):
-        return None
-    slowest = phases["slowest"]
-    return EpochPhases(
-        PhaseTimes.of(phases["median"]),
-        PhaseTimes.of(slowest),
-        RankId(escape(slowest["host"]), slowest["rank"], slowest["local_rank"]),
-        MEDIAN_OF_RANKS if phases["method"] == MEDIAN_OF_RANKS_METHOD else MEDIAN_RANK,
-    )
+    def stored(self) -> Dict[str, str]:
+        """The flag as a results database row keeps it (its `flags` column)."""
+        return {"kind": self.kind, "message": self.message}
 
 
-def epoch_nodes(record: Dict[str, Any]) -> Optional[Tuple[NodeFigures, ...]]:
-    """The `nodes` of a (validated) epoch record; None when not recorded."""
-    nodes = record.get("nodes")
-    if not isinstance(nodes, list):
-        return None
-    return tuple(
-        NodeFigures(
-            escape(n["host"]),
-            n["ranks"],
-            float(n["median_forward_s"]),
-            float(n["median_compute_s"]),
-            RankId(escape(n["host"]), n["slowest"]["rank"], n["slowest"]["local_rank"]),
-            float(n["slowest"]["forward_s"]),
-            float(n["slowest"]["compute_s"]),
-            GpuHealth.of(n.get("gpu")),
-        )
-        for n in nodes
-    )
-
-
-def _most_common(items: Sequence[Any]) -> Any:
-    """The item seen most often (the first of them on a tie)."""
-    return Counter(items).most_common(1)[0][0]
-
-
-def mean_phases(epochs: Sequence[EpochPhases]) -> Optional[EpochPhases]:
-    """The mean over epochs of each vector; the slowest rank: the one slowest in most of them (one run's epochs share
-    their method)."""
-    if not epochs:
-        return None
-    return EpochPhases(
-        PhaseTimes.mean_of([e.median for e in epochs]),
-        PhaseTimes.mean_of([e.slowest for e in epochs]),
-        _most_common([e.slowest_rank for e in epochs]),
-        _most_common([e.median_of for e in epochs]),
-    )
-
-
-def _mean_health(healths: Sequence[GpuHealth]) -> GpuHealth:
-    """One GPU over the epochs (each epoch's record names one GPU per node): the local rank most epochs name, and of
-    the epochs that name it the mean SM clock, highest maximum clock and temperature, every throttle reason seen, so
-    that a flag never joins one GPU's clock to another's reasons."""
-    measured = [h for h in healths if h.unavailable is None]
-    if not measured:
-        return healths[-1]
-    local_ranks = [h.local_rank for h in measured if h.local_rank is not None]
-    local_rank = _most_common(local_ranks) if local_ranks else None
-    measured = [h for h in measured if h.local_rank == local_rank]
-
-    def figures(name: str) -> List[float]:
-        return [getattr(h, name) for h in measured if getattr(h, name) is not None]
-
-    clocks, maxima, temperatures = figures("sm_clock_mhz"), figures("sm_clock_max_mhz"), figures("temperature_c")
-    reasons = tuple(dict.fromkeys(r for h in measured for r in h.throttle))
-    return GpuHealth(
-        fmean(clocks) if clocks else None,
-        max(maxima) if maxima else None,
-        local_rank,
-        reasons,
-        max(temperatures) if temperatures else None,
-    )
-
-
-def mean_nodes(epochs: Sequence[Sequence[NodeFigures]]) -> Optional[Tuple[NodeFigures, ...]]:
-    """Per host (in order of first appearance), the mean over the epochs that list it."""
-    if not epochs:
-        return None
-    by_host: Dict[str, List[NodeFigures]] = {}
-    for nodes in epochs:
-        for node in nodes:
-            by_host.setdefault(node.host, []).append(node)
-    return tuple(
-        NodeFigures(
-            host,
-            max(n.ranks for n in seen),
-            fmean(n.median_forward_s for n in seen),
-            fmean(n.median_compute_s for n in seen),
-            _most_common([n.slowest for n in seen]),
-            fmean(n.slowest_forward_s for n in seen),
-            fmean(n.slowest_compute_s for n in seen),
-            _mean_health([n.gpu for n in seen]),
-        )
-        for host, seen in by_host.items()
-    )
+def flag_kinds(kinds: Iterable[str]) -> str:
+    """'straggler', 'throttled' or 'straggler and throttled': the kinds of a run's flags, each once, in order."""
+    return " and ".join(sorted(set(kinds)))
 
 
 def straggler_flags(
@@ -331,51 +168,100 @@ def throttle_flags(nodes: Optional[Sequence[NodeFigures]], threshold: float) -> 
 
 def flags_of(phases: Optional[EpochPhases], nodes: Optional[Sequence[NodeFigures]], threshold: float) -> List[Flag]:
     """Straggler flags, then throttled GPUs."""
-    check_threshold(threshold)
     return straggler_flags(phases, nodes, threshold) + throttle_flags(nodes, threshold)
 
 
-def is_flagged(phases: Optional[EpochPhases], nodes: Optional[Sequence[NodeFigures]], threshold: float) -> bool:
-    """Whether a run (or epoch) has a straggler or a throttled GPU (`flags_of`): such runs stay out of scaling
-    figures and the efficiency budget unless included."""
-    return bool(flags_of(phases, nodes, threshold))
-
-
-def check_threshold(threshold: float) -> None:
+def check_threshold(threshold: float) -> float:
+    """`threshold`, a fraction in (0, 1); ValueError naming it otherwise (a profile's is checked by its model)."""
     if not 0.0 < threshold < 1.0:
         raise ValueError("straggler threshold %r: must be a fraction in (0, 1)" % (threshold,))
+    return threshold
 
 
-class Epoch(Protocol):
-    """What the judgement reads of an epoch (dlaunch/analysis/scaling.py's EpochPoint)."""
-
-    @property
-    def phases(self) -> Optional[EpochPhases]: ...
-
-    @property
-    def nodes(self) -> Optional[Tuple[NodeFigures, ...]]: ...
-
-
-class Judged(Protocol):
-    """What the judgement reads of a run (dlaunch/analysis/scaling.py's Run): the mean over its measured epochs,
-    and each epoch's own."""
-
-    @property
-    def phases(self) -> Optional[EpochPhases]: ...
-
-    @property
-    def node_figures(self) -> Optional[Tuple[NodeFigures, ...]]: ...
-
-    @property
-    def epochs(self) -> Sequence[Epoch]: ...
+def threshold_option(value: Optional[float]) -> Optional[float]:
+    """--straggler-threshold as given (None: each run's profile's), checked where the command line parses it and where
+    an API function takes it: DlaunchError "Invalid value for '--straggler-threshold': ..." when no fraction in
+    (0, 1)."""
+    if value is not None:
+        try:
+            check_threshold(value)
+        except ValueError as e:
+            raise DlaunchError("Invalid value for '%s': %s" % (OPTION, e)) from None
+    return value
 
 
-def run_flags(run: Judged, threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
+def threshold_of(option: Optional[float], profile: "Optional[Site]") -> float:
+    """The straggler threshold a run is judged at: `option` (--straggler-threshold) where given, else its site
+    profile's, else the default."""
+    if option is not None:
+        return option
+    return profile.straggler_threshold if profile is not None else DEFAULT_THRESHOLD
+
+
+def _profile(data: bytes, shown: str) -> "Site":
+    from dlaunch.jobs.sites import Site
+
+    return validate(Site, parse_toml(decode(data, shown), shown), shown)
+
+
+@functools.lru_cache(maxsize=16)
+def _valid_profile(data: bytes) -> "Optional[Site]":
+    """A kept profile's bytes as a Site, None when not valid (the runs of one sweep keep one text: validated once)."""
+    try:
+        return _profile(data, SITE_PROFILE)
+    except DlaunchError:
+        return None
+
+
+def kept_profile(run_dir: Path) -> "Optional[Site]":
+    """The site profile a run directory kept (`site.toml`: the text its job was made from), by which the run is
+    judged; None when it kept none (or a link). DlaunchError naming the file when it is no valid profile."""
+    path = Path(run_dir) / SITE_PROFILE
+    if path.is_symlink() or not path.is_file():
+        return None
+    data = read_bytes(path, MAX_FILE_BYTES, follow_links=False)
+    site = _valid_profile(data)
+    return site if site is not None else _profile(data, str(path))  # not valid: raises, naming the file
+
+
+def kept_threshold(run_dir: Path) -> float:
+    """The straggler threshold of the profile a run directory kept; the default when it kept none or one that is
+    not valid here (the results database's rule: a row depends on its run directory alone)."""
+    try:
+        site = kept_profile(run_dir)
+    except DlaunchError:
+        site = None
+    return threshold_of(None, site)
+
+
+def run_flags(run: Run, threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
     """A finished run's flags, judged on the mean over its measured epochs (scaling.run_from_metrics makes the Run)."""
-    return flags_of(run.phases, run.node_figures, threshold)
+    return flags_of(run.phases, run.node_figures, check_threshold(threshold))
 
 
-def live_flags(run: Judged, threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
+def live_flags(run: Run, threshold: float = DEFAULT_THRESHOLD) -> List[Flag]:
     """A live run's flags, judged on its last epoch record."""
+    check_threshold(threshold)
     epochs = run.epochs
     return flags_of(epochs[-1].phases, epochs[-1].nodes, threshold) if epochs else []
+
+
+def flagged(
+    runs: Iterable[Run],
+    option: Optional[float] = None,
+    profile_of: "Callable[[Run], Optional[Site]]" = lambda run: None,
+) -> Dict[str, List[Flag]]:
+    """Metrics file -> its flags, for the runs that have some (diverged runs are set apart as such, not judged), each
+    judged at `threshold_of(option, profile_of(run))`."""
+    found = {}
+    for run in runs:
+        flags = [] if run.diverged else run_flags(run, threshold_of(option, profile_of(run)))
+        if flags:
+            found[run.path] = flags
+    return found
+
+
+def unflagged(runs: Iterable[Run], flags: Dict[str, List[Flag]]) -> List[Run]:
+    """`runs` without the flagged ones (`flags`, as `flagged` judged them): the runs scaling figures, the budget and
+    published comparisons take unless the caller includes stragglers."""
+    return [run for run in runs if run.path not in flags]

@@ -1,7 +1,7 @@
 """The `dlaunch` command line: the app and its entry point. Each command lives in the module named by it
 (dlaunch/cli/run.py: run and sweep, runs.py: status, runs, watch, logs and cancel, sites.py, images.py,
 doctor.py, report.py, predict.py, study.py, results.py, rerun.py, archive.py); a command parses, calls the
-Python API (dlaunch/api.py; `run`, `sweep` and `rerun` its two steps, dlaunch/launch.py, to show a local
+Python API (dlaunch/api/; `run`, `sweep` and `rerun` its two steps, dlaunch/launch.py, to show a local
 run's progress) and prints; `--json` prints the API's objects (`to_dict()`) instead of a table. Outside the
 API (docs/API.md): `watch`'s live view, `study report`'s published comparison, `results rebuild`, `sites
 show/check/migrate`. `dlaunch <run options>` without a sub-command is `dlaunch run`.
@@ -27,7 +27,15 @@ from typer.models import CommandInfo
 
 from dlaunch.boundary import escape
 from dlaunch.cli import doctor, images, run, runs, sites
-from dlaunch.cli.terminal import DlaunchCommand, PlainGroup, command_group, err, out
+from dlaunch.cli.terminal import (
+    DlaunchCommand,
+    PlainGroup,
+    command_group,
+    err,
+    json_requested,
+    out,
+    print_json_error,
+)
 from dlaunch.errors import DlaunchError, DlaunchWarning
 
 # Options of the whole program, not of `run` (which `dlaunch <run options>` stands for).
@@ -152,7 +160,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the exit code (2: bad input, 1: the scheduler refused or a watched run
     failed, 130: interrupted). An OSError that reaches here concerns a path the user gave or one
     dlaunch writes (a name too long for the file system, no permission, a full disk): one line naming
-    it, exit code 2 (dlaunch/api.py: os_error)."""
+    it, exit code 2 (dlaunch/api/calls.py: os_error)."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     try:
         with warnings.catch_warnings():
@@ -160,16 +168,23 @@ def main(argv: Optional[List[str]] = None) -> int:
             warnings.showwarning = _show_warning
             result = app(args=args, prog_name="dlaunch", standalone_mode=False)
     except DlaunchError as e:
-        err.print("dlaunch: error: %s" % escape(str(e)), highlight=False)
-        return e.exit_code
+        return _error(args, escape(str(e)), e.exit_code)
     except typer.Abort:
-        return 130
+        return _error(args, "interrupted", 130, shown=False)
     except typer.TyperException as e:
-        err.print("dlaunch: error: %s" % escape(e.format_message()), highlight=False)
-        return e.exit_code
+        return _error(args, escape(e.format_message()), e.exit_code)
     except OSError as e:
         from dlaunch.api import os_error
 
-        err.print("dlaunch: error: %s" % os_error(e), highlight=False)
-        return 2
+        return _error(args, os_error(e), 2)
     return result if isinstance(result, int) else 0
+
+
+def _error(args: List[str], message: str, code: int, shown: bool = True) -> int:
+    """`dlaunch: error: MESSAGE` on stderr (unless not `shown`), and with --json the error as JSON on stdout too
+    (terminal.print_json_error); the exit code."""
+    if shown:
+        err.print("dlaunch: error: %s" % message, highlight=False)
+    if json_requested(args):
+        print_json_error(message, code)
+    return code

@@ -1,5 +1,6 @@
 """`dlaunch predict`: the performance model's prediction (dlaunch.api.predict, dlaunch/analysis/perfmodel/prediction.py)
-printed: the runs it was calibrated on, what it assumed, a row per GPU count and what the rows rest on; or --json."""
+printed: which model and how to get the others, the runs it was calibrated on, what it assumed, a row per GPU count
+(with what bounds the step and the run time) and what the rows rest on; or --json."""
 
 import math
 from pathlib import Path
@@ -8,8 +9,9 @@ from typing import TYPE_CHECKING, Annotated, List, Literal, Optional, Sequence
 import typer
 from rich.console import Console
 
-from dlaunch.analysis.perfmodel.model import IMAGENET_TRAIN_IMAGES
-from dlaunch.analysis.perfmodel.paper import PAPER_DEEPSPEED_SOURCE, PRECISIONS
+from dlaunch.analysis.perfmodel.compute import PRECISIONS
+from dlaunch.analysis.perfmodel.model import DEFAULT_EPOCHS, IMAGENET_TRAIN_IMAGES
+from dlaunch.analysis.perfmodel.paper import PAPER_DEEPSPEED_SOURCE
 from dlaunch.cli.terminal import Json, finite_number, print_json
 from dlaunch.errors import DlaunchError
 from dlaunch.tables import fit_table
@@ -30,16 +32,22 @@ def prediction_headers(prediction: "Prediction") -> List[str]:
     rows = prediction.rows
     paper_eg = any(r.paper_efficiency is not None for r in rows)
     paper_share = any(r.paper_comm_share is not None for r in rows)
-    share = "profiled comm %" if prediction.profiled else "NCCL kernel %"
     return (
         ["GPUs", "nodes", "step ms", "exposed ms", "images/s", "E_G"]
         + (["paper E_G", "E_G error"] if paper_eg else [])
-        + [share]
+        + [share_header(prediction)]
         + (["paper %", "error pp"] if paper_share else [])
         + (["overhead s", "overhead %"] if any(r.epoch_overhead for r in rows) else [])
         + (["slowest forward vs median %"] if prediction.runs_gpus else [])
-        + ["basis"]
+        + ["bound", "run h", "node-h", "basis"]
     )
+
+
+def share_header(prediction: "Prediction") -> str:
+    """The comm share's column: the profiled one (--from-runs), else the collective library's kernel share."""
+    if prediction.profiled:
+        return "profiled comm %"
+    return "comm %" if prediction.collective_library == "Gloo" else "%s kernel %%" % prediction.collective_library
 
 
 def prediction_rows(prediction: "Prediction") -> List[List[str]]:
@@ -81,7 +89,7 @@ def prediction_rows(prediction: "Prediction") -> List[List[str]]:
                 if p.slowest_forward_excess is None
                 else "%.0f" % (100 * p.slowest_forward_excess)
             )
-        out.append(row + [p.basis])
+        out.append(row + [p.bound, "%.3g" % (p.run_s / 3600.0), "%.0f" % p.node_hours, p.basis])
     return out
 
 
@@ -115,6 +123,7 @@ def print_prediction(console: Console, prediction: "Prediction") -> None:
     def say(text: str) -> None:
         console.print(text, highlight=False)
 
+    say(prediction.choice)
     if prediction.left_out:
         say(
             "calibrated on %d runs (%s GPUs); each run predicted from the others:"
@@ -128,7 +137,7 @@ def print_prediction(console: Console, prediction: "Prediction") -> None:
     say(
         "%s on %s, %s: %.1f MB fp32 gradients, compute %.2f ms + data %.2f ms + other %.2f ms per step, batch %d per GPU\n"
         "machine (%s): %.2f us fabric latency, %.0f Gbit/s per node of %d GPUs, %.0f Gbit/s per GPU in a node, "
-        "timing noise %.2g s, NCCL kernels beside back-propagation %.2f, storage %s\ncompute time: %s"
+        "timing noise %.2g s, %s kernels beside back-propagation %.2f, storage %s\ncompute time: %s\n%s"
         % (
             prediction.model,
             prediction.site,
@@ -144,9 +153,11 @@ def print_prediction(console: Console, prediction: "Prediction") -> None:
             m["gpus_per_node"],
             m["intra_node_gbps"],
             m["noise_s"],
+            prediction.collective_library,
             m["beside_compute"],
             prediction.storage,
             prediction.compute_source,
+            prediction.input,
         )
     )
     if prediction.assumptions:
@@ -155,19 +166,24 @@ def print_prediction(console: Console, prediction: "Prediction") -> None:
             % (PAPER_DEEPSPEED_SOURCE, ", ".join(prediction.assumptions))
         )
     say(prediction.epochs)
+    title = prediction.warning or (
+        "nominal: an upper bound (no timing noise, no epoch costs unless given)"
+        if prediction.calibration == "none"
+        else ""
+    )
     console.print(
         fit_table(
-            "",
+            title,
             prediction_headers(prediction),
             prediction_rows(prediction),
             console.width,
-            leave_out=["nodes", "exposed ms", "images/s", "overhead s", "step ms"],
+            leave_out=["nodes", "exposed ms", "images/s", "overhead s", "node-h", "step ms"],
         )
     )
     say(
         "exposed: what a step waits for beyond its own work (transfers left over after back-propagation, the "
-        "slowest rank, the file system); the kernels' earlier waits for their peers are NCCL kernel time, hidden "
-        "behind back-propagation"
+        "slowest rank, the file system); the kernels' earlier waits for their peers are %s kernel time, hidden "
+        "behind back-propagation" % prediction.collective_library
     )
     for note in prediction.notes:
         say(note)
@@ -192,7 +208,7 @@ Framework = Annotated[
 Precision = Annotated[
     Optional[Literal[PRECISIONS]],
     typer.Option(
-        help="Precision of the published compute time: tf32 (default) or fp16 (mixed precision). With --calibrated, DeepSpeed assumes fp16 as the paper's runs (printed). Not with a measured compute time."
+        help="Precision of the published compute time, one the site's GPU has (data/published/gpus.csv): fp32, tf32, fp16 or bf16 (mixed precision). Default: the GPU's without AMP (TF32 on an A100); calibrated DeepSpeed assumes fp16 as the paper's runs (printed). Not with a measured compute time."
     ),
 ]
 
@@ -240,9 +256,23 @@ def predict_command(
     calibrated: Annotated[
         Optional[str],
         typer.Option(
-            help="Machine fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs: 'dali' (loader keeps up) or 'native' (adds the native loader's fitted data wait unless --data-ms is given, and the file system's images/s fitted on the paper's E_G statements unless --storage-images-per-s or the site's [storage] gives one; a GPU faster than the loader's 8 workers waits for them). On JUWELS Booster, ResNet-50, batch 64, shows the paper's values beside the model's."
+            help="Which model. Default: the best the site has (the first line says which and why): on JUWELS Booster Table 2a's fit, else nominal. 'dali' or 'native': the machine fitted to Aach et al. 2023 Table 2a (JUWELS Booster, ResNet-50 DDP) on its 4-64 GPUs, with that loader ('native' adds the native loader's fitted data wait unless --data-ms is given, and the file system's images/s fitted on the paper's E_G statements unless --storage-images-per-s or the site's [storage] gives one); on JUWELS Booster, ResNet-50, batch 64, the paper's values beside the model's. 'none': nominal, the site profile's figures (an upper bound)."
         ),
     ] = None,
+    loader: Annotated[
+        Optional[str],
+        typer.Option(
+            help="The input pipeline (native, dali-cpu, dali-gpu): the step is at least a batch over its images/s per GPU (the site's [[predict.input]] row; with --calibrated, the paper's 8 threads at the rate measured by `python -m dlaunch.train.loaderbench`). Default: the calibration's loader; none for the nominal model."
+        ),
+    ] = None,
+    epochs: Annotated[int, typer.Option(help="Epochs of the run time column (run h, node-h).")] = DEFAULT_EPOCHS,
+    allow_other_runs: Annotated[
+        bool,
+        typer.Option(
+            "--allow-other-runs",
+            help="With --from-runs: use runs made on another site, GPU kind or model than asked (refused otherwise); the table's title warns.",
+        ),
+    ] = False,
     storage_images_per_s: Annotated[
         Optional[float],
         typer.Option(
@@ -265,7 +295,7 @@ def predict_command(
     ] = IMAGENET_TRAIN_IMAGES,
     as_json: Json = False,
 ) -> None:
-    """Predict step time, throughput, E_G and NCCL kernel share over GPU counts (NCCL ring/tree cost model, buckets, stragglers)."""
+    """Predict step time, throughput, E_G, kernel share, what bounds the step and the run time over GPU counts (NCCL ring/tree cost model, buckets, stragglers, the loader's rate)."""
     from dlaunch import api
 
     predicted = api.predict(
@@ -284,6 +314,9 @@ def predict_command(
         storage_images_per_s=storage_images_per_s,
         epoch_overhead=epoch_overhead,
         epoch_images=epoch_images,
+        loader=loader,
+        epochs=epochs,
+        allow_other_runs=allow_other_runs,
     )
     if as_json:
         print_json(predicted)

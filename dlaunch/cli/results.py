@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from dlaunch.cli.terminal import command_group, print_json
-from dlaunch.resultsdb.compare import METRICS
+from dlaunch.resultsdb.compare import METRICS, fact_name, fact_text
 from dlaunch.resultsdb.store import ResultsDB, db_path, read_rows
 from dlaunch.tables import cell, counted, markdown, print_table
 
@@ -46,6 +46,7 @@ LIST_HEADERS = (
     "images/s",
     "S_G",
     "E_G",
+    "quality",
     "epochs to target",
     "time to target s",
     "RCP",
@@ -60,6 +61,7 @@ LIST_LEAVE_OUT = (
     "epochs to target",
     "S_G",
     "ended",
+    "quality",
     "step options",
     "flags",
     "status",
@@ -81,6 +83,14 @@ def flag_kinds(flags: Optional[List[Dict[str, Any]]]) -> str:
     if flags is None:
         return "-"
     return ", ".join(dict.fromkeys(f["kind"] for f in flags)) or "none"
+
+
+def status_cell(row: "ResultRow") -> str:
+    """The row's status, with what stopped a run that was stopped: `cancelled (SIGINT)`."""
+    from dlaunch.train.signals import stop_cause
+
+    cause = stop_cause(row.reason)
+    return "%s (%s)" % (row.status, cause) if cause else row.status
 
 
 def efficiency_cell(row: "ResultRow") -> str:
@@ -154,11 +164,12 @@ def results(
             r.framework,
             r.model,
             r.step_options,
-            r.status,
+            status_cell(r),
             flag_kinds(r.flags),
             cell(r.images_per_s, "%.1f"),
             cell(r.speedup, "%.2f"),
             efficiency_cell(r),
+            r.quality or "-",
             cell(r.epochs_to_target, "%d"),
             cell(r.time_to_target_s, "%.1f"),
             r.rcp or "-",
@@ -174,6 +185,14 @@ def results(
         [r.to_dict() for r in rows],
         list_leave_out(cells),
         ["database: %s" % db_path(db)],
+    )
+
+
+def changes(changed: Dict[str, List[Any]]) -> str:
+    """'--threads 2 -> 1; image a -> b; version torch 2.1 -> 2.2'."""
+    return "; ".join(
+        "%s %s -> %s" % (fact_name(name), fact_text(name, va), fact_text(name, vb))
+        for name, (va, vb) in changed.items()
     )
 
 
@@ -198,9 +217,13 @@ def comparison_output(c: "Comparison") -> Tuple[List[str], List[List[str]], List
         "A: %s (%s); B: %s (%s); figure: %s" % (c.a, counted(c.a_runs, "run"), c.b, counted(c.b_runs, "run"), c.metric)
     ]
     if c.changed:
-        notes.append("changed: " + "; ".join("%s %s -> %s" % (k, va, vb) for k, (va, vb) in c.changed.items()))
+        notes.append("changed: " + changes(c.changed))
     if c.pins:
-        notes.append("versions: " + "; ".join("%s %s -> %s" % (k, va, vb) for k, (va, vb) in c.pins.items()))
+        notes.append("versions: " + changes(c.pins))
+    for m in c.rows:
+        if m.changed:
+            where = ", ".join("%s %s" % (k, m.key[k]) for k in c.varying)
+            notes.append("changed at %s: %s" % (where, changes(m.changed)))
     if c.same:
         notes.append("same in every row: " + ", ".join("%s %s" % (k, v) for k, v in c.same.items()))
     notes.append(

@@ -40,21 +40,35 @@ def status(run_dirs: RunDirs = None, as_json: Json = False, straggler_threshold:
     from dlaunch import api
 
     found = api.status(run_dirs, straggler_threshold=straggler_threshold)
-    return print_statuses(found) if as_json else show_status(found)
+    return print_statuses(found) if as_json else show_found(found, run_dirs)
 
 
 def runs(
     directory: Annotated[
-        Path, typer.Argument(help="folder holding run directories", autocompletion=complete_run_dir)
-    ] = Path("runs"),
+        Optional[Path],
+        typer.Argument(
+            help="folder holding run directories (default: ./runs)",
+            autocompletion=complete_run_dir,
+            show_default=False,
+        ),
+    ] = None,
     as_json: Json = False,
     straggler_threshold: StragglerThreshold = None,
 ) -> int:
     """The run directories under DIRECTORY (default ./runs), newest first, with state and figures."""
     from dlaunch import api
 
-    found = api.status([directory], newest_first=True, straggler_threshold=straggler_threshold)
-    return print_statuses(found) if as_json else show_status(found)
+    found = api.status(
+        None if directory is None else [directory], newest_first=True, straggler_threshold=straggler_threshold
+    )
+    return print_statuses(found) if as_json else show_found(found, [directory or Path("runs")])
+
+
+def show_found(found: Sequence["RunStatus"], paths: Sequence[Path]) -> int:
+    """The runs' table (show_status), or a line saying that there are none under `paths` (exit code 0)."""
+    if not found:
+        err.print("no run directories under %s" % ", ".join(escape(str(p)) for p in paths), highlight=False)
+    return show_status(found)
 
 
 def watch_runs(

@@ -7,9 +7,15 @@ from typing import TYPE_CHECKING, Annotated, Dict, List, Optional, Sequence
 
 import typer
 
-from dlaunch.cli.report import IncludeNetworkMismatches, IncludeStragglers, report_command
-from dlaunch.cli.runs import print_statuses
-from dlaunch.cli.terminal import AllowLarge, Json, StragglerThreshold, command_group, err, out, print_json, show_status
+from dlaunch.cli.report import (
+    IncludeDoubtful,
+    IncludeNetworkMismatches,
+    IncludeStragglers,
+    NoiseThreshold,
+    report_command,
+)
+from dlaunch.cli.runs import print_statuses, show_found
+from dlaunch.cli.terminal import AllowLarge, Json, StragglerThreshold, command_group, err, out, print_json
 from dlaunch.errors import DlaunchWarning
 from dlaunch.reporting.document import write_comparison
 from dlaunch.runs.study import published_comparisons
@@ -207,7 +213,7 @@ def study_status_command(folder: Annotated[Path, typer.Argument(help="study dire
     from dlaunch import api
 
     found = api.study_status(folder)
-    return print_statuses(found) if as_json else show_status(found)
+    return print_statuses(found) if as_json else show_found(found, [folder])
 
 
 @study_app.command("report")
@@ -217,6 +223,8 @@ def study_report_command(
     include_network_mismatches: IncludeNetworkMismatches = False,
     include_stragglers: IncludeStragglers = False,
     straggler_threshold: StragglerThreshold = None,
+    include_doubtful: IncludeDoubtful = False,
+    noise_threshold: NoiseThreshold = None,
 ) -> int:
     """The study's tables and plots, with the published values beside this run's, its protocol and assumptions."""
     study, comparisons, design = published_comparisons(folder, include_stragglers, straggler_threshold)
@@ -229,6 +237,8 @@ def study_report_command(
             include_network_mismatches=include_network_mismatches,
             include_stragglers=include_stragglers,
             straggler_threshold=straggler_threshold,
+            include_doubtful=include_doubtful,
+            noise_threshold=noise_threshold,
         )
     except typer.Exit as e:
         code = e.exit_code

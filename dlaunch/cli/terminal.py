@@ -122,14 +122,12 @@ def finite_number(low: Optional[float] = None) -> Callable[[str], float]:
 
 
 def fraction(text: str) -> float:
-    """A typer `parser` for --straggler-threshold: a number strictly between 0 and 1."""
-    from dlaunch.analysis.stragglers import check_threshold
+    """A typer `parser` for --straggler-threshold: a number strictly between 0 and 1 (the range checked, and said,
+    as the API checks it: stragglers.threshold_option)."""
+    from dlaunch.analysis.stragglers import threshold_option
 
     value = finite_number()(text)
-    try:
-        check_threshold(value)
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from None
+    threshold_option(value)
     return value
 
 
@@ -147,10 +145,32 @@ Json = Annotated[
 ]
 
 
+# `--json` (and `--format json`): stdout holds one JSON document whatever happens. A listing with nothing to list
+# (no run under the folder, no run ended yet) prints `[]` and exits 0; a command that cannot answer (bad input, a
+# path that does not exist, nothing to compare) prints JSON_ERROR's object with the exit code it exits with, beside
+# its `dlaunch: error:` line on stderr.
+JSON_ERROR = ("error", "exit_code")
+
+
 def print_json(objects: "Union[Sequence[Record], Record]") -> None:
     """API objects as JSON on stdout (a list, or one object), and nothing else there."""
     data = objects.to_dict() if not isinstance(objects, (list, tuple)) else [o.to_dict() for o in objects]
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def json_requested(args: Sequence[str]) -> bool:
+    """Whether a command line asks for JSON: `--json`, `--format json` or `--format=json` before any `--`."""
+    args = list(args)[: list(args).index("--")] if "--" in args else list(args)
+    return (
+        "--json" in args
+        or "--format=json" in args
+        or ["--format", "json"] in [args[i : i + 2] for i in range(len(args))]
+    )
+
+
+def print_json_error(message: str, exit_code: int) -> None:
+    """The error a `--json` command ends with, as JSON on stdout: {"error": the one line, "exit_code": ...}."""
+    sys.stdout.write(json.dumps(dict(zip(JSON_ERROR, (message, exit_code))), indent=2, sort_keys=True) + "\n")
 
 
 def complete_site(incomplete: str) -> List[str]:
@@ -323,6 +343,8 @@ def show_status(statuses: Sequence["RunStatus"]) -> int:
         )
         if s.why_failed is not None:
             notes.append("%s: %s" % (s.name, s.why_failed))
+        if s.stopped_by is not None:
+            notes.append("%s: %s" % (s.name, s.stopped_by))
         notes += ["%s: network: %s" % (s.name, problem) for problem in s.network]
         notes += ["%s: %s" % (s.name, flag) for flag in s.flags]
         notes += ["%s: %s" % (s.name, node) for node in s.nodes]

@@ -1,5 +1,5 @@
 """Container images: the version lock, the definition files rendered from it, and what `dlaunch images` lists
-(dlaunch/api.py: `images`).
+(dlaunch/api/machines.py: `images`).
 
 `containers/versions.toml` holds every pinned version of every stack (one source of truth); a stack
 has one image per image group of the framework table (dlaunch/train/framework_table.py: a row's pip group;

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import Any, Tuple
 
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.jobspec import CommandOutput, Export, FirstHost, PreludeItem, ShellWord
 from dlaunch.jobs.sites import Site
-from dlaunch.schedulers import Scheduler, registration
+from dlaunch.schedulers import Scheduler, scheduler_for
+from dlaunch.specs.job import CommandOutput, Export, FirstHost, PreludeItem, ShellWord
 from dlaunch.train.framework_table import FRAMEWORKS, FrameworkInfo
 
 
@@ -70,8 +70,11 @@ def rendezvous_prelude(site: Site, scheduler: Scheduler) -> Tuple[PreludeItem, .
 
 
 def visible_gpus(site: Site, nproc_per_node: int) -> Tuple[PreludeItem, ...]:
-    """Where the site shows a task only its own GPU (`binds_gpu_per_task`), a per-node launcher's task
-    is shown the first `nproc_per_node` GPUs of its node, as JSC's course scripts export them."""
+    """Where the site shows a task only its own GPU (`binds_gpu_per_task`), every task is shown the first
+    `nproc_per_node` GPUs of its node, as JSC's scripts export them: a per-node launcher's workers need
+    them all, and a task per GPU takes its local rank's among them, so that NCCL can reach the node's
+    other GPUs through CUDA IPC (NVLink; with only its own GPU visible it cannot: NVIDIA/nccl#324).
+    psslurm keeps a value the job script set (psmgmt psslurmenv.c: setGPUEnv, PSIDpin_checkAutoVar)."""
     if not site.launch.binds_gpu_per_task or site.gpu_vendor not in VISIBLE_DEVICES:
         return ()
     return (Export(VISIBLE_DEVICES[site.gpu_vendor], ",".join(str(i) for i in range(nproc_per_node))),)
@@ -99,7 +102,7 @@ class LaunchStyle:
         """One task per GPU with its share of the node's CPUs, each starting the row's entry."""
         return LaunchSpec(
             tasks_per_node=nproc_per_node,
-            cpus_per_task=max(1, site.cpus_per_node // nproc_per_node),
+            cpus_per_task=max(1, site.cpus_for(self.info.name) // nproc_per_node),
             whole_node=False,
             launch_prefix=("python", "-m", self.info.entry),
             **how,
@@ -111,7 +114,7 @@ class TorchrunPerNode(LaunchStyle):
         torchrun = ("python", "-m", "torchrun_jsc") if site.rendezvous_host_suffix else ("torchrun",)
         return LaunchSpec(
             tasks_per_node=1,
-            cpus_per_task=site.cpus_per_node,
+            cpus_per_task=site.cpus_for(self.info.name),
             prelude=rendezvous_prelude(site, scheduler) + visible_gpus(site, nproc_per_node),
             mpi=False,
             whole_node=True,
@@ -131,7 +134,7 @@ class TorchrunPerNode(LaunchStyle):
 
 class MpiPerGpu(LaunchStyle):
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
-        return self.rank_per_gpu(site, nproc_per_node, prelude=(), mpi=True)
+        return self.rank_per_gpu(site, nproc_per_node, prelude=visible_gpus(site, nproc_per_node), mpi=True)
 
 
 class TaskPerGpu(LaunchStyle):
@@ -139,7 +142,8 @@ class TaskPerGpu(LaunchStyle):
     rank from the task's variables; MASTER_ADDR/MASTER_PORT come from the batch script."""
 
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
-        return self.rank_per_gpu(site, nproc_per_node, prelude=rendezvous_prelude(site, scheduler), mpi=False)
+        prelude = rendezvous_prelude(site, scheduler) + visible_gpus(site, nproc_per_node)
+        return self.rank_per_gpu(site, nproc_per_node, prelude=prelude, mpi=False)
 
 
 class Mpirun(LaunchStyle):
@@ -201,7 +205,7 @@ class TaskPerWorker(LaunchStyle):
         )
 
 
-# (a launch mode on a batch system | in the foreground on this machine): the framework table's styles and
+# (a launch mode on a cluster's nodes | on this machine alone): the framework table's styles and
 # the modes a profile may choose instead (sites.LAUNCH_MODES)
 LAUNCH_STYLES = {
     "torchrun-per-node": (TorchrunPerNode, LocalTorchrun),
@@ -214,10 +218,10 @@ LAUNCH_STYLES = {
 
 def launch_mode(site: Site, framework: str) -> LaunchStyle:
     """How a framework starts on a site: the profile's mode for it, else the framework table's style; its
-    foreground form where the site's scheduler runs jobs in the foreground on this machine."""
+    form on this machine alone where the site's scheduler runs its jobs there (`Scheduler.this_machine`)."""
     info = FRAMEWORKS[framework]
     mode = site.launch_mode(framework)
     if mode not in LAUNCH_STYLES:
         raise DlaunchError("--framework %s: launch style %r has no launcher" % (framework, mode))
-    batch, foreground = LAUNCH_STYLES[mode]
-    return foreground(info) if registration(site.scheduler.kind).foreground else batch(info)
+    on_nodes, here = LAUNCH_STYLES[mode]
+    return here(info) if scheduler_for(site.scheduler.kind).this_machine else on_nodes(info)

@@ -9,7 +9,10 @@ selected: the metrics header's `network`, dlaunch/train/network.py) against them
 
 A run is off its network when NCCL/RCCL selected another transport, net plugin or libfabric provider
 than the profile names, or when TCP traffic (Gloo, MPI's TCP, NCCL's Socket transport) went over
-interfaces the profile does not name: it finished, but its throughput is not the fabric's. What a
+interfaces the profile does not name: it finished, but its throughput is not the fabric's. Where the
+profile says a node's GPUs are linked peer to peer (`intra_node = "p2p"`: NVLink, Infinity Fabric), a run
+whose ranks NCCL/RCCL connected inside a node through host memory (SHM) or the network instead is off too:
+typically its ranks each saw only their own GPU, so CUDA IPC was impossible (NVIDIA/nccl#324). What a
 record does not say (an older trainer, NCCL's output not found) is not held against the run. Gloo and
 MPI are judged by their interfaces only (they use TCP whatever the fabric), and only where they carry
 the data: beside NCCL/RCCL (Horovod on GPUs) they are a controller.
@@ -19,8 +22,8 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Sequence, Tupl
 
 from pydantic import Field, StringConstraints
 
-from dlaunch.jobs.schema import SafeName, StrictModel
-from dlaunch.train.network import NO_PLUGIN, TRANSPORTS, interfaces_match
+from dlaunch.specs.schema import SafeName, StrictModel
+from dlaunch.train.network import NET, NO_PLUGIN, P2P, SHM, TRANSPORTS, interfaces_match
 
 INTERFACE = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 
@@ -38,11 +41,14 @@ class Network(StrictModel):
     plugin: Optional[SafeName] = None
     provider: Optional[SafeName] = None
     interfaces: List[Annotated[str, StringConstraints(pattern=INTERFACE)]] = []
+    # How NCCL/RCCL must connect the GPUs of one node: "p2p" where they are linked (NVLink, Infinity Fabric).
+    intra_node: Optional[Literal["p2p"]] = None
 
 
 LIBRARY_NAMES = {"nccl": "NCCL", "rccl": "RCCL", "gloo": "Gloo", "mpi": "MPI"}
 GPU_LIBRARIES = ("nccl", "rccl")
 CONSEQUENCE = "not the fabric's throughput"
+INTRA_NODE = {SHM: "SHM (host memory)", NET: "its network transport"}  # the ways other than P2P
 SHOWN_HOSTS = 3
 
 
@@ -76,6 +82,18 @@ def _deviations(record: Dict[str, Any], expected: Any, gpu_run: bool) -> List[Tu
         if expected.provider and record.get("provider") and record["provider"] != expected.provider:
             found.append(
                 ("used the libfabric provider %s" % record["provider"], "the provider %s" % expected.provider, [])
+            )
+        local = record.get("intra_node") or []
+        if expected.intra_node == "p2p" and local and not any(kind.startswith(P2P) for kind in local):
+            how = " and ".join(INTRA_NODE.get(kind, kind) for kind in local)
+            saw = record.get("visible_devices") or []
+            found.append(
+                (
+                    "connected the GPUs of a node through %s, not P2P%s"
+                    % (how, " (ranks saw %s)" % "; ".join(saw) if saw else ""),
+                    "P2P between them (NVLink, CUDA IPC: every rank must see the node's GPUs)",
+                    [],
+                )
             )
     judged = transport == "socket" if record["library"] in GPU_LIBRARIES else not gpu_run
     if (
@@ -133,6 +151,7 @@ def describe(records: Optional[Sequence[Dict[str, Any]]]) -> str:
                 "provider " + r["provider"] if r.get("provider") else None,
             ]
             details += [", ".join(r.get("devices", [])) or None, r.get("gpudirect")]
+            details += ["within nodes " + ", ".join(r["intra_node"]) if r.get("intra_node") else None]
             over = " over " + ", ".join(r["interfaces"]) if r.get("interfaces") else ""
             shown = "; ".join(d for d in details if d)
             text = "%s: %s%s%s" % (name, _transport(r["transport"]), " (%s)" % shown if shown else "", over)

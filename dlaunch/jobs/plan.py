@@ -12,18 +12,24 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from dlaunch.boundary import check_limit, check_node_name, check_value
 from dlaunch.errors import DlaunchError, SchedulerError
-from dlaunch.jobs.jobspec import JobSpec, PreludeItem, Prepend, RequireVariable, TaskEnv, WorkDir, joined
-from dlaunch.jobs.launchers import launch_mode
+from dlaunch.jobs.launchers import LaunchSpec, launch_mode
 from dlaunch.jobs.request import LaunchRequest, trainer_arguments
-from dlaunch.jobs.schema import BIND_PATH, SAFE_NAME, Partition, format_time, parse_time
 from dlaunch.jobs.sites import Site
-from dlaunch.schedulers import registration, scheduler_for
+from dlaunch.schedulers import Scheduler, scheduler_for
+from dlaunch.specs.job import JobSpec, PreludeItem, Prepend, RequireVariable, ShellWord, TaskEnv, WorkDir, joined
+from dlaunch.specs.schema import BIND_PATH, SAFE_NAME, Partition, format_time, parse_time
 from dlaunch.train import jobenv
 from dlaunch.train.config import ConfigError, parse_config
 from dlaunch.train.framework_table import FRAMEWORKS
 from dlaunch.train.metrics_schema import METRICS_FILE
 
 BINDABLE = re.compile(BIND_PATH)
+
+
+def keeps_checkpoints(framework: str) -> bool:
+    """The framework's trainer checkpoints, and so resumes: the torch engine's (the TensorFlow and MXNet trainers
+    keep none: dlaunch/train/engines.py)."""
+    return FRAMEWORKS[framework].engine == "torch"
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ def resolve_account(
     """`--account`, else the site's account variable (e.g. $BUDGET); never hard-coded."""
     if account is None and site.account_env:
         account = environ.get(site.account_env) or None
-    if registration(site.scheduler.kind).foreground:
+    if not scheduler_for(site.scheduler.kind).queued:
         return None
     if account is None and site.account_required and required:
         hint = " or set $%s" % site.account_env if site.account_env else ""
@@ -82,9 +88,9 @@ def _bindable(flag: str, path: str) -> str:
     return path
 
 
-def _shape(site: Site, request: LaunchRequest) -> Tuple[int, int]:
+def _shape(site: Site, scheduler: Scheduler, request: LaunchRequest) -> Tuple[int, int]:
     """(nodes, processes per node) from --nodes or --gpus."""
-    if registration(site.scheduler.kind).foreground:
+    if scheduler.this_machine:
         if request.nodes not in (None, 1):
             raise DlaunchError(
                 "--nodes: site %s runs on this machine only (1 node), got %d" % (site.name, request.nodes)
@@ -182,6 +188,17 @@ def site_hang_timeout(site: Site, request: LaunchRequest) -> Tuple[str, ...]:
     return ("--hang-timeout", str(site.hang_timeout))
 
 
+def _on_shared_nodes(
+    site: Site, framework: str, queue: Optional[Partition], spec: LaunchSpec, nproc: int
+) -> LaunchSpec:
+    """On a row whose nodes jobs share (`shared`), a job that uses part of a node's GPUs asks for that share
+    of its CPUs (what the site bills it for; LUMI: 7 cores per GCD), not the whole node's."""
+    if queue is None or not queue.shared or nproc >= site.gpus_per_node:
+        return spec
+    share = site.cpus_for(framework) * nproc // site.gpus_per_node // spec.tasks_per_node
+    return dataclasses.replace(spec, cpus_per_task=max(1, min(spec.cpus_per_task, share)))
+
+
 def build_plan(
     site: Site,
     request: LaunchRequest,
@@ -198,18 +215,21 @@ def build_plan(
     `require_account=False` (dry runs) renders a script without `--account` where none is known; `exclude`: nodes
     the job must not run on (the site's suspect nodes, dlaunch/runs/suspects.py), each checked as a node name.
     """
-    nodes, nproc = _shape(site, request)
     scheduler = scheduler_for(site.scheduler.kind)
-    on_batch_system = not registration(site.scheduler.kind).foreground
+    nodes, nproc = _shape(site, scheduler, request)
     spec = launch_mode(site, request.framework).spec(site, scheduler, nodes, nproc)
+    launch = site.launch.framework(request.framework)
     runtime = site.container
     experiment = request.experiment or "default"
     data = request.option("data")
     warnings: Tuple[str, ...] = ()
     queue, seconds, account, binds, notes = None, 0, None, (), ()
-    if on_batch_system:
+    if scheduler.queued:
         _bindable("--output", run_dir)
         queue, seconds, notes = _queue_and_time(site, request, nodes)
+        spec = _on_shared_nodes(site, request.framework, queue, spec, nproc)
+        if nproc == site.gpus_per_node and queue.whole_node_directives:  # the job holds its nodes whole
+            queue = queue.model_copy(update={"directives": queue.directives + queue.whole_node_directives})
         account = resolve_account(site, request.account, environ, required=require_account)
         lead = scheduler.signal_lead_s
         if lead and seconds < 2 * lead:
@@ -238,6 +258,7 @@ def build_plan(
         requeue=requeue,
         extra_tasks=spec.extra_tasks,
         overcommit=spec.overcommit,
+        smt=launch.smt,
         exclude=tuple(check_node_name("suspect node", node) for node in exclude),
     )
     if exclude and not scheduler.excludes_nodes:
@@ -264,12 +285,19 @@ def build_plan(
             )
         step = spec.own_step
     else:
-        step_options = tuple(site.launch.framework(request.framework).step_options) + container_options
+        # One task per GPU, on CPUs the job holds (a shared node's job of part of it has others): each on its GPU's.
+        per_gpu = spec.tasks_per_node == nproc and not spec.whole_node and not spec.extra_tasks
+        holds_cpus = queue is None or not queue.shared or nproc == site.gpus_per_node
+        gpu_options = tuple(site.launch.gpu_step_options) if per_gpu and holds_cpus else ()
+        step_options = tuple(launch.step_options) + gpu_options + container_options
         try:
             step = scheduler.step(site.scheduler, job, spec.mpi, spec.whole_node, step_options)
         except SchedulerError as e:
             raise DlaunchError("--framework %s: site %s: %s" % (request.framework, site.name, e)) from None
     environment = _environment(site)
+    # Each task's own variables, set after the scheduler started it (its MPI plugin's would win over the script's).
+    if launch.task_env:
+        container_prefix = ("env",) + tuple("%s=%s" % item for item in launch.task_env.items()) + container_prefix
     # The scheduler's task variables as the neutral ones, in each task its step starts (mpirun's ranks are
     # not the scheduler's tasks: Horovod asks MPI).
     task_env = (TaskEnv(scheduler.task_variables),) if scheduler.task_variables and not spec.own_step else ()
@@ -290,7 +318,7 @@ def build_plan(
     for name, value in provenance:  # no NUL or line break in an export (the site's `env` is checked by its schema)
         check_value(given_as.get(name, "$" + name), value)
     engine = FRAMEWORKS[request.framework].engine
-    checkpoints = engine == "torch"  # the TensorFlow and MXNet trainers keep none
+    checkpoints = keeps_checkpoints(request.framework)
     trainer_argv = (
         ("--framework", request.framework)
         + trainer_arguments(request)
@@ -306,7 +334,7 @@ def build_plan(
     # too where this machine sees it (a node-local path is checked on the nodes only).
     data_here = data not in (None, "synthetic") and os.path.exists(data)
     if data not in (None, "synthetic") and not data_here:
-        if not on_batch_system:
+        if scheduler.this_machine:
             raise DlaunchError("--data: %s does not exist" % data)
         warnings += ("--data %s is not visible here; it is checked on the nodes only" % data,)
     try:
@@ -326,7 +354,9 @@ def build_plan(
         module_purge=site.module_purge,
         module_use=tuple(site.module_use),
         modules=tuple(site.modules),
-        env=tuple(site.env_for(nodes).items()) + provenance,
+        env=tuple(site.env_for(nodes).items())
+        + tuple((name, ShellWord(value)) for name, value in site.env_expanded.items())
+        + provenance,
         prelude=(WorkDir(run_dir),)
         + (
             environment

@@ -5,7 +5,9 @@ import shlex
 from functools import singledispatch
 from typing import List, Sequence, Union
 
-from dlaunch.jobs.jobspec import (
+from dlaunch.jobs.plan import LaunchPlan
+from dlaunch.schedulers import scheduler_for
+from dlaunch.specs.job import (
     AttemptCount,
     Banner,
     CommandOutput,
@@ -19,9 +21,7 @@ from dlaunch.jobs.jobspec import (
     TaskEnv,
     WorkDir,
 )
-from dlaunch.jobs.plan import LaunchPlan
-from dlaunch.jobs.schema import ENV_NAME, HOST_SUFFIX
-from dlaunch.schedulers import scheduler_for
+from dlaunch.specs.schema import ENV_NAME, HOST_SUFFIX
 
 _SHELL_WORD = re.compile(r"^[A-Za-z0-9_=:.,/@+$-]*$")
 _NAME = re.compile(ENV_NAME)

@@ -1,5 +1,6 @@
 """Site profiles: TOML files validated by pydantic, found by name, alias or path (schema: docs/sites.md)."""
 
+import itertools
 import os
 import re
 from pathlib import Path
@@ -9,13 +10,19 @@ from pydantic import Field, SerializeAsAny, StringConstraints, create_model, fie
 
 from dlaunch.boundary import ModelT, display_path, parse_toml, read_text, read_toml, read_toml_text
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.jobspec import ShellWord
 from dlaunch.jobs.network import Network
-from dlaunch.jobs.schema import (
+from dlaunch.paths import SHIPPED_SITES_DIR, toml_files_by_name
+from dlaunch.runtimes import NoContainer, Runtime
+from dlaunch.runtimes import validate_config as runtime_config
+from dlaunch.schedulers import scheduler_for
+from dlaunch.schedulers import validate_config as scheduler_config
+from dlaunch.specs.job import ShellWord
+from dlaunch.specs.schema import (
     HOST_SUFFIX,
     AbsPath,
     EnvName,
     EnvValue,
+    JobValue,
     ModuleName,
     Partition,
     SafeName,
@@ -23,11 +30,6 @@ from dlaunch.jobs.schema import (
     VarPath,
     Word,
 )
-from dlaunch.paths import SHIPPED_SITES_DIR, toml_files_by_name
-from dlaunch.runtimes import NoContainer, Runtime
-from dlaunch.runtimes import validate_config as runtime_config
-from dlaunch.schedulers import registration, scheduler_for
-from dlaunch.schedulers import validate_config as scheduler_config
 from dlaunch.thresholds import DEFAULT_THRESHOLD
 from dlaunch.train.config import MIN_HANG_TIMEOUT_S
 from dlaunch.train.framework_table import FRAMEWORKS
@@ -52,6 +54,33 @@ class Storage(StrictModel):
     """The shared file system, for the performance model."""
 
     loader_images_per_s: float = Field(gt=0)  # what a loader reading each image as a file gets in all
+
+
+class InputRate(StrictModel):
+    """`[[predict.input]]`: what one GPU's loader decodes and augments on this site's nodes (ImageNet JPEGs, the
+    training pipeline; `python -m dlaunch.train.loaderbench` measures it), with its source."""
+
+    loader: Literal["native", "dali-cpu", "dali-gpu"]
+    workers: int = Field(gt=0)  # its worker processes (native) or threads (DALI)
+    images_per_s: float = Field(gt=0)
+    source: str = Field(min_length=1)
+
+
+class PredictFigures(StrictModel):
+    """`[predict]`: the node's figures for the performance model, each with its source."""
+
+    intra_node_gbps_per_gpu: Optional[float] = Field(default=None, gt=0)  # a GPU's link to its node's others, each way
+    intra_node_source: str = ""
+    input: List[InputRate] = []
+
+    @model_validator(mode="after")
+    def _sourced(self) -> "PredictFigures":
+        if self.intra_node_gbps_per_gpu is not None and not self.intra_node_source:
+            raise ValueError("intra_node_gbps_per_gpu needs intra_node_source")
+        loaders = [row.loader for row in self.input]
+        if len(set(loaders)) < len(loaders):
+            raise ValueError("input: one row per loader")
+        return self
 
 
 class Reference(StrictModel):
@@ -102,6 +131,12 @@ class FrameworkLaunch(StrictModel):
     mode: Optional[LaunchMode] = None  # None: the framework table's style
     # Options of this framework's step only: srun options on Slurm, mpiexec/mpirun words otherwise.
     step_options: List[Word] = []
+    # Variables set in each task once the scheduler started it, in front of the container (`env NAME=value
+    # apptainer exec ...`): for what the scheduler's MPI plugin sets per task over the job script's value
+    # (JSC's pspmix: PMIX_SECURITY_MODE=native, else the container's PMIx may pick munge and fail).
+    task_env: Dict[EnvName, EnvValue] = {}
+    # False: one hardware thread per core (Slurm's --hint=nomultithread); the tasks' CPUs are physical cores.
+    smt: bool = True
 
 
 class LaunchBase(StrictModel):
@@ -109,9 +144,13 @@ class LaunchBase(StrictModel):
 
     # Run on the first node (the batch host); its first word is MASTER_ADDR, e.g. ["hostname", "-i"] (OLCF).
     rendezvous_command: List[Word] = []
-    # The site shows each task only the GPU(s) bound to it (JSC's psslurm): a per-node launcher's task,
-    # which starts all of a node's workers, gets the node's GPUs made visible (CUDA_VISIBLE_DEVICES=0,1,..).
+    # The site shows each task only the GPU(s) bound to it (JSC's psslurm): every task gets the node's GPUs
+    # made visible (CUDA_VISIBLE_DEVICES=0,1,..): a per-node launcher starts all of the node's workers, and a
+    # task per GPU takes its local rank's (NCCL then reaches the other GPUs through CUDA IPC).
     binds_gpu_per_task: bool = False
+    # Step options of every launch with one task per GPU, in jobs that hold their nodes' CPUs (on a `shared`
+    # partition row only a job of all a node's GPUs does): task k on GPU k's cores (LUMI's per-GCD CPU masks).
+    gpu_step_options: List[Word] = []
 
     def framework(self, name: str) -> FrameworkLaunch:
         return getattr(self, name.replace("-", "_"), None) or FrameworkLaunch()
@@ -194,6 +233,8 @@ class Site(StrictModel):
     env: Dict[EnvName, EnvValue] = {}
     env_by_nodes: List[EnvByNodes] = []  # overrides `env` for jobs of some sizes
     env_prepend: Dict[EnvName, EnvValue] = {}  # NAME = "/x" -> NAME=/x:$NAME (or /x when NAME is unset)
+    # Exported after `env`, their `$NAME`s expanded when the job runs (a per-user, per-job folder)
+    env_expanded: Dict[EnvName, JobValue] = {}
     nccl_net_plugin: Optional[NcclNetPlugin] = None
     # Python per engine where the site runs without containers (e.g. tensorflow = "/opt/tf/bin/python").
     interpreters: Dict[Literal["torch", "tensorflow", "mxnet"], AbsPath] = {}
@@ -205,6 +246,7 @@ class Site(StrictModel):
     requeue: bool = True
     network: Optional[Network] = None
     storage: Optional[Storage] = None
+    predict: Optional[PredictFigures] = None
     reference: List[Reference] = []
     # A rank computing more than this fraction slower than the median rank is a straggler (dlaunch/analysis/stragglers.py).
     straggler_threshold: float = Field(default=DEFAULT_THRESHOLD, gt=0, lt=1)
@@ -245,21 +287,28 @@ class Site(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Site":
-        if registration(self.scheduler.kind).foreground and self.container.containerized:
+        if scheduler_for(self.scheduler.kind).this_machine and self.container.containerized:
             raise ValueError("a site whose jobs run in the foreground on this machine has no container runtime")
-        both = (set(self.env) | {n for row in self.env_by_nodes for n in row.env}) & set(self.env_prepend)
-        if both:
-            raise ValueError("env and env_prepend both set %s" % sorted(both)[0])
+        tables = {
+            "env": set(self.env) | {n for row in self.env_by_nodes for n in row.env},
+            "env_prepend": set(self.env_prepend),
+            "env_expanded": set(self.env_expanded),
+        }
+        for (one, names), (other, more) in itertools.combinations(tables.items(), 2):
+            if names & more:
+                raise ValueError("%s and %s both set %s" % (one, other, sorted(names & more)[0]))
         self._check_launch()
         return self
 
     def _check_launch(self) -> None:
-        gpu_request = getattr(self.scheduler, "gpu_request", "none")
-        if gpu_request != "none" and self.gpu_vendor == "none":
-            raise ValueError('scheduler.gpu_request: a site without GPUs (gpu_vendor = "none") asks for none')
-        if gpu_request != "none" and "gpu" in (getattr(self.scheduler, "gres", None) or ""):
-            raise ValueError("scheduler.gres and scheduler.gpu_request both ask for GPUs: keep gpu_request")
+        asking = scheduler_for(self.scheduler.kind).gpu_request_field(self.scheduler)
+        if asking and self.gpu_vendor == "none":
+            raise ValueError('scheduler.%s: a site without GPUs (gpu_vendor = "none") asks for none' % asking)
         launch = self.launch
+        form = scheduler_for(self.scheduler.kind).step_option_form  # () = words of the step command
+        for option in launch.gpu_step_options if form else ():
+            if not re.fullmatch(form[0], option):
+                raise ValueError("launch.gpu_step_options: %r is not %s" % (option, form[1]))
         if launch.rendezvous_command and self.rendezvous_host_suffix:
             raise ValueError(
                 "launch.rendezvous_command and rendezvous_host_suffix both name the rendezvous host: keep one"
@@ -268,7 +317,7 @@ class Site(StrictModel):
             chosen = launch.framework(name)
             if info.launch not in LAUNCH_MODES or chosen == FrameworkLaunch():
                 continue
-            if registration(self.scheduler.kind).foreground:
+            if scheduler_for(self.scheduler.kind).this_machine:
                 raise ValueError(
                     "launch.%s: a site that runs its jobs in the foreground starts its processes itself "
                     "(torchrun --standalone, horovodrun)" % name
@@ -277,8 +326,11 @@ class Site(StrictModel):
                 raise ValueError(
                     "launch.%s.mode: %r is not one of %s" % (name, chosen.mode, ", ".join(LAUNCH_MODES[info.launch]))
                 )
-            form = scheduler_for(self.scheduler.kind).step_option_form  # the scheduler's step, unless mpirun starts it
-            for option in chosen.step_options if form and chosen.mode != "mpirun" else ():
+            if not chosen.smt and not scheduler_for(self.scheduler.kind).one_thread_per_core:
+                raise ValueError(
+                    "launch.%s.smt: a %s job cannot ask for one thread per core" % (name, self.scheduler.kind)
+                )
+            for option in chosen.step_options if form and chosen.mode != "mpirun" else ():  # mpirun: its own words
                 if not re.fullmatch(form[0], option):
                     raise ValueError("launch.%s.step_options: %r is not %s" % (name, option, form[1]))
 
@@ -298,6 +350,10 @@ class Site(StrictModel):
     def cpus_per_node(self) -> int:
         """What Slurm counts as a node's CPUs."""
         return self.cores_per_node * self.threads_per_core
+
+    def cpus_for(self, framework: str) -> int:
+        """The CPUs a node gives `framework`'s tasks: its physical cores where `[launch.<framework>] smt = false`."""
+        return self.cpus_per_node if self.launch.framework(framework).smt else self.cores_per_node
 
     @property
     def partitions(self) -> List[Partition]:

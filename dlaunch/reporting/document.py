@@ -4,14 +4,16 @@ line prints too. Deterministic: the same inputs give byte-identical outputs (row
 data's, plots with a fixed DPI and without PNG software/date metadata).
 """
 
+import dataclasses
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from dlaunch.analysis.budget import LOST_PARTS
+from dlaunch.analysis.budget import OTHER, PARTS
 from dlaunch.analysis.convergence import RCP_SOURCE, RCPVerdict
 from dlaunch.analysis.published import Comparison
-from dlaunch.analysis.scaling import Run, Spread, verdict
+from dlaunch.analysis.scaling import Run, Spread, count_name, count_unit, verdict
 from dlaunch.analysis.stragglers import Flag
 from dlaunch.atomic import write_atomic
 from dlaunch.jobs.sites import Site
@@ -25,11 +27,14 @@ from dlaunch.reporting.plots import (
     write_plots,
 )
 from dlaunch.reporting.report import GroupResult, Profiles, Recorded, SetApart, flagged_note, off_network_note
+from dlaunch.resultsdb.compare import differing, fact_name, fact_text
 from dlaunch.tables import cell, counted, markdown
 from dlaunch.version import __version__
 
 KERNEL_HEADERS = ("GPUs", "comm %", "compute %", "I/O %", "other %")
-DEFINITIONS = """\
+DEFINITIONS_WIDTH = 110  # the Definitions' lines at most, their indent included
+# The definitions before the efficiency budget's (`definitions` adds it from the budget's parts), and after it.
+DEFINITIONS_BEFORE_BUDGET = """\
 - Throughput X ("images/s", dlaunch/analysis/scaling.py): the mean over the run's measured epochs (those
   with counted images, the first left out when there are two or more: warm-up) of images / (images /
   images_per_s + overhead.total_s x measured_steps / steps), i.e. epoch overhead (loader start,
@@ -40,11 +45,14 @@ DEFINITIONS = """\
   distribution-free 95% confidence interval of the median (order statistics) from 6 runs on; a
   single run has none (`-`). Plots draw the median with the range as error bars. Time shares are
   the runs' mean.
-- Groups: experiment, site, model, framework, loader, batch per GPU (`bN`) and step options; different
-  batch sizes per GPU are separate curves, and so are runs made with other step options: the trainer's
+- Groups: experiment, site, model, framework, loader, batch per GPU (`bN`), CPU threads per rank (`tN`,
+  runs on CPUs only) and step options; different batch sizes per GPU are separate curves, and so are runs
+  on CPUs with other threads per rank (their threads are their compute: the trainer's `--threads`, else
+  its default, a node's CPUs over its ranks) and runs made with other step options: the trainer's
   `--compile`, `--cuda-graphs`, `--optimizer-impl` and `--host-syncs` where they differ from the defaults,
   named at the end of the group's label (none named: the defaults; so are metrics files older than
-  the options).
+  the options). Where no run uses a GPU, counts are of worker processes (`workers`; a parameter-server
+  engine's servers and coordinators not counted).
 - Compile time (`compile s`, shown when some run used `--compile`): the wall time of the first step of
   each session of the run (a warm-up step, torch.compile's tracing and code generation), summed; it is
   never part of images/s.
@@ -81,14 +89,24 @@ DEFINITIONS = """\
 - History (shown when the results database has 3 or more earlier runs of a run's site, model, GPU
   count, precision, framework, loader, batch per GPU and step options): X against the median of the
   last 10 of them; REGRESSION when slower by more than the site's reference tolerance (5% without one).
-- Efficiency budget (runs with per-rank phases, metrics version 4; dlaunch/analysis/budget.py): per GPU
-  count G, per step t(G) = global batch / X; waiting for stragglers = wait = the median rank's sync_s - the
-  slowest rank's (its measured wait for the slowest, 0 if negative); exposed communication = median sync_s -
-  wait; data = median data_s; compute = the median rank's
-  compute_s (it grows where communication beside back-propagation shares the GPU's SMs or a CPU's cores, or
-  where clocks drop); epoch overhead = overhead.total_s / steps; each the median over the point's runs. Lost
-  to x = (x(G) - x(G_ref)) / t(G); `other` = 1 - E_G - those (optimizer changes, host gaps, and parts not
-  recorded), so ideal (1.000) - everything lost = measured E_G exactly. Negative: a gain against G_ref.
+"""
+DEFINITIONS_AFTER_BUDGET = """\
+- Measurement quality (dlaunch/analysis/quality.py), per count G of a group: `spread`, the width of the
+  range of its runs' images/s (min-max below 6 runs, the 95% CI of the median from 6) over their median
+  (`-`: one run, not measured); `ref. spread`, the same of the reference G_ref. Noisy: spread above the
+  noise threshold (`--noise-threshold`, default 0.10); unstable reference: the reference's spread above
+  it (S_G and E_G of every count divide by its median); implausible: E_G above 1 + the spread here + the
+  reference's (the threshold for a point of one run), `E_G noise allows`: with the same batch per GPU,
+  G GPUs do at most G / G_ref times the reference's work. `why` names the likely causes the records show:
+  unequal threads per rank (or, none recorded, other ranks per node), different nodes, a loaded machine
+  (equal runs' median-rank compute per step spread beyond the threshold), a slower reference, flagged
+  runs kept, too few measured steps. Such points are set apart from the tables, plots and budget unless
+  the report was made with `--include-doubtful`.
+- Architectures, updates and frameworks compared (where the groups differ in them): per count the groups
+  side by side, with the median rank's step split from the per-rank phases (`sync %`: exposed
+  communication and waiting for peers, `compute %`, `data %`, each over their sum), which the PyTorch
+  trainer records for DDP, Horovod, DeepSpeed and its parameter server; the TensorFlow and MXNet
+  trainers record none (`-`).
 - Stragglers and throttled GPUs (dlaunch/analysis/stragglers.py): a rank whose forward pass (which overlaps
   no communication) took more than the threshold (the site profile's `straggler_threshold`, default 10 %, or
   `--straggler-threshold`) longer than the median rank's over the measured epochs, or a GPU whose SM clock
@@ -153,6 +171,7 @@ class Columns:
     accuracy: bool
     history: bool = False  # some run has a history verdict
     compiled: bool = False  # some run recorded a compile time (--compile)
+    unit: str = "GPUs"  # what a run's count counts: `count_unit`
 
     @classmethod
     def of(cls, runs: Sequence[Run], history: bool = False) -> "Columns":
@@ -161,10 +180,11 @@ class Columns:
             accuracy=any(r.time_to_accuracy_s is not None for r in runs),
             history=history,
             compiled=any(r.compile_s is not None for r in runs),
+            unit=count_unit(runs),
         )
 
     def scaling_headers(self) -> List[str]:
-        return (
+        return self.counted(
             SCALING_HEADERS
             + (ACCURACY_SCALING_HEADERS if self.accuracy else [])
             + (ENERGY_SCALING_HEADERS if self.energy else [])
@@ -175,7 +195,18 @@ class Columns:
         extra += ENERGY_RUN_HEADERS if self.energy else []
         extra += ENERGY_ACCURACY_RUN_HEADERS if self.energy and self.accuracy else []
         extra += ["history"] if self.history else []
-        return RUN_HEADERS[:-1] + extra + RUN_HEADERS[-1:]
+        return self.counted(RUN_HEADERS[:-1] + extra + RUN_HEADERS[-1:])
+
+    @property
+    def count_name(self) -> str:
+        return count_name(self.unit)
+
+    def counted(self, headers: Sequence[str]) -> List[str]:
+        """`headers` with their "GPUs" named by what the runs' counts count (`unit`)."""
+        return [self.unit if h == COUNT_HEADER else h for h in headers]
+
+
+COUNT_HEADER = "GPUs"  # the headers' name for a run's world size, `count_unit` where the runs have no GPU
 
 
 def _kilo(value: Optional[float]) -> str:
@@ -289,16 +320,130 @@ def flagged_rows(runs: Sequence[Run], flags: Dict[str, List[Flag]]) -> List[List
     ]
 
 
-BUDGET_HEADERS = ["GPUs", "E_G", "batch/X ms", *LOST_PARTS]  # the parts: the share of the ideal lost to each
+def budget_headers() -> List[str]:
+    """The budget table's headers: the parts (the budget's table, PARTS) after E_G and the step time behind it."""
+    return [COUNT_HEADER, "E_G", "batch/X ms", *PARTS]
+
+
+QUALITY_HEADERS = ["GPUs", "runs", "spread", "reference", "ref. spread", "E_G", "E_G noise allows", "verdict", "why"]
+
+
+def _relative(spread: Optional[float], kind: str = "") -> str:
+    """A relative spread in per cent, with the range's kind; '-' (one run: not measured)."""
+    return "-" if spread is None else ("%.1f %%%s" % (100 * spread, " " + kind if kind else ""))
+
+
+def quality_rows(g: GroupResult, included: bool = False) -> List[List[str]]:
+    """Per count of the group: the measurement-quality verdict (dlaunch/analysis/quality.py) and why; `included`:
+    doubtful points are kept in the tables (--include-doubtful)."""
+    rows = []
+    for gpus, q in sorted(g.quality.items()):
+        verdict = q.verdict + (" (kept)" if included and q.doubtful else " (set apart)" if q.doubtful else "")
+        rows.append(
+            [
+                str(gpus),
+                str(q.runs),
+                _relative(q.spread, q.spread_kind),
+                "%d (%s)" % (q.reference_gpus, counted(q.reference_runs, "run")),
+                _relative(q.reference_spread),
+                "%.3f" % q.efficiency,
+                "-" if gpus == q.reference_gpus else "<= %.3f" % (1 + q.allowance),
+                verdict,
+                q.why or "-",
+            ]
+        )
+    return rows
+
+
+COMPARED_HEADERS = [
+    "GPUs",
+    "architecture",
+    "updates",
+    "engine",
+    "framework",
+    "loader",
+    "threads",
+    "images/s",
+    "E_G",
+    "sync %",
+    "compute %",
+    "data %",
+    "verdict",
+]
+
+
+def compares_axes(results: Sequence[GroupResult]) -> bool:
+    """Whether the groups differ in a study's axes: architecture, updates (sync, async) or engine."""
+    return len({r.axes for g in results for r in g.runs}) > 1
+
+
+def compared_rows(results: Sequence[GroupResult]) -> List[Tuple[str, List[str]]]:
+    """Per count, the groups side by side by architecture, updates, engine, framework and loader: the study's question
+    (all-reduce or parameter server, synchronous or asynchronous, which framework) at every count, with the step split
+    from the per-rank phases where the engine records them."""
+    found = []
+    for g in results:
+        axes = g.runs[0].axes
+        threads = sorted({r.threads for r in g.runs if r.threads is not None})
+        for pt in g.points:
+            s = pt.step_shares
+            found.append(
+                (
+                    (
+                        pt.gpus,
+                        axes.architecture,
+                        axes.updates != "sync",
+                        axes.engine,
+                        g.key.framework,
+                        g.key.loader,
+                        g.key.label,
+                    ),
+                    [
+                        str(pt.gpus),
+                        axes.architecture,
+                        axes.updates,
+                        axes.engine,
+                        g.key.framework,
+                        g.key.loader,
+                        "/".join(map(str, threads)) or "-",
+                        "%.1f" % pt.images_per_s,
+                        "%.3f" % pt.efficiency,
+                        _percent(s.comm if s else None),
+                        _percent(s.compute if s else None),
+                        _percent(s.data if s else None),
+                        g.quality[pt.gpus].verdict if pt.gpus in g.quality else "-",
+                    ],
+                )
+            )
+    return [(order[-1], row) for order, row in sorted(found, key=lambda item: item[0])]
 
 
 def budget_rows(g: GroupResult) -> List[List[str]]:
     """Per GPU count: E_G, the step time behind it and the share of the ideal lost per cause."""
     return [
         [str(row.gpus), "%.3f" % row.measured_e_g, "%.1f" % (1000 * row.step_s)]
-        + ["not recorded" if row.lost[part] is None else _share(row.lost[part]) for part in LOST_PARTS]  # type: ignore[arg-type]
+        + ["not recorded" if row.lost[part] is None else _share(row.lost[part]) for part in PARTS]  # type: ignore[arg-type]
         for row in g.budget
     ]
+
+
+def budget_definition() -> str:
+    """The Definitions' item on the efficiency budget, each part's measure from the budget's table (PARTS)."""
+    measured = [part for part in PARTS.values() if part.per_step is not None]
+    text = (
+        "- Efficiency budget (runs with per-rank phases, metrics version 4; dlaunch/analysis/budget.py): per GPU count "
+        "G, per step t(G) = global batch / X and each part's measure x, the median over the point's runs: %s. Lost to "
+        "x = (x(G) - x(G_ref)) / t(G); `%s` = %s. Negative: a gain against G_ref."
+        % ("; ".join("`%s` = %s" % (part.name, part.definition) for part in measured), OTHER, PARTS[OTHER].definition)
+    )
+    return textwrap.fill(
+        text, width=DEFINITIONS_WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+    )
+
+
+def definitions() -> str:
+    """The report's Definitions."""
+    return DEFINITIONS_BEFORE_BUDGET + budget_definition() + "\n" + DEFINITIONS_AFTER_BUDGET
 
 
 def _share(value: float) -> str:
@@ -348,8 +493,12 @@ def markdown_report(
     the paths reported on."""
     recorded = recorded or Recorded()
     n_runs = sum(len(g.runs) for g in results)
-    columns = Columns.of([r for g in results for r in g.runs], history=bool(recorded.history))
     excluded = apart.excluded()
+    columns = Columns.of([r for g in results for r in g.runs], history=bool(recorded.history))
+    columns = dataclasses.replace(
+        columns, unit=count_unit([r for g in results for r in g.runs] + [*diverged, *excluded])
+    )
+    doubtful = sum(len(g.doubtful) for g in results)
     parts = [
         "# dlaunch report",
         "%s in %s; %s apart; %s rejected."
@@ -364,22 +513,51 @@ def markdown_report(
             ""
             if apart.flagged_included or not apart.flagged
             else " %d run(s) with a straggler or a throttled GPU apart." % len(apart.flagged)
+        )
+        + (
+            ""
+            if apart.doubtful_included or not doubtful
+            else " %s apart by the quality verdict." % counted(doubtful, "scaling point")
         ),
         "## Scaling",
         markdown_table(columns.scaling_headers(), [(g.key.label, scaling_rows(g, columns)) for g in results]),
+        *groups_differ(results, recorded),
+        "## Measurement quality",
+        markdown_table(
+            columns.counted(QUALITY_HEADERS),
+            [(g.key.label, quality_rows(g, apart.doubtful_included)) for g in results if g.quality],
+        ),
+        "Per %s: the spread of its runs' images/s and of its reference's, and E_G against what that noise "
+        "allows (definitions below); a point that is noisy, has an unstable reference or an E_G beyond noise is %s."
+        % (
+            columns.count_name,
+            "kept in the tables and plots (--include-doubtful)"
+            if apart.doubtful_included
+            else "set apart from the tables, plots and budget (--include-doubtful keeps it)",
+        ),
         "## Runs",
         markdown_table(
             columns.run_headers(), [(g.key.label, run_rows(g, profiles, columns, recorded.history)) for g in results]
         ),
     ]
+    if compares_axes(results):
+        parts += [
+            "## Architectures, updates and frameworks compared",
+            markdown_table(
+                columns.counted(COMPARED_HEADERS), [(label, [row]) for label, row in compared_rows(results)]
+            ),
+            "Per %s, the groups side by side: architecture (all-reduce or parameter server), updates "
+            "(synchronous or asynchronous), engine, framework and loader, with the median rank's step split from the "
+            "per-rank phases (`-`: the engine records none)." % columns.count_name,
+        ]
     explained = [g for g in results if g.explained]
     if explained:
         parts += [
             "## Efficiency budget",
-            "Per GPU count, from ideal (1.000) to the measured E_G: the share of the ideal lost to each cause "
-            "(communication, stragglers, data, compute, epoch overhead, other) against the group's reference G_ref "
-            "(definitions below); the parts and E_G add up to 1.",
-            markdown_table(BUDGET_HEADERS, [(g.key.label, budget_rows(g)) for g in explained]),
+            "Per %s, from ideal (1.000) to the measured E_G: the share of the ideal lost to each cause "
+            "(%s) against the group's reference G_ref (definitions below); the parts and E_G add up to 1."
+            % (columns.count_name, ", ".join(PARTS)),
+            markdown_table(columns.counted(budget_headers()), [(g.key.label, budget_rows(g)) for g in explained]),
         ]
     if rcp:
         parts += [
@@ -428,37 +606,58 @@ def markdown_report(
         parts += [
             "## Stragglers and throttled GPUs",
             flagged_note(apart.flagged, apart.flagged_included, apart.threshold) + ".",
-            markdown_table(FLAGGED_HEADERS, [(r.key.label, flagged_rows([r], apart.flags)) for r in apart.flagged]),
+            markdown_table(
+                columns.counted(FLAGGED_HEADERS), [(r.key.label, flagged_rows([r], apart.flags)) for r in apart.flagged]
+            ),
         ]
     if diverged:
         parts += [
             "## Diverged runs",
             "Left out of every table and plot above.",
-            markdown_table(DIVERGED_HEADERS, [(r.key.label, diverged_rows([r])) for r in diverged]),
+            markdown_table(columns.counted(DIVERGED_HEADERS), [(r.key.label, diverged_rows([r])) for r in diverged]),
         ]
     if apart.off:
         parts += [
             "## Runs off their network",
             off_network_note(apart.off, apart.off_included) + ".",
             markdown_table(
-                OFF_NETWORK_HEADERS, [(r.key.label, off_network_rows([r], apart.problems)) for r in apart.off]
+                columns.counted(OFF_NETWORK_HEADERS),
+                [(r.key.label, off_network_rows([r], apart.problems)) for r in apart.off],
             ),
         ]
     if rejected:
         parts += ["## Rejected files", "\n".join("- `%s`" % msg for msg in rejected)]
     if notes:
         parts += ["## Notes", "\n".join("- %s" % note for note in notes)]
-    parts += ["## Definitions", DEFINITIONS.rstrip()]
+    parts += ["## Definitions", definitions().rstrip()]
     everything = [r for g in results for r in g.runs] + list(diverged) + excluded
     parts += ["## Provenance", provenance_text(everything, profiles, recorded, inputs)]
     return "\n\n".join(parts) + "\n"
+
+
+def groups_differ(results: Sequence[GroupResult], recorded: Recorded) -> List[str]:
+    """What else tells the groups apart beyond their labels, from their runs' rows (the results database's): each
+    trainer option given otherwise (`--threads`), image, node count, data, dlaunch's revision, library versions
+    (resultsdb/compare.py's facts), per group; nothing for a single group or groups alike in all of them."""
+    sides = [[recorded.rows[r.path] for r in g.runs if r.path in recorded.rows] for g in results]
+    if len(results) < 2 or not all(sides):
+        return []
+    found = {n: v for n, v in differing(sides).items() if n not in ("experiment", "site")}  # in the labels already
+    if not found:
+        return []
+    lines = [
+        "- %s: %s" % (g.key.label, "; ".join("%s %s" % (fact_name(n), fact_text(n, v[i])) for n, v in found.items()))
+        for i, g in enumerate(results)
+    ]
+    return ["The groups differ beyond their labels in what their runs were given or ran with:\n\n" + "\n".join(lines)]
 
 
 PROVENANCE_HEADERS = ["run", "started", "image", "git revision", "versions", "job id", "metrics file"]
 
 
 def provenance_text(runs: Sequence[Run], profiles: Profiles, recorded: Recorded, inputs: Sequence[str]) -> str:
-    """Who made the report from what, and per run what it ran (from the results database's rows)."""
+    """Who made the report from what, and per run what it ran (from the results database's rows): the library versions
+    it recorded as used (a library a file of an older trainer recorded as absent, `None`, is left out)."""
     lines = [
         "- Made by dlaunch %s (`dlaunch report`) from %s under %s."
         % (__version__, counted(len(runs), "metrics file"), ", ".join("`%s`" % p for p in inputs) or "-")
@@ -470,7 +669,7 @@ def provenance_text(runs: Sequence[Run], profiles: Profiles, recorded: Recorded,
         if row is None:
             rows.append((run.key.label, [[Path(run.path).parent.name, "-", "-", "-", "-", "-", run.path]]))
             continue
-        versions = ", ".join("%s %s" % item for item in sorted(row["pins"].items())) or "-"
+        versions = ", ".join("%s %s" % item for item in sorted(row["pins"].items()) if item[1] is not None) or "-"
         rows.append(
             (
                 run.key.label,

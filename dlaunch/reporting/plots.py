@@ -15,9 +15,9 @@ from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
-from dlaunch.analysis.budget import LOST_PARTS
+from dlaunch.analysis.budget import PARTS
 from dlaunch.analysis.published import Comparison
-from dlaunch.analysis.scaling import Run, ScalingPoint, Spread
+from dlaunch.analysis.scaling import Run, ScalingPoint, Spread, count_name, count_unit
 from dlaunch.atomic import atomic_file
 from dlaunch.train.framework_table import FRAMEWORKS
 
@@ -38,15 +38,7 @@ ENERGY_PLOT = "energy_per_image.png"
 ENERGY_PLOT_TITLE = "Energy per image (J) against GPUs, per framework and loader"
 # Written after the E_G (and energy) plots whenever a group's budget names a cause (metrics version 4 phases).
 BUDGET_PLOT = "efficiency_budget.png"
-BUDGET_TITLE = "Efficiency budget: from ideal (1) to the measured E_G, the share lost per cause"
-BUDGET_COLOURS = {
-    "communication": "C3",
-    "stragglers": "C1",
-    "data": "C2",
-    "compute": "C5",
-    "epoch overhead": "C4",
-    "other": "C7",
-}
+BUDGET_TITLE = "Efficiency budget: the share of the ideal lost (up) or gained (down) per cause, and E_G"
 COMPARISON_PLOT = "published_vs_this_run.png"
 COMPARISON_TITLE = "Published values (markers) and this run (lines)"
 METRIC_LABELS = {
@@ -107,12 +99,15 @@ def log10_ticks(low: float, high: float) -> List[float]:
     return enclosing([m * 10.0**k for k in range(first, last + 1) for m in NICE_MANTISSAS], low, high)
 
 
-def linear_ticks(high: float) -> List[float]:
-    """Evenly spaced plain ticks from 0 to at least `high`."""
+def linear_ticks(high: float, low: float = 0.0) -> List[float]:
+    """Evenly spaced plain ticks from `low` (at most 0; 0 is a tick) or just below it to at least `high`."""
     from matplotlib.ticker import MaxNLocator
 
-    ticks = [float(t) for t in MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(0, high or 1.0)]
-    return [t for t in ticks if t >= 0]
+    high = high or 1.0
+    ticks = [float(t) for t in MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(low, high)]
+    slack = 1e-9 * (high - low)
+    bottom = max(t for t in ticks if t <= low + slack)
+    return [t for t in ticks if t >= bottom]
 
 
 def set_ticks(axis, ticks: Sequence[float], log: bool) -> None:
@@ -139,11 +134,11 @@ def count_axis(ax, counts: Iterable[int], label: str) -> None:
 
 
 def value_axis(ax, values: Iterable[float], label: str, scale: str = "linear") -> None:
-    """The y axis of `values` (every point, bar end and line drawn): `linear` from 0, `log10` on 1-2-5 ticks,
-    `log2` on powers of two."""
+    """The y axis of `values` (every point, bar end and line drawn): `linear` from 0 (or the lowest negative value),
+    `log10` on 1-2-5 ticks, `log2` on powers of two."""
     drawn = [v for v in values if v is not None and math.isfinite(v)]
     if scale == "linear":
-        set_ticks(ax.yaxis, linear_ticks(max(drawn, default=1.0)), log=False)
+        set_ticks(ax.yaxis, linear_ticks(max(drawn, default=1.0), min([0.0, *drawn])), log=False)
     else:
         positive = [v for v in drawn if v > 0] or [1.0]
         ax.set_yscale("log", base=2 if scale == "log2" else 10)
@@ -236,7 +231,7 @@ def plot_scaling(ax_x, ax_s, ax_e, results: Sequence["GroupResult"]) -> None:
         if ax is None:
             continue
         value_axis(ax, shown[ax], label, scale)
-        count_axis(ax, counts, "GPUs")
+        count_axis(ax, counts, count_unit(r for g in results for r in g.runs))
         legend(ax)
 
 
@@ -256,7 +251,7 @@ def plot_energy_per_image(ax, results: Sequence["GroupResult"]) -> None:
             marker(g.key.framework),
         )
     value_axis(ax, values, "J per image")
-    count_axis(ax, counts, "GPUs")
+    count_axis(ax, counts, count_unit(r for g in results for r in g.runs))
     legend(ax)
 
 
@@ -275,46 +270,46 @@ def plot_shares(fig, results: Sequence["GroupResult"]) -> None:
         ax.set_title(g.key.label, fontsize="small")
         value_axis(ax, [100.0], "% of step")
         legend(ax, beside=True)
-    axes[-1].set_xlabel("GPUs")
+    axes[-1].set_xlabel(count_unit(r for g in with_shares for r in g.runs))
 
 
 def plot_budget(fig, results: Sequence["GroupResult"]) -> None:
-    """One panel per group whose budget names a cause: per GPU count a bar of the measured E_G with what was lost
-    stacked on it up to the ideal 1; a part that is a gain against G_ref (negative) is drawn hatched, downwards
-    from the top of the losses to the ideal line."""
+    """One panel per group whose budget names a cause: per GPU count the shares of the ideal lost stacked upwards from
+    0 and those gained (a part faster than at G_ref, negative in the budget) apart, stacked downwards; a cause has one
+    colour either way and a legend entry only where it is drawn; the measured E_G is written above each GPU count
+    (lost - gained = 1 - E_G)."""
     explained = groups_drawn(results, lambda g: g.explained, MAX_PANELS)
     axes = fig.subplots(len(explained), 1, squeeze=False)[:, 0]
     for ax, g in zip(axes, explained):
         labels = [str(row.gpus) for row in g.budget]
-        top = [row.measured_e_g for row in g.budget]
-        ax.bar(labels, top, color="C0", label="measured E_G")
-        gains = []
-        for part in LOST_PARTS:
-            values = [row.lost[part] or 0.0 for row in g.budget]  # not recorded: inside `other`
+        up, down = [0.0] * len(labels), [0.0] * len(labels)
+        for part in PARTS.values():  # colours and legend from the budget's table of parts
+            values = [row.lost[part.name] or 0.0 for row in g.budget]  # not recorded: inside `other`
             values = [0.0 if abs(v) < RESIDUE else v for v in values]
-            ax.bar(
-                labels, [max(v, 0.0) for v in values], bottom=top, color=BUDGET_COLOURS[part], label="lost: %s" % part
+            if not any(values):
+                continue
+            lost, gained = [max(v, 0.0) for v in values], [min(v, 0.0) for v in values]
+            ax.bar(labels, lost, bottom=up, color=part.colour, label=part.name)
+            ax.bar(labels, gained, bottom=down, color=part.colour)
+            up = [u + v for u, v in zip(up, lost)]
+            down = [d + v for d, v in zip(down, gained)]
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        for x, row, top in zip(labels, g.budget, up):
+            ax.annotate(
+                "E_G %.3f" % row.measured_e_g,
+                (x, top),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize="small",
             )
-            top = [t + max(v, 0.0) for t, v in zip(top, values)]
-            gains.append((part, [min(v, 0.0) for v in values]))
-        highest = max(top)
-        for part, values in gains:
-            if any(values):
-                top = [t + v for t, v in zip(top, values)]
-                ax.bar(
-                    labels,
-                    [-v for v in values],
-                    bottom=top,
-                    color="none",
-                    edgecolor=BUDGET_COLOURS[part],
-                    hatch="//",
-                    label="gained: %s" % part,
-                )
-        ax.axhline(1.0, color="black", linestyle=":", label="ideal")
-        value_axis(ax, [highest], "share of ideal")
+        value_axis(ax, [max(up) * 1.15, *down], "share of the ideal:\nlost (up), gained (down)")
         ax.set_title(g.key.label, fontsize="small")
-        ax.set_xlabel("GPUs")
-        legend(ax, beside=True)
+        ax.set_xlabel(count_unit(g.runs))
+        handles, names = ax.get_legend_handles_labels()
+        if names:  # the order of the stack, its top first
+            ax.legend(handles[::-1], names[::-1], fontsize="x-small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
 
 
 def _accuracy_series(runs: Sequence[Run]) -> Dict[Tuple[str, str], List[Tuple[int, float]]]:
@@ -393,9 +388,10 @@ def plot_titles(results: Sequence["GroupResult"]) -> Dict[str, str]:
         "accuracy_vs_epoch.png": bool(_epoch_accuracies(runs)),
     }
     titles = {}
+    unit = count_unit(runs)
     for name, title in PLOTS.items():
         if has[name]:
-            titles[name] = title
+            titles[name] = title.replace("GPU count", count_name(unit)).replace("GPUs", unit)
         if name == "efficiency.png" and any(p.joules_per_image is not None for g in results for p in g.points):
             titles[ENERGY_PLOT] = ENERGY_PLOT_TITLE
         if name == "efficiency.png" and any(g.explained for g in results):

@@ -1,6 +1,7 @@
 """The report's data (`report_data`): run directories' metrics -> groups (scaling points, the model's predictions,
-the efficiency budget), the site profile each run is judged by, the runs set apart (diverged, with a straggler or a
-throttled GPU, off their network), the notes, the results database's rows and history verdicts, and the convergence
+the efficiency budget, each point's measurement-quality verdict: doubtful points set apart unless included), the site
+profile each run is judged by, the runs set apart (diverged, with a straggler or a throttled GPU, off their network),
+the notes, the results database's rows and history verdicts, and the convergence
 verdicts. Rendering it: dlaunch/reporting/document.py (report.md, report.html, plots); printing it: dlaunch/cli/report.py.
 
 Each run is judged by the site profile it was made from: the text its run directory kept (`site.toml`), else the
@@ -15,7 +16,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from dlaunch.analysis.budget import OTHER, BudgetRow, budget
 from dlaunch.analysis.convergence import RCPVerdict, rcp_verdicts
-from dlaunch.analysis.kept_profile import kept_profile
 from dlaunch.analysis.perfmodel.model import (
     MODEL_PARAMS_M,
     Prediction,
@@ -24,22 +24,26 @@ from dlaunch.analysis.perfmodel.model import (
     interconnect_of_site,
     predict,
 )
+from dlaunch.analysis.quality import INCLUDE_OPTION, PointQuality, judge_runs, threshold_text, unequal_threads
 from dlaunch.analysis.scaling import GroupKey, Loaded, Run, ScalingPoint, group_runs, reference_for, scaling
-from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, Flag, run_flags
+from dlaunch.analysis.stragglers import Flag, flagged, kept_profile
 from dlaunch.errors import DlaunchError, DlaunchWarning
 from dlaunch.jobs.network import network_problems
 from dlaunch.jobs.sites import Site, resolve_site
 from dlaunch.paths import SITE_PROFILE
 from dlaunch.tables import counted
+from dlaunch.thresholds import DEFAULT_THRESHOLD
 
 
 @dataclass
 class GroupResult:
     key: GroupKey
     runs: List[Run]
-    points: List[ScalingPoint]
+    points: List[ScalingPoint]  # those its tables and plots show (doubtful ones only with --include-doubtful)
     predictions: Dict[int, Prediction] = field(default_factory=dict)
-    budget: List[BudgetRow] = field(default_factory=list)
+    budget: List[BudgetRow] = field(default_factory=list)  # the rows of `points`
+    quality: Dict[int, PointQuality] = field(default_factory=dict)  # every count's verdict
+    doubtful: List[ScalingPoint] = field(default_factory=list)  # those `quality` doubts (in `points` if included)
 
     @property
     def explained(self) -> bool:
@@ -73,7 +77,6 @@ def load_profiles(runs: Sequence[Run], override: Optional[str]) -> Profiles:
     if override:
         site = resolve_site(override)  # a bad --site is bad input
         return Profiles({r.path: site for r in runs}, ["every run: --site %s (%s)" % (override, site.name)], [])
-    validated: Dict[bytes, Site] = {}
     named: Dict[str, Optional[Site]] = {}
     unknown: Dict[str, str] = {}  # site name -> why it has no profile here
     of_run: Dict[str, Site] = {}
@@ -82,7 +85,7 @@ def load_profiles(runs: Sequence[Run], override: Optional[str]) -> Profiles:
     for run in runs:
         source = KEPT
         try:
-            site = kept_profile(run.path, validated)
+            site = kept_profile(Path(run.path).parent)
         except DlaunchError as e:
             notes.append(
                 "the kept profile of run %s is not valid here, so its site's name is looked up (%s)" % (run.path, e)
@@ -125,19 +128,31 @@ def _group_predictions(
     return {p.gpus: p for p in predict(workload, network, [pt.gpus for pt in points])}
 
 
-def build_results(runs: Sequence[Run], profiles: Profiles) -> List[GroupResult]:
-    """Groups of the runs that did not diverge, with their scaling points, predictions and efficiency budget
-    (the caller has left out the runs the report sets apart: stragglers, off their network)."""
+def build_results(
+    runs: Sequence[Run],
+    profiles: Profiles,
+    noise_threshold: Optional[float] = None,
+    include_doubtful: bool = False,
+    flags: Optional[Dict[str, List[Flag]]] = None,
+) -> List[GroupResult]:
+    """Groups of the runs that did not diverge, with their scaling points, predictions, efficiency budget and quality
+    verdict (the caller has left out the runs the report sets apart: stragglers, off their network; `flags`: those of
+    the runs it kept). Points the verdict doubts leave the points and the budget unless `include_doubtful`."""
     results = []
-    for key, group in group_runs((r for r in runs if not r.diverged), include_stragglers=True).items():
-        points = scaling(group, include_stragglers=True)
+    for key, group in group_runs(r for r in runs if not r.diverged).items():
+        points = scaling(group)
+        quality = judge_runs(group, noise_threshold, flags)
+        shown = [p for p in points if include_doubtful or not quality[p.gpus].doubtful]
+        counts = {p.gpus for p in shown}
         results.append(
             GroupResult(
                 key,
                 group,
-                points,
+                shown,
                 _group_predictions(group, points, profiles.of_group(group)),
-                budget(group, include_stragglers=True),
+                [row for row in budget(group) if row.gpus in counts],
+                quality,
+                [p for p in points if quality[p.gpus].doubtful],
             )
         )
     return results
@@ -145,16 +160,16 @@ def build_results(runs: Sequence[Run], profiles: Profiles) -> List[GroupResult]:
 
 def missing_references(runs: Sequence[Run], profiles: Profiles) -> List[str]:
     """One note per site, model, GPU count and precision whose runs have no reference to be judged by."""
-    missing: Dict[Tuple[str, str, int, str], int] = {}
+    missing: Dict[Tuple[str, str, int, str, str], int] = {}
     for run in runs:
         site = profiles.of(run)
         if site is not None and run.throughput is not None and reference_for(run, site.reference) is None:
-            key = (site.name, run.key.model, run.world_size, run.amp)
+            key = (site.name, run.key.model, run.world_size, "GPU" if run.on_gpus else "worker", run.amp)
             missing[key] = missing.get(key, 0) + 1
     return [
         "site %s has no [[reference]] for %s on %s%s: no verdict for %s"
-        % (name, model, counted(gpus, "GPU"), "" if amp == "none" else " with --amp %s" % amp, counted(n, "run"))
-        for (name, model, gpus, amp), n in sorted(missing.items())
+        % (name, model, counted(gpus, unit), "" if amp == "none" else " with --amp %s" % amp, counted(n, "run"))
+        for (name, model, gpus, unit, amp), n in sorted(missing.items())
     ]
 
 
@@ -182,24 +197,6 @@ def off_network_note(runs: Sequence[Run], included: bool) -> str:
     )
 
 
-def threshold_for(run: Run, profiles: Profiles, override: Optional[float]) -> float:
-    """The straggler threshold a run is judged by: --straggler-threshold, else its profile's, else the default."""
-    if override is not None:
-        return override
-    site = profiles.of(run)
-    return site.straggler_threshold if site is not None else DEFAULT_THRESHOLD
-
-
-def flagged(runs: Sequence[Run], profiles: Profiles, override: Optional[float]) -> Dict[str, List[Flag]]:
-    """Metrics file -> its stragglers and throttled GPUs, for the runs (not diverged) that have some."""
-    found = {}
-    for run in runs:
-        flags = [] if run.diverged else run_flags(run, threshold_for(run, profiles, override))
-        if flags:
-            found[run.path] = flags
-    return found
-
-
 def flagged_note(runs: Sequence[Run], included: bool, override: Optional[float]) -> str:
     """What the report did with the runs that have a straggler or a throttled GPU, and by which threshold."""
     threshold = (
@@ -218,6 +215,23 @@ def flagged_note(runs: Sequence[Run], included: bool, override: Optional[float])
     )
 
 
+def doubtful_note(results: Sequence[GroupResult], included: bool, threshold: Optional[float]) -> List[str]:
+    """What the report did with the scaling points its quality verdict doubts, and by which threshold."""
+    count = sum(len(g.doubtful) for g in results)
+    if not count:
+        return []
+    what = (
+        "%s doubted by the measurement-quality verdict (noisy, an unstable reference or E_G beyond noise; noise "
+        "threshold %s) %s" % (counted(count, "scaling point"), threshold_text(threshold), "is" if count == 1 else "are")
+    )
+    if included:
+        return ["%s kept in the tables and plots (%s): read with its verdict" % (what, INCLUDE_OPTION)]
+    return [
+        "%s left out of the tables, plots and budget (%s keeps them); Measurement quality says why"
+        % (what, INCLUDE_OPTION)
+    ]
+
+
 @dataclass(frozen=True)
 class SetApart:
     """The runs the report lists apart from its tables and plots: off their site's network (`problems`: metrics
@@ -230,15 +244,20 @@ class SetApart:
     flags: Dict[str, List[Flag]] = field(default_factory=dict)
     flagged_included: bool = False
     threshold: Optional[float] = None  # --straggler-threshold
+    doubtful_included: bool = False  # --include-doubtful
+    noise_threshold: Optional[float] = None  # --noise-threshold (None: each group's default)
 
     def excluded(self) -> List[Run]:
         """The runs that are in no table or plot."""
         left_out = ([] if self.off_included else list(self.off)) + ([] if self.flagged_included else list(self.flagged))
         return list({r.path: r for r in left_out}.values())
 
-    def notes(self) -> List[str]:
-        return ([off_network_note(self.off, self.off_included)] if self.off else []) + (
-            [flagged_note(self.flagged, self.flagged_included, self.threshold)] if self.flagged else []
+    def notes(self, results: Sequence[GroupResult] = ()) -> List[str]:
+        """The notes on what was set apart: runs off their network, flagged runs, and `results`' doubtful points."""
+        return (
+            ([off_network_note(self.off, self.off_included)] if self.off else [])
+            + ([flagged_note(self.flagged, self.flagged_included, self.threshold)] if self.flagged else [])
+            + doubtful_note(results, self.doubtful_included, self.noise_threshold)
         )
 
 
@@ -246,14 +265,28 @@ STEPS_ONLY_SHOWN = 10  # runs named in the note on runs without epoch overhead
 
 
 def steps_only_note(runs: Sequence[Run]) -> List[str]:
-    """A note naming the runs whose images/s lacks epoch overhead (metrics versions 1-3)."""
-    lacking = [r for r in runs if r.throughput is not None and not r.overhead_included]
-    if not lacking:
-        return []
-    names = ", ".join(Path(r.path).parent.name for r in lacking[:STEPS_ONLY_SHOWN])
+    """A note per kind of file whose images/s lacks epoch overhead, naming its runs: files of metrics versions 1-3
+    (written before it was recorded), and version 4 files whose epochs hold none, by trainer (the TensorFlow and
+    MXNet trainers record none)."""
+    lacking: Dict[str, List[Run]] = {}
+    for run in runs:
+        if run.throughput is not None and not run.overhead_included:
+            why = (
+                "metrics version %d files, written before epoch overhead was recorded" % run.version
+                if run.version < 4
+                else "metrics version %d files of the %s trainer, whose epoch records hold no overhead"
+                % (run.version, run.axes.engine if run.axes.engine != "-" else run.key.framework)
+            )
+            lacking.setdefault(why, []).append(run)
     return [
-        "%s recorded no epoch overhead (metrics version 1-3), so images/s is the steps-only rate: %s%s"
-        % (counted(len(lacking), "run"), names, ", ..." if len(lacking) > STEPS_ONLY_SHOWN else "")
+        "%s (%s) recorded no epoch overhead, so images/s is the steps-only rate: %s%s"
+        % (
+            counted(len(found), "run"),
+            why,
+            ", ".join(Path(r.path).parent.name for r in found[:STEPS_ONLY_SHOWN]),
+            ", ..." if len(found) > STEPS_ONLY_SHOWN else "",
+        )
+        for why, found in sorted(lacking.items())
     ]
 
 
@@ -306,6 +339,8 @@ def report_data(
     include_network_mismatches: bool = False,
     include_stragglers: bool = False,
     straggler_threshold: Optional[float] = None,
+    include_doubtful: bool = False,
+    noise_threshold: Optional[float] = None,
 ) -> ReportData:
     """The report of `loaded` (read from `paths`) without printing or writing it (the ended runs are recorded in
     the results database); DlaunchError when no metrics file was valid."""
@@ -313,7 +348,7 @@ def report_data(
         raise DlaunchError("no valid metrics files in %s" % ", ".join(str(p) for p in paths))
     profiles = load_profiles(loaded.runs, site)
     problems = off_network(loaded.runs, profiles)
-    flags = flagged(loaded.runs, profiles, straggler_threshold)
+    flags = flagged(loaded.runs, straggler_threshold, profiles.of)
     apart = SetApart(
         [r for r in loaded.runs if r.path in problems],
         problems,
@@ -322,11 +357,20 @@ def report_data(
         flags,
         include_stragglers,
         straggler_threshold,
+        include_doubtful,
+        noise_threshold,
     )
     excluded = {r.path for r in apart.excluded()}
-    results = build_results([r for r in loaded.runs if r.path not in excluded], profiles)
+    results = build_results(
+        [r for r in loaded.runs if r.path not in excluded], profiles, noise_threshold, include_doubtful, flags
+    )
     reported = [r for g in results for r in g.runs]
-    notes = profiles.notes + missing_references(reported, profiles) + steps_only_note(reported)
+    notes = (
+        profiles.notes
+        + missing_references(reported, profiles)
+        + steps_only_note(reported)
+        + unequal_threads([g.key for g in results])
+    )
     recorded = record_runs([r.path for r in loaded.runs])
     rcp = rcp_verdicts({g.key.label: g.runs for g in results})
     return ReportData(loaded, profiles, results, apart, [r for r in loaded.runs if r.diverged], notes, recorded, rcp)

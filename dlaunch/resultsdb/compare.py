@@ -11,7 +11,12 @@ a condition no run in the database satisfies is named with the values the databa
 attributes that tell the sides apart (each side has one value and they differ: comparing two
 frameworks matches per model and GPU count): per match, each side's median and spread (as `dlaunch
 report`: min-max below 6 runs, the median's 95% confidence interval from 6 on), the change of the
-medians, and whether the repeats make it significant.
+medians, and whether the repeats make it significant. Beside the matched attributes, everything else a row
+records of what its run asked for and ran on (`facts`: its trainer options as given, `--threads`,
+`--profile-steps`, ..., its experiment, site, image, node count, data, dlaunch's revision, library versions) is
+compared too: what differs between the sides as a whole (one value each) is the comparison's `changed` (versions:
+`pins`), what differs only within a match (nodes at one GPU count, a side whose runs differ among themselves) that
+match's `changed`; so a change of the median is never shown without everything that changed with it.
 
 Significance: the two-sided Mann-Whitney U test (Wilcoxon rank-sum) with its exact p-value, at 5%.
 Rank-based because a few repeats of a throughput are not normal (a slow node, a noisy neighbour, give
@@ -28,16 +33,20 @@ before it started, at least MIN_HISTORY): REGRESSION when slower by more than th
 site's `[[reference]]` for the model, GPU count and precision (DEFAULT_TOLERANCE without one).
 """
 
+import json
 import math
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache, cached_property
 from statistics import median
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from dlaunch.analysis.scaling import Spread, matching_reference, reference_point
+from dlaunch.analysis.quality import Facts, judge
+from dlaunch.analysis.scaling import Spread, matching_reference, reference_point, threads_key
+from dlaunch.analysis.stragglers import flag_kinds
 from dlaunch.errors import DlaunchError
+from dlaunch.train.config import WORKLOAD_FLAGS
 
 SELECTOR_KEYS = (
     "experiment",
@@ -56,6 +65,11 @@ SELECTOR_KEYS = (
     "image",
     "run",
     "step_options",
+    "device",
+    "threads",
+    "engine",
+    "architecture",
+    "updates",
 )
 MATCH_KEY = ("model", "framework", "loader", "gpus", "batch_per_gpu", "amp", "step_options")
 GROUP_KEY = (
@@ -66,7 +80,7 @@ GROUP_KEY = (
     "loader",
     "batch_per_gpu",
     "step_options",
-)  # a curve, as report's
+)  # a curve, as report's, with the CPU threads per rank (`curve_of`)
 METRICS = (
     "images_per_s",
     "epoch_time_s",
@@ -86,7 +100,7 @@ DEFAULT_TOLERANCE = 0.05
 
 
 # -- selectors ----------------------------------------------------------------------------------------
-COUNT_KEYS = ("gpus", "nodes", "batch_per_gpu", "global_batch")  # whole numbers
+COUNT_KEYS = ("gpus", "nodes", "batch_per_gpu", "global_batch", "threads")  # whole numbers
 DATE_FORMATS = {4: "%Y", 7: "%Y-%m", 10: "%Y-%m-%d"}  # a day, month or year, by its length
 
 
@@ -209,26 +223,57 @@ def left_out_of_scaling(row: Mapping[str, Any]) -> Optional[str]:
     if row["images_per_s"] is None:
         return "no images/s"
     if row["flags"]:
-        return " and ".join(sorted({flag["kind"] for flag in row["flags"]}))
+        return flag_kinds(flag["kind"] for flag in row["flags"])
     return None
 
 
+def curve_of(row: Mapping[str, Any]) -> Tuple[Any, ...]:
+    """A row's scaling curve, as `dlaunch report` groups runs: GROUP_KEY and a CPU run's threads per rank
+    (scaling.threads_key)."""
+    return tuple(row[k] for k in GROUP_KEY) + (threads_key(row["device"] or "", row["threads"]),)
+
+
+def facts_of_row(row: Mapping[str, Any]) -> Facts:
+    """What the quality verdict reads of a row (an ok row with images/s, unflagged: `left_out_of_scaling`)."""
+    hosts = row["provenance"].get("hosts") or []
+    return Facts(
+        row["run"],
+        row["gpus"],
+        row["images_per_s"],
+        row["device"] == "cpu",
+        row["threads"],
+        max(hosts.count(h) for h in hosts) if hosts else None,
+        frozenset(str(h) for h in hosts),
+        row["measured_steps"],
+        row["step_compute_s"],
+        scheduler=row["scheduler"],
+    )
+
+
 def with_scaling(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The rows with `speedup` and `efficiency` within their scaling curve (GROUP_KEY), as `dlaunch
-    report` computes them: against the median images/s at the curve's smallest GPU count; the rows
-    `left_out_of_scaling` names a reason for get None."""
+    """The rows with `speedup` and `efficiency` within their scaling curve (`curve_of`), as `dlaunch
+    report` computes them: against the median images/s at the curve's smallest GPU count, and the `quality`
+    verdict of their point with its `quality_why` (dlaunch/analysis/quality.py, at its default thresholds); the
+    rows `left_out_of_scaling` names a reason for get None."""
     curves: Dict[Tuple[Any, ...], List[Dict[str, Any]]] = {}
     for row in rows:
         if left_out_of_scaling(row) is None:
-            curves.setdefault(tuple(row[k] for k in GROUP_KEY), []).append(row)
-    derived: Dict[str, Tuple[float, float]] = {}
+            curves.setdefault(curve_of(row), []).append(row)
+    derived: Dict[str, Tuple[float, float, str, str]] = {}
     for curve in curves.values():
         g_ref, x_ref = reference_point([(r["gpus"], r["images_per_s"]) for r in curve])
+        points: Dict[int, List[Facts]] = {}
+        for r in curve:
+            points.setdefault(r["gpus"], []).append(facts_of_row(r))
+        verdicts = judge(points)
         for r in curve:
             speedup = r["images_per_s"] / x_ref
-            derived[r["uid"]] = (speedup, speedup / (r["gpus"] / g_ref))
+            verdict = verdicts[r["gpus"]]
+            derived[r["uid"]] = (speedup, speedup / (r["gpus"] / g_ref), verdict.verdict, verdict.why)
     return [
-        dict(row, speedup=derived.get(row["uid"], (None, None))[0], efficiency=derived.get(row["uid"], (None, None))[1])
+        dict(
+            row, **dict(zip(("speedup", "efficiency", "quality", "quality_why"), derived.get(row["uid"], (None,) * 4)))
+        )
         for row in rows
     ]
 
@@ -277,6 +322,7 @@ class Match:
     key: Dict[str, Any]  # the matched attributes
     a: List[float]
     b: List[float]
+    changed: Dict[str, Tuple[Any, Any]] = field(default_factory=dict)  # facts that differ within this match only
 
     def spread(self, values: Sequence[float]) -> Optional[Spread]:
         return Spread.of(values) if values else None
@@ -308,14 +354,73 @@ class Comparison:
     a: Side
     b: Side
     metric: str
-    changed: Dict[str, Tuple[Any, Any]]  # attributes that tell the sides apart: (A's, B's)
-    pins: Dict[str, Tuple[Any, Any]]  # library versions that differ between the sides (one value each)
+    changed: Dict[str, Tuple[Any, Any]]  # attributes and facts that tell the sides apart: (A's, B's)
+    pins: Dict[str, Tuple[Any, Any]]  # library versions that differ between the sides
     matches: List[Match]
 
 
-def _single(rows: Sequence[Dict[str, Any]], get: Callable[[Dict[str, Any]], Any]) -> Optional[Any]:
-    values = {get(r) for r in rows}
-    return values.pop() if len(values) == 1 else None
+# Trainer options that the matched attributes, the facts or the step options already name.
+COVERED_OPTIONS = ("model", "batch-size", "amp", "loader", "data", "num-classes") + WORKLOAD_FLAGS
+# What a row records of where its run ran, beyond the matched attributes (store.py's columns, provenance's fields).
+FACTS = ("experiment", "site", "stack", "image", "nodes", "data", "num_classes", "git_revision")
+PIN = "pins."  # a library version's fact: `pins.torch`
+
+
+def facts(row: Mapping[str, Any]) -> Dict[str, Any]:
+    """What a row records of its run beyond MATCH_KEY, by name: FACTS, each trainer option it was given (`--threads`;
+    one not given is None: the trainer's default) and each library version of its header (`pins.torch`)."""
+    provenance = row["provenance"] or {}
+    found = {name: row[name] if name in row else provenance.get(name) for name in FACTS}
+    options = (row["request"] or {}).get("options") or {}
+    found.update(("--" + name, value) for name, value in options.items() if name not in COVERED_OPTIONS)
+    found.update((PIN + name, version) for name, version in (row["pins"] or {}).items())
+    return found
+
+
+def fact_name(name: str) -> str:
+    """A fact's name as people read it: `version torch` for `pins.torch`."""
+    return "version " + name[len(PIN) :] if name.startswith(PIN) else name
+
+
+def fact_text(name: str, value: Any) -> str:
+    """A side's value of a fact as people read it: a trainer option not given is `default`, a fact not recorded `-`,
+    several values `1 or 2`."""
+    if isinstance(value, list):
+        return " or ".join(fact_text(name, v) for v in value)
+    if value is None:
+        return "default" if name.startswith("--") else "-"
+    return str(value)
+
+
+def _value(values: Set[str], shown: Dict[str, Any]) -> Any:
+    """One side's value of a fact: the value, or the sorted list of several."""
+    if len(values) == 1:
+        return shown[next(iter(values))]
+    return [shown[v] for v in sorted(values)]
+
+
+def differing(sides: Sequence[Sequence[Dict[str, Any]]]) -> Dict[str, List[Any]]:
+    """The facts (see `facts`) whose values differ between the sides (each some rows): name -> each side's value
+    (None where not recorded or not given) or the list of the values its rows have; FACTS first, then the options,
+    then the library versions."""
+    of_sides = [[facts(r) for r in side] for side in sides]
+    names = {n for side in of_sides for f in side for n in f}
+    found = {}
+    for name in [n for n in FACTS if n in names] + sorted(names.difference(FACTS)):
+        shown: Dict[str, Any] = {}
+        values: List[Set[str]] = []
+        for side in of_sides:
+            texts = {json.dumps(f.get(name), sort_keys=True) for f in side}  # lists, dicts and None alike
+            shown.update((json.dumps(f.get(name), sort_keys=True), f.get(name)) for f in side)
+            values.append(texts)
+        if any(v != values[0] for v in values[1:]):
+            found[name] = [_value(v, shown) for v in values]
+    return found
+
+
+def differences(a: Sequence[Dict[str, Any]], b: Sequence[Dict[str, Any]]) -> Dict[str, Tuple[Any, Any]]:
+    """`differing` of rows `a` and rows `b`: name -> (A's, B's)."""
+    return {name: (va, vb) for name, (va, vb) in differing([a, b]).items()}
 
 
 def compare(rows: Sequence[Dict[str, Any]], selector_a: str, selector_b: str, metric: str) -> Comparison:
@@ -335,25 +440,31 @@ def compare(rows: Sequence[Dict[str, Any]], selector_a: str, selector_b: str, me
             )
         sides.append(Side(selector, chosen))
     a, b = sides
-    changed = {}
-    for key in ("experiment", "site", "stack") + MATCH_KEY:
-        va, vb = _single(a.rows, lambda r: r[key]), _single(b.rows, lambda r: r[key])  # noqa: B023 (called at once)
-        if va is not None and vb is not None and va != vb:
-            changed[key] = (va, vb)
-    names = sorted({n for r in a.rows + b.rows for n in r["pins"]})
-    pins = {}
-    for name in names:
-        va, vb = _single(a.rows, lambda r: r["pins"].get(name)), _single(b.rows, lambda r: r["pins"].get(name))  # noqa: B023
-        if va != vb and va is not None and vb is not None:
-            pins[name] = (va, vb)
+    whole = differences(a.rows, b.rows)
+    sided = {n: v for n, v in whole.items() if not any(isinstance(x, list) for x in v)}  # one value each
+    changed = {n: sided[n] for n in ("experiment", "site", "stack") if n in sided}  # what a selector names first
+    for key in MATCH_KEY:
+        va, vb = ({r[key] for r in side.rows} for side in (a, b))
+        if len(va) == len(vb) == 1 and va != vb:
+            changed[key] = (va.pop(), vb.pop())
+    changed.update((n, v) for n, v in sided.items() if not n.startswith(PIN) and n not in changed)
     key = [k for k in MATCH_KEY if k not in changed]
-    values: Dict[Tuple[Any, ...], Tuple[List[float], List[float]]] = {}
+    matched: Dict[Tuple[Any, ...], Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]] = {}
     for side, rows_ in ((0, a.rows), (1, b.rows)):
         for r in rows_:
-            values.setdefault(tuple(r[k] for k in key), ([], []))[side].append(float(r[metric]))
-    matches = [
-        Match(dict(zip(key, k)), v[0], v[1]) for k, v in sorted(values.items(), key=lambda kv: [str(x) for x in kv[0]])
-    ]
+            matched.setdefault(tuple(r[k] for k in key), ([], []))[side].append(r)
+    matches = []
+    for k, (ra, rb) in sorted(matched.items(), key=lambda kv: [str(x) for x in kv[0]]):
+        within = differences(ra, rb) if ra and rb else {}
+        matches.append(
+            Match(
+                dict(zip(key, k)),
+                [float(r[metric]) for r in ra],
+                [float(r[metric]) for r in rb],
+                {n: v for n, v in within.items() if n not in sided},
+            )
+        )
+    pins = {n[len(PIN) :]: v for n, v in sided.items() if n.startswith(PIN)}
     return Comparison(a, b, metric, changed, pins, matches)
 
 
@@ -362,8 +473,9 @@ HISTORY_KEY = ("site", "model", "gpus", "amp", "framework", "loader", "batch_per
 
 
 def history_verdict(row: Dict[str, Any], rows: Sequence[Dict[str, Any]], tolerance: Optional[float]) -> Optional[str]:
-    """PASS/REGRESSION against the recent median (see the module's docstring); None without enough history."""
-    if row["images_per_s"] is None:
+    """PASS/REGRESSION against the recent median (see the module's docstring); None without enough history, and for
+    a run that did not end ok (an interrupted or cancelled run's images/s is no result to judge)."""
+    if row["status"] != "ok" or row["images_per_s"] is None:
         return None
     earlier = sorted(
         (

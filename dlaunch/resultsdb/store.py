@@ -26,9 +26,12 @@ Schema: `PRAGMA user_version` = SCHEMA_VERSION; a newer file is refused, an olde
 database holds get none (NULL, read as None: not judged) until dlaunch next reads their runs (the
 migration clears their `source` stamps) or `dlaunch results rebuild`. Version 3 adds `flags_threshold`, the
 threshold the flags were judged at (the straggler_threshold of the site profile the run directory kept,
-dlaunch/analysis/kept_profile.py, else the default), `step_options` (the trainer's workload options away from
-their defaults, "-" for none: part of a scaling curve's key) and `compile_s` (--compile's compile time); its
-rows are read again the same way.
+dlaunch/analysis/stragglers.py's kept_threshold, else the default), `step_options` (the trainer's workload options
+away from their defaults, "-" for none: part of a scaling curve's key) and `compile_s` (--compile's compile time);
+its rows are read again the same way. Version 4 adds what the measurement-quality verdict reads (dlaunch/analysis/
+quality.py): `device`, `threads` (CPU threads per rank: with `device` part of a scaling curve's key), `measured_steps`,
+`step_compute_s` and `scheduler`; and a study's axes of the run's framework: `engine`, `architecture`, `updates` (selector keys);
+its rows are read again the same way, and a row not read again yet has them NULL.
 """
 
 import json
@@ -40,15 +43,14 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from dlaunch.analysis.convergence import MLPERF_TARGET_TOP1, rcp_applies
-from dlaunch.analysis.kept_profile import kept_threshold
 from dlaunch.analysis.scaling import epochs_to, run_from_metrics
-from dlaunch.analysis.stragglers import run_flags
+from dlaunch.analysis.stragglers import kept_threshold, run_flags
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.imagepaths import stack_of_image
 from dlaunch.paths import DEFAULT_RESULTS_DB, RESULTS_DB_ENV
 from dlaunch.train.metrics_schema import Metrics, MetricsError, read_metrics
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DB_ENV = RESULTS_DB_ENV
 DEFAULT_DB = DEFAULT_RESULTS_DB
 BUSY_TIMEOUT_S = 60.0
@@ -100,6 +102,14 @@ COLUMNS = (
     ("flags_threshold", "REAL"),  # the straggler threshold of `flags`: the kept profile's, else the default
     ("step_options", "TEXT NOT NULL DEFAULT '-'"),  # --compile, --cuda-graphs, ... away from their defaults; '-': none
     ("compile_s", "REAL"),  # --compile: seconds of compiling (first steps), never part of images_per_s
+    ("device", "TEXT"),  # the header's: cpu, cuda
+    ("threads", "INTEGER"),  # CPU threads per rank (scaling.recorded_threads; NULL: not recorded)
+    ("measured_steps", "INTEGER"),  # the steps images_per_s was measured over
+    ("step_compute_s", "REAL"),  # the median rank's compute per step (metrics version 4; the quality verdict's)
+    ("engine", "TEXT"),  # a study's axes (dlaunch/train/framework_table.py's row): torch, tensorflow, mxnet
+    ("architecture", "TEXT"),  # allreduce, parameter-server
+    ("updates", "TEXT"),  # sync, async
+    ("scheduler", "TEXT"),  # the kind of scheduler that ran it (the header's; the quality verdict's threshold)
 )
 NAMES = tuple(name for name, _ in COLUMNS)
 JSON_COLUMNS = ("pins", "request", "provenance", "flags")
@@ -113,6 +123,17 @@ MIGRATIONS = {
         "ALTER TABLE runs ADD COLUMN flags_threshold REAL",
         "ALTER TABLE runs ADD COLUMN step_options TEXT NOT NULL DEFAULT '-'",
         "ALTER TABLE runs ADD COLUMN compile_s REAL",
+        "UPDATE runs SET source = ''",
+    ),
+    4: (
+        "ALTER TABLE runs ADD COLUMN device TEXT",
+        "ALTER TABLE runs ADD COLUMN threads INTEGER",
+        "ALTER TABLE runs ADD COLUMN measured_steps INTEGER",
+        "ALTER TABLE runs ADD COLUMN step_compute_s REAL",
+        "ALTER TABLE runs ADD COLUMN engine TEXT",
+        "ALTER TABLE runs ADD COLUMN architecture TEXT",
+        "ALTER TABLE runs ADD COLUMN updates TEXT",
+        "ALTER TABLE runs ADD COLUMN scheduler TEXT",
         "UPDATE runs SET source = ''",
     ),
 }
@@ -154,13 +175,13 @@ def _stamp(path: Path) -> str:
     return "%d:%d" % (st.st_size, st.st_mtime_ns)
 
 
-def row_of(metrics: Metrics, source: str, validated: Optional[Dict[bytes, Any]] = None) -> Dict[str, Any]:
-    """The row of a run whose metrics file has an end record; `validated` caches the kept profiles by text."""
+def row_of(metrics: Metrics, source: str) -> Dict[str, Any]:
+    """The row of a run whose metrics file has an end record."""
     h, end = metrics.header, metrics.end
     assert end is not None
     run = run_from_metrics(metrics)
     judged = run.phases is not None or run.node_figures is not None  # per-rank phases (metrics version 4)
-    threshold = kept_threshold(metrics.path, {} if validated is None else validated) if judged else None
+    threshold = kept_threshold(Path(metrics.path).parent) if judged else None
     provenance = {
         "git_revision": h.get("git_revision"),
         "job_id": h.get("slurm_job_id"),
@@ -211,12 +232,18 @@ def row_of(metrics: Metrics, source: str, validated: Optional[Dict[bytes, Any]] 
         "provenance": provenance,
         "path": os.path.abspath(os.path.dirname(metrics.path)),
         "source": source,
-        "flags": None
-        if threshold is None
-        else [{"kind": f.kind, "message": f.message} for f in run_flags(run, threshold)],
+        "flags": None if threshold is None else [flag.stored() for flag in run_flags(run, threshold)],
         "flags_threshold": threshold,
         "step_options": run.key.step_options,
         "compile_s": run.compile_s,
+        "device": run.device,
+        "threads": run.threads,
+        "measured_steps": run.measured_steps if run.measured_epochs else None,
+        "step_compute_s": run.phases.median.compute_s if run.phases else None,
+        "engine": run.axes.engine,
+        "architecture": run.axes.architecture,
+        "updates": run.axes.updates,
+        "scheduler": run.scheduler,
     }
     return row
 
@@ -326,7 +353,6 @@ def read_rows(metrics_files: Iterable[Path], known: Dict[str, str]) -> Tuple[Lis
     """(rows, rejected): the rows of the metrics files that have an end record and changed since
     `known` (file -> stamp), and one message per unreadable file."""
     rows, rejected = [], []
-    validated: Dict[bytes, Any] = {}  # kept profiles by text
     for path in metrics_files:
         try:
             stamp = _stamp(path)
@@ -342,7 +368,7 @@ def read_rows(metrics_files: Iterable[Path], known: Dict[str, str]) -> Tuple[Lis
             rejected.append(str(e))
             continue
         if metrics.end is not None:
-            rows.append(row_of(metrics, stamp, validated))
+            rows.append(row_of(metrics, stamp))
     return rows, rejected
 
 

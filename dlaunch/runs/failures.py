@@ -1,5 +1,6 @@
 """Why a run ended badly: every log of the run, newest attempt first, the most telling line, and the
-run's real state when the scheduler and the metrics file disagree.
+run's real state when the scheduler and the metrics file disagree; who stopped a run that was stopped
+(`stopped_by`), which is no failure.
 
 A run's logs are its scheduler's (`Scheduler.log_files`: `slurm-<job>.out` per submission, `pbs.out`,
 `local.log`); a rerun attempt appends to its file after a `dlaunch: job J attempt N` banner. The newest
@@ -14,6 +15,7 @@ attempt that explains anything wins; inside it, causes rank (first observed line
 
 import functools
 import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
@@ -21,6 +23,7 @@ from typing import List, Optional, Sequence, Tuple
 from dlaunch.boundary import LOG_TAIL_BYTES, log_tail, printable
 from dlaunch.schedulers import JobState
 from dlaunch.train.errors import EXIT_DIVERGED, EXIT_HUNG, EXIT_INTERRUPTED
+from dlaunch.train.signals import OTHER_RANK, STOP_REASONS, stop_cause
 
 ATTEMPT = re.compile(r"^dlaunch: job \S+ attempt (\d+)\b")
 _SYMPTOM = (
@@ -109,19 +112,77 @@ def explain(logs: Sequence[Path], verdicts: Tuple[str, ...] = (), noise: Tuple[s
 
 
 UNFINISHED = ("running", "no metrics yet")
+# A launcher's words when a stop signal reached it (torchrun: `Received 2 death signal, shutting down workers`,
+# `SignalException: Process 12 got signal: 2`), whatever its trainer managed to write.
+LAUNCHER_STOPPED = re.compile(r"\bReceived (\d+) death signal\b|\bSignalException: Process \d+ got signal: (\d+)")
+STOP_SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 
 
-def reconcile(meaning: Optional[JobState], metrics_status: str, ended: bool) -> str:
+def reconcile(
+    meaning: Optional[JobState], metrics_status: str, ended: bool, launcher_signal: Optional[str] = None
+) -> str:
     """The run's status: the metrics file's, unless the scheduler ended a job that never said how it ended.
 
-    `died`: the job ended (launch failure, OOM kill, a crashed node) while its metrics say running or
-    were never written. A `cancelled` run that the scheduler ended for its time limit is `interrupted`
-    (older trainers could not tell the two apart)."""
+    `cancelled`: such a job was cancelled (the scheduler says so, or its launcher got `launcher_signal`, SIGINT or
+    SIGTERM, `launcher_stop`) before its trainer wrote how it ended. `died`: the job ended otherwise (launch
+    failure, OOM kill, a crashed node) while its metrics say running or were never written. A `cancelled` run
+    that the scheduler ended for its time limit is `interrupted` (older trainers could not tell the two apart)."""
     if ended and metrics_status in UNFINISHED:
-        return "died"
+        return "cancelled" if meaning is JobState.CANCELLED or launcher_signal else "died"
     if meaning is JobState.TIMEOUT and metrics_status == "cancelled":
         return "interrupted"
     return metrics_status
+
+
+def launcher_stop(logs: Sequence[Path]) -> Optional[str]:
+    """The stop signal ("SIGINT", "SIGTERM") that the newest attempt's launcher says it got (LAUNCHER_STOPPED), or
+    None; `logs` oldest first."""
+    for path in reversed(logs):
+        for lines in attempts(path)[:1]:
+            for _, line in lines:
+                found = LAUNCHER_STOPPED.search(line)
+                number = int(found.group(1) or found.group(2)) if found else None
+                if number in STOP_SIGNALS:
+                    return STOP_SIGNALS[number]
+            return None
+    return None
+
+
+def stopped_by(
+    status: str,
+    reason: Optional[str],
+    meaning: Optional[JobState],
+    cancel_requested: bool,
+    here: bool,
+    scheduler: str,
+    launcher_signal: Optional[str] = None,
+    wrote_end: bool = True,
+) -> str:
+    """Who stopped a run whose `status` is `interrupted` or `cancelled`, as a line: `dlaunch cancel` (its state says
+    `cancel requested`), the `scheduler` (its job CANCELLED otherwise: scancel or an administrator), the time limit,
+    Ctrl-C on this machine (a run `here` whose trainer, or launcher, got SIGINT), else the signal its trainer's end
+    record names (`reason`) or its launcher got (`launcher_signal`: the trainer `wrote_end` no end record)."""
+    trainer = stop_cause(reason)
+    cause = trainer or launcher_signal
+    if cancel_requested:
+        who = "dlaunch cancel"
+    elif meaning is JobState.CANCELLED:
+        who = "%s (scancel or an administrator, not dlaunch cancel)" % scheduler
+    elif meaning is JobState.TIMEOUT or cause == "time limit":
+        who = "the job's time limit"
+    elif here and cause == "SIGINT":
+        who = "Ctrl-C on this machine"
+    elif trainer == "another rank":
+        return "%s by %s" % (status, OTHER_RANK)
+    else:
+        who = STOP_REASONS.get(cause or "", "a stop signal")
+    if trainer:
+        said = "the trainer got %s" % ("SIGTERM at the time limit" if trainer == "time limit" else trainer)
+    elif not wrote_end:
+        said = "before its trainer wrote how it ended%s" % ("; its launcher got %s" % launcher_signal if cause else "")
+    else:
+        said = "the trainer named no signal"
+    return "%s by %s (%s)" % (status, who, said)
 
 
 # What the trainer's own exit codes mean when the scheduler calls the job failed (see dlaunch/train/__main__.py).
@@ -133,7 +194,8 @@ TRAINER_ENDINGS = {
 
 
 def scheduler_label(scheduler_state: str, meaning: Optional[JobState], status: str) -> str:
-    """The scheduler's word, with what a failed job's trainer meant by it when that was no failure of the job."""
-    if meaning is JobState.FAILED and status in TRAINER_ENDINGS:
+    """The scheduler's word, with what a failed job's trainer meant by it when that was no failure of the job (a word
+    that gives the exit code itself, as a job that ran here has it, `finished (exit 75)`, stays as it is)."""
+    if meaning is JobState.FAILED and status in TRAINER_ENDINGS and "(exit " not in scheduler_state:
         return "%s (%s)" % (scheduler_state, TRAINER_ENDINGS[status])
     return scheduler_state

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 from dlaunch.atomic import write_atomic
 from dlaunch.boundary import JOB_ID, display_path, escape, read_json, read_text, whole
 from dlaunch.errors import DlaunchError
-from dlaunch.paths import SITE_PROFILE
+from dlaunch.paths import JOB_ID_FILE, SITE_PROFILE, STATE_FILE
 from dlaunch.train.metrics_schema import METRICS_FILE
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from dlaunch.schedulers import Scheduler
 
 # The files a run's snapshot is made from, besides its logs (dlaunch/runs/statuscache.py).
-SNAPSHOT_FILES = ("plan.json", "job_id", "state", METRICS_FILE, SITE_PROFILE)
+SNAPSHOT_FILES = ("plan.json", JOB_ID_FILE, STATE_FILE, METRICS_FILE, SITE_PROFILE)
 
 
 def default_run_name() -> str:
@@ -33,18 +33,6 @@ def default_run_name() -> str:
         int(now * 1000) % 1000,
         secrets.token_hex(2),
     )
-
-
-@functools.lru_cache(maxsize=16)
-def _profile_of_text(text: str) -> "Optional[Site]":
-    """A kept profile's text as a Site (runs made from one profile keep the same text: validated once)."""
-    from dlaunch.boundary import parse_toml, validate
-    from dlaunch.jobs.sites import Site
-
-    try:
-        return validate(Site, parse_toml(text, SITE_PROFILE), SITE_PROFILE)
-    except DlaunchError:
-        return None
 
 
 @functools.lru_cache(maxsize=16)
@@ -104,26 +92,27 @@ class RunDir:
 
     @property
     def job_id(self) -> Optional[str]:
-        job_id = self.read("job_id")
+        job_id = self.read(JOB_ID_FILE)
         if job_id is not None and not whole(JOB_ID, job_id):
             raise DlaunchError(
-                "%s: %s is not a job id" % (display_path(self.path / "job_id"), escape(repr(job_id[:80])))
+                "%s: %s is not a job id" % (display_path(self.path / JOB_ID_FILE), escape(repr(job_id[:80])))
             )
         return job_id
 
     @property
     def state(self) -> Optional[str]:
         """The state file's line, control characters escaped (it is shown as it is)."""
-        state = self.read("state")
+        state = self.read(STATE_FILE)
         return escape(state) if state is not None else None
 
     def profile(self) -> "Optional[Site]":
         """The site profile the run was made from: the text it kept (site.toml), else the profile its
         request names (runs made before they kept one); None when neither can be read."""
-        kept = self.path / SITE_PROFILE
+        from dlaunch.analysis.stragglers import kept_profile
+
         try:
-            if os.path.lexists(kept):
-                return _profile_of_text(read_text(kept, follow_links=False))
+            if os.path.lexists(self.path / SITE_PROFILE):
+                return kept_profile(self.path)  # None for a link
             return _profile_named(self.request().site)
         except DlaunchError:
             return None
@@ -144,7 +133,7 @@ class RunDir:
             _ = (self.plan(), self.job_id, self.state)
 
     def set_state(self, state: str) -> None:
-        self.write("state", state.replace("\n", " ") + "\n")
+        self.write(STATE_FILE, state.replace("\n", " ") + "\n")
 
     @property
     def metrics_path(self) -> Path:

@@ -25,10 +25,10 @@ class PlanPart(BaseModel):
     @field_validator("scheduler")
     @classmethod
     def _known(cls, kind: str) -> str:
-        from dlaunch.schedulers import BACKENDS
+        from dlaunch.schedulers import SCHEDULERS
 
-        if kind not in BACKENDS:
-            raise ValueError("%r is not one of %s" % (kind, ", ".join(BACKENDS)))
+        if kind not in SCHEDULERS:
+            raise ValueError("%r is not one of %s" % (kind, ", ".join(SCHEDULERS)))
         return kind
 
 

@@ -10,20 +10,19 @@ its files are unchanged, without asking its scheduler.
 
 import dataclasses
 import os
-import re
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from dlaunch.boundary import alive_since, display_path, escape
+from dlaunch.boundary import display_path, escape
 from dlaunch.errors import DlaunchError, DlaunchWarning
 from dlaunch.jobs.network import network_problems
 from dlaunch.runs import hangs, statuscache
-from dlaunch.runs.failures import UNFINISHED, reconcile
+from dlaunch.runs.failures import UNFINISHED, launcher_stop, reconcile, stopped_by
 from dlaunch.runs.rundir import SNAPSHOT_FILES, RunDir
-from dlaunch.schedulers import Job, JobState, registration, scheduler_for
+from dlaunch.schedulers import CANCEL_REQUESTED, JobState, JobStatus, scheduler_for
 from dlaunch.train.metrics_schema import (
     MAX_METRICS_BYTES,
     FileRefused,
@@ -33,14 +32,13 @@ from dlaunch.train.metrics_schema import (
     read_metrics,
 )
 from dlaunch.train.progress import PROGRESS_FILE, read_progress_file
+from dlaunch.train.signals import STOP_STATUSES
 
 if TYPE_CHECKING:
     from dlaunch.analysis.scaling import Run
 
-# A run succeeded when its job did (and its metrics end `ok`); a job the scheduler forgot is judged by its metrics.
+# The job states of a job that succeeded (a job the scheduler forgot is judged by its metrics).
 SUCCEEDED = (JobState.COMPLETED, JobState.GONE)
-LOCAL_OK = "finished (exit 0)"
-LOCAL_RUNNING = "running here (dlaunch pid %d)"
 # A run directory with neither job id nor state this long after its plan was written was never submitted.
 SUBMIT_GRACE_S = 60.0
 
@@ -181,24 +179,23 @@ def read_progress(path: Path, ended: bool = False) -> Progress:
 
 
 def _judged(
-    run_dir: RunDir, run: "Optional[Run]", live: bool, threshold: Optional[float] = None
+    run_dir: RunDir, run: "Optional[Run]", live: bool, option: Optional[float] = None
 ) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
     """(how the run is off its profile's network: dlaunch/jobs/network.py; its straggler and throttled-GPU
-    flags, 'straggler: ...': dlaunch/analysis/stragglers.py, on its last epoch while `live`, with `threshold`,
-    else its profile's `straggler_threshold`). The profile is read only for runs that recorded something to judge."""
+    flags as lines, 'straggler: ...': dlaunch/analysis/stragglers.py, on its last epoch while `live`, at the
+    threshold of `option` (--straggler-threshold), else of its profile). The profile is read only for runs that
+    recorded something to judge."""
     if run is None:
         return (), ()
     phases = any(e.phases is not None or e.nodes is not None for e in run.epochs)
     if not run.network and not phases:
         return (), ()
-    from dlaunch.analysis.stragglers import DEFAULT_THRESHOLD, live_flags, run_flags
+    from dlaunch.analysis.stragglers import live_flags, run_flags, threshold_of
 
     profile = run_dir.profile()
     network = network_problems(run.network, profile.network if profile else None)
-    if threshold is None:
-        threshold = profile.straggler_threshold if profile else DEFAULT_THRESHOLD
-    flags = (live_flags if live else run_flags)(run, threshold) if phases else []
-    return tuple(network), tuple("%s: %s" % (flag.kind, flag.message) for flag in flags)
+    flags = (live_flags if live else run_flags)(run, threshold_of(option, profile)) if phases else []
+    return tuple(network), tuple(flag.line for flag in flags)
 
 
 @dataclass(frozen=True)
@@ -209,19 +206,20 @@ class Snapshot:
     name: str  # the run directory as shown
     site: str
     job: str
-    state: (
-        str  # the scheduler's word for the job's state, or a foreground run's ('finished (exit 0)', 'running here ...')
-    )
+    state: str  # the scheduler's word for the job's state ('RUNNING', 'finished (exit 0)', 'running here ...')
     queue: str  # for a pending job: reason, place in the queue, expected start
     progress: Progress
     ended: bool  # nothing more will happen to this run (until it is resumed)
-    meaning: Optional[JobState] = None  # what the scheduler's state means (None: foreground or not submitted)
+    meaning: Optional[JobState] = None  # what the scheduler's state means (None: not submitted)
     scheduler: str = ""  # its kind (dlaunch/schedulers/)
     network: Tuple[str, ...] = ()  # how the run is off its profile's [network] (dlaunch/jobs/network.py)
     flags: Tuple[str, ...] = ()  # its stragglers and throttled GPUs, e.g. 'straggler: n2 rank 1 ...'
     gpus: Optional[int] = None  # the GPUs (processes on a CPU site) its plan asks for: nodes x processes per node
     reason: Optional[str] = None  # why it failed ('' when it did not); None: not looked up (service.why_failed)
     figures: Optional[str] = None  # its figures (service.run_figures); None: not looked up
+    # Of an ended run that was stopped: who stopped it (failures.stopped_by); of one whose job did not succeed after
+    # its trainer's `ok` end record: how the job ended. None otherwise.
+    stopped_by: Optional[str] = None
     # While it runs: per node how long ago it last finished a step (dlaunch/runs/hangs.py: node_activity).
     nodes: Tuple[str, ...] = ()
     measured: "Optional[Run]" = field(
@@ -230,15 +228,23 @@ class Snapshot:
 
     @property
     def ok(self) -> bool:
-        """Ended with a successful job and an `ok` end record."""
-        return self.ended and self.progress.status == "ok" and (self.state == LOCAL_OK or self.meaning in SUCCEEDED)
+        """Ended with an `ok` end record: its trainer ran every step and wrote every figure (what its job did after
+        that, a signal to its launcher, is `stopped_by`)."""
+        return self.ended and self.progress.status == "ok"
+
+    @property
+    def stopped(self) -> bool:
+        """Ended `interrupted` or `cancelled`: stopped by someone or its time limit, not failed."""
+        return self.ended and self.progress.status in STOP_STATUSES
 
     @property
     def failed(self) -> bool:
-        """Ended otherwise than ok, or already known to fail (job state or end record) while it ends."""
+        """Ended otherwise than ok or stopped, or already known to fail (job state or end record) while it ends."""
         status = self.progress.status
-        stopped = status not in ("ok", "running", "no metrics yet") and not status.startswith("unreadable")
-        return (self.ended and not self.ok) or stopped or (self.meaning is not None and self.meaning.failed)
+        if status in STOP_STATUSES or (self.ended and status == "ok"):
+            return False
+        ended_badly = status not in ("ok", "running", "no metrics yet") and not status.startswith("unreadable")
+        return self.ended or ended_badly or (self.meaning is not None and self.meaning.failed)
 
 
 def _unsubmitted_state(run: RunDir, now: float) -> Tuple[str, bool]:
@@ -247,24 +253,6 @@ def _unsubmitted_state(run: RunDir, now: float) -> Tuple[str, bool]:
     if state:
         return state, state.startswith("submission failed")
     return "not submitted", now - (run.path / "plan.json").stat().st_mtime > SUBMIT_GRACE_S
-
-
-def _foreground_state(run: RunDir, now: float) -> Tuple[str, bool]:
-    """(state, ended) of a run in the foreground on this machine: `dlaunch run` records it running, then
-    finished. The process the state names runs it only if it started before the state was written
-    (boundary.alive_since)."""
-    state = run.state or ""
-    if state.startswith("finished"):
-        return state, True
-    running = re.fullmatch(re.escape(LOCAL_RUNNING).replace("%d", "([0-9]{1,9})"), state)
-    if running:
-        pid = int(running.group(1))
-        if alive_since(pid, (run.path / "state").lstat().st_mtime):
-            return state, False
-        return "dlaunch (pid %d) ended without recording the job's exit" % pid, True
-    if state and not state.startswith("submission failed"):
-        return "unknown state: %s" % state, True
-    return _unsubmitted_state(run, now)
 
 
 def _kept(run: RunDir, kept: Dict[str, Any]) -> Optional[Snapshot]:
@@ -286,6 +274,7 @@ def _kept(run: RunDir, kept: Dict[str, Any]) -> Optional[Snapshot]:
             kept["gpus"],
             kept["reason"],
             kept["figures"],
+            kept["stopped_by"],
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -304,6 +293,7 @@ def _to_keep(snapshot: Snapshot) -> Dict[str, Any]:
         "gpus": snapshot.gpus,
         "reason": snapshot.reason,
         "figures": snapshot.figures,
+        "stopped_by": snapshot.stopped_by,
     }
 
 
@@ -319,31 +309,48 @@ def _gpus(plan: Dict[str, Any]) -> Optional[int]:
 def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
     """Snapshots read from the run directories (each scheduler asked once for all of its jobs)."""
     plans = {run.path: run.plan()["plan"] for run in runs}
-    jobs: Dict[str, Job] = {}
-    for kind in {plan["scheduler"] for plan in plans.values() if not registration(plan["scheduler"]).foreground}:
-        ids = [run.job_id for run in runs if plans[run.path]["scheduler"] == kind and run.job_id]
-        jobs.update(scheduler_for(kind).jobs(ids) if ids else {})
+    job_ids = {run.path: run.job_id for run in runs}
+    submitted: Dict[str, List[RunDir]] = {}
+    for run in runs:
+        if job_ids[run.path]:
+            submitted.setdefault(plans[run.path]["scheduler"], []).append(run)
+    jobs: Dict[Path, JobStatus] = {}
+    for kind, those in submitted.items():
+        jobs.update(
+            zip((run.path for run in those), scheduler_for(kind).jobs([(job_ids[r.path], r.path) for r in those]))
+        )
     snapshots = []
     for run in runs:
         plan = plans[run.path]
-        job_id = run.job_id
+        job_id = job_ids[run.path]
         queue_text, meaning = "", None
-        if registration(plan["scheduler"]).foreground:
-            state, ended = _foreground_state(run, now)
-        elif job_id:
-            job = jobs[job_id]
+        job = jobs.get(run.path)
+        if job is not None:
             state, queue_text, meaning = job.state, job.queue, job.kind
             # Still active, or the scheduler did not answer: not ended. It forgot the job: it ended long ago.
             ended = not meaning.active and meaning is not JobState.UNKNOWN
         else:
             state, ended = _unsubmitted_state(run, now)
         progress, measured = _read_progress(run.metrics_path, ended)
-        started = bool(job_id) or (run.state or "").startswith(("running here", "finished"))
-        status = reconcile(meaning, progress.status, ended) if started else progress.status
+        started = job is not None
+        # Where the trainer's word is missing, or its `ok` is beside a job that did not succeed: did a stop signal
+        # reach the job's launcher? (its log says so; read only of such ended runs, which the cache then keeps)
+        unsure = progress.status in UNFINISHED or (progress.status == "ok" and meaning not in SUCCEEDED)
+        asked = started and ended and unsure
+        launcher_signal = launcher_stop(scheduler_for(plan["scheduler"]).log_files(run.path)) if asked else None
+        wrote_end = progress.status not in UNFINISHED
+        status = reconcile(meaning, progress.status, ended, launcher_signal) if started else progress.status
         if _hung(run, progress, status):
             status = hangs.HUNG
         if status != progress.status:
             progress = dataclasses.replace(progress, status=status)
+        stopped = (
+            _stopped_by(
+                run, plan["scheduler"], status, measured if wrote_end else None, meaning, state, launcher_signal
+            )
+            if ended
+            else None
+        )
         network, flags = _judged(run, measured, live=progress.status == "running")
         snapshots.append(
             Snapshot(
@@ -360,6 +367,7 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
                 network,
                 flags,
                 _gpus(plan),
+                stopped_by=stopped,
                 nodes=(
                     tuple(hangs.node_activity(run.path, now, progress.session_started))
                     if status == "running" and not ended
@@ -393,11 +401,48 @@ def _suspect_silent_nodes(snapshot: Snapshot, now: float) -> None:
         warnings.warn("suspect nodes of %s not recorded: %s" % (snapshot.name, e), DlaunchWarning, stacklevel=2)
 
 
-def _rejudged(snapshot: Snapshot, threshold: float) -> Snapshot:
-    """The snapshot with its flags judged at `threshold` (an ended run's metrics read again: the cache keeps its
-    flags at its profile's threshold)."""
+def _stopped_by(
+    run: RunDir,
+    kind: str,
+    status: str,
+    measured: "Optional[Run]",
+    meaning: Optional[JobState],
+    state: str,
+    launcher_signal: Optional[str],
+) -> Optional[str]:
+    """Snapshot.stopped_by of an ended run (`measured`: its metrics, where its trainer wrote how it ended): who
+    stopped it (failures.stopped_by; the scheduler's own account of a job it cancelled, `CANCELLED by 1000`; how to
+    resume it where it left a checkpoint), or how its job ended after its trainer's `ok` end record; None for any
+    other run."""
+    scheduler = scheduler_for(kind)
+    if status in STOP_STATUSES:
+        line = stopped_by(
+            status,
+            measured.reason if measured is not None else None,
+            meaning,
+            run.state == CANCEL_REQUESTED,
+            scheduler.this_machine,
+            scheduler.label,
+            launcher_signal,
+            wrote_end=measured is not None,
+        )
+        account = scheduler.end_reason(run.job_id) if meaning is JobState.CANCELLED and run.job_id else None
+        if account:
+            line += "; %s: %s" % (scheduler.label, account)
+        if any((run.path / "checkpoints").glob("*.pt")):
+            line += "; checkpointed: dlaunch run --resume %s continues it" % display_path(run.path)
+        return line
+    if status == "ok" and meaning not in SUCCEEDED:
+        got = " (its launcher got %s)" % launcher_signal if launcher_signal else ""
+        return "its job ended %s after the trainer's end record%s: the run's figures are whole" % (state, got)
+    return None
+
+
+def _rejudged(snapshot: Snapshot, option: float) -> Snapshot:
+    """The snapshot with its flags judged at `option` (--straggler-threshold; an ended run's metrics read again: the
+    cache keeps its flags at its profile's threshold)."""
     measured = snapshot.measured if snapshot.measured is not None else _read_progress(snapshot.run.metrics_path)[1]
-    network, flags = _judged(snapshot.run, measured, snapshot.progress.status == "running", threshold)
+    network, flags = _judged(snapshot.run, measured, snapshot.progress.status == "running", option)
     return dataclasses.replace(snapshot, network=network, flags=flags, measured=measured)
 
 
@@ -411,11 +456,7 @@ def observe(
     (dlaunch/runs/statuscache.py), else read from its directory and, once it has ended, kept there.
     `complete` adds what the cache should keep too to ended snapshots that lack it (`reason`, `figures`).
     `straggler_threshold` judges every run's flags at it instead of its profile's threshold (the cache still
-    keeps the profile's; a fraction in (0, 1), else ValueError)."""
-    if straggler_threshold is not None:
-        from dlaunch.analysis.stragglers import check_threshold
-
-        check_threshold(straggler_threshold)
+    keeps the profile's; a fraction in (0, 1), else ValueError from the judgement: stragglers.check_threshold)."""
     runs = list(runs)
     now = time.time() if now is None else now
     found: Dict[int, Snapshot] = {}

@@ -7,29 +7,32 @@ prints: dlaunch/cli/) and the backends (dlaunch/schedulers/, dlaunch/runtimes/).
   rule for `run`, `sweep`, `run --repeat` and `study run`: every new run directory is checked to be free
   before the first job goes out; a job the scheduler refuses stops the submission, and the runs after it
   are not created (they would be refused alike: an account, a partition, a server that is down); a run
-  in the foreground that ends badly does not stop the others (each run is a measurement of its own), and
+  that runs here and ends badly does not stop the others (each run is a measurement of its own), and
   while it runs its progress is shown as `dlaunch watch` shows runs (dlaunch/runs/watch.py).
-  The exit code is the refusal's (1), else the first failed foreground run's, else 0;
+  The exit code is the refusal's (1), else the first failed run's that ran here, else 0;
 - `observe`, `why_failed`, `run_figures`: what runs are doing, why one failed, its figures (an ended run's
   kept in the status cache with its snapshot: dlaunch/runs/statuscache.py);
 - `resume`, `logs`, `cancel` (a run that has ended: nothing to cancel, no error).
 """
 
+import contextlib
 import dataclasses
 import functools
 import os
+import signal
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from dlaunch.boundary import display_path, fits_file_system
 from dlaunch.errors import DlaunchError, SchedulerError
 from dlaunch.jobs.imagepaths import stack_of_image
 from dlaunch.jobs.request import LaunchRequest
-from dlaunch.paths import REPO
+from dlaunch.paths import JOB_ID_FILE, REPO
 from dlaunch.runs.rundir import SITE_PROFILE, RunDir, default_run_name
-from dlaunch.schedulers import registration
+from dlaunch.schedulers import CANCEL_REQUESTED, FINISHED_HERE, RUNNING_HERE, Running, scheduler_for
 from dlaunch.tables import counted
 from dlaunch.train.framework_table import image_group
 
@@ -85,7 +88,9 @@ class Prepared:
 
     @property
     def foreground(self) -> bool:
-        return registration(self.plan.scheduler).foreground
+        """Its scheduler runs it on this machine, followed to its end (for dlaunch/api/launching.py and
+        dlaunch/cli/run.py until they read `Submitted.codes`, whose None is a job handed to a batch system)."""
+        return scheduler_for(self.plan.scheduler).this_machine
 
 
 def prepare(
@@ -186,15 +191,21 @@ def resume(
     checked; `allow_large` and `include_suspect_nodes` add theirs to the stored request's; the site's suspect nodes,
     a hung run's silent ones among them, left out unless included); refused while its job still
     runs: a second job must not append to the metrics and checkpoints of one that runs."""
+    from dlaunch.jobs.plan import keeps_checkpoints
+
     existing = RunDir.open(run_dir)
-    if not registration(existing.plan()["plan"]["scheduler"]).foreground and existing.job_id:
-        job = existing.scheduler.jobs([existing.job_id])[existing.job_id]
+    stored = existing.request()
+    if not keeps_checkpoints(stored.framework):  # its tasks would start again from step 0 over the run's files
+        raise DlaunchError(
+            "--resume: %s keeps no checkpoints, so its runs cannot resume: run it anew" % stored.framework
+        )
+    if existing.job_id:
+        (job,) = existing.scheduler.jobs([(existing.job_id, existing.path)])
         if job.kind.active:
             raise DlaunchError(
                 "--resume: job %s of %s is still %s (dlaunch cancel it first)"
                 % (existing.job_id, display_path(existing.path), job.state)
             )
-    stored = existing.request()
     request = dataclasses.replace(
         stored,
         resume=True,
@@ -218,21 +229,42 @@ class Submitted:
     """What `submit_all` did: the runs it created or resumed, in order, and each one's exit code."""
 
     runs: Tuple[RunDir, ...]
-    codes: Tuple[int, ...]  # 0: submitted, or ended ok in the foreground; else the foreground run's exit code
+    codes: Tuple[Optional[int], ...]  # a job that ran here: its exit code; None: handed to a batch system
 
     @property
     def exit_code(self) -> int:
-        """The first failed foreground run's exit code, else 0."""
+        """The first failed run's exit code (of those that ran here), else 0."""
         return next((code for code in self.codes if code), 0)
 
 
-def _run_here(run: RunDir, script: Path, say: Callable[[str], None], show_progress: bool) -> int:
-    """Start a foreground backend's job and wait for its end, its progress shown as `dlaunch watch` shows runs
+@contextlib.contextmanager
+def _ctrl_c_reaches(job: Running) -> Iterator[None]:
+    """Ctrl-C in the terminal reaches `job` too (its processes have a session of their own), then stops the
+    view as before (KeyboardInterrupt); where this process ignores Ctrl-C, or runs it in a thread, nothing changes."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is signal.SIG_IGN:
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        job.interrupt()
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _follow(run: RunDir, job: Running, say: Callable[[str], None], show_progress: bool) -> int:
+    """Wait for the end of a job that runs here, its progress shown as `dlaunch watch` shows runs
     (dlaunch/runs/watch.py) with `show_progress`; its exit code, recorded in the run's state."""
     from dlaunch.runs.watch import follow_job, wait_for_job
 
-    job = run.scheduler.start(script, run.path)
-    run.write("job_id", job.job_id + "\n")
     say(
         "running %s on this machine; its log: %s"
         % (display_path(run.path), ", ".join(display_path(p) for p in run.log_files()))
@@ -242,50 +274,51 @@ def _run_here(run: RunDir, script: Path, say: Callable[[str], None], show_progre
     def wait(seconds: Optional[float]) -> bool:
         code = job.wait(seconds)
         if code is not None and not ended:
-            run.set_state("finished (exit %d)" % code)
+            run.set_state(FINISHED_HERE % code)
             ended.append(code)
         return code is not None
 
-    try:
-        if show_progress:
-            follow_job(run.path, wait, why_failed)
-        else:
-            wait_for_job(wait)
-    finally:
-        wait(None)  # the job's end is recorded whatever became of the view
+    with _ctrl_c_reaches(job):
+        try:
+            if show_progress:
+                follow_job(run.path, wait, why_failed)
+            else:
+                wait_for_job(wait)
+        finally:
+            wait(None)  # the job's end is recorded whatever became of the view
     return ended[0]
 
 
-def _submit(job: Prepared, say: Callable[[str], None], show_progress: bool) -> Tuple[RunDir, int]:
-    """Write the run directory, hand the script to its scheduler (or run it here), record the outcome."""
+def _submit(job: Prepared, say: Callable[[str], None], show_progress: bool) -> Tuple[RunDir, Optional[int]]:
+    """Write the run directory, hand the script to its scheduler, record the outcome; a job that runs here is
+    followed to its end (its exit code; None: a batch system has the job)."""
     run = RunDir.open(job.run_dir) if job.resume else RunDir.create(job.run_dir)
     run.write("job.sh", job.script, mode=0o755)
     run.write(SITE_PROFILE, job.plan.profile)  # what the job was made from: `archive` bundles this, never a path
     run.write_plan(job.plan.to_dict(), job.request.to_dict())
     for name, text in job.files:
         run.write(name, text)
-    if job.foreground:  # runs in this process's child: `dlaunch watch` checks that it lives
-        from dlaunch.runs.runstate import LOCAL_RUNNING
-
-        run.set_state(LOCAL_RUNNING % os.getpid())
-        return run, _run_here(run, run.path / "job.sh", say, show_progress)
     try:
         submission = run.scheduler.submit(run.path / "job.sh", run.path)
     except SchedulerError as e:
         run.set_state("submission failed: %s" % e)
         raise
-    run.write("job_id", submission.job_id + "\n")
-    run.set_state("submitted")
-    return run, 0
+    if submission.running is None:
+        run.write(JOB_ID_FILE, submission.job_id + "\n")
+        run.set_state("submitted")
+        return run, None
+    run.set_state(RUNNING_HERE % os.getpid())  # followed by this process: `dlaunch watch` checks that it lives
+    run.write(JOB_ID_FILE, submission.job_id + "\n")
+    return run, _follow(run, submission.running, say, show_progress)
 
 
 def submit_all(jobs: Sequence[Prepared], say: Callable[[str], None], show_progress: bool = False) -> Submitted:
     """Submit `jobs` in order under the module's one rule (a refusal is raised: SchedulerError, exit
-    code 1); `say` tells the user about each. A foreground job runs here to its end, its progress shown on
-    stdout only with `show_progress` (the command line's live view); without, it is waited for."""
+    code 1); `say` tells the user about each. A job that runs here is followed to its end, its progress shown
+    on stdout only with `show_progress` (the command line's live view); without, it is waited for."""
     check_new(jobs)
     runs: List[RunDir] = []
-    codes: List[int] = []
+    codes: List[Optional[int]] = []
     for i, job in enumerate(jobs, 1):
         if len(jobs) > 1 or job.resume:  # which one, as experiment (or matrix)/run
             say(
@@ -306,7 +339,7 @@ def submit_all(jobs: Sequence[Prepared], say: Callable[[str], None], show_progre
             raise
         runs.append(run)
         codes.append(code)
-        if not job.foreground:
+        if code is None:
             say("submitted job %s; run directory %s" % (run.job_id, run.path))
     return Submitted(tuple(runs), tuple(codes))
 
@@ -339,7 +372,7 @@ def why_failed(snapshot: "Snapshot") -> str:
     reason = failure_reason(snapshot.run)
     if reason:
         return reason
-    if snapshot.job != "-" and not registration(snapshot.scheduler).foreground:
+    if snapshot.job != "-":
         scheduler = snapshot.run.scheduler
         ended = scheduler.end_reason(snapshot.job)
         if ended:
@@ -372,7 +405,7 @@ def run_figures(snapshot: "Snapshot") -> str:
     if f.energy_j is not None:
         per_image = ", %.3g J/image" % f.joules_per_image if f.joules_per_image is not None else ""
         parts.append("energy %.1f kJ (trainer: %s)%s" % (f.energy_j / 1e3, f.energy_domains, per_image))
-    if snapshot.ended and snapshot.job != "-" and not registration(snapshot.scheduler).foreground:
+    if snapshot.ended and snapshot.job != "-":
         scheduler = snapshot.run.scheduler
         accounted = scheduler.job_energy(snapshot.job)
         if not isinstance(accounted, str):
@@ -430,6 +463,6 @@ def cancel(run: RunDir) -> str:
             snapshot.state,
             snapshot.progress.status,
         )
-    run.scheduler.cancel(run.job_id)
-    run.set_state("cancel requested")
+    run.scheduler.cancel(run.job_id, run.path)
+    run.set_state(CANCEL_REQUESTED)
     return "cancelled job %s" % run.job_id

@@ -1,7 +1,7 @@
 """A study run: its matrix expanded into jobs for a site, rendered and submitted through the run service
 (dlaunch/runs/service.py) into one study directory (`OUTPUT/<study name>/<matrix name>/<run name>`), its runs, its
 published comparisons, and the check of its jobs against a site. The study file's schema: dlaunch/runs/studyfile.py;
-the `dlaunch study` commands: dlaunch/cli/study.py; the API's `study`: dlaunch/api.py.
+the `dlaunch study` commands: dlaunch/cli/study.py; the API's `study`: dlaunch/api/studies.py.
 
 Run names are deterministic, so a second `study run` finds the runs it made: it leaves those that ended ok or still
 run and resubmits (with `--resume`, as `dlaunch run --resume`) those that ended otherwise (`runstate.observe`
@@ -39,13 +39,13 @@ from dlaunch.runs.studyfile import (
     load_study,
     recorded_study,
 )
-from dlaunch.schedulers import registration
+from dlaunch.schedulers import scheduler_for
 from dlaunch.tables import counted
 
 
 @dataclass(frozen=True)
-class Job:
-    """One run of the matrix: where it goes and what it asks for."""
+class MatrixRun:
+    """One run of a study's matrix: its coordinates and its request (a job once prepared: `StudyJobs`)."""
 
     matrix: str
     name: str
@@ -138,7 +138,7 @@ def expand(
     protocol: Optional[str] = None,
     stack: Optional[str] = None,
     allow_large: bool = False,
-) -> List[Job]:
+) -> List[MatrixRun]:
     """Every job of the study's matrix (in file order), as requests for `site`; `data`: loader -> path;
     `stack` overrides the study's (`site`: the site's own). More than the limit of `study jobs` (a
     typo's million) is refused as soon as it is reached, unless `allow_large`."""
@@ -149,6 +149,9 @@ def expand(
     protocol = choose_protocol(study, protocol)
     resolved = resolve_site(site)
     stack = None if stack == "site" else stack or study.stack
+    refused = None if image else stack_refusal(resolved, stack)
+    if refused:
+        raise DlaunchError("--stack: %s" % refused)
     jobs = []
     for m in study.matrix:
         key = m.count_key
@@ -162,7 +165,7 @@ def expand(
                 recipe["data"] = data[loader]
             nodes = (
                 spread_nodes(count, resolved.gpus_per_node)
-                if key == "gpus" and not registration(resolved.scheduler.kind).foreground
+                if key == "gpus" and not scheduler_for(resolved.scheduler.kind).this_machine
                 else None
             )
             job_image = image
@@ -194,7 +197,7 @@ def expand(
                     **{key: count},
                     **({"nodes": nodes} if nodes else {}),
                 )
-                jobs.append(Job(m.name, name, coordinates, request, tuple(m.figures), m.repeats))
+                jobs.append(MatrixRun(m.name, name, coordinates, request, tuple(m.figures), m.repeats))
     return jobs
 
 
@@ -279,7 +282,7 @@ class StudyJobs:
     site: str
     protocol: Optional[str]
     stack: Optional[str]  # the image stack it records (None: the site's own)
-    jobs: Tuple[Tuple[Job, service.Prepared], ...]
+    jobs: Tuple[Tuple[MatrixRun, service.Prepared], ...]
     ended_ok: int = 0  # jobs left alone: their runs ended ok
     active: int = 0  # jobs left alone: their runs have not ended
     warnings: Tuple[str, ...] = ()  # the study's own, about its data (each job's are its Prepared's)
@@ -369,7 +372,7 @@ def submit_study(
     return service.submit_all([job for _, job in prepared.jobs], say, show_progress=show_progress)
 
 
-def figure_counts(jobs: Sequence[Job]) -> Dict[str, int]:
+def figure_counts(jobs: Sequence[MatrixRun]) -> Dict[str, int]:
     """Jobs per figure label, in the order the figures first appear (a job may stand for several)."""
     counts: Dict[str, int] = {}
     for job in jobs:
@@ -378,7 +381,7 @@ def figure_counts(jobs: Sequence[Job]) -> Dict[str, int]:
     return counts
 
 
-def design_summary(study: Study, protocol: Optional[str], jobs: Sequence[Job]) -> str:
+def design_summary(study: Study, protocol: Optional[str], jobs: Sequence[MatrixRun]) -> str:
     """The protocol, the stack, the jobs per figure and the study's assumptions, as lines of text."""
     lines = [
         "study %s%s%s"
@@ -409,7 +412,8 @@ def published_comparisons(
     lines on its design (protocol, image stack) its report shows. Flagged runs are left out as `report` leaves them
     out (each judged at `straggler_threshold`, else its profile's), unless `include_stragglers`."""
     from dlaunch.analysis.scaling import load_runs
-    from dlaunch.reporting.report import flagged, load_profiles
+    from dlaunch.analysis.stragglers import flagged, unflagged
+    from dlaunch.reporting.report import load_profiles
 
     study = recorded_study(folder)
     info = (
@@ -419,9 +423,8 @@ def published_comparisons(
     )
     runs = load_runs([str(folder)]).runs
     if not include_stragglers:
-        left_out = flagged(runs, load_profiles(runs, None), straggler_threshold)
-        runs = [r for r in runs if r.path not in left_out]
-    comparisons = [compare_published(c, PUBLISHED_DIR / c.file, runs, include_stragglers=True) for c in study.compare]
+        runs = unflagged(runs, flagged(runs, straggler_threshold, load_profiles(runs, None).of))
+    comparisons = [compare_published(c, PUBLISHED_DIR / c.file, runs) for c in study.compare]
     protocol = info.get("protocol")
     design = (
         ["Protocol: %s (%s)" % (protocol, study.protocol[protocol].description)] if protocol in study.protocol else []
@@ -435,21 +438,33 @@ def site_kind(site: Any) -> str:
     return "cpu" if site.gpu_vendor == "none" else "gpu"
 
 
-def unfit_reason(study: Study, site: Any, stack: Optional[str]) -> Optional[str]:
-    """Why a site is not of the study's kind (None: it is): CPU or GPU, the GPU vendor, the stack."""
+def stack_refusal(site: Any, stack: Optional[str]) -> Optional[str]:
+    """Why the study's image stack (`stack`: its own or --stack's; None: the site's) has no images for a site,
+    said the way a study is fixed (`--stack site`), the same for `study run` and `study check`."""
     from dlaunch.jobs.imagepaths import check_site_stack
 
-    if registration(site.scheduler.kind).foreground:
+    if not stack or not site.container.containerized:
+        return None
+    try:
+        check_site_stack(site, stack)
+    except DlaunchError as e:
+        return str(e).split(";")[0] + " (--stack site renders it with the site's own, or give --image)"
+    return None
+
+
+def unfit_reason(study: Study, site: Any, stack: Optional[str], named: bool = False) -> Optional[str]:
+    """Why a site is not of the study's kind (None: it is): CPU or GPU, the stack, and (`named`: False) the GPU
+    vendor the study names. A site named on the command line is judged job by job, as `study run` renders
+    them (LUMI-G runs the native loader's jobs of an NVIDIA study with its own stack; DALI's are refused)."""
+    if scheduler_for(site.scheduler.kind).this_machine:
         return "this machine (%s), not a cluster" % site.scheduler.kind
     if site_kind(site) != study.kind:
         return "a %s site; the study needs %s nodes" % (site_kind(site), study.kind.upper())
-    if study.gpu_vendor and site.gpu_vendor != study.gpu_vendor:
+    refused = stack_refusal(site, stack)
+    if refused:
+        return refused
+    if study.gpu_vendor and site.gpu_vendor != study.gpu_vendor and not named:
         return "%s GPUs; the study needs %s GPUs" % (site.gpu_vendor, study.gpu_vendor)
-    if stack and site.container.containerized:
-        try:
-            check_site_stack(site, stack)
-        except DlaunchError as e:
-            return str(e).split(";")[0] + " (--stack site renders it with the site's own)"
     return None
 
 
@@ -461,7 +476,7 @@ class CheckResult:
     skipped: Optional[str] = None  # why the site was not checked (not of the study's kind)
 
 
-def job_nodes(job: Job, gpus_per_node: int) -> int:
+def job_nodes(job: MatrixRun, gpus_per_node: int) -> int:
     """The nodes a job of the study asks for on a site with `gpus_per_node`."""
     request = job.request
     return request.nodes or -(-request.gpus // gpus_per_node)
@@ -521,7 +536,7 @@ def check_study(
     results = []
     for name in sites or shipped_sites():
         site = resolve_site(name)
-        reason = unfit_reason(study, site, None if stack == "site" else stack or study.stack)
+        reason = unfit_reason(study, site, None if stack == "site" else stack or study.stack, named=bool(sites))
         if reason and not sites:
             results.append(CheckResult(site.name, 0, (), skipped=reason))
         elif reason:

@@ -28,9 +28,9 @@ from dlaunch.analysis.published import Compare, known_frameworks
 from dlaunch.boundary import display_path, escape, quoted
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.request import check_trainer_value
-from dlaunch.jobs.schema import EnvName, SafeName, StrictModel, parse_time
 from dlaunch.jobs.sites import load_toml
 from dlaunch.paths import REPO, toml_files_by_name
+from dlaunch.specs.schema import EnvName, SafeName, StrictModel, parse_time
 from dlaunch.train.config import MODELS, SCHEDULES
 
 STUDY_COPY = "study.toml"

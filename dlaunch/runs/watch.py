@@ -127,17 +127,27 @@ class Watcher:
 def overall(snapshots: Sequence[Snapshot]) -> str:
     """e.g. '2 of 4 runs ended (1 ok, 1 failed), 1 running, 1 pending'."""
     ended = [s for s in snapshots if s.ended]
-    ok = sum(s.ok for s in ended)
-    text = "%d of %d runs ended (%d ok, %d failed)" % (len(ended), len(snapshots), ok, len(ended) - ok)
+    ok, stopped = sum(s.ok for s in ended), sum(s.stopped for s in ended)
+    text = "%d of %d runs ended (%d ok, %d failed%s)" % (
+        len(ended),
+        len(snapshots),
+        ok,
+        len(ended) - ok - stopped,
+        ", %d stopped" % stopped if stopped else "",
+    )
     pending = sum(not s.ended and s.meaning is JobState.PENDING for s in snapshots)
     running = len(snapshots) - len(ended) - pending
     return text + "".join(", %d %s" % (n, word) for n, word in ((running, "running"), (pending, "pending")) if n)
 
 
 def details(snapshot: Snapshot, reason: str, now: Optional[float] = None) -> str:
-    """'status; figures; why: reason; network: ...; straggler: ...; dl-node2: last step 40 4 min ago' (the parts
-    that say something)."""
-    parts = [snapshot.progress.status, figures(snapshot, now), "why: " + reason if reason else ""]
+    """'status; figures; why: reason (or who stopped it); network: ...; straggler: ...; dl-node2: last step 40 4 min
+    ago' (the parts that say something)."""
+    parts = [
+        snapshot.progress.status,
+        figures(snapshot, now),
+        "why: " + reason if reason else snapshot.stopped_by or "",
+    ]
     parts += ["network: " + problem for problem in snapshot.network]
     return "; ".join(part for part in parts + list(snapshot.flags) + list(snapshot.nodes) if part)
 

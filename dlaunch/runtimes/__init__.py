@@ -6,23 +6,23 @@ front of the launch command (`apptainer exec ... IMAGE`), and a check of the ima
 Binds are `src[:dst][:ro]`; the job adds its run directory and data folder.
 """
 
-import importlib
 import os
 import re
-from typing import Any, ClassVar, List, Literal, Optional, Sequence, Tuple
+from typing import Any, ClassVar, List, Literal, Optional, Sequence, Tuple, Type
 
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.jobspec import PreludeItem, Prepend
-from dlaunch.jobs.schema import PATH, Bind, SafeName, StrictModel
+from dlaunch.specs.job import PreludeItem, Prepend
+from dlaunch.specs.registration import Registration, registered, validate_section
+from dlaunch.specs.schema import PATH, Bind, SafeName, StrictModel
 
-# kind -> "module:Class"; adding a runtime is its file plus one row here.
+# kind -> registration; adding a runtime is its file plus one row here.
 RUNTIMES = {
-    "none": "dlaunch.runtimes:NoContainer",
-    "apptainer": "dlaunch.runtimes.apptainer:Apptainer",
-    "singularity": "dlaunch.runtimes.apptainer:Apptainer",
-    "pyxis": "dlaunch.runtimes.pyxis:Pyxis",
-    "podman-hpc": "dlaunch.runtimes.podman_hpc:PodmanHpc",
-    "charliecloud": "dlaunch.runtimes.charliecloud:Charliecloud",
+    "none": Registration("dlaunch.runtimes:NoContainer"),
+    "apptainer": Registration("dlaunch.runtimes.apptainer:Apptainer"),
+    "singularity": Registration("dlaunch.runtimes.apptainer:Apptainer"),
+    "pyxis": Registration("dlaunch.runtimes.pyxis:Pyxis"),
+    "podman-hpc": Registration("dlaunch.runtimes.podman_hpc:PodmanHpc"),
+    "charliecloud": Registration("dlaunch.runtimes.charliecloud:Charliecloud"),
 }
 
 
@@ -95,19 +95,11 @@ class NoContainer(Runtime):
     containerized: ClassVar[bool] = False
 
 
-def runtime_class(kind: str) -> type:
-    if kind not in RUNTIMES:
-        raise DlaunchError("container runtime %r is not one of %s" % (kind, ", ".join(RUNTIMES)))
-    module, name = RUNTIMES[kind].split(":")
-    return getattr(importlib.import_module(module), name)
+def runtime_class(kind: str) -> Type[Runtime]:
+    """The class registered as a `[container] kind` (also `plan.json`'s `runtime`)."""
+    return registered(RUNTIMES, kind, "container runtime")
 
 
 def validate_config(data: Any) -> Any:
-    """A `[container]` section as its runtime's model (told apart by `kind`, looked up when a profile
-    is read, so that a runtime registered later is known too)."""
-    if not isinstance(data, dict):
-        return data
-    kind = data.get("kind")
-    if not isinstance(kind, str) or kind not in RUNTIMES:
-        raise ValueError("kind: %r is not one of %s" % (kind, ", ".join(RUNTIMES)))
-    return runtime_class(kind).model_validate(data)
+    """A `[container]` section as its runtime's model."""
+    return validate_section(RUNTIMES, data, runtime_class)

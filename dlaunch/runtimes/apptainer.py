@@ -8,10 +8,10 @@ itself; a site's library folders (a NCCL network plugin) go in through `APPTAINE
 from pathlib import Path
 from typing import List, Literal, Optional, Sequence, Tuple
 
-from dlaunch.jobs.jobspec import PreludeItem, Prepend, joined
-from dlaunch.jobs.schema import Option
 from dlaunch.runtimes import Runtime
 from dlaunch.runtimes.imagearch import sif_arch, tree_arch
+from dlaunch.specs.job import PreludeItem, Prepend, joined
+from dlaunch.specs.schema import Option
 
 
 class Apptainer(Runtime):

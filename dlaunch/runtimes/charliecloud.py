@@ -10,9 +10,9 @@ from typing import List, Literal, Sequence, Tuple
 
 from pydantic import field_validator
 
-from dlaunch.jobs.schema import Option
 from dlaunch.runtimes import Runtime
 from dlaunch.runtimes.imagearch import tree_arch
+from dlaunch.specs.schema import Option
 
 
 class Charliecloud(Runtime):

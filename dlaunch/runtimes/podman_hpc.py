@@ -11,9 +11,9 @@ import re
 from typing import List, Literal, Optional, Sequence, Tuple
 
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.jobspec import joined
-from dlaunch.jobs.schema import Option
 from dlaunch.runtimes import Runtime
+from dlaunch.specs.job import joined
+from dlaunch.specs.schema import Option
 
 _IMAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?$")
 

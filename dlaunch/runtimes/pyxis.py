@@ -11,9 +11,9 @@ import re
 from typing import Literal, Optional, Sequence, Tuple
 
 from dlaunch.errors import DlaunchError
-from dlaunch.jobs.jobspec import joined
-from dlaunch.jobs.schema import PATH, SAFE_NAME
 from dlaunch.runtimes import Runtime
+from dlaunch.specs.job import joined
+from dlaunch.specs.schema import PATH, SAFE_NAME
 
 _REGISTRY_REF = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?#[a-z0-9._/-]+(:[A-Za-z0-9._-]+)?$")
 

@@ -1,49 +1,48 @@
-"""Schedulers: one file each, registered by `kind` in `BACKENDS` (a site's `[scheduler] kind`).
+"""Schedulers: one file each, registered by `kind` in `SCHEDULERS` (a site's `[scheduler] kind`).
 
 A scheduler contributes to a job's script (directive lines, typed prelude items, the step command
 that starts the tasks on the nodes, and how its own variables map to the job's neutral ones that the
-trainer reads: dlaunch/train/jobenv.py) and owns everything after submission: submit (a batch system)
-or start (a foreground backend: the job runs here, now, and dlaunch follows it to its end), the state
-of jobs and their place in the queue, the accounting of ended ones (end reason, energy), cancel, the
-run's log files and the words the batch system writes into them. Its `Config` is the pydantic model
-of the site's `[scheduler]` section. Its registration row says whether it runs jobs in the foreground.
+trainer reads: dlaunch/train/jobenv.py) and owns everything after submission: submit, the state of jobs
+and their place in the queue, the accounting of ended ones (end reason, energy), cancel, the run's log
+files and the words the batch system writes into them. Its `Config` is the pydantic model of the site's
+`[scheduler]` section.
+
+`Scheduler` is the contract: what every scheduler must provide is abstract. What a batch system and a
+scheduler that runs the job here and now differ in, callers ask of it: `queued` (a partition row, a time
+limit, an account), `this_machine` (one node, here, in dlaunch's environment), and what `submit` returns (a
+job that runs here comes with its handle, `Running`, which the run service follows to its end and whose
+course it records in the run directory's `state`: RUNNING_HERE, FINISHED_HERE).
 """
 
+import abc
 import enum
-import importlib
 import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
-from dlaunch.errors import DlaunchError, SchedulerError
-from dlaunch.jobs.jobspec import JobSpec, PreludeItem, ShellWord
-from dlaunch.jobs.schema import StrictModel
-
-
-@dataclass(frozen=True)
-class Registration:
-    """A row of `BACKENDS`: where the backend's class is, and how it runs a job (cf. ReFrame's
-    `register_scheduler(name, local=...)`)."""
-
-    target: str  # "module:Class"
-    # Runs the job here and now, in dlaunch's own process, to its end: this machine, one node, no
-    # queue, no account, no time limit; the run directory records the ending (`finished (exit N)`).
-    foreground: bool = False
-
+from dlaunch.errors import SchedulerError
+from dlaunch.specs.job import JobSpec, PreludeItem, ShellWord
+from dlaunch.specs.registration import Registration, registered, validate_section
+from dlaunch.specs.schema import StrictModel
 
 # kind -> registration; adding a scheduler is its file plus one row here.
-BACKENDS = {
+SCHEDULERS = {
     "slurm": Registration("dlaunch.schedulers.slurm:Slurm"),
     "pbs": Registration("dlaunch.schedulers.pbs:Pbs"),
-    "local": Registration("dlaunch.schedulers.local:Local", foreground=True),
+    "local": Registration("dlaunch.schedulers.local:Local"),
 }
+# What the run service writes into a run directory's `state` about a job it follows here (`Submission.running`),
+# and a cancel it asked for; the scheduler of such a job reads its state back from there.
+RUNNING_HERE = "running here (dlaunch pid %d)"
+FINISHED_HERE = "finished (exit %d)"
+CANCEL_REQUESTED = "cancel requested"
 Figure = Union[float, str]  # a measured value, or "unavailable: <reason>"
 
 
 class JobState(enum.Enum):
-    """What a job's state means to dlaunch; each scheduler maps its own words (`Scheduler.classify`)."""
+    """What a job's state means to dlaunch; each scheduler maps its own words to these (`JobStatus.kind`)."""
 
     PENDING = "pending"
     RUNNING = "running"
@@ -77,20 +76,26 @@ class JobState(enum.Enum):
         )
 
 
-@dataclass(frozen=True)
-class Submission:
-    job_id: str
+class Running(abc.ABC):
+    """A job that runs here and now, started by `submit`: its processes have a session of their own."""
 
-
-class Running:
-    """A job a foreground backend started here (`Scheduler.start`)."""
-
-    job_id = ""
-
+    @abc.abstractmethod
     def wait(self, timeout: Optional[float] = None) -> Optional[int]:
         """Its exit code once it has ended, waiting at most `timeout` s for that (None: until it ends);
         None while it still runs."""
-        raise NotImplementedError
+
+    @abc.abstractmethod
+    def interrupt(self) -> None:
+        """What Ctrl-C in the terminal is to it (no terminal signals its session): SIGINT to its processes."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What `submit` did: the job's id, and the handle of a job that runs here and now, which the caller follows
+    to its end (None: a batch system has the job)."""
+
+    job_id: str
+    running: Optional[Running] = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +108,7 @@ class ScriptCheck:
 
 
 @dataclass(frozen=True)
-class Job:
+class JobStatus:
     """A scheduler's view of a job: its own state word, and for a pending one why, where in the
     queue and when it may start."""
 
@@ -131,14 +136,43 @@ def _ordinal(n: int) -> str:
     return "%d%s" % (n, suffix)
 
 
-class Scheduler:
-    """The protocol; methods that a batch system must provide raise NotImplementedError.
+class Scheduler(abc.ABC):
+    """The contract. Every scheduler gives the abstract members (a class attribute does for a property); the
+    others default to what is right for a scheduler that does not say otherwise (no directives, no prelude, no
+    test-only submission, no accounting, no MPI plugins).
 
     Batch-system commands run through `_run`, with a timeout: against a dead server they hang for
     many seconds. The environment (`SLURM_CONF`, `PBS_SERVER`, ...) is passed on as it is."""
 
-    kind = ""
-    label = ""  # for people: "Slurm", "PBS"
+    @property
+    @abc.abstractmethod
+    def kind(self) -> str:
+        """Its `[scheduler] kind`: its key in SCHEDULERS, and plan.json's `scheduler`."""
+
+    @property
+    @abc.abstractmethod
+    def label(self) -> str:
+        """Its name for people: "Slurm", "PBS", "this machine"."""
+
+    @property
+    @abc.abstractmethod
+    def Config(self) -> Type[StrictModel]:
+        """The pydantic model of its `[scheduler]` section, with `kind: Literal["<kind>"]`."""
+
+    # -- what a batch system and a scheduler that runs the job here and now differ in -------------------
+    @property
+    @abc.abstractmethod
+    def queued(self) -> bool:
+        """Its jobs wait in a queue: each goes to one of the profile's partition rows, with a time limit, charged to
+        an account."""
+
+    @property
+    @abc.abstractmethod
+    def this_machine(self) -> bool:
+        """Its jobs run on this machine alone, in dlaunch's own environment: one node (no network between nodes, no
+        rendezvous host), no container, a data folder that must exist here, launchers started standalone
+        (torchrun --standalone, horovodrun) and so no launch mode for a profile to choose."""
+
     directive_prefix = ""  # `#SBATCH`, `#PBS`; "" = no directives
     commands: Tuple[str, ...] = ()  # the batch system's commands a login node needs (`dlaunch doctor`)
     status_command = ""  # the one that answers `jobs()` (`dlaunch watch` needs it)
@@ -151,7 +185,8 @@ class Scheduler:
     # (pattern, what it is) the profile's per-framework options of its step must match (`[launch.<fw>]`);
     # () = words of the step command
     step_option_form: Tuple[str, str] = ()
-    Config: Type[StrictModel] = StrictModel
+    # The directive that runs a job's tasks one hardware thread per core (`[launch.<fw>] smt = false`; None: none).
+    one_thread_per_core: Optional[str] = None
     # Regular expressions of the lines the batch system writes into a job's log (dlaunch/runs/failures.py):
     # its verdict on the job (time limit, cancel, node failure), and its launcher's noise around a failure.
     log_verdicts: Tuple[str, ...] = ()
@@ -179,23 +214,26 @@ class Scheduler:
 
     # -- the script ---------------------------------------------------------------------------------
     def directives(self, cfg: StrictModel, job: JobSpec) -> Tuple[str, ...]:
+        """The directive lines, without `directive_prefix`."""
         return ()
 
     def prelude(self, cfg: StrictModel, job: JobSpec) -> Tuple[PreludeItem, ...]:
         return ()
 
+    @abc.abstractmethod
     def job_environment(self, cfg: StrictModel, job: JobSpec) -> Tuple[PreludeItem, ...]:
-        """Exports of the job-level neutral variables (dlaunch/train/jobenv.py) from this scheduler's own;
-        task-level values the same in every task (a fixed task count) may be exported here too."""
-        return ()
+        """Exports of the job-level neutral variables (dlaunch/train/jobenv.py: JOB_ID, NNODES, NODELIST, and
+        RESTART_COUNT where it requeues) from this scheduler's own; task-level values the same in every task (a
+        fixed task count) may be exported here too."""
 
+    @abc.abstractmethod
     def step(
         self, cfg: StrictModel, job: JobSpec, mpi: bool, whole_node: bool, options: Sequence[str]
     ) -> Tuple[str, ...]:
         """The command that starts `job.tasks_per_node` tasks on every node: `mpi` wires them as MPI
         ranks, `whole_node` leaves them unbound to CPUs (a torchrun that owns its node); `options`
-        come from the container runtime (e.g. pyxis's --container-image)."""
-        raise NotImplementedError
+        come from the container runtime (e.g. pyxis's --container-image). One task's failure ends the
+        step (tests/test_backend_battery.py holds every scheduler to it)."""
 
     def command(self, step: Tuple[str, ...], *rest: Tuple[Any, ...]) -> Tuple[Tuple[Any, ...], ...]:
         """The lines of the command in front of the trainer's flags: the step, then `rest` (the task
@@ -206,37 +244,38 @@ class Scheduler:
         """The job's node count as the tasks see it."""
         return str(nodes)
 
+    @abc.abstractmethod
     def job_id_word(self) -> str:
         """The job's id as the tasks see it (a c10d rendezvous id)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def hosts_command(self) -> Tuple[str, ...]:
         """A command that prints the job's hosts, one per line, first = where rendezvous is hosted."""
-        raise NotImplementedError
 
-    # -- the batch system ---------------------------------------------------------------------------
+    def gpu_request_field(self, cfg: StrictModel) -> Optional[str]:
+        """The field of its `[scheduler]` section that asks the batch system for GPUs (None: none does)."""
+        return None
+
+    # -- after submission ---------------------------------------------------------------------------
+    @abc.abstractmethod
     def submit(self, script: Path, run_dir: Path) -> Submission:
-        """Hand the job to the batch system (a backend registered as `foreground` has `start` instead)."""
-        raise NotImplementedError
-
-    def start(self, script: Path, run_dir: Path) -> Running:
-        """A foreground backend's submission: start the job here, now, writing its output into its log;
-        the caller follows it to its end."""
-        raise NotImplementedError
+        """Hand the job to the batch system, or start it here and now (its handle in `Submission.running`: the
+        caller follows it to its end); the job writes its output into its log in `run_dir`."""
 
     def check_script(self, script: Path) -> ScriptCheck:
         """Whether the batch system would take `script`, asked without submitting it; only where
         `no_test_submission` is ""."""
-        raise NotImplementedError
+        raise NotImplementedError(self.no_test_submission)
 
     def mpi_plugins(self) -> List[str]:
         """The MPI wirings its step offers (a profile's `mpi_plugin` must be one of them)."""
         return []
 
-    def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
-        """The state of each job (one call for all where the batch system allows), with the place of a
-        pending one in the queue; ended jobs from the batch system's accounting while it keeps them."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def jobs(self, runs: Sequence[Tuple[str, Path]]) -> List[JobStatus]:
+        """The state of each job (job id, its run directory), in order (one call for all where the batch system
+        allows), with the place of a pending one in the queue; ended jobs from the batch system's accounting while
+        it keeps them (UNKNOWN: it did not answer; GONE: it forgot the job)."""
 
     def end_reason(self, job_id: str) -> Optional[str]:
         """How the batch system says the job ended, while it remembers; None when it does not say."""
@@ -246,51 +285,46 @@ class Scheduler:
         """The energy the batch system's accounting recorded for the job's nodes, in joules."""
         return "unavailable: %s records no energy" % (self.label or self.kind)
 
-    def cancel(self, job_id: str) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def cancel(self, job_id: str, run_dir: Path) -> None:
+        """End the job, whatever became of the dlaunch process that submitted it (SchedulerError: it could not)."""
 
     # -- the run directory --------------------------------------------------------------------------
+    @abc.abstractmethod
     def log_files(self, run_dir: Path) -> List[Path]:
         """The job's logs in the run directory, oldest first (each may hold several attempts)."""
-        return []
 
 
-def registration(kind: str) -> Registration:
-    """The registry row of a `[scheduler] kind` (also `plan.json`'s `scheduler`)."""
-    if kind not in BACKENDS:
-        raise DlaunchError("scheduler %r is not one of %s" % (kind, ", ".join(BACKENDS)))
-    return BACKENDS[kind]
+def scheduler_class(kind: str) -> Type[Scheduler]:
+    """The class registered as a `[scheduler] kind` (also `plan.json`'s `scheduler`)."""
+    return registered(SCHEDULERS, kind, "scheduler")
 
 
 def scheduler_for(kind: str) -> Scheduler:
     """The backend of a `[scheduler] kind`."""
-    module, name = registration(kind).target.split(":")
-    return getattr(importlib.import_module(module), name)()
+    return scheduler_class(kind)()
 
 
 def validate_config(data: Any) -> Any:
-    """A `[scheduler]` section as its backend's Config model (told apart by `kind`, looked up when a
-    profile is read, so that a backend registered later is known too)."""
-    if not isinstance(data, dict):
-        return data
-    kind = data.get("kind")
-    if not isinstance(kind, str) or kind not in BACKENDS:
-        raise ValueError("kind: %r is not one of %s" % (kind, ", ".join(BACKENDS)))
-    return scheduler_for(kind).Config.model_validate(data)
+    """A `[scheduler]` section as its backend's Config model."""
+    return validate_section(SCHEDULERS, data, lambda kind: scheduler_class(kind).Config)
 
 
 __all__ = [
-    "BACKENDS",
+    "CANCEL_REQUESTED",
+    "FINISHED_HERE",
+    "RUNNING_HERE",
+    "SCHEDULERS",
     "Figure",
-    "Job",
     "JobState",
+    "JobStatus",
     "Registration",
     "Running",
     "Scheduler",
     "ScriptCheck",
     "ShellWord",
     "Submission",
-    "registration",
+    "scheduler_class",
     "scheduler_for",
     "validate_config",
 ]

@@ -23,11 +23,14 @@ from typing import Annotated, Dict, List, Literal, Optional, Sequence, Tuple
 from pydantic import Field, StringConstraints, field_validator
 
 from dlaunch.errors import SchedulerError
-from dlaunch.jobs.jobspec import AttemptCount, Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
-from dlaunch.jobs.schema import PBS_DIRECTIVE, PBS_RESOURCES, Partition, StrictModel, Word, check_partitions
-from dlaunch.schedulers import Job, JobState, Scheduler, Submission
+from dlaunch.schedulers import JobState, JobStatus, Scheduler, Submission
+from dlaunch.specs.job import AttemptCount, Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
+from dlaunch.specs.schema import Partition, StrictModel, Word, check_partitions
 from dlaunch.train import jobenv
 
+# A directive line after `#PBS `: one option letter and one value (`-l filesystems=home:eagle`).
+DIRECTIVE = r"^-[A-Za-z] [A-Za-z0-9_.,:/@+=-]+$"
+RESOURCES = r"^(:[A-Za-z0-9_]+=[A-Za-z0-9_.+-]+)*$"  # of a `-l select` chunk: `:system=polaris:ngpus=4`
 _JOB_ID = re.compile(r"^\d+(\[\d*\])?(\.[A-Za-z0-9.-]+)?$")
 # qstat's job_state letters (Reference Guide, "Job States").
 _STATES = {
@@ -50,14 +53,22 @@ ATTEMPTS = "pbs-attempts"  # one line per start of a job in this run directory: 
 class PbsConfig(StrictModel):
     kind: Literal["pbs"]
     partitions: List[Partition] = Field(min_length=1)  # queues (`-q`)
-    select_resources: Annotated[str, StringConstraints(pattern=PBS_RESOURCES)] = ""  # e.g. ":system=polaris"
-    directives: List[Annotated[str, StringConstraints(pattern=PBS_DIRECTIVE)]] = []  # e.g. "-l filesystems=home:eagle"
+    select_resources: Annotated[str, StringConstraints(pattern=RESOURCES)] = ""  # e.g. ":system=polaris"
+    directives: List[Annotated[str, StringConstraints(pattern=DIRECTIVE)]] = []  # e.g. "-l filesystems=home:eagle"
     mpiexec_options: List[Word] = []
 
     @field_validator("partitions")
     @classmethod
     def _partitions(cls, partitions: List[Partition]) -> List[Partition]:
-        return check_partitions(partitions, PBS_DIRECTIVE, "'-X value'")
+        for p in partitions:
+            if p.qos is not None:
+                raise ValueError("partition %s: qos: PBS has no QOS (a row's queue is its `partition`)" % p.name)
+        return check_partitions(partitions, DIRECTIVE, "'-X value'")
+
+
+def queue_name(row: Partition) -> str:
+    """A row's queue (`-q`): `partition`, else `name` (rows of one routing queue share it)."""
+    return row.partition or row.name
 
 
 def classify(state: str, exit_status: object = None) -> JobState:
@@ -77,6 +88,8 @@ class Pbs(Scheduler):
     ping_command = ("qstat", "-B")  # the server's status line, an error when it does not answer
     server_variable = "PBS_SERVER"
     Config = PbsConfig
+    queued = True
+    this_machine = False
     # What Cray PALS' mpiexec gives every rank (HPE's pals.h, "Environment variables available for
     # applications"; PALS runs Polaris' mpiexec).
     task_variables = (
@@ -94,7 +107,7 @@ class Pbs(Scheduler):
             "-N %s" % job.name,
             "-l select=%d%s" % (job.nodes, cfg.select_resources),
             "-l walltime=%d:%02d:%02d" % (job.seconds // 3600, job.seconds % 3600 // 60, job.seconds % 60),
-            "-q %s" % job.queue.queue,
+            "-q %s" % queue_name(job.queue),
             *(("-A %s" % job.account,) if job.account else ()),
             "-o %s/%s" % (job.run_dir, LOG),
             "-j oe",  # the error stream into the same file
@@ -154,14 +167,18 @@ class Pbs(Scheduler):
             raise SchedulerError("qsub refused the job: %s" % reason)
         return Submission(job_id)
 
-    def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
+    def jobs(self, runs: Sequence[Tuple[str, Path]]) -> List[JobStatus]:
+        found = self._jobs(list(dict.fromkeys(job_id for job_id, _ in runs)))
+        return [found[job_id] for job_id, _ in runs]
+
+    def _jobs(self, job_ids: Sequence[str]) -> Dict[str, JobStatus]:
         """One `qstat -x -f -F json` for all (finished jobs too, while the server keeps their history)."""
         if not job_ids:
             return {}
         try:
             listed = self._run(["qstat", "-x", "-f", "-F", "json", *job_ids])
         except SchedulerError as e:
-            return {job_id: Job("unknown (%s)" % e, JobState.UNKNOWN) for job_id in job_ids}
+            return {job_id: JobStatus("unknown (%s)" % e, JobState.UNKNOWN) for job_id in job_ids}
         try:
             known = json.loads(listed.stdout or "{}").get("Jobs", {})
         except ValueError:
@@ -170,11 +187,11 @@ class Pbs(Scheduler):
         for job_id in job_ids:
             fields = known.get(job_id)
             if fields is None:
-                found[job_id] = Job("unknown (not in PBS any more)", JobState.GONE)
+                found[job_id] = JobStatus("unknown (not in PBS any more)", JobState.GONE)
                 continue
             state = fields.get("job_state", "?")
             estimated = fields.get("estimated") if isinstance(fields.get("estimated"), dict) else {}
-            found[job_id] = Job(
+            found[job_id] = JobStatus(
                 state,
                 classify(state, fields.get("Exit_status")),
                 fields.get("comment", ""),
@@ -184,12 +201,12 @@ class Pbs(Scheduler):
 
     def end_reason(self, job_id: str) -> Optional[str]:
         """`failed (Job run at ... and finished)`: the accounting's state and comment, while PBS keeps the job."""
-        job = self.jobs([job_id])[job_id]
+        job = self._jobs([job_id])[job_id]
         if job.kind in (JobState.UNKNOWN, JobState.GONE):
             return None
         return "%s (%s)" % (job.kind.value, job.reason) if job.reason else job.kind.value
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, run_dir: Path) -> None:
         result = self._run(["qdel", job_id])
         if result.returncode != 0:
             raise SchedulerError("qdel %s failed: %s" % (job_id, result.stderr.strip() or result.returncode))

@@ -20,14 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Dict, FrozenSet, List, Literal, Optional, Sequence, Tuple
 
-from pydantic import Field, StringConstraints, field_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from dlaunch.errors import SchedulerError
-from dlaunch.jobs.jobspec import Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
-from dlaunch.jobs.schema import GRES, OPTION, Option, Partition, SafeName, StrictModel, check_partitions, format_time
-from dlaunch.schedulers import Figure, Job, JobState, Scheduler, ScriptCheck, Submission
+from dlaunch.schedulers import Figure, JobState, JobStatus, Scheduler, ScriptCheck, Submission
+from dlaunch.specs.job import Banner, EndTime, Export, HostList, JobSpec, PreludeItem, ShellWord
+from dlaunch.specs.schema import OPTION, Option, Partition, SafeName, StrictModel, check_partitions, format_time
 from dlaunch.train import jobenv
 
+GRES = r"^[A-Za-z0-9_:,.-]+$"  # a --gres value (`gpu:4`, `gpu:a100:4,nvme`)
 # One failed task (a crashed node's torchrun, a dead MPI rank) ends the whole step instead of leaving
 # the other nodes waiting in a collective until the time limit.
 KILL_ON_BAD_EXIT = "--kill-on-bad-exit=1"
@@ -139,7 +140,22 @@ class SlurmConfig(StrictModel):
     @field_validator("partitions")
     @classmethod
     def _partitions(cls, partitions: List[Partition]) -> List[Partition]:
+        for p in partitions:
+            if p.partition == "" and not p.qos:
+                raise ValueError('partition %s: partition = "" needs a qos (the job must go somewhere)' % p.name)
         return check_partitions(partitions, OPTION, "--name or --name=value")
+
+    @model_validator(mode="after")
+    def _one_gpu_request(self) -> "SlurmConfig":
+        if self.gpu_request != "none" and "gpu" in (self.gres or ""):
+            raise ValueError("gres and gpu_request both ask for GPUs: keep gpu_request")
+        return self
+
+
+def partition_option(row: Partition) -> Optional[str]:
+    """A row's `--partition` value: `partition`, else `name`; None when the queue is chosen by QOS alone
+    (`partition = ""`)."""
+    return row.name if row.partition is None else (row.partition or None)
 
 
 class Slurm(Scheduler):
@@ -154,7 +170,10 @@ class Slurm(Scheduler):
     server_variable = "SLURM_CONF"
     signal_lead_s = 120  # `--signal=USR1@120`: the trainer checkpoints (dlaunch/train/signals.py)
     step_option_form = (OPTION, "an srun option (--name or --name=value)")
+    one_thread_per_core = "--hint=nomultithread"  # implies --threads-per-core=1 (sbatch manual)
     Config = SlurmConfig
+    queued = True
+    this_machine = False
     # slurmstepd's words when it ends a job (`*** JOB 12 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***`) or
     # requeues it; srun's and slurmstepd's messages around a task that failed.
     excludes_nodes = True  # sbatch --exclude (its manual page: "Explicitly exclude certain nodes")
@@ -179,7 +198,8 @@ class Slurm(Scheduler):
             "--ntasks-per-node=%d" % job.tasks_per_node if not job.extra_tasks else "--ntasks=%d" % job.tasks,
             *(("--overcommit",) if job.overcommit else ()),
             "--cpus-per-task=%d" % job.cpus_per_task,
-            *(("--partition=%s" % queue.slurm_partition,) if queue.slurm_partition else ()),
+            *((self.one_thread_per_core,) if not job.smt else ()),
+            *(("--partition=%s" % partition_option(queue),) if partition_option(queue) else ()),
             *(("--qos=%s" % queue.qos,) if queue.qos else ()),
             "--time=%s" % format_time(job.seconds),
             *(("--exclude=%s" % ",".join(job.exclude),) if job.exclude else ()),
@@ -229,6 +249,9 @@ class Slurm(Scheduler):
             *cfg.step_options,
             *options,
         )
+
+    def gpu_request_field(self, cfg: SlurmConfig) -> Optional[str]:
+        return "gpu_request" if cfg.gpu_request != "none" else None
 
     def node_count_word(self, nodes: int) -> str:
         return ShellWord("$SLURM_JOB_NUM_NODES")
@@ -322,14 +345,18 @@ class Slurm(Scheduler):
         left = _LEFT_QUEUE.get(self._environment())
         return left if left is not None and job_id in left.asked else None
 
-    def jobs(self, job_ids: Sequence[str]) -> Dict[str, Job]:
+    def jobs(self, runs: Sequence[Tuple[str, Path]]) -> List[JobStatus]:
+        found = self._jobs(list(dict.fromkeys(job_id for job_id, _ in runs)))
+        return [found[job_id] for job_id, _ in runs]
+
+    def _jobs(self, job_ids: Sequence[str]) -> Dict[str, JobStatus]:
         """One `squeue` for all; for the jobs that left the queue one `scontrol` and one `sacct` for all."""
         if not job_ids:
             return {}
         try:
             listed = self._run(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%S|%P"])
         except SchedulerError as e:
-            return {job_id: Job("unknown (%s)" % e, JobState.UNKNOWN) for job_id in job_ids}
+            return {job_id: JobStatus("unknown (%s)" % e, JobState.UNKNOWN) for job_id in job_ids}
         rows = {}
         for line in listed.stdout.splitlines() if listed.returncode == 0 else ():
             fields = line.strip().split("|")
@@ -342,10 +369,10 @@ class Slurm(Scheduler):
         for job_id in job_ids:
             if job_id in rows:
                 _, state, reason, start, _ = rows[job_id]
-                found[job_id] = Job(state, classify(state), reason, positions.get(job_id), start)
+                found[job_id] = JobStatus(state, classify(state), reason, positions.get(job_id), start)
             else:
                 state = left_queue.state(job_id)
-                found[job_id] = Job(state, classify(state))
+                found[job_id] = JobStatus(state, classify(state))
         return found
 
     def _pending_positions(self, partitions: Sequence[str]) -> Dict[str, int]:
@@ -438,7 +465,7 @@ class Slurm(Scheduler):
 
         return sorted(run_dir.glob("slurm-*.out"), key=job_number)
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, run_dir: Path) -> None:
         result = self._run(["scancel", job_id])
         if result.returncode != 0:
             raise SchedulerError("scancel %s failed: %s" % (job_id, result.stderr.strip() or result.returncode))

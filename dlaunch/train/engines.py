@@ -63,16 +63,28 @@ class TaskLayout:
     def num_workers(self) -> int:
         return len(self.ids(WORKER))
 
-    def threads(self, requested: Optional[int]) -> int:
-        """--threads, else this node's CPUs shared by its tasks."""
-        if requested:
-            return requested
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return max(1, cpus // self.hosts.count(self.hosts[self.task]))
+    def threads(self, requested: Optional[int], cpus: Optional[int] = None) -> int:
+        """This task's CPU threads (`threads_per_rank`): --threads, else its CPUs (`cpus`: its affinity) shared by the
+        most tasks any node of the step holds, the same on every node."""
+        return threads_per_rank(requested, max(self.hosts.count(host) for host in self.hosts), cpus)
 
     @property
     def worker_hosts(self) -> List[str]:
         return [self.hosts[t] for t in self.ids(WORKER)]
+
+
+def threads_per_rank(requested: Optional[int], ranks_per_node: int, cpus: Optional[int] = None) -> int:
+    """The CPU threads of a rank (torch's, TensorFlow's and MXNet's intra-op threads), one rule for every trainer:
+    --threads where given, else the CPUs this process may use (`cpus`, default its affinity) divided by
+    `ranks_per_node`, the most ranks (tasks) any node of the job holds, so that every rank of one job gets the same
+    count whatever its node holds (a parameter-server job's first node also holds the coordinator). The default
+    still depends on the job's ranks per node (a 1-process run here gets 2 threads, each of 2 processes 1): the
+    header records the count (`threads`), and runs that differ are never one scaling curve (dlaunch report)."""
+    if requested:
+        return requested
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // max(1, ranks_per_node))
 
 
 def task_layout(environ: Mapping[str, str], coordinators: int = 0, servers_per_node: int = 0) -> TaskLayout:

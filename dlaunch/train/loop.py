@@ -72,6 +72,7 @@ from dlaunch.train.config import (
 )
 from dlaunch.train.data import build_loaders
 from dlaunch.train.energy import EnergyMeter, Figure
+from dlaunch.train.engines import threads_per_rank
 from dlaunch.train.frameworks.base import DistInfo, Framework
 from dlaunch.train.gpuhealth import GpuHealth
 from dlaunch.train.heartbeat import hung_end_fields
@@ -85,7 +86,7 @@ from dlaunch.train.phases import EpochOverhead, StepTimer, gather_rows, overhead
 from dlaunch.train.profiling import KernelProfiler, StepProfiler, kernel_fields, unavailable_kernel_fields
 from dlaunch.train.progress import ProgressFile, finite_or_none, interval_s, progress_path
 from dlaunch.train.schedule import LRSchedule
-from dlaunch.train.signals import StopSignals
+from dlaunch.train.signals import STOP_STATUSES, StopSignals
 from dlaunch.train.watchdog import Watchdog
 from dlaunch.train.workload import (
     CapturedStep,
@@ -113,10 +114,6 @@ def autocast(cfg: TrainConfig, device: torch.device) -> Any:
         return contextlib.nullcontext()
     cache = {"cache_enabled": False} if cfg.cuda_graphs else {}
     return torch.autocast(device.type, dtype=torch.bfloat16 if cfg.amp == "bf16" else torch.float16, **cache)
-
-
-def cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 @dataclass
@@ -167,7 +164,7 @@ class Trainer:
         self.graphs_counted = 0  # compiled_graphs() when this epoch's steps after the warm-up began
         self.step_host_syncs: Optional[List[str]] = None  # --host-syncs minimal on CUDA: the checked step's syncs
 
-        torch.set_num_threads(cfg.threads or max(1, cpu_count() // dist.local_world_size))
+        torch.set_num_threads(threads_per_rank(cfg.threads, dist.local_world_size))
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True
         torch.manual_seed(cfg.seed)
@@ -307,9 +304,9 @@ class Trainer:
                 )
         for epoch in range(start_epoch, self.epochs):
             status = self.train_epoch(epoch, skip, progress)
-            if status is None and epoch + 1 < self.epochs:
+            if status is None:  # a signal during validation or the checkpoint: no new epoch begins, the run is not ok
                 with self.next_overhead.timed("barrier_s"):
-                    status = self.agreed_stop()  # a signal during validation or the checkpoint: no new epoch begins
+                    status = self.agreed_stop()
             if status is not None:
                 return status
             skip, progress = 0, EpochProgress()
@@ -667,7 +664,7 @@ class Trainer:
 
     def header_fields(self, hosts: List[str]) -> Dict[str, Any]:
         cfg = self.cfg
-        versions = library_versions()
+        versions = library_versions(self.device.type, self.fw.collective_libraries())
         versions.update(self.fw.versions())
         return dict(
             run_id=run_id(),
@@ -677,6 +674,7 @@ class Trainer:
             loader=cfg.loader,
             model=cfg.model,
             device=self.device.type,
+            threads=torch.get_num_threads(),
             world_size=self.dist.world_size,
             nodes=len(set(hosts)),
             hosts=hosts,
@@ -724,6 +722,8 @@ class Trainer:
                 "the checkpoint, if any, is of the last finished epoch"
                 % (self.cfg.max_nonfinite_steps, self.global_step)
             )
+        elif status in STOP_STATUSES:
+            reason = self.signals.reason(status)
         if self.writer:
             end = self.writer.write(
                 "end",
@@ -827,10 +827,12 @@ def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
             print(line, file=sys.stderr)
         raise
     finally:
+        # The run is over: its teardown has no deadline (joining the loader's workers takes seconds, and a peer that
+        # has exited beats no more: a watchdog still running here called a finished run hung).
+        watch.stop()
         if trainer is not None:
             trainer.mllog.close()
             if trainer.writer:
                 trainer.writer.close()
         trainer = None  # release the model before the process group goes
         framework.shutdown()
-        watch.stop()

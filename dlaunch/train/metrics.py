@@ -2,27 +2,31 @@
 summary table are engine-free (dlaunch/train/metrics_core.py, shared with the TensorFlow and MXNet trainers)."""
 
 import platform
-from typing import Dict, Optional
+from typing import Dict, Sequence
 
 import torch
 import torchvision
 
 
-def library_versions() -> Dict[str, Optional[str]]:
-    """python, torch, torchvision, CUDA, NCCL, cuDNN (None where absent)."""
-    nccl = None
-    if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
-        try:
-            version = torch.cuda.nccl.version()
-            nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-        except (RuntimeError, AttributeError):
-            nccl = None
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    return {
+def library_versions(device_type: str, collectives: Sequence[str]) -> Dict[str, str]:
+    """The versions of what the run used: python, torch, torchvision; on a GPU (`device_type` "cuda") CUDA or ROCm's
+    HIP and cuDNN where enabled; NCCL (RCCL) where its `collectives` include it. A library the run did not use is
+    left out, never recorded as torch's build (a CPU run of a CUDA build of torch uses neither CUDA nor NCCL)."""
+    versions = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
-        "cuda": torch.version.cuda,
-        "nccl": nccl,
-        "cudnn": str(cudnn) if cudnn else None,
     }
+    if device_type != "cuda":
+        return versions
+    toolkit = {"cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None)}
+    versions.update((name, str(version)) for name, version in toolkit.items() if version)
+    if torch.backends.cudnn.enabled and torch.backends.cudnn.is_available():
+        versions["cudnn"] = str(torch.backends.cudnn.version())
+    if "nccl" in collectives and hasattr(torch.cuda, "nccl"):
+        try:
+            version = torch.cuda.nccl.version()
+            versions["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+        except (RuntimeError, AttributeError):
+            pass
+    return versions

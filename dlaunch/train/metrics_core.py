@@ -26,9 +26,8 @@ class MetricsWriter:
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (open for the run: a record per write)
-        self._lock = (
-            threading.Lock()
-        )  # the watchdog's thread writes a hung run's end record (dlaunch/train/watchdog.py)
+        # The watchdog's thread writes a hung run's end record (dlaunch/train/watchdog.py).
+        self._lock = threading.Lock()
 
     def write(self, record_type: str, **fields: Any) -> Dict[str, Any]:
         if record_type == "header":

@@ -42,9 +42,13 @@ the trainer options given on the command line, apart from the resolved launch: s
 hosts), `parent_run` (the run this one reruns), `script_sha256` (the batch script's hash) and `scheduler`
 (its kind: slurm, pbs, local...; `slurm_job_id`, named when Slurm was the only one, holds the job id of
 any scheduler); for files without `request`, `abstract_request` derives it from `argv` and `config`.
+`threads` (optional in version 4, written since the scaling groups compare it; absent in older files: not recorded)
+is the number of CPU threads per rank the trainer set (dlaunch/train/engines.py's threads_per_rank: `--threads`, else
+the process's CPUs over the most ranks a node of the job holds).
 `network` (version 3, header and `resume` records): per node and collective library what the library
 really selected at run time (dlaunch/train/network.py: transport, NCCL's network and plugin, interfaces and
-addresses, GPUDirect), each a record checked by `NETWORK_FIELDS`; a resumed run's last `network` is its
+addresses, GPUDirect; later records also the transports between a node's GPUs and the GPUs its ranks saw,
+absent from older ones), each a record checked by `NETWORK_FIELDS`; a resumed run's last `network` is its
 latest session's (`Metrics.network`).
 
 Measured figures are a number or the text "unavailable: <reason>", never a zero standing in for
@@ -53,7 +57,6 @@ Measured figures are a number or the text "unavailable: <reason>", never a zero 
 
 import errno
 import json
-import math
 import os
 import stat
 from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -95,6 +98,8 @@ NETWORK_FIELDS = {
     "addresses": False,
     "bootstrap": False,
     "gpudirect": False,
+    "intra_node": False,  # since issue 46: NCCL's transports between a node's GPUs (P2P/IPC, SHM, NET)
+    "visible_devices": False,  # since issue 46: what the ranks saw (CUDA_VISIBLE_DEVICES=0,1,2,3)
     "components": False,
     "source": False,
 }
@@ -178,6 +183,7 @@ RECORD_FIELDS: Dict[str, Dict[str, Tuple[Any, bool]]] = {
         "script_sha256": (_OPT_STR, False),  # sha256 of the run directory's job.sh
         "scheduler": (_OPT_STR, False),  # the kind of scheduler that ran the job (`slurm_job_id`: its job id, any kind)
         "network": (NETWORK, False),  # version 3: what the collective libraries selected, per node
+        "threads": ((int,), False),  # CPU threads per rank (intra-op) the trainer set; absent: not recorded
     },
     "epoch": {
         "epoch": ((int,), True),  # 0-based
@@ -440,6 +446,7 @@ BOUNDS: Dict[str, Dict[str, Tuple[Optional[float], Optional[float]]]] = {
         "batch_per_worker": (1, None),
         "global_batch": (1, None),
         "lr_scaled": (0, None),
+        "threads": (1, None),
     },
     "epoch": {
         "epoch": (0, None),
@@ -475,6 +482,10 @@ BOUNDS: Dict[str, Dict[str, Tuple[Optional[float], Optional[float]]]] = {
     },
 }
 NON_FINITE_ALLOWED = ("loss", "val_loss")
+# No figure a run measures comes near this (1e18 s is 3e10 years; no machine reaches 1e18 images/s, joules or
+# bytes): a larger number (1e308, an integer of 400 digits) is no measurement, and a reader's arithmetic on it (a
+# mean's sum, a product) would overflow. The losses, exempt from every bound, are only ever shown.
+MAX_FIGURE = 1e18
 NESTED_NON_NEGATIVE = ("overhead", "phases", "nodes")  # version 4: every number inside is finite and >= 0
 # Header fields inside `config`, `loader_settings` and `request` that readers use: their types.
 NESTED = {
@@ -485,26 +496,37 @@ NESTED = {
 MAX_METRICS_BYTES = 64 * 1024 * 1024  # a trainer writes a few KB per epoch; anything near this is not its file
 
 
+def _finite(value: Any) -> bool:
+    """A number within +-MAX_FIGURE (NaN and infinity are not; an integer too large for a float is compared exactly)."""
+    return -MAX_FIGURE <= value <= MAX_FIGURE
+
+
+def _shown(value: Any) -> str:
+    """A number as an error names it: an integer of more than 20 digits by its size alone."""
+    digits = len(str(abs(value))) if isinstance(value, int) else 0
+    return "an integer of %d digits" % digits if digits > 20 else repr(value)
+
+
 def check_bounds(record: Dict[str, Any]) -> None:
-    """Raise MetricsError for a figure of a validated record that is not finite or outside `BOUNDS`,
-    and for a header whose nested fields (`NESTED`, `hosts`, `argv`) readers cannot use."""
+    """Raise MetricsError for a figure of a validated record that is not finite, beyond +-MAX_FIGURE or outside
+    `BOUNDS`, and for a header whose nested fields (`NESTED`, `hosts`, `argv`) readers cannot use."""
     rtype = record["type"]
-    if not math.isfinite(record["time"]):
-        raise MetricsError("%s record: field 'time' is %r" % (rtype, record["time"]))
+    if not _finite(record["time"]):
+        raise MetricsError("%s record: field 'time' is %s" % (rtype, _shown(record["time"])))
     bounds = BOUNDS.get(rtype, {})
     for name, value in record.items():
         values = list(value.values()) if name == "energy_j" and isinstance(value, dict) else [value]
         for v in values:
-            if not is_number(v) or (name in NON_FINITE_ALLOWED and not math.isfinite(v)):
+            if not is_number(v) or name in NON_FINITE_ALLOWED:
                 continue
             low, high = bounds.get(name, (0, None) if name == "energy_j" else (None, None))
-            if not math.isfinite(v) or (low is not None and v < low) or (high is not None and v > high):
-                where = "%s..%s" % ("" if low is None else low, "" if high is None else high)
-                raise MetricsError("%s record: field %r is %r, outside %s" % (rtype, name, v, where))
+            if not _finite(v) or (low is not None and v < low) or (high is not None and v > high):
+                where = "%s..%s" % (-MAX_FIGURE if low is None else low, MAX_FIGURE if high is None else high)
+                raise MetricsError("%s record: field %r is %s, outside %s" % (rtype, name, _shown(v), where))
     for name in NESTED_NON_NEGATIVE if rtype == "epoch" else ():
         for where, v in numbers_in(record.get(name), name):
-            if not math.isfinite(v) or v < 0:
-                raise MetricsError("%s record: field %r is %r, outside 0.." % (rtype, where, v))
+            if not _finite(v) or v < 0:
+                raise MetricsError("%s record: field %r is %s, outside 0..%g" % (rtype, where, _shown(v), MAX_FIGURE))
     if rtype == "header":
         for name, fields in NESTED.items():
             for key, types in fields.items() if isinstance(record.get(name), dict) else ():

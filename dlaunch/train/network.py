@@ -7,6 +7,13 @@ Using [0]ib0:10.0.0.1<0>`) and GPUDirect RDMA per connection (`via NET/IB/0/GDRD
 `route_nccl_debug` sends that output to one file per process (`NCCL_DEBUG_FILE` with NCCL's `%h`
 and `%p`) before the library starts, `parse_nccl_debug` reads it (formats: NCCL's debug.cc, init.cc,
 net.cc and transport/net*.cc of 2.8 to 2.30; RCCL's init.cc; aws-ofi-nccl's nccl_ofi_log.h).
+Between the GPUs of one node NCCL connects peer to peer where it can (`Channel 00/0 : 0[0] -> 1[1] via
+P2P/IPC`: NVLink or PCIe through CUDA IPC; `P2P/CUMEM` with cuMem handles since 2.18, `P2P/direct
+pointer` inside one process, `P2P/indirect` through a third GPU), else through host memory (`via
+SHM/direct/direct`, 2.8-2.12 `via direct shared memory`) or, with both off, its network transport
+(transport/p2p.cc and shm.cc of 2.8 to 2.30). A process that sees only its own GPU cannot map another
+GPU's memory, so NCCL falls back to SHM (NVIDIA/nccl#324, #1066): `intra_node` lists the transports of
+these connections, and `visible_devices` what the process saw (CUDA_VISIBLE_DEVICES and the like).
 Gloo, and MPI's TCP transport, use TCP sockets: `tcp_sockets` lists this process's own (rows of
 /proc/self/net/tcp and tcp6 whose socket inode is one of /proc/self/fd) and `interface_addresses`
 names the interface that holds each local address. Open MPI's selected components are the `mca_*`
@@ -14,9 +21,11 @@ libraries it keeps loaded (/proc/self/maps).
 
 A record is a plain dict (checked by `dlaunch.train.metrics_schema`): `host`, `library` (nccl, rccl, gloo,
 mpi), `transport` (`TRANSPORTS`, or "unavailable: <reason>"), and where known `network`, `version`,
-`plugin`, `provider`, `devices`, `interfaces`, `addresses`, `bootstrap`, `gpudirect`, `components`,
-`source`. `by_node` merges the records of all ranks into one per node, library and transport.
-Torch-free and stdlib-only (Python 3.9): the launcher's `doctor` uses the same helpers.
+`plugin`, `provider`, `devices`, `interfaces`, `addresses`, `bootstrap`, `gpudirect`, `intra_node`,
+`visible_devices`, `components`, `source`. `by_node` merges the records of all ranks into one per node,
+library and transport.
+Torch-free (the standard library and dlaunch/train/gpus.py; Python 3.9): the launcher's `doctor` uses the
+same helpers.
 """
 
 import fcntl
@@ -26,6 +35,8 @@ import os
 import re
 import socket
 from typing import Any, Dict, Iterable, List, Mapping, MutableMapping, NamedTuple, Optional, Sequence
+
+from dlaunch.train.gpus import VISIBLE_VARIABLES
 
 # What each transport word means, for people (the profile's `[network] transport` takes these words).
 TRANSPORTS = {
@@ -250,6 +261,13 @@ _BOOTSTRAP = re.compile(r"^Bootstrap ?: ?Using(.*)$")
 _DEVICE = re.compile(r"\[\d+\](\S+)")
 _CONNECTION = re.compile(r"\[(?:send|receive)\] via NET/(.+?)/\d+(?:\(\d+\))?(/GDRDMA)?")
 _GDR_SUPPORT = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for")
+# A connection between two GPUs of the node (transport/p2p.cc, shm.cc): P2P/<how>, SHM/<send>/<receive> or,
+# in 2.8-2.12, "direct shared memory".
+_LOCAL_CONNECTION = re.compile(
+    r"^Channel \d+(?:/\d+)? : .* via (P2P/(?:direct pointer|[A-Za-z]+)|SHM/|direct shared memory)"
+)
+_LOCAL_RANKS = re.compile(r"^comm \S+ rank \d+ nRanks \d+ nNodes \d+ localRanks (\d+)")  # init.cc, 2.20 on
+P2P, SHM, NET = "P2P", "SHM", "NET"  # `intra_node` entries start with one of these
 
 
 def _interface_address(token: str) -> List[str]:
@@ -262,6 +280,8 @@ def parse_nccl_debug(text: str) -> Dict[str, Any]:
     """What one process's NCCL/RCCL INFO output says about its network (fields as in a record, no host)."""
     found: Dict[str, Any] = {}
     connections, gdr_connections, gdr_support = 0, 0, []
+    local_kinds: List[str] = []  # P2P/IPC, P2P/CUMEM, SHM ... in order of appearance
+    local_ranks = 0
     for line in text.splitlines():
         info = _INFO.search(line)
         if not info:
@@ -307,12 +327,23 @@ def parse_nccl_debug(text: str) -> Dict[str, Any]:
         support = _GDR_SUPPORT.search(message)
         if support:
             gdr_support.append(support.group(1))
+        local = _LOCAL_CONNECTION.search(message)
+        if local:
+            kind = local.group(1) if local.group(1).startswith(P2P) else SHM
+            local_kinds += [kind] if kind not in local_kinds else []
+        ranks = _LOCAL_RANKS.search(message)
+        if ranks:
+            local_ranks = max(local_ranks, int(ranks.group(1)))
     if connections:
         found["gpudirect"] = "GPUDirect RDMA on %d of %d network connections" % (gdr_connections, connections)
     elif gdr_support:
         found["gpudirect"] = "GPUDirect RDMA %s" % (
             gdr_support[0].lower() if len(set(gdr_support)) == 1 else "enabled for some NICs"
         )
+    if local_kinds:
+        found["intra_node"] = local_kinds
+    elif local_ranks > 1 and connections:  # peers on the node, connected, none by P2P or SHM: by the network
+        found["intra_node"] = [NET]
     return found
 
 
@@ -361,7 +392,16 @@ def observe(libraries: Sequence[str], environ: Mapping[str, str]) -> List[Dict[s
             records.append(mpi_record(host, store_port))
         else:
             records.append(socket_record(library, host, store_port))
+    visible = visible_devices(environ)
+    for record in records if visible else ():
+        record["visible_devices"] = visible
     return records
+
+
+def visible_devices(environ: Mapping[str, str]) -> List[str]:
+    """The GPUs this process may use, as its scheduler or job script narrowed them: `CUDA_VISIBLE_DEVICES=0`
+    (blanks around the list dropped: psslurm pads the value it sets), [] where nothing narrows them."""
+    return ["%s=%s" % (name, environ[name].strip()) for name in VISIBLE_VARIABLES if name in environ]
 
 
 def _unique(items: Iterable[Any]) -> List[Any]:

@@ -10,6 +10,9 @@ and after each epoch.
 
 A worker under torchrun starts with SIGUSR1 ignored (inherited from torchrun, see dlaunch/jobs/launchers.py):
 a warning sent before `install()` is lost, which is why it is the first thing `python -m dlaunch.train` does.
+
+The end record of a stopped run says what stopped it (`StopSignals.reason`: one of STOP_REASONS, whose first words
+name the cause, which `stop_cause` reads back for the launcher's status: who stopped the run).
 """
 
 import os
@@ -21,6 +24,16 @@ from typing import Any, Dict, List, Mapping, Optional
 # Slurm enforces limits with a resolution of up to a minute, in either direction.
 TIME_LIMIT_SLACK_S = 60.0
 END_TIME_VARIABLE = "DLAUNCH_JOB_END_TIME"
+
+# The end record's `reason` of a run stopped by a signal, by cause (its text starts with the cause).
+STOP_REASONS = {
+    "SIGINT": "SIGINT: Ctrl-C, or a signal to the run's processes",
+    "SIGTERM": "SIGTERM: the job was cancelled (scancel, dlaunch cancel) or ended by its scheduler",
+    "time limit": "time limit: SIGTERM at the job's end time",
+    "SIGUSR1": "SIGUSR1: the scheduler's warning before the time limit (or scancel --signal=USR1)",
+}
+OTHER_RANK = "another rank: a stop signal that reached another process of the run"
+STOP_STATUSES = ("cancelled", "interrupted")
 
 # One record per process: handlers installed twice (or by two instances) keep what was received.
 _received: Dict[int, bool] = {signal.SIGUSR1: False, signal.SIGTERM: False, signal.SIGINT: False}
@@ -58,3 +71,21 @@ class StopSignals:
         interrupt = _received[signal.SIGUSR1] or _time_limit[0]
         cancel = (_received[signal.SIGTERM] and not _time_limit[0]) or _received[signal.SIGINT]
         return [float(interrupt), float(cancel)]
+
+    def reason(self, status: str) -> str:
+        """The end record's reason for a stop `status` (STOP_STATUSES): the signal this process got that gives it,
+        or, where only another rank got one, OTHER_RANK."""
+        if status == "cancelled":
+            terminated = _received[signal.SIGTERM] and not _time_limit[0]
+            cause = "SIGINT" if _received[signal.SIGINT] else "SIGTERM" if terminated else None
+        else:
+            cause = "time limit" if _time_limit[0] else "SIGUSR1" if _received[signal.SIGUSR1] else None
+        return STOP_REASONS[cause] if cause else OTHER_RANK
+
+
+def stop_cause(reason: Optional[str]) -> Optional[str]:
+    """The cause (a key of STOP_REASONS, or "another rank") an end record's `reason` names; None for another reason."""
+    for cause, text in list(STOP_REASONS.items()) + [("another rank", OTHER_RANK)]:
+        if reason == text:
+            return cause
+    return None

@@ -5,10 +5,12 @@ torchrun pass it on to the job's processes).
 With DLAUNCH_TEST_HOLD=FILE, each trainer process pauses after its first finished epoch (the epoch record
 written, the checkpoint saved), first creating FILE.held-after-epoch-0.rank<R>, until FILE (every rank) or
 FILE.rank<N> (rank N) exists, or the process has received a stop signal. With DLAUNCH_TEST_HOLD_AT_STEP=N too, each
-pauses alike before its step N + 1 (N steps done, run-wide), first creating FILE.held-at-step-N.rank<R>. A test thereby
-sees a live run mid-way on any machine, however fast the job, and then releases it by creating the file. These holds
-pause the process's hang watchdog (dlaunch/train/watchdog.py: no deadline while held, its clock restarting at the
-release; the phase it shows stays the trainer's): a held run is not a hung one.
+pauses alike before its step N + 1 (N steps done, run-wide), first creating FILE.held-at-step-N.rank<R>. With
+DLAUNCH_TEST_HOLD_AFTER_END=1 instead, each pauses only once it has written its end record (the run's last moment in
+the trainer), first creating FILE.held-after-end.rank<R>. A test thereby sees a live run mid-way on any machine,
+however fast the job, and then releases it by creating the file. These holds pause the process's hang watchdog
+(dlaunch/train/watchdog.py: no deadline while held, its clock restarting at the release; the phase it shows stays the
+trainer's): a held run is not a hung one.
 
 With DLAUNCH_TEST_HOLD_IN=validation or checkpoint instead, each process holds inside that section of its first epoch
 (validation: before validating; checkpoint: rank 0 before writing it, the others wait for it in the barrier), first
@@ -23,6 +25,7 @@ HOLD_FILE = os.environ.get("DLAUNCH_TEST_HOLD")
 HOLD_AFTER_EPOCH = 0
 HOLD_AT_STEP = int(os.environ.get("DLAUNCH_TEST_HOLD_AT_STEP", "-1"))
 HOLD_IN = os.environ.get("DLAUNCH_TEST_HOLD_IN")
+HOLD_AFTER_END = os.environ.get("DLAUNCH_TEST_HOLD_AFTER_END") == "1"
 GIVE_UP_S = 900.0  # a test that died without releasing its job does not leave it waiting for ever
 
 
@@ -48,13 +51,19 @@ def hold(where: str, pause_watchdog: bool = True) -> None:
 
 def patch(module) -> None:
     trainer = module.Trainer
-    train_epoch, step, validate, save_checkpoint = trainer.train_epoch, trainer.step, trainer.validate, module.save_checkpoint
+    train_epoch, step, finish = trainer.train_epoch, trainer.step, trainer.finish
+    validate, save_checkpoint = trainer.validate, module.save_checkpoint
 
     def held_train_epoch(self, epoch, skip, progress):
         status = train_epoch(self, epoch, skip, progress)
-        if status is None and epoch == HOLD_AFTER_EPOCH and not HOLD_IN:
+        if status is None and epoch == HOLD_AFTER_EPOCH and not (HOLD_IN or HOLD_AFTER_END):
             hold("held-after-epoch-%d" % epoch)
         return status
+
+    def held_finish(self, status):
+        finish(self, status)
+        if HOLD_AFTER_END:
+            hold("held-after-end")
 
     def held_step(self, *args, **kwargs):
         if self.global_step == HOLD_AT_STEP:
@@ -71,8 +80,8 @@ def patch(module) -> None:
             hold("held-in-checkpoint", pause_watchdog=False)
         return save_checkpoint(path, state)
 
-    trainer.train_epoch, trainer.step, trainer.validate = held_train_epoch, held_step, held_validate
-    module.save_checkpoint = held_save_checkpoint
+    trainer.train_epoch, trainer.step, trainer.finish = held_train_epoch, held_step, held_finish
+    trainer.validate, module.save_checkpoint = held_validate, held_save_checkpoint
 
 
 class HoldFinder(importlib.abc.MetaPathFinder):

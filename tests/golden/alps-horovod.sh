@@ -42,7 +42,7 @@ echo "dlaunch: job $SLURM_JOB_ID attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) on
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 
-srun --ntasks-per-node=4 --mpi=pmix --kill-on-bad-exit=1 --gpus-per-task=1 --environment=/images/current-horovod-aarch64.toml \
+srun --ntasks-per-node=4 --mpi=pmix --kill-on-bad-exit=1 --environment=/images/current-horovod-aarch64.toml \
   bash -c 'export DLAUNCH_NTASKS="$SLURM_NTASKS" DLAUNCH_TASK_ID="$SLURM_PROCID" DLAUNCH_LOCAL_TASK_ID="$SLURM_LOCALID" DLAUNCH_NODE_ID="$SLURM_NODEID" DLAUNCH_TASKS_PER_NODE="$SLURM_STEP_TASKS_PER_NODE"; exec "$@"' dlaunch-task \
   python -m dlaunch.train \
   --framework horovod \

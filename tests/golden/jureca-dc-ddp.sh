@@ -2,7 +2,8 @@
 #SBATCH --job-name=exp-run
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
-#SBATCH --cpus-per-task=256
+#SBATCH --cpus-per-task=128
+#SBATCH --hint=nomultithread
 #SBATCH --partition=dc-gpu
 #SBATCH --time=01:00:00
 #SBATCH --account=proj42

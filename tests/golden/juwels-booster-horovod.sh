@@ -34,10 +34,11 @@ export DLAUNCH_NODELIST
 echo "dlaunch: job $SLURM_JOB_ID attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) on $SLURM_JOB_NODELIST at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
+export CUDA_VISIBLE_DEVICES=0,1,2,3
 
 srun --ntasks-per-node=4 --mpi=pspmix --kill-on-bad-exit=1 \
   bash -c 'export DLAUNCH_NTASKS="$SLURM_NTASKS" DLAUNCH_TASK_ID="$SLURM_PROCID" DLAUNCH_LOCAL_TASK_ID="$SLURM_LOCALID" DLAUNCH_NODE_ID="$SLURM_NODEID" DLAUNCH_TASKS_PER_NODE="$SLURM_STEP_TASKS_PER_NODE"; exec "$@"' dlaunch-task \
-  apptainer exec --nv --bind /scratch/runs/exp/run /images/current-horovod-x86_64.sif \
+  env PMIX_SECURITY_MODE=native apptainer exec --nv --bind /scratch/runs/exp/run /images/current-horovod-x86_64.sif \
   python -m dlaunch.train \
   --framework horovod \
   --model resnet50 \

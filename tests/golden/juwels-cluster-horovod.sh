@@ -32,7 +32,7 @@ export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 
 srun --ntasks-per-node=1 --mpi=pspmix --kill-on-bad-exit=1 \
   bash -c 'export DLAUNCH_NTASKS="$SLURM_NTASKS" DLAUNCH_TASK_ID="$SLURM_PROCID" DLAUNCH_LOCAL_TASK_ID="$SLURM_LOCALID" DLAUNCH_NODE_ID="$SLURM_NODEID" DLAUNCH_TASKS_PER_NODE="$SLURM_STEP_TASKS_PER_NODE"; exec "$@"' dlaunch-task \
-  apptainer exec --bind /scratch/runs/exp/run /images/cpu-horovod-x86_64.sif \
+  env PMIX_SECURITY_MODE=native apptainer exec --bind /scratch/runs/exp/run /images/cpu-horovod-x86_64.sif \
   python -m dlaunch.train \
   --framework horovod \
   --model resnet50 \

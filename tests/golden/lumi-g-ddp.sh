@@ -1,8 +1,8 @@
 #!/bin/bash
 #SBATCH --job-name=exp-run
 #SBATCH --nodes=2
-#SBATCH --ntasks-per-node=1
-#SBATCH --cpus-per-task=56
+#SBATCH --ntasks-per-node=8
+#SBATCH --cpus-per-task=7
 #SBATCH --partition=standard-g
 #SBATCH --time=01:00:00
 #SBATCH --account=proj42
@@ -22,9 +22,9 @@ export CXI_FORK_SAFE=1
 export CXI_FORK_SAFE_HP=1
 export FI_CXI_DISABLE_CQ_HUGETLB=1
 export FI_PROVIDER=cxi
-export MIOPEN_USER_DB_PATH=/tmp/miopen-cache
-export MIOPEN_CUSTOM_CACHE_DIR=/tmp/miopen-cache
 export NCCL_NET='AWS Libfabric'
+export MIOPEN_USER_DB_PATH="/tmp/$USER-miopen-cache-$SLURM_JOB_ID"
+export MIOPEN_CUSTOM_CACHE_DIR="/tmp/$USER-miopen-cache-$SLURM_JOB_ID"
 export DLAUNCH_SITE=lumi-g
 export DLAUNCH_SCHEDULER=slurm
 export DLAUNCH_IMAGE=/images/rocm-ddp-x86_64.sif
@@ -33,6 +33,7 @@ export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
 cd -- /scratch/runs/exp/run
 : "${EBROOTAWSMINOFIMINRCCL:?is not set: nccl_net_plugin.library_dir needs it (load the module that sets it)}"
+export SINGULARITYENV_LD_LIBRARY_PATH=/opt/cray/libfabric/1.15.2.0/lib64:/usr/lib64"${SINGULARITYENV_LD_LIBRARY_PATH:+:$SINGULARITYENV_LD_LIBRARY_PATH}"
 export LD_LIBRARY_PATH="$EBROOTAWSMINOFIMINRCCL/lib""${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export SINGULARITYENV_LD_LIBRARY_PATH="$EBROOTAWSMINOFIMINRCCL/lib""${SINGULARITYENV_LD_LIBRARY_PATH:+:$SINGULARITYENV_LD_LIBRARY_PATH}"
 export DLAUNCH_JOB_ID="$SLURM_JOB_ID"
@@ -47,10 +48,10 @@ MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"
 export MASTER_ADDR
 export MASTER_PORT=29500
 
-srun --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 \
+srun --ntasks-per-node=8 --kill-on-bad-exit=1 --cpu-bind=mask_cpu:0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000 \
   bash -c 'export DLAUNCH_NTASKS="$SLURM_NTASKS" DLAUNCH_TASK_ID="$SLURM_PROCID" DLAUNCH_LOCAL_TASK_ID="$SLURM_LOCALID" DLAUNCH_NODE_ID="$SLURM_NODEID" DLAUNCH_TASKS_PER_NODE="$SLURM_STEP_TASKS_PER_NODE"; exec "$@"' dlaunch-task \
   singularity exec --rocm --bind "/var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch/runs/exp/run,$EBROOTAWSMINOFIMINRCCL/lib" /images/rocm-ddp-x86_64.sif \
-  bash -c 'trap "" USR1; exec "$@"' ignore-usr1 torchrun "--nnodes=$SLURM_JOB_NUM_NODES" --nproc_per_node=8 --rdzv_backend=c10d "--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" "--rdzv_id=$SLURM_JOB_ID" -m dlaunch.train \
+  python -m dlaunch.train \
   --framework ddp \
   --model resnet50 \
   --batch-size 64 \

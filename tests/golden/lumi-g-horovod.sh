@@ -22,9 +22,9 @@ export CXI_FORK_SAFE=1
 export CXI_FORK_SAFE_HP=1
 export FI_CXI_DISABLE_CQ_HUGETLB=1
 export FI_PROVIDER=cxi
-export MIOPEN_USER_DB_PATH=/tmp/miopen-cache
-export MIOPEN_CUSTOM_CACHE_DIR=/tmp/miopen-cache
 export NCCL_NET='AWS Libfabric'
+export MIOPEN_USER_DB_PATH="/tmp/$USER-miopen-cache-$SLURM_JOB_ID"
+export MIOPEN_CUSTOM_CACHE_DIR="/tmp/$USER-miopen-cache-$SLURM_JOB_ID"
 export DLAUNCH_SITE=lumi-g
 export DLAUNCH_SCHEDULER=slurm
 export DLAUNCH_IMAGE=/images/rocm-horovod-x86_64.sif
@@ -33,6 +33,7 @@ export DLAUNCH_EXPERIMENT=exp
 export DLAUNCH_RUN_DIR=/scratch/runs/exp/run
 cd -- /scratch/runs/exp/run
 : "${EBROOTAWSMINOFIMINRCCL:?is not set: nccl_net_plugin.library_dir needs it (load the module that sets it)}"
+export SINGULARITYENV_LD_LIBRARY_PATH=/opt/cray/libfabric/1.15.2.0/lib64:/usr/lib64"${SINGULARITYENV_LD_LIBRARY_PATH:+:$SINGULARITYENV_LD_LIBRARY_PATH}"
 export LD_LIBRARY_PATH="$EBROOTAWSMINOFIMINRCCL/lib""${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export SINGULARITYENV_LD_LIBRARY_PATH="$EBROOTAWSMINOFIMINRCCL/lib""${SINGULARITYENV_LD_LIBRARY_PATH:+:$SINGULARITYENV_LD_LIBRARY_PATH}"
 export DLAUNCH_JOB_ID="$SLURM_JOB_ID"

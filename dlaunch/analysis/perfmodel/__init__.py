@@ -1,9 +1,11 @@
-"""Performance model v3: step time, throughput, E_G and NCCL kernel shares from one model (`dlaunch predict`).
+"""Performance model v3: step time, throughput, E_G, NCCL kernel shares and run time from one model (`dlaunch predict`).
 
-The machine (nccl.py: NCCL's cost model, the ranks' timing noise, the storage)
-is kept apart from the workload (compute, data and other time per step, gradient bytes, framework). A
-machine is fitted once per site, from published data (`--calibrated`) or the user's own runs
-(`--from-runs`), and then applied unchanged to every model, batch and framework.
+The machine (nccl.py: NCCL's cost model, the ranks' timing noise, the storage; inside a node the site's own figure)
+is kept apart from the workload (compute, data and other time per step, gradient bytes, framework, the loader's
+rate). A machine is fitted once per site, from published data (`--calibrated`, the default on the machine it was
+fitted on) or the user's own runs (`--from-runs`, of that site, GPU kind and model), and then applied unchanged to
+every model, batch and framework. Every figure names its source: the compute time a row of a shipped table carried by
+stated rules (compute.py), the machine's figures the site profile's.
 
 One step on p GPUs, timed from the end of the previous step's last collective (all ranks leave it
 together):
@@ -38,16 +40,17 @@ together):
               validation, checkpoint, barriers, logging: `--epoch-overhead`, the runs' measured mean with
               `--from-runs`, or Aach et al.'s setup with `--calibrated`, `PaperOverhead`), shared by its steps
               as metrics-v4's reader shares it:  X = p * batch / (step + O / steps);
-              E_G = (X_G / X_ref) / (G / G_ref).
+              E_G = (X_G / X_ref) / (G / G_ref). A run of E epochs: E * (steps * step + O) (start-up left out).
     storage   a loader that reads every sample as a file (native) on a file system that sustains R
               images/s: p GPUs cannot step faster than p * batch / R. The stall is every rank's extra
               data wait, with the spread of any data wait: the slowest rank's adds to lag, so the
               others' kernels wait for it at every message.
-    loader CPU the native loader's worker processes decode and augment NATIVE_WORKERS x
-              NATIVE_WORKER_IMAGES_PER_S images/s per GPU (measured): a GPU that takes a batch faster
-              waits for the rest of it (`calibrated_workload`).
-    precision the published compute time is the A100's TF32 or mixed-precision figure; Aach et al.'s
-              DeepSpeed runs are assumed fp16 (`paper_precision`, printed by `predict`), which gives
+    input     a loader decodes and augments at a rate (images/s per GPU: the site's [[predict.input]] row, measured
+              with `python -m dlaunch.train.loaderbench`; calibrated, the paper's 8 threads at the rate measured
+              here): it prefetches beside the step, so a step is at least batch / rate (`input_bound`); the
+              GPU's wait is the input wait, and `bound` says what set the step: compute, input or storage.
+    precision the published compute time is a row of the precision asked, one the site's GPU has (the
+              A100's TF32 or mixed-precision figure); Aach et al.'s DeepSpeed runs are assumed fp16 (`paper_precision`, printed by `predict`), which gives
               DeepSpeed a faster one-node reference behind the same file system, hence a lower E_G.
     profiled  what the trainer's `--profile-steps` measures (un-overlapped timers): one ring
               all-reduce of all gradients after compute, which waits lag(busy) for the slowest
@@ -64,9 +67,10 @@ framework with the paper's workload, `paper_workload`). All fits are a few param
 (`dlaunch predict` starts without numpy).
 
 The modules, each importing only those above it: nccl.py (the machine: NCCL's cost per collective, the ranks'
-timing noise), model.py (the workload, one step on p GPUs, the epoch, `predict`), overhead.py (an epoch's time
-outside its steps: stated, measured, or Aach et al.'s setup), fit.py (the machine fitted to kernel-time shares or
-to the user's runs), paper.py (Aach et al.'s published tables and statements, the fit on them, the file system's
-ceiling), prediction.py (`prediction`: what `dlaunch predict` computes from its options, all the numbers;
-dlaunch/cli/predict.py prints them).
+timing noise), model.py (the workload, one step on p GPUs, the epoch, `predict`), compute.py (a step's compute time
+from a published row and the rules that carry it; the GPUs, their precisions, the collective library), overhead.py
+(an epoch's time outside its steps: stated, measured, or Aach et al.'s setup), fit.py (the machine fitted to
+kernel-time shares or to the user's runs, and where those runs were made), paper.py (Aach et al.'s published tables
+and statements, the fit on them, the file system's ceiling, the paper's loaders), prediction.py (`prediction`: what
+`dlaunch predict` computes from its options, all the numbers; dlaunch/cli/predict.py prints them).
 """

@@ -21,9 +21,10 @@ from dlaunch.analysis.perfmodel.model import (
 )
 from dlaunch.analysis.perfmodel.nccl import DEFAULT_INTRA_NODE_GBPS, RING_PLATEAU, Machine, straggler_factor
 from dlaunch.analysis.scaling import Run, find_metrics_files, run_from_metrics
+from dlaunch.analysis.stragglers import kept_profile
 from dlaunch.errors import DlaunchError
 from dlaunch.train.config import workload_flags
-from dlaunch.train.metrics_schema import MetricsError, read_metrics
+from dlaunch.train.metrics_schema import Metrics, MetricsError, read_metrics
 
 CALIBRATION_HOWTO = (
     "make calibration runs with the trainer's profiler, e.g. `dlaunch sweep --site SITE --nodes 1,2,4 "
@@ -281,13 +282,38 @@ def loo_summary(left_out: Sequence[LeftOut]) -> str:
     )
 
 
-def calibration_runs(paths: Sequence[Path]) -> Tuple[List[Run], str]:
-    """Profiled runs of one workload with measured throughput, smallest first, and the workload options they were
-    made with (`workload_flags`: --compile ..., "" for none; errors name --from-runs). A compiled run's step times
-    leave its compile time out (the warm-up steps held it); a run that compiled after its warm-up steps is refused."""
+@dataclass(frozen=True)
+class RunsOrigin:
+    """Where a run was made: its site and what its ranks computed on (CPU, or the GPU model of the profile its
+    directory kept; `known`: the model is recorded)."""
+
+    site: str
+    computed_on: str
+    known: bool
+
+
+def run_origin(metrics: Metrics) -> RunsOrigin:
+    """The run's site (its header) and its GPU: CPU for a CPU run, else the kept profile's gpu_model."""
+    site = metrics.header.get("site") or "-"
+    if metrics.header.get("device") == "cpu":
+        return RunsOrigin(site, "CPU", True)
+    try:
+        kept = kept_profile(Path(metrics.path).parent)
+    except DlaunchError:
+        kept = None
+    if kept is None or not kept.gpu_model:
+        return RunsOrigin(site, "a GPU (its model not recorded)", False)
+    return RunsOrigin(site, kept.gpu_model, True)
+
+
+def calibration_runs(paths: Sequence[Path]) -> Tuple[List[Run], str, List[RunsOrigin]]:
+    """Profiled runs of one workload with measured throughput, smallest first, the workload options they were
+    made with (`workload_flags`: --compile ..., "" for none; errors name --from-runs) and where each was made. A
+    compiled run's step times leave its compile time out (the warm-up steps held it); a run that compiled after its
+    warm-up steps is refused."""
     if not paths:
         raise DlaunchError("--from-runs: no runs given")
-    runs, options = [], {}
+    runs, options, origins = [], {}, []
     for path in find_metrics_files([str(p) for p in paths]):
         try:
             metrics = read_metrics(path)
@@ -302,6 +328,7 @@ def calibration_runs(paths: Sequence[Path]) -> Tuple[List[Run], str]:
             )
         runs.append(run)
         options[run.path] = workload_flags(metrics.header["config"])
+        origins.append(run_origin(metrics))
     if len(runs) < 2:
         raise DlaunchError(
             "--from-runs: %d run(s) found, at least 2 GPU counts are needed; %s" % (len(runs), CALIBRATION_HOWTO)
@@ -332,4 +359,4 @@ def calibration_runs(paths: Sequence[Path]) -> Tuple[List[Run], str]:
             "--from-runs: all runs use %d GPUs; at least 2 GPU counts are needed; %s"
             % (runs[0].world_size, CALIBRATION_HOWTO)
         )
-    return sorted(runs, key=lambda r: (r.world_size, r.path)), options[runs[0].path]
+    return sorted(runs, key=lambda r: (r.world_size, r.path)), options[runs[0].path], origins

@@ -3,10 +3,10 @@ p GPUs (`step_times`: busy, transfers, the waits, NCCL kernel time), the epoch, 
 (`predict`). Definitions: the package's docstring (dlaunch/analysis/perfmodel/__init__.py)."""
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from dlaunch.analysis.perfmodel.nccl import Machine, straggler_factor
+from dlaunch.analysis.perfmodel.nccl import DEFAULT_INTRA_NODE_GBPS, Machine, straggler_factor
 from dlaunch.train.framework_table import gradient_exchanges
 
 if TYPE_CHECKING:  # the site profiles' pydantic models stay out of the model's import
@@ -38,13 +38,20 @@ DEFAULT_FUSION_MB = 64.0  # HOROVOD_FUSION_THRESHOLD's default (the trainer's --
 DEEPSPEED_BUCKET_BYTES = 4 * 5e8  # reduce_bucket_size: 5e8 fp32 elements
 # The native loader's CPU side: DataLoader worker processes per GPU (Aach et al.: 8 CPU threads per
 # loader instance), each decoding and augmenting about 170 ImageNet-sized JPEGs per second (measured
-# on an AMD EPYC core with the trainer's native pipeline, benchmarks/README.md): a GPU that takes a
-# batch faster than they make one waits for its data.
+# on an AMD EPYC core with the trainer's native pipeline, benchmarks/README.md; not on JUWELS Booster's
+# EPYC 7402, whose rate no source states): a GPU that takes a batch faster than they make one waits for it.
 NATIVE_WORKERS = 8
 NATIVE_WORKER_IMAGES_PER_S = 170.0
+# DALI's CPU pipeline (`--loader dali --dali-device cpu`): images/s one of its threads decodes and augments, measured
+# like the native worker's with the trainer's loader-only benchmark (`benchmarks/bench_loaderonly.py`, 2026-11-27:
+# 408 images/s with 1 thread, 394 per thread with 2, on this project's AMD EPYC VM, 500 x 375 photo JPEGs of 99 kB;
+# benchmarks/README.md). Aach et al.: 8 CPU threads per loader instance, whichever loader.
+PAPER_LOADER_THREADS = NATIVE_WORKERS
+DALI_CPU_THREAD_IMAGES_PER_S = 400.0
 # Epochs: ImageNet-1k (Aach et al.: 1,281,167 training and 50,000 validation images, validated every epoch).
 IMAGENET_TRAIN_IMAGES = 1281167
 IMAGENET_VAL_IMAGES = 50000
+DEFAULT_EPOCHS = 90  # the run time's epochs unless given: Aach et al.'s (and torchvision's reference) ImageNet recipe
 
 
 def gradient_bytes(model: str) -> float:
@@ -68,6 +75,7 @@ class Workload:
     zero_stage: int = 0
     fusion_mb: float = DEFAULT_FUSION_MB
     reads_files: bool = False  # the loader reads every sample as a file through the CPU (native)
+    input_images_per_s: Optional[float] = None  # what one GPU's loader decodes and augments (None: keeps up)
 
     @property
     def backward_s(self) -> float:
@@ -157,6 +165,8 @@ class StepTimes:
     stall: float  # the storage stall: every rank's mean extra data wait (in `waits`)
     profiled_comm: float  # what --profile-steps measures as comm
     algorithm: str
+    input_wait: float = 0.0  # the GPU's wait for a loader slower than the step (in `step`, not in `exposed`)
+    bound: str = "compute"  # what sets the step: compute (the GPU's work and communication), input, storage
 
 
 def loader_spread(gpus: int, batch: int) -> float:
@@ -167,7 +177,22 @@ def loader_spread(gpus: int, batch: int) -> float:
 
 
 def step_times(workload: Workload, machine: Machine, gpus: int) -> StepTimes:
-    """The step on `gpus` GPUs: time, exposed and hidden waits, NCCL kernel time."""
+    """The step on `gpus` GPUs: time, exposed and hidden waits, NCCL kernel time; at least the time the loader
+    takes to make a batch (`input_bound`)."""
+    return input_bound(workload, _gpu_step(workload, machine, gpus))
+
+
+def input_bound(workload: Workload, t: StepTimes) -> StepTimes:
+    """`t` bounded by the input pipeline: a prefetching loader makes a batch every batch / rate seconds, beside the
+    step; a GPU whose step is shorter waits the rest. Its peers' loaders are as slow, so the wait adds no lag."""
+    floor = workload.batch / workload.input_images_per_s if workload.input_images_per_s else 0.0
+    if floor <= t.step:
+        return replace(t, bound="storage" if t.stall > 0 else "compute")
+    return replace(t, step=floor, input_wait=floor - t.step, bound="input")
+
+
+def _gpu_step(workload: Workload, machine: Machine, gpus: int) -> StepTimes:
+    """The step as the GPU's work, its communication and the file system make it."""
     network, left_over, algorithm = network_timeline(workload, machine, gpus)
     if gpus <= 1:
         return StepTimes(workload.busy_s, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, algorithm)
@@ -206,11 +231,6 @@ def steps_per_epoch(gpus: int, batch: int, images: int = IMAGENET_TRAIN_IMAGES) 
     return -(-images // (gpus * batch))
 
 
-def native_loader_images_per_s() -> float:
-    """Images/s the native loader's workers of one GPU decode and augment (its CPU side)."""
-    return NATIVE_WORKERS * NATIVE_WORKER_IMAGES_PER_S
-
-
 class EpochOverhead(Protocol):
     """An epoch's time outside its steps (dlaunch/analysis/perfmodel/overhead.py): seconds per epoch by part at `gpus`."""
 
@@ -235,10 +255,16 @@ class Prediction:
     profiled_comm_share: float  # what --profile-steps measures: comm / (comm + compute + data)
     steps_per_epoch: int = 0
     epoch_overhead: Dict[str, float] = field(default_factory=dict)  # seconds per epoch outside the steps, by part
+    input_wait_s: float = 0.0  # the GPU's wait for a loader slower than its step
+    bound: str = "compute"  # what sets the step: compute, input, storage (the file system)
 
     @property
     def epoch_overhead_s(self) -> float:
         return math.fsum(self.epoch_overhead.values())
+
+    def run_s(self, epochs: int) -> float:
+        """A training of `epochs` epochs: each its steps and its overhead (no start-up, no first-epoch warm-up)."""
+        return epochs * (self.steps_per_epoch * self.step_s + self.epoch_overhead_s)
 
     @property
     def overhead_share(self) -> float:
@@ -266,7 +292,7 @@ def predict(
     g_ref = counts[0]
     out = []
     for p, t in rows:
-        profiled_data = workload.data_s + t.stall
+        profiled_data = workload.data_s + t.stall + t.input_wait
         out.append(
             Prediction(
                 gpus=p,
@@ -285,16 +311,30 @@ def predict(
                 profiled_comm_share=t.profiled_comm / (t.profiled_comm + workload.compute_s + profiled_data),
                 steps_per_epoch=steps[p],
                 epoch_overhead=parts[p],
+                input_wait_s=t.input_wait,
+                bound=t.bound,
             )
         )
     return out
 
 
+def intra_node_gbps(site: "Site") -> Optional[float]:
+    """The profile's `[predict] intra_node_gbps_per_gpu` (None: it states none)."""
+    return site.predict.intra_node_gbps_per_gpu if site.predict else None
+
+
 def interconnect_of_site(site: "Site") -> Optional[Machine]:
-    """The nominal machine of a site profile with a `[network]` section (None without one)."""
+    """The nominal machine of a site profile with a `[network]` section (None without one); inside a node its
+    `intra_node_gbps`, else the A100's NVLink figure (`dlaunch report`'s predicted E_G; `dlaunch predict` refuses
+    a site without one)."""
     if site.network is None:
         return None
-    return Machine(site.gpus_per_node, site.network.latency_us, site.network.bandwidth_gbps_per_node)
+    return Machine(
+        site.gpus_per_node,
+        site.network.latency_us,
+        site.network.bandwidth_gbps_per_node,
+        intra_node_gbps(site) or DEFAULT_INTRA_NODE_GBPS,
+    )
 
 
 def site_max_gpus(site: "Site") -> int:

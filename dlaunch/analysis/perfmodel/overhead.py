@@ -16,7 +16,6 @@ from dlaunch.analysis.perfmodel.model import (
     EpochOverhead,
     Machine,
     Workload,
-    native_loader_images_per_s,
     predict,
 )
 from dlaunch.analysis.scaling import Run
@@ -59,8 +58,8 @@ class PaperOverhead:
 
     validation      forward only over ceil(50,000 / p) images per GPU: per image the loader's I/O kernels
                     (`io_s` per batch, inside compute_s) and the rest of compute without back-propagation;
-                    the native loader's 8 workers make at most native_loader_images_per_s, and all ranks
-                    together read at most the file system's images/s.
+                    the loader makes at most the workload's input_images_per_s, and all ranks together read at
+                    most the file system's images/s.
     loader start    native: the DataLoader's workers start again for training and validation every epoch
                     (PyTorch's default, persistent_workers=False): each waits for its first batch, made by
                     one worker (batch / NATIVE_WORKER_IMAGES_PER_S); DALI: none (its pipelines are built
@@ -78,8 +77,8 @@ class PaperOverhead:
 
     def parts(self, workload: Workload, machine: Machine, gpus: int) -> Dict[str, float]:
         forward_per_image = (self.io_s + (workload.compute_s - self.io_s) * (1.0 - BACKWARD_FRACTION)) / workload.batch
-        if self.loader == "native":
-            forward_per_image = max(forward_per_image, 1.0 / native_loader_images_per_s())
+        if workload.input_images_per_s:
+            forward_per_image = max(forward_per_image, 1.0 / workload.input_images_per_s)
         validation = -(-IMAGENET_VAL_IMAGES // gpus) * forward_per_image
         if workload.reads_files and machine.storage_images_per_s:
             validation = max(validation, IMAGENET_VAL_IMAGES / machine.storage_images_per_s)

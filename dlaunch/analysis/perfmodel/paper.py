@@ -11,16 +11,18 @@ from pathlib import Path
 from statistics import fmean
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from dlaunch.analysis.perfmodel.compute import ComputeTime, load_gpus, published_compute
 from dlaunch.analysis.perfmodel.fit import fit_loader_stall, fit_machine, golden_min
 from dlaunch.analysis.perfmodel.model import (
+    DALI_CPU_THREAD_IMAGES_PER_S,
     DEFAULT_BATCH,
-    MODEL_GFLOPS,
+    NATIVE_WORKER_IMAGES_PER_S,
+    PAPER_LOADER_THREADS,
     EpochOverhead,
     Prediction,
     Workload,
     gradient_bytes,
     interconnect_of_site,
-    native_loader_images_per_s,
     predict,
 )
 from dlaunch.analysis.perfmodel.nccl import Machine
@@ -28,12 +30,9 @@ from dlaunch.analysis.perfmodel.overhead import PaperOverhead, checkpoint_bytes
 from dlaunch.jobs.sites import Site
 from dlaunch.paths import PUBLISHED_DIR
 
-# Published single-GPU ResNet-50 training throughput (images/s) by GPU model prefix and precision: NVIDIA
-# DeepLearningExamples, PyTorch ResNet-50 v1.5, DGX A100, batch 256, a whole training step (all its
-# kernels; data/published/nvidia_resnet50_a100.csv): tf32 = PyTorch's default precision on an A100,
-# fp16 = mixed precision. The default compute time of `dlaunch predict` when no measurement is given.
-PUBLISHED_RESNET50_IMAGES_PER_S: Dict[str, Dict[str, float]] = {"A100": {"tf32": 938.0, "fp16": 2470.0}}
-PRECISIONS = ("tf32", "fp16")
+# The paper's GPU (JUWELS Booster: A100 40 GB), whose published compute time (compute.py: NVIDIA's DGX A100 row, a
+# whole training step) the paper's workload takes.
+AACH2023_GPU = "A100-40GB"
 AACH2023_TABLE2A = PUBLISHED_DIR / "aach2023_table2a.csv"
 AACH2023_STATEMENTS = PUBLISHED_DIR / "aach2023_statements.csv"
 # The machine of Table 2a, JUWELS Booster (sites/juwels-booster.toml): 4 A100 per node, 4x HDR200.
@@ -177,48 +176,35 @@ def fit_storage(
     return math.exp(golden_min(cost, math.log(floor), math.log(100.0 * floor)))
 
 
-def io_kernel_s(
-    loader: str, batch: int, gpu: str = "A100", max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TABLE2A
-) -> float:
+def paper_compute(model: str, batch: int = DEFAULT_BATCH, precision: str = "tf32") -> ComputeTime:
+    """The compute time of `model` on the paper's GPU (`published_compute`: NVIDIA's A100 row and its rules)."""
+    return published_compute(load_gpus()[AACH2023_GPU], model, batch, precision)
+
+
+def io_kernel_s(loader: str, batch: int, max_gpus: int = CALIBRATION_MAX_GPUS, path: Path = AACH2023_TABLE2A) -> float:
     """The loader's I/O kernel time per step: Table 2a's I/O kernels over its cuDNN and other kernels (a
-    ResNet-50 TF32 step), rows up to `max_gpus`, per image. Decoding and augmenting an image costs the
-    same whatever network and precision train on it, so it does not scale with FLOPs or the precision."""
+    ResNet-50 TF32 step on the paper's GPU), rows up to `max_gpus`, per image. Decoding and augmenting an image
+    costs the same whatever network and precision train on it, so it does not scale with FLOPs or the precision."""
     rows = [r for r in load_published(path)[loader] if r.gpus <= max_gpus]
     per_step = math.fsum(r.io for r in rows) / math.fsum(100.0 - r.comm - r.io for r in rows)
-    return batch * per_step / PUBLISHED_RESNET50_IMAGES_PER_S[gpu]["tf32"]
+    return per_step * paper_compute("resnet50", batch).seconds
 
 
 def paper_overhead(
-    loader: str, batch: int = DEFAULT_BATCH, gpu: str = "A100", path: Path = AACH2023_TABLE2A, model: str = "resnet50"
+    loader: str, batch: int = DEFAULT_BATCH, path: Path = AACH2023_TABLE2A, model: str = "resnet50"
 ) -> PaperOverhead:
     """Aach et al.'s epoch overhead with `loader` for `model`'s workload whose compute holds Table 2a's I/O kernels."""
-    return PaperOverhead(loader, io_kernel_s(loader, batch, gpu, path=path), checkpoint_bytes(model))
-
-
-def published_gpu(site: Site) -> Optional[str]:
-    """The key of `PUBLISHED_RESNET50_IMAGES_PER_S` the site's GPU model starts with, if any."""
-    return next((g for g in PUBLISHED_RESNET50_IMAGES_PER_S if (site.gpu_model or "").startswith(g)), None)
-
-
-def published_compute_ms(site: Site, model: str, batch: int, precision: str = "tf32") -> Optional[float]:
-    """Compute time per step from the published throughput of the site's GPU model at `precision`, if one is known."""
-    gpu = published_gpu(site)
-    if gpu is None or model not in MODEL_GFLOPS:
-        return None
-    images_per_s = PUBLISHED_RESNET50_IMAGES_PER_S[gpu][precision] * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS[model]
-    return 1e3 * batch / images_per_s
+    return PaperOverhead(loader, io_kernel_s(loader, batch, path=path), checkpoint_bytes(model))
 
 
 def published_workload(
     model: str = "resnet50", loader: str = "dali", path: Path = AACH2023_TABLE2A, precision: str = "tf32"
 ) -> Workload:
     """Table 2a's workload per GPU: batch 64; the GPU's kernel time per step other than NCCL's: the
-    published A100 throughput at `precision` (a whole training step; FLOP-scaled for other models) plus
+    published A100 throughput at `precision` (a whole training step; `paper_compute`'s rules) plus
     the loader's I/O kernels (`io_kernel_s`); data wait 0; the native loader reads files."""
-    images_per_s = PUBLISHED_RESNET50_IMAGES_PER_S["A100"][precision]
-    step = DEFAULT_BATCH / (images_per_s * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS[model])
     return Workload(
-        step + io_kernel_s(loader, DEFAULT_BATCH, path=path),
+        paper_compute(model, DEFAULT_BATCH, precision).seconds + io_kernel_s(loader, DEFAULT_BATCH, path=path),
         DEFAULT_BATCH,
         gradient_bytes(model),
         reads_files=loader == "native",
@@ -258,14 +244,28 @@ def fit_published(
 
 def calibrated_workload(workload: Workload, fit: PublishedFit, loader: str, measured_data: bool = False) -> Workload:
     """`workload` as on Table 2a's machine with `loader`: the native loader reads files and, unless the
-    data wait is `measured_data`, waits the fitted one, or longer where the GPU takes a batch faster
-    than the loader's workers make one (`native_loader_images_per_s`)."""
+    data wait is `measured_data`, waits the fitted one."""
     if loader != "native":
         return workload
     if measured_data:
         return replace(workload, reads_files=True)
-    cpu_bound = workload.batch / native_loader_images_per_s() - workload.compute_s - workload.other_s
-    return replace(workload, reads_files=True, data_s=max(fit.native_data_fraction * workload.compute_s, cpu_bound))
+    return replace(workload, reads_files=True, data_s=fit.native_data_fraction * workload.compute_s)
+
+
+def paper_input(loader: str) -> Tuple[float, str]:
+    """(images/s, what it rests on) of one GPU's loader in the paper's setup (8 CPU threads per loader instance): the
+    threads times one thread's rate measured with the trainer's pipeline on this project's VM, an AMD EPYC core
+    (benchmarks/README.md); no source states JUWELS Booster's (EPYC 7402) own."""
+    per_thread, name = (
+        (NATIVE_WORKER_IMAGES_PER_S, "native worker process")
+        if loader == "native"
+        else (DALI_CPU_THREAD_IMAGES_PER_S, "DALI CPU thread")
+    )
+    return PAPER_LOADER_THREADS * per_thread, (
+        "the paper's %d CPU threads per loader x %.0f images/s per %s, measured on an AMD EPYC core of this project's "
+        "VM with `python -m dlaunch.train.loaderbench` (benchmarks/README.md), not on JUWELS Booster's EPYC 7402 "
+        "(no source states its rate): assumed" % (PAPER_LOADER_THREADS, per_thread, name)
+    )
 
 
 def paper_precision(framework: str) -> str:
@@ -283,7 +283,9 @@ def paper_workload(
     """The paper's workload with `framework` on Table 2a's machine (`published_workload` at the
     framework's `paper_precision`, `calibrated_workload` for the loader)."""
     published = published_workload(model, loader, path, paper_precision(framework))
-    return replace(calibrated_workload(published, fit, loader), framework=framework)
+    return replace(
+        calibrated_workload(published, fit, loader), framework=framework, input_images_per_s=paper_input(loader)[0]
+    )
 
 
 @dataclass(frozen=True)
@@ -307,12 +309,17 @@ def paper_checks(model: str, loader: str, framework: str, gpus: Sequence[int]) -
 
 
 def paper_machine(site: Site) -> bool:
-    """Whether the site's network is Table 2a's machine (JUWELS Booster)."""
+    """Whether the site is Table 2a's machine (JUWELS Booster): its GPU and its network."""
     machine = interconnect_of_site(site)
-    return machine is not None and (machine.gpus_per_node, machine.latency_us, machine.bandwidth_gbps_per_node) == (
-        AACH2023_MACHINE.gpus_per_node,
-        AACH2023_MACHINE.latency_us,
-        AACH2023_MACHINE.bandwidth_gbps_per_node,
+    return (
+        site.gpu_model == AACH2023_GPU
+        and machine is not None
+        and (machine.gpus_per_node, machine.latency_us, machine.bandwidth_gbps_per_node)
+        == (
+            AACH2023_MACHINE.gpus_per_node,
+            AACH2023_MACHINE.latency_us,
+            AACH2023_MACHINE.bandwidth_gbps_per_node,
+        )
     )
 
 

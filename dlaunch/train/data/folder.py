@@ -15,10 +15,19 @@ torch, torchvision and this module once, so each worker starts from them. Persis
 (pickled: the fork server shares no memory with the trainer), not at every epoch, so the epoch travels with each
 index the sampler hands out, (epoch, index), for the seeded augmentation. benchmarks/bench_loader_start.py measures
 what each way to start workers costs at an epoch's start.
+
+A worker's parent is the fork server, not the trainer, and the fork server lives as long as any of its workers does
+(each holds its 'alive' pipe): torch's own check (has the worker's parent gone?) never fires, and a trainer that dies
+abruptly (a hang's exit, SIGKILL, the OOM killer) left its workers and its fork server running for ever, holding the
+job's output. Each worker therefore watches the trainer that started it (`end_with_trainer`) and exits when it is gone.
 """
 
+import functools
 import itertools
 import multiprocessing
+import os
+import threading
+import time
 from typing import Any, Dict, Iterator, Tuple
 
 import torch
@@ -36,14 +45,51 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 FORK_SERVER_PRELOAD = ["torch", "torchvision", __name__]
 
 
+# How often a worker looks whether the trainer that started it is still there.
+TRAINER_CHECK_S = 1.0
+
+
 def worker_options(workers: int) -> Dict[str, Any]:
     """The DataLoader arguments of `workers` worker processes: started from the fork server (never forked from the
-    trainer and its threads) and kept for the run (see the module docstring); none for `--workers 0`."""
+    trainer and its threads), kept for the run, ended with the trainer (see the module docstring); none for
+    `--workers 0`."""
     if workers == 0:
         return {"num_workers": 0}
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(FORK_SERVER_PRELOAD)  # effective until the fork server has started
-    return {"num_workers": workers, "multiprocessing_context": context, "persistent_workers": True}
+    return {
+        "num_workers": workers,
+        "multiprocessing_context": context,
+        "persistent_workers": True,
+        "worker_init_fn": functools.partial(end_with_trainer, os.getpid()),
+    }
+
+
+def process_gone(pid: int) -> bool:
+    """Whether process `pid` has ended (absent, or a zombie not yet reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def end_with_trainer(trainer_pid: int, worker_id: int) -> None:
+    """A loader worker's start (DataLoader's worker_init_fn): a thread that ends this worker once the trainer that
+    started it is gone."""
+
+    def watch() -> None:
+        while not process_gone(trainer_pid):
+            time.sleep(TRAINER_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="dlaunch-end-with-trainer", daemon=True).start()
 
 
 class SeededImageFolder(datasets.ImageFolder):

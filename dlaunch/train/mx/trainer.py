@@ -292,6 +292,7 @@ class Worker:
         )
         self.recorder.header(
             device="cpu",
+            threads=self.layout.threads(cfg.threads),
             world_size=self.workers,
             hosts=hosts,
             global_batch=cfg.batch_size * self.workers,

@@ -211,6 +211,7 @@ class _Trainer:
         cfg = self.cfg
         self.recorder.header(
             device="cpu",
+            threads=self.layout.threads(cfg.threads),
             world_size=self.workers,
             hosts=self.layout.worker_hosts,
             global_batch=cfg.batch_size * self.workers,

@@ -22,14 +22,17 @@ BIND_PATH = PATH  # kept for existing callers: a path a container bind or Slurm 
 # expanded when the job runs.
 VAR_PATH = r"^(/|\$[A-Za-z_][A-Za-z0-9_]*(/|$))[A-Za-z0-9_./+@=-]*$"
 BIND = r"^/[A-Za-z0-9_./+@=-]*(:/[A-Za-z0-9_./+@=-]*)?(:ro)?$"  # src[:dst][:ro]
-GRES = r"^[A-Za-z0-9_:,.-]+$"
 HOST_SUFFIX = r"^[A-Za-z0-9.-]*$"
-# A PBS directive line after `#PBS `: one option letter and one value (`-l filesystems=home:eagle`).
-PBS_DIRECTIVE = r"^-[A-Za-z] [A-Za-z0-9_.,:/@+=-]+$"
-PBS_RESOURCES = r"^(:[A-Za-z0-9_]+=[A-Za-z0-9_.+-]+)*$"  # `:system=polaris:ngpus=4`
+# A directive line of any scheduler: one option and its value after `=` or a space (`--qos=debug`,
+# `-l filesystems=home:eagle`); each scheduler's Config checks its own form (`check_partitions`).
+DIRECTIVE = r"^--?[A-Za-z][A-Za-z0-9-]*([= ][A-Za-z0-9_.,:/@+=-]+)?$"
 WORD = r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.,:/@+=-]*$"  # one option word of a command (`--cpu-bind`, `depth`)
 # A value exported by the script (quoted there): no NUL or other control character (dlaunch/boundary.py).
 ENV_VALUE = r"^[^\x00-\x1f\x7f]*$"
+# A value that names variables of the job (`/tmp/$USER-miopen-$SLURM_JOB_ID`), expanded when it runs: plain
+# characters and `$NAME` (upper case, ended by one of `=:.,/@+-` or the value's end: `$USERx` would be another
+# variable), nothing else the shell would act on.
+JOB_VALUE = r"^([A-Za-z0-9_=:.,/@+-]|\$[A-Z][A-Z0-9_]*([=:.,/@+-]|$))*$"
 
 SafeName = Annotated[str, StringConstraints(pattern=SAFE_NAME)]
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME)]
@@ -40,6 +43,7 @@ Bind = Annotated[str, StringConstraints(pattern=BIND)]
 Word = Annotated[str, StringConstraints(pattern=WORD)]
 VarPath = Annotated[str, StringConstraints(pattern=VAR_PATH)]
 EnvValue = Annotated[str, StringConstraints(pattern=ENV_VALUE)]
+JobValue = Annotated[str, StringConstraints(pattern=JOB_VALUE)]
 
 _TIME = re.compile(r"(?:([0-9]{1,4})-)?([0-9]{1,6})(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?")  # ASCII digits only
 
@@ -82,19 +86,25 @@ class StrictModel(BaseModel):
 
 
 class Partition(StrictModel):
-    """A row of a site's queues: `--partition NAME` selects it, or the job's size does (`auto`). Slurm
-    renders `partition` (default: `name`; "" for none) and `qos`; PBS renders `partition` (default:
-    `name`) as the queue (`-q`). `directives` are this row's own extra scheduler options."""
+    """A row of a site's queues: `--partition NAME` selects it, or the job's size does (`auto`). Its
+    scheduler renders it (dlaunch/schedulers/: the queue `partition` names, default `name`; Slurm's QOS) and
+    checks what it cannot take. `directives` are this row's own extra scheduler options."""
 
     name: SafeName
     partition: Optional[Annotated[str, StringConstraints(pattern=r"^([A-Za-z0-9][A-Za-z0-9_.+-]*)?$")]] = None
-    qos: Optional[SafeName] = None
+    qos: Optional[SafeName] = None  # a QOS (Slurm); a scheduler without one refuses it
     min_nodes: int = Field(default=1, gt=0, le=1_000_000)
     max_nodes: int = Field(gt=0, le=1_000_000)
     max_time: str
     default: bool = False
     auto: bool = True  # False: used only when named (--partition), never picked by the job's size
-    directives: List[Annotated[str, StringConstraints(pattern=OPTION + "|" + PBS_DIRECTIVE)]] = []
+    directives: List[Annotated[str, StringConstraints(pattern=DIRECTIVE)]] = []
+    # Nodes shared among jobs (allocated by resources): a job that uses part of a node's GPUs asks for that
+    # share of its CPUs and is not bound by `[launch] gpu_step_options` (the cores they name are not its own).
+    shared: bool = False
+    # This row's options of a job that uses every GPU of its nodes (LUMI's small-g: --exclusive, so that the
+    # CPU binding applies).
+    whole_node_directives: List[Annotated[str, StringConstraints(pattern=DIRECTIVE)]] = []
 
     @field_validator("max_time")
     @classmethod
@@ -105,23 +115,11 @@ class Partition(StrictModel):
     def _nodes(self) -> "Partition":
         if self.min_nodes > self.max_nodes:
             raise ValueError("min_nodes %d exceeds max_nodes %d" % (self.min_nodes, self.max_nodes))
-        if self.partition == "" and not self.qos:
-            raise ValueError('partition = "" needs a qos (the job must go somewhere)')
         return self
 
     @property
     def max_seconds(self) -> int:
         return parse_time(self.max_time)
-
-    @property
-    def slurm_partition(self) -> Optional[str]:
-        """The `--partition` value, None when the queue is chosen by QOS alone."""
-        return self.name if self.partition is None else (self.partition or None)
-
-    @property
-    def queue(self) -> str:
-        """The PBS queue (`-q`): `partition`, else `name` (rows of one routing queue share it)."""
-        return self.partition or self.name
 
     def fits(self, nodes: int, seconds: int) -> bool:
         return self.min_nodes <= nodes <= self.max_nodes and seconds <= self.max_seconds
@@ -140,7 +138,7 @@ def check_partitions(partitions: List[Partition], directive: str, form: str) -> 
     if partitions and sum(p.default for p in partitions) != 1:
         raise ValueError("exactly one partition must have default = true")
     for p in partitions:
-        for line in p.directives:
+        for line in p.directives + p.whole_node_directives:
             if not re.fullmatch(directive, line):
                 raise ValueError("partition %s: directive %r is not of the form %s" % (p.name, line, form))
     return partitions

@@ -8,7 +8,7 @@ shell lines that run on the batch host before the step. None of these classes wr
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple, Union
 
-from dlaunch.jobs.schema import Partition
+from dlaunch.specs.schema import Partition
 
 
 class ShellWord(str):
@@ -36,6 +36,7 @@ class JobSpec:
     requeue: bool
     extra_tasks: int = 0  # tasks beyond tasks_per_node on every node (coordinators; the scheduler places them)
     overcommit: bool = False  # more tasks than CPUs on a node
+    smt: bool = True  # False: one hardware thread per core (the scheduler's `one_thread_per_core`)
     exclude: Tuple[str, ...] = ()  # nodes the job must not run on (node names, checked: dlaunch/boundary.py NODE)
 
     @property
