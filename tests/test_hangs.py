@@ -11,7 +11,7 @@ from dlaunch import api
 from dlaunch.cli import main
 from dlaunch.runs.failures import scheduler_label
 from dlaunch.runs.hangs import ago
-from dlaunch.runs.runstate import LOCAL_RUNNING
+from dlaunch.schedulers import RUNNING_HERE as LOCAL_RUNNING
 from dlaunch.schedulers import JobState
 from dlaunch.train import heartbeat as hb
 from dlaunch.train.watchdog import judge
