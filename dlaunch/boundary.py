@@ -45,6 +45,7 @@ LOG_TAIL_BYTES = 4 * 1024 * 1024  # what `status` and `watch` read of a log, fro
 LOG_CHUNK_BYTES = 1024 * 1024  # `dlaunch logs` copies a log in chunks of this size
 NAME = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"  # experiment, run, site, study and matrix names; accounts
 JOB_ID = r"[A-Za-z0-9][A-Za-z0-9_.\[\]-]*"  # Slurm `4711`, `4711_3`; PBS `4711.server`; local `local-123`
+NODE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}"  # a node's host name, as a scheduler's node list names it (RFC 1123 + _)
 ALLOW_LARGE = "--allow-large"
 # What a typo can cost: each limit is far above real use, and `--allow-large` lifts it.
 LIMITS = {
@@ -264,6 +265,13 @@ def check_name(flag: str, value: str) -> str:
     """A name (`NAME`) matched whole, or a DlaunchError naming `flag`."""
     if not whole(NAME, value):
         raise DlaunchError("%s: %s may only contain letters, digits and _.+- (not first)" % (flag, quoted(value)))
+    return value
+
+
+def check_node_name(where: str, value: str) -> str:
+    """A node's name (`NODE`: a host name, no list or range) matched whole, or a DlaunchError naming `where`."""
+    if not whole(NODE, value):
+        raise DlaunchError("%s: %s is not a node name (letters, digits and _.- , not first)" % (where, quoted(value)))
     return value
 
 

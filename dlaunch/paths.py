@@ -8,6 +8,8 @@ REPO = Path(__file__).resolve().parent.parent
 SHIPPED_SITES_DIR = REPO / "sites"
 PUBLISHED_DIR = REPO / "data" / "published"
 SITE_PROFILE = "site.toml"  # the site profile's text a run directory keeps: what its job was made from
+RESULTS_DB_ENV = "DLAUNCH_RESULTS_DB"  # the results database (dlaunch/resultsdb/store.py), and what lies beside it
+DEFAULT_RESULTS_DB = Path("runs") / "results.sqlite"
 JOB_ID_FILE = "job_id"  # the job's id, written once the scheduler took (or started) the job
 STATE_FILE = "state"  # one line: where the run service left the run (a job that runs here: its course)
 

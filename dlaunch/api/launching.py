@@ -131,10 +131,12 @@ def prepare(
     dry_run: bool = False,
     allow_large: bool = False,
     budget: Optional[float] = None,
+    include_suspect_nodes: bool = False,
     **trainer: Any,
 ) -> Prepared:
     """`run`'s jobs rendered and checked, nothing written: `submit` submits them (with `dry_run`, they are shown only).
-    `budget`: node-hours the jobs' time limits may come to (more is refused, a dry run too)."""
+    `budget`: node-hours the jobs' time limits may come to (more is refused, a dry run too); the site's suspect nodes
+    (dlaunch/runs/suspects.py) left out unless `include_suspect_nodes`."""
     from dlaunch.runs import service
 
     _check_repeat(repeat, allow_large)
@@ -142,7 +144,7 @@ def prepare(
         raise DlaunchError("--repeat: not with --resume (resume each run directory on its own)")
     if resume is not None:
         return _prepared(
-            [service.resume(Path(resume), dry_run=dry_run, allow_large=allow_large)], dry_run, budget=budget
+            [service.resume(Path(resume), dry_run, allow_large, include_suspect_nodes)], dry_run, budget=budget
         )
     request = _request(
         site,
@@ -159,6 +161,7 @@ def prepare(
         run_name=run_name,
         requeue=requeue,
         allow_large=allow_large,
+        include_suspect_nodes=include_suspect_nodes,
     )
     if repeat == 1:
         return _prepared([service.prepare(request, dry_run=dry_run)], dry_run, budget=budget)
@@ -200,6 +203,7 @@ def prepare_sweep(
     dry_run: bool = False,
     allow_large: bool = False,
     budget: Optional[float] = None,
+    include_suspect_nodes: bool = False,
     **trainer: Any,
 ) -> Prepared:
     """`sweep`'s jobs rendered and checked, nothing written: `submit` submits them."""
@@ -228,6 +232,7 @@ def prepare_sweep(
                 requeue=requeue,
                 run_name=name,
                 allow_large=allow_large,
+                include_suspect_nodes=include_suspect_nodes,
                 **{key: count},
             ),
             dry_run=dry_run,
@@ -307,6 +312,7 @@ def run(
     dry_run: bool = False,
     allow_large: bool = False,
     budget: Optional[float] = None,
+    include_suspect_nodes: bool = False,
     **trainer: Any,
 ) -> List[Job]:
     """Render a job for a site and submit it, or run it here to its end (`site="local"`); with `dry_run`
@@ -332,6 +338,7 @@ def run(
             dry_run=dry_run,
             allow_large=allow_large,
             budget=budget,
+            include_suspect_nodes=include_suspect_nodes,
             **trainer,
         )
     )
@@ -355,6 +362,7 @@ def sweep(
     dry_run: bool = False,
     allow_large: bool = False,
     budget: Optional[float] = None,
+    include_suspect_nodes: bool = False,
     **trainer: Any,
 ) -> List[Job]:
     """One job per node count (`nodes=[1, 2, 4]`) or GPU count (`gpus=...`), grouped as one experiment
@@ -376,6 +384,7 @@ def sweep(
             dry_run=dry_run,
             allow_large=allow_large,
             budget=budget,
+            include_suspect_nodes=include_suspect_nodes,
             **trainer,
         )
     )

@@ -74,6 +74,7 @@ def _run_status(snapshot: "Snapshot") -> RunStatus:
         flags=list(snapshot.flags),
         network=list(snapshot.network),
         figures=service.run_figures(snapshot),
+        nodes=list(snapshot.nodes),
     )
 
 

@@ -189,6 +189,9 @@ class RunStatus(Record):
     quality: Optional[str] = None
     figures: str = ""  # time and energy to accuracy, energy ('' when none is known)
     rejected: Optional[str] = None  # why its files cannot be read (then nothing else is known)
+    # While it runs: per node how long ago it last finished a step ('dl-node2: last step 40 4 min ago'), from the
+    # trainer's heartbeat files (dlaunch/runs/hangs.py)
+    nodes: List[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

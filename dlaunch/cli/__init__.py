@@ -55,6 +55,7 @@ LAZY_GROUPS = {
         "Studies: list them, run a study file's matrix, its status, its report.",
     ),
     "results": ("dlaunch.cli.results", "results_app", "The results database: list runs, compare, rebuild."),
+    "nodes": ("dlaunch.cli.nodes", "nodes_app", "Suspect nodes of a site: list, clear."),
 }
 
 

@@ -120,6 +120,15 @@ def deliver(prepared: "Prepared", follow: bool, as_json: bool = False) -> int:
     return exit_code
 
 
+IncludeSuspectNodes = Annotated[
+    bool,
+    typer.Option(
+        "--include-suspect-nodes",
+        help="run on the site's suspect nodes too (`dlaunch nodes list`; by default a job leaves them out)",
+    ),
+]
+
+
 @with_trainer_options
 def run(
     site: Site_ = None,
@@ -153,6 +162,7 @@ def run(
     allow_large: AllowLarge = False,
     budget: Budget = None,
     as_json: RunsJson = False,
+    include_suspect_nodes: IncludeSuspectNodes = False,
     trainer: Tuple[Tuple[str, Any], ...] = (),
 ) -> int:
     """Render a job for a site and submit it (or run it here with --site local)."""
@@ -176,6 +186,7 @@ def run(
         dry_run=dry_run,
         allow_large=allow_large,
         budget=budget,
+        include_suspect_nodes=include_suspect_nodes,
         **trainer_keywords(trainer),
     )
     return deliver(prepared, follow, as_json)
@@ -215,6 +226,7 @@ def sweep(
     allow_large: AllowLarge = False,
     budget: Budget = None,
     as_json: RunsJson = False,
+    include_suspect_nodes: IncludeSuspectNodes = False,
     trainer: Tuple[Tuple[str, Any], ...] = (),
 ) -> int:
     """One job per node (or GPU) count, grouped as one experiment."""
@@ -236,6 +248,7 @@ def sweep(
         dry_run=dry_run,
         allow_large=allow_large,
         budget=budget,
+        include_suspect_nodes=include_suspect_nodes,
         **trainer_keywords(trainer),
     )
     return deliver(prepared, follow, as_json)

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from dlaunch.boundary import check_limit, check_value
+from dlaunch.boundary import check_limit, check_node_name, check_value
 from dlaunch.errors import DlaunchError, SchedulerError
 from dlaunch.jobs.launchers import LaunchSpec, launch_mode
 from dlaunch.jobs.request import LaunchRequest, trainer_arguments
@@ -181,6 +181,13 @@ def _environment(site: Site) -> Tuple[PreludeItem, ...]:
     return required + tuple(Prepend(name, value) for name, value in prepend.items())
 
 
+def site_hang_timeout(site: Site, request: LaunchRequest) -> Tuple[str, ...]:
+    """The profile's `hang_timeout` as the trainer's flag, unless the request gives `--hang-timeout` itself."""
+    if site.hang_timeout is None or request.option("hang-timeout") is not None:
+        return ()
+    return ("--hang-timeout", str(site.hang_timeout))
+
+
 def _on_shared_nodes(
     site: Site, framework: str, queue: Optional[Partition], spec: LaunchSpec, nproc: int
 ) -> LaunchSpec:
@@ -202,11 +209,13 @@ def build_plan(
     environ: Mapping[str, str],
     require_account: bool = True,
     require_data: bool = True,
+    exclude: Tuple[str, ...] = (),
 ) -> LaunchPlan:
     """Validate the request against the site and decide everything the script will contain.
 
     `require_account=False` (dry runs) renders a script without `--account` where none is known; `require_data=False`
-    (dry runs) one that reads a data folder this machine, where the job would run, does not have.
+    (dry runs) one that reads a data folder this machine, where the job would run, does not have; `exclude`: nodes
+    the job must not run on (the site's suspect nodes, dlaunch/runs/suspects.py), each checked as a node name.
     """
     scheduler = scheduler_for(site.scheduler.kind)
     nodes, nproc = _shape(site, scheduler, request)
@@ -254,7 +263,13 @@ def build_plan(
         extra_tasks=spec.extra_tasks,
         overcommit=spec.overcommit,
         smt=launch.smt,
+        exclude=tuple(check_node_name("suspect node", node) for node in exclude),
     )
+    if exclude and not scheduler.excludes_nodes:
+        warnings += (
+            "the %s scheduler cannot leave nodes out: the job may run on %s"
+            % (site.scheduler.kind, ", ".join(exclude)),
+        )
     container_options: Tuple[str, ...] = ()
     container_prefix: Tuple[str, ...] = ()
     if runtime.containerized:
@@ -311,6 +326,7 @@ def build_plan(
     trainer_argv = (
         ("--framework", request.framework)
         + trainer_arguments(request)
+        + site_hang_timeout(site, request)
         + (
             "--metrics",
             os.path.join(run_dir, METRICS_FILE),

@@ -35,6 +35,7 @@ class LaunchRequest:
     resume: bool = False
     requeue: Optional[bool] = None  # run again after a node failure (None: the site's default)
     allow_large: bool = False  # --allow-large: beyond the limits that catch typos (dlaunch/boundary.py LIMITS)
+    include_suspect_nodes: bool = False  # --include-suspect-nodes: run on the site's suspect nodes too
 
     def __post_init__(self) -> None:
         check_framework(self.framework)

@@ -34,6 +34,7 @@ from dlaunch.specs.schema import (
     Word,
 )
 from dlaunch.thresholds import DEFAULT_THRESHOLD
+from dlaunch.train.config import MIN_HANG_TIMEOUT_S
 from dlaunch.train.framework_table import FRAMEWORKS
 
 # Environment values with a documented range; a value outside it is refused with the source.
@@ -262,6 +263,9 @@ class Site(StrictModel):
     reference: List[Reference] = []
     # A rank computing more than this fraction slower than the median rank is a straggler (dlaunch/analysis/stragglers.py).
     straggler_threshold: float = Field(default=DEFAULT_THRESHOLD, gt=0, lt=1)
+    # Seconds without a finished step before the trainer stops the job as hung (dlaunch/train/watchdog.py; exit 69);
+    # None: the trainer's default from the measured steps, at least its FLOOR_S; 0: off. `--hang-timeout` overrides it.
+    hang_timeout: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False)
 
     _v1 = model_validator(mode="before")(_from_v1)
     _scheduler = field_validator("scheduler", mode="before")(scheduler_config)
@@ -272,6 +276,13 @@ class Site(StrictModel):
     def _documented_ranges(cls, env: Dict[str, str]) -> Dict[str, str]:
         check_env_ranges(env)
         return env
+
+    @field_validator("hang_timeout")
+    @classmethod
+    def _hang_timeout(cls, seconds: Optional[float]) -> Optional[float]:
+        if seconds and seconds < MIN_HANG_TIMEOUT_S:  # the trainer's own limit (dlaunch/train/config.py)
+            raise ValueError("%s must be 0 (off) or at least %d seconds" % (seconds, MIN_HANG_TIMEOUT_S))
+        return seconds
 
     @field_validator("env_by_nodes")
     @classmethod

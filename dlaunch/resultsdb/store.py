@@ -47,11 +47,12 @@ from dlaunch.analysis.scaling import epochs_to, run_from_metrics
 from dlaunch.analysis.stragglers import kept_threshold, run_flags
 from dlaunch.errors import DlaunchError
 from dlaunch.jobs.imagepaths import stack_of_image
+from dlaunch.paths import DEFAULT_RESULTS_DB, RESULTS_DB_ENV
 from dlaunch.train.metrics_schema import Metrics, MetricsError, read_metrics
 
 SCHEMA_VERSION = 4
-DB_ENV = "DLAUNCH_RESULTS_DB"
-DEFAULT_DB = Path("runs") / "results.sqlite"
+DB_ENV = RESULTS_DB_ENV
+DEFAULT_DB = DEFAULT_RESULTS_DB
 BUSY_TIMEOUT_S = 60.0
 # File systems whose locks reach other hosts but whose shared memory does not (types in /proc/mounts).
 NETWORK_FILESYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "ceph", "glusterfs", "fuse.sshfs")

@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from dlaunch.boundary import LOG_TAIL_BYTES, log_tail, printable
 from dlaunch.schedulers import JobState
+from dlaunch.train.errors import EXIT_DIVERGED, EXIT_HUNG, EXIT_INTERRUPTED
 from dlaunch.train.signals import OTHER_RANK, STOP_REASONS, stop_cause
 
 ATTEMPT = re.compile(r"^dlaunch: job \S+ attempt (\d+)\b")
@@ -198,7 +199,11 @@ def stopped_by(
 
 
 # What the trainer's own exit codes mean when the scheduler calls the job failed (see dlaunch/train/__main__.py).
-TRAINER_ENDINGS = {"interrupted": "exit 75: checkpointed, resume it", "diverged": "exit 65: the loss diverged"}
+TRAINER_ENDINGS = {
+    "interrupted": "exit %d: checkpointed, resume it" % EXIT_INTERRUPTED,
+    "diverged": "exit %d: the loss diverged" % EXIT_DIVERGED,
+    "hung": "exit %d: a process stopped answering, the watchdog stopped the job" % EXIT_HUNG,
+}
 
 
 def scheduler_label(scheduler_state: str, meaning: Optional[JobState], status: str) -> str:

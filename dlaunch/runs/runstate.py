@@ -11,13 +11,15 @@ its files are unchanged, without asking its scheduler.
 import dataclasses
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from dlaunch.boundary import display_path, escape
+from dlaunch.errors import DlaunchError, DlaunchWarning
 from dlaunch.jobs.network import network_problems
-from dlaunch.runs import statuscache
+from dlaunch.runs import hangs, statuscache
 from dlaunch.runs.failures import UNFINISHED, launcher_stop, reconcile, stopped_by
 from dlaunch.runs.rundir import SNAPSHOT_FILES, RunDir
 from dlaunch.schedulers import CANCEL_REQUESTED, JobState, JobStatus, scheduler_for
@@ -66,6 +68,8 @@ class Progress:
     # steps so far (steps only: the epoch's overhead comes at its end), and rank 0's mean loss over its steps so far.
     epoch_so_far_images_per_s: Optional[float] = None
     epoch_so_far_loss: Optional[float] = None
+    # The time of the metrics file's last header or resume record: when the run's latest attempt started writing.
+    session_started: Optional[float] = None
 
     @property
     def fraction(self) -> Optional[float]:
@@ -159,6 +163,9 @@ def _read_progress(path: Path, ended: bool = False) -> "Tuple[Progress, Optional
         loss=float(last["loss"]) if last else None,
         seconds_per_step=train_time / steps if steps and train_time > 0 else None,
         last_record_time=float(metrics.records[-1]["time"]) if metrics.records else None,
+        session_started=max(
+            (float(r["time"]) for r in metrics.records if r["type"] in ("header", "resume")), default=None
+        ),
     )
     return (
         _within_epoch(progress, metrics, train_time, path) if metrics.status == "running" and not ended else progress
@@ -213,6 +220,8 @@ class Snapshot:
     # Of an ended run that was stopped: who stopped it (failures.stopped_by); of one whose job did not succeed after
     # its trainer's `ok` end record: how the job ended. None otherwise.
     stopped_by: Optional[str] = None
+    # While it runs: per node how long ago it last finished a step (dlaunch/runs/hangs.py: node_activity).
+    nodes: Tuple[str, ...] = ()
     measured: "Optional[Run]" = field(
         default=None, compare=False, repr=False
     )  # its metrics as read (not from the cache)
@@ -331,6 +340,8 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
         launcher_signal = launcher_stop(scheduler_for(plan["scheduler"]).log_files(run.path)) if asked else None
         wrote_end = progress.status not in UNFINISHED
         status = reconcile(meaning, progress.status, ended, launcher_signal) if started else progress.status
+        if _hung(run, progress, status):
+            status = hangs.HUNG
         if status != progress.status:
             progress = dataclasses.replace(progress, status=status)
         stopped = (
@@ -357,10 +368,37 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
                 flags,
                 _gpus(plan),
                 stopped_by=stopped,
+                nodes=(
+                    tuple(hangs.node_activity(run.path, now, progress.session_started))
+                    if status == "running" and not ended
+                    else ()
+                ),
                 measured=measured,
             )
         )
     return snapshots
+
+
+def _hung(run: RunDir, progress: Progress, status: str) -> bool:
+    """The run's hang record is of its latest attempt and no end record says otherwise: rank 0, the silent one or
+    killed before it wrote `end`, leaves the metrics file running (or the run `died` once its job ended)."""
+    if status not in UNFINISHED + ("died",):
+        return False
+    record = hangs.hang_record(run.path)
+    return record is not None and (progress.last_record_time is None or progress.last_record_time <= record["time"])
+
+
+def _suspect_silent_nodes(snapshot: Snapshot, now: float) -> None:
+    """The nodes of a hung run's silent processes into its site's suspect nodes (dlaunch/runs/suspects.py)."""
+    from dlaunch.runs import suspects
+
+    record = hangs.hang_record(snapshot.run.path)
+    if record is None:
+        return
+    try:
+        suspects.add(snapshot.site, suspects.from_hang(snapshot.run.path, record, now))
+    except (OSError, DlaunchError) as e:
+        warnings.warn("suspect nodes of %s not recorded: %s" % (snapshot.name, e), DlaunchWarning, stacklevel=2)
 
 
 def _stopped_by(
@@ -440,6 +478,8 @@ def observe(
         if snapshot.ended:
             logs = [path.name for path in scheduler_for(snapshot.scheduler).log_files(snapshot.run.path)]
             cache.put(snapshot.run.path, snapshot.run.kept[0], SNAPSHOT_FILES, logs, _to_keep(snapshot))
+            if snapshot.progress.status == hangs.HUNG:
+                _suspect_silent_nodes(snapshot, now)
     cache.save()
     snapshots = [found[i] for i in range(len(runs))]
     return snapshots if straggler_threshold is None else [_rejudged(s, straggler_threshold) for s in snapshots]

@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # the run layer's state stays out of `run --dry-run`'s start-
     from dlaunch.jobs.plan import LaunchPlan
     from dlaunch.jobs.sites import Site
     from dlaunch.runs.runstate import Snapshot
+    from dlaunch.runs.suspects import Suspect
 
 __all__ = [
     "Logs",
@@ -171,6 +172,7 @@ def prepare(
         except DlaunchError as e:
             if resolve_account(site, request.account, environ, required=False) is None:  # missing, not malformed
                 warnings.append("%s (the dry run renders the script without it)" % e)
+    left_out = suspect_nodes(site.name, request)
     plan = build_plan(
         site,
         request,
@@ -180,8 +182,9 @@ def prepare(
         environ=environ,
         require_account=not dry_run,
         require_data=not dry_run,
+        exclude=tuple(sorted({s.node for s in left_out})),
     )
-    plan = dataclasses.replace(plan, profile=profile)
+    plan = dataclasses.replace(plan, profile=profile, notes=plan.notes + suspects_note(site.name, left_out))
     warnings.extend(plan.warnings)
     if require_image and plan.image and runtime_class(plan.runtime).missing(plan.image):
         stack = stack_of_image(plan.image)  # a default image: its group's make target in its stack
@@ -204,9 +207,30 @@ def prepare(
     return Prepared(request, plan, render_script(plan, header), tuple(warnings), tuple(plan.notes), request.resume)
 
 
-def resume(run_dir: Path, dry_run: bool = False, allow_large: bool = False) -> Prepared:
+def suspect_nodes(site: str, request: LaunchRequest) -> List["Suspect"]:
+    """The site's suspect nodes the job leaves out (dlaunch/runs/suspects.py): none with --include-suspect-nodes."""
+    from dlaunch.runs import suspects
+
+    return [] if request.include_suspect_nodes else suspects.read(site)
+
+
+def suspects_note(site: str, left_out: Sequence["Suspect"]) -> Tuple[str, ...]:
+    from dlaunch.runs.suspects import INCLUDE_FLAG, describe
+
+    if not left_out:
+        return ()
+    return (
+        "leaves out suspect nodes: %s; %s runs on them, `dlaunch nodes clear --site %s` clears them"
+        % (describe(left_out), INCLUDE_FLAG, site),
+    )
+
+
+def resume(
+    run_dir: Path, dry_run: bool = False, allow_large: bool = False, include_suspect_nodes: bool = False
+) -> Prepared:
     """A run directory's job again, from its checkpoint (all options from its plan.json, every field
-    checked; `allow_large` adds --allow-large to the stored request's); refused while its job still
+    checked; `allow_large` and `include_suspect_nodes` add theirs to the stored request's; the site's suspect nodes,
+    a hung run's silent ones among them, left out unless included); refused while its job still
     runs: a second job must not append to the metrics and checkpoints of one that runs."""
     from dlaunch.jobs.plan import keeps_checkpoints
 
@@ -223,7 +247,12 @@ def resume(run_dir: Path, dry_run: bool = False, allow_large: bool = False) -> P
                 "--resume: job %s of %s is still %s (dlaunch cancel it first)"
                 % (existing.job_id, display_path(existing.path), job.state)
             )
-    request = dataclasses.replace(stored, resume=True, allow_large=stored.allow_large or allow_large)
+    request = dataclasses.replace(
+        stored,
+        resume=True,
+        allow_large=stored.allow_large or allow_large,
+        include_suspect_nodes=stored.include_suspect_nodes or include_suspect_nodes,
+    )
     return prepare(request, run_dir=existing.path.resolve(), dry_run=dry_run)
 
 
@@ -374,9 +403,14 @@ def failure_reason(run: RunDir) -> Optional[str]:
 
 
 def why_failed(snapshot: "Snapshot") -> str:
-    """Why a failed run failed: `failure_reason`, else the scheduler's verdict, else what its state and metrics say."""
+    """Why a failed run failed: a hung run's hang record (dlaunch/runs/hangs.py), else `failure_reason`, else the scheduler's verdict, else what its state and metrics say."""
+    from dlaunch.runs.hangs import HUNG, hang_reason, hang_record
+
     if snapshot.reason:
         return snapshot.reason
+    hang = hang_record(snapshot.run.path) if snapshot.progress.status == HUNG else None
+    if hang is not None:  # the record names the silent processes; the logs show their peers' symptoms
+        return hang_reason(snapshot.run.path, hang)
     reason = failure_reason(snapshot.run)
     if reason:
         return reason

@@ -180,6 +180,8 @@ class Scheduler(abc.ABC):
     server_variable: str = ""  # the environment variable that points its commands at the server, if any
     # Seconds before the time limit at which the scheduler signals the job to checkpoint (None: it does not).
     signal_lead_s: Optional[int] = None
+    # Its directives can keep a job off named nodes (`JobSpec.exclude`: the site's suspect nodes; Slurm's --exclude).
+    excludes_nodes = False
     # (pattern, what it is) the profile's per-framework options of its step must match (`[launch.<fw>]`);
     # () = words of the step command
     step_option_form: Tuple[str, str] = ()  # type: ignore[assignment]  # (): words of the step command; read only where set

@@ -176,6 +176,7 @@ class Slurm(Scheduler):
     this_machine = False
     # slurmstepd's words when it ends a job (`*** JOB 12 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***`) or
     # requeues it; srun's and slurmstepd's messages around a task that failed.
+    excludes_nodes = True  # sbatch --exclude (its manual page: "Explicitly exclude certain nodes")
     log_verdicts = (r"DUE TO (TIME LIMIT|NODE FAILURE|PREEMPTION)|CANCELLED AT|JOB REQUEUE",)
     log_noise = (r"srun: error:", r"slurmstepd: error:.*(Exited|task \d+)")
     no_test_submission = ""
@@ -201,6 +202,7 @@ class Slurm(Scheduler):
             *(("--partition=%s" % partition_option(queue),) if partition_option(queue) else ()),  # type: ignore[arg-type]  # a queued scheduler's job has its queue (jobs/plan.py)
             *(("--qos=%s" % queue.qos,) if queue.qos else ()),  # type: ignore[union-attr]  # a queued scheduler's job has its queue (jobs/plan.py)
             "--time=%s" % format_time(job.seconds),
+            *(("--exclude=%s" % ",".join(job.exclude),) if job.exclude else ()),
             *(("--account=%s" % job.account,) if job.account else ()),
             *(("--gres=%s" % cfg.gres,) if cfg.gres else ()),
             *(("--gres=gpu:%d" % job.gpus_per_node,) if cfg.gpu_request == "gres" else ()),

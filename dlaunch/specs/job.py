@@ -37,6 +37,7 @@ class JobSpec:
     extra_tasks: int = 0  # tasks beyond tasks_per_node on every node (coordinators; the scheduler places them)
     overcommit: bool = False  # more tasks than CPUs on a node
     smt: bool = True  # False: one hardware thread per core (the scheduler's `one_thread_per_core`)
+    exclude: Tuple[str, ...] = ()  # nodes the job must not run on (node names, checked: dlaunch/boundary.py NODE)
 
     @property
     def tasks(self) -> int:

@@ -138,14 +138,16 @@ def identity(environ: Mapping[str, str]) -> Tuple[int, int, int]:
     return 0, 0, 1
 
 
-def local_folder(run_dir: str, environ: Mapping[str, str]) -> str:
+def local_folder(run_dir: str, environ: Mapping[str, str], host: str) -> str:
     """The node-local folder of this attempt of the run: the same for every process of the node (they share the run
-    directory, the job's id and attempt, torchrun's run id and restart), another for the next attempt."""
-    parts = [os.path.abspath(run_dir)] + [
+    directory, the job's id and attempt, torchrun's run id and restart, the host), another for the next attempt, and
+    another for each host where nodes share the folder (the test cluster's nodes share /dev/shm: without the host, one
+    node's writer published the other's ranks as its own, naming the wrong node)."""
+    parts = [os.path.abspath(run_dir), host] + [
         environ.get(name, "")
         for name in (jobenv.JOB_ID, jobenv.RESTART_COUNT, "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
     ]
-    if not any(parts[1:]):
+    if not any(parts[2:]):
         parts.append(str(os.getpid()))  # a process of its own (no job, no torchrun): nothing to share
     root = environ.get(LOCAL_ROOT_ENV) or ("/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir())
     return os.path.join(root, "dlaunch-heartbeat-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20])
@@ -190,7 +192,7 @@ class Watchdog:
         self.beat_s, self.node_s, self.stale_s = intervals(base)
         self.started_wall = time.time()
         self.clock = HangClock(hang_timeout or None, time.monotonic())
-        self.local_dir = local_folder(run_dir, environ)
+        self.local_dir = local_folder(run_dir, environ, host)
         self.hang_dir = os.path.join(run_dir, hb.HANG_DIR)
         self.section_name: Optional[str] = None
         self.section_start = 0.0

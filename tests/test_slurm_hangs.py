@@ -1,0 +1,80 @@
+"""A rank stopped for good on the real test cluster (issue 44, done-when): SIGSTOP from outside, as a GPU or driver
+that hangs leaves a process alive but silent. The job ends within the hang timeout + 60 s, `status` names the node and
+the rank, the site's suspect-node record holds the node, and the resubmission leaves it out (a dry run: the 2-node
+cluster cannot run a 2-node job without it)."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import slurm
+from holds import Hold
+from test_slurm_dlaunch import dlaunch, job_id, submit, trainer_pids, wait_for
+
+from dlaunch.runs import suspects
+
+pytestmark = pytest.mark.slow
+HANG_TIMEOUT_S = 20
+
+
+def node_of(cluster: slurm.Cluster, rank: int) -> "tuple[str, int]":
+    """(the node, the pid) of the trainer worker of `rank` (its RANK variable)."""
+    for node in cluster.node_names:
+        for pid in trainer_pids(node):
+            try:
+                environ = Path("/proc/%d/environ" % pid).read_bytes().split(b"\0")
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if b"RANK=%d" % rank in environ:
+                return node, pid
+    raise AssertionError("no trainer of rank %d" % rank)
+
+
+def test_a_rank_stopped_for_good_ends_the_job_hung_names_its_node_and_the_resubmission_leaves_it_out(
+        two_nodes, slurm_site, tmp_path):
+    record = tmp_path / "suspect-nodes"
+    env = {suspects.FOLDER_ENV: str(record)}
+    hold = Hold(tmp_path)
+    run_dir = submit(two_nodes, tmp_path, slurm_site, "hang", "--nodes", "2", "--steps", "100000",
+                     "--hang-timeout", str(HANG_TIMEOUT_S), **hold.env(), **env)
+    stopped = None
+    try:
+        wait_for(lambda: all(Path("%s.held-after-epoch-0.rank%d" % (hold.file, r)).exists() for r in (0, 1)),
+                 "both ranks held after their first epoch")
+        # While it runs (held: the watchdog paused), status says per node when it last finished a step.
+        wait_for(lambda: len(re.findall(r": last step \d+ \d+ s ago", dlaunch(two_nodes, tmp_path, "status",
+                                                                              str(run_dir), **env).stdout)) == 2,
+                 "both nodes' last step in status", timeout=60)
+        node, stopped = node_of(two_nodes, 1)
+        os.kill(stopped, signal.SIGSTOP)
+        released = time.monotonic()
+        hold.release(rank=0)
+        state = two_nodes.wait_job(job_id(run_dir), HANG_TIMEOUT_S + 120)
+        ended_after = time.monotonic() - released
+    finally:
+        hold.release()
+        if stopped is not None:
+            subprocess.run(["kill", "-9", str(stopped)], stderr=subprocess.DEVNULL, check=False)
+    print("hang to job end: %.1f s (hang timeout %d s)" % (ended_after, HANG_TIMEOUT_S))
+    assert state == "FAILED"
+    assert ended_after <= HANG_TIMEOUT_S + 60
+    [shown] = json.loads(dlaunch(two_nodes, tmp_path, "status", "--json", str(run_dir), **env).stdout)
+    assert (shown["state"], shown["status"]) == (
+        "FAILED (exit 69: a process stopped answering, the watchdog stopped the job)", "hung"), shown
+    assert re.match(r"hung: no step finished for %d s: silent: %s rank 1 \(local rank \d\), last step \d+, phase \S"
+                    % (HANG_TIMEOUT_S, node), shown["why_failed"]), shown
+    assert "resume it: dlaunch run --resume" in shown["why_failed"] and shown["why_failed"].endswith(
+        "(leaves out %s)" % node)
+    listed = dlaunch(two_nodes, tmp_path, "nodes", "list", "--site", str(slurm_site), "--json", **env)
+    assert listed.returncode == 0, listed.stderr
+    assert '"node": "%s"' % node in listed.stdout and str(run_dir.resolve()) in listed.stdout
+    resumed = dlaunch(two_nodes, tmp_path, "run", "--resume", str(run_dir), "--dry-run", **env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "#SBATCH --exclude=%s\n" % node in resumed.stdout and "--resume" in resumed.stdout
+    assert "leaves out suspect nodes: %s (hung in " % node in resumed.stderr
