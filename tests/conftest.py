@@ -26,6 +26,17 @@ def pytest_collection_modifyitems(config, items) -> None:
             items[:] = [item for item in items if not item.get_closest_marker("apptainer")]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def torch_extensions_dir() -> Iterator[None]:
+    """One stable $TORCH_EXTENSIONS_DIR for every process the tests start (local runs, Slurm jobs, tests/
+    test_frameworks.py's): DeepSpeed compiles its CPU communication op there on first use (about 1.5 min), so a
+    fresh machine compiles it once, not once more for the runs that had torch's default cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCH_EXTENSIONS_DIR", os.environ.get("TORCH_EXTENSIONS_DIR",
+                                                            str(Path.home() / ".cache" / "dlaunch" / "torch_extensions")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def results_db(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test's own results database ($DLAUNCH_RESULTS_DB, inherited by the dlaunch and Slurm
