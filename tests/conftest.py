@@ -1,7 +1,11 @@
-"""Session fixtures: the throw-away Slurm cluster (scripts/slurm-cluster.sh) and its site profile."""
+"""Session fixtures: the throw-away Slurm cluster (scripts/slurm-cluster.sh) and its site profile, the cpu images."""
 import os
+import platform
+import shutil
+import subprocess
+import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Dict, Iterator
 
 import pytest
 
@@ -20,6 +24,17 @@ def pytest_collection_modifyitems(config, items) -> None:
         if deselected:
             config.hook.pytest_deselected(items=deselected)
             items[:] = [item for item in items if not item.get_closest_marker("apptainer")]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def torch_extensions_dir() -> Iterator[None]:
+    """One stable $TORCH_EXTENSIONS_DIR for every process the tests start (local runs, Slurm jobs, tests/
+    test_frameworks.py's): DeepSpeed compiles its CPU communication op there on first use (about 1.5 min), so a
+    fresh machine compiles it once, not once more for the runs that had torch's default cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCH_EXTENSIONS_DIR", os.environ.get("TORCH_EXTENSIONS_DIR",
+                                                            str(Path.home() / ".cache" / "dlaunch" / "torch_extensions")))
+        yield
 
 
 @pytest.fixture(autouse=True)
@@ -59,3 +74,30 @@ def two_nodes(slurm_cluster: slurm.Cluster) -> slurm.Cluster:
     if slurm_cluster.nodes < 2:
         pytest.skip("the cluster given by $SLURM_CONF has %d node(s); these tests need 2" % slurm_cluster.nodes)
     return slurm_cluster
+
+
+@pytest.fixture(scope="session")
+def cpu_image(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """`cpu_image(framework)`: the cpu stack's image of `framework`, built from containers/cpu/<framework>.def by
+    scripts/build-rootfs.py (or reused from its cache, which copies %files again and reruns %test: seconds) once per
+    session, whichever module asks first, as the link cpu-<framework>-<arch> in one folder (a DLAUNCH_IMAGES_DIR)."""
+    require(os.geteuid() == 0, "building a root file system needs root (mmdebstrap --mode=root, chroot)")
+    require(shutil.which("mmdebstrap") is not None and shutil.which("ch-run") is not None,
+            "mmdebstrap or ch-run is not installed (scripts/bootstrap-containers.sh)")
+    repo = Path(__file__).resolve().parent.parent
+    folder = tmp_path_factory.mktemp("images")
+    revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    built: Dict[str, Path] = {}
+
+    def image(framework: str) -> Path:
+        if framework not in built:
+            link = folder / ("cpu-%s-%s" % (framework, platform.machine()))
+            ran = subprocess.run([sys.executable, str(repo / "scripts" / "build-rootfs.py"),
+                                  str(repo / "containers" / "cpu" / ("%s.def" % framework)),
+                                  "--build-arg", "GIT_REVISION=%s" % revision, "--output", str(link)],
+                                 cwd=repo, capture_output=True, text=True, timeout=3000)
+            assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-5000:]
+            built[framework] = link
+        return built[framework]
+
+    return image

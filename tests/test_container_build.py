@@ -6,7 +6,6 @@ The first run builds the image (minutes, see containers/README.md); later runs r
 in ~/.cache/dlaunch/rootfs and only copy %files again and rerun %test."""
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from prerequisites import require
 from dlaunch.train.metrics_schema import MetricsError, read_metrics
 
 pytestmark = pytest.mark.slow
@@ -23,34 +21,20 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--batch-size", "4", "--threads", "1",
         "--device", "cpu", "--data", "synthetic", "--workers", "0", "--warmup-steps", "1", "--steps-per-epoch", "2"]
-BUILD_TIMEOUT_S = 3000
 
 
 def git_revision() -> str:
     return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
 
 
-def build(framework: str) -> Path:
-    """The cpu stack's root file system for `framework` (built, or reused from the cache)."""
-    require(os.geteuid() == 0, "building a root file system needs root (mmdebstrap --mode=root, chroot)")
-    require(shutil.which("mmdebstrap") is not None and shutil.which("ch-run") is not None,
-            "mmdebstrap or ch-run is not installed (scripts/bootstrap-containers.sh)")
-    definition = REPO / "containers" / "cpu" / f"{framework}.def"
-    built = subprocess.run([sys.executable, str(REPO / "scripts" / "build-rootfs.py"), str(definition),
-                            "--build-arg", f"GIT_REVISION={git_revision()}"],
-                           cwd=REPO, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-5000:]
-    return Path(built.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope="module")
+def image(cpu_image) -> Path:
+    return cpu_image("ddp")
 
 
 @pytest.fixture(scope="module")
-def image() -> Path:
-    return build("ddp")
-
-
-@pytest.fixture(scope="module")
-def horovod_image() -> Path:
-    return build("horovod")
+def horovod_image(cpu_image) -> Path:
+    return cpu_image("horovod")
 
 
 def ch_run(image: Path, *command: str, binds=()) -> list:

@@ -2,39 +2,26 @@
 cpu image (built from containers/cpu/*.def by scripts/build-rootfs.py) on two nodes, and Slurm's signals
 reach it through `ch-run`."""
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import slurm
 from holds import Hold
-from prerequisites import require
 from test_slurm_dlaunch import DLAUNCH, JOB_TIMEOUT_S, TINY, dlaunch, epochs_written, job_id, log_text, wait_for
 from dlaunch.train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
 ARCH = os.uname().machine
 
 
 @pytest.fixture(scope="module")
-def images_dir(tmp_path_factory) -> Path:
+def images_dir(cpu_image) -> Path:
     """DLAUNCH_IMAGES_DIR with cpu-ddp-<arch> and cpu-horovod-<arch> (links to the cached root fs builds)."""
-    require(os.geteuid() == 0 and shutil.which("mmdebstrap") is not None and shutil.which("ch-run") is not None,
-            "root, mmdebstrap and ch-run are needed (scripts/bootstrap-containers.sh)")
-    folder = tmp_path_factory.mktemp("images")
-    revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    for framework in ("ddp", "horovod"):
-        built = subprocess.run([sys.executable, str(REPO / "scripts" / "build-rootfs.py"),
-                                str(REPO / "containers" / "cpu" / f"{framework}.def"), "--build-arg",
-                                f"GIT_REVISION={revision}", "--output", str(folder / f"cpu-{framework}-{ARCH}")],
-                               cwd=REPO, capture_output=True, text=True, timeout=3000)
-        assert built.returncode == 0, built.stderr[-5000:]
-    return folder
+    cpu_image("horovod")
+    return cpu_image("ddp").parent
 
 
 @pytest.fixture(scope="module")
