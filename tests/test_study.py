@@ -456,3 +456,26 @@ def test_study_list_is_one_line_per_job_and_writes_nothing(tmp_path):
                          "256 nodes, 1024 GPUs")
     assert listed.stderr.rstrip().splitlines()[-1] == "387 jobs"
     assert not (tmp_path / "runs").exists()
+
+
+def test_study_reports_published_comparison_leaves_a_doubtful_point_out_unless_included(tmp_path):
+    """As `report`'s tables: a point the quality verdict doubts (here E_G 1.3 from one run per point: more than ideal
+    beyond what noise allows) is no value beside the published ones unless --include-doubtful (it was drawn)."""
+    from test_analysis import write_run
+
+    folder = tmp_path / "smoke"
+    folder.mkdir()
+    (folder / "study.toml").write_text((STUDIES / "smoke.toml").read_text())
+    write_run(folder, "g1", 1, [10.0, 100.0], model="resnet44", experiment="scaling")
+    write_run(folder, "g2", 2, [10.0, 260.0], model="resnet44", experiment="scaling")
+
+    def published_gpus(*flags: str):
+        report = dlaunch(tmp_path, "study", "report", folder, "-o", tmp_path / "report", *flags)
+        assert report.returncode == 0, report.stderr
+        text = (tmp_path / "report" / "report.md").read_text()
+        rows = [[c.strip() for c in line.strip("|").split(" | ")]
+                for line in text.split("## Published vs this run", 1)[1].splitlines() if line.startswith("| Mahon")]
+        return [row[1] for row in rows if row[7] not in ("", "-")]
+
+    assert published_gpus() == ["1"]
+    assert published_gpus("--include-doubtful") == ["1", "2"]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from dlaunch.analysis.scaling import GroupKey, Run, Spread, measured_runs
+from dlaunch.analysis.scaling import GroupKey, Run, Spread, group_runs, measured_runs
 from dlaunch.analysis.stragglers import Flag, flag_kinds
 from dlaunch.errors import DlaunchError
 
@@ -321,6 +321,16 @@ def judge_runs(
         kinds = flag_kinds(f.kind for f in (flags or {}).get(run.path, []))
         points.setdefault(run.world_size, []).append(facts_of(run, kinds))
     return judge(points, option)
+
+
+def doubtful_points(runs: Sequence[Run], option: Optional[float] = None) -> Dict[str, PointQuality]:
+    """Metrics path -> its point's verdict, for each of `runs` (as the caller judged them: flagged ones left out)
+    whose point the verdict doubts, judged within its scaling group (diverged runs left out, as `report` does)."""
+    doubtful: Dict[str, PointQuality] = {}
+    for group in group_runs(r for r in runs if not r.diverged).values():
+        verdicts = judge_runs(group, option)
+        doubtful.update((r.path, verdicts[r.world_size]) for r in group if verdicts[r.world_size].doubtful)
+    return doubtful
 
 
 def unequal_threads(keys: Sequence[GroupKey]) -> List[str]:

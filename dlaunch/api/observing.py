@@ -103,18 +103,15 @@ def _doubtful_points(runs: Sequence["RunDir"]) -> Dict[Path, str]:
     """Run directory -> the quality verdict of its scaling point (dlaunch/analysis/quality.py: noisy, unstable
     reference, implausible, with causes) where that point is doubtful, judged among `runs` (those listed that ended
     ok, flagged ones set apart as `report` sets them) at the default noise thresholds."""
-    from dlaunch.analysis.quality import judge_runs
-    from dlaunch.analysis.scaling import group_runs, load_runs
+    from dlaunch.analysis.quality import doubtful_points
+    from dlaunch.analysis.scaling import load_runs
 
     by_metrics = {str(run.metrics_path): run.path for run in runs}
-    doubtful = {}
-    for group in group_runs(r for r in load_runs(list(by_metrics)).runs if not r.diverged).values():
-        verdicts = judge_runs(group)
-        for run in group:
-            verdict = verdicts.get(run.world_size)
-            if verdict is not None and verdict.doubtful and run.path in by_metrics:
-                doubtful[by_metrics[run.path]] = "quality of its %d-rank point: %s" % (run.world_size, verdict.line)
-    return doubtful
+    loaded = [r for r in load_runs(list(by_metrics)).runs if r.path in by_metrics]
+    return {
+        by_metrics[path]: "quality of its %d-rank point: %s" % (verdict.gpus, verdict.line)
+        for path, verdict in doubtful_points(loaded).items()
+    }
 
 
 @api_function

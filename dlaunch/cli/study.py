@@ -276,7 +276,9 @@ def study_report_command(
     noise_threshold: NoiseThreshold = None,
 ) -> int:
     """The study's tables and plots, with the published values beside this run's, its protocol and assumptions."""
-    study, comparisons, design = published_comparisons(folder, include_stragglers, straggler_threshold)
+    study, comparisons, design = published_comparisons(
+        folder, include_stragglers, straggler_threshold, include_doubtful, noise_threshold
+    )
     code = 0
     try:
         report_command(

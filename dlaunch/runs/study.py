@@ -445,11 +445,17 @@ def study_runs(folder: Path) -> List[RunDir]:
 
 
 def published_comparisons(
-    folder: Path, include_stragglers: bool = False, straggler_threshold: Optional[float] = None
+    folder: Path,
+    include_stragglers: bool = False,
+    straggler_threshold: Optional[float] = None,
+    include_doubtful: bool = False,
+    noise_threshold: Optional[float] = None,
 ) -> Tuple[Study, List[Comparison], List[str]]:
     """A study directory's study, its published values beside its runs' (the study's `[[compare]]` entries), and the
     lines on its design (protocol, image stack) its report shows. Flagged runs are left out as `report` leaves them
-    out (each judged at `straggler_threshold`, else its profile's), unless `include_stragglers`."""
+    out (each judged at `straggler_threshold`, else its profile's), unless `include_stragglers`; so are the runs of
+    points the quality verdict doubts (at `noise_threshold`), unless `include_doubtful`."""
+    from dlaunch.analysis.quality import doubtful_points
     from dlaunch.analysis.scaling import load_runs
     from dlaunch.analysis.stragglers import flagged, unflagged
     from dlaunch.reporting.report import load_profiles
@@ -463,6 +469,9 @@ def published_comparisons(
     runs = load_runs([str(folder)]).runs
     if not include_stragglers:
         runs = unflagged(runs, flagged(runs, straggler_threshold, load_profiles(runs, None).of))
+    if not include_doubtful:
+        doubtful = doubtful_points(runs, noise_threshold)
+        runs = [r for r in runs if r.path not in doubtful]
     comparisons = [compare_published(c, PUBLISHED_DIR / c.file, runs) for c in study.compare]
     protocol = info.get("protocol")
     design = (
