@@ -55,11 +55,15 @@ def test_while_a_run_runs_status_and_watch_say_per_node_how_long_ago_it_last_fin
     assert main(["status", "runs"]) == 0
     out = capsys.readouterr().out
     assert "runs/r: dl-node2: last step 30 4 min ago, no heartbeat for 4 min" in out
-    assert main(["watch", "--once", "runs"]) == 0
+    assert main(["watch", "--once", "runs"]) == 0  # watch names the stalled node only (dl-node1's line says nothing)
     [line] = watch_lines(capsys)
-    assert line.endswith("dl-node1: last step 40 12 s ago; dl-node2: last step 30 4 min ago, no heartbeat for 4 min")
+    assert "dl-node1" not in line and line.endswith("; dl-node2: last step 30 4 min ago, no heartbeat for 4 min"), line
     assert main(["status", "--json", "runs"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["nodes"][0] == "dl-node1: last step 40 12 s ago"
+    write_node(run, "dl-node1", 0, now - 2, [state(0, now - 1, 40, now - 70), state(1, now - 1, 41, now - 3, 1)])
+    assert main(["watch", "--once", "runs"]) == 0  # its slowest rank finished no step for 70 s: a stall, named
+    [line] = watch_lines(capsys)
+    assert "; dl-node1: last step 40 70 s ago; dl-node2: last step 30 4 min ago" in line, line
 
 
 def test_a_node_that_has_not_finished_a_step_and_a_run_without_heartbeat_files(tmp_path, monkeypatch):
@@ -67,7 +71,8 @@ def test_a_node_that_has_not_finished_a_step_and_a_run_without_heartbeat_files(t
     run = write_run(tmp_path / "runs", "r", [header()], state=LOCAL_RUNNING % os.getpid())
     now = time.time()
     write_node(run, "n1", 0, now, [state(0, now, None, None, phase="start-up")])
-    assert api.status(["runs"])[0].nodes == ["n1: no step finished yet"]
+    # as of its file (written every interval): a node may have finished steps since, so the line says when
+    assert api.status(["runs"])[0].nodes == ["n1: no step finished as of its heartbeat 0 s ago"]
     write_run(tmp_path / "runs", "plain", [header()], state=LOCAL_RUNNING % os.getpid())
     assert api.status(["runs/plain"])[0].nodes == []  # an engine without the watchdog: nothing shown, nothing guessed
 

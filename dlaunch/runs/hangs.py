@@ -66,19 +66,28 @@ def ago(seconds: float) -> str:
     return "%.1f h" % (seconds / 3600)
 
 
-def node_activity(run_dir: Path, now: float, since: Optional[float] = None) -> List[str]:
+STALL_S = 60.0  # no step for this long: a node `watch` shows (the watchdog's own deadline is 180 s or more)
+
+
+def node_activity(run_dir: Path, now: float, since: Optional[float] = None, stalled_only: bool = False) -> List[str]:
     """Per node of the run's heartbeat files (by name): 'dl-node2: last step 40 4 min ago', and 'no heartbeat for
     N' where its file is STALE_INTERVALS intervals old (its writer stopped); [] without heartbeat files. Files last
-    written before `since` (the latest attempt's start) are an earlier attempt's (a resumed run's other nodes)."""
+    written before `since` (the latest attempt's start) are an earlier attempt's (a resumed run's other nodes).
+    `stalled_only`: only the nodes whose last step is STALL_S old or whose heartbeat stopped (`watch` shows those: a
+    line per node of a healthy run would change every second and say nothing)."""
     lines = []
     for host, node in sorted(read_heartbeats(str(run_dir)).items()):
         if since is not None and node["time"] < since:
             continue
-        if node["last_step"] is None:
-            text = "%s: no step finished yet" % host
+        silent = now - node["time"] >= STALE_INTERVALS * node["interval_s"]
+        if node["last_step"] is None:  # as of its file, written every interval: say when that was
+            text = "%s: no step finished as of its heartbeat %s ago" % (host, ago(now - node["time"]))
+            stalled = silent
         else:
             text = "%s: last step %d %s ago" % (host, node["last_step"], ago(now - node["last_step_time"]))
-        if now - node["time"] >= STALE_INTERVALS * node["interval_s"]:
+            stalled = silent or now - node["last_step_time"] >= STALL_S
+        if silent:
             text += ", no heartbeat for %s" % ago(now - node["time"])
-        lines.append(text)
+        if stalled or not stalled_only:
+            lines.append(text)
     return lines

@@ -222,6 +222,9 @@ class Snapshot:
     stopped_by: Optional[str] = None
     # While it runs: per node how long ago it last finished a step (dlaunch/runs/hangs.py: node_activity).
     nodes: Tuple[str, ...] = ()
+    stalled: Tuple[
+        str, ...
+    ] = ()  # those of `nodes` that finished no step for hangs.STALL_S, or whose heartbeat stopped
     measured: "Optional[Run]" = field(
         default=None, compare=False, repr=False
     )  # its metrics as read (not from the cache)
@@ -370,6 +373,11 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
                 stopped_by=stopped,
                 nodes=(
                     tuple(hangs.node_activity(run.path, now, progress.session_started))
+                    if status == "running" and not ended
+                    else ()
+                ),
+                stalled=(
+                    tuple(hangs.node_activity(run.path, now, progress.session_started, stalled_only=True))
                     if status == "running" and not ended
                     else ()
                 ),

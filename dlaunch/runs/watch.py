@@ -142,14 +142,14 @@ def overall(snapshots: Sequence[Snapshot]) -> str:
 
 def details(snapshot: Snapshot, reason: str, now: Optional[float] = None) -> str:
     """'status; figures; why: reason (or who stopped it); network: ...; straggler: ...; dl-node2: last step 40 4 min
-    ago' (the parts that say something)."""
+    ago' (the parts that say something: of the nodes, those that stalled)."""
     parts = [
         snapshot.progress.status,
         figures(snapshot, now),
         "why: " + reason if reason else snapshot.stopped_by or "",
     ]
     parts += ["network: " + problem for problem in snapshot.network]
-    return "; ".join(part for part in parts + list(snapshot.flags) + list(snapshot.nodes) if part)
+    return "; ".join(part for part in parts + list(snapshot.flags) + list(snapshot.stalled) if part)
 
 
 def plain_line(snapshot: Snapshot, reason: str) -> str:
