@@ -8,6 +8,7 @@ from test_report import table_rows
 
 import dlaunch
 from dlaunch.cli import app
+from dlaunch.train.metrics_schema import VERSION
 
 # (framework, workers, images/s, the median rank's compute per step; None: a trainer that records no phases); each
 # rank waits 0.01 s per step for data and syncs 0.02 s (v4_fields): a split of 15.4 % sync, 76.9 % compute, 7.7 % data
@@ -42,9 +43,11 @@ def test_the_report_sets_the_arms_side_by_side_per_worker_count(tmp_path, arms):
         "| group | workers | architecture | updates | engine | framework | loader | threads |")
     assert "| group | workers | nodes | runs |" in text  # the Scaling table: workers, not GPUs
     assert "architectures, updates and frameworks compared" in result.stdout
-    # the notes describe the files read: fresh version 4 files of the TensorFlow trainer, not "version 1-3"
-    assert ("2 runs (metrics version 4 files of the tensorflow trainer, whose epoch records hold no overhead) recorded no "
-            "epoch overhead, so images/s is the steps-only rate: tf-ps-async-w1, tf-ps-async-w2") in result.stderr
+    # the notes describe the files read: fresh files (of the version written now) of the TensorFlow trainer, not
+    # "version 1-3"
+    assert ("2 runs (metrics version %d files of the tensorflow trainer, whose epoch records hold no overhead) recorded "
+            "no epoch overhead, so images/s is the steps-only rate: tf-ps-async-w1, tf-ps-async-w2" % VERSION
+            ) in result.stderr
     assert "metrics version 1-3" not in text
     assert "site local has no [[reference]] for resnet18 on 1 worker" in result.stderr
     (group,) = [g for g in dlaunch.report([arms]).groups if g.framework == "tf-ps-async"]

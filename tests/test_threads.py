@@ -64,8 +64,16 @@ def test_the_cpu_study_gives_every_worker_of_every_arm_the_same_compute():
     workers apart)."""
     site = resolve_site("juwels-cluster")
     scheduler = scheduler_for(site.scheduler.kind)
-    threads = {}
-    for job in expand(load_study(REPO / "studies" / "cpu-ps.toml"), "juwels-cluster", Path("/x"), {"native": "/d"}):
+    for protocol, expected in (("paper", 16), ("short", 1)):  # the short one (the default): 1 thread, every worker
+        threads = _threads_per_worker(site, scheduler, protocol)
+        assert list(threads) == [(expected,)], {k: v[:2] for k, v in threads.items()}
+
+
+def _threads_per_worker(site, scheduler, protocol: str) -> dict:
+    """The threads of each worker of each cpu-ps job under `protocol` -> the jobs' names."""
+    threads: dict = {}
+    study = load_study(REPO / "studies" / "cpu-ps.toml")
+    for job in expand(study, "juwels-cluster", Path("/x"), {"native": "/d"}, protocol=protocol):
         request = job.request
         spec = launch_mode(site, request.framework).spec(site, scheduler, request.nodes, site.gpus_per_node)
         requested = dict(request.trainer).get("threads")
@@ -74,7 +82,7 @@ def test_the_cpu_study_gives_every_worker_of_every_arm_the_same_compute():
         threads.setdefault(tuple(sorted(set(found))), []).append(job.name)
         cores = spec.cpus_per_task // site.threads_per_core
         assert max(found) <= cores, "%s: %d threads on a task of %d cores" % (job.name, max(found), cores)
-    assert list(threads) == [(16,)], {k: v[:2] for k, v in threads.items()}
+    return threads
 
 
 @pytest.mark.slow
