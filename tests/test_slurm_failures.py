@@ -97,8 +97,9 @@ def test_a_run_directory_the_nodes_cannot_see_reads_died(two_nodes, slurm_site, 
         subprocess.run(["umount", str(hidden)], timeout=30)
 
 
-def rank_pid(cluster: slurm.Cluster, rank: int) -> int:
-    """The trainer worker of `rank`, found by its RANK variable among the nodes' trainer processes."""
+def node_of(cluster: slurm.Cluster, rank: int) -> "tuple[str, int]":
+    """(the node, the pid) of the trainer worker of `rank`, found by its RANK variable among the nodes' trainer
+    processes."""
     for node in cluster.node_names:
         for pid in trainer_pids(node):
             try:
@@ -106,8 +107,13 @@ def rank_pid(cluster: slurm.Cluster, rank: int) -> int:
             except (FileNotFoundError, ProcessLookupError):
                 continue
             if b"RANK=%d" % rank in environ:
-                return pid
+                return node, pid
     raise AssertionError("no trainer of rank %d" % rank)
+
+
+def rank_pid(cluster: slurm.Cluster, rank: int) -> int:
+    """The pid of the trainer worker of `rank` (`node_of`)."""
+    return node_of(cluster, rank)[1]
 
 
 def test_rank_0_killed_as_the_oom_killer_does_reads_died_with_the_signal(two_nodes, slurm_site, tmp_path):

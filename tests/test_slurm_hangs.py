@@ -13,27 +13,14 @@ from pathlib import Path
 
 import pytest
 
-import slurm
 from holds import Hold
-from test_slurm_dlaunch import dlaunch, job_id, submit, trainer_pids, wait_for
+from test_slurm_dlaunch import dlaunch, job_id, submit, wait_for
+from test_slurm_failures import node_of
 
 from dlaunch.runs import suspects
 
 pytestmark = pytest.mark.slow
 HANG_TIMEOUT_S = 20
-
-
-def node_of(cluster: slurm.Cluster, rank: int) -> "tuple[str, int]":
-    """(the node, the pid) of the trainer worker of `rank` (its RANK variable)."""
-    for node in cluster.node_names:
-        for pid in trainer_pids(node):
-            try:
-                environ = Path("/proc/%d/environ" % pid).read_bytes().split(b"\0")
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            if b"RANK=%d" % rank in environ:
-                return node, pid
-    raise AssertionError("no trainer of rank %d" % rank)
 
 
 def test_a_rank_stopped_for_good_ends_the_job_hung_names_its_node_and_the_resubmission_leaves_it_out(
