@@ -10,7 +10,7 @@ dlaunch/train/heartbeat.py); this module reads them for `status`, `watch` and th
 """
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from dlaunch.boundary import display_path
 from dlaunch.train.heartbeat import STALE_INTERVALS, read_hang_record, read_heartbeats
@@ -69,12 +69,17 @@ def ago(seconds: float) -> str:
 STALL_S = 60.0  # no step for this long: a node `watch` shows (the watchdog's own deadline is 180 s or more)
 
 
-def node_activity(run_dir: Path, now: float, since: Optional[float] = None, stalled_only: bool = False) -> List[str]:
+class NodeLine(NamedTuple):
+    text: str  # 'dl-node2: last step 40 4 min ago'
+    stalled: bool  # no step for STALL_S, or its heartbeat stopped (`watch` shows those only)
+
+
+def node_activity(run_dir: Path, now: float, since: Optional[float] = None) -> List[NodeLine]:
     """Per node of the run's heartbeat files (by name): 'dl-node2: last step 40 4 min ago', and 'no heartbeat for
     N' where its file is STALE_INTERVALS intervals old (its writer stopped); [] without heartbeat files. Files last
     written before `since` (the latest attempt's start) are an earlier attempt's (a resumed run's other nodes).
-    `stalled_only`: only the nodes whose last step is STALL_S old or whose heartbeat stopped (`watch` shows those: a
-    line per node of a healthy run would change every second and say nothing)."""
+    Each line says whether the node stalled: its last step STALL_S old, or its heartbeat stopped (a line per node of
+    a healthy run would change every second in `watch` and say nothing)."""
     lines = []
     for host, node in sorted(read_heartbeats(str(run_dir)).items()):
         if since is not None and node["time"] < since:
@@ -88,6 +93,5 @@ def node_activity(run_dir: Path, now: float, since: Optional[float] = None, stal
             stalled = silent or now - node["last_step_time"] >= STALL_S
         if silent:
             text += ", no heartbeat for %s" % ago(now - node["time"])
-        if stalled or not stalled_only:
-            lines.append(text)
+        lines.append(NodeLine(text, stalled))
     return lines

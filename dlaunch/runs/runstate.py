@@ -355,6 +355,8 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
             else None
         )
         network, flags = _judged(run, measured, live=progress.status == "running")
+        running = status == "running" and not ended
+        activity = hangs.node_activity(run.path, now, progress.session_started) if running else []
         snapshots.append(
             Snapshot(
                 run,
@@ -371,16 +373,8 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
                 flags,
                 _gpus(plan),
                 stopped_by=stopped,
-                nodes=(
-                    tuple(hangs.node_activity(run.path, now, progress.session_started))
-                    if status == "running" and not ended
-                    else ()
-                ),
-                stalled=(
-                    tuple(hangs.node_activity(run.path, now, progress.session_started, stalled_only=True))
-                    if status == "running" and not ended
-                    else ()
-                ),
+                nodes=tuple(line.text for line in activity),
+                stalled=tuple(line.text for line in activity if line.stalled),
                 measured=measured,
             )
         )
