@@ -94,3 +94,54 @@ def test_bad_arguments_exit_2(argv):
     with pytest.raises(SystemExit) as e:
         nodecheck.main(argv)
     assert e.value.code == 2
+
+
+def preflighted_run(root, records, hosts, needed, state_word):
+    """A run directory (tests/test_watch.py's) with a pre-flight record judged from forced node files."""
+    from test_watch import write_run
+
+    run = write_run(root, "r", records, state=state_word)
+    record = nodecheck.judge(hosts, {"dl-node1": node("dl-node1"), "dl-node2": node("dl-node2", error=0.5)}, needed, 0.5)
+    record["time"] = 90.0  # before the metrics' first record (100.0): this attempt's pre-flight
+    (run / nodecheck.PREFLIGHT_FILE).write_text(json.dumps(record))
+    return run
+
+
+@pytest.fixture
+def here(tmp_path, monkeypatch):
+    from dlaunch.runs import suspects
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(suspects.FOLDER_ENV, raising=False)
+    monkeypatch.setenv("DLAUNCH_RESULTS_DB", str(tmp_path / "runs" / "results.sqlite"))
+    return tmp_path
+
+
+def test_status_names_the_node_left_out_and_the_site_records_it(here, capsys):
+    from test_watch import finished
+
+    from dlaunch import api
+    from dlaunch.cli import main
+    from dlaunch.runs import suspects
+
+    preflighted_run(here / "runs", finished(), ["dl-node1", "dl-node2"], 1, "finished (exit 0)")
+    [status] = api.status(["runs"])
+    assert status.ok and status.preflight == [
+        "pre-flight left out dl-node2 (GEMM result wrong on cuda:0: relative error 0.5 > 0.02); trains on dl-node1"]
+    [entry] = suspects.read("local")
+    assert entry.node == "dl-node2" and entry.reason == "pre-flight: GEMM result wrong on cuda:0: relative error 0.5 > 0.02"
+    assert main(["status", "runs"]) == 0
+    assert "runs/r: pre-flight left out dl-node2 (GEMM result wrong" in capsys.readouterr().out
+
+
+def test_a_run_that_ended_for_lack_of_healthy_nodes_reads_as_such_with_the_nodes_named(here, capsys):
+    from dlaunch import api
+    from dlaunch.runs import suspects
+
+    preflighted_run(here / "runs", [], ["dl-node1", "dl-node2"], 2, "finished (exit 68)")
+    [status] = api.status(["runs"])
+    assert (status.status, status.ok) == ("too few healthy nodes", False)
+    assert status.why_failed == (
+        "too few healthy nodes: 1 of the 2 node(s) it needs passed pre-flight, nothing trained: dl-node2 (GEMM result "
+        "wrong on cuda:0: relative error 0.5 > 0.02); runs/r/preflight.json")
+    assert [e.node for e in suspects.read("local")] == ["dl-node2"]
