@@ -250,7 +250,9 @@ def preflight_prelude(
     expected: Tuple[str, ...] = ()
     if cfg.gemm_tflops_per_gpu is not None:
         expected = ("--expected-tflops", repr(cfg.gemm_tflops_per_gpu), "--expected-source", cfg.source or "")
-    check = scheduler.node_check_step(site.scheduler, cfg.timeout_s, options) + prefix + module + ("check",) + common  # type: ignore[operator]  # _refuse_preflight: this scheduler has the step
+    step = scheduler.node_check_step(site.scheduler, cfg.timeout_s, options)
+    assert step is not None  # _refuse_preflight: this scheduler has it
+    check = step + (TaskEnv(scheduler.task_variables),) + prefix + module + ("check",) + common
     select = (
         scheduler.node_select_step(site.scheduler, options)
         + prefix

@@ -123,7 +123,7 @@ def _(item: AttemptCount) -> str:
 
 @render_item.register
 def _(item: NodeCheck) -> str:
-    command = " ".join(quote(a) for a in item.command)
+    command = " ".join(_word(a) for a in item.command)
     return '%s || echo "dlaunch: pre-flight check step ended with exit $?" >&2\n' % command
 
 

@@ -134,7 +134,7 @@ class NodeCheck:
     """`<step> || echo "...exit $?" >&2`: pre-flight's check on every node (dlaunch/train/nodecheck.py); the script
     goes on whatever the step's exit (a node without a result is named by the selection that follows)."""
 
-    command: Tuple[str, ...]
+    command: Tuple[Union[str, "TaskEnv"], ...]
 
 
 PreludeItem = Union[

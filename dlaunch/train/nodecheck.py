@@ -1,6 +1,6 @@
 """`python -m dlaunch.train.nodecheck`: pre-flight (issue 44), every node checked before training.
 
-`check` (one task per node, in the job's image): a GEMM of fixed size on each of the node's GPUs (FP16, the
+`check` (one task per node, in the job's image, named by the job's host list: dlaunch/train/jobenv.py): a GEMM of fixed size on each of the node's GPUs (FP16, the
 tensor cores' figure; on a node without a GPU float32 on its CPU), its rate in TFLOP/s and its product verified
 (Freivalds: C x against A (B x) in float32 with a random x; a GPU that computes wrong numbers fails), then the GPU's
 NVML clock event reasons (dlaunch/train/gpuhealth.py; hardware slowdown, thermal and power brake are failures), into
@@ -23,7 +23,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from dlaunch.train.errors import EXIT_OK, EXIT_TOO_FEW_NODES
+from dlaunch.train import jobenv
+from dlaunch.train.errors import EXIT_OK, EXIT_TOO_FEW_NODES, ConfigError
 from dlaunch.train.heartbeat import node_file_name, read_json, write_json_atomically
 
 NODE_SCHEMA, PREFLIGHT_SCHEMA, VERSION = "dlaunch.preflight-node", "dlaunch.preflight", 1
@@ -101,6 +102,15 @@ def check_node(min_seconds: float = MIN_SECONDS) -> Dict[str, Any]:
             devices.append(figures)
         return {"devices": devices}
     return {"devices": [check_device(torch.device("cpu"), CPU_SIZE, min_seconds)]}
+
+
+def this_node(environ: Dict[str, str]) -> str:
+    """This task's node as the job names it (DLAUNCH_NODELIST at its DLAUNCH_NODE_ID: the name the selection looks
+    for, whatever the host calls itself), else the host's name."""
+    try:
+        return jobenv.node_hosts(environ)[jobenv.task(environ).node_id]
+    except (ConfigError, IndexError):
+        return socket.gethostname()
 
 
 def node_file(folder: str, host: str) -> str:
@@ -238,7 +248,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     if args.mode == "check":
-        run_check(args.dir, args.attempt, socket.gethostname())
+        run_check(args.dir, args.attempt, this_node(dict(os.environ)))
         return EXIT_OK
     hosts = [h for h in args.hosts.split(",") if h]
     record = judge(
@@ -264,4 +274,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # The module as imported, not this `__main__` copy of it: one module object (a test's failpoint patches `gemm`).
+    from dlaunch.train import nodecheck
+
+    sys.exit(nodecheck.main())
