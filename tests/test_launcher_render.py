@@ -328,3 +328,19 @@ def test_spare_nodes_are_checked():
     request = dataclasses.replace(golden_request("generic-slurm", "ddp"), nodes=biggest, preflight=True, spare_nodes=1)
     with pytest.raises(DlaunchError, match="^--nodes: no partition of site generic-slurm takes %d node" % (biggest + 1)):
         plan_for(site("generic-slurm"), request)
+
+
+@pytest.mark.parametrize("framework", SCRIPTED)
+@pytest.mark.parametrize("site_name", SITES)
+def test_every_shipped_site_renders_preflight_or_refuses_it_in_one_line(site_name, framework):
+    """A Slurm site's script trains on the chosen nodes only; the others (this machine, PBS, a rendezvous address
+    computed on the batch host, which pre-flight may leave out) refuse --preflight naming it."""
+    try:
+        script = script_for(site(site_name), preflight_request(site_name, spare_nodes=0))
+    except DlaunchError as e:
+        assert str(e).startswith("--preflight: ") and "\n" not in str(e)
+        assert site(site_name).scheduler.kind != "slurm" or site(site_name).launch.rendezvous_command
+        return
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+    assert '"--nodelist=$DLAUNCH_NODELIST"' in script and "nodecheck check" in script and "nodecheck select" in script
+    assert "$SLURM_JOB_NUM_NODES\" --nproc" not in script and "export DLAUNCH_NNODES=2\n" in script
