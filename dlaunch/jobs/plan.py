@@ -228,7 +228,7 @@ def _refuse_preflight(site: Site, scheduler: Scheduler, request: LaunchRequest) 
         )
 
 
-def preflight_prelude(
+def _preflight_prelude(
     site: Site,
     scheduler: Scheduler,
     run_dir: str,
@@ -300,7 +300,12 @@ def build_plan(
     notes: Tuple[str, ...] = ()
     if scheduler.queued:
         _bindable("--output", run_dir)
-        queue, seconds, notes = _queue_and_time(site, request, allocated)
+        try:
+            queue, seconds, notes = _queue_and_time(site, request, allocated)
+        except DlaunchError as e:
+            if not request.spare_nodes:
+                raise
+            raise DlaunchError("%s (%d nodes + --spare-nodes %d)" % (e, nodes, request.spare_nodes)) from None
         spec = _on_shared_nodes(site, request.framework, queue, spec, nproc)
         if nproc == site.gpus_per_node and queue.whole_node_directives:  # the job holds its nodes whole
             queue = queue.model_copy(update={"directives": queue.directives + queue.whole_node_directives})
@@ -368,7 +373,7 @@ def build_plan(
         if request.preflight:  # the training step on the chosen nodes only
             step_options += scheduler.chosen_nodes_options(nodes)
             python = "python" if runtime.containerized else site.interpreters.get("torch", "python")
-            checks = preflight_prelude(site, scheduler, run_dir, nodes, python, container_options, container_prefix)
+            checks = _preflight_prelude(site, scheduler, run_dir, nodes, python, container_options, container_prefix)
         try:
             step = scheduler.step(
                 site.scheduler, dataclasses.replace(job, nodes=nodes), spec.mpi, spec.whole_node, step_options
