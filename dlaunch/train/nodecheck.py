@@ -1,7 +1,8 @@
 """`python -m dlaunch.train.nodecheck`: pre-flight (issue 44), every node checked before training.
 
-`check` (one task per node, in the job's image, named by the job's host list: dlaunch/train/jobenv.py): a GEMM of fixed size on each of the node's GPUs (FP16, the
-tensor cores' figure; on a node without a GPU float32 on its CPU), its rate in TFLOP/s and its product verified
+`check` (one task per node, in the job's image; the node named as the job's host list names it, dlaunch/train/jobenv.py):
+a GEMM of fixed size on each of the node's GPUs (FP16, the tensor cores' figure; on a node without a GPU float32 on its
+CPU), its rate in TFLOP/s and its product verified
 (Freivalds: C x against A (B x) in float32 with a random x; a GPU that computes wrong numbers fails), then the GPU's
 NVML clock event reasons (dlaunch/train/gpuhealth.py; hardware slowdown, thermal and power brake are failures), into
 `<dir>/<host>.json`, written atomically. It exits 0 once it wrote its file, a crash of the check included (the file
