@@ -305,7 +305,7 @@ def test_preflight_script_is_the_reviewed_one():
     lines = script.splitlines()
     assert "#SBATCH --nodes=3" in lines and "export DLAUNCH_NNODES=2" in lines
     assert 'MASTER_ADDR="$(scontrol show hostnames "$DLAUNCH_NODELIST" | sed -n 1p)"' in lines
-    assert "--kill-on-bad-exit=1 --nodes=2 \"--nodelist=$DLAUNCH_NODELIST\"" in script
+    assert "--kill-on-bad-exit=1 --nodes=2 --ntasks=2 \"--nodelist=$DLAUNCH_NODELIST\"" in script
     assert "torchrun --nnodes=2 " in script and "$SLURM_JOB_NUM_NODES\" --nproc" not in script
 
 

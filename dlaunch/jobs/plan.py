@@ -214,7 +214,7 @@ def _on_shared_nodes(
 
 def _refuse_preflight(site: Site, scheduler: Scheduler, request: LaunchRequest) -> None:
     """`--preflight` where the job cannot check its nodes and train on the chosen ones: one line, naming why."""
-    if scheduler.node_check_step(site.scheduler, site.preflight.timeout_s, ()) is None or scheduler.this_machine:
+    if scheduler.node_check_step(site.scheduler, 1, site.preflight.timeout_s, ()) is None or scheduler.this_machine:
         raise DlaunchError("--preflight: the %s scheduler (site %s) cannot run it" % (site.scheduler.kind, site.name))
     if site.launch.rendezvous_command:
         raise DlaunchError(
@@ -233,12 +233,14 @@ def _preflight_prelude(
     scheduler: Scheduler,
     run_dir: str,
     nodes: int,
+    allocated: int,
     python: str,
     options: Tuple[str, ...],
     prefix: Tuple[str, ...],
 ) -> Tuple[PreludeItem, ...]:
-    """Pre-flight (dlaunch/train/nodecheck.py): every node's check, then the choice of `nodes` healthy ones as
-    DLAUNCH_NODELIST and their count as DLAUNCH_NNODES (the job ends with the selection's exit code when too few)."""
+    """Pre-flight (dlaunch/train/nodecheck.py): the check on each of the `allocated` nodes, then the choice of `nodes`
+    healthy ones as DLAUNCH_NODELIST and their count as DLAUNCH_NNODES (the job ends with the selection's exit code when
+    too few)."""
     cfg = site.preflight
     module = (python, "-m", "dlaunch.train.nodecheck")
     common = (
@@ -250,7 +252,7 @@ def _preflight_prelude(
     expected: Tuple[str, ...] = ()
     if cfg.gemm_tflops_per_gpu is not None:
         expected = ("--expected-tflops", repr(cfg.gemm_tflops_per_gpu), "--expected-source", cfg.source or "")
-    step = scheduler.node_check_step(site.scheduler, cfg.timeout_s, options)
+    step = scheduler.node_check_step(site.scheduler, allocated, cfg.timeout_s, options)
     assert step is not None  # _refuse_preflight: this scheduler has it
     check = step + (TaskEnv(scheduler.task_variables),) + prefix + module + ("check",) + common
     select = (
@@ -370,14 +372,15 @@ def build_plan(
         holds_cpus = queue is None or not queue.shared or nproc == site.gpus_per_node
         gpu_options = tuple(site.launch.gpu_step_options) if per_gpu and holds_cpus else ()
         step_options = tuple(launch.step_options) + gpu_options + container_options
+        trained = dataclasses.replace(job, nodes=nodes)  # the training step's: without the spares
         if request.preflight:  # the training step on the chosen nodes only
-            step_options += scheduler.chosen_nodes_options(nodes)
+            step_options += scheduler.chosen_nodes_options(nodes, trained.tasks)
             python = "python" if runtime.containerized else site.interpreters.get("torch", "python")
-            checks = _preflight_prelude(site, scheduler, run_dir, nodes, python, container_options, container_prefix)
-        try:
-            step = scheduler.step(
-                site.scheduler, dataclasses.replace(job, nodes=nodes), spec.mpi, spec.whole_node, step_options
+            checks = _preflight_prelude(
+                site, scheduler, run_dir, nodes, allocated, python, container_options, container_prefix
             )
+        try:
+            step = scheduler.step(site.scheduler, trained, spec.mpi, spec.whole_node, step_options)
         except SchedulerError as e:
             raise DlaunchError("--framework %s: site %s: %s" % (request.framework, site.name, e)) from None
     environment = _environment(site)
