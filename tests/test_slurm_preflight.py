@@ -3,8 +3,8 @@ tests/failpoints/sitecustomize.py, DLAUNCH_TEST_BROKEN_GEMM_HOST: a fake of a GP
 check runs on the CPU). With a spare the job trains on the other node and says why n2 was left out; without one it ends
 before training with its own exit code, naming n2. Either way the site's suspect-node record holds n2.
 
-Before the change (main 7d385a7) `dlaunch run --preflight` was refused as an unknown option, and nothing checked a
-node: a 2-node job trained on n2 whatever its GEMM computed."""
+Before the change (main 7d385a7) both tests failed (`dlaunch run --preflight`: "No such option"), and nothing checked a
+node: there, a 2-node job with dl-node2's GEMM broken the same way COMPLETED, training on dl-node1 and dl-node2."""
 
 import json
 import os
