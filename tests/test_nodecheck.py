@@ -145,3 +145,25 @@ def test_a_run_that_ended_for_lack_of_healthy_nodes_reads_as_such_with_the_nodes
         "too few healthy nodes: 1 of the 2 node(s) it needs passed pre-flight, nothing trained: dl-node2 (GEMM result "
         "wrong on cuda:0: relative error 0.5 > 0.02); runs/r/preflight.json")
     assert [e.node for e in suspects.read("local")] == ["dl-node2"]
+
+
+def test_a_profiles_expected_rate_needs_its_source_and_the_refusal_names_the_field(tmp_path, capsys):
+    from dlaunch.cli import main
+    from dlaunch.jobs.sites import SHIPPED_SITES_DIR
+
+    text = (SHIPPED_SITES_DIR / "generic-slurm.toml").read_text() + "\n[preflight]\ngemm_tflops_per_gpu = 312.0\n"
+    (tmp_path / "s.toml").write_text(text)
+    assert main(["run", "--site", str(tmp_path / "s.toml"), "--preflight", "--dry-run", "--account", "a"]) == 2
+    err = capsys.readouterr().err
+    assert "preflight" in err and "gemm_tflops_per_gpu needs its source" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sweep_checks_every_count_with_its_spares(tmp_path, capsys, monkeypatch):
+    from dlaunch.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "--site", "generic-slurm", "--nodes", "1,2", "--preflight", "--spare-nodes", "2",
+                 "--account", "a", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("#SBATCH --nodes=3\n") == 1 and out.count("#SBATCH --nodes=4\n") == 1
+    assert out.count("nodecheck select") == 2 and "torchrun --nnodes=1 " in out and "torchrun --nnodes=2 " in out
