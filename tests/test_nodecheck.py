@@ -167,3 +167,15 @@ def test_sweep_checks_every_count_with_its_spares(tmp_path, capsys, monkeypatch)
     out = capsys.readouterr().out
     assert out.count("#SBATCH --nodes=3\n") == 1 and out.count("#SBATCH --nodes=4\n") == 1
     assert out.count("nodecheck select") == 2 and "torchrun --nnodes=1 " in out and "torchrun --nnodes=2 " in out
+
+
+def test_study_run_checks_every_jobs_nodes_with_its_spares(tmp_path, capsys, monkeypatch):
+    from dlaunch.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["study", "run", "aach2023", "--site", "generic-slurm", "--preflight", "--spare-nodes", "1",
+                 "--account", "a", "--data", "DLAUNCH_IMAGENET=/d", "--data", "DLAUNCH_IMAGENET_TFRECORD=/e",
+                 "--only", "gpus=8", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    jobs = out.count("#!/bin/bash\n")
+    assert jobs > 1 and out.count("#SBATCH --nodes=3\n") == out.count("nodecheck select") == jobs  # 8 GPUs: 2 + 1
