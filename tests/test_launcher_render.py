@@ -1,4 +1,5 @@
 """Rendering: golden scripts per site and framework, `bash -n`, validation, hostile values stay inert."""
+import dataclasses
 import os
 import re
 import string
@@ -286,3 +287,60 @@ def test_a_data_folder_seen_here_gets_the_trainers_full_check_before_submission(
 def test_jobs_are_requeued_after_a_node_failure_unless_told_not_to():
     assert "--requeue" in juwels_plan().directives and "--open-mode=append" in juwels_plan().directives
     assert "--no-requeue" in juwels_plan(requeue=False).directives and "--requeue" not in juwels_plan(requeue=False).directives
+
+
+def preflight_request(site_name: str, spare_nodes: int = 1, framework: str = "ddp") -> LaunchRequest:
+    return dataclasses.replace(golden_request(site_name, framework), preflight=True, spare_nodes=spare_nodes)
+
+
+def test_preflight_script_is_the_reviewed_one():
+    """`--preflight --spare-nodes 1`: N + 1 nodes asked, every node checked in the job's image, the selection's hosts
+    as DLAUNCH_NODELIST/DLAUNCH_NNODES, MASTER_ADDR their first, the training step and torchrun on those N only."""
+    script = script_for(site("generic-slurm"), preflight_request("generic-slurm"))
+    golden = GOLDEN / "generic-slurm-ddp-preflight.sh"
+    if os.environ.get("DLAUNCH_UPDATE_GOLDEN") == "1":
+        golden.write_text(script)
+    assert script == golden.read_text()
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+    lines = script.splitlines()
+    assert "#SBATCH --nodes=3" in lines and "export DLAUNCH_NNODES=2" in lines
+    assert 'MASTER_ADDR="$(scontrol show hostnames "$DLAUNCH_NODELIST" | sed -n 1p)"' in lines
+    assert "--kill-on-bad-exit=1 --nodes=2 --ntasks=2 \"--nodelist=$DLAUNCH_NODELIST\"" in script
+    assert "torchrun --nnodes=2 " in script and "$SLURM_JOB_NUM_NODES\" --nproc" not in script
+
+
+@pytest.mark.parametrize("site_name, why", [
+    ("local", "--preflight: the local scheduler (site local) cannot run it"),
+    ("polaris", "--preflight: the pbs scheduler (site polaris) cannot run it"),
+])
+def test_preflight_is_refused_where_the_scheduler_cannot_run_it(site_name, why):
+    with pytest.raises(DlaunchError) as e:
+        plan_for(site(site_name), preflight_request(site_name, spare_nodes=0))
+    assert str(e.value) == why
+
+
+def test_spare_nodes_are_checked():
+    with pytest.raises(DlaunchError, match="^--spare-nodes: needs --preflight"):
+        LaunchRequest(site="generic-slurm", spare_nodes=1)
+    with pytest.raises(DlaunchError, match="^--spare-nodes: must not be negative, got -1$"):
+        LaunchRequest(site="generic-slurm", preflight=True, spare_nodes=-1)
+    biggest = max(p.max_nodes for p in site("generic-slurm").scheduler.partitions)
+    request = dataclasses.replace(golden_request("generic-slurm", "ddp"), nodes=biggest, preflight=True, spare_nodes=1)
+    with pytest.raises(DlaunchError, match="^--nodes: no partition of site generic-slurm takes %d node" % (biggest + 1)):
+        plan_for(site("generic-slurm"), request)
+
+
+@pytest.mark.parametrize("framework", SCRIPTED)
+@pytest.mark.parametrize("site_name", SITES)
+def test_every_shipped_site_renders_preflight_or_refuses_it_in_one_line(site_name, framework):
+    """A Slurm site's script trains on the chosen nodes only; the others (this machine, PBS, a rendezvous address
+    computed on the batch host, which pre-flight may leave out) refuse --preflight naming it."""
+    try:
+        script = script_for(site(site_name), preflight_request(site_name, spare_nodes=0))
+    except DlaunchError as e:
+        assert str(e).startswith("--preflight: ") and "\n" not in str(e)
+        assert site(site_name).scheduler.kind != "slurm" or site(site_name).launch.rendezvous_command
+        return
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+    assert '"--nodelist=$DLAUNCH_NODELIST"' in script and "nodecheck check" in script and "nodecheck select" in script
+    assert "$SLURM_JOB_NUM_NODES\" --nproc" not in script and "export DLAUNCH_NNODES=2\n" in script

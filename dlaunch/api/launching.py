@@ -132,11 +132,14 @@ def prepare(
     allow_large: bool = False,
     budget: Optional[float] = None,
     include_suspect_nodes: bool = False,
+    preflight: bool = False,
+    spare_nodes: int = 0,
     **trainer: Any,
 ) -> Prepared:
     """`run`'s jobs rendered and checked, nothing written: `submit` submits them (with `dry_run`, they are shown only).
     `budget`: node-hours the jobs' time limits may come to (more is refused, a dry run too); the site's suspect nodes
-    (dlaunch/runs/suspects.py) left out unless `include_suspect_nodes`."""
+    (dlaunch/runs/suspects.py) left out unless `include_suspect_nodes`; `preflight`: every node checked before training,
+    failing ones left out, `spare_nodes` K more asked (dlaunch/train/nodecheck.py)."""
     from dlaunch.runs import service
 
     _check_repeat(repeat, allow_large)
@@ -144,7 +147,9 @@ def prepare(
         raise DlaunchError("--repeat: not with --resume (resume each run directory on its own)")
     if resume is not None:
         return _prepared(
-            [service.resume(Path(resume), dry_run, allow_large, include_suspect_nodes)], dry_run, budget=budget
+            [service.resume(Path(resume), dry_run, allow_large, include_suspect_nodes, preflight, spare_nodes)],
+            dry_run,
+            budget=budget,
         )
     request = _request(
         site,
@@ -162,6 +167,8 @@ def prepare(
         requeue=requeue,
         allow_large=allow_large,
         include_suspect_nodes=include_suspect_nodes,
+        preflight=preflight,
+        spare_nodes=spare_nodes,
     )
     if repeat == 1:
         return _prepared([service.prepare(request, dry_run=dry_run)], dry_run, budget=budget)
@@ -204,6 +211,8 @@ def prepare_sweep(
     allow_large: bool = False,
     budget: Optional[float] = None,
     include_suspect_nodes: bool = False,
+    preflight: bool = False,
+    spare_nodes: int = 0,
     **trainer: Any,
 ) -> Prepared:
     """`sweep`'s jobs rendered and checked, nothing written: `submit` submits them."""
@@ -233,6 +242,8 @@ def prepare_sweep(
                 run_name=name,
                 allow_large=allow_large,
                 include_suspect_nodes=include_suspect_nodes,
+                preflight=preflight,
+                spare_nodes=spare_nodes,
                 **{key: count},
             ),
             dry_run=dry_run,
@@ -313,6 +324,8 @@ def run(
     allow_large: bool = False,
     budget: Optional[float] = None,
     include_suspect_nodes: bool = False,
+    preflight: bool = False,
+    spare_nodes: int = 0,
     **trainer: Any,
 ) -> List[Job]:
     """Render a job for a site and submit it, or run it here to its end (`site="local"`); with `dry_run`
@@ -339,6 +352,8 @@ def run(
             allow_large=allow_large,
             budget=budget,
             include_suspect_nodes=include_suspect_nodes,
+            preflight=preflight,
+            spare_nodes=spare_nodes,
             **trainer,
         )
     )
@@ -363,6 +378,8 @@ def sweep(
     allow_large: bool = False,
     budget: Optional[float] = None,
     include_suspect_nodes: bool = False,
+    preflight: bool = False,
+    spare_nodes: int = 0,
     **trainer: Any,
 ) -> List[Job]:
     """One job per node count (`nodes=[1, 2, 4]`) or GPU count (`gpus=...`), grouped as one experiment
@@ -385,6 +402,8 @@ def sweep(
             allow_large=allow_large,
             budget=budget,
             include_suspect_nodes=include_suspect_nodes,
+            preflight=preflight,
+            spare_nodes=spare_nodes,
             **trainer,
         )
     )

@@ -75,6 +75,7 @@ def _run_status(snapshot: "Snapshot") -> RunStatus:
         network=list(snapshot.network),
         figures=service.run_figures(snapshot),
         nodes=list(snapshot.nodes),
+        preflight=list(snapshot.preflight),
     )
 
 

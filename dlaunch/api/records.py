@@ -192,6 +192,8 @@ class RunStatus(Record):
     # While it runs: per node how long ago it last finished a step ('dl-node2: last step 40 4 min ago'), from the
     # trainer's heartbeat files (dlaunch/runs/hangs.py)
     nodes: List[str] = field(default_factory=list)
+    # The nodes its pre-flight (`--preflight`) left out and why, and those it trains on (dlaunch/runs/nodechecks.py)
+    preflight: List[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,23 @@ IncludeSuspectNodes = Annotated[
 ]
 
 
+Preflight = Annotated[
+    bool,
+    typer.Option(
+        "--preflight",
+        help="check every node before training (a GEMM per GPU, NVML health: the profile's [preflight]); failing "
+        "nodes are named and left out (Slurm)",
+    ),
+]
+SpareNodes = Annotated[
+    int,
+    typer.Option(
+        "--spare-nodes",
+        help="with --preflight: ask K nodes more than the job trains on, and train on healthy ones",
+    ),
+]
+
+
 @with_trainer_options
 def run(
     site: Site_ = None,
@@ -163,6 +180,8 @@ def run(
     budget: Budget = None,
     as_json: RunsJson = False,
     include_suspect_nodes: IncludeSuspectNodes = False,
+    preflight: Preflight = False,
+    spare_nodes: SpareNodes = 0,
     trainer: Tuple[Tuple[str, Any], ...] = (),
 ) -> int:
     """Render a job for a site and submit it (or run it here with --site local)."""
@@ -187,6 +206,8 @@ def run(
         allow_large=allow_large,
         budget=budget,
         include_suspect_nodes=include_suspect_nodes,
+        preflight=preflight,
+        spare_nodes=spare_nodes,
         **trainer_keywords(trainer),
     )
     return deliver(prepared, follow, as_json)
@@ -227,6 +248,8 @@ def sweep(
     budget: Budget = None,
     as_json: RunsJson = False,
     include_suspect_nodes: IncludeSuspectNodes = False,
+    preflight: Preflight = False,
+    spare_nodes: SpareNodes = 0,
     trainer: Tuple[Tuple[str, Any], ...] = (),
 ) -> int:
     """One job per node (or GPU) count, grouped as one experiment."""
@@ -249,6 +272,8 @@ def sweep(
         allow_large=allow_large,
         budget=budget,
         include_suspect_nodes=include_suspect_nodes,
+        preflight=preflight,
+        spare_nodes=spare_nodes,
         **trainer_keywords(trainer),
     )
     return deliver(prepared, follow, as_json)

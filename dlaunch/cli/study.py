@@ -16,7 +16,7 @@ from dlaunch.cli.report import (
     NoiseThreshold,
     report_command,
 )
-from dlaunch.cli.run import Budget, cost_lines
+from dlaunch.cli.run import Budget, Preflight, SpareNodes, cost_lines
 from dlaunch.cli.runs import print_statuses, show_found
 from dlaunch.cli.terminal import AllowLarge, Json, StragglerThreshold, command_group, err, out, print_json
 from dlaunch.errors import DlaunchWarning
@@ -160,6 +160,8 @@ def study_run_command(
     stack: StackOption = None,
     allow_large: AllowLarge = False,
     budget: Budget = None,
+    preflight: Preflight = False,
+    spare_nodes: SpareNodes = 0,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -198,6 +200,8 @@ def study_run_command(
             stack=stack,
             allow_large=allow_large,
             budget=budget,
+            preflight=preflight,
+            spare_nodes=spare_nodes,
             planned=planned,
             say=err.print,
             show_progress=not as_json,

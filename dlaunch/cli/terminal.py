@@ -350,6 +350,7 @@ def show_status(statuses: Sequence["RunStatus"]) -> int:
             notes.append("%s: %s" % (s.name, s.stopped_by))
         notes += ["%s: network: %s" % (s.name, problem) for problem in s.network]
         notes += ["%s: %s" % (s.name, flag) for flag in s.flags]
+        notes += ["%s: %s" % (s.name, line) for line in s.preflight]
         notes += ["%s: %s" % (s.name, node) for node in s.nodes]
         if s.quality is not None:
             notes.append("%s: %s" % (s.name, s.quality))

@@ -57,14 +57,15 @@ class LaunchSpec:
 VISIBLE_DEVICES = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES"}
 
 
-def rendezvous_prelude(site: Site, scheduler: Scheduler) -> Tuple[PreludeItem, ...]:
+def rendezvous_prelude(site: Site, scheduler: Scheduler, chosen: bool = False) -> Tuple[PreludeItem, ...]:
     """MASTER_ADDR: the profile's command run on the first node (the batch host), else the first host of
-    the allocation (+ the site's suffix, e.g. `i` for InfiniBand)."""
+    the allocation (+ the site's suffix, e.g. `i` for InfiniBand); `chosen`: of the nodes pre-flight chose."""
     command = tuple(site.launch.rendezvous_command)
+    hosts = scheduler.chosen_hosts_command() if chosen else scheduler.hosts_command()
     return (
         CommandOutput("MASTER_ADDR", command)
         if command
-        else FirstHost("MASTER_ADDR", scheduler.hosts_command(), site.rendezvous_host_suffix),
+        else FirstHost("MASTER_ADDR", hosts, site.rendezvous_host_suffix),
         Export("MASTER_PORT", str(site.master_port)),
     )
 
@@ -92,8 +93,10 @@ IGNORE_USR1 = ("bash", "-c", 'trap "" USR1; exec "$@"', "ignore-usr1")
 class LaunchStyle:
     """How a framework's processes start (its row's `launch`)."""
 
-    def __init__(self, info: FrameworkInfo):
+    def __init__(self, info: FrameworkInfo, chosen_nodes: bool = False):
         self.info = info
+        # The job trains on the nodes pre-flight chose (`--preflight`): its node count and hosts are fixed by then.
+        self.chosen_nodes = chosen_nodes
 
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
         raise NotImplementedError
@@ -115,13 +118,13 @@ class TorchrunPerNode(LaunchStyle):
         return LaunchSpec(
             tasks_per_node=1,
             cpus_per_task=site.cpus_for(self.info.name),
-            prelude=rendezvous_prelude(site, scheduler) + visible_gpus(site, nproc_per_node),
+            prelude=rendezvous_prelude(site, scheduler, self.chosen_nodes) + visible_gpus(site, nproc_per_node),
             mpi=False,
             whole_node=True,
             launch_prefix=IGNORE_USR1
             + torchrun
             + (
-                _option("--nnodes=", scheduler.node_count_word(nodes)),
+                _option("--nnodes=", str(nodes) if self.chosen_nodes else scheduler.node_count_word(nodes)),
                 "--nproc_per_node=%d" % nproc_per_node,
                 "--rdzv_backend=c10d",
                 ShellWord("--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT"),
@@ -142,7 +145,7 @@ class TaskPerGpu(LaunchStyle):
     rank from the task's variables; MASTER_ADDR/MASTER_PORT come from the batch script."""
 
     def spec(self, site: Site, scheduler: Scheduler, nodes: int, nproc_per_node: int) -> LaunchSpec:
-        prelude = rendezvous_prelude(site, scheduler) + visible_gpus(site, nproc_per_node)
+        prelude = rendezvous_prelude(site, scheduler, self.chosen_nodes) + visible_gpus(site, nproc_per_node)
         return self.rank_per_gpu(site, nproc_per_node, prelude=prelude, mpi=False)
 
 
@@ -196,7 +199,7 @@ class TaskPerWorker(LaunchStyle):
         return LaunchSpec(
             tasks_per_node=per_node,
             cpus_per_task=max(1, site.cpus_per_node // slots),
-            prelude=rendezvous_prelude(site, scheduler),
+            prelude=rendezvous_prelude(site, scheduler, self.chosen_nodes),
             mpi=False,
             whole_node=False,
             launch_prefix=(python, "-m", info.entry),
@@ -216,12 +219,13 @@ LAUNCH_STYLES = {
 }
 
 
-def launch_mode(site: Site, framework: str) -> LaunchStyle:
+def launch_mode(site: Site, framework: str, chosen_nodes: bool = False) -> LaunchStyle:
     """How a framework starts on a site: the profile's mode for it, else the framework table's style; its
-    form on this machine alone where the site's scheduler runs its jobs there (`Scheduler.this_machine`)."""
+    form on this machine alone where the site's scheduler runs its jobs there (`Scheduler.this_machine`).
+    `chosen_nodes`: on the nodes pre-flight chose (`LaunchStyle.chosen_nodes`)."""
     info = FRAMEWORKS[framework]
     mode = site.launch_mode(framework)
     if mode not in LAUNCH_STYLES:
         raise DlaunchError("--framework %s: launch style %r has no launcher" % (framework, mode))
     on_nodes, here = LAUNCH_STYLES[mode]
-    return here(info) if scheduler_for(site.scheduler.kind).this_machine else on_nodes(info)
+    return here(info) if scheduler_for(site.scheduler.kind).this_machine else on_nodes(info, chosen_nodes)

@@ -16,12 +16,25 @@ from dlaunch.jobs.launchers import LaunchSpec, launch_mode
 from dlaunch.jobs.request import LaunchRequest, trainer_arguments
 from dlaunch.jobs.sites import Site
 from dlaunch.schedulers import Scheduler, scheduler_for
-from dlaunch.specs.job import JobSpec, PreludeItem, Prepend, RequireVariable, ShellWord, TaskEnv, WorkDir, joined
+from dlaunch.specs.job import (
+    CommandOutput,
+    Export,
+    JobSpec,
+    NodeCheck,
+    PreludeItem,
+    Prepend,
+    RequireVariable,
+    ShellWord,
+    TaskEnv,
+    WorkDir,
+    joined,
+)
 from dlaunch.specs.schema import BIND_PATH, SAFE_NAME, Partition, format_time, parse_time
 from dlaunch.train import jobenv
 from dlaunch.train.config import ConfigError, parse_config
 from dlaunch.train.framework_table import FRAMEWORKS
 from dlaunch.train.metrics_schema import METRICS_FILE
+from dlaunch.train.nodecheck import NODE_DIR, PREFLIGHT_FILE
 
 BINDABLE = re.compile(BIND_PATH)
 
@@ -199,6 +212,62 @@ def _on_shared_nodes(
     return dataclasses.replace(spec, cpus_per_task=max(1, min(spec.cpus_per_task, share)))
 
 
+def _refuse_preflight(site: Site, scheduler: Scheduler, request: LaunchRequest) -> None:
+    """`--preflight` where the job cannot check its nodes and train on the chosen ones: one line, naming why."""
+    if scheduler.node_check_step(site.scheduler, 1, site.preflight.timeout_s, ()) is None or scheduler.this_machine:
+        raise DlaunchError("--preflight: the %s scheduler (site %s) cannot run it" % (site.scheduler.kind, site.name))
+    if site.launch.rendezvous_command:
+        raise DlaunchError(
+            "--preflight: site %s finds the rendezvous address with rendezvous_command on the batch host, which "
+            "pre-flight may leave out" % site.name
+        )
+    if site.launch_mode(request.framework) == "mpirun":
+        raise DlaunchError(
+            "--preflight: --framework %s starts with mpirun on site %s, which cannot be kept to the chosen nodes"
+            % (request.framework, site.name)
+        )
+
+
+def _preflight_prelude(
+    site: Site,
+    scheduler: Scheduler,
+    run_dir: str,
+    nodes: int,
+    allocated: int,
+    python: str,
+    options: Tuple[str, ...],
+    prefix: Tuple[str, ...],
+) -> Tuple[PreludeItem, ...]:
+    """Pre-flight (dlaunch/train/nodecheck.py): the check on each of the `allocated` nodes, then the choice of `nodes`
+    healthy ones as DLAUNCH_NODELIST and their count as DLAUNCH_NNODES (the job ends with the selection's exit code when
+    too few)."""
+    cfg = site.preflight
+    module = (python, "-m", "dlaunch.train.nodecheck")
+    common = (
+        "--dir",
+        os.path.join(run_dir, NODE_DIR),
+        "--attempt",
+        ShellWord("$%s.$%s" % (jobenv.JOB_ID, jobenv.RESTART_COUNT)),
+    )
+    expected: Tuple[str, ...] = ()
+    if cfg.gemm_tflops_per_gpu is not None:
+        expected = ("--expected-tflops", repr(cfg.gemm_tflops_per_gpu), "--expected-source", cfg.source or "")
+    step = scheduler.node_check_step(site.scheduler, allocated, cfg.timeout_s, options)
+    assert step is not None  # _refuse_preflight: this scheduler has it
+    check = step + (TaskEnv(scheduler.task_variables),) + prefix + module + ("check",) + common
+    select = (
+        scheduler.node_select_step(site.scheduler, options)
+        + prefix
+        + module
+        + ("select",)
+        + common
+        + ("--hosts", ShellWord("$" + jobenv.NODELIST), "--nodes", str(nodes), "--min-fraction", repr(cfg.min_fraction))
+        + expected
+        + ("--record", os.path.join(run_dir, PREFLIGHT_FILE))
+    )
+    return (NodeCheck(check), CommandOutput(jobenv.NODELIST, select), Export(jobenv.NNODES, str(nodes)))
+
+
 def build_plan(
     site: Site,
     request: LaunchRequest,
@@ -218,8 +287,11 @@ def build_plan(
     the job must not run on (the site's suspect nodes, dlaunch/runs/suspects.py), each checked as a node name.
     """
     scheduler = scheduler_for(site.scheduler.kind)
+    if request.preflight:
+        _refuse_preflight(site, scheduler, request)
     nodes, nproc = _shape(site, scheduler, request)
-    spec = launch_mode(site, request.framework).spec(site, scheduler, nodes, nproc)
+    allocated = nodes + request.spare_nodes  # the training nodes and the spares
+    spec = launch_mode(site, request.framework, request.preflight).spec(site, scheduler, nodes, nproc)
     launch = site.launch.framework(request.framework)
     runtime = site.container
     experiment = request.experiment or "default"
@@ -230,7 +302,12 @@ def build_plan(
     notes: Tuple[str, ...] = ()
     if scheduler.queued:
         _bindable("--output", run_dir)
-        queue, seconds, notes = _queue_and_time(site, request, nodes)
+        try:
+            queue, seconds, notes = _queue_and_time(site, request, allocated)
+        except DlaunchError as e:
+            if not request.spare_nodes:
+                raise
+            raise DlaunchError("%s (%d nodes + --spare-nodes %d)" % (e, nodes, request.spare_nodes)) from None
         spec = _on_shared_nodes(site, request.framework, queue, spec, nproc)
         if nproc == site.gpus_per_node and queue.whole_node_directives:  # the job holds its nodes whole
             queue = queue.model_copy(update={"directives": queue.directives + queue.whole_node_directives})
@@ -251,7 +328,7 @@ def build_plan(
     requeue = site.requeue if request.requeue is None else request.requeue
     job = JobSpec(
         name="%s-%s" % (experiment, os.path.basename(run_dir)),
-        nodes=nodes,
+        nodes=allocated,
         tasks_per_node=spec.tasks_per_node,
         cpus_per_task=spec.cpus_per_task,
         gpus_per_node=nproc,
@@ -272,6 +349,7 @@ def build_plan(
         )
     container_options: Tuple[str, ...] = ()
     container_prefix: Tuple[str, ...] = ()
+    checks: Tuple[PreludeItem, ...] = ()
     if runtime.containerized:
         if not image:
             raise DlaunchError("--image: site %s runs in a container; give --image" % site.name)
@@ -294,8 +372,15 @@ def build_plan(
         holds_cpus = queue is None or not queue.shared or nproc == site.gpus_per_node
         gpu_options = tuple(site.launch.gpu_step_options) if per_gpu and holds_cpus else ()
         step_options = tuple(launch.step_options) + gpu_options + container_options
+        trained = dataclasses.replace(job, nodes=nodes)  # the training step's: without the spares
+        if request.preflight:  # the training step on the chosen nodes only
+            step_options += scheduler.chosen_nodes_options(nodes, trained.tasks)
+            python = "python" if runtime.containerized else site.interpreters.get("torch", "python")
+            checks = _preflight_prelude(
+                site, scheduler, run_dir, nodes, allocated, python, container_options, container_prefix
+            )
         try:
-            step = scheduler.step(site.scheduler, job, spec.mpi, spec.whole_node, step_options)
+            step = scheduler.step(site.scheduler, trained, spec.mpi, spec.whole_node, step_options)
         except SchedulerError as e:
             raise DlaunchError("--framework %s: site %s: %s" % (request.framework, site.name, e)) from None
     environment = _environment(site)
@@ -371,6 +456,7 @@ def build_plan(
             + runtime.exports([p for p in environment if isinstance(p, Prepend)])
             + scheduler.job_environment(site.scheduler, job)
             + scheduler.prelude(site.scheduler, job)
+            + checks
             + spec.prelude
         ),
         command=scheduler.command(step, task_env, container_prefix, spec.launch_prefix),

@@ -15,6 +15,7 @@ from dlaunch.specs.job import (
     Export,
     FirstHost,
     HostList,
+    NodeCheck,
     Prepend,
     RequireVariable,
     ShellWord,
@@ -118,6 +119,12 @@ def _(item: AttemptCount) -> str:
         file,
         name,
     )
+
+
+@render_item.register
+def _(item: NodeCheck) -> str:
+    command = " ".join(_word(a) for a in item.command)
+    return '%s || echo "dlaunch: pre-flight check step ended with exit $?" >&2\n' % command
 
 
 def task_env_words(item: TaskEnv) -> str:

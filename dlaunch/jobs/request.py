@@ -36,6 +36,8 @@ class LaunchRequest:
     requeue: Optional[bool] = None  # run again after a node failure (None: the site's default)
     allow_large: bool = False  # --allow-large: beyond the limits that catch typos (dlaunch/boundary.py LIMITS)
     include_suspect_nodes: bool = False  # --include-suspect-nodes: run on the site's suspect nodes too
+    preflight: bool = False  # --preflight: every node checked before training, failing ones left out
+    spare_nodes: int = 0  # --spare-nodes K: K nodes more than the job trains on (pre-flight picks the healthy)
 
     def __post_init__(self) -> None:
         check_framework(self.framework)
@@ -44,6 +46,10 @@ class LaunchRequest:
         for flag, value in (("--nodes", self.nodes), ("--gpus", self.gpus)):
             if value is not None and value < 1:
                 raise DlaunchError("%s: must be at least 1, got %d" % (flag, value))
+        if self.spare_nodes < 0:
+            raise DlaunchError("--spare-nodes: must not be negative, got %d" % self.spare_nodes)
+        if self.spare_nodes and not self.preflight:
+            raise DlaunchError("--spare-nodes: needs --preflight (spares are picked by the nodes' checks)")
         for flag, value in (("--experiment", self.experiment), ("--run-name", self.run_name)):
             if value is not None:
                 check_name(flag, value)

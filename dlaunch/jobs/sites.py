@@ -183,6 +183,25 @@ class EnvByNodes(StrictModel):
         return self.min_nodes <= nodes and (self.max_nodes is None or nodes <= self.max_nodes)
 
 
+class Preflight(StrictModel):
+    """`[preflight]`: the thresholds of `--preflight`'s node check (dlaunch/train/nodecheck.py)."""
+
+    # The GEMM rate one GPU should reach (dense FP16 on its tensor cores, TFLOP/s), with where the figure comes from;
+    # unset: the check compares each node with the allocation's median node instead.
+    gemm_tflops_per_gpu: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
+    source: Optional[Annotated[str, StringConstraints(min_length=1, pattern=r"^[^\x00-\x1f]*$")]] = None
+    # A node whose slowest device's rate is below this fraction of the expected (or median) rate fails.
+    min_fraction: float = Field(default=0.5, gt=0, le=1)
+    # Seconds the check step may take on every node; a node that wrote no result by then is named "no answer".
+    timeout_s: int = Field(default=300, ge=60, le=3600)
+
+    @model_validator(mode="after")
+    def _cited(self) -> "Preflight":
+        if self.gemm_tflops_per_gpu is not None and not self.source:
+            raise ValueError("gemm_tflops_per_gpu needs its source (the figure's page)")
+        return self
+
+
 def _from_v1(data: Any) -> Any:
     """A profile of the first schema (flat `scheduler = "slurm"`, `[container] runtime`) in the current one."""
     if not isinstance(data, dict) or not isinstance(data.get("scheduler"), str):
@@ -266,6 +285,7 @@ class Site(StrictModel):
     # Seconds without a finished step before the trainer stops the job as hung (dlaunch/train/watchdog.py; exit 69);
     # None: the trainer's default from the measured steps, at least its FLOOR_S; 0: off. `--hang-timeout` overrides it.
     hang_timeout: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False)
+    preflight: Preflight = Preflight()  # `--preflight`'s thresholds
 
     _v1 = model_validator(mode="before")(_from_v1)
     _scheduler = field_validator("scheduler", mode="before")(scheduler_config)

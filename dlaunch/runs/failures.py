@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from dlaunch.boundary import LOG_TAIL_BYTES, log_tail, printable
+from dlaunch.runs.nodechecks import TOO_FEW
 from dlaunch.schedulers import JobState
-from dlaunch.train.errors import EXIT_DIVERGED, EXIT_HUNG, EXIT_INTERRUPTED
+from dlaunch.train.errors import EXIT_DIVERGED, EXIT_HUNG, EXIT_INTERRUPTED, EXIT_TOO_FEW_NODES
 from dlaunch.train.signals import OTHER_RANK, STOP_REASONS, stop_cause
 
 ATTEMPT = re.compile(r"^dlaunch: job \S+ attempt (\d+)\b")
@@ -203,6 +204,7 @@ TRAINER_ENDINGS = {
     "interrupted": "exit %d: checkpointed, resume it" % EXIT_INTERRUPTED,
     "diverged": "exit %d: the loss diverged" % EXIT_DIVERGED,
     "hung": "exit %d: a process stopped answering, the watchdog stopped the job" % EXIT_HUNG,
+    TOO_FEW: "exit %d: pre-flight left too few healthy nodes, nothing trained" % EXIT_TOO_FEW_NODES,
 }
 
 

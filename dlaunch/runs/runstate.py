@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 from dlaunch.boundary import display_path, escape
 from dlaunch.errors import DlaunchError, DlaunchWarning
 from dlaunch.jobs.network import network_problems
-from dlaunch.runs import hangs, statuscache
+from dlaunch.runs import hangs, nodechecks, statuscache
 from dlaunch.runs.failures import UNFINISHED, launcher_stop, reconcile, stopped_by
 from dlaunch.runs.rundir import SNAPSHOT_FILES, RunDir
 from dlaunch.schedulers import CANCEL_REQUESTED, JobState, JobStatus, scheduler_for
@@ -225,6 +225,7 @@ class Snapshot:
     stalled: Tuple[
         str, ...
     ] = ()  # those of `nodes` that finished no step for hangs.STALL_S, or whose heartbeat stopped
+    preflight: Tuple[str, ...] = ()  # the nodes its pre-flight left out and why (dlaunch/runs/nodechecks.py)
     measured: "Optional[Run]" = field(
         default=None, compare=False, repr=False
     )  # its metrics as read (not from the cache)
@@ -278,6 +279,7 @@ def _kept(run: RunDir, kept: Dict[str, Any]) -> Optional[Snapshot]:
             kept["reason"],
             kept["figures"],
             kept["stopped_by"],
+            preflight=tuple(kept.get("preflight", ())),  # entries kept before pre-flight have none
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -297,6 +299,7 @@ def _to_keep(snapshot: Snapshot) -> Dict[str, Any]:
         "reason": snapshot.reason,
         "figures": snapshot.figures,
         "stopped_by": snapshot.stopped_by,
+        "preflight": list(snapshot.preflight),
     }
 
 
@@ -345,6 +348,9 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
         status = reconcile(meaning, progress.status, ended, launcher_signal) if started else progress.status
         if _hung(run, progress, status):
             status = hangs.HUNG
+        checked = nodechecks.preflight_record(run.path)
+        if checked is not None and not checked["enough"] and _ended_before_training(progress, status, checked):
+            status = nodechecks.TOO_FEW
         if status != progress.status:
             progress = dataclasses.replace(progress, status=status)
         stopped = (
@@ -374,6 +380,7 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
                 _gpus(plan),
                 stopped_by=stopped,
                 nodes=tuple(line.text for line in activity),
+                preflight=tuple(nodechecks.left_out_lines(checked)) if checked else (),
                 stalled=tuple(line.text for line in activity if line.stalled),
                 measured=measured,
             )
@@ -388,6 +395,26 @@ def _hung(run: RunDir, progress: Progress, status: str) -> bool:
         return False
     record = hangs.hang_record(run.path)
     return record is not None and (progress.last_record_time is None or progress.last_record_time <= record["time"])
+
+
+def _ended_before_training(progress: Progress, status: str, record: Dict[str, Any]) -> bool:
+    """The run's latest attempt ended at its pre-flight: no metrics record after the pre-flight's, and its job over."""
+    if status not in UNFINISHED + ("died",):
+        return False
+    return progress.last_record_time is None or progress.last_record_time <= record.get("time", 0)
+
+
+def _suspect_left_out_nodes(snapshot: Snapshot, now: float) -> None:
+    """The nodes a run's pre-flight left out into its site's suspect nodes (dlaunch/runs/suspects.py)."""
+    from dlaunch.runs import suspects
+
+    record = nodechecks.preflight_record(snapshot.run.path)
+    if record is None or not record["left_out"]:
+        return
+    try:
+        suspects.add(snapshot.site, suspects.from_preflight(snapshot.run.path, record, now))
+    except (OSError, DlaunchError) as e:
+        warnings.warn("suspect nodes of %s not recorded: %s" % (snapshot.name, e), DlaunchWarning, stacklevel=2)
 
 
 def _suspect_silent_nodes(snapshot: Snapshot, now: float) -> None:
@@ -477,6 +504,8 @@ def observe(
     cache = statuscache.current()
     for i in sorted(changed):
         snapshot = found[i]
+        if snapshot.preflight:  # as soon as seen: the site's next jobs leave the nodes out
+            _suspect_left_out_nodes(snapshot, now)
         if snapshot.ended:
             logs = [path.name for path in scheduler_for(snapshot.scheduler).log_files(snapshot.run.path)]
             cache.put(snapshot.run.path, snapshot.run.kept[0], SNAPSHOT_FILES, logs, _to_keep(snapshot))

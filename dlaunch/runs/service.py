@@ -226,10 +226,16 @@ def suspects_note(site: str, left_out: Sequence["Suspect"]) -> Tuple[str, ...]:
 
 
 def resume(
-    run_dir: Path, dry_run: bool = False, allow_large: bool = False, include_suspect_nodes: bool = False
+    run_dir: Path,
+    dry_run: bool = False,
+    allow_large: bool = False,
+    include_suspect_nodes: bool = False,
+    preflight: bool = False,
+    spare_nodes: int = 0,
 ) -> Prepared:
     """A run directory's job again, from its checkpoint (all options from its plan.json, every field
-    checked; `allow_large` and `include_suspect_nodes` add theirs to the stored request's; the site's suspect nodes,
+    checked; `allow_large`, `include_suspect_nodes`, `preflight` and `spare_nodes` (when given) add theirs to the
+    stored request's; the site's suspect nodes,
     a hung run's silent ones among them, left out unless included); refused while its job still
     runs: a second job must not append to the metrics and checkpoints of one that runs."""
     from dlaunch.jobs.plan import keeps_checkpoints
@@ -252,6 +258,8 @@ def resume(
         resume=True,
         allow_large=stored.allow_large or allow_large,
         include_suspect_nodes=stored.include_suspect_nodes or include_suspect_nodes,
+        preflight=stored.preflight or preflight,
+        spare_nodes=spare_nodes or stored.spare_nodes,
     )
     return prepare(request, run_dir=existing.path.resolve(), dry_run=dry_run)
 
@@ -403,11 +411,16 @@ def failure_reason(run: RunDir) -> Optional[str]:
 
 
 def why_failed(snapshot: "Snapshot") -> str:
-    """Why a failed run failed: a hung run's hang record (dlaunch/runs/hangs.py), else `failure_reason`, else the scheduler's verdict, else what its state and metrics say."""
+    """Why a failed run failed: a run that ended at its pre-flight, the nodes it left out (dlaunch/runs/nodechecks.py);
+    a hung run's hang record (dlaunch/runs/hangs.py), else `failure_reason`, else the scheduler's verdict, else what its state and metrics say."""
     from dlaunch.runs.hangs import HUNG, hang_reason, hang_record
+    from dlaunch.runs.nodechecks import TOO_FEW, preflight_record, too_few_reason
 
     if snapshot.reason:
         return snapshot.reason
+    checked = preflight_record(snapshot.run.path) if snapshot.progress.status == TOO_FEW else None
+    if checked is not None:  # the nodes' own checks name them
+        return too_few_reason(snapshot.run.path, checked)
     hang = hang_record(snapshot.run.path) if snapshot.progress.status == HUNG else None
     if hang is not None:  # the record names the silent processes; the logs show their peers' symptoms
         return hang_reason(snapshot.run.path, hang)

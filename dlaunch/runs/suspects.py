@@ -2,7 +2,8 @@
 
 A run that ended `hung` names its silent processes' nodes (its hang record, dlaunch/runs/hangs.py); each goes into
 the site's record with the reason, the run and the date when dlaunch first sees the run ended (`status`, `watch`,
-`run --follow`: runstate.observe). `run`, `sweep`, `study run` and `run --resume` leave the site's suspect nodes
+`run --follow`: runstate.observe). A run's pre-flight (`--preflight`, dlaunch/runs/nodechecks.py) names the nodes
+whose own check failed; they go in as soon as dlaunch sees its record. `run`, `sweep`, `study run` and `run --resume` leave the site's suspect nodes
 out (a scheduler that can: Slurm's `--exclude`, rendered by dlaunch/schedulers/slurm.py) unless
 `--include-suspect-nodes`; `dlaunch nodes list|clear --site S [NODE...]` shows and clears the record. Evidence only:
 a node is recorded because a run's own record names it, never guessed (ezpz's guessed swaps retired healthy nodes).
@@ -144,6 +145,20 @@ def from_hang(run_dir: Path, record: Dict[str, Any], now: float) -> List[Suspect
             % (silent["rank"], silent.get("local_rank"), silent.get("step"), silent.get("phase"), silent["why"])
         )
     return [Suspect(host, "hung: " + "; ".join(why), str(run_dir.resolve()), today(now)) for host, why in found.items()]
+
+
+def from_preflight(run_dir: Path, record: Dict[str, Any], now: float) -> List[Suspect]:
+    """The suspect entries a pre-flight record gives: one per node it left out, with its check's reasons (a node name
+    that is not one is left out)."""
+    found = []
+    for left in record["left_out"]:
+        try:
+            check_node_name("preflight.json: host", left["host"])
+        except DlaunchError:
+            continue
+        reason = "pre-flight: " + "; ".join(str(r) for r in left["reasons"])
+        found.append(Suspect(left["host"], reason, str(run_dir.resolve()), today(now)))
+    return found
 
 
 def describe(entries: Sequence[Suspect]) -> str:

@@ -149,7 +149,8 @@ def details(snapshot: Snapshot, reason: str, now: Optional[float] = None) -> str
         "why: " + reason if reason else snapshot.stopped_by or "",
     ]
     parts += ["network: " + problem for problem in snapshot.network]
-    return "; ".join(part for part in parts + list(snapshot.flags) + list(snapshot.stalled) if part)
+    shown = parts + list(snapshot.flags) + list(snapshot.preflight) + list(snapshot.stalled)
+    return "; ".join(part for part in shown if part)
 
 
 def plain_line(snapshot: Snapshot, reason: str) -> str:

@@ -252,6 +252,26 @@ class Scheduler(abc.ABC):
     def hosts_command(self) -> Tuple[str, ...]:
         """A command that prints the job's hosts, one per line, first = where rendezvous is hosted."""
 
+    # -- pre-flight (`--preflight`: dlaunch/train/nodecheck.py); a scheduler that cannot returns None -------------
+    def node_check_step(
+        self, cfg: StrictModel, nodes: int, timeout_s: int, options: Sequence[str]
+    ) -> Optional[Tuple[str, ...]]:
+        """The step that runs one task on each of the allocation's `nodes` nodes, ended after `timeout_s`, one task's
+        failure not ending the others; `options` as `step`'s."""
+        return None
+
+    def node_select_step(self, cfg: StrictModel, options: Sequence[str]) -> Tuple[str, ...]:
+        """The step that runs one task on one node (its standard output is the script's)."""
+        raise NotImplementedError
+
+    def chosen_nodes_options(self, nodes: int, tasks: int) -> Tuple[str, ...]:
+        """Step options that start the training step's `tasks` tasks on the `nodes` hosts of $DLAUNCH_NODELIST only."""
+        raise NotImplementedError
+
+    def chosen_hosts_command(self) -> Tuple[str, ...]:
+        """`hosts_command` of the hosts of $DLAUNCH_NODELIST (the nodes pre-flight chose)."""
+        raise NotImplementedError
+
     def gpu_request_field(self, cfg: StrictModel) -> Optional[str]:
         """The field of its `[scheduler]` section that asks the batch system for GPUs (None: none does)."""
         return None

@@ -250,6 +250,25 @@ class Slurm(Scheduler):
             *options,
         )
 
+    def node_check_step(  # type: ignore[override]  # a scheduler's methods take its own Config; the contract (Scheduler) types it as the base model
+        self, cfg: SlurmConfig, nodes: int, timeout_s: int, options: Sequence[str]
+    ) -> Tuple[str, ...]:
+        # No --kill-on-bad-exit: a node whose check fails must not end the others' (srun's default is 0). The counts
+        # are given: srun would take the job's task count (SLURM_NTASKS) otherwise.
+        minutes = -(-timeout_s // 60)
+        counts = ("--nodes=%d" % nodes, "--ntasks=%d" % nodes, "--ntasks-per-node=1")
+        return ("srun", *counts, "--cpu-bind=none", "--time=%d" % minutes, *cfg.step_options, *options)
+
+    def node_select_step(self, cfg: SlurmConfig, options: Sequence[str]) -> Tuple[str, ...]:  # type: ignore[override]  # a scheduler's methods take its own Config; the contract (Scheduler) types it as the base model
+        return ("srun", "--nodes=1", "--ntasks=1", *cfg.step_options, *options)
+
+    def chosen_nodes_options(self, nodes: int, tasks: int) -> Tuple[str, ...]:
+        # srun would take the job's node and task counts (SLURM_NNODES, SLURM_NTASKS) otherwise.
+        return ("--nodes=%d" % nodes, "--ntasks=%d" % tasks, ShellWord("--nodelist=$%s" % jobenv.NODELIST))
+
+    def chosen_hosts_command(self) -> Tuple[str, ...]:
+        return ("scontrol", "show", "hostnames", ShellWord("$%s" % jobenv.NODELIST))
+
     def gpu_request_field(self, cfg: SlurmConfig) -> Optional[str]:  # type: ignore[override]  # a scheduler's methods take its own Config; the contract (Scheduler) types it as the base model
         return "gpu_request" if cfg.gpu_request != "none" else None
 

@@ -129,8 +129,26 @@ class AttemptCount:
     file: str
 
 
+@dataclass(frozen=True)
+class NodeCheck:
+    """`<step> || echo "...exit $?" >&2`: pre-flight's check on every node (dlaunch/train/nodecheck.py); the script
+    goes on whatever the step's exit (a node without a result is named by the selection that follows)."""
+
+    command: Tuple[Union[str, "TaskEnv"], ...]
+
+
 PreludeItem = Union[
-    WorkDir, Export, RequireVariable, Prepend, FirstHost, CommandOutput, HostList, Banner, EndTime, AttemptCount
+    WorkDir,
+    Export,
+    RequireVariable,
+    Prepend,
+    FirstHost,
+    CommandOutput,
+    HostList,
+    Banner,
+    EndTime,
+    AttemptCount,
+    NodeCheck,
 ]
 
 

@@ -8,6 +8,9 @@ EXIT_DIVERGED = 65  # EX_DATAERR: the run's settings or data make the loss non-f
 # EX_UNAVAILABLE: a process of the job stopped answering (dlaunch/train/watchdog.py); hang.json in the run directory
 # names it. Resuming on the same nodes may hang again.
 EXIT_HUNG = 69
+# EX_NOHOST: pre-flight found fewer healthy nodes than the job needs (dlaunch/train/nodecheck.py); preflight.json in
+# the run directory names the nodes left out and why. Nothing trained.
+EXIT_TOO_FEW_NODES = 68
 
 
 class ConfigError(ValueError):

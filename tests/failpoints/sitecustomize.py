@@ -14,7 +14,11 @@ trainer's): a held run is not a hung one.
 
 With DLAUNCH_TEST_HOLD_IN=validation or checkpoint instead, each process holds inside that section of its first epoch
 (validation: before validating; checkpoint: rank 0 before writing it, the others wait for it in the barrier), first
-creating FILE.held-in-<section>.rank<R>, and the watchdog is not paused: a section that lasts, as a slow one does."""
+creating FILE.held-in-<section>.rank<R>, and the watchdog is not paused: a section that lasts, as a slow one does.
+
+With DLAUNCH_TEST_BROKEN_GEMM_HOST=HOST, pre-flight's GEMM (dlaunch/train/nodecheck.py `gemm`) on the host of that name
+returns a product 1.5 times too large, as a device that computes wrong numbers does (a fake of such a GPU: the real
+check runs, on the CPU here)."""
 import importlib.abc
 import importlib.machinery
 import os
@@ -26,6 +30,7 @@ HOLD_AFTER_EPOCH = 0
 HOLD_AT_STEP = int(os.environ.get("DLAUNCH_TEST_HOLD_AT_STEP", "-1"))
 HOLD_IN = os.environ.get("DLAUNCH_TEST_HOLD_IN")
 HOLD_AFTER_END = os.environ.get("DLAUNCH_TEST_HOLD_AFTER_END") == "1"
+BROKEN_GEMM_HOST = os.environ.get("DLAUNCH_TEST_BROKEN_GEMM_HOST")
 GIVE_UP_S = 900.0  # a test that died without releasing its job does not leave it waiting for ever
 
 
@@ -84,11 +89,23 @@ def patch(module) -> None:
     trainer.validate, module.save_checkpoint = held_validate, held_save_checkpoint
 
 
-class HoldFinder(importlib.abc.MetaPathFinder):
-    """Finds `dlaunch.train.loop` as Python would, and patches it once it has been executed."""
+def break_gemm(module) -> None:
+    import socket
+
+    if socket.gethostname() != BROKEN_GEMM_HOST:
+        return
+    gemm = module.gemm
+    module.gemm = lambda a, b: gemm(a, b) * 1.5
+
+
+class PatchFinder(importlib.abc.MetaPathFinder):
+    """Finds module `name` as Python would, and patches it once it has been executed."""
+
+    def __init__(self, name, patch):
+        self.name, self.patch = name, patch
 
     def find_spec(self, name, path, target=None):
-        if name != "dlaunch.train.loop":
+        if name != self.name:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:
@@ -97,11 +114,13 @@ class HoldFinder(importlib.abc.MetaPathFinder):
 
         def exec_and_patch(module):
             exec_module(module)
-            patch(module)
+            self.patch(module)
 
         spec.loader.exec_module = exec_and_patch
         return spec
 
 
 if HOLD_FILE:
-    sys.meta_path.insert(0, HoldFinder())
+    sys.meta_path.insert(0, PatchFinder("dlaunch.train.loop", patch))
+if BROKEN_GEMM_HOST:
+    sys.meta_path.insert(0, PatchFinder("dlaunch.train.nodecheck", break_gemm))
