@@ -26,9 +26,11 @@
 # steps) inherits it: proctrack/linuxproc and task/none never move a job's processes. A slowed node stands for
 # a throttled GPU, a degraded link or a noisy neighbour. node-restore moves them back and removes the group
 # (stop does too).
-# AuthInfo's cred_expire is 30 s (Slurm's default 120): it is also how long a requeued job waits before it may start
-# again (slurm.conf(5)), so a node failure's requeue waits about 30 s, not 2 minutes; the credential of a job or
+# AuthInfo's cred_expire is 10 s (Slurm's default 120): it is also how long a requeued job waits before it may start
+# again (slurm.conf(5)), so a node failure's requeue waits about 10 s, not 2 minutes; the credential of a job or
 # step is checked by a slurmd within a second of being made here.
+# SlurmdTimeout is 10 s (Slurm's default 300, the test cluster's 30 before): a node that stops answering (node-down)
+# is noticed and its job ended or requeued within about 10 s.
 # DIR/cluster.env describes the running cluster (NODES, NODE_NAMES, CPUS_PER_NODE, IFNAME, SECOND_*, ...).
 set -euo pipefail
 
@@ -118,7 +120,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$DIR/munge-run/munge.socket.2,cred_expire=30
+AuthInfo=socket=$DIR/munge-run/munge.socket.2,cred_expire=10
 StateSaveLocation=$DIR/spool/ctld
 SlurmdSpoolDir=$DIR/spool/%n
 TmpFS=$DIR/tmp/%n
@@ -144,7 +146,7 @@ EnforcePartLimits=ALL
 MinJobAge=600
 KillWait=5
 MessageTimeout=10
-SlurmdTimeout=30
+SlurmdTimeout=10
 InactiveLimit=0
 EOF
   for i in $(seq 1 "$NODES"); do

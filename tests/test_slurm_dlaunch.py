@@ -173,10 +173,10 @@ def test_a_job_ended_by_its_time_limit_reads_as_interrupted(two_nodes, tmp_path)
     # SIGTERM is all the trainer gets, and it must read as a resumable interruption, not a cancel.
     site = two_nodes.site_profile(tmp_path / "slurm-no-warning.toml", sbatch_directives=["--signal=URG@1"])
     # The run holds after its first epoch (never released): the limit strikes it there, mid-way, however
-    # fast the machine; the two minutes only bound the start and first epoch, as JOB_TIMEOUT_S elsewhere.
+    # fast the machine; the minute (Slurm's shortest limit) only bounds the start and first epoch.
     hold = Hold(tmp_path)
     ran = dlaunch(two_nodes, tmp_path, "run", "--site", str(site), "--experiment", "tests", "--run-name", "limit",
-                  "--nodes", "2", "--time", "00:02:00", *TINY, "--steps", "100000", **hold.env())
+                  "--nodes", "2", "--time", "00:01:00", *TINY, "--steps", "100000", **hold.env())
     assert ran.returncode == 0, ran.stderr
     run_dir = tmp_path / "runs" / "tests" / "limit"
     wait_for(lambda: epochs_written(run_dir) >= 1 and (run_dir / "checkpoints" / "last.pt").is_file(), "a first epoch",

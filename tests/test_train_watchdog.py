@@ -346,6 +346,15 @@ def wait_until(condition, proc: subprocess.Popen, err: Lines, what: str, timeout
         time.sleep(0.1)
 
 
+def zombie(pid: int) -> bool:
+    """Whether process `pid` has exited and waits for its parent to collect it."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def rank_shown(run: Path, rank: int):
     """Rank `rank`'s state in the run's node files (what the launcher reads), None before there is one."""
     for node in hb.read_heartbeats(str(run)).values():
@@ -379,10 +388,15 @@ def test_a_rank_stopped_for_good_is_named_and_the_job_ends_hung(tmp_path):
         assert (shown["step"], shown["epoch"], shown["local_rank"]) == (3, 0, 1)
         node = hb.read_heartbeats(str(run))[socket.gethostname()]
         assert node["last_step"] == 3 and node["interval_s"] == pytest.approx(0.8)
-        stopped = worker_pids(proc.pid)[1]
+        workers = worker_pids(proc.pid)
+        stopped = workers[1]
         os.kill(stopped, signal.SIGSTOP)
         released = time.time()
         hold.release(rank=0)
+        # Once rank 0 has exited, torchrun sends the stopped rank SIGTERM, which a stopped process never handles, and
+        # kills it 30 s later (torch.distributed.elastic's close timeout): the test kills it at once instead.
+        wait_until(lambda: not os.path.exists("/proc/%d" % workers[0]) or zombie(workers[0]), proc, err, "rank 0 ended")
+        os.kill(stopped, signal.SIGKILL)
         assert proc.wait(timeout=600) != 0
     finally:
         hold.release()
