@@ -59,9 +59,14 @@ def test_slurm_jobs_leave_the_suspect_nodes_out_unless_told_and_the_dry_run_says
             in captured.err)
     assert main(["sweep", "--site", "generic-slurm", "--nodes", "1,2", "--dry-run"]) == 0
     assert capsys.readouterr().out.count("#SBATCH --exclude=dl-node1,dl-node2\n") == 2
-    assert main(["run", "--site", "generic-slurm", "--dry-run", "--include-suspect-nodes"]) == 0
+    assert main(["study", "run", "smoke", "--site", "generic-slurm", "--dry-run"]) == 0
     captured = capsys.readouterr()
-    assert "--exclude" not in captured.out and "suspect" not in captured.err
+    assert captured.out.count("#SBATCH --exclude=dl-node1,dl-node2\n") == 4  # every job of the study
+    assert "dlaunch: note: leaves out suspect nodes: dl-node1 (hung in /r/e/2, 2026-11-27)" in captured.err
+    for command in (["run"], ["study", "run", "smoke"]):
+        assert main([*command, "--site", "generic-slurm", "--dry-run", "--include-suspect-nodes"]) == 0
+        captured = capsys.readouterr()
+        assert "--exclude" not in captured.out and "suspect" not in captured.err
     assert main(["nodes", "clear", "--site", "generic-slurm"]) == 0
     assert capsys.readouterr().out.strip() == "cleared dl-node1, dl-node2 of generic-slurm"
     assert main(["run", "--site", "generic-slurm", "--dry-run"]) == 0

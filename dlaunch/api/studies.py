@@ -60,6 +60,7 @@ def study(
     budget: Optional[float] = None,
     preflight: bool = False,
     spare_nodes: int = 0,
+    include_suspect_nodes: bool = False,
     planned: Optional[Callable[[StudyPlan], None]] = None,
     say: Callable[[str], None] = lambda line: None,
     show_progress: bool = False,
@@ -69,7 +70,8 @@ def study(
     ./runs); with `dry_run` (or `list_only`, whose jobs the command line prints one line each: `label`, nodes,
     processes) rendered only. Warnings about its data and jobs are DlaunchWarnings, each said once; the jobs left
     alone (ended ok, still active) a DlaunchNote. `budget`: node-hours the jobs' time limits may come to (more is
-    refused, a dry run too). `preflight`, `spare_nodes`: every job's nodes checked before training, as `run`'s. `planned` hears the StudyPlan (with the cost) before anything is submitted, `say` each
+    refused, a dry run too). `preflight`, `spare_nodes`: every job's nodes checked before training, as `run`'s; the site's suspect nodes
+    (dlaunch/runs/suspects.py) left out unless `include_suspect_nodes`. `planned` hears the StudyPlan (with the cost) before anything is submitted, `say` each
     submission; `show_progress`: a job run here shows its progress on stdout (the command line's live view)."""
     from dlaunch.runs.cost import check_budget
     from dlaunch.runs.study import prepare_study, submit_study
@@ -90,6 +92,7 @@ def study(
         allow_large,
         preflight,
         spare_nodes,
+        include_suspect_nodes,
     )
     counted = counted_warnings([*prepared.warnings, *(line for _, job in prepared.jobs for line in job.warnings)])
     for line in counted:

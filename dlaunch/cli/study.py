@@ -16,7 +16,7 @@ from dlaunch.cli.report import (
     NoiseThreshold,
     report_command,
 )
-from dlaunch.cli.run import Budget, Preflight, SpareNodes, cost_lines
+from dlaunch.cli.run import Budget, IncludeSuspectNodes, Preflight, SpareNodes, cost_lines
 from dlaunch.cli.runs import print_statuses, show_found
 from dlaunch.cli.terminal import AllowLarge, Json, StragglerThreshold, command_group, err, out, print_json
 from dlaunch.errors import DlaunchWarning
@@ -160,6 +160,7 @@ def study_run_command(
     stack: StackOption = None,
     allow_large: AllowLarge = False,
     budget: Budget = None,
+    include_suspect_nodes: IncludeSuspectNodes = False,
     preflight: Preflight = False,
     spare_nodes: SpareNodes = 0,
     as_json: Annotated[
@@ -182,6 +183,8 @@ def study_run_command(
         plans.append(plan)
         for line in plan.warnings:
             err.print("dlaunch: warning: %s" % line)
+        for line in dict.fromkeys(note for job in plan.jobs for note in job.notes):  # as run's and sweep's
+            err.print("dlaunch: note: %s" % line)
         if not dry_run and plan.cost and plan.jobs:
             err.out("\n".join(cost_lines(plan.cost)), highlight=False)
 
@@ -200,6 +203,7 @@ def study_run_command(
             stack=stack,
             allow_large=allow_large,
             budget=budget,
+            include_suspect_nodes=include_suspect_nodes,
             preflight=preflight,
             spare_nodes=spare_nodes,
             planned=planned,

@@ -148,6 +148,7 @@ def expand(
     allow_large: bool = False,
     preflight: bool = False,
     spare_nodes: int = 0,
+    include_suspect_nodes: bool = False,
 ) -> List[MatrixRun]:
     """Every job of the study's matrix (in file order) that the protocol runs (its `only` points, its `repeats`), as
     requests for `site`; `data`: loader -> path, for the jobs whose recipe names no data; `stack` overrides the
@@ -206,6 +207,7 @@ def expand(
                 allow_large=allow_large,
                 preflight=preflight,
                 spare_nodes=spare_nodes,
+                include_suspect_nodes=include_suspect_nodes,
                 **{key: count},
                 **({"nodes": nodes} if nodes else {}),  # type: ignore[arg-type]  # counts (nodes, gpus) are ints; mypy matches a **dict with every parameter
             )
@@ -345,6 +347,7 @@ def prepare_study(
     allow_large: bool = False,
     preflight: bool = False,
     spare_nodes: int = 0,
+    include_suspect_nodes: bool = False,
 ) -> StudyJobs:
     """Render the jobs of a study that are missing or failed (nothing written), with their cost: the first step of
     `study run`. The study directory is OUTPUT/<study name> (`output`, else the site's runs_dir, else ./runs); one of
@@ -359,13 +362,12 @@ def prepare_study(
     output = Path(where)
     if not image:  # the study's stack's default images come from the site's images folder
         said += service.images_folder(resolved, dry_run)
-    jobs = expand(study, site, output, None, account, image, only, protocol, stack, allow_large, preflight, spare_nodes)
+    options = (protocol, stack, allow_large, preflight, spare_nodes, include_suspect_nodes)
+    jobs = expand(study, site, output, None, account, image, only, *options)
     reading = sorted({job.coordinates["loader"] for job in jobs if job.request.option("data") is None})
     paths, warnings = _datasets(study, data, dry_run, reading)
     if paths:
-        jobs = expand(
-            study, site, output, paths, account, image, only, protocol, stack, allow_large, preflight, spare_nodes
-        )
+        jobs = expand(study, site, output, paths, account, image, only, *options)
     folder = study_dir(study, output)
     if not dry_run:
         _check_recorded(folder, site, study, protocol)
