@@ -77,15 +77,18 @@ def test_check_writes_its_node_file_and_a_broken_gemm_is_caught(tmp_path, monkey
     assert nodecheck.node_reasons(broken, None, "")[0].startswith("GEMM result wrong on cpu: relative error 0.5")
 
 
-def test_nvml_reasons_are_read_from_the_gpu(monkeypatch):
-    """A fake NVML (no NVIDIA GPU here) reporting HW slowdown (0x8) and a power cap (0x4)."""
+def test_nvml_reasons_seen_while_the_gemm_runs_are_the_gpus_even_when_gone_after_it():
+    """A fake NVML (no NVIDIA GPU here) reporting HW slowdown (0x8) and a power cap (0x4) while the GEMM runs (here on
+    the CPU), none once it has ended: read only after the GEMM, the slowdown went unseen."""
     import torch
 
     from dlaunch.train import gpuhealth
 
     fake = FakeNvml(reasons=0x8 | 0x4)
-    monkeypatch.setattr(gpuhealth.GpuHealth, "for_device", classmethod(lambda cls, device: cls(fake, 0)))
-    assert nodecheck.throttle_of(torch.device("cuda", 0)) == ["power cap", "hardware slowdown"]
+    health = gpuhealth.GpuHealth(fake, 0)
+    nodecheck.check_device(torch.device("cpu"), 64, 0.0, health.sample)
+    fake.reasons = 0
+    assert nodecheck.throttle_of(health) == ["power cap", "hardware slowdown"]
 
 
 @pytest.mark.parametrize("argv", [["select", "--dir", "d", "--attempt", "a", "--nodes", "0", "--hosts", "n1",

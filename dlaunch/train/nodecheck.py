@@ -2,10 +2,10 @@
 
 `check` (one task per node, in the job's image; the node named as the job's host list names it, dlaunch/train/jobenv.py):
 a GEMM of fixed size on each of the node's GPUs (FP16, the tensor cores' figure; on a node without a GPU float32 on its
-CPU), its rate in TFLOP/s and its product verified
-(Freivalds: C x against A (B x) in float32 with a random x; a GPU that computes wrong numbers fails), then the GPU's
-NVML clock event reasons (dlaunch/train/gpuhealth.py; hardware slowdown, thermal and power brake are failures), into
-`<dir>/<host>.json`, written atomically. It exits 0 once it wrote its file, a crash of the check included (the file
+CPU), its rate in TFLOP/s and its product verified (Freivalds: C x against A (B x) in float32 with a random x; a GPU
+that computes wrong numbers fails), and the GPU's NVML clock event reasons seen while it computed
+(dlaunch/train/gpuhealth.py; hardware slowdown, thermal and power brake are failures), into `<dir>/<host>.json`, written
+atomically. It exits 0 once it wrote its file, a crash of the check included (the file
 names it): one node's failure must not end the other nodes' checks.
 
 `select` (one process, after every node's check): reads the nodes' files of this attempt, judges each against the
@@ -46,8 +46,9 @@ def gemm(a: Any, b: Any) -> Any:
     return a @ b
 
 
-def check_device(device: Any, size: int, min_seconds: float) -> Dict[str, Any]:
-    """One device's GEMM: its rate (TFLOP/s) and the relative error of its product."""
+def check_device(device: Any, size: int, min_seconds: float, sample: Any = lambda: None) -> Dict[str, Any]:
+    """One device's GEMM: its rate (TFLOP/s) and the relative error of its product; `sample()` after each timed GEMM
+    (the GPU's NVML reasons read while it computes: a slowdown under load may be gone once it idles)."""
     import torch
 
     on_gpu = device.type == "cuda"
@@ -63,6 +64,7 @@ def check_device(device: Any, size: int, min_seconds: float) -> Dict[str, Any]:
         product = gemm(a, b)
         runs += 1
         sync(device)
+        sample()
     seconds = time.perf_counter() - started
     x = torch.rand(size, 1, device=device, dtype=torch.float32, generator=generator) - 0.5
     expected = a.float() @ (b.float() @ x)
@@ -77,11 +79,10 @@ def check_device(device: Any, size: int, min_seconds: float) -> Dict[str, Any]:
     }
 
 
-def throttle_of(device: Any) -> Any:
-    """The GPU's NVML clock event reasons now (a list), or 'unavailable: ...'."""
-    from dlaunch.train.gpuhealth import MEASURED, REASONS, GpuHealth, throttle_names
+def throttle_of(health: Any) -> Any:
+    """The NVML clock event reasons a GpuHealth saw in any of its samples (a list), or 'unavailable: ...'."""
+    from dlaunch.train.gpuhealth import MEASURED, REASONS, throttle_names
 
-    health = GpuHealth.for_device(device)
     vector = health.end_epoch()
     if int(vector[0]) != MEASURED:
         return "unavailable: %s" % REASONS.get(int(vector[0]), "reason %d" % int(vector[0]))
@@ -97,9 +98,12 @@ def check_node(min_seconds: float = MIN_SECONDS) -> Dict[str, Any]:
         for index in range(torch.cuda.device_count()):
             device = torch.device("cuda", index)
             torch.cuda.set_device(device)
-            figures = check_device(device, GPU_SIZE, min_seconds)
+            from dlaunch.train.gpuhealth import GpuHealth
+
+            health = GpuHealth.for_device(device)
+            figures = check_device(device, GPU_SIZE, min_seconds, health.sample)
             figures["name"] = torch.cuda.get_device_name(device)
-            figures["throttle"] = throttle_of(device)
+            figures["throttle"] = throttle_of(health)
             devices.append(figures)
         return {"devices": devices}
     return {"devices": [check_device(torch.device("cpu"), CPU_SIZE, min_seconds)]}
