@@ -692,12 +692,11 @@ def netcheck_script(
     here = [short(h) for h in node.hosts].index(short(socket.gethostname()))
     procs = site.gpus_per_node if site.gpu_vendor != "none" else 1
     prefix = tuple(runtime.prefix(plan.image, ())) if runtime.containerized else ()  # type: ignore[arg-type]  # a containerized site's plan has its image
-    python = "python" if runtime.containerized else site.interpreters.get("torch", "python")
     return render_in_job_environment(
         plan,
         prefix
         + (
-            python,
+            site.torch_python(),
             "-m",
             "dlaunch.train.netcheck",
             "--node-rank",

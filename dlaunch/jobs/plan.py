@@ -234,7 +234,6 @@ def _preflight_prelude(
     run_dir: str,
     nodes: int,
     allocated: int,
-    python: str,
     options: Tuple[str, ...],
     prefix: Tuple[str, ...],
 ) -> Tuple[PreludeItem, ...]:
@@ -242,7 +241,7 @@ def _preflight_prelude(
     healthy ones as DLAUNCH_NODELIST and their count as DLAUNCH_NNODES (the job ends with the selection's exit code when
     too few)."""
     cfg = site.preflight
-    module = (python, "-m", "dlaunch.train.nodecheck")
+    module = (site.torch_python(), "-m", "dlaunch.train.nodecheck")
     common = (
         "--dir",
         os.path.join(run_dir, NODE_DIR),
@@ -375,10 +374,7 @@ def build_plan(
         trained = dataclasses.replace(job, nodes=nodes)  # the training step's: without the spares
         if request.preflight:  # the training step on the chosen nodes only
             step_options += scheduler.chosen_nodes_options(nodes, trained.tasks)
-            python = "python" if runtime.containerized else site.interpreters.get("torch", "python")
-            checks = _preflight_prelude(
-                site, scheduler, run_dir, nodes, allocated, python, container_options, container_prefix
-            )
+            checks = _preflight_prelude(site, scheduler, run_dir, nodes, allocated, container_options, container_prefix)
         try:
             step = scheduler.step(site.scheduler, trained, spec.mpi, spec.whole_node, step_options)
         except SchedulerError as e:

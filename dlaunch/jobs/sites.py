@@ -379,6 +379,11 @@ class Site(StrictModel):
         """How `framework` starts here: the profile's `[launch.<framework>] mode`, else the table's style."""
         return self.launch.framework(framework).mode or FRAMEWORKS[framework].launch
 
+    def torch_python(self) -> str:
+        """The Python that runs a torch tool of the trainer's beside its step (doctor's netcheck, pre-flight's
+        nodecheck): the image's `python` in a container, else the profile's torch interpreter, else `python`."""
+        return "python" if self.container.containerized else self.interpreters.get("torch", "python")
+
     def folder(self, field: str, environ: Mapping[str, str] = os.environ) -> Tuple[Optional[str], Optional[str]]:
         """`images_dir` or `runs_dir` with its leading variable expanded from `environ`: (path, None); (None, None)
         when the profile does not set it; where the variable is not set here, a path that says so

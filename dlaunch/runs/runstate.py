@@ -222,9 +222,8 @@ class Snapshot:
     stopped_by: Optional[str] = None
     # While it runs: per node how long ago it last finished a step (dlaunch/runs/hangs.py: node_activity).
     nodes: Tuple[str, ...] = ()
-    stalled: Tuple[
-        str, ...
-    ] = ()  # those of `nodes` that finished no step for hangs.STALL_S, or whose heartbeat stopped
+    # Those of `nodes` that finished no step for hangs.STALL_S, or whose heartbeat stopped.
+    stalled: Tuple[str, ...] = ()
     preflight: Tuple[str, ...] = ()  # the nodes its pre-flight left out and why (dlaunch/runs/nodechecks.py)
     measured: "Optional[Run]" = field(
         default=None, compare=False, repr=False
