@@ -18,7 +18,13 @@ creating FILE.held-in-<section>.rank<R>, and the watchdog is not paused: a secti
 
 With DLAUNCH_TEST_BROKEN_GEMM_HOST=HOST, pre-flight's GEMM (dlaunch/train/nodecheck.py `gemm`) on the host of that name
 returns a product 1.5 times too large, as a device that computes wrong numbers does (a fake of such a GPU: the real
-check runs, on the CPU here)."""
+check runs, on the CPU here).
+
+With DLAUNCH_TEST_GPU_HANG_AT_STEP=N, each trainer process on a GPU enqueues, before its step N + 1, a kernel that spins
+for DLAUNCH_TEST_GPU_HANG_S seconds (default 240) on its compute stream (`torch.cuda._sleep`): the GPU stops finishing
+work as a hung GPU or driver does, while the process and its threads live on. Everything the step enqueues after it,
+DDP's NCCL all-reduce included, waits behind it, so the flight recorder holds a collective never completed. On a CPU
+device (a rehearsal of the GPU check) the step sleeps in Python instead. The watchdog is not paused: this is a hang."""
 import importlib.abc
 import importlib.machinery
 import os
@@ -31,6 +37,8 @@ HOLD_AT_STEP = int(os.environ.get("DLAUNCH_TEST_HOLD_AT_STEP", "-1"))
 HOLD_IN = os.environ.get("DLAUNCH_TEST_HOLD_IN")
 HOLD_AFTER_END = os.environ.get("DLAUNCH_TEST_HOLD_AFTER_END") == "1"
 BROKEN_GEMM_HOST = os.environ.get("DLAUNCH_TEST_BROKEN_GEMM_HOST")
+GPU_HANG_AT_STEP = int(os.environ.get("DLAUNCH_TEST_GPU_HANG_AT_STEP", "-1"))
+GPU_HANG_S = float(os.environ.get("DLAUNCH_TEST_GPU_HANG_S", "240"))
 GIVE_UP_S = 900.0  # a test that died without releasing its job does not leave it waiting for ever
 
 
@@ -61,7 +69,7 @@ def patch(module) -> None:
 
     def held_train_epoch(self, epoch, skip, progress):
         status = train_epoch(self, epoch, skip, progress)
-        if status is None and epoch == HOLD_AFTER_EPOCH and not (HOLD_IN or HOLD_AFTER_END):
+        if HOLD_FILE and status is None and epoch == HOLD_AFTER_EPOCH and not (HOLD_IN or HOLD_AFTER_END):
             hold("held-after-epoch-%d" % epoch)
         return status
 
@@ -71,6 +79,8 @@ def patch(module) -> None:
             hold("held-after-end")
 
     def held_step(self, *args, **kwargs):
+        if self.global_step == GPU_HANG_AT_STEP:
+            hang_the_device(self.device)
         if self.global_step == HOLD_AT_STEP:
             hold("held-at-step-%d" % HOLD_AT_STEP)
         return step(self, *args, **kwargs)
@@ -87,6 +97,17 @@ def patch(module) -> None:
 
     trainer.train_epoch, trainer.step, trainer.finish = held_train_epoch, held_step, held_finish
     trainer.validate, module.save_checkpoint = held_validate, held_save_checkpoint
+
+
+def hang_the_device(device) -> None:
+    """A kernel that keeps the device's compute stream busy for GPU_HANG_S (a rehearsal on a CPU: a sleep)."""
+    open("%s.gpu-hung.rank%s" % (HOLD_FILE or "/tmp/dlaunch-test", os.environ.get("RANK", "0")), "w").close()
+    if device.type != "cuda":
+        time.sleep(GPU_HANG_S)
+        return
+    import torch
+
+    torch.cuda._sleep(int(GPU_HANG_S * 2.0e9))  # cycles: at most 2 GHz (an H100's and H200's highest SM clock 1.98)
 
 
 def break_gemm(module) -> None:
@@ -120,7 +141,7 @@ class PatchFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if HOLD_FILE:
+if HOLD_FILE or GPU_HANG_AT_STEP >= 0:
     sys.meta_path.insert(0, PatchFinder("dlaunch.train.loop", patch))
 if BROKEN_GEMM_HOST:
     sys.meta_path.insert(0, PatchFinder("dlaunch.train.nodecheck", break_gemm))
