@@ -71,7 +71,7 @@ PYTHONPATH=$ROOT/tests/failpoints:$ROOT DLAUNCH_TEST_GPU_HANG_AT_STEP=$HANG_AT_S
   > "$WORK/hang-run.log" 2>&1
 rc=$?
 ended=$(date +%s.%N)
-say "torchrun exit $rc ($(grep -o "exitcode *: *[0-9-]*" "$WORK/hang-run.log" | head -1)) after $(echo "$ended - $start" | bc) s (69: hung; 124: killed by this script's timeout)"
+say "torchrun exit $rc ($(grep -o "exitcode *: *[0-9-]*" "$WORK/hang-run.log" | head -1)) after $(awk "BEGIN{printf \"%.1f\", $ended - $start}") s (69: hung; 124: killed by this script's timeout)"
 "$PY" - "$RUN" "$ended" <<'EOF' 2>&1 | tee -a "$SUMMARY"
 import json, os, sys
 from dlaunch.train import heartbeat as hb
