@@ -2,6 +2,8 @@
 # Issue 44's GPU paths, once, on a machine with one NVIDIA GPU (the `device` tool's lent H100/H200), in one call:
 #   nodecheck  pre-flight's node check on the GPU (dlaunch/train/nodecheck.py check, then select against the
 #              expected figure given in PREFLIGHT_EXPECTED_TFLOPS): FP16 GEMM rate, Freivalds error, NVML reasons
+#   bench      pre-flight's GEMM timing against the device's back-to-back rate (benchmarks/bench_nodecheck.py)
+#   frdump     a real NCCL flight recorder dump with an all-reduce pending (benchmarks/fr_pending_dump.py)
 #   hang       the trainer on the GPU under torchrun (NCCL, one rank) whose GPU stops finishing work before step
 #              HANG_AT_STEP + 1 (tests/failpoints: a kernel that spins on the compute stream, as a hung GPU does):
 #              time from the hang to the hang record and to the job's end, its exit code, the hang record, the
@@ -58,6 +60,16 @@ try:
 except OSError as e:
     print("no preflight.json:", e)
 EOF
+
+say "== GEMM timing (benchmarks/bench_nodecheck.py)"
+OUT=$WORK timeout 120 "$PY" benchmarks/bench_nodecheck.py --rounds 3 --device "$DEVICE" 2>&1 | tee -a "$SUMMARY"
+
+if [ "$DEVICE" = cuda ]; then
+  say "== a real NCCL dump with a pending all-reduce (benchmarks/fr_pending_dump.py)"
+  timeout 90 "$PY" -m torch.distributed.run --standalone --nproc-per-node 1 benchmarks/fr_pending_dump.py \
+    "$WORK/fr-pending.rank0" > "$WORK/fr-pending.log" 2>&1
+  say "exit $?"; grep -v Warning "$WORK/fr-pending.log" | tail -5 | tee -a "$SUMMARY"
+fi
 
 say "== hang (GPU stops at step $HANG_AT_STEP, --hang-timeout $HANG_TIMEOUT)"
 RUN=$WORK/run

@@ -1,8 +1,9 @@
 """Hang detection (issue 44: dlaunch/train/watchdog.py, heartbeat.py, flight_recorder.py): the deadline's arithmetic, the
-files' formats, the verdict from node files, the flight recorder's dump read (a fake NCCL dump built in torch's
-documented format: there is no GPU here; gloo's real dumps in the runs below), and real 2-rank gloo runs under torchrun:
+files' formats, the verdict from node files, the flight recorder's dump read (NCCL dumps captured on an H200, and fake
+ones of 4 ranks built in torch's documented format; gloo's real dumps in the runs below), and real 2-rank gloo runs under torchrun:
 one rank stopped for good (SIGSTOP) after its first epoch, and a section held long that must not be called hung."""
 
+import hashlib
 import os
 import pickle
 import signal
@@ -196,6 +197,69 @@ def test_the_recorder_is_turned_on_where_the_torch_has_it(backend, release, gloo
     if not expected.startswith("unavailable"):
         assert fr.enable(users, backend, release, gloo) == "TORCH_NCCL_TRACE_BUFFER_SIZE=500 (set by the user)"
     assert fr.torch_release("2.14.1+cu130") == (2, 14) and fr.torch_release("1.11.0") == (1, 11)
+
+
+REAL_DUMPS = Path(__file__).parent / "flight_recorder"  # captured on an H200: its README says how
+REAL_SHA256 = {
+    "nccl-2.28.9-h200-pending.rank0": "06f45bafaf41549050fcb8e57d5801118837093b48988b15ed5fb0f042f2eaa6",
+    "nccl-2.28.9-h200-gpu-stopped.rank0": "ef738de6a4dc2db3b13e94c7d46c21379552a6e0c44c4ffeaf63c62bd9fcb7be",
+}
+
+
+def real_dump(name: str) -> dict:
+    data = (REAL_DUMPS / name).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == REAL_SHA256[name], "%s is not the captured dump" % name
+    return fr.load(data)
+
+
+def test_real_nccl_dumps_are_read_the_trainers_way():
+    """NCCL 2.28.9's dumps through torch 2.11 on an H200 (format 2.10): an all-reduce enqueued behind a stopped GPU is
+    the first unfinished collective, with its operation, sizes and state; the trainer's dump at a GPU hang has none."""
+    pending = fr.summary(real_dump("nccl-2.28.9-h200-pending.rank0"), 0)
+    assert pending["version"] == "2.10"
+    assert pending["groups"] == [
+        {"pg_id": "0", "name": "0", "desc": "default_pg", "members": [0], "last_enqueued": 4, "last_completed": 3}
+    ]
+    assert fr.first_unfinished({0: pending}, [0]) == {
+        "process_group": "0:default_pg",
+        "collective_seq_id": 4,
+        "op": "nccl:all_reduce",
+        "input_sizes": [[1024]],
+        "input_dtypes": ["Float"],
+        "state": "scheduled",
+        "entered": [0],
+        "missing_ranks": [],
+        "undumped_ranks": [],
+    }
+    stopped = fr.summary(real_dump("nccl-2.28.9-h200-gpu-stopped.rank0"), 0)
+    assert (stopped["groups"][0]["last_enqueued"], stopped["groups"][0]["last_completed"], stopped["pending"]) == (6, 6, [])
+    assert fr.first_unfinished({0: stopped}, [0]) is None
+
+
+@pytest.mark.parametrize(
+    "dump, ending",
+    [
+        (
+            "nccl-2.28.9-h200-gpu-stopped.rank0",
+            " and every collective in their flight recorders completed: the hang is in their own work, not in a "
+            "collective (a GPU that stopped computing, a deadlock: see the stacks)",
+        ),
+        ("nccl-2.28.9-h200-pending.rank0", ", waiting in collective 4 (nccl:all_reduce): the collective or the network hangs"),
+        (None, ": a collective, the network or a GPU hangs (see the stacks)"),
+    ],
+    ids=["all completed (a GPU that stopped)", "a collective pending", "no dump"],
+)
+def test_when_every_process_is_alive_at_one_step_the_verdict_says_what_the_flight_recorders_rule_out(dump, ending):
+    """Seen on an H200: a GPU that stopped computing left one live rank in its backward pass, every collective
+    completed; the verdict had said "a collective or the network hangs", the one thing the dump ruled out."""
+    more = {"flight_recorder": fr.summary(real_dump(dump), 0)} if dump else {}
+    record = judge(
+        [hb.node_record("n1", 0, 999.0, 1.0, [state(0, 999.0, **more)])], [0], 1000.0, 30.0, 10.0, {"rank": 0, "host": "n1"}
+    )
+    assert record["silent"] == []
+    assert record["summary"] == (
+        "no progress for 10 s: no process stands out: every one is alive at the same step (phase backward)" + ending
+    )
 
 
 # -- the verdict from node files -------------------------------------------------------------------------------------

@@ -34,6 +34,9 @@ NODE_DIR = "preflight"  # the nodes' files, in the run directory
 MAX_FILE_BYTES = 1 << 20
 GPU_SIZE, CPU_SIZE = 8192, 1024  # the GEMM's n (n x n times n x n)
 MIN_SECONDS = 1.0  # each device's timed GEMMs last at least this long (after one untimed)
+# GEMMs enqueued between two synchronisations: a GPU that waits for the host after each product (and an NVML read) idles
+# between them, 4 % of its rate on an H200 (623 against 649 TFLOP/s back to back; benchmarks/README.md, pre-flight).
+BATCH = {"cuda": 16, "cpu": 1}
 # Relative error of C x against A (B x) beyond which the product is wrong (FP16 products round at ~1e-3).
 TOLERANCE = {"cuda": 2e-2, "cpu": 1e-3}
 # NVML clock event reasons that fail a node (power cap and sync boost are a loaded GPU's normal state).
@@ -47,8 +50,9 @@ def gemm(a: Any, b: Any) -> Any:
 
 
 def check_device(device: Any, size: int, min_seconds: float, sample: Any = lambda: None) -> Dict[str, Any]:
-    """One device's GEMM: its rate (TFLOP/s) and the relative error of its product; `sample()` after each timed GEMM
-    (the GPU's NVML reasons read while it computes: a slowdown under load may be gone once it idles)."""
+    """One device's GEMM: its rate (TFLOP/s) and the relative error of its product; `sample()` once each batch of
+    timed GEMMs is enqueued (the GPU's NVML reasons read while it computes: a slowdown under load may be gone once it
+    idles)."""
     import torch
 
     on_gpu = device.type == "cuda"
@@ -61,10 +65,11 @@ def check_device(device: Any, size: int, min_seconds: float, sample: Any = lambd
     sync(device)
     runs, started = 0, time.perf_counter()
     while runs == 0 or time.perf_counter() - started < min_seconds:
-        product = gemm(a, b)
-        runs += 1
+        for _ in range(BATCH[device.type]):
+            product = gemm(a, b)
+        runs += BATCH[device.type]
+        sample()  # while the batch computes
         sync(device)
-        sample()
     seconds = time.perf_counter() - started
     x = torch.rand(size, 1, device=device, dtype=torch.float32, generator=generator) - 0.5
     expected = a.float() @ (b.float() @ x)

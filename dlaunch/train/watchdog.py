@@ -542,7 +542,11 @@ def judge(
             for s in silent
         )
     else:
-        summary = "no process stands out: every one is alive at the same step (a collective or the network hangs)"
+        phases = ", ".join(sorted({str(s["phase"]) for s in stepping})) or "unknown"
+        summary = "no process stands out: every one is alive at the same step (phase %s)%s" % (
+            phases,
+            _where_all_wait(collective, bool(stepping) and len(summaries) >= len(stepping)),
+        )
     return {
         "schema": hb.HANG_SCHEMA,
         "version": hb.HANG_VERSION,
@@ -556,6 +560,22 @@ def judge(
         "stacks": [],
         "flight_recorder_dumps": [],
     }
+
+
+def _where_all_wait(collective: Any, all_dumped: bool) -> str:
+    """Where processes all alive at one step hang, as their flight recorders tell (the hang summary's end)."""
+    if isinstance(collective, dict):
+        return ", waiting in collective %d (%s): the collective or the network hangs" % (
+            collective["collective_seq_id"],
+            collective["op"],
+        )
+    if all_dumped:
+        # Seen on an H200 (benchmarks/README.md): a GPU that stopped computing left every recorded collective completed.
+        return (
+            " and every collective in their flight recorders completed: the hang is in their own work, not in a "
+            "collective (a GPU that stopped computing, a deadlock: see the stacks)"
+        )
+    return ": a collective, the network or a GPU hangs (see the stacks)"
 
 
 def _silent(state: Dict[str, Any], now: float, why: str) -> Dict[str, Any]:
