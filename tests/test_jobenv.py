@@ -70,3 +70,16 @@ def test_each_task_of_a_slurm_step_gets_its_neutral_ids(tmp_path):
     assert [(t["role"], t["host"], t["port"]) for t in tasks] == [
         ("worker", "node1", 29501), ("worker", "node1", 29502), ("worker", "node2", 29501), ("worker", "node2", 29502)]
     assert {t["job"] for t in tasks} == {"42"}
+
+
+def test_a_task_names_its_node_as_the_job_does_not_as_the_host_calls_itself():
+    """JSC's nodes answer `hostname` with a domain (jwb0001.juwels) that Slurm's --exclude and --nodelist do not take:
+    the watchdog's and pre-flight's node names come from the job's host list (Slurm's own names)."""
+    import socket
+
+    from dlaunch.train import jobenv
+
+    environ = {jobenv.NODELIST: "jwb0001,jwb0002", jobenv.NODE_ID: "1", jobenv.TASK_ID: "5", jobenv.NTASKS: "8",
+               jobenv.LOCAL_TASK_ID: "1"}
+    assert jobenv.this_node(environ) == "jwb0002"
+    assert jobenv.this_node({}) == socket.gethostname()  # outside a job's step

@@ -67,6 +67,48 @@ def test_select_reads_this_attempts_files_only_and_exits_with_its_own_code_when_
     assert not written["enough"] and written["chosen"] == []
 
 
+def test_select_after_a_hang_leaves_out_the_nodes_it_named_and_only_a_hang_of_this_step_naming_a_node_retries(
+        tmp_path, capsys):
+    """The job script's retry (dlaunch/jobs/render.py): the nodes the hang record names fail with its reason, the
+    choice falls on a healthy node the hang did not name, the record keeps the selection before. A record older than
+    the step, or one naming no node, gives no retry: exit 69 (the script then ends with its step's exit), nothing
+    written."""
+    from dlaunch.train import heartbeat as hb
+    from dlaunch.train.watchdog import judge
+
+    folder = tmp_path / "preflight"
+    folder.mkdir()
+    for record in (node("n1"), node("n2"), node("n3")):
+        (folder / ("%s.0.json" % record["host"])).write_text(json.dumps(record))
+    chosen = tmp_path / "preflight.json"
+    argv = ["select", "--dir", str(folder), "--attempt", "7.0", "--hosts", "n1,n2,n3", "--nodes", "2", "--record",
+            str(chosen)]
+    assert nodecheck.main(argv) == 0 and capsys.readouterr().out == "n1,n2\n"
+    silent = hb.node_record("n2", 2, 990.0, 1.0, [dict(rank=2, local_rank=0, role="worker", pid=7, heartbeat=900.0,
+                                                        step=30, step_time=899.0, epoch=1, phase="backward",
+                                                        phase_since=899.0, timeout_s=60.0, overdue=False)])
+    live = hb.node_record("n1", 0, 999.0, 1.0, [dict(rank=0, local_rank=0, role="worker", pid=8, heartbeat=999.0,
+                                                      step=31, step_time=930.0, epoch=1, phase="stop check",
+                                                      phase_since=930.0, timeout_s=60.0, overdue=True)])
+    hang = dict(judge([silent, live], [0, 2], 1000.0, 30.0, 60.0, {"rank": 0, "host": "n1"}),
+                stacks=[], flight_recorder_dumps=[])
+    (tmp_path / "hang.json").write_text(json.dumps(hang))
+    again = argv + ["--after-hang", str(tmp_path / "hang.json"), "--retry", "1"]
+    before = chosen.read_text()
+    assert nodecheck.main(again + ["--since", "1000.5"]) == 69  # an earlier step's record
+    assert chosen.read_text() == before and "no retry" in capsys.readouterr().err
+    assert nodecheck.main(again + ["--since", "950"]) == 0
+    assert capsys.readouterr().out == "n1,n3\n"
+    record = json.loads(chosen.read_text())
+    assert record["retry"] == 1 and record["left_out"] == [
+        {"host": "n2", "reasons": ["named by the hang: rank 2 no heartbeat for 100 s, at step 30, phase backward "
+                                   "(hang.json)"]}]
+    assert [e["chosen"] for e in record["earlier"]] == [["n1", "n2"]]
+    nobody = dict(hang, silent=[])
+    (tmp_path / "hang.json").write_text(json.dumps(nobody))
+    assert nodecheck.main(again + ["--since", "950"]) == 69
+
+
 def test_check_writes_its_node_file_and_a_broken_gemm_is_caught(tmp_path, monkeypatch):
     record = nodecheck.run_check(str(tmp_path), "1.", "n1", min_seconds=0.0)
     device = record["devices"][0]
@@ -169,7 +211,7 @@ def test_sweep_checks_every_count_with_its_spares(tmp_path, capsys, monkeypatch)
                  "--account", "a", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.count("#SBATCH --nodes=3\n") == 1 and out.count("#SBATCH --nodes=4\n") == 1
-    assert out.count("nodecheck select") == 2 and "torchrun --nnodes=1 " in out and "torchrun --nnodes=2 " in out
+    assert out.count("nodecheck select") == 2 * 2 and out.count("--after-hang") == 2 and "torchrun --nnodes=1 " in out and "torchrun --nnodes=2 " in out
 
 
 def test_study_run_checks_every_jobs_nodes_with_its_spares(tmp_path, capsys, monkeypatch):
@@ -181,4 +223,5 @@ def test_study_run_checks_every_jobs_nodes_with_its_spares(tmp_path, capsys, mon
                  "--only", "gpus=8", "--dry-run"]) == 0
     out = capsys.readouterr().out
     jobs = out.count("#!/bin/bash\n")
-    assert jobs > 1 and out.count("#SBATCH --nodes=3\n") == out.count("nodecheck select") == jobs  # 8 GPUs: 2 + 1
+    assert jobs > 1 and out.count("#SBATCH --nodes=3\n") == out.count("--after-hang") == jobs  # 8 GPUs: 2 + 1
+    assert out.count("nodecheck select") == 2 * jobs  # the choice, and again after a hang

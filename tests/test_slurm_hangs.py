@@ -18,6 +18,7 @@ from test_slurm_dlaunch import dlaunch, job_id, submit, wait_for
 from test_slurm_failures import node_of
 
 from dlaunch.runs import suspects
+from dlaunch.train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.slow
 HANG_TIMEOUT_S = 20
@@ -65,3 +66,55 @@ def test_a_rank_stopped_for_good_ends_the_job_hung_names_its_node_and_the_resubm
     assert resumed.returncode == 0, resumed.stderr
     assert "#SBATCH --exclude=%s\n" % node in resumed.stdout and "--resume" in resumed.stdout
     assert "leaves out suspect nodes: %s (hung in " % node in resumed.stderr
+
+
+def test_a_hang_on_one_node_is_retried_in_the_job_from_the_checkpoint_on_the_spare(two_nodes, tmp_path):
+    """Issue 44 item 2 (never a requeue into the same hang): a 1-node job of 2 ranks with a spare node
+    (`--preflight --spare-nodes 1`, the psslurm-like partition's 2 pretend GPUs per node: 2 ranks on the CPU). Rank 1
+    is stopped for good after the first epoch; rank 0's watchdog names it and its node, the training step ends, and
+    the job script chooses again without that node: the spare. Training resumes there from the epoch-1 checkpoint and
+    the job completes; status says so, and the suspect-node record holds the node. Before this change the job
+    ended FAILED, hung, with the spare idle (the script had no retry: tests/golden/generic-slurm-ddp-preflight.sh)."""
+    if not two_nodes.psslurm_partition or two_nodes.gpus_per_node != 2:
+        pytest.skip("the cluster given by $SLURM_CONF has no partition with 2 pretend GPUs per node")
+    site = two_nodes.site_profile(tmp_path / "retry.toml", gpus_per_node=2, gpu_vendor="nvidia",
+                                  partition=two_nodes.psslurm_partition, extra={"preflight": {"min_fraction": 0.01}})
+    record = tmp_path / "suspect-nodes"
+    env = {suspects.FOLDER_ENV: str(record)}
+    hold = Hold(tmp_path)
+    run_dir = submit(two_nodes, tmp_path, site, "retry", "--nodes", "1", "--preflight", "--spare-nodes", "1",
+                     "--steps", "6", "--hang-timeout", str(HANG_TIMEOUT_S), **hold.env(), **env)
+    stopped = None
+    try:
+        wait_for(lambda: all(Path("%s.held-after-epoch-0.rank%d" % (hold.file, r)).exists() for r in (0, 1)),
+                 "both ranks held after their first epoch")
+        node, stopped = node_of(two_nodes, 1)
+        os.kill(stopped, signal.SIGSTOP)
+        hold.release(rank=0)
+        wait_for(lambda: (run_dir / "hang.json").exists(), "the hang record", timeout=HANG_TIMEOUT_S + 60)
+        os.kill(stopped, signal.SIGKILL)  # what torchrun does 30 s after its SIGTERM, which a stopped process ignores
+        state = two_nodes.wait_job(job_id(run_dir), 240)
+    finally:
+        hold.release()
+        if stopped is not None:
+            subprocess.run(["kill", "-9", str(stopped)], stderr=subprocess.DEVNULL, check=False)
+    log = "".join(p.read_text(errors="replace") for p in run_dir.glob("slurm-*.out"))
+    assert state == "COMPLETED", log[-4000:]
+    spare = [n for n in two_nodes.node_names[:2] if n != node][0]
+    chosen = json.loads((run_dir / "preflight.json").read_text())
+    assert (chosen["retry"], chosen["chosen"], [n["host"] for n in chosen["left_out"]]) == (1, [spare], [node])
+    assert chosen["left_out"][0]["reasons"][0].startswith("named by the hang: rank 1 no heartbeat for ")
+    assert chosen["earlier"][0]["chosen"] == [node]
+    assert "retry 1 of 1 from the checkpoint on %s" % spare in log, log[-4000:]
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    assert metrics.status == "ok" and set(metrics.header["hosts"]) == {node}  # the first attempt's header
+    [resumed] = [r for r in metrics.records if r["type"] == "resume"]
+    assert (resumed["epoch"], resumed["step"]) == (1, 2)  # from the checkpoint of epoch 0 (2 steps an epoch)
+    assert {n["host"] for n in resumed["network"]} == {spare}, resumed
+    [shown] = json.loads(dlaunch(two_nodes, tmp_path, "status", "--json", str(run_dir), **env).stdout)
+    assert shown["ok"], shown
+    assert shown["preflight"] == [
+        "retry 1 after a hang left out %s (%s); trains on %s from the checkpoint"
+        % (node, chosen["left_out"][0]["reasons"][0], spare)], shown
+    listed = dlaunch(two_nodes, tmp_path, "nodes", "list", "--site", str(site), "--json", **env)
+    assert '"node": "%s"' % node in listed.stdout and "named by the hang" in listed.stdout, listed.stdout

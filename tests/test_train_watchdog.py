@@ -374,6 +374,32 @@ def test_the_end_record_of_a_hung_run_is_metrics_version_5():
         make_record("end", 1.0, status="hung", total_time_s=5.0, epochs_completed=1, hang={"silent": []})
 
 
+def test_an_earlier_attempts_hang_record_does_not_end_the_resumed_run(tmp_path):
+    """A resumed run (`run --resume`, or the job script's retry after a hang) keeps the run directory and its hang.json:
+    before, the first node file the resumed run wrote saw it and ended every process hung at once (seen on the test
+    cluster: the retry ended 0.5 s after it resumed, with the old reason). Only a record of this attempt counts."""
+    from dlaunch.train.watchdog import HUNG_MARK, Watchdog
+
+    def record(at: float) -> dict:
+        found = judge([], [0], at, 30.0, 10.0, {"rank": 0, "host": "n1"})
+        return dict(found, stacks=[], flight_recorder_dumps=[])
+
+    watchdog = Watchdog(str(tmp_path), 4.0, {}, "n1")
+    mark = Path(watchdog.local_dir) / HUNG_MARK
+    try:
+        os.makedirs(watchdog.local_dir, exist_ok=True)
+        hb.write_json_atomically(str(tmp_path / hb.HANG_FILE), record(watchdog.started_wall - 60))
+        watchdog._write_node_file()
+        assert not mark.exists() and not watchdog._hang_recorded()
+        hb.write_json_atomically(str(tmp_path / hb.HANG_FILE), record(watchdog.started_wall + 1))
+        watchdog._write_node_file()
+        assert mark.exists() and watchdog._hang_recorded()
+    finally:
+        import shutil
+
+        shutil.rmtree(watchdog.local_dir, ignore_errors=True)
+
+
 # -- real runs: 2 gloo ranks under torchrun -------------------------------------------------------------------------
 
 

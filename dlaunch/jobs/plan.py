@@ -19,6 +19,7 @@ from dlaunch.schedulers import Scheduler, scheduler_for
 from dlaunch.specs.job import (
     CommandOutput,
     Export,
+    HangRetry,
     JobSpec,
     NodeCheck,
     PreludeItem,
@@ -33,10 +34,13 @@ from dlaunch.specs.schema import BIND_PATH, SAFE_NAME, Partition, format_time, p
 from dlaunch.train import jobenv
 from dlaunch.train.config import ConfigError, parse_config
 from dlaunch.train.framework_table import FRAMEWORKS
+from dlaunch.train.heartbeat import HANG_FILE
 from dlaunch.train.metrics_schema import METRICS_FILE
 from dlaunch.train.nodecheck import NODE_DIR, PREFLIGHT_FILE
 
 BINDABLE = re.compile(BIND_PATH)
+ALLOCATED = "DLAUNCH_ALLOCATED"  # a pre-flight job's hosts before its choice (a retry chooses among them again)
+STEP_STARTED = "DLAUNCH_STEP_STARTED"  # when a retried job's training step started (a newer hang record is its)
 
 
 def keeps_checkpoints(framework: str) -> bool:
@@ -69,10 +73,16 @@ class LaunchPlan:
     partition: Optional[str] = None  # the profile's partition row the job goes to (None: local)
     notes: Tuple[str, ...] = ()  # decisions the user did not ask for by name (a row picked by size)
     profile: str = ""  # the site profile's text as read: the run directory keeps it (`site.toml`), not its path
+    retry: Optional[HangRetry] = None  # the training step again after a hang (pre-flight's jobs; dlaunch/specs/job.py)
 
     def to_dict(self) -> Dict[str, Any]:
         data = dataclasses.asdict(self)
         data["prelude"] = [dict(type=type(item).__name__, **dataclasses.asdict(item)) for item in self.prelude]
+        if self.retry is not None:
+            data["retry"]["select"] = dict(type="CommandOutput", **dataclasses.asdict(self.retry.select))
+            data["retry"]["reselect"] = [
+                dict(type=type(item).__name__, **dataclasses.asdict(item)) for item in self.retry.reselect
+            ]
         del data["profile"]  # a file of its own
         return data
 
@@ -236,10 +246,12 @@ def _preflight_prelude(
     allocated: int,
     options: Tuple[str, ...],
     prefix: Tuple[str, ...],
-) -> Tuple[PreludeItem, ...]:
+    retries: bool,
+) -> Tuple[Tuple[PreludeItem, ...], Optional[CommandOutput]]:
     """Pre-flight (dlaunch/train/nodecheck.py): the check on each of the `allocated` nodes, then the choice of `nodes`
     healthy ones as DLAUNCH_NODELIST and their count as DLAUNCH_NNODES (the job ends with the selection's exit code when
-    too few)."""
+    too few); and, where the job `retries` after a hang, the choice again without the nodes the hang named, from the
+    allocation's hosts (kept as ALLOCATED)."""
     cfg = site.preflight
     module = (site.torch_python(), "-m", "dlaunch.train.nodecheck")
     common = (
@@ -254,17 +266,35 @@ def _preflight_prelude(
     step = scheduler.node_check_step(site.scheduler, allocated, cfg.timeout_s, options)
     assert step is not None  # _refuse_preflight: this scheduler has it
     check = step + (TaskEnv(scheduler.task_variables),) + prefix + module + ("check",) + common
-    select = (
-        scheduler.node_select_step(site.scheduler, options)
-        + prefix
-        + module
-        + ("select",)
-        + common
-        + ("--hosts", ShellWord("$" + jobenv.NODELIST), "--nodes", str(nodes), "--min-fraction", repr(cfg.min_fraction))
-        + expected
-        + ("--record", os.path.join(run_dir, PREFLIGHT_FILE))
+
+    def select(hosts: str, *more: str) -> CommandOutput:
+        return CommandOutput(
+            jobenv.NODELIST,
+            scheduler.node_select_step(site.scheduler, options)
+            + prefix
+            + module
+            + ("select",)
+            + common
+            + ("--hosts", ShellWord("$" + hosts), "--nodes", str(nodes), "--min-fraction", repr(cfg.min_fraction))
+            + expected
+            + ("--record", os.path.join(run_dir, PREFLIGHT_FILE))
+            + more,
+        )
+
+    count = Export(jobenv.NNODES, str(nodes))
+    if not retries:
+        return (NodeCheck(check), select(jobenv.NODELIST), count), None
+    again = select(
+        ALLOCATED,
+        "--after-hang",
+        os.path.join(run_dir, HANG_FILE),
+        "--since",
+        ShellWord("$" + STEP_STARTED),
+        "--retry",
+        ShellWord("$" + jobenv.RETRY),
     )
-    return (NodeCheck(check), CommandOutput(jobenv.NODELIST, select), Export(jobenv.NNODES, str(nodes)))
+    keep = Export(ALLOCATED, ShellWord("$" + jobenv.NODELIST))
+    return (NodeCheck(check), keep, select(jobenv.NODELIST), count), again
 
 
 def build_plan(
@@ -349,6 +379,7 @@ def build_plan(
     container_options: Tuple[str, ...] = ()
     container_prefix: Tuple[str, ...] = ()
     checks: Tuple[PreludeItem, ...] = ()
+    retry: Optional[HangRetry] = None
     if runtime.containerized:
         if not image:
             raise DlaunchError("--image: site %s runs in a container; give --image" % site.name)
@@ -374,7 +405,19 @@ def build_plan(
         trained = dataclasses.replace(job, nodes=nodes)  # the training step's: without the spares
         if request.preflight:  # the training step on the chosen nodes only
             step_options += scheduler.chosen_nodes_options(nodes, trained.tasks)
-            checks = _preflight_prelude(site, scheduler, run_dir, nodes, allocated, container_options, container_prefix)
+            retries = bool(site.preflight.hang_retries) and keeps_checkpoints(request.framework)
+            checks, reselect = _preflight_prelude(
+                site, scheduler, run_dir, nodes, allocated, container_options, container_prefix, retries
+            )
+            if reselect is not None:
+                retry = HangRetry(
+                    site.preflight.hang_retries,
+                    jobenv.RETRY,
+                    STEP_STARTED,
+                    os.path.join(run_dir, HANG_FILE),
+                    reselect,
+                    (Export(jobenv.NNODES, str(nodes)),) + spec.prelude,
+                )
         try:
             step = scheduler.step(site.scheduler, trained, spec.mpi, spec.whole_node, step_options)
         except SchedulerError as e:
@@ -460,4 +503,5 @@ def build_plan(
         warnings=warnings,
         partition=queue.name if queue else None,
         notes=notes,
+        retry=retry,
     )

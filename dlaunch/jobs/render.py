@@ -14,6 +14,7 @@ from dlaunch.specs.job import (
     EndTime,
     Export,
     FirstHost,
+    HangRetry,
     HostList,
     NodeCheck,
     Prepend,
@@ -174,8 +175,31 @@ def render_script(plan: LaunchPlan, header: str) -> str:
     out += _modules_and_env(plan)
     out += [render_item(item) for item in plan.prelude]
     out.append("\n")
-    out.append(_command([*plan.command, *_flag_groups(plan.trainer_argv)]))
+    command = _command([*plan.command, *_flag_groups(plan.trainer_argv)])
+    out.append(_retried(plan.retry, command) if plan.retry else command)
     return "".join(out)
+
+
+def _retried(retry: HangRetry, command: str) -> str:
+    """`command` in HangRetry's loop: again after a hang, at most `retry.times` times, saying why."""
+    n, started, hang = _name(retry.counter), _name(retry.started), quote(retry.hang_file)
+    name, select = _name(retry.select.name), " ".join(quote(a) for a in retry.select.command)
+    return "".join(
+        [
+            "%s=0\nwhile :; do\nexport %s\n" % (n, n),
+            "%s=$(date +%%s)\nexport %s\nDLAUNCH_EXIT=0\n" % (started, started),
+            command[:-1] + " || DLAUNCH_EXIT=$?\n",
+            'if [ "$DLAUNCH_EXIT" = 0 ] || [ "$%s" -ge %d ] || [ ! -e %s ]; then exit "$DLAUNCH_EXIT"; fi\n'
+            % (n, retry.times, hang),
+            "%s=$(( %s + 1 ))\n" % (n, n),
+            'if ! %s="$(%s)"; then exit "$DLAUNCH_EXIT"; fi\n%s="${%s%%%% *}"\nexport %s\n'
+            % (name, select, name, name, name),
+            'echo "dlaunch: training hung (%s); retry $%s of %d from the checkpoint on $%s" >&2\n'
+            % (retry.hang_file, n, retry.times, name),
+        ]
+        + [render_item(item) for item in retry.reselect]
+        + ["done\n"]
+    )
 
 
 def render_in_job_environment(plan: LaunchPlan, command: Sequence[str]) -> str:

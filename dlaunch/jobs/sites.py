@@ -194,6 +194,9 @@ class Preflight(StrictModel):
     min_fraction: float = Field(default=0.5, gt=0, le=1)
     # Seconds the check step may take on every node; a node that wrote no result by then is named "no answer".
     timeout_s: int = Field(default=300, ge=60, le=3600)
+    # How often the job trains again after a hang (exit 69), from its checkpoint, on healthy nodes of its allocation
+    # that the hang did not name (the spares first); 0: the job ends hung.
+    hang_retries: int = Field(default=1, ge=0, le=10)
 
     @model_validator(mode="after")
     def _cited(self) -> "Preflight":

@@ -42,11 +42,22 @@ def _node(left: Dict[str, Any]) -> str:
 
 
 def left_out_lines(record: Dict[str, Any]) -> List[str]:
-    """'pre-flight left out n2 (GEMM result wrong ...); trains on n1' ([] when it left out none)."""
+    """'pre-flight left out n2 (GEMM result wrong ...); trains on n1' ([] when it left out none); after a hang's
+    retry in the job (`retry`): 'retry 1 after a hang left out n1 (named by the hang: ...); trains on n2 from the
+    checkpoint', or that no healthy node was left for it."""
     if not record["left_out"]:
         return []
+    nodes = ", ".join(_node(n) for n in record["left_out"])
+    retry = record.get("retry")
+    if isinstance(retry, int) and retry > 0:
+        if not record["enough"]:
+            return ["retry %d after a hang: too few healthy nodes left (%s); the job ended" % (retry, nodes)]
+        return [
+            "retry %d after a hang left out %s; trains on %s from the checkpoint"
+            % (retry, nodes, ", ".join(record["chosen"]))
+        ]
     trains = "; trains on %s" % ", ".join(record["chosen"]) if record["enough"] else ""
-    return ["pre-flight left out %s%s" % (", ".join(_node(n) for n in record["left_out"]), trains)]
+    return ["pre-flight left out %s%s" % (nodes, trains)]
 
 
 def too_few_reason(run_dir: Path, record: Dict[str, Any]) -> str:

@@ -348,7 +348,12 @@ def _fresh(runs: List[RunDir], now: float) -> List[Snapshot]:
         if _hung(run, progress, status):
             status = hangs.HUNG
         checked = nodechecks.preflight_record(run.path)
-        if checked is not None and not checked["enough"] and _ended_before_training(progress, status, checked):
+        if (
+            checked is not None
+            and not checked["enough"]
+            and not checked.get("retry")
+            and _ended_before_training(progress, status, checked)
+        ):
             status = nodechecks.TOO_FEW
         if status != progress.status:
             progress = dataclasses.replace(progress, status=status)

@@ -137,6 +137,21 @@ class NodeCheck:
     command: Tuple[Union[str, "TaskEnv"], ...]
 
 
+@dataclass(frozen=True)
+class HangRetry:
+    """The training step in a loop: after it failed with a hang record `hang_file` newer than its start, `select`
+    chooses the nodes again without those the hang named (dlaunch/train/nodecheck.py; it fails, and the job ends with
+    the step's exit, when the record names none or too few healthy nodes are left), the `reselect` items follow, and
+    the step runs again with `counter` one higher, at most `times` times. Any other end of the step ends the job."""
+
+    times: int
+    counter: str  # the variable counting the retries (DLAUNCH_RETRY: the trainer resumes when it is set)
+    started: str  # the variable holding the step's start (seconds since the epoch), which `select` is given
+    hang_file: str
+    select: "CommandOutput"
+    reselect: Tuple["PreludeItem", ...]
+
+
 PreludeItem = Union[
     WorkDir,
     Export,

@@ -2,7 +2,8 @@
 
 Exit codes: 0 ok, 2 bad input (one line `train: error: ...` on stderr, nothing written), 65 diverged,
 75 interrupted by SIGUSR1 (resumable), 143 cancelled by SIGTERM, other non-zero: failed.
-A job that its scheduler started again (requeued after a node failure or a preemption) resumes by itself.
+A job that its scheduler started again (requeued after a node failure or a preemption), or whose script started
+training again after a hang (DLAUNCH_RETRY), resumes by itself.
 """
 
 import os
@@ -14,13 +15,13 @@ from dlaunch.train.signals import StopSignals
 StopSignals().install()  # before the slow imports: a stop signal sent during start-up is kept, not lost
 
 from dlaunch.train.config import EXIT_BAD_INPUT, ConfigError, parse_config  # noqa: E402
-from dlaunch.train.jobenv import restart_count  # noqa: E402
+from dlaunch.train.jobenv import restart_count, retry_count  # noqa: E402
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if restart_count(os.environ) and "--resume" not in argv:
+        if (restart_count(os.environ) or retry_count(os.environ)) and "--resume" not in argv:
             argv.append("--resume")  # the same job again: continue its metrics and checkpoint
         cfg = parse_config(argv)
         from dlaunch.train.frameworks import get_framework

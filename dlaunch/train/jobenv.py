@@ -8,6 +8,8 @@ Job level (exported by the batch script, the same in every task):
   DLAUNCH_SCHEDULER       the scheduler's kind (slurm, pbs, local...; provenance)
   DLAUNCH_JOB_ID          the batch job's id (a requeued job keeps it)
   DLAUNCH_RESTART_COUNT   how often the scheduler started this job again (0 or unset: the first time)
+  DLAUNCH_RETRY           how often the job script started training again after a hang, on other nodes of its
+                          allocation (pre-flight's retry, dlaunch/train/nodecheck.py; 0 or unset: not yet)
   DLAUNCH_NODELIST        the job's hosts, comma-separated, one per node, the first hosts rendezvous
   DLAUNCH_NNODES          the job's node count
   DLAUNCH_TASKS_PER_NODE  tasks of the step on each node, comma-separated, `N(xM)` = M nodes with N
@@ -20,6 +22,7 @@ Task level (set inside each task of the step):
 """
 
 import re
+import socket
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional
 
@@ -28,6 +31,7 @@ from dlaunch.train.config import ConfigError
 SCHEDULER = "DLAUNCH_SCHEDULER"
 JOB_ID = "DLAUNCH_JOB_ID"
 RESTART_COUNT = "DLAUNCH_RESTART_COUNT"
+RETRY = "DLAUNCH_RETRY"
 NODELIST = "DLAUNCH_NODELIST"
 NNODES = "DLAUNCH_NNODES"
 TASKS_PER_NODE = "DLAUNCH_TASKS_PER_NODE"
@@ -49,11 +53,21 @@ def job_id(environ: Mapping[str, str]) -> Optional[str]:
 
 def restart_count(environ: Mapping[str, str]) -> int:
     """How often the scheduler started the job again (a requeue after a node failure or a preemption)."""
-    text = environ.get(RESTART_COUNT, "").strip()
+    return _times(environ, RESTART_COUNT)
+
+
+def retry_count(environ: Mapping[str, str]) -> int:
+    """How often the job script started training again after a hang (on other nodes of the allocation)."""
+    return _times(environ, RETRY)
+
+
+def _times(environ: Mapping[str, str], name: str) -> int:
+    """A count that may be unset (0)."""
+    text = environ.get(name, "").strip()
     if not text:
         return 0
     if not text.isdigit():
-        raise ConfigError("%s=%r: not a count" % (RESTART_COUNT, text))
+        raise ConfigError("%s=%r: not a count" % (name, text))
     return int(text)
 
 
@@ -103,6 +117,16 @@ def task(environ: Mapping[str, str]) -> Task:
     if not 0 <= this.task_id < this.ntasks:
         raise ConfigError("%s %d outside %s %d" % (TASK_ID, this.task_id, NTASKS, this.ntasks))
     return this
+
+
+def this_node(environ: Mapping[str, str]) -> str:
+    """This task's node as the job names it (DLAUNCH_NODELIST at its DLAUNCH_NODE_ID: the name the scheduler takes in
+    `--exclude` and `--nodelist`, whatever the host calls itself: JSC's nodes answer `hostname` with a domain), else
+    the host's name (outside a job's step)."""
+    try:
+        return node_hosts(environ)[task(environ).node_id]
+    except (ConfigError, IndexError):
+        return socket.gethostname()
 
 
 def task_count(environ: Mapping[str, str]) -> Optional[int]:

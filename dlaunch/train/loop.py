@@ -789,7 +789,7 @@ def run(cfg: TrainConfig, argv: List[str], framework: Framework) -> int:
     trainer: Optional[Trainer] = None
     nccl_log = None
     run_dir = os.path.dirname(os.path.abspath(cfg.metrics_path))
-    watch = Watchdog(run_dir, cfg.hang_timeout, os.environ, socket.gethostname()).start()
+    watch = Watchdog(run_dir, cfg.hang_timeout, os.environ, jobenv.this_node(os.environ)).start()
     on_gpu = cfg.device != "cpu" and torch.cuda.is_available()
     if on_gpu:  # before NCCL/RCCL start: they read it once
         nccl_log = route_nccl_debug(os.environ, os.path.join(run_dir, NCCL_LOG_DIR))

@@ -14,18 +14,25 @@ chosen hosts, comma-separated: the first `--nodes` healthy ones in the allocatio
 that: nothing printed, exit EXIT_TOO_FEW_NODES. A node without a file of this attempt is named "no answer".
 The rate threshold is `min_fraction` x the profile's expected per-GPU rate where it gives one (with its source),
 else x the allocation's median node rate (a node's rate: its slowest GPU's); the record says which.
+
+`select --after-hang RUN/hang.json --since T --retry K` (the job script, once its training step failed with a hang record
+written after the step started at T): the same choice from the same node files, the nodes the hang record names (its
+silent processes' hosts) failing with that reason, so the job trains again from its checkpoint on healthy nodes the
+hang did not name (the spares, or nodes it trained on). The record gains `retry` and `earlier` (the selections before).
+A hang record older than T, or one that names no node, gives no retry: nothing written, exit EXIT_HUNG, and the job
+ends with its step's exit (the same nodes would meet the same hang). The nodes are not checked again: their check is
+the job's first.
 """
 
 import argparse
 import os
-import socket
 import statistics
 import sys
 import time
 from typing import Any, Dict, List, Optional
 
 from dlaunch.train import jobenv
-from dlaunch.train.errors import EXIT_OK, EXIT_TOO_FEW_NODES, ConfigError
+from dlaunch.train.errors import EXIT_HUNG, EXIT_OK, EXIT_TOO_FEW_NODES
 from dlaunch.train.heartbeat import node_file_name, read_json, write_json_atomically
 
 NODE_SCHEMA, PREFLIGHT_SCHEMA, VERSION = "dlaunch.preflight-node", "dlaunch.preflight", 1
@@ -114,15 +121,6 @@ def check_node(min_seconds: float = MIN_SECONDS) -> Dict[str, Any]:
     return {"devices": [check_device(torch.device("cpu"), CPU_SIZE, min_seconds)]}
 
 
-def this_node(environ: Dict[str, str]) -> str:
-    """This task's node as the job names it (DLAUNCH_NODELIST at its DLAUNCH_NODE_ID: the name the selection looks
-    for, whatever the host calls itself), else the host's name."""
-    try:
-        return jobenv.node_hosts(environ)[jobenv.task(environ).node_id]
-    except (ConfigError, IndexError):
-        return socket.gethostname()
-
-
 def node_file(folder: str, host: str) -> str:
     return os.path.join(folder, node_file_name(host, 0))
 
@@ -153,8 +151,10 @@ def judge(
     min_fraction: float,
     expected_tflops: Optional[float] = None,
     expected_source: str = "",
+    named: Optional[Dict[str, List[str]]] = None,
 ) -> Dict[str, Any]:
-    """The pre-flight record (PREFLIGHT_SCHEMA) of `hosts` from their node files (None: no answer)."""
+    """The pre-flight record (PREFLIGHT_SCHEMA) of `hosts` from their node files (None: no answer); `named`: hosts a
+    hang named, with why (they fail whatever their check said)."""
     rates = [r for r in (node_rate(rec) for rec in records.values() if rec and not rec.get("problem")) if r]
     basis: Dict[str, Any]
     if expected_tflops is not None:
@@ -176,7 +176,7 @@ def judge(
     nodes = []
     for host in hosts:
         rec = records.get(host)
-        reasons = node_reasons(rec, threshold, basis["source"])
+        reasons = node_reasons(rec, threshold, basis["source"]) + (named or {}).get(host, [])
         nodes.append(
             {
                 "host": host,
@@ -226,6 +226,26 @@ def node_reasons(record: Optional[Dict[str, Any]], min_tflops: Optional[float], 
     return reasons
 
 
+def hang_named(hang_file: str, since: float) -> Dict[str, List[str]]:
+    """The nodes the run's hang record names (its silent processes' hosts) with why; {} when the record is missing,
+    not one, written before `since` (an earlier step's), or names no node (then a retry would meet the same hang)."""
+    from dlaunch.train.heartbeat import hang_record_problem
+
+    record = read_json(hang_file, MAX_FILE_BYTES)
+    if hang_record_problem(record) is not None:
+        return {}
+    if record["time"] < since:
+        return {}
+    named: Dict[str, List[str]] = {}
+    for silent in record["silent"]:
+        if silent.get("host"):
+            named.setdefault(silent["host"], []).append(
+                "named by the hang: rank %s %s, at step %s, phase %s (%s)"
+                % (silent["rank"], silent["why"], silent["step"], silent["phase"], os.path.basename(hang_file))
+            )
+    return named
+
+
 def read_nodes(folder: str, hosts: List[str], attempt: str) -> Dict[str, Optional[Dict[str, Any]]]:
     """Each host's node file of this attempt (None: none, another attempt's, or not a node file)."""
     found: Dict[str, Optional[Dict[str, Any]]] = {}
@@ -247,6 +267,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--expected-tflops", type=float, default=None)
     parser.add_argument("--expected-source", default="")
     parser.add_argument("--record", default="", help="select: where preflight.json goes")
+    parser.add_argument("--after-hang", default="", help="select again after a hang: its record (hang.json)")
+    parser.add_argument("--since", type=float, default=0.0, help="with --after-hang: when the hung step started")
+    parser.add_argument("--retry", type=int, default=0, help="with --after-hang: which retry this is (1 on)")
     args = parser.parse_args(argv)
     if args.mode == "select" and (args.nodes < 1 or not args.hosts or not args.record):
         parser.error("select needs --hosts, --nodes >= 1 and --record")
@@ -258,9 +281,20 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     if args.mode == "check":
-        run_check(args.dir, args.attempt, this_node(dict(os.environ)))
+        run_check(args.dir, args.attempt, jobenv.this_node(os.environ))
         return EXIT_OK
     hosts = [h for h in args.hosts.split(",") if h]
+    named: Dict[str, List[str]] = {}
+    previous = read_json(args.record, MAX_FILE_BYTES) if args.after_hang else None
+    if args.after_hang:
+        named = hang_named(args.after_hang, args.since)
+        if not named:
+            print(
+                "dlaunch: no retry: %s is missing, older than the step, or names no node (the same nodes would meet "
+                "the same hang)" % args.after_hang,
+                file=sys.stderr,
+            )
+            return EXIT_HUNG
     record = judge(
         hosts,
         read_nodes(args.dir, hosts, args.attempt),
@@ -268,7 +302,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.min_fraction,
         args.expected_tflops,
         args.expected_source,
+        named,
     )
+    if args.after_hang:
+        earlier = previous.get("earlier", []) if isinstance(previous, dict) else []
+        if isinstance(previous, dict):
+            earlier = list(earlier) + [{k: previous.get(k) for k in ("time", "retry", "chosen", "left_out")}]
+        record.update(retry=args.retry, earlier=earlier)
     write_json_atomically(args.record, record)
     for left in record["left_out"]:
         print("dlaunch: pre-flight: %s left out: %s" % (left["host"], "; ".join(left["reasons"])), file=sys.stderr)

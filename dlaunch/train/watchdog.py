@@ -145,7 +145,13 @@ def local_folder(run_dir: str, environ: Mapping[str, str], host: str) -> str:
     node's writer published the other's ranks as its own, naming the wrong node)."""
     parts = [os.path.abspath(run_dir), host] + [
         environ.get(name, "")
-        for name in (jobenv.JOB_ID, jobenv.RESTART_COUNT, "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
+        for name in (
+            jobenv.JOB_ID,
+            jobenv.RESTART_COUNT,
+            jobenv.RETRY,
+            "TORCHELASTIC_RUN_ID",
+            "TORCHELASTIC_RESTART_COUNT",
+        )
     ]
     if not any(parts[2:]):
         parts.append(str(os.getpid()))  # a process of its own (no job, no torchrun): nothing to share
@@ -378,7 +384,7 @@ class Watchdog:
         os.makedirs(folder, exist_ok=True)
         record = hb.node_record(self.host, self.rank, wall, self.node_s, states)
         hb.write_json_atomically(os.path.join(folder, hb.node_file_name(self.host, self.rank)), record)
-        if os.path.exists(os.path.join(self.run_dir, hb.HANG_FILE)):
+        if self._hang_recorded():
             with open(os.path.join(self.local_dir, HUNG_MARK), "w"):
                 pass
 
@@ -416,13 +422,21 @@ class Watchdog:
         if self.overdue_since is None:
             return  # not overdue
         waited = now - self.overdue_since
-        if os.path.exists(os.path.join(self.run_dir, hb.HANG_FILE)):
+        if self._hang_recorded():
             self._end_hung()
         if waited < self.node_s + 2 * self.beat_s:
             return
         if (self.node_writer and (waited >= 4 * self.node_s or self._lowest_live())) or waited >= 8 * self.node_s:
             self._write_hang_record()
             self._end_hung()
+
+    def _hang_recorded(self) -> bool:
+        """Whether a process wrote this attempt's hang record (one older than this process is an earlier attempt's: a
+        resumed run, or the job script's retry after a hang, keeps the run directory and its hang.json)."""
+        if not os.path.exists(os.path.join(self.run_dir, hb.HANG_FILE)):
+            return False
+        record = hb.read_hang_record(self.run_dir)
+        return record is None or record["time"] >= self.started_wall
 
     def _lowest_live(self) -> bool:
         """Whether no node file of a lower writer shows a live worker of a lower rank (read in rank order, up to

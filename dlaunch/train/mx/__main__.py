@@ -7,13 +7,13 @@ The metrics file is written by worker 0.
 """
 
 import os
-import socket
 import sys
 
 from dlaunch.train.signals import StopSignals
 
 StopSignals().install()  # before the slow imports (see dlaunch/train/signals.py)
 
+from dlaunch.train import jobenv  # noqa: E402
 from dlaunch.train.config import EXIT_BAD_INPUT, EXIT_OK, ConfigError  # noqa: E402
 from dlaunch.train.engines import WORKER, engine_config  # noqa: E402
 from dlaunch.train.mx.roles import dmlc_environment  # noqa: E402
@@ -36,7 +36,10 @@ def main() -> int:
     if layout.role != WORKER:
         # It beats while mxnet's import serves (ps-lite's C++ runs without the GIL); no deadline of its own.
         watch = Watchdog(
-            os.path.dirname(os.path.abspath(cfg.metrics_path)), cfg.hang_timeout, os.environ, socket.gethostname()
+            os.path.dirname(os.path.abspath(cfg.metrics_path)),
+            cfg.hang_timeout,
+            os.environ,
+            jobenv.this_node(os.environ),
         ).start()
         watch.serving(layout.role)
         try:

@@ -32,6 +32,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
+from dlaunch.train import jobenv
 from dlaunch.train.config import EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, TrainConfig
 from dlaunch.train.engines import NonfiniteStreak, TaskLayout, end_reason, folder_files, mode_settings
 from dlaunch.train.framework_table import FrameworkInfo
@@ -376,7 +377,7 @@ class Worker:
 def run(cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayout) -> int:
     worker = Worker(cfg, argv, mode, layout, StopSignals().install())  # its loaders' worker pool forks in here
     watch = Watchdog(
-        os.path.dirname(os.path.abspath(cfg.metrics_path)), cfg.hang_timeout, os.environ, socket.gethostname()
+        os.path.dirname(os.path.abspath(cfg.metrics_path)), cfg.hang_timeout, os.environ, jobenv.this_node(os.environ)
     ).start()
     try:
         return worker.run(watch)

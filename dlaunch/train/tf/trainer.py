@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional
 import tensorflow as tf
 import tf_keras as keras
 
+from dlaunch.train import jobenv
 from dlaunch.train.config import EXIT_CANCELLED, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, TrainConfig
 from dlaunch.train.engines import COORDINATOR, SERVER, WORKER, NonfiniteStreak, TaskLayout, end_reason, mode_settings
 from dlaunch.train.framework_table import FrameworkInfo
@@ -118,7 +119,7 @@ def run(cfg: TrainConfig, argv: List[str], mode: FrameworkInfo, layout: TaskLayo
         os.path.dirname(os.path.abspath(cfg.metrics_path)),
         cfg.hang_timeout,
         os.environ,
-        socket.gethostname(),
+        jobenv.this_node(os.environ),
         layout.role,
     ).start()
     if layout.role != (WORKER if mode.architecture == "allreduce" else COORDINATOR):
