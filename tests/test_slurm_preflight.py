@@ -47,6 +47,8 @@ def test_a_spare_replaces_the_node_whose_check_fails(two_nodes, preflight_site, 
     assert set(read_metrics(str(run_dir / "metrics.jsonl")).header["hosts"]) == {n1}
     record = json.loads((run_dir / "preflight.json").read_text())
     assert record["chosen"] == [n1] and [n["host"] for n in record["left_out"]] == [n2]
+    # The fabric check ran between the 2 nodes (dlaunch/train/fabric.py): one pair, measured, naming nobody.
+    assert record["fabric"]["measured"] and [p["hosts"] for p in record["fabric"]["pairs"]] == [[n1, n2]], record
     status = shown(two_nodes, tmp_path, run_dir, env)
     assert status["ok"], status
     assert status["preflight"] == ["pre-flight left out %s (GEMM result wrong on cpu: relative error 0.5 > 0.001); "

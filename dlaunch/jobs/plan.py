@@ -19,6 +19,7 @@ from dlaunch.schedulers import Scheduler, scheduler_for
 from dlaunch.specs.job import (
     CommandOutput,
     Export,
+    FirstHost,
     HangRetry,
     JobSpec,
     NodeCheck,
@@ -40,6 +41,7 @@ from dlaunch.train.nodecheck import NODE_DIR, PREFLIGHT_FILE
 
 BINDABLE = re.compile(BIND_PATH)
 ALLOCATED = "DLAUNCH_ALLOCATED"  # a pre-flight job's hosts before its choice (a retry chooses among them again)
+FABRIC_HOST = "DLAUNCH_FABRIC_HOST"  # where pre-flight's fabric check meets: the allocation's first host
 STEP_STARTED = "DLAUNCH_STEP_STARTED"  # when a retried job's training step started (a newer hang record is its)
 
 
@@ -276,14 +278,22 @@ def _preflight_prelude(
             + ("select",)
             + common
             + ("--hosts", ShellWord("$" + hosts), "--nodes", str(nodes), "--min-fraction", repr(cfg.min_fraction))
+            + (("--fabric-min-fraction", repr(cfg.fabric_min_fraction)) if allocated >= 2 else ())
             + expected
             + ("--record", os.path.join(run_dir, PREFLIGHT_FILE))
             + more,
         )
 
     count = Export(jobenv.NNODES, str(nodes))
+    checks: Tuple[PreludeItem, ...] = (NodeCheck(check),)
+    if allocated >= 2:  # the links between the nodes (dlaunch/train/fabric.py), at a host of the allocation
+        meet = ("--master", ShellWord("$" + FABRIC_HOST), "--port", str(site.master_port + 1))
+        checks += (
+            FirstHost(FABRIC_HOST, scheduler.chosen_hosts_command(), site.rendezvous_host_suffix),
+            NodeCheck(step + (TaskEnv(scheduler.task_variables),) + prefix + module + ("fabric",) + common + meet),
+        )
     if not retries:
-        return (NodeCheck(check), select(jobenv.NODELIST), count), None
+        return checks + (select(jobenv.NODELIST), count), None
     again = select(
         ALLOCATED,
         "--after-hang",
@@ -294,7 +304,7 @@ def _preflight_prelude(
         ShellWord("$" + jobenv.RETRY),
     )
     keep = Export(ALLOCATED, ShellWord("$" + jobenv.NODELIST))
-    return (NodeCheck(check), keep, select(jobenv.NODELIST), count), again
+    return checks + (keep, select(jobenv.NODELIST), count), again
 
 
 def build_plan(

@@ -34,6 +34,7 @@ from dlaunch.specs.schema import (
     Word,
 )
 from dlaunch.thresholds import DEFAULT_THRESHOLD
+from dlaunch.train import fabric
 from dlaunch.train.config import MIN_HANG_TIMEOUT_S
 from dlaunch.train.framework_table import FRAMEWORKS
 
@@ -194,6 +195,9 @@ class Preflight(StrictModel):
     min_fraction: float = Field(default=0.5, gt=0, le=1)
     # Seconds the check step may take on every node; a node that wrote no result by then is named "no answer".
     timeout_s: int = Field(default=300, ge=60, le=3600)
+    # A node whose every pair in the fabric check (dlaunch/train/fabric.py) is below this fraction of the nodes'
+    # median best pair fails (a test cluster's healthy pairs differed 2.6x: benchmarks/README.md).
+    fabric_min_fraction: float = Field(default=fabric.MIN_FRACTION, gt=0, le=1)
     # How often the job trains again after a hang (exit 69), from its checkpoint, on healthy nodes of its allocation
     # that the hang did not name (the spares first); 0: the job ends hung.
     hang_retries: int = Field(default=1, ge=0, le=10)

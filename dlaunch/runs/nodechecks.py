@@ -4,7 +4,7 @@ and the suspect-node record.
 
 - `preflight_record`: the run's record (None: the run had no pre-flight, or the file is not one);
 - `left_out_lines`: 'pre-flight left out n2: GEMM result wrong on cuda:0: ...' per node it left out, and on which
-  nodes the run trains;
+  nodes the run trains (after a hang's retry: which retry and why); a fabric finding that names no node;
 - `too_few_reason`: the line `status` gives as the why of a run that ended before training for lack of healthy nodes;
 - `TOO_FEW`: that run's status.
 """
@@ -45,6 +45,24 @@ def left_out_lines(record: Dict[str, Any]) -> List[str]:
     """'pre-flight left out n2 (GEMM result wrong ...); trains on n1' ([] when it left out none); after a hang's
     retry in the job (`retry`): 'retry 1 after a hang left out n1 (named by the hang: ...); trains on n2 from the
     checkpoint', or that no healthy node was left for it."""
+    return _choice_lines(record) + _fabric_lines(record)
+
+
+def _fabric_lines(record: Dict[str, Any]) -> List[str]:
+    """What the fabric check (dlaunch/train/fabric.py) found that names no node: a slow pair it cannot attribute, or
+    why it measured nothing between 2 nodes or more ([] otherwise)."""
+    fabric = record.get("fabric")
+    if not isinstance(fabric, dict):
+        return []
+    if fabric.get("note"):
+        return ["pre-flight fabric: %s" % fabric["note"]]
+    hosts = record.get("hosts")
+    if fabric.get("measured") is False and isinstance(hosts, list) and len(hosts) > 1:
+        return ["pre-flight fabric not measured: %s" % fabric.get("why")]
+    return []
+
+
+def _choice_lines(record: Dict[str, Any]) -> List[str]:
     if not record["left_out"]:
         return []
     nodes = ", ".join(_node(n) for n in record["left_out"])

@@ -8,6 +8,10 @@ that computes wrong numbers fails), and the GPU's NVML clock event reasons seen 
 atomically. It exits 0 once it wrote its file, a crash of the check included (the file
 names it): one node's failure must not end the other nodes' checks.
 
+`fabric` (one task per node, after `check`; allocations of 2 nodes or more): the nodes' links, an all-reduce over all
+of them and over neighbouring pairs (dlaunch/train/fabric.py), into `<dir>/fabric.json`; `select` leaves out a node
+whose every pair falls short.
+
 `select` (one process, after every node's check): reads the nodes' files of this attempt, judges each against the
 thresholds it is given (the site profile's [preflight]), writes `preflight.json` (PREFLIGHT_SCHEMA) and prints the
 chosen hosts, comma-separated: the first `--nodes` healthy ones in the allocation's order. Fewer healthy nodes than
@@ -258,23 +262,30 @@ def read_nodes(folder: str, hosts: List[str], attempt: str) -> Dict[str, Optiona
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m dlaunch.train.nodecheck", description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=("check", "select"))
+    parser.add_argument("mode", choices=("check", "fabric", "select"))
     parser.add_argument("--dir", required=True, help="the nodes' files (the run directory's preflight/)")
     parser.add_argument("--attempt", required=True, help="this attempt's name (the job id and restart count)")
     parser.add_argument("--hosts", default="", help="select: the allocation's hosts, comma-separated")
     parser.add_argument("--nodes", type=int, default=0, help="select: the nodes the job trains on")
     parser.add_argument("--min-fraction", type=float, default=0.5)
+    parser.add_argument("--fabric-min-fraction", type=float, default=None, help="select: the fabric's (fabric.py)")
     parser.add_argument("--expected-tflops", type=float, default=None)
     parser.add_argument("--expected-source", default="")
     parser.add_argument("--record", default="", help="select: where preflight.json goes")
     parser.add_argument("--after-hang", default="", help="select again after a hang: its record (hang.json)")
     parser.add_argument("--since", type=float, default=0.0, help="with --after-hang: when the hung step started")
     parser.add_argument("--retry", type=int, default=0, help="with --after-hang: which retry this is (1 on)")
+    parser.add_argument("--master", default="", help="fabric: the host the nodes' process group meets at")
+    parser.add_argument("--port", type=int, default=29501, help="fabric: its port")
     args = parser.parse_args(argv)
+    if args.mode == "fabric" and not args.master:
+        parser.error("fabric needs --master")
     if args.mode == "select" and (args.nodes < 1 or not args.hosts or not args.record):
         parser.error("select needs --hosts, --nodes >= 1 and --record")
     if not 0 < args.min_fraction <= 1:
         parser.error("--min-fraction must be in (0, 1]")
+    if args.fabric_min_fraction is not None and not 0 < args.fabric_min_fraction <= 1:
+        parser.error("--fabric-min-fraction must be in (0, 1]")
     return args
 
 
@@ -282,6 +293,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     if args.mode == "check":
         run_check(args.dir, args.attempt, jobenv.this_node(os.environ))
+        return EXIT_OK
+    if args.mode == "fabric":
+        from dlaunch.train.fabric import run_fabric
+
+        task = jobenv.task(os.environ)
+        run_fabric(args.dir, args.attempt, jobenv.node_hosts(os.environ), task.node_id, args.master, args.port)
         return EXIT_OK
     hosts = [h for h in args.hosts.split(",") if h]
     named: Dict[str, List[str]] = {}
@@ -295,6 +312,16 @@ def main(argv: Optional[List[str]] = None) -> int:
                 file=sys.stderr,
             )
             return EXIT_HUNG
+    from dlaunch.train import fabric
+
+    fabric_found, fabric_named = fabric.judge(
+        read_json(os.path.join(args.dir, fabric.FABRIC_FILE), MAX_FILE_BYTES),
+        hosts,
+        args.attempt,
+        fabric.MIN_FRACTION if args.fabric_min_fraction is None else args.fabric_min_fraction,
+    )
+    for host, reasons in fabric_named.items():
+        named[host] = reasons + named.get(host, [])
     record = judge(
         hosts,
         read_nodes(args.dir, hosts, args.attempt),
@@ -304,6 +331,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.expected_source,
         named,
     )
+    record["fabric"] = fabric_found
     if args.after_hang:
         earlier = previous.get("earlier", []) if isinstance(previous, dict) else []
         if isinstance(previous, dict):

@@ -31,8 +31,11 @@ echo "dlaunch: job $SLURM_JOB_ID attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) on
 export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
 export DLAUNCH_JOB_END_TIME=$(( $(date +%s) + 3600 ))
 srun --nodes=3 --ntasks=3 --ntasks-per-node=1 --cpu-bind=none --time=5 bash -c 'export DLAUNCH_NTASKS="$SLURM_NTASKS" DLAUNCH_TASK_ID="$SLURM_PROCID" DLAUNCH_LOCAL_TASK_ID="$SLURM_LOCALID" DLAUNCH_NODE_ID="$SLURM_NODEID" DLAUNCH_TASKS_PER_NODE="$SLURM_STEP_TASKS_PER_NODE"; exec "$@"' dlaunch-task apptainer exec --nv --bind /scratch/runs/exp/run /images/current-ddp-x86_64.sif python -m dlaunch.train.nodecheck check --dir /scratch/runs/exp/run/preflight --attempt "$DLAUNCH_JOB_ID.$DLAUNCH_RESTART_COUNT" || echo "dlaunch: pre-flight check step ended with exit $?" >&2
+DLAUNCH_FABRIC_HOST="$(scontrol show hostnames "$DLAUNCH_NODELIST" | sed -n 1p)"
+export DLAUNCH_FABRIC_HOST
+srun --nodes=3 --ntasks=3 --ntasks-per-node=1 --cpu-bind=none --time=5 bash -c 'export DLAUNCH_NTASKS="$SLURM_NTASKS" DLAUNCH_TASK_ID="$SLURM_PROCID" DLAUNCH_LOCAL_TASK_ID="$SLURM_LOCALID" DLAUNCH_NODE_ID="$SLURM_NODEID" DLAUNCH_TASKS_PER_NODE="$SLURM_STEP_TASKS_PER_NODE"; exec "$@"' dlaunch-task apptainer exec --nv --bind /scratch/runs/exp/run /images/current-ddp-x86_64.sif python -m dlaunch.train.nodecheck fabric --dir /scratch/runs/exp/run/preflight --attempt "$DLAUNCH_JOB_ID.$DLAUNCH_RESTART_COUNT" --master "$DLAUNCH_FABRIC_HOST" --port 29501 || echo "dlaunch: pre-flight check step ended with exit $?" >&2
 export DLAUNCH_ALLOCATED="$DLAUNCH_NODELIST"
-DLAUNCH_NODELIST="$(srun --nodes=1 --ntasks=1 apptainer exec --nv --bind /scratch/runs/exp/run /images/current-ddp-x86_64.sif python -m dlaunch.train.nodecheck select --dir /scratch/runs/exp/run/preflight --attempt "$DLAUNCH_JOB_ID.$DLAUNCH_RESTART_COUNT" --hosts "$DLAUNCH_NODELIST" --nodes 2 --min-fraction 0.5 --record /scratch/runs/exp/run/preflight.json)"
+DLAUNCH_NODELIST="$(srun --nodes=1 --ntasks=1 apptainer exec --nv --bind /scratch/runs/exp/run /images/current-ddp-x86_64.sif python -m dlaunch.train.nodecheck select --dir /scratch/runs/exp/run/preflight --attempt "$DLAUNCH_JOB_ID.$DLAUNCH_RESTART_COUNT" --hosts "$DLAUNCH_NODELIST" --nodes 2 --min-fraction 0.5 --fabric-min-fraction 0.25 --record /scratch/runs/exp/run/preflight.json)"
 DLAUNCH_NODELIST="${DLAUNCH_NODELIST%% *}"
 export DLAUNCH_NODELIST
 export DLAUNCH_NNODES=2
@@ -60,7 +63,7 @@ srun --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 --nodes=2 --ntasks
   --checkpoint-dir /scratch/runs/exp/run/checkpoints || DLAUNCH_EXIT=$?
 if [ "$DLAUNCH_EXIT" = 0 ] || [ "$DLAUNCH_RETRY" -ge 1 ] || [ ! -e /scratch/runs/exp/run/hang.json ]; then exit "$DLAUNCH_EXIT"; fi
 DLAUNCH_RETRY=$(( DLAUNCH_RETRY + 1 ))
-if ! DLAUNCH_NODELIST="$(srun --nodes=1 --ntasks=1 apptainer exec --nv --bind /scratch/runs/exp/run /images/current-ddp-x86_64.sif python -m dlaunch.train.nodecheck select --dir /scratch/runs/exp/run/preflight --attempt "$DLAUNCH_JOB_ID.$DLAUNCH_RESTART_COUNT" --hosts "$DLAUNCH_ALLOCATED" --nodes 2 --min-fraction 0.5 --record /scratch/runs/exp/run/preflight.json --after-hang /scratch/runs/exp/run/hang.json --since "$DLAUNCH_STEP_STARTED" --retry "$DLAUNCH_RETRY")"; then exit "$DLAUNCH_EXIT"; fi
+if ! DLAUNCH_NODELIST="$(srun --nodes=1 --ntasks=1 apptainer exec --nv --bind /scratch/runs/exp/run /images/current-ddp-x86_64.sif python -m dlaunch.train.nodecheck select --dir /scratch/runs/exp/run/preflight --attempt "$DLAUNCH_JOB_ID.$DLAUNCH_RESTART_COUNT" --hosts "$DLAUNCH_ALLOCATED" --nodes 2 --min-fraction 0.5 --fabric-min-fraction 0.25 --record /scratch/runs/exp/run/preflight.json --after-hang /scratch/runs/exp/run/hang.json --since "$DLAUNCH_STEP_STARTED" --retry "$DLAUNCH_RETRY")"; then exit "$DLAUNCH_EXIT"; fi
 DLAUNCH_NODELIST="${DLAUNCH_NODELIST%% *}"
 export DLAUNCH_NODELIST
 echo "dlaunch: training hung (/scratch/runs/exp/run/hang.json); retry $DLAUNCH_RETRY of 1 from the checkpoint on $DLAUNCH_NODELIST" >&2
