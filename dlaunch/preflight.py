@@ -39,6 +39,7 @@ from dlaunch.train.network import interface_addresses
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 COMMAND_TIMEOUT_S = 30
 ALLREDUCE = "network all-reduce"
+NODE_CHECK = "node check (pre-flight)"
 NETCHECK_TIMEOUT_S = 180  # dlaunch/train/netcheck.py waits up to 90 s for the other nodes, then measures seconds
 # Go/OCI architecture names (podman, apptainer) as `uname -m` prints them.
 ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
@@ -663,11 +664,18 @@ def lock_node(site: Site, environ: Mapping[str, str]) -> Optional[int]:
     return descriptor
 
 
-def netcheck_script(
-    site: Site, site_arg: str, node: Node, image: Optional[str], framework: str, partition: Optional[str], scratch: Path
+def in_job_script(
+    site: Site,
+    site_arg: str,
+    node: Node,
+    image: Optional[str],
+    framework: str,
+    partition: Optional[str],
+    scratch: Path,
+    command: Tuple[str, ...],
 ) -> str:
-    """`python -m dlaunch.train.netcheck` for this node, in the job's environment and image (as a job of all the
-    allocation's nodes would run, without its step)."""
+    """`python COMMAND` (a module of the trainer) for this node, in the job's environment and image (as a job of all
+    the allocation's nodes would run, without its step)."""
     from dlaunch.jobs.plan import build_plan
     from dlaunch.jobs.render import render_in_job_environment
 
@@ -689,24 +697,78 @@ def netcheck_script(
     plan = build_plan(
         site, request, run_dir=str(scratch), git_revision=None, image=image, environ=os.environ, require_account=False
     )
+    prefix = tuple(runtime.prefix(plan.image, ())) if runtime.containerized else ()  # type: ignore[arg-type]  # a containerized site's plan has its image
+    return render_in_job_environment(plan, prefix + (site.torch_python(),) + command)
+
+
+def netcheck_script(
+    site: Site, site_arg: str, node: Node, image: Optional[str], framework: str, partition: Optional[str], scratch: Path
+) -> str:
+    """`python -m dlaunch.train.netcheck` for this node (`in_job_script`)."""
     here = [short(h) for h in node.hosts].index(short(socket.gethostname()))
     procs = site.gpus_per_node if site.gpu_vendor != "none" else 1
-    prefix = tuple(runtime.prefix(plan.image, ())) if runtime.containerized else ()  # type: ignore[arg-type]  # a containerized site's plan has its image
-    return render_in_job_environment(
-        plan,
-        prefix
-        + (
-            site.torch_python(),
-            "-m",
-            "dlaunch.train.netcheck",
-            "--node-rank",
-            str(here),
-            "--nodes",
-            str(len(node.hosts)),
-            "--procs-per-node",
-            str(procs),
-        ),
+    command = ("-m", "dlaunch.train.netcheck", "--node-rank", str(here), "--nodes", str(len(node.hosts)))
+    return in_job_script(
+        site, site_arg, node, image, framework, partition, scratch, command + ("--procs-per-node", str(procs))
     )
+
+
+def check_node(
+    site: Site, site_arg: str, node: Node, image: Optional[str], framework: str, partition: Optional[str]
+) -> Check:
+    """Pre-flight's check of this node (dlaunch/train/nodecheck.py: a GEMM on each GPU, its product verified, NVML's
+    reasons), in the job's environment and image, judged against the profile's `[preflight]` as a job's is."""
+    from dlaunch.train import nodecheck
+
+    if scheduler_for(site.scheduler.kind).this_machine:
+        return Check(NODE_CHECK, SKIP, "%s site" % site.scheduler.kind, "pre-flight checks a batch job's nodes")
+    if not node.on_node:
+        return Check(NODE_CHECK, SKIP, "not on a compute node", "run inside an allocation: srun -N1 dlaunch doctor ...")
+    if site.container.enters_by_step:
+        return Check(
+            NODE_CHECK,
+            SKIP,
+            "%s: the image enters through the step's options" % site.container.kind,
+            "run `srun --container-image=IMAGE python -m dlaunch.train.nodecheck check --dir DIR --attempt doctor`",
+        )
+    cfg = site.preflight
+    try:
+        with tempfile.TemporaryDirectory(prefix="dlaunch-doctor-") as scratch:
+            folder = Path(scratch) / nodecheck.NODE_DIR
+            command = ("-m", "dlaunch.train.nodecheck", "check", "--dir", str(folder), "--attempt", "doctor")
+            script = in_job_script(site, site_arg, node, image, framework, partition, Path(scratch), command)
+            ran = subprocess.run(
+                ["bash", "-c", script], capture_output=True, text=True, timeout=cfg.timeout_s, check=False
+            )
+            records = [parse_json(p.read_text(), str(p)) for p in folder.glob("*.json")] if folder.is_dir() else []
+    except DlaunchError as e:
+        return Check(NODE_CHECK, FAIL, str(e), "give the flag or fix the profile field it names")
+    except subprocess.TimeoutExpired:
+        return Check(NODE_CHECK, FAIL, "no result after %d s ([preflight] timeout_s)" % cfg.timeout_s, "")
+    if not records:
+        said = (ran.stderr.strip().splitlines() or ["no output"])[-1]
+        return Check(NODE_CHECK, FAIL, "the check wrote no result (exit %d): %s" % (ran.returncode, said), "")
+    record = records[0]
+    expected, threshold = cfg.gemm_tflops_per_gpu, None
+    basis = "no expected rate in [preflight] (a job compares its nodes' median)"
+    if expected is not None:
+        threshold = cfg.min_fraction * expected
+        basis = "against %.3g TFLOP/s (%g x %g, %s)" % (threshold, cfg.min_fraction, expected, cfg.source)
+    found = "; ".join(
+        "%s %s GEMM %.3g TFLOP/s, relative error %.2g%s"
+        % (
+            d["device"],
+            d["dtype"],
+            d["tflops"],
+            d["relative_error"],
+            ", NVML %s" % d["throttle"] if "throttle" in d else "",
+        )
+        for d in record.get("devices") or []
+    ) or str(record.get("problem"))
+    reasons = nodecheck.node_reasons(record, threshold, cfg.source or "")
+    if reasons:
+        return Check(NODE_CHECK, FAIL, "%s; %s" % (found, basis), "; ".join(reasons))
+    return Check(NODE_CHECK, PASS, "%s; %s" % (found, basis))
 
 
 class NetcheckResult(BaseModel):
@@ -832,6 +894,7 @@ def run_checks(
         *check_interfaces(site, node),
         check_gpus(site, node, framework, os.environ),
         check_driver(site, image, framework),
+        check_node(site, site_arg, node, image, framework, partition),
         allreduce,
     ]
 

@@ -60,6 +60,9 @@ def test_rendezvous_and_interfaces_pass_inside_the_allocation(two_nodes, jsc_lik
         measured = row(lines, "network all-reduce")
         assert " pass " in measured and "Gloo: TCP sockets over ib0 on %s" % ", ".join(two_nodes.node_names[:2]) in measured
         assert re.search(r"bus bandwidth [0-9.e+]+ Gbit/s \(2 nodes, 2 ranks, 8 MiB\), nominal 10 Gbit/s per node: \d+%", measured)
+        # pre-flight's check of the node (dlaunch/train/nodecheck.py in the job's environment), judged as a job's is
+        checked = row(lines, "node check (pre-flight)")
+        assert re.search(r" pass .*cpu float32 GEMM [0-9.e+-]+ TFLOP/s, relative error [0-9.e+-]+; no expected rate", checked)
 
 
 def test_a_wrong_suffix_fails_naming_the_fix(two_nodes, jsc_like, tmp_path):

@@ -20,8 +20,8 @@ def doctor(
     """Check a site before submitting: scheduler, account, MPI, modules, image, rendezvous, interfaces, GPUs, driver, network.
 
     Run it on the login node, and inside an allocation (`srun -N2 --ntasks-per-node=1 dlaunch doctor
-    --site S`) for the node's checks and one all-reduce across the nodes (its transport and bus
-    bandwidth). Exit code 0 when no check fails, 1 when one does, 2 on bad input.
+    --site S`) for the node's checks, pre-flight's check of the node (a GEMM on each GPU, its product
+    verified, NVML's reasons) and one all-reduce across the nodes (its transport and bus bandwidth). Exit code 0 when no check fails, 1 when one does, 2 on bad input.
     """
     from dlaunch import api
     from dlaunch.tables import fit_table
