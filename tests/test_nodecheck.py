@@ -109,6 +109,31 @@ def test_select_after_a_hang_leaves_out_the_nodes_it_named_and_only_a_hang_of_th
     assert nodecheck.main(again + ["--since", "950"]) == 69
 
 
+@pytest.mark.parametrize("fake, faults", [
+    (FakeNvml(), []),
+    (FakeNvml(remapped_rows=(3, 1, 1, 0)), ["row remapping pending (1 uncorrectable rows): the GPU needs a reset"]),
+    (FakeNvml(remapped_rows=(0, 0, 0, 1), ecc_uncorrected=2),
+     ["row remapping failed: the GPU needs repair", "2 uncorrectable ECC error(s) since the driver loaded"]),
+    (FakeNvml(remapped_rows=None, pages_pending=1, ecc_uncorrected=None), ["retired pages pending: the GPU needs a reset"]),
+    (FakeNvml(remapped_rows=None, pages_pending=None, ecc_uncorrected=None),
+     "unavailable: NVML reports neither row remapping, retired pages nor ECC errors for this GPU"),
+], ids=["healthy", "remap pending", "remap failed and ECC", "pages pending (V100)", "nothing answered"])
+def test_nvml_memory_faults_that_need_a_reset_fail_the_node(fake, faults):
+    """FAKE NVML (no GPU here): row remapping pending or failed, retired pages pending, uncorrectable ECC errors: a GPU
+    DCGM's diagnostics would call unfit. Its own reason line; a GPU whose NVML answers none of these is not failed."""
+    import torch
+
+    from dlaunch.train.gpuhealth import GpuHealth
+
+    health = GpuHealth(fake, 0)
+    assert health.memory_faults() == faults
+    record = node("n1")
+    record["devices"][0]["memory"] = health.memory_faults()
+    reasons = nodecheck.node_reasons(record, None, "")
+    assert reasons == (["NVML on cuda:0: %s" % "; ".join(faults)] if isinstance(faults, list) and faults else [])
+    assert GpuHealth.for_device(torch.device("cpu")).memory_faults() == "unavailable: this run uses no GPU"
+
+
 def test_check_writes_its_node_file_and_a_broken_gemm_is_caught(tmp_path, monkeypatch):
     record = nodecheck.run_check(str(tmp_path), "1.", "n1", min_seconds=0.0)
     device = record["devices"][0]

@@ -35,6 +35,7 @@ REASONS = {
 # nvml.h: NVML_CLOCK_SM, NVML_TEMPERATURE_GPU, and the clock event reason bits.
 NVML_CLOCK_SM = 1
 NVML_TEMPERATURE_GPU = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, NVML_FEATURE_ENABLED = 1, 0, 1
 GPU_IDLE_BIT = 0x1
 THROTTLE_BITS = (
     (0x4, "power cap"),  # SW power cap
@@ -117,6 +118,40 @@ class GpuHealth:
             self.busy_clocks.append(clock)
         self.bits |= bits
         self.temperature = max(self.temperature, temperature)
+
+    def memory_faults(self) -> Union[List[str], str]:
+        """The memory faults NVML reports that leave the GPU unfit until it is reset or repaired: row remapping pending
+        or failed (A100 on), retired pages pending (earlier GPUs), uncorrectable ECC errors since the driver loaded
+        (DCGM's diagnostics check the same). [] when none; 'unavailable: ...' when NVML answers none of these."""
+        if self.reason != MEASURED:
+            return unavailable(REASONS.get(self.reason, "reason %d" % self.reason))
+        nvml, faults, answered = self.nvml, [], 0
+        try:
+            _, uncorrectable, pending, failed = nvml.nvmlDeviceGetRemappedRows(self.handle)
+            answered += 1
+            if pending:
+                faults.append("row remapping pending (%d uncorrectable rows): the GPU needs a reset" % uncorrectable)
+            if failed:
+                faults.append("row remapping failed: the GPU needs repair")
+        except nvml.NVMLError:  # not an A100 or later: its retired pages instead
+            try:
+                if nvml.nvmlDeviceGetRetiredPagesPendingStatus(self.handle) == NVML_FEATURE_ENABLED:
+                    faults.append("retired pages pending: the GPU needs a reset")
+                answered += 1
+            except nvml.NVMLError:
+                pass
+        try:
+            errors = int(
+                nvml.nvmlDeviceGetTotalEccErrors(self.handle, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)
+            )
+            answered += 1
+            if errors:
+                faults.append("%d uncorrectable ECC error(s) since the driver loaded" % errors)
+        except nvml.NVMLError:  # ECC off or not supported
+            pass
+        if not answered:
+            return unavailable("NVML reports neither row remapping, retired pages nor ECC errors for this GPU")
+        return faults
 
     def end_epoch(self) -> List[float]:
         """Sample once more, return the epoch's vector (HEALTH_SLOTS) and start the next epoch's samples."""

@@ -4,7 +4,8 @@
 a GEMM of fixed size on each of the node's GPUs (FP16, the tensor cores' figure; on a node without a GPU float32 on its
 CPU), its rate in TFLOP/s and its product verified (Freivalds: C x against A (B x) in float32 with a random x; a GPU
 that computes wrong numbers fails), and the GPU's NVML clock event reasons seen while it computed
-(dlaunch/train/gpuhealth.py; hardware slowdown, thermal and power brake are failures), into `<dir>/<host>.json`, written
+(dlaunch/train/gpuhealth.py; hardware slowdown, thermal and power brake are failures) and the memory faults NVML
+reports (row remapping pending or failed, retired pages pending, uncorrectable ECC errors), into `<dir>/<host>.json`, written
 atomically. It exits 0 once it wrote its file, a crash of the check included (the file
 names it): one node's failure must not end the other nodes' checks.
 
@@ -120,6 +121,7 @@ def check_node(min_seconds: float = MIN_SECONDS) -> Dict[str, Any]:
             figures = check_device(device, GPU_SIZE, min_seconds, health.sample)
             figures["name"] = torch.cuda.get_device_name(device)
             figures["throttle"] = throttle_of(health)
+            figures["memory"] = health.memory_faults()
             devices.append(figures)
         return {"devices": devices}
     return {"devices": [check_device(torch.device("cpu"), CPU_SIZE, min_seconds)]}
@@ -227,6 +229,9 @@ def node_reasons(record: Optional[Dict[str, Any]], min_tflops: Optional[float], 
         failing = [t for t in throttle if t in FAILING_THROTTLE] if isinstance(throttle, list) else []
         if failing:
             reasons.append("NVML on %s: %s" % (d["device"], ", ".join(failing)))
+        memory = d.get("memory")
+        if isinstance(memory, list) and memory:
+            reasons.append("NVML on %s: %s" % (d["device"], "; ".join(str(m) for m in memory)))
     return reasons
 
 
