@@ -247,3 +247,20 @@ def test_no_compare_with_a_scheduler_or_runtime_name_outside_its_backend():
             found += ["%s:%s" % (path.relative_to(LAUNCHER.parent), line)
                       for line in backend_name_compares(path.read_text(encoding="utf-8"), names)]
     assert not found, "ask the backend (its registration, its protocol) instead:\n" + "\n".join(found)
+
+
+def test_the_trainer_is_python_3_9():
+    """The trainer runs in the paper's image too (Python 3.9, torch 1.11): every module of dlaunch/train parses with
+    3.9's grammar, and no annotation uses `X | Y`, which 3.9 evaluates at import and refuses."""
+    for path in sorted((LAUNCHER / "train").rglob("*.py")):
+        tree = ast.parse(path.read_text(), feature_version=(3, 9))
+        future = any(isinstance(n, ast.ImportFrom) and n.module == "__future__" for n in tree.body)
+        for node in ast.walk(tree):
+            annotations = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                annotations = [a.annotation for a in node.args.args + node.args.kwonlyargs] + [node.returns]
+            elif isinstance(node, ast.AnnAssign):
+                annotations = [node.annotation]
+            for annotation in filter(None, annotations):
+                unions = [n for n in ast.walk(annotation) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr)]
+                assert future or not unions, "%s:%d: `X | Y` in an annotation" % (path, annotation.lineno)
