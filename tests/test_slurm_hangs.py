@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from holds import Hold
-from test_slurm_dlaunch import dlaunch, job_id, submit, wait_for
+from test_slurm_dlaunch import dlaunch, job_id, log_text, submit, wait_for
 from test_slurm_failures import node_of
 
 from dlaunch.runs import suspects
 from dlaunch.train.metrics_schema import read_metrics
 
 pytestmark = pytest.mark.slow
-HANG_TIMEOUT_S = 20
+HANG_TIMEOUT_S = 10  # the watchdog's start-up and sections have their own allowances: 20 equal runs at 5 s, no false hang
 
 
 def test_a_rank_stopped_for_good_ends_the_job_hung_names_its_node_and_the_resubmission_leaves_it_out(
@@ -118,3 +118,45 @@ def test_a_hang_on_one_node_is_retried_in_the_job_from_the_checkpoint_on_the_spa
         % (node, chosen["left_out"][0]["reasons"][0], spare)], shown
     listed = dlaunch(two_nodes, tmp_path, "nodes", "list", "--site", str(site), "--json", **env)
     assert '"node": "%s"' % node in listed.stdout and "named by the hang" in listed.stdout, listed.stdout
+
+
+def test_a_hung_runs_resume_leaves_the_silent_node_out_and_trains_on_from_the_checkpoint(two_nodes, tmp_path):
+    """The done-when's resubmission for a job without spares (`dlaunch run --resume`), for real: a 1-node job of 2
+    ranks (2 pretend GPUs) hangs on its node (rank 1 stopped for good), and the resumed job runs on the other node
+    from the checkpoint to the end. Before the watchdog ignored an earlier attempt's hang record, the resumed job read
+    the run's hang.json at its first node write and ended hung within a second."""
+    if not two_nodes.psslurm_partition or two_nodes.gpus_per_node != 2:
+        pytest.skip("the cluster given by $SLURM_CONF has no partition with 2 pretend GPUs per node")
+    site = two_nodes.site_profile(tmp_path / "resume.toml", gpus_per_node=2, gpu_vendor="nvidia",
+                                  partition=two_nodes.psslurm_partition)
+    env = {suspects.FOLDER_ENV: str(tmp_path / "suspect-nodes")}
+    hold = Hold(tmp_path)
+    run_dir = submit(two_nodes, tmp_path, site, "resume", "--nodes", "1", "--steps", "6",
+                     "--hang-timeout", str(HANG_TIMEOUT_S), **hold.env(), **env)
+    stopped = None
+    try:
+        wait_for(lambda: all(Path("%s.held-after-epoch-0.rank%d" % (hold.file, r)).exists() for r in (0, 1)),
+                 "both ranks held after their first epoch")
+        node, stopped = node_of(two_nodes, 1)
+        os.kill(stopped, signal.SIGSTOP)
+        hold.release(rank=0)
+        wait_for(lambda: (run_dir / "hang.json").exists(), "the hang record", timeout=HANG_TIMEOUT_S + 60)
+        os.kill(stopped, signal.SIGKILL)
+        assert two_nodes.wait_job(job_id(run_dir), 120) == "FAILED"
+    finally:
+        hold.release()
+        if stopped is not None:
+            subprocess.run(["kill", "-9", str(stopped)], stderr=subprocess.DEVNULL, check=False)
+    [shown] = json.loads(dlaunch(two_nodes, tmp_path, "status", "--json", str(run_dir), **env).stdout)
+    assert shown["status"] == "hung", shown  # and the node is now a suspect
+    first = job_id(run_dir)
+    resumed = dlaunch(two_nodes, tmp_path, "run", "--resume", str(run_dir), **env)
+    assert resumed.returncode == 0 and "leaves out suspect nodes: %s (hung in " % node in resumed.stderr, resumed.stderr
+    second = job_id(run_dir)
+    assert second != first and two_nodes.wait_job(second, 240) == "COMPLETED", log_text(run_dir)[-4000:]
+    metrics = read_metrics(str(run_dir / "metrics.jsonl"))
+    [again] = [r for r in metrics.records if r["type"] == "resume"]
+    spare = [n for n in two_nodes.node_names[:2] if n != node][0]
+    assert metrics.status == "ok" and again["epoch"] == 1 and {n["host"] for n in again["network"]} == {spare}
+    [shown] = json.loads(dlaunch(two_nodes, tmp_path, "status", "--json", str(run_dir), **env).stdout)
+    assert shown["ok"], shown
