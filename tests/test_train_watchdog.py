@@ -312,6 +312,13 @@ def test_a_rank_whose_heartbeat_stopped_is_named_with_its_node_step_and_phase():
     assert record["flight_recorder"] == "unavailable: no process dumped a flight recorder"
 
 
+def test_a_silent_process_that_finished_no_step_reads_so_not_step_none():
+    n1 = hb.node_record("n1", 0, 999.0, 10.0, [state(0, 999.0), state(1, 800.0, step=None, phase="loader start")])
+    record = judge([n1], [0, 1], 1000.0, 30.0, 180.0, {"rank": 0, "host": "n1"})
+    assert record["summary"].endswith("rank 1 (n1, local rank 0) no heartbeat for 200 s, before its first step, phase "
+                                      "loader start")
+
+
 def test_without_a_silent_rank_the_one_behind_then_the_flight_recorders_missing_rank_is_named():
     n1 = hb.node_record("n1", 0, 999.0, 10.0, [state(0, 999.0), state(1, 999.0, step=29, phase="data")])
     record = judge([n1], [0, 1], 1000.0, 30.0, 180.0, {"rank": 0, "host": "n1"})

@@ -27,6 +27,7 @@ from dlaunch.atomic import write_atomic
 from dlaunch.boundary import check_name, check_node_name, display_path, parse_json, read_text
 from dlaunch.errors import DlaunchError
 from dlaunch.paths import DEFAULT_RESULTS_DB, RESULTS_DB_ENV
+from dlaunch.train.heartbeat import at_step
 
 SCHEMA, VERSION = "dlaunch.suspect-nodes", 1
 FOLDER_ENV = "DLAUNCH_SUSPECT_NODES"
@@ -141,8 +142,14 @@ def from_hang(run_dir: Path, record: Dict[str, Any], now: float) -> List[Suspect
         except DlaunchError:
             continue
         found.setdefault(host, []).append(
-            "rank %s (local rank %s) silent at step %s, phase %s (%s)"
-            % (silent["rank"], silent.get("local_rank"), silent.get("step"), silent.get("phase"), silent["why"])
+            "rank %s (local rank %s) silent %s, phase %s (%s)"
+            % (
+                silent["rank"],
+                silent.get("local_rank"),
+                at_step(silent.get("step")),
+                silent.get("phase"),
+                silent["why"],
+            )
         )
     return [Suspect(host, "hung: " + "; ".join(why), str(run_dir.resolve()), today(now)) for host, why in found.items()]
 

@@ -137,6 +137,11 @@ HANG_FIELDS = {
 _HOST_IN_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 
+def at_step(step: Any) -> str:
+    """'at step 40', or 'before its first step' (a process's step is None until it finished one)."""
+    return "before its first step" if step is None else "at step %s" % step
+
+
 def node_file_name(host: str, writer: int) -> str:
     """`<host>.<writer>.json` (characters a file name should not hold replaced by `_`)."""
     return "%s.%d.json" % (_HOST_IN_NAME.sub("_", host), writer)

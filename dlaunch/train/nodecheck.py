@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Optional
 
 from dlaunch.train import jobenv
 from dlaunch.train.errors import EXIT_HUNG, EXIT_OK, EXIT_TOO_FEW_NODES
-from dlaunch.train.heartbeat import node_file_name, read_json, write_json_atomically
+from dlaunch.train.heartbeat import at_step, node_file_name, read_json, write_json_atomically
 
 NODE_SCHEMA, PREFLIGHT_SCHEMA, VERSION = "dlaunch.preflight-node", "dlaunch.preflight", 1
 PREFLIGHT_FILE = "preflight.json"
@@ -249,8 +249,8 @@ def hang_named(hang_file: str, since: float) -> Dict[str, List[str]]:
     for silent in record["silent"]:
         if silent.get("host"):
             named.setdefault(silent["host"], []).append(
-                "named by the hang: rank %s %s, at step %s, phase %s (%s)"
-                % (silent["rank"], silent["why"], silent["step"], silent["phase"], os.path.basename(hang_file))
+                "named by the hang: rank %s %s, %s, phase %s (%s)"
+                % (silent["rank"], silent["why"], at_step(silent["step"]), silent["phase"], os.path.basename(hang_file))
             )
     return named
 

@@ -551,8 +551,8 @@ def judge(
                 silent.append(_silent(state, now, why))
     if silent:
         summary = "; ".join(
-            "rank %d (%s, local rank %s) %s, at step %s, phase %s"
-            % (s["rank"], s["host"], s["local_rank"], s["why"], s["step"], s["phase"])
+            "rank %d (%s, local rank %s) %s, %s, phase %s"
+            % (s["rank"], s["host"], s["local_rank"], s["why"], hb.at_step(s["step"]), s["phase"])
             for s in silent
         )
     else:
