@@ -21,8 +21,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from dlaunch.train import nodecheck
 
 
-def per_gemm(device, size, min_seconds, sample):
-    """The loop pre-flight used before the batched one: sync and sample after each product."""
+def loop_rate(device, size, min_seconds, batch, sample=lambda: None):
+    """TFLOP/s of `batch` GEMMs enqueued between two synchronisations, `sample()` after each synchronisation, for at
+    least `min_seconds` after one untimed GEMM."""
     import torch
 
     dtype = torch.float16 if device.type == "cuda" else torch.float32
@@ -33,29 +34,22 @@ def per_gemm(device, size, min_seconds, sample):
     sync(device)
     runs, started = 0, time.perf_counter()
     while runs == 0 or time.perf_counter() - started < min_seconds:
-        a @ b
-        runs += 1
+        for _ in range(batch):
+            a @ b
+        runs += batch
         sync(device)
         sample()
     return 2.0 * size**3 * runs / (time.perf_counter() - started) / 1e12
 
 
-def reference(device, size, min_seconds):
-    import torch
+def per_gemm(device, size, min_seconds, sample):
+    """The loop pre-flight used before the batched one: sync and sample after each product."""
+    return loop_rate(device, size, min_seconds, 1, sample)
 
-    dtype = torch.float16 if device.type == "cuda" else torch.float32
-    a = torch.rand(size, size, device=device, dtype=dtype) - 0.5
-    b = torch.rand(size, size, device=device, dtype=dtype) - 0.5
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda device=None: None)
-    a @ b
-    sync(device)
-    runs, started = 0, time.perf_counter()
-    while runs == 0 or time.perf_counter() - started < min_seconds:
-        for _ in range(64 if device.type == "cuda" else 1):
-            a @ b
-        runs += 64 if device.type == "cuda" else 1
-        sync(device)
-    return 2.0 * size**3 * runs / (time.perf_counter() - started) / 1e12
+
+def reference(device, size, min_seconds):
+    """What the device delivers: 64 GEMMs back to back between synchronisations (1 on a CPU), no NVML."""
+    return loop_rate(device, size, min_seconds, 64 if device.type == "cuda" else 1)
 
 
 def main() -> int:

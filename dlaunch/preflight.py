@@ -713,6 +713,19 @@ def netcheck_script(
     )
 
 
+def _image_by_step(site: Site, name: str, module: str, after: str = "") -> Optional[Check]:
+    """Check `name` skipped where the site's image enters through the step's options (doctor runs no step), with
+    the command to run instead; None elsewhere."""
+    if not site.container.enters_by_step:
+        return None
+    return Check(
+        name,
+        SKIP,
+        "%s: the image enters through the step's options" % site.container.kind,
+        "run `srun --container-image=IMAGE python -m %s`%s" % (module, after),
+    )
+
+
 def check_node(
     site: Site, site_arg: str, node: Node, image: Optional[str], framework: str, partition: Optional[str]
 ) -> Check:
@@ -724,13 +737,9 @@ def check_node(
         return Check(NODE_CHECK, SKIP, "%s site" % site.scheduler.kind, "pre-flight checks a batch job's nodes")
     if not node.on_node:
         return Check(NODE_CHECK, SKIP, "not on a compute node", "run inside an allocation: srun -N1 dlaunch doctor ...")
-    if site.container.enters_by_step:
-        return Check(
-            NODE_CHECK,
-            SKIP,
-            "%s: the image enters through the step's options" % site.container.kind,
-            "run `srun --container-image=IMAGE python -m dlaunch.train.nodecheck check --dir DIR --attempt doctor`",
-        )
+    by_step = _image_by_step(site, NODE_CHECK, "dlaunch.train.nodecheck check --dir DIR --attempt doctor")
+    if by_step is not None:
+        return by_step
     cfg = site.preflight
     try:
         with tempfile.TemporaryDirectory(prefix="dlaunch-doctor-") as scratch:
@@ -800,13 +809,9 @@ def check_allreduce(
             "nominal %s" % ("%g Gbit/s per node" % nominal if nominal else "unknown (no [network])"),
             "run inside an allocation of 2 nodes or more: srun -N2 --ntasks-per-node=1 dlaunch doctor ...",
         )
-    if site.container.enters_by_step:
-        return Check(
-            name,
-            SKIP,
-            "%s: the image enters through the step's options" % site.container.kind,
-            "run `srun --container-image=IMAGE python -m dlaunch.train.netcheck --node-rank ...` (see its --help)",
-        )
+    by_step = _image_by_step(site, name, "dlaunch.train.netcheck --node-rank ...", " (see its --help)")
+    if by_step is not None:
+        return by_step
     lock = lock_node(site, os.environ)
     if lock is None:
         return Check(name, SKIP, "another doctor task on this node runs it", "one task per node takes part")

@@ -68,6 +68,33 @@ def test_a_rank_stopped_for_good_ends_the_job_hung_names_its_node_and_the_resubm
     assert "leaves out suspect nodes: %s (hung in " % node in resumed.stderr
 
 
+def two_rank_node_site(cluster, path: Path, **extra) -> Path:
+    """A profile of the psslurm-like partition, whose 2 pretend GPUs a node give a 1-node job 2 ranks (on the CPU)."""
+    if not cluster.psslurm_partition or cluster.gpus_per_node != 2:
+        pytest.skip("the cluster given by $SLURM_CONF has no partition with 2 pretend GPUs per node")
+    return cluster.site_profile(path, gpus_per_node=2, gpu_vendor="nvidia", partition=cluster.psslurm_partition,
+                                extra=extra)
+
+
+def hang_rank_1(cluster, run_dir: Path, hold: Hold) -> str:
+    """Both ranks held after their first epoch; rank 1 stopped for good (SIGSTOP), rank 0 released into the stop
+    check; once the hang record exists the stopped process is killed (what torchrun does 30 s after its SIGTERM, which
+    a stopped process ignores). Rank 1's node."""
+    stopped = None
+    try:
+        wait_for(lambda: all(Path("%s.held-after-epoch-0.rank%d" % (hold.file, r)).exists() for r in (0, 1)),
+                 "both ranks held after their first epoch")
+        node, stopped = node_of(cluster, 1)
+        os.kill(stopped, signal.SIGSTOP)
+        hold.release(rank=0)
+        wait_for(lambda: (run_dir / "hang.json").exists(), "the hang record", timeout=HANG_TIMEOUT_S + 60)
+        return node
+    finally:
+        hold.release()
+        if stopped is not None:
+            subprocess.run(["kill", "-9", str(stopped)], stderr=subprocess.DEVNULL, check=False)
+
+
 def test_a_hang_on_one_node_is_retried_in_the_job_from_the_checkpoint_on_the_spare(two_nodes, tmp_path):
     """Issue 44 item 2 (never a requeue into the same hang): a 1-node job of 2 ranks with a spare node
     (`--preflight --spare-nodes 1`, the psslurm-like partition's 2 pretend GPUs per node: 2 ranks on the CPU). Rank 1
@@ -75,29 +102,13 @@ def test_a_hang_on_one_node_is_retried_in_the_job_from_the_checkpoint_on_the_spa
     the job script chooses again without that node: the spare. Training resumes there from the epoch-1 checkpoint and
     the job completes; status says so, and the suspect-node record holds the node. Before this change the job
     ended FAILED, hung, with the spare idle (the script had no retry: tests/golden/generic-slurm-ddp-preflight.sh)."""
-    if not two_nodes.psslurm_partition or two_nodes.gpus_per_node != 2:
-        pytest.skip("the cluster given by $SLURM_CONF has no partition with 2 pretend GPUs per node")
-    site = two_nodes.site_profile(tmp_path / "retry.toml", gpus_per_node=2, gpu_vendor="nvidia",
-                                  partition=two_nodes.psslurm_partition, extra={"preflight": {"min_fraction": 0.01}})
-    record = tmp_path / "suspect-nodes"
-    env = {suspects.FOLDER_ENV: str(record)}
+    site = two_rank_node_site(two_nodes, tmp_path / "retry.toml", preflight={"min_fraction": 0.01})
+    env = {suspects.FOLDER_ENV: str(tmp_path / "suspect-nodes")}
     hold = Hold(tmp_path)
     run_dir = submit(two_nodes, tmp_path, site, "retry", "--nodes", "1", "--preflight", "--spare-nodes", "1",
                      "--steps", "6", "--hang-timeout", str(HANG_TIMEOUT_S), **hold.env(), **env)
-    stopped = None
-    try:
-        wait_for(lambda: all(Path("%s.held-after-epoch-0.rank%d" % (hold.file, r)).exists() for r in (0, 1)),
-                 "both ranks held after their first epoch")
-        node, stopped = node_of(two_nodes, 1)
-        os.kill(stopped, signal.SIGSTOP)
-        hold.release(rank=0)
-        wait_for(lambda: (run_dir / "hang.json").exists(), "the hang record", timeout=HANG_TIMEOUT_S + 60)
-        os.kill(stopped, signal.SIGKILL)  # what torchrun does 30 s after its SIGTERM, which a stopped process ignores
-        state = two_nodes.wait_job(job_id(run_dir), 240)
-    finally:
-        hold.release()
-        if stopped is not None:
-            subprocess.run(["kill", "-9", str(stopped)], stderr=subprocess.DEVNULL, check=False)
+    node = hang_rank_1(two_nodes, run_dir, hold)
+    state = two_nodes.wait_job(job_id(run_dir), 240)
     log = "".join(p.read_text(errors="replace") for p in run_dir.glob("slurm-*.out"))
     assert state == "COMPLETED", log[-4000:]
     spare = [n for n in two_nodes.node_names[:2] if n != node][0]
@@ -125,28 +136,13 @@ def test_a_hung_runs_resume_leaves_the_silent_node_out_and_trains_on_from_the_ch
     ranks (2 pretend GPUs) hangs on its node (rank 1 stopped for good), and the resumed job runs on the other node
     from the checkpoint to the end. Before the watchdog ignored an earlier attempt's hang record, the resumed job read
     the run's hang.json at its first node write and ended hung within a second."""
-    if not two_nodes.psslurm_partition or two_nodes.gpus_per_node != 2:
-        pytest.skip("the cluster given by $SLURM_CONF has no partition with 2 pretend GPUs per node")
-    site = two_nodes.site_profile(tmp_path / "resume.toml", gpus_per_node=2, gpu_vendor="nvidia",
-                                  partition=two_nodes.psslurm_partition)
+    site = two_rank_node_site(two_nodes, tmp_path / "resume.toml")
     env = {suspects.FOLDER_ENV: str(tmp_path / "suspect-nodes")}
     hold = Hold(tmp_path)
     run_dir = submit(two_nodes, tmp_path, site, "resume", "--nodes", "1", "--steps", "6",
                      "--hang-timeout", str(HANG_TIMEOUT_S), **hold.env(), **env)
-    stopped = None
-    try:
-        wait_for(lambda: all(Path("%s.held-after-epoch-0.rank%d" % (hold.file, r)).exists() for r in (0, 1)),
-                 "both ranks held after their first epoch")
-        node, stopped = node_of(two_nodes, 1)
-        os.kill(stopped, signal.SIGSTOP)
-        hold.release(rank=0)
-        wait_for(lambda: (run_dir / "hang.json").exists(), "the hang record", timeout=HANG_TIMEOUT_S + 60)
-        os.kill(stopped, signal.SIGKILL)
-        assert two_nodes.wait_job(job_id(run_dir), 120) == "FAILED"
-    finally:
-        hold.release()
-        if stopped is not None:
-            subprocess.run(["kill", "-9", str(stopped)], stderr=subprocess.DEVNULL, check=False)
+    node = hang_rank_1(two_nodes, run_dir, hold)
+    assert two_nodes.wait_job(job_id(run_dir), 120) == "FAILED"
     [shown] = json.loads(dlaunch(two_nodes, tmp_path, "status", "--json", str(run_dir), **env).stdout)
     assert shown["status"] == "hung", shown  # and the node is now a suspect
     first = job_id(run_dir)

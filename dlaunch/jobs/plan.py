@@ -249,11 +249,12 @@ def _preflight_prelude(
     options: Tuple[str, ...],
     prefix: Tuple[str, ...],
     retries: bool,
-) -> Tuple[Tuple[PreludeItem, ...], Optional[CommandOutput]]:
+    rendezvous: Tuple[PreludeItem, ...],
+) -> Tuple[Tuple[PreludeItem, ...], Optional[HangRetry]]:
     """Pre-flight (dlaunch/train/nodecheck.py): the check on each of the `allocated` nodes, then the choice of `nodes`
     healthy ones as DLAUNCH_NODELIST and their count as DLAUNCH_NNODES (the job ends with the selection's exit code when
-    too few); and, where the job `retries` after a hang, the choice again without the nodes the hang named, from the
-    allocation's hosts (kept as ALLOCATED)."""
+    too few); and, where the job `retries` after a hang, its HangRetry: the choice again without the nodes the hang
+    named, from the allocation's hosts (kept as ALLOCATED), then the `rendezvous` items."""
     cfg = site.preflight
     module = (site.torch_python(), "-m", "dlaunch.train.nodecheck")
     common = (
@@ -294,17 +295,19 @@ def _preflight_prelude(
         )
     if not retries:
         return checks + (select(jobenv.NODELIST), count), None
+    hang = os.path.join(run_dir, HANG_FILE)
     again = select(
         ALLOCATED,
         "--after-hang",
-        os.path.join(run_dir, HANG_FILE),
+        hang,
         "--since",
         ShellWord("$" + STEP_STARTED),
         "--retry",
         ShellWord("$" + jobenv.RETRY),
     )
+    retry = HangRetry(cfg.hang_retries, jobenv.RETRY, STEP_STARTED, hang, again, (count,) + rendezvous)
     keep = Export(ALLOCATED, ShellWord("$" + jobenv.NODELIST))
-    return checks + (keep, select(jobenv.NODELIST), count), again
+    return checks + (keep, select(jobenv.NODELIST), count), retry
 
 
 def build_plan(
@@ -416,18 +419,9 @@ def build_plan(
         if request.preflight:  # the training step on the chosen nodes only
             step_options += scheduler.chosen_nodes_options(nodes, trained.tasks)
             retries = bool(site.preflight.hang_retries) and keeps_checkpoints(request.framework)
-            checks, reselect = _preflight_prelude(
-                site, scheduler, run_dir, nodes, allocated, container_options, container_prefix, retries
+            checks, retry = _preflight_prelude(
+                site, scheduler, run_dir, nodes, allocated, container_options, container_prefix, retries, spec.prelude
             )
-            if reselect is not None:
-                retry = HangRetry(
-                    site.preflight.hang_retries,
-                    jobenv.RETRY,
-                    STEP_STARTED,
-                    os.path.join(run_dir, HANG_FILE),
-                    reselect,
-                    (Export(jobenv.NNODES, str(nodes)),) + spec.prelude,
-                )
         try:
             step = scheduler.step(site.scheduler, trained, spec.mpi, spec.whole_node, step_options)
         except SchedulerError as e:
